@@ -1,0 +1,197 @@
+//! The `write()` command channel: headers, command numbers, and [`write_cmd`] /
+//! [`write_ex_cmd`], which frame a core command plus the provider's driver data
+//! and collect the core response plus the provider's driver response.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::errno::Errno;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// `struct ib_uverbs_cmd_hdr`: precedes every `write()` command.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CmdHdr {
+    /// Command number, or'ed with [`IB_USER_VERBS_CMD_FLAG_EXTENDED`].
+    pub command: u32,
+    /// Input length in 4-byte words, header included (8-byte words and no
+    /// headers for extended commands).
+    pub in_words: u16,
+    /// Response length in 4-byte words (8-byte words for extended commands).
+    pub out_words: u16,
+}
+
+/// `struct ib_uverbs_ex_cmd_hdr`: follows [`CmdHdr`] in extended commands.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ExCmdHdr {
+    /// User address of the response buffer.
+    pub response: u64,
+    /// Driver input length in 8-byte words.
+    pub provider_in_words: u16,
+    /// Driver response length in 8-byte words.
+    pub provider_out_words: u16,
+    /// Must be zero.
+    pub cmd_hdr_reserved: u32,
+}
+
+/// Flag in [`CmdHdr::command`] selecting the extended command set.
+pub const IB_USER_VERBS_CMD_FLAG_EXTENDED: u32 = 0x8000_0000;
+
+/// `enum ib_uverbs_write_cmds`: the legacy `write()` command numbers.
+#[allow(missing_docs)]
+pub mod nr {
+    pub const GET_CONTEXT: u32 = 0;
+    pub const QUERY_DEVICE: u32 = 1;
+    pub const QUERY_PORT: u32 = 2;
+    pub const ALLOC_PD: u32 = 3;
+    pub const DEALLOC_PD: u32 = 4;
+    pub const CREATE_AH: u32 = 5;
+    pub const DESTROY_AH: u32 = 8;
+    pub const REG_MR: u32 = 9;
+    pub const REREG_MR: u32 = 11;
+    pub const DEREG_MR: u32 = 13;
+    pub const CREATE_COMP_CHANNEL: u32 = 17;
+    pub const CREATE_CQ: u32 = 18;
+    pub const RESIZE_CQ: u32 = 19;
+    pub const DESTROY_CQ: u32 = 20;
+    pub const REQ_NOTIFY_CQ: u32 = 23;
+    pub const CREATE_QP: u32 = 24;
+    pub const QUERY_QP: u32 = 25;
+    pub const MODIFY_QP: u32 = 26;
+    pub const DESTROY_QP: u32 = 27;
+    pub const POST_SEND: u32 = 28;
+    pub const POST_RECV: u32 = 29;
+    pub const CREATE_SRQ: u32 = 32;
+    pub const MODIFY_SRQ: u32 = 33;
+    pub const QUERY_SRQ: u32 = 34;
+    pub const DESTROY_SRQ: u32 = 35;
+    pub const POST_SRQ_RECV: u32 = 36;
+    /// Extended: `IB_USER_VERBS_EX_CMD_QUERY_DEVICE`.
+    pub const EX_QUERY_DEVICE: u32 = QUERY_DEVICE;
+    /// Extended: `IB_USER_VERBS_EX_CMD_CREATE_CQ`.
+    pub const EX_CREATE_CQ: u32 = CREATE_CQ;
+    /// Extended: `IB_USER_VERBS_EX_CMD_CREATE_QP`.
+    pub const EX_CREATE_QP: u32 = CREATE_QP;
+}
+
+/// Largest command or response (core + driver data) this crate frames.
+pub const MAX_CMD_BYTES: usize = 512;
+
+/// Marker for commands that have no response (the kernel writes nothing).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct NoResp {}
+
+fn check_sizes(parts: &[usize]) -> Result<usize, Errno> {
+    let total: usize = parts.iter().sum();
+    if total > MAX_CMD_BYTES {
+        return Err(Errno::E2BIG);
+    }
+    Ok(total)
+}
+
+fn do_write(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<(), Errno> {
+    // SAFETY: `buf` is a live, initialised byte slice for the whole call.
+    let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(Errno::last());
+    }
+    if n as usize != buf.len() {
+        // The uverbs write handler consumes whole commands or fails.
+        return Err(Errno::EIO);
+    }
+    Ok(())
+}
+
+/// Sends a legacy `write()` command: `req` is the core command, `drv_in` the
+/// provider's driver data appended to it. When `R` is not [`NoResp`] the
+/// command's first field must be its `response` pointer (as in every uverbs
+/// command with a response); it is filled in here. The kernel writes the core
+/// response, returned, followed by `drv_out.len()` bytes of driver response.
+/// All lengths must be multiples of 4 (the kernel counts 4-byte words).
+pub fn write_cmd<Q, R>(
+    fd: BorrowedFd<'_>,
+    command: u32,
+    req: &Q,
+    drv_in: &[u8],
+    drv_out: &mut [u8],
+) -> Result<R, Errno>
+where
+    Q: IntoBytes + Immutable,
+    R: FromBytes + IntoBytes + KnownLayout + Immutable,
+{
+    let hdr_len = size_of::<CmdHdr>();
+    let req_len = size_of::<Q>();
+    let resp_len = size_of::<R>();
+    let in_len = check_sizes(&[hdr_len, req_len, drv_in.len()])?;
+    let out_len = check_sizes(&[resp_len, drv_out.len()])?;
+    if in_len % 4 != 0 || out_len % 4 != 0 || (resp_len > 0 && req_len < 8) {
+        return Err(Errno::EINVAL);
+    }
+    let mut inb = [0u8; MAX_CMD_BYTES];
+    let mut outb = [0u8; MAX_CMD_BYTES];
+    let hdr = CmdHdr {
+        command,
+        in_words: (in_len / 4) as u16,
+        out_words: (out_len / 4) as u16,
+    };
+    inb[..hdr_len].copy_from_slice(hdr.as_bytes());
+    inb[hdr_len..hdr_len + req_len].copy_from_slice(req.as_bytes());
+    inb[hdr_len + req_len..in_len].copy_from_slice(drv_in);
+    if out_len > 0 {
+        let ptr = outb.as_mut_ptr() as u64;
+        inb[hdr_len..hdr_len + 8].copy_from_slice(&ptr.to_ne_bytes());
+    }
+    do_write(fd, &inb[..in_len])?;
+    drv_out.copy_from_slice(&outb[resp_len..out_len]);
+    R::read_from_bytes(&outb[..resp_len]).map_err(|_| Errno::EIO)
+}
+
+/// Sends an extended `write()` command (`IB_USER_VERBS_CMD_FLAG_EXTENDED`):
+/// the core command `req` and driver data `drv_in`; returns the core
+/// response and fills `drv_out`. Lengths must be multiples of 8.
+pub fn write_ex_cmd<Q, R>(
+    fd: BorrowedFd<'_>,
+    command: u32,
+    req: &Q,
+    drv_in: &[u8],
+    drv_out: &mut [u8],
+) -> Result<R, Errno>
+where
+    Q: IntoBytes + Immutable,
+    R: FromBytes + IntoBytes + KnownLayout + Immutable,
+{
+    let hdr_len = size_of::<CmdHdr>() + size_of::<ExCmdHdr>();
+    let req_len = size_of::<Q>();
+    let resp_len = size_of::<R>();
+    let in_len = check_sizes(&[hdr_len, req_len, drv_in.len()])?;
+    let out_len = check_sizes(&[resp_len, drv_out.len()])?;
+    if req_len % 8 != 0 || drv_in.len() % 8 != 0 || resp_len % 8 != 0 || drv_out.len() % 8 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let mut inb = [0u8; MAX_CMD_BYTES];
+    let mut outb = [0u8; MAX_CMD_BYTES];
+    let hdr = CmdHdr {
+        command: command | IB_USER_VERBS_CMD_FLAG_EXTENDED,
+        in_words: (req_len / 8) as u16,
+        out_words: (resp_len / 8) as u16,
+    };
+    let ex = ExCmdHdr {
+        response: if out_len > 0 {
+            outb.as_mut_ptr() as u64
+        } else {
+            0
+        },
+        provider_in_words: (drv_in.len() / 8) as u16,
+        provider_out_words: (drv_out.len() / 8) as u16,
+        cmd_hdr_reserved: 0,
+    };
+    let h0 = size_of::<CmdHdr>();
+    inb[..h0].copy_from_slice(hdr.as_bytes());
+    inb[h0..hdr_len].copy_from_slice(ex.as_bytes());
+    inb[hdr_len..hdr_len + req_len].copy_from_slice(req.as_bytes());
+    inb[hdr_len + req_len..in_len].copy_from_slice(drv_in);
+    do_write(fd, &inb[..in_len])?;
+    drv_out.copy_from_slice(&outb[resp_len..out_len]);
+    R::read_from_bytes(&outb[..resp_len]).map_err(|_| Errno::EIO)
+}

@@ -1,0 +1,199 @@
+//! The `RDMA_VERBS_IOCTL` method channel: the ioctl header, attributes, and an
+//! [`IoctlCmd`] builder that frames a method call on the stack.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::errno::Errno;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// `RDMA_IOCTL_MAGIC`.
+pub const RDMA_IOCTL_MAGIC: u8 = 0x1b;
+
+/// `RDMA_VERBS_IOCTL`: `_IOWR(0x1b, 1, struct ib_uverbs_ioctl_hdr)`.
+pub const RDMA_VERBS_IOCTL: libc::c_ulong = ((3 as libc::c_ulong) << 30)
+    | ((size_of::<IoctlHdr>() as libc::c_ulong) << 16)
+    | ((RDMA_IOCTL_MAGIC as libc::c_ulong) << 8)
+    | 1;
+
+/// `UVERBS_ATTR_F_MANDATORY`: the kernel fails the call if it does not know
+/// the attribute.
+pub const UVERBS_ATTR_F_MANDATORY: u16 = 1 << 0;
+/// `UVERBS_ATTR_F_VALID_OUTPUT`: set by the kernel on outputs it wrote.
+pub const UVERBS_ATTR_F_VALID_OUTPUT: u16 = 1 << 1;
+
+/// `struct ib_uverbs_attr`: one attribute of a method call.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Attr {
+    /// Attribute id within the method.
+    pub attr_id: u16,
+    /// Length of the pointed-to (or inline) data.
+    pub len: u16,
+    /// `UVERBS_ATTR_F_*`.
+    pub flags: u16,
+    /// Enum attributes: the element id in the low byte.
+    pub attr_data: u16,
+    /// Inline data (len <= 8 for inputs), a user pointer, an object handle
+    /// or a file descriptor.
+    pub data: u64,
+}
+
+/// `struct ib_uverbs_ioctl_hdr`: precedes the attribute array.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct IoctlHdr {
+    /// Total length in bytes, attributes included.
+    pub length: u16,
+    /// Object the method belongs to (`UVERBS_OBJECT_*`).
+    pub object_id: u16,
+    /// Method id (`UVERBS_METHOD_*`).
+    pub method_id: u16,
+    /// Number of attributes that follow.
+    pub num_attrs: u16,
+    /// Must be zero.
+    pub reserved1: u64,
+    /// `enum rdma_driver_id` of the device (informational).
+    pub driver_id: u32,
+    /// Must be zero.
+    pub reserved2: u32,
+}
+
+/// Object ids (`enum uverbs_default_objects`).
+pub mod object {
+    /// `UVERBS_OBJECT_DEVICE`.
+    pub const DEVICE: u16 = 0;
+}
+
+/// Methods of the device object (`enum uverbs_methods_device`).
+pub mod device_method {
+    /// `UVERBS_METHOD_QUERY_PORT`.
+    pub const QUERY_PORT: u16 = 2;
+    /// `UVERBS_METHOD_QUERY_GID_TABLE`.
+    pub const QUERY_GID_TABLE: u16 = 5;
+    /// `UVERBS_METHOD_QUERY_GID_ENTRY`.
+    pub const QUERY_GID_ENTRY: u16 = 6;
+}
+
+/// Attributes of `UVERBS_METHOD_QUERY_GID_TABLE`.
+pub mod query_gid_table_attr {
+    /// In: `sizeof(struct ib_uverbs_gid_entry)` as the caller knows it.
+    pub const ENTRY_SIZE: u16 = 0;
+    /// In: flags, must be zero.
+    pub const FLAGS: u16 = 1;
+    /// Out: the entry array.
+    pub const RESP_ENTRIES: u16 = 2;
+    /// Out: number of entries written (u64).
+    pub const RESP_NUM_ENTRIES: u16 = 3;
+}
+
+/// Most attributes one [`IoctlCmd`] carries.
+pub const MAX_ATTRS: usize = 16;
+
+/// A method call under construction; the attribute array lives on the stack.
+/// Pointers given to the `ptr_*` methods must stay valid until
+/// [`IoctlCmd::execute`] returns, which the borrow `'a` enforces.
+pub struct IoctlCmd<'a> {
+    hdr: IoctlHdr,
+    attrs: [Attr; MAX_ATTRS],
+    n: usize,
+    overflow: bool,
+    _borrows: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> IoctlCmd<'a> {
+    /// Starts a call of `method` on `object`.
+    pub fn new(object: u16, method: u16) -> Self {
+        IoctlCmd {
+            hdr: IoctlHdr {
+                object_id: object,
+                method_id: method,
+                ..Default::default()
+            },
+            attrs: [Attr::default(); MAX_ATTRS],
+            n: 0,
+            overflow: false,
+            _borrows: std::marker::PhantomData,
+        }
+    }
+
+    /// Sets the header's `driver_id` (`enum rdma_driver_id` of the device),
+    /// as rdma-core does on every call.
+    pub fn driver_id(&mut self, id: u32) -> &mut Self {
+        self.hdr.driver_id = id;
+        self
+    }
+
+    fn push(&mut self, attr: Attr) -> &mut Self {
+        if self.n == MAX_ATTRS {
+            self.overflow = true;
+        } else {
+            self.attrs[self.n] = attr;
+            self.n += 1;
+        }
+        self
+    }
+
+    /// A mandatory input carried inline (at most 8 bytes, as a u64).
+    pub fn in_u64(&mut self, id: u16, value: u64) -> &mut Self {
+        self.push(Attr {
+            attr_id: id,
+            len: 8,
+            flags: UVERBS_ATTR_F_MANDATORY,
+            attr_data: 0,
+            data: value,
+        })
+    }
+
+    /// A mandatory input carried inline as a u32.
+    pub fn in_u32(&mut self, id: u16, value: u32) -> &mut Self {
+        self.push(Attr {
+            attr_id: id,
+            len: 4,
+            flags: UVERBS_ATTR_F_MANDATORY,
+            attr_data: 0,
+            data: value as u64,
+        })
+    }
+
+    /// A mandatory output buffer the kernel writes into.
+    pub fn out_bytes(&mut self, id: u16, buf: &'a mut [u8]) -> &mut Self {
+        if buf.len() > u16::MAX as usize {
+            self.overflow = true;
+            return self;
+        }
+        self.push(Attr {
+            attr_id: id,
+            len: buf.len() as u16,
+            flags: UVERBS_ATTR_F_MANDATORY,
+            attr_data: 0,
+            data: buf.as_mut_ptr() as u64,
+        })
+    }
+
+    /// A mandatory output of a plain-data value.
+    pub fn out_value<T: IntoBytes + FromBytes>(&mut self, id: u16, v: &'a mut T) -> &mut Self {
+        self.out_bytes(id, v.as_mut_bytes())
+    }
+
+    /// Sends the call on `fd`.
+    pub fn execute(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+        if self.overflow {
+            return Err(Errno::E2BIG);
+        }
+        const HDR: usize = size_of::<IoctlHdr>();
+        const ATTR: usize = size_of::<Attr>();
+        let mut buf = [0u8; HDR + MAX_ATTRS * ATTR];
+        let len = HDR + self.n * ATTR;
+        self.hdr.length = len as u16;
+        self.hdr.num_attrs = self.n as u16;
+        buf[..HDR].copy_from_slice(self.hdr.as_bytes());
+        buf[HDR..len].copy_from_slice(self.attrs[..self.n].as_bytes());
+        // SAFETY: `buf` holds a complete ioctl header and `n` attributes;
+        // every pointer in them is borrowed for `'a`, which outlives this call.
+        let rc = unsafe { libc::ioctl(fd.as_raw_fd(), RDMA_VERBS_IOCTL as _, buf.as_mut_ptr()) };
+        if rc < 0 {
+            return Err(Errno::last());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,31 @@
+//! The kernel's RDMA userspace-verbs ABI (`/usr/include/rdma`) as Rust types.
+//!
+//! Every `#[repr(C)]` struct here mirrors one C struct of the kernel uapi
+//! headers, field for field, under the C name without its `ib_uverbs_`
+//! prefix (so `struct ib_uverbs_create_cq` is [`cq::CreateCq`]); the layout
+//! tests in `tests/layout.rs` compile a C probe against the installed headers
+//! and compare every size and offset. The modules follow the kernel objects:
+//! [`device`], [`pd`], [`mr`], [`cq`], [`qp`], [`srq`], [`ah`], the work
+//! request encodings in [`wr`], and the soft-RoCE queue format in [`rxe`].
+//! [`cmd`] and [`ioctl`] carry commands to the kernel.
+
+#![deny(missing_docs)]
+
+pub mod ah;
+pub mod cmd;
+pub mod cq;
+pub mod device;
+pub mod ioctl;
+pub mod mr;
+pub mod netlink;
+pub mod pd;
+pub mod qp;
+pub mod rxe;
+pub mod srq;
+pub mod wr;
+
+pub use nix::errno::Errno;
+
+/// The uverbs ABI version this crate speaks (`IB_USER_VERBS_ABI_VERSION`);
+/// a device whose sysfs `abi_version` differs is refused.
+pub const IB_USER_VERBS_ABI_VERSION: u32 = 6;

@@ -1,0 +1,324 @@
+//! Work requests and completions as the uverbs ABI encodes them: the SGE,
+//! the send opcodes and flags, the 48-byte work completion, and its status
+//! and opcode values. Providers whose rings carry these encodings (rxe) use
+//! them as they are; the `verbs` crate re-exports them.
+
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+/// `struct ib_uverbs_sge` (also `struct rxe_sge` and `struct ibv_sge`): one
+/// gather/scatter element, a range of a registered memory region.
+#[repr(C)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct Sge {
+    /// Start address (in the MR's address space).
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The MR's local key.
+    pub lkey: u32,
+}
+
+/// `enum ib_uverbs_wr_opcode`.
+#[allow(missing_docs)]
+pub mod wr_opcode {
+    pub const RDMA_WRITE: u32 = 0;
+    pub const RDMA_WRITE_WITH_IMM: u32 = 1;
+    pub const SEND: u32 = 2;
+    pub const SEND_WITH_IMM: u32 = 3;
+    pub const RDMA_READ: u32 = 4;
+    pub const ATOMIC_CMP_AND_SWP: u32 = 5;
+    pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+    pub const LOCAL_INV: u32 = 7;
+    pub const BIND_MW: u32 = 8;
+    pub const SEND_WITH_INV: u32 = 9;
+}
+
+/// Send flags (`IB_SEND_*`), as the kernel and the rxe ring take them.
+#[allow(missing_docs)]
+pub mod send_flags {
+    pub const FENCE: u32 = 1 << 0;
+    pub const SIGNALED: u32 = 1 << 1;
+    pub const SOLICITED: u32 = 1 << 2;
+    pub const INLINE: u32 = 1 << 3;
+}
+
+/// `struct ib_uverbs_wc`: one work completion, 48 bytes. The rxe completion
+/// ring holds exactly these.
+#[repr(C)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct Wc {
+    /// The completed work request's id.
+    pub wr_id: u64,
+    /// `IB_WC_*` status.
+    pub status: u32,
+    /// `IB_UVERBS_WC_*` opcode.
+    pub opcode: u32,
+    /// Provider-specific error detail.
+    pub vendor_err: u32,
+    /// Bytes transferred (receives, RDMA READ).
+    pub byte_len: u32,
+    /// Immediate data (big-endian, as sent) or the invalidated rkey.
+    pub ex: u32,
+    /// Local QP number.
+    pub qp_num: u32,
+    /// Source QP (UD).
+    pub src_qp: u32,
+    /// `IB_WC_*` flags.
+    pub wc_flags: u32,
+    /// P_Key index (GSI).
+    pub pkey_index: u16,
+    /// Source LID.
+    pub slid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// DLID path bits.
+    pub dlid_path_bits: u8,
+    /// Port number.
+    pub port_num: u8,
+    /// Zero.
+    pub reserved: u8,
+}
+
+/// Work completion opcodes (`enum ib_uverbs_wc_opcode`, plus the receive values).
+#[allow(missing_docs)]
+pub mod wc_opcode {
+    pub const SEND: u32 = 0;
+    pub const RDMA_WRITE: u32 = 1;
+    pub const RDMA_READ: u32 = 2;
+    pub const COMP_SWAP: u32 = 3;
+    pub const FETCH_ADD: u32 = 4;
+    pub const BIND_MW: u32 = 5;
+    pub const LOCAL_INV: u32 = 6;
+    pub const RECV: u32 = 1 << 7;
+    pub const RECV_RDMA_WITH_IMM: u32 = (1 << 7) + 1;
+}
+
+/// Work completion flags (`enum ib_wc_flags`).
+#[allow(missing_docs)]
+pub mod wc_flags {
+    pub const GRH: u32 = 1 << 0;
+    pub const WITH_IMM: u32 = 1 << 1;
+    pub const WITH_INVALIDATE: u32 = 1 << 2;
+}
+
+/// Completion status values (`enum ib_wc_status`).
+#[allow(missing_docs)]
+pub mod wc_status {
+    pub const SUCCESS: u32 = 0;
+    pub const LOC_LEN_ERR: u32 = 1;
+    pub const LOC_QP_OP_ERR: u32 = 2;
+    pub const LOC_EEC_OP_ERR: u32 = 3;
+    pub const LOC_PROT_ERR: u32 = 4;
+    pub const WR_FLUSH_ERR: u32 = 5;
+    pub const MW_BIND_ERR: u32 = 6;
+    pub const BAD_RESP_ERR: u32 = 7;
+    pub const LOC_ACCESS_ERR: u32 = 8;
+    pub const REM_INV_REQ_ERR: u32 = 9;
+    pub const REM_ACCESS_ERR: u32 = 10;
+    pub const REM_OP_ERR: u32 = 11;
+    pub const RETRY_EXC_ERR: u32 = 12;
+    pub const RNR_RETRY_EXC_ERR: u32 = 13;
+    pub const LOC_RDD_VIOL_ERR: u32 = 14;
+    pub const REM_INV_RD_REQ_ERR: u32 = 15;
+    pub const REM_ABORT_ERR: u32 = 16;
+    pub const INV_EECN_ERR: u32 = 17;
+    pub const INV_EEC_STATE_ERR: u32 = 18;
+    pub const FATAL_ERR: u32 = 19;
+    pub const RESP_TIMEOUT_ERR: u32 = 20;
+    pub const GENERAL_ERR: u32 = 21;
+}
+
+/// `struct ib_uverbs_post_send`: the command header of POST_SEND. rxe uses
+/// it with no work requests as its send doorbell.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[allow(missing_docs)]
+pub struct PostSend {
+    pub response: u64,
+    pub qp_handle: u32,
+    pub wr_count: u32,
+    pub sge_count: u32,
+    pub wqe_size: u32,
+}
+
+/// `struct ib_uverbs_post_send_resp`.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct PostSendResp {
+    /// Index of the first failed work request.
+    pub bad_wr: u32,
+}
+
+/// `sizeof(struct ib_uverbs_send_wr)`: the `wqe_size` POST_SEND announces.
+pub const UVERBS_SEND_WR_SIZE: u32 = 56;
+
+/// A send work request's operation (`enum ib_uverbs_wr_opcode`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WrOpcode {
+    /// Write the local gather list to remote memory.
+    RdmaWrite = wr_opcode::RDMA_WRITE,
+    /// RDMA WRITE that also consumes a receive and delivers immediate data.
+    RdmaWriteWithImm = wr_opcode::RDMA_WRITE_WITH_IMM,
+    /// Send to the peer's next receive.
+    Send = wr_opcode::SEND,
+    /// Send with immediate data.
+    SendWithImm = wr_opcode::SEND_WITH_IMM,
+    /// Read remote memory into the local scatter list.
+    RdmaRead = wr_opcode::RDMA_READ,
+    /// 64-bit compare and swap on remote memory.
+    AtomicCmpAndSwp = wr_opcode::ATOMIC_CMP_AND_SWP,
+    /// 64-bit fetch and add on remote memory.
+    AtomicFetchAndAdd = wr_opcode::ATOMIC_FETCH_AND_ADD,
+    /// Invalidate a local rkey.
+    LocalInv = wr_opcode::LOCAL_INV,
+    /// Send, invalidating an rkey at the peer.
+    SendWithInv = wr_opcode::SEND_WITH_INV,
+}
+
+impl WrOpcode {
+    /// Whether the operation names remote memory (remote address and rkey).
+    pub fn is_rdma(self) -> bool {
+        matches!(
+            self,
+            Self::RdmaWrite | Self::RdmaWriteWithImm | Self::RdmaRead
+        )
+    }
+    /// Whether the operation is an atomic.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Self::AtomicCmpAndSwp | Self::AtomicFetchAndAdd)
+    }
+    /// Whether the operation carries immediate data.
+    pub fn has_imm(self) -> bool {
+        matches!(self, Self::RdmaWriteWithImm | Self::SendWithImm)
+    }
+}
+
+bitflags::bitflags! {
+    /// Send flags (`IB_SEND_*`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier RDMA READs and atomics before starting.
+        const FENCE = send_flags::FENCE;
+        /// Generate a completion for this work request.
+        const SIGNALED = send_flags::SIGNALED;
+        /// Raise a solicited event at the receiver.
+        const SOLICITED = send_flags::SOLICITED;
+        /// Copy the payload into the WQE at post time (see [`Payload::Inline`]).
+        const INLINE = send_flags::INLINE;
+    }
+}
+
+/// Where a send work request's data comes from (or, for RDMA READ, goes to).
+#[derive(Debug, Clone, Copy)]
+pub enum Payload<'a> {
+    /// A gather (scatter for READ) list of registered memory.
+    Sge(&'a [Sge]),
+    /// Bytes copied into the work queue entry at post time: the buffers need
+    /// not be registered and may be reused as soon as the post returns.
+    Inline(&'a [std::io::IoSlice<'a>]),
+}
+
+/// A send work request in provider-neutral form. Chains are slices of these.
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Flags; [`SendFlags::INLINE`] is implied by [`Payload::Inline`].
+    pub send_flags: SendFlags,
+    /// Immediate data in host order (sent big-endian), for the `*_WITH_IMM`
+    /// opcodes; the rkey to invalidate for `SEND_WITH_INV`/`LOCAL_INV`.
+    pub imm_data: u32,
+    /// The local data.
+    pub payload: Payload<'a>,
+    /// Remote virtual address (RDMA and atomics).
+    pub remote_addr: u64,
+    /// Remote key (RDMA and atomics).
+    pub rkey: u32,
+    /// Compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD).
+    pub compare_add: u64,
+    /// Swap value (CMP_AND_SWP).
+    pub swap: u64,
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list of registered memory.
+    pub sg_list: &'a [Sge],
+}
+
+impl<'a> SendWr<'a> {
+    /// A request with every field zero but these.
+    pub const fn new(wr_id: u64, opcode: WrOpcode, payload: Payload<'a>) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            send_flags: SendFlags::empty(),
+            imm_data: 0,
+            payload,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+        }
+    }
+    /// SEND of the gather list `sges`.
+    pub const fn send(wr_id: u64, sges: &'a [Sge]) -> Self {
+        Self::new(wr_id, WrOpcode::Send, Payload::Sge(sges))
+    }
+    /// SEND of `bufs`, copied inline into the WQE.
+    pub const fn send_inline(wr_id: u64, bufs: &'a [std::io::IoSlice<'a>]) -> Self {
+        Self::new(wr_id, WrOpcode::Send, Payload::Inline(bufs))
+    }
+    /// RDMA WRITE of `sges` to `remote_addr` under `rkey`.
+    pub const fn rdma_write(wr_id: u64, sges: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
+        Self::new(wr_id, WrOpcode::RdmaWrite, Payload::Sge(sges)).remote(remote_addr, rkey)
+    }
+    /// RDMA READ from `remote_addr` under `rkey` into `sges`.
+    pub const fn rdma_read(wr_id: u64, sges: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
+        Self::new(wr_id, WrOpcode::RdmaRead, Payload::Sge(sges)).remote(remote_addr, rkey)
+    }
+    /// Sets the remote address and key.
+    pub const fn remote(mut self, remote_addr: u64, rkey: u32) -> Self {
+        self.remote_addr = remote_addr;
+        self.rkey = rkey;
+        self
+    }
+    /// Adds immediate data (host order), turning SEND into SEND_WITH_IMM and
+    /// RDMA_WRITE into RDMA_WRITE_WITH_IMM.
+    pub const fn with_imm(mut self, imm: u32) -> Self {
+        self.opcode = match self.opcode {
+            WrOpcode::Send => WrOpcode::SendWithImm,
+            WrOpcode::RdmaWrite => WrOpcode::RdmaWriteWithImm,
+            o => o,
+        };
+        self.imm_data = imm;
+        self
+    }
+    /// Requests a completion for this request.
+    pub const fn signaled(mut self) -> Self {
+        self.send_flags = self.send_flags.union(SendFlags::SIGNALED);
+        self
+    }
+    /// Adds `flags`.
+    pub const fn flags(mut self, flags: SendFlags) -> Self {
+        self.send_flags = self.send_flags.union(flags);
+        self
+    }
+}
+
+impl<'a> RecvWr<'a> {
+    /// A receive into the scatter list `sg_list`.
+    pub const fn new(wr_id: u64, sg_list: &'a [Sge]) -> Self {
+        RecvWr { wr_id, sg_list }
+    }
+}

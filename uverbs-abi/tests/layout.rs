@@ -1,0 +1,754 @@
+//! Layout and constant checks of `uverbs-abi` against the kernel's RDMA uapi
+//! headers installed on the host (`/usr/include/rdma`, from Debian's
+//! `linux-libc-dev`).
+//!
+//! The crate's `#[repr(C)]` structs are hand-written mirrors of C structs the
+//! kernel reads and writes byte for byte (uverbs commands and responses, the
+//! ioctl header and attributes, the rxe mmap'd rings). A wrong field type, a
+//! missing field or a shifted offset would not fail to compile: it would
+//! make the kernel misread a command or make user space misread a ring. So
+//! this test generates a small C program that includes the real headers and
+//! prints `sizeof`, `_Alignof`, and for every field the Rust struct has, the
+//! `offsetof` and `sizeof` of the corresponding C member; it compiles it with
+//! `cc` (or `$CC`), runs it, and compares every number with
+//! `size_of`/`align_of`/`offset_of!` on the Rust side. It also checks that the
+//! listed Rust fields tile each Rust struct exactly, so a field missing from
+//! the table below is noticed, and compares the crate's constants with the
+//! values of the corresponding C enumerators and macros. No RDMA device is
+//! needed. All mismatches are collected and reported together.
+//!
+//! Rules encoded by the table:
+//! - `flex = "m"`: the C struct ends with the flexible array member `m`
+//!   (`driver_data[]`, `attrs[]`, `data[]`, ...) which the Rust struct omits;
+//!   the Rust size must equal `offsetof(C, m)` (or the `size` expression if
+//!   given), and the C array must start right at the end of the Rust struct.
+//! - `size = "expr"`: the expected size as a C expression.
+//! - `member = "a.b"`: the Rust struct mirrors an anonymous struct member
+//!   (a union arm); offsets are taken relative to that member.
+//! - `lower_align = "why"`: the C struct's alignment is raised only by an
+//!   omitted flexible member (directly or in an embedded struct), so the Rust
+//!   alignment may be lower; sizes and offsets, which fix the byte layout,
+//!   are still compared exactly.
+//! - `field = "c.path"` maps a flattened Rust field to a nested C member;
+//!   `field = _` marks explicit Rust tail padding with no C member (checked
+//!   only through the struct size and the tiling check).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use uverbs_abi::{ah, cmd, cq, device, ioctl, mr, pd, qp, rxe, srq, wr};
+
+/// Per-entry options; the macro sets the named ones, so a misspelt option
+/// is a compile error.
+#[derive(Clone, Copy)]
+struct Opts {
+    member: Option<&'static str>,
+    flex: Option<&'static str>,
+    size: Option<&'static str>,
+    lower_align: Option<&'static str>,
+}
+
+impl Opts {
+    const NONE: Opts = Opts {
+        member: None,
+        flex: None,
+        size: None,
+        lower_align: None,
+    };
+}
+
+struct Field {
+    rust: &'static str,
+    /// C member path relative to the struct (or to `member`); `None` for
+    /// explicit Rust padding.
+    c: Option<&'static str>,
+    offset: usize,
+    size: usize,
+}
+
+struct Entry {
+    rust: &'static str,
+    c: &'static str,
+    opts: Opts,
+    size: usize,
+    align: usize,
+    fields: Vec<Field>,
+}
+
+struct Const {
+    /// C expression.
+    c: &'static str,
+    /// Rust expression, as written.
+    rust: &'static str,
+    value: u64,
+}
+
+fn size_of_field<T, F>(_: impl Fn(&T) -> &F) -> usize {
+    size_of::<F>()
+}
+
+fn to_u64<T: TryInto<u64>>(v: T) -> u64 {
+    v.try_into()
+        .unwrap_or_else(|_| panic!("constant does not fit in u64"))
+}
+
+macro_rules! c_path {
+    ($f:ident) => {
+        Some(stringify!($f))
+    };
+    ($f:ident = _) => {
+        None
+    };
+    ($f:ident = $p:literal) => {
+        Some($p)
+    };
+}
+
+/// One entry per Rust struct: `module::Type => "C type" [options] { fields }`.
+/// Each entry yields the Rust numbers here and the C probe lines in
+/// [`c_source`].
+macro_rules! layout {
+    ($(
+        $m:ident :: $t:ident => $c:literal
+        $([ $($k:ident = $v:expr),* $(,)? ])?
+        { $($f:ident $(= $p:tt)?),* $(,)? }
+    )*) => {
+        vec![$(Entry {
+            rust: concat!(stringify!($m), "::", stringify!($t)),
+            c: $c,
+            opts: Opts { $($($k: Some($v),)*)? ..Opts::NONE },
+            size: size_of::<$m::$t>(),
+            align: align_of::<$m::$t>(),
+            fields: vec![$(Field {
+                rust: stringify!($f),
+                c: c_path!($f $(= $p)?),
+                offset: core::mem::offset_of!($m::$t, $f),
+                size: size_of_field(|s: &$m::$t| &s.$f),
+            }),*],
+        }),*]
+    };
+}
+
+/// One entry per constant: `"C expression" => rust_expression`.
+macro_rules! consts {
+    ($($c:literal => $r:expr),* $(,)?) => {
+        vec![$(Const { c: $c, rust: stringify!($r), value: to_u64($r) }),*]
+    };
+}
+
+const FLEX_ALIGN: &str = "C alignment comes from the omitted __aligned_u64 flexible array";
+const BASE_FLEX_ALIGN: &str =
+    "C alignment comes from the flexible array that ends the embedded `base`";
+
+// Not in the table, having no C counterpart: `cmd::NoResp` (a zero-sized
+// marker for commands without a response, checked below to be zero-sized),
+// `ioctl::IoctlCmd` (a builder, not `repr(C)`), and the provider-neutral,
+// non-`repr(C)` work request types of wr.rs (`SendWr<'a>`, `RecvWr<'a>`,
+// `Payload`; `WrOpcode` takes its values from the checked `wr_opcode`
+// constants). The bitflags types are checked through their bits below
+// (`mr::AccessFlags`) or not at all (`wr::SendFlags`: `IB_SEND_*` is
+// kernel-internal).
+fn entries() -> Vec<Entry> {
+    layout! {
+        // cmd.rs
+        cmd::CmdHdr => "struct ib_uverbs_cmd_hdr" { command, in_words, out_words }
+        cmd::ExCmdHdr => "struct ib_uverbs_ex_cmd_hdr" {
+            response, provider_in_words, provider_out_words, cmd_hdr_reserved
+        }
+
+        // ioctl.rs
+        ioctl::Attr => "struct ib_uverbs_attr" { attr_id, len, flags, attr_data, data }
+        ioctl::IoctlHdr => "struct ib_uverbs_ioctl_hdr" [flex = "attrs"] {
+            length, object_id, method_id, num_attrs, reserved1, driver_id, reserved2
+        }
+
+        // device.rs
+        device::GetContext => "struct ib_uverbs_get_context" [flex = "driver_data"] { response }
+        device::GetContextResp => "struct ib_uverbs_get_context_resp"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] { async_fd, num_comp_vectors }
+        device::QueryDevice => "struct ib_uverbs_query_device" [flex = "driver_data"] { response }
+        device::QueryDeviceResp => "struct ib_uverbs_query_device_resp" {
+            fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id,
+            vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd,
+            max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom,
+            max_qp_init_rd_atom, max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw,
+            max_raw_ipv6_qp, max_raw_ethy_qp, max_mcast_grp, max_mcast_qp_attach,
+            max_total_mcast_qp_attach, max_ah, max_fmr, max_map_per_fmr, max_srq, max_srq_wr,
+            max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt, reserved
+        }
+        device::ExQueryDevice => "struct ib_uverbs_ex_query_device" { comp_mask, reserved }
+        device::OdpCaps => "struct ib_uverbs_odp_caps" {
+            general_caps,
+            rc_odp_caps = "per_transport_caps.rc_odp_caps",
+            uc_odp_caps = "per_transport_caps.uc_odp_caps",
+            ud_odp_caps = "per_transport_caps.ud_odp_caps",
+            reserved,
+        }
+        device::RssCaps => "struct ib_uverbs_rss_caps" {
+            supported_qpts, max_rwq_indirection_tables, max_rwq_indirection_table_size, reserved
+        }
+        device::TmCaps => "struct ib_uverbs_tm_caps" {
+            max_rndv_hdr_size, max_num_tags, flags, max_ops, max_sge, reserved
+        }
+        device::CqModerationCaps => "struct ib_uverbs_cq_moderation_caps" {
+            max_cq_moderation_count, max_cq_moderation_period, reserved
+        }
+        device::ExQueryDeviceResp => "struct ib_uverbs_ex_query_device_resp" {
+            base, comp_mask, response_length, odp_caps, timestamp_mask, hca_core_clock,
+            device_cap_flags_ex, rss_caps, max_wq_type_rq, raw_packet_caps, tm_caps,
+            cq_moderation_caps, max_dm_size, xrc_odp_caps, reserved
+        }
+        device::QueryPort => "struct ib_uverbs_query_port" [flex = "driver_data"] {
+            response, port_num, reserved
+        }
+        device::QueryPortResp => "struct ib_uverbs_query_port_resp" {
+            port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, gid_tbl_len, pkey_tbl_len,
+            lid, sm_lid, state, max_mtu, active_mtu, lmc, max_vl_num, sm_sl, subnet_timeout,
+            init_type_reply, active_width, active_speed, phys_state, link_layer, flags, reserved
+        }
+        device::GidEntry => "struct ib_uverbs_gid_entry" {
+            gid, gid_index, port_num, gid_type, netdev_ifindex
+        }
+
+        // pd.rs
+        pd::AllocPd => "struct ib_uverbs_alloc_pd" [flex = "driver_data"] { response }
+        pd::AllocPdResp => "struct ib_uverbs_alloc_pd_resp" [flex = "driver_data"] { pd_handle }
+        pd::DeallocPd => "struct ib_uverbs_dealloc_pd" { pd_handle }
+
+        // mr.rs
+        mr::RegMr => "struct ib_uverbs_reg_mr" [flex = "driver_data"] {
+            response, start, length, hca_va, pd_handle, access_flags
+        }
+        mr::RegMrResp => "struct ib_uverbs_reg_mr_resp" [flex = "driver_data"] {
+            mr_handle, lkey, rkey
+        }
+        mr::ReregMr => "struct ib_uverbs_rereg_mr" [flex = "driver_data"] {
+            response, mr_handle, flags, start, length, hca_va, pd_handle, access_flags
+        }
+        mr::ReregMrResp => "struct ib_uverbs_rereg_mr_resp"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] { lkey, rkey }
+        mr::DeregMr => "struct ib_uverbs_dereg_mr" { mr_handle }
+
+        // cq.rs
+        cq::CreateCq => "struct ib_uverbs_create_cq" [flex = "driver_data"] {
+            response, user_handle, cqe, comp_vector, comp_channel, reserved
+        }
+        cq::ExCreateCq => "struct ib_uverbs_ex_create_cq" {
+            user_handle, cqe, comp_vector, comp_channel, comp_mask, flags, reserved
+        }
+        cq::CreateCqResp => "struct ib_uverbs_create_cq_resp"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] { cq_handle, cqe }
+        cq::ExCreateCqResp => "struct ib_uverbs_ex_create_cq_resp"
+            [lower_align = BASE_FLEX_ALIGN] { base, comp_mask, response_length }
+        cq::ResizeCq => "struct ib_uverbs_resize_cq" [flex = "driver_data"] {
+            response, cq_handle, cqe
+        }
+        cq::ResizeCqResp => "struct ib_uverbs_resize_cq_resp"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] { cqe, reserved }
+        cq::ReqNotifyCq => "struct ib_uverbs_req_notify_cq" { cq_handle, solicited_only }
+        cq::DestroyCq => "struct ib_uverbs_destroy_cq" { response, cq_handle, reserved }
+        cq::DestroyCqResp => "struct ib_uverbs_destroy_cq_resp" {
+            comp_events_reported, async_events_reported
+        }
+        cq::CompEventDesc => "struct ib_uverbs_comp_event_desc" { cq_handle }
+        cq::AsyncEventDesc => "struct ib_uverbs_async_event_desc" { element, event_type, reserved }
+        cq::CreateCompChannel => "struct ib_uverbs_create_comp_channel" { response }
+        cq::CreateCompChannelResp => "struct ib_uverbs_create_comp_channel_resp" { fd }
+
+        // qp.rs
+        qp::CreateQp => "struct ib_uverbs_create_qp" [flex = "driver_data"] {
+            response, user_handle, pd_handle, send_cq_handle, recv_cq_handle, srq_handle,
+            max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data, sq_sig_all,
+            qp_type, is_srq, reserved
+        }
+        qp::ExCreateQp => "struct ib_uverbs_ex_create_qp" {
+            user_handle, pd_handle, send_cq_handle, recv_cq_handle, srq_handle, max_send_wr,
+            max_recv_wr, max_send_sge, max_recv_sge, max_inline_data, sq_sig_all, qp_type,
+            is_srq, reserved, comp_mask, create_flags, rwq_ind_tbl_handle, source_qpn
+        }
+        qp::CreateQpResp => "struct ib_uverbs_create_qp_resp" [flex = "driver_data"] {
+            qp_handle, qpn, max_send_wr, max_recv_wr, max_send_sge, max_recv_sge,
+            max_inline_data, reserved
+        }
+        qp::ExCreateQpResp => "struct ib_uverbs_ex_create_qp_resp" {
+            base, comp_mask, response_length
+        }
+        qp::QpDest => "struct ib_uverbs_qp_dest" {
+            dgid, flow_label, dlid, reserved, sgid_index, hop_limit, traffic_class, sl,
+            src_path_bits, static_rate, is_global, port_num
+        }
+        qp::QueryQp => "struct ib_uverbs_query_qp" [flex = "driver_data"] {
+            response, qp_handle, attr_mask
+        }
+        qp::QueryQpResp => "struct ib_uverbs_query_qp_resp"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] {
+            dest, alt_dest, max_send_wr, max_recv_wr, max_send_sge, max_recv_sge,
+            max_inline_data, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags, pkey_index,
+            alt_pkey_index, qp_state, cur_qp_state, path_mtu, path_mig_state, sq_draining,
+            max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt,
+            rnr_retry, alt_port_num, alt_timeout, sq_sig_all, reserved
+        }
+        qp::ModifyQp => "struct ib_uverbs_modify_qp"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] {
+            dest, alt_dest, qp_handle, attr_mask, qkey, rq_psn, sq_psn, dest_qp_num,
+            qp_access_flags, pkey_index, alt_pkey_index, qp_state, cur_qp_state, path_mtu,
+            path_mig_state, en_sqd_async_notify, max_rd_atomic, max_dest_rd_atomic,
+            min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout,
+            reserved
+        }
+        qp::ExModifyQp => "struct ib_uverbs_ex_modify_qp" [lower_align = BASE_FLEX_ALIGN] {
+            base, rate_limit, reserved
+        }
+        qp::DestroyQp => "struct ib_uverbs_destroy_qp" { response, qp_handle, reserved }
+        qp::DestroyQpResp => "struct ib_uverbs_destroy_qp_resp" { events_reported }
+
+        // srq.rs
+        srq::CreateSrq => "struct ib_uverbs_create_srq" [flex = "driver_data"] {
+            response, user_handle, pd_handle, max_wr, max_sge, srq_limit
+        }
+        srq::CreateSrqResp => "struct ib_uverbs_create_srq_resp" [flex = "driver_data"] {
+            srq_handle, max_wr, max_sge, srqn
+        }
+        srq::ModifySrq => "struct ib_uverbs_modify_srq"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] {
+            srq_handle, attr_mask, max_wr, srq_limit
+        }
+        srq::QuerySrq => "struct ib_uverbs_query_srq" [flex = "driver_data"] {
+            response, srq_handle, reserved
+        }
+        srq::QuerySrqResp => "struct ib_uverbs_query_srq_resp" {
+            max_wr, max_sge, srq_limit, reserved
+        }
+        srq::DestroySrq => "struct ib_uverbs_destroy_srq" { response, srq_handle, reserved }
+        srq::DestroySrqResp => "struct ib_uverbs_destroy_srq_resp" { events_reported }
+
+        // ah.rs
+        ah::GlobalRoute => "struct ib_uverbs_global_route" {
+            dgid, flow_label, sgid_index, hop_limit, traffic_class, reserved
+        }
+        ah::AhAttr => "struct ib_uverbs_ah_attr" {
+            grh, dlid, sl, src_path_bits, static_rate, is_global, port_num, reserved
+        }
+        ah::CreateAh => "struct ib_uverbs_create_ah" [flex = "driver_data"] {
+            response, user_handle, pd_handle, reserved, attr
+        }
+        ah::CreateAhResp => "struct ib_uverbs_create_ah_resp" [flex = "driver_data"] {
+            ah_handle
+        }
+        ah::DestroyAh => "struct ib_uverbs_destroy_ah" { ah_handle }
+
+        // wr.rs
+        wr::Sge => "struct ib_uverbs_sge" { addr, length, lkey }
+        wr::Wc => "struct ib_uverbs_wc" {
+            wr_id, status, opcode, vendor_err, byte_len, ex, qp_num, src_qp, wc_flags,
+            pkey_index, slid, sl, dlid_path_bits, port_num, reserved
+        }
+        wr::PostSend => "struct ib_uverbs_post_send" [flex = "send_wr"] {
+            response, qp_handle, wr_count, sge_count, wqe_size
+        }
+        wr::PostSendResp => "struct ib_uverbs_post_send_resp" { bad_wr }
+
+        // rxe.rs
+        rxe::MmInfo => "struct mminfo" { offset, size, pad }
+        rxe::CreateCqResp => "struct rxe_create_cq_resp" { mi }
+        rxe::ResizeCqResp => "struct rxe_resize_cq_resp" { mi }
+        rxe::CreateQpResp => "struct rxe_create_qp_resp" { rq_mi, sq_mi }
+        rxe::CreateSrqResp => "struct rxe_create_srq_resp" { mi, srq_num, reserved }
+        rxe::ModifySrqCmd => "struct rxe_modify_srq_cmd" { mmap_info_addr }
+        rxe::CreateAhResp => "struct rxe_create_ah_resp" { ah_num, reserved }
+        rxe::QueueBuf => "struct rxe_queue_buf" [flex = "data"] {
+            log2_elem_size, index_mask, pad_1, producer_index, pad_2, consumer_index, pad_3
+        }
+        rxe::GlobalRoute => "struct rxe_global_route" {
+            dgid, flow_label, sgid_index, hop_limit, traffic_class, pad = _
+        }
+        rxe::Av => "struct rxe_av" {
+            port_num, network_type, dmac, grh, sgid_addr, dgid_addr
+        }
+        rxe::WrRdma => "struct rxe_send_wr" [member = "wr.rdma"] { remote_addr, rkey, reserved }
+        rxe::WrAtomic => "struct rxe_send_wr" [member = "wr.atomic"] {
+            remote_addr, compare_add, swap, rkey, reserved
+        }
+        rxe::WrUd => "struct rxe_send_wr" [member = "wr.ud"] {
+            remote_qpn, remote_qkey, pkey_index, reserved, ah_num, pad, av
+        }
+        rxe::SendWr => "struct rxe_send_wr" { wr_id, reserved, opcode, send_flags, ex, wr }
+        rxe::DmaInfo => "struct rxe_dma_info" [flex = "sge", lower_align = FLEX_ALIGN] {
+            length, resid, cur_sge, num_sge, sge_offset, reserved
+        }
+        rxe::SendWqe => "struct rxe_send_wqe" [
+            flex = "dma.sge",
+            size = "offsetof(struct rxe_send_wqe, dma) + sizeof(struct rxe_dma_info)",
+        ] {
+            wr, status, state, iova, mask, first_psn, last_psn, ack_length, ssn,
+            has_rd_atomic, dma
+        }
+        rxe::RecvWqe => "struct rxe_recv_wqe" [
+            flex = "dma.sge",
+            size = "offsetof(struct rxe_recv_wqe, dma) + sizeof(struct rxe_dma_info)",
+        ] {
+            wr_id, reserved, padding, dma
+        }
+    }
+}
+
+// Not checked, because the uapi headers do not define them (they are
+// kernel-internal, in include/rdma/ib_verbs.h): `wr::wc_status`
+// (`enum ib_wc_status`), `wr::wc_flags` (`enum ib_wc_flags`),
+// `wr::send_flags` (`IB_SEND_*`), `wr::wc_opcode::{RECV,
+// RECV_RDMA_WITH_IMM}` (`IB_WC_RECV*` of `enum ib_wc_opcode`),
+// `qp::qp_state` (`enum ib_qp_state`), `qp::attr_mask`
+// (`enum ib_qp_attr_mask`), and `device::IB_LINK_LAYER_*`
+// (`enum rdma_link_layer`). `qp::qp_type` is checked against the uapi
+// mirror `enum ib_uverbs_qp_type`. `cmd::MAX_CMD_BYTES` and
+// `ioctl::MAX_ATTRS` are this crate's own limits.
+fn constants() -> Vec<Const> {
+    use cmd::nr;
+    use mr::AccessFlags as A;
+    use wr::{wc_opcode as wc, wr_opcode as op};
+    consts! {
+        "IB_USER_VERBS_ABI_VERSION" => uverbs_abi::IB_USER_VERBS_ABI_VERSION,
+
+        // cmd.rs
+        "IB_USER_VERBS_CMD_FLAG_EXTENDED" => cmd::IB_USER_VERBS_CMD_FLAG_EXTENDED,
+        "IB_USER_VERBS_CMD_GET_CONTEXT" => nr::GET_CONTEXT,
+        "IB_USER_VERBS_CMD_QUERY_DEVICE" => nr::QUERY_DEVICE,
+        "IB_USER_VERBS_CMD_QUERY_PORT" => nr::QUERY_PORT,
+        "IB_USER_VERBS_CMD_ALLOC_PD" => nr::ALLOC_PD,
+        "IB_USER_VERBS_CMD_DEALLOC_PD" => nr::DEALLOC_PD,
+        "IB_USER_VERBS_CMD_CREATE_AH" => nr::CREATE_AH,
+        "IB_USER_VERBS_CMD_DESTROY_AH" => nr::DESTROY_AH,
+        "IB_USER_VERBS_CMD_REG_MR" => nr::REG_MR,
+        "IB_USER_VERBS_CMD_REREG_MR" => nr::REREG_MR,
+        "IB_USER_VERBS_CMD_DEREG_MR" => nr::DEREG_MR,
+        "IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL" => nr::CREATE_COMP_CHANNEL,
+        "IB_USER_VERBS_CMD_CREATE_CQ" => nr::CREATE_CQ,
+        "IB_USER_VERBS_CMD_RESIZE_CQ" => nr::RESIZE_CQ,
+        "IB_USER_VERBS_CMD_DESTROY_CQ" => nr::DESTROY_CQ,
+        "IB_USER_VERBS_CMD_REQ_NOTIFY_CQ" => nr::REQ_NOTIFY_CQ,
+        "IB_USER_VERBS_CMD_CREATE_QP" => nr::CREATE_QP,
+        "IB_USER_VERBS_CMD_QUERY_QP" => nr::QUERY_QP,
+        "IB_USER_VERBS_CMD_MODIFY_QP" => nr::MODIFY_QP,
+        "IB_USER_VERBS_CMD_DESTROY_QP" => nr::DESTROY_QP,
+        "IB_USER_VERBS_CMD_POST_SEND" => nr::POST_SEND,
+        "IB_USER_VERBS_CMD_POST_RECV" => nr::POST_RECV,
+        "IB_USER_VERBS_CMD_CREATE_SRQ" => nr::CREATE_SRQ,
+        "IB_USER_VERBS_CMD_MODIFY_SRQ" => nr::MODIFY_SRQ,
+        "IB_USER_VERBS_CMD_QUERY_SRQ" => nr::QUERY_SRQ,
+        "IB_USER_VERBS_CMD_DESTROY_SRQ" => nr::DESTROY_SRQ,
+        "IB_USER_VERBS_CMD_POST_SRQ_RECV" => nr::POST_SRQ_RECV,
+        "IB_USER_VERBS_EX_CMD_QUERY_DEVICE" => nr::EX_QUERY_DEVICE,
+        "IB_USER_VERBS_EX_CMD_CREATE_CQ" => nr::EX_CREATE_CQ,
+        "IB_USER_VERBS_EX_CMD_CREATE_QP" => nr::EX_CREATE_QP,
+
+        // ioctl.rs
+        "RDMA_IOCTL_MAGIC" => ioctl::RDMA_IOCTL_MAGIC,
+        "RDMA_VERBS_IOCTL" => ioctl::RDMA_VERBS_IOCTL,
+        "UVERBS_ATTR_F_MANDATORY" => ioctl::UVERBS_ATTR_F_MANDATORY,
+        "UVERBS_ATTR_F_VALID_OUTPUT" => ioctl::UVERBS_ATTR_F_VALID_OUTPUT,
+        "UVERBS_OBJECT_DEVICE" => ioctl::object::DEVICE,
+        "UVERBS_METHOD_QUERY_PORT" => ioctl::device_method::QUERY_PORT,
+        "UVERBS_METHOD_QUERY_GID_TABLE" => ioctl::device_method::QUERY_GID_TABLE,
+        "UVERBS_METHOD_QUERY_GID_ENTRY" => ioctl::device_method::QUERY_GID_ENTRY,
+        "UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE" => ioctl::query_gid_table_attr::ENTRY_SIZE,
+        "UVERBS_ATTR_QUERY_GID_TABLE_FLAGS" => ioctl::query_gid_table_attr::FLAGS,
+        "UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES" => ioctl::query_gid_table_attr::RESP_ENTRIES,
+        "UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES" =>
+            ioctl::query_gid_table_attr::RESP_NUM_ENTRIES,
+
+        // device.rs
+        "IB_UVERBS_GID_TYPE_IB" => device::IB_UVERBS_GID_TYPE_IB,
+        "IB_UVERBS_GID_TYPE_ROCE_V1" => device::IB_UVERBS_GID_TYPE_ROCE_V1,
+        "IB_UVERBS_GID_TYPE_ROCE_V2" => device::IB_UVERBS_GID_TYPE_ROCE_V2,
+
+        // mr.rs
+        "IB_UVERBS_ACCESS_LOCAL_WRITE" => A::LOCAL_WRITE.bits(),
+        "IB_UVERBS_ACCESS_REMOTE_WRITE" => A::REMOTE_WRITE.bits(),
+        "IB_UVERBS_ACCESS_REMOTE_READ" => A::REMOTE_READ.bits(),
+        "IB_UVERBS_ACCESS_REMOTE_ATOMIC" => A::REMOTE_ATOMIC.bits(),
+        "IB_UVERBS_ACCESS_MW_BIND" => A::MW_BIND.bits(),
+        "IB_UVERBS_ACCESS_ZERO_BASED" => A::ZERO_BASED.bits(),
+        "IB_UVERBS_ACCESS_ON_DEMAND" => A::ON_DEMAND.bits(),
+        "IB_UVERBS_ACCESS_HUGETLB" => A::HUGETLB.bits(),
+        "IB_UVERBS_ACCESS_RELAXED_ORDERING" => A::RELAXED_ORDERING.bits(),
+
+        // qp.rs
+        "IB_UVERBS_QPT_RC" => qp::qp_type::RC,
+        "IB_UVERBS_QPT_UC" => qp::qp_type::UC,
+        "IB_UVERBS_QPT_UD" => qp::qp_type::UD,
+
+        // wr.rs
+        "IB_UVERBS_WR_RDMA_WRITE" => op::RDMA_WRITE,
+        "IB_UVERBS_WR_RDMA_WRITE_WITH_IMM" => op::RDMA_WRITE_WITH_IMM,
+        "IB_UVERBS_WR_SEND" => op::SEND,
+        "IB_UVERBS_WR_SEND_WITH_IMM" => op::SEND_WITH_IMM,
+        "IB_UVERBS_WR_RDMA_READ" => op::RDMA_READ,
+        "IB_UVERBS_WR_ATOMIC_CMP_AND_SWP" => op::ATOMIC_CMP_AND_SWP,
+        "IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD" => op::ATOMIC_FETCH_AND_ADD,
+        "IB_UVERBS_WR_LOCAL_INV" => op::LOCAL_INV,
+        "IB_UVERBS_WR_BIND_MW" => op::BIND_MW,
+        "IB_UVERBS_WR_SEND_WITH_INV" => op::SEND_WITH_INV,
+        "IB_UVERBS_WC_SEND" => wc::SEND,
+        "IB_UVERBS_WC_RDMA_WRITE" => wc::RDMA_WRITE,
+        "IB_UVERBS_WC_RDMA_READ" => wc::RDMA_READ,
+        "IB_UVERBS_WC_COMP_SWAP" => wc::COMP_SWAP,
+        "IB_UVERBS_WC_FETCH_ADD" => wc::FETCH_ADD,
+        "IB_UVERBS_WC_BIND_MW" => wc::BIND_MW,
+        "IB_UVERBS_WC_LOCAL_INV" => wc::LOCAL_INV,
+        "sizeof(struct ib_uverbs_send_wr)" => wr::UVERBS_SEND_WR_SIZE,
+
+        // rxe.rs
+        "RXE_NETWORK_TYPE_IPV4" => rxe::RXE_NETWORK_TYPE_IPV4,
+        "RXE_NETWORK_TYPE_IPV6" => rxe::RXE_NETWORK_TYPE_IPV6,
+        "offsetof(struct rxe_queue_buf, data)" => rxe::QUEUE_DATA_OFFSET,
+        "sizeof(((struct rxe_send_wr *)0)->wr)" => rxe::SEND_WR_UNION_BYTES,
+    }
+}
+
+/// The C probe prints `<kind> <name> <value>` lines: per struct `S` (expected
+/// size) and `A` (alignment), `E` (start of the omitted flexible array, if
+/// any), per field `F` (offset) and `Z` (size), per constant `K`; every
+/// value as `unsigned long long`.
+fn c_source(entries: &[Entry], consts: &[Const]) -> String {
+    let mut s = String::from(
+        "#include <stddef.h>\n\
+         #include <stdio.h>\n\
+         #include <rdma/ib_user_verbs.h>\n\
+         #include <rdma/ib_user_ioctl_verbs.h>\n\
+         #include <rdma/ib_user_ioctl_cmds.h>\n\
+         #include <rdma/rdma_user_ioctl_cmds.h>\n\
+         #include <rdma/rdma_user_rxe.h>\n\
+         \n\
+         #define P(kind, name, v) printf(\"%s %s %llu\\n\", kind, name, (unsigned long long)(v))\n\
+         \n\
+         int main(void)\n{\n",
+    );
+    for e in entries {
+        let c = e.c;
+        // An lvalue of the mirrored C object, for sizeof/_Alignof/typeof.
+        let obj = match e.opts.member {
+            Some(m) => format!("((({c} *)0)->{m})"),
+            None => format!("(*({c} *)0)"),
+        };
+        let off = |path: &str| match e.opts.member {
+            Some(m) => format!("(offsetof({c}, {m}.{path}) - offsetof({c}, {m}))"),
+            None => format!("offsetof({c}, {path})"),
+        };
+        let size = match (e.opts.size, e.opts.flex) {
+            (Some(expr), _) => format!("({expr})"),
+            (None, Some(flex)) => off(flex),
+            (None, None) => format!("sizeof({obj})"),
+        };
+        let r = e.rust;
+        s += &format!("    P(\"S\", \"{r}\", {size});\n");
+        s += &format!("    P(\"A\", \"{r}\", _Alignof(__typeof__({obj})));\n");
+        if let Some(flex) = e.opts.flex {
+            s += &format!("    P(\"E\", \"{r}\", {});\n", off(flex));
+        }
+        for f in &e.fields {
+            let Some(path) = f.c else { continue };
+            let key = format!("{r}.{}", f.rust);
+            s += &format!("    P(\"F\", \"{key}\", {});\n", off(path));
+            s += &format!("    P(\"Z\", \"{key}\", sizeof({obj}.{path}));\n");
+        }
+    }
+    for k in consts {
+        s += &format!("    P(\"K\", \"{}\", {});\n", k.c, k.c);
+    }
+    s += "    return 0;\n}\n";
+    s
+}
+
+/// Writes, compiles and runs the probe; returns `(kind, name) -> value`.
+fn run_probe(src: &str) -> HashMap<(String, String), u64> {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("uverbs-abi-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("creating {}: {e}", dir.display()));
+    let c_file = dir.join("probe.c");
+    let exe = dir.join("probe");
+    std::fs::write(&c_file, src).unwrap_or_else(|e| panic!("writing {}: {e}", c_file.display()));
+
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let out = Command::new(&cc)
+        .args(["-std=gnu11", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&c_file)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run the C compiler `{cc}` ({e}); this test needs a C compiler \
+                 (e.g. `apt-get install gcc`) and the kernel uapi headers (`linux-libc-dev`)"
+            )
+        });
+    assert!(
+        out.status.success(),
+        "compiling {} with `{cc}` failed ({}); are the kernel RDMA uapi headers installed \
+         (/usr/include/rdma, Debian package `linux-libc-dev`)?\n{}",
+        c_file.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    if !out.stderr.is_empty() {
+        eprintln!(
+            "C compiler diagnostics:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    let run = Command::new(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", exe.display()));
+    assert!(
+        run.status.success(),
+        "{} failed: {}\n{}",
+        exe.display(),
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stdout = String::from_utf8(run.stdout).expect("probe output is not UTF-8");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // `<kind> <name> <value>`; constant names are C expressions and may
+    // contain spaces, so the name is everything between the first and the
+    // last space.
+    let mut values = HashMap::new();
+    for line in stdout.lines() {
+        let (head, v) = line.rsplit_once(' ').expect("malformed probe line");
+        let (kind, name) = head.split_once(' ').expect("malformed probe line");
+        values.insert((kind.to_string(), name.to_string()), parse(v, line));
+    }
+    values
+}
+
+fn parse(v: &str, line: &str) -> u64 {
+    v.parse()
+        .unwrap_or_else(|e| panic!("bad number in probe line {line:?}: {e}"))
+}
+
+/// Collects every comparison's failure.
+struct Checker {
+    c: HashMap<(String, String), u64>,
+    bad: Vec<String>,
+    checked: usize,
+}
+
+impl Checker {
+    /// The C value of `kind`/`name`, noting its absence as a failure.
+    fn get(&mut self, kind: &str, name: &str) -> Option<u64> {
+        self.checked += 1;
+        let v = self.c.get(&(kind.to_string(), name.to_string())).copied();
+        if v.is_none() {
+            self.bad
+                .push(format!("{name}: no `{kind}` line in the C probe output"));
+        }
+        v
+    }
+
+    /// Compares the C value of `kind`/`name` with `rust`.
+    fn eq(&mut self, kind: &str, name: &str, what: impl std::fmt::Display, rust: u64) {
+        if let Some(c) = self.get(kind, name) {
+            if c != rust {
+                self.bad.push(format!("{what}: C {c}, Rust {rust}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn layouts_and_constants_match_kernel_headers() {
+    let entries = entries();
+    let consts = constants();
+    let mut ck = Checker {
+        c: run_probe(&c_source(&entries, &consts)),
+        bad: Vec::new(),
+        checked: 0,
+    };
+
+    for e in &entries {
+        let r = e.rust;
+        let what = match e.opts.member {
+            Some(m) => format!("{r} ({}.{m})", e.c),
+            None => format!("{r} ({})", e.c),
+        };
+        ck.eq("S", r, format_args!("{what}: size"), e.size as u64);
+        if let Some(c) = ck.get("A", r) {
+            let rust = e.align as u64;
+            match e.opts.lower_align {
+                None if rust != c => ck.bad.push(format!("{what}: align: C {c}, Rust {rust}")),
+                Some(why) if rust > c => ck.bad.push(format!(
+                    "{what}: align: C {c}, Rust {rust} (may be lower, as {why}, but not higher)"
+                )),
+                _ => {}
+            }
+        }
+        if let Some(flex) = e.opts.flex {
+            let msg = format_args!("{what}: flexible `{flex}` must start at the Rust size");
+            ck.eq("E", r, msg, e.size as u64);
+        }
+        for f in &e.fields {
+            let Some(path) = f.c else { continue };
+            let key = format!("{r}.{}", f.rust);
+            ck.eq(
+                "F",
+                &key,
+                format_args!("{key} (C `{path}`): offset"),
+                f.offset as u64,
+            );
+            ck.eq(
+                "Z",
+                &key,
+                format_args!("{key} (C `{path}`): size"),
+                f.size as u64,
+            );
+        }
+        // The listed fields must tile the Rust struct (every field listed,
+        // none overlapping): the structs are `IntoBytes`, so have no padding.
+        let mut fields: Vec<&Field> = e.fields.iter().collect();
+        fields.sort_by_key(|f| f.offset);
+        let mut end = 0;
+        for f in fields {
+            if f.offset != end {
+                ck.bad.push(format!(
+                    "{r}: listed fields do not tile the struct: gap or overlap at byte {end} \
+                     (next listed field `{}` at {}); is a field missing from the table?",
+                    f.rust, f.offset
+                ));
+            }
+            end = f.offset + f.size;
+        }
+        if end != e.size {
+            ck.bad.push(format!(
+                "{r}: listed fields end at byte {end} but the struct has {} bytes; \
+                 is a field missing from the table?",
+                e.size
+            ));
+        }
+    }
+    for k in &consts {
+        let what = format_args!("{} (C `{}`): value", k.rust, k.c);
+        ck.eq("K", k.c, what, k.value);
+    }
+
+    println!(
+        "checked {} structs, {} fields, {} constants: {} values from the C probe",
+        entries.len(),
+        entries.iter().map(|e| e.fields.len()).sum::<usize>(),
+        consts.len(),
+        ck.checked
+    );
+    assert!(
+        ck.bad.is_empty(),
+        "{} mismatch(es) between uverbs-abi and the kernel uapi headers:\n  {}",
+        ck.bad.len(),
+        ck.bad.join("\n  ")
+    );
+}
+
+/// `cmd::NoResp` has no C counterpart: it must stay zero-sized, since
+/// `write_cmd` treats a zero-sized response as "no response".
+#[test]
+fn no_resp_is_zero_sized() {
+    assert_eq!(size_of::<cmd::NoResp>(), 0);
+}
