@@ -1,0 +1,389 @@
+//! Completion queues and work completions, plus completion channels (the fd
+//! that signals an armed CQ, pollable with `poll`/`epoll`).
+
+use std::fmt;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use uverbs_abi::cmd::{nr, write_cmd, NoResp};
+use uverbs_abi::cq::{
+    CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq, DestroyCqResp,
+    ReqNotifyCq,
+};
+use uverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
+use zerocopy::{FromBytes, FromZeros};
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+
+pub(crate) struct CqInner {
+    pub(crate) ctx: Context,
+    pub(crate) handle: u32,
+    _channel: Option<Arc<OwnedFd>>,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let cmd = DestroyCq {
+            response: 0,
+            cq_handle: self.handle,
+            reserved: 0,
+        };
+        // Every QP using the CQ is gone (they hold this Arc). On failure
+        // (device removed) the kernel frees it with the context.
+        let _ = write_cmd::<_, DestroyCqResp>(self.ctx.fd(), nr::DESTROY_CQ, &cmd, &[], &mut []);
+    }
+}
+
+enum Ring {
+    Rxe(provider_rxe::cq::Cq),
+}
+
+/// A completion queue. Polling needs `&mut`: one consumer at a time, no
+/// lock on the data path. QPs created on it keep the kernel object alive.
+pub struct Cq {
+    inner: Arc<CqInner>,
+    ring: Ring,
+    cqe: u32,
+}
+
+impl fmt::Debug for Cq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cq")
+            .field("handle", &self.inner.handle)
+            .field("cqe", &self.cqe)
+            .finish()
+    }
+}
+
+/// A completion channel: reports, through a readable fd, that an armed CQ
+/// got a completion. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CompChannel {
+    fd: Arc<OwnedFd>,
+}
+
+impl Context {
+    /// Creates a completion channel.
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        let resp: CreateCompChannelResp = write_cmd(
+            self.fd(),
+            nr::CREATE_COMP_CHANNEL,
+            &CreateCompChannel::new_zeroed(),
+            &[],
+            &mut [],
+        )
+        .map_err(Error::kernel("create_comp_channel"))?;
+        // SAFETY: the kernel just created this fd for us.
+        let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
+        Ok(CompChannel { fd: Arc::new(fd) })
+    }
+
+    /// Creates a CQ with room for at least `cqe` completions.
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
+        self.create_cq_with(cqe, None, 0)
+    }
+
+    /// Creates a CQ bound to a completion channel on `comp_vector`.
+    pub fn create_cq_with(
+        &self,
+        cqe: u32,
+        channel: Option<&CompChannel>,
+        comp_vector: u32,
+    ) -> Result<Cq> {
+        if cqe == 0 {
+            return Err(Error::invalid("a CQ needs at least one entry"));
+        }
+        if comp_vector >= self.num_comp_vectors().max(1) {
+            return Err(Error::invalid(format!(
+                "completion vector {comp_vector} >= the device's {}",
+                self.num_comp_vectors()
+            )));
+        }
+        let cmd = CreateCq {
+            response: 0,
+            user_handle: 0,
+            cqe,
+            comp_vector,
+            comp_channel: channel.map_or(-1, |c| c.fd.as_raw_fd()),
+            reserved: 0,
+        };
+        let created =
+            provider_rxe::cq::create(self.fd(), &cmd).map_err(Error::kernel("create_cq"))?;
+        let inner = Arc::new(CqInner {
+            ctx: self.clone(),
+            handle: created.resp.cq_handle,
+            _channel: channel.map(|c| c.fd.clone()),
+        });
+        // If mapping failed, dropping `inner` destroys the kernel CQ.
+        let ring = created.cq.map_err(Error::kernel("mmap cq"))?;
+        Ok(Cq {
+            inner,
+            ring: Ring::Rxe(ring),
+            cqe: created.resp.cqe,
+        })
+    }
+}
+
+impl Cq {
+    pub(crate) fn inner(&self) -> &Arc<CqInner> {
+        &self.inner
+    }
+
+    /// The number of entries the kernel granted.
+    pub fn cqe(&self) -> u32 {
+        self.cqe
+    }
+
+    /// Polls up to `wc.len()` completions into `wc`; returns how many.
+    /// Never blocks and never allocates.
+    #[inline]
+    pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize> {
+        // SAFETY: Wc is repr(transparent) over the ABI's Wc.
+        let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [uverbs_abi::wr::Wc]) };
+        match &mut self.ring {
+            Ring::Rxe(r) => Ok(r.poll(raw)),
+        }
+    }
+
+    /// Busy-polls until `wc` holds at least `min` completions (at most
+    /// `wc.len()`), or fails with [`Error::Timeout`] after `timeout`.
+    pub fn poll_until(
+        &mut self,
+        wc: &mut [Wc],
+        min: usize,
+        timeout: std::time::Duration,
+    ) -> Result<usize> {
+        let min = min.min(wc.len());
+        let start = std::time::Instant::now();
+        let mut got = 0;
+        while got < min {
+            got += self.poll(&mut wc[got..])?;
+            if got < min {
+                if start.elapsed() > timeout {
+                    return Err(Error::Timeout(timeout));
+                }
+                std::hint::spin_loop();
+            }
+        }
+        Ok(got)
+    }
+
+    /// Arms the CQ: the next completion (or, with `solicited_only`, the next
+    /// solicited one) raises an event on its channel.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        let cmd = ReqNotifyCq {
+            cq_handle: self.inner.handle,
+            solicited_only: solicited_only as u32,
+        };
+        write_cmd::<_, NoResp>(self.inner.ctx.fd(), nr::REQ_NOTIFY_CQ, &cmd, &[], &mut [])
+            .map(|_| ())
+            .map_err(Error::kernel("req_notify_cq"))
+    }
+
+    /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.
+    pub fn resize(&mut self, cqe: u32) -> Result<()> {
+        if cqe == 0 {
+            return Err(Error::invalid("a CQ needs at least one entry"));
+        }
+        let fd = self.inner.ctx.fd();
+        let handle = self.inner.handle;
+        self.cqe = match &mut self.ring {
+            Ring::Rxe(r) => r
+                .resize(fd, handle, cqe)
+                .map_err(Error::kernel("resize_cq"))?,
+        };
+        Ok(())
+    }
+}
+
+impl CompChannel {
+    /// Blocks until an armed CQ fires, and returns the number of events read
+    /// (at least one). Re-arm with [`Cq::req_notify`] and poll the CQ after.
+    pub fn get_event(&self) -> Result<usize> {
+        let mut desc = CompEventDesc::new_zeroed();
+        let buf = zerocopy::IntoBytes::as_mut_bytes(&mut desc);
+        // SAFETY: reading into a live buffer of the right size.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(Error::kernel("get_cq_event")(uverbs_abi::Errno::last()));
+        }
+        Ok((n as usize) / size_of::<CompEventDesc>())
+    }
+}
+
+impl AsFd for CompChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// A work completion: the 48-byte `ib_uverbs_wc` the device wrote, with
+/// typed accessors.
+#[repr(transparent)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct Wc(pub uverbs_abi::wr::Wc);
+
+impl Wc {
+    /// The completed request's `wr_id`.
+    pub fn wr_id(&self) -> u64 {
+        self.0.wr_id
+    }
+    /// Status.
+    pub fn status(&self) -> WcStatus {
+        WcStatus(self.0.status)
+    }
+    /// Whether the request succeeded.
+    pub fn is_success(&self) -> bool {
+        self.0.status == wc_status::SUCCESS
+    }
+    /// Opcode (valid only on success, as in libibverbs).
+    pub fn opcode(&self) -> WcOpcode {
+        WcOpcode(self.0.opcode)
+    }
+    /// Bytes received (receives) or read (RDMA READ).
+    pub fn byte_len(&self) -> u32 {
+        self.0.byte_len
+    }
+    /// Immediate data, in host order, if the completion carries it.
+    pub fn imm_data(&self) -> Option<u32> {
+        (self.0.wc_flags & wc_flags::WITH_IMM != 0).then(|| u32::from_be(self.0.ex))
+    }
+    /// The rkey the sender invalidated, if any.
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        (self.0.wc_flags & wc_flags::WITH_INVALIDATE != 0).then_some(self.0.ex)
+    }
+    /// Whether a GRH precedes the data (UD receives).
+    pub fn has_grh(&self) -> bool {
+        self.0.wc_flags & wc_flags::GRH != 0
+    }
+    /// Local QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.0.qp_num
+    }
+    /// Source QP number (UD).
+    pub fn src_qp(&self) -> u32 {
+        self.0.src_qp
+    }
+    /// Raw `wc_flags`.
+    pub fn wc_flags(&self) -> u32 {
+        self.0.wc_flags
+    }
+    /// Vendor error detail.
+    pub fn vendor_err(&self) -> u32 {
+        self.0.vendor_err
+    }
+    /// Source LID.
+    pub fn slid(&self) -> u16 {
+        self.0.slid
+    }
+    /// Service level.
+    pub fn sl(&self) -> u8 {
+        self.0.sl
+    }
+    /// P_Key index.
+    pub fn pkey_index(&self) -> u16 {
+        self.0.pkey_index
+    }
+    /// Builds a completion from its 48 raw bytes.
+    pub fn from_bytes(b: &[u8; 48]) -> Wc {
+        Wc(uverbs_abi::wr::Wc::read_from_bytes(b).unwrap_or_default())
+    }
+}
+
+impl fmt::Debug for Wc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wc")
+            .field("wr_id", &self.wr_id())
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("byte_len", &self.byte_len())
+            .field("qp_num", &self.qp_num())
+            .field("wc_flags", &self.wc_flags())
+            .finish()
+    }
+}
+
+/// A completion status (`enum ib_wc_status`); unknown values are kept.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WcStatus(pub u32);
+
+#[allow(missing_docs)]
+impl WcStatus {
+    pub const SUCCESS: WcStatus = WcStatus(wc_status::SUCCESS);
+    pub const LOC_LEN_ERR: WcStatus = WcStatus(wc_status::LOC_LEN_ERR);
+    pub const LOC_QP_OP_ERR: WcStatus = WcStatus(wc_status::LOC_QP_OP_ERR);
+    pub const LOC_PROT_ERR: WcStatus = WcStatus(wc_status::LOC_PROT_ERR);
+    pub const WR_FLUSH_ERR: WcStatus = WcStatus(wc_status::WR_FLUSH_ERR);
+    pub const MW_BIND_ERR: WcStatus = WcStatus(wc_status::MW_BIND_ERR);
+    pub const BAD_RESP_ERR: WcStatus = WcStatus(wc_status::BAD_RESP_ERR);
+    pub const LOC_ACCESS_ERR: WcStatus = WcStatus(wc_status::LOC_ACCESS_ERR);
+    pub const REM_INV_REQ_ERR: WcStatus = WcStatus(wc_status::REM_INV_REQ_ERR);
+    pub const REM_ACCESS_ERR: WcStatus = WcStatus(wc_status::REM_ACCESS_ERR);
+    pub const REM_OP_ERR: WcStatus = WcStatus(wc_status::REM_OP_ERR);
+    pub const RETRY_EXC_ERR: WcStatus = WcStatus(wc_status::RETRY_EXC_ERR);
+    pub const RNR_RETRY_EXC_ERR: WcStatus = WcStatus(wc_status::RNR_RETRY_EXC_ERR);
+    pub const REM_ABORT_ERR: WcStatus = WcStatus(wc_status::REM_ABORT_ERR);
+    pub const FATAL_ERR: WcStatus = WcStatus(wc_status::FATAL_ERR);
+    pub const RESP_TIMEOUT_ERR: WcStatus = WcStatus(wc_status::RESP_TIMEOUT_ERR);
+    pub const GENERAL_ERR: WcStatus = WcStatus(wc_status::GENERAL_ERR);
+}
+
+impl WcStatus {
+    /// The libibverbs-style description (`ibv_wc_status_str`).
+    pub fn as_str(self) -> &'static str {
+        const NAMES: [&str; 22] = [
+            "success",
+            "local length error",
+            "local QP operation error",
+            "local EE context operation error",
+            "local protection error",
+            "Work Request Flushed Error",
+            "memory management operation error",
+            "bad response error",
+            "local access error",
+            "remote invalid request error",
+            "remote access error",
+            "remote operation error",
+            "transport retry counter exceeded",
+            "RNR retry counter exceeded",
+            "local RDD violation error",
+            "remote invalid RD request",
+            "operation aborted",
+            "invalid EE context number",
+            "invalid EE context state",
+            "fatal error",
+            "response timeout error",
+            "general error",
+        ];
+        NAMES.get(self.0 as usize).copied().unwrap_or("unknown")
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.as_str(), self.0)
+    }
+}
+
+impl fmt::Debug for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A completion opcode (`enum ib_wc_opcode`); unknown values are kept.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct WcOpcode(pub u32);
+
+#[allow(missing_docs)]
+impl WcOpcode {
+    pub const SEND: WcOpcode = WcOpcode(wc_opcode::SEND);
+    pub const RDMA_WRITE: WcOpcode = WcOpcode(wc_opcode::RDMA_WRITE);
+    pub const RDMA_READ: WcOpcode = WcOpcode(wc_opcode::RDMA_READ);
+    pub const COMP_SWAP: WcOpcode = WcOpcode(wc_opcode::COMP_SWAP);
+    pub const FETCH_ADD: WcOpcode = WcOpcode(wc_opcode::FETCH_ADD);
+    pub const LOCAL_INV: WcOpcode = WcOpcode(wc_opcode::LOCAL_INV);
+    pub const RECV: WcOpcode = WcOpcode(wc_opcode::RECV);
+    pub const RECV_RDMA_WITH_IMM: WcOpcode = WcOpcode(wc_opcode::RECV_RDMA_WITH_IMM);
+}

@@ -1,0 +1,97 @@
+//! The crate's error type: kernel errnos tagged with the operation that
+//! failed, refused arguments, and refused work requests.
+
+pub use provider_rxe::PostError;
+pub use uverbs_abi::Errno;
+
+/// Everything a verbs call can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kernel refused a command; `op` names it (e.g. `"modify_qp"`).
+    #[error("{op}: {errno} ({})", errno.desc())]
+    Kernel {
+        /// The operation.
+        op: &'static str,
+        /// The kernel's errno.
+        errno: Errno,
+    },
+    /// Reading device information from sysfs failed.
+    #[error("{path}: {source}")]
+    Sysfs {
+        /// The sysfs path.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// No RDMA device has that name.
+    #[error("no RDMA device named {0:?}")]
+    NoSuchDevice(String),
+    /// The device's driver has no provider here.
+    #[error("device {device}: driver {driver} is not supported by this crate (supported: rxe)")]
+    UnsupportedDriver {
+        /// The ibdev name.
+        device: String,
+        /// What the kernel reports as its driver.
+        driver: String,
+    },
+    /// The kernel speaks another uverbs ABI version.
+    #[error("device {device}: uverbs ABI version {found}, this crate speaks {expected}")]
+    AbiVersion {
+        /// The ibdev name.
+        device: String,
+        /// Version found in sysfs.
+        found: u32,
+        /// Version this crate implements.
+        expected: u32,
+    },
+    /// The driver speaks an ABI version its provider does not.
+    #[error("device {device}: driver ABI version {found}, the provider speaks {supported:?}")]
+    DriverAbiVersion {
+        /// The ibdev name.
+        device: String,
+        /// Version found in sysfs.
+        found: u32,
+        /// Versions the provider implements.
+        supported: std::ops::RangeInclusive<u32>,
+    },
+    /// An argument was refused before anything reached the kernel.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// Waiting for completions took longer than allowed.
+    #[error("timed out after {0:?} waiting for completions")]
+    Timeout(std::time::Duration),
+    /// A work request was refused; those before `index` were posted.
+    #[error("work request {index} refused: {error}")]
+    Post {
+        /// Index in the posted chain of the first refused request.
+        index: usize,
+        /// Why.
+        error: PostError,
+    },
+}
+
+impl Error {
+    /// The errno behind the error, where there is one.
+    pub fn errno(&self) -> Option<Errno> {
+        match self {
+            Error::Kernel { errno, .. } => Some(*errno),
+            Error::Post {
+                error: PostError::Doorbell(e),
+                ..
+            } => Some(*e),
+            Error::Sysfs { source, .. } => source.raw_os_error().map(Errno::from_raw),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn kernel(op: &'static str) -> impl FnOnce(Errno) -> Error {
+        move |errno| Error::Kernel { op, errno }
+    }
+
+    pub(crate) fn invalid(msg: impl Into<String>) -> Error {
+        Error::InvalidArgument(msg.into())
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,141 @@
+//! GIDs (16-byte global identifiers: IPv6-shaped addresses, with IPv4 mapped
+//! for RoCE v2) and GID table entries.
+
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::str::FromStr;
+
+/// A GID, in network byte order.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Gid(pub [u8; 16]);
+
+impl Gid {
+    /// The all-zero GID (an empty table slot).
+    pub const ZERO: Gid = Gid([0; 16]);
+
+    /// The GID of a RoCE v2 IPv4 address (`::ffff:a.b.c.d`).
+    pub fn from_ipv4(ip: Ipv4Addr) -> Gid {
+        Gid(ip.to_ipv6_mapped().octets())
+    }
+
+    /// The IPv4 address inside an IPv4-mapped GID.
+    pub fn to_ipv4(&self) -> Option<Ipv4Addr> {
+        Ipv6Addr::from(self.0).to_ipv4_mapped()
+    }
+
+    /// Whether this is the zero GID.
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0; 16]
+    }
+
+    /// Subnet prefix (first 8 bytes) as a big-endian integer.
+    pub fn subnet_prefix(&self) -> u64 {
+        u64::from_be_bytes(self.0[..8].try_into().unwrap_or([0; 8]))
+    }
+
+    /// Interface id (last 8 bytes) as a big-endian integer.
+    pub fn interface_id(&self) -> u64 {
+        u64::from_be_bytes(self.0[8..].try_into().unwrap_or([0; 8]))
+    }
+}
+
+impl From<Ipv6Addr> for Gid {
+    fn from(a: Ipv6Addr) -> Gid {
+        Gid(a.octets())
+    }
+}
+
+impl From<Gid> for Ipv6Addr {
+    fn from(g: Gid) -> Ipv6Addr {
+        Ipv6Addr::from(g.0)
+    }
+}
+
+/// Formats in IPv6 notation, as `ibv_devinfo` and `ip` print GIDs
+/// (`fe80::5054:ff:fe12:3456`, `::ffff:10.0.0.1`).
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&Ipv6Addr::from(self.0), f)
+    }
+}
+
+impl fmt::Debug for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Gid({self})")
+    }
+}
+
+/// Parses the [`fmt::Display`] form or any IPv6 address notation.
+impl FromStr for Gid {
+    type Err = std::net::AddrParseError;
+    fn from_str(s: &str) -> Result<Gid, Self::Err> {
+        Ipv6Addr::from_str(s).map(Gid::from)
+    }
+}
+
+/// What a GID identifies (`IB_UVERBS_GID_TYPE_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GidType {
+    /// InfiniBand GID.
+    Ib,
+    /// RoCE v1 (Ethernet, EtherType 0x8915).
+    RoceV1,
+    /// RoCE v2 (UDP/IP, port 4791).
+    RoceV2,
+    /// A value this crate does not know.
+    Other(u32),
+}
+
+impl GidType {
+    pub(crate) fn from_raw(v: u32) -> GidType {
+        use uverbs_abi::device::*;
+        match v {
+            IB_UVERBS_GID_TYPE_IB => GidType::Ib,
+            IB_UVERBS_GID_TYPE_ROCE_V1 => GidType::RoceV1,
+            IB_UVERBS_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+            o => GidType::Other(o),
+        }
+    }
+}
+
+impl fmt::Display for GidType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GidType::Ib => f.write_str("IB"),
+            GidType::RoceV1 => f.write_str("RoCE v1"),
+            GidType::RoceV2 => f.write_str("RoCE v2"),
+            GidType::Other(v) => write!(f, "type {v}"),
+        }
+    }
+}
+
+/// One valid entry of a port's GID table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its index in the port's table (the `sgid_index` to use).
+    pub index: u32,
+    /// The port, from 1.
+    pub port: u32,
+    /// IB, RoCE v1 or RoCE v2.
+    pub gid_type: GidType,
+    /// The netdev's ifindex (0 if none).
+    pub netdev_ifindex: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_and_parse_round_trip() {
+        let g = Gid::from_ipv4(Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(g.to_string(), "::ffff:10.0.0.1");
+        let ll: Gid = "fe80:0000:0000:0000:5054:00ff:fe12:3456".parse().unwrap();
+        assert_eq!(ll.to_string(), "fe80::5054:ff:fe12:3456");
+        assert_eq!(g.to_string().parse::<Gid>().unwrap(), g);
+        assert_eq!(g.to_ipv4(), Some(Ipv4Addr::new(10, 0, 0, 1)));
+        assert!("not a gid".parse::<Gid>().is_err());
+    }
+}

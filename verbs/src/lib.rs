@@ -1,0 +1,58 @@
+//! Safe RDMA verbs in pure Rust.
+//!
+//! This crate talks to `/dev/infiniband/uverbsN` through the kernel's uverbs
+//! ABI itself; it never links or loads libibverbs. The flow is the classic
+//! one:
+//!
+//! ```no_run
+//! use verbs::{AccessFlags, ConnectOpts, QpCap, QpInitAttr, QpType, RecvWr, SendWr};
+//! # fn main() -> verbs::Result<()> {
+//! let ctx = verbs::devices()?.first().expect("no RDMA device").open()?;
+//! let pd = ctx.alloc_pd()?;
+//! let mut cq = ctx.create_cq(16)?;
+//! let mut mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
+//! let mut qp = pd.create_qp(&QpInitAttr {
+//!     send_cq: &cq, recv_cq: &cq, qp_type: QpType::Rc, cap: QpCap::default(), sq_sig_all: false,
+//! })?;
+//! let opts = ConnectOpts { sgid_index: 1, ..Default::default() };
+//! let me = qp.endpoint(&opts)?;          // send this to the peer...
+//! let peer = me;                         // ...and receive theirs
+//! qp.connect(&peer, AccessFlags::REMOTE_WRITE, &opts)?;
+//! mr.write_at(0, b"hello")?;
+//! let sge = [mr.sge(0..5)?];
+//! qp.post_send(&[SendWr::send(1, &sge).signaled()])?;
+//! let mut wc = [verbs::Wc::default(); 4];
+//! let n = cq.poll(&mut wc)?;
+//! # let _ = (n, RecvWr::new(0, &sge)); Ok(()) }
+//! ```
+//!
+//! Objects hold their parents ([`Qp`] holds its [`Pd`] and CQs, [`Pd`] its
+//! [`Context`]), so teardown order is right by construction. The data path
+//! (`post_send`, `post_recv`, `poll`) takes `&mut`, allocates nothing, takes
+//! no lock and dispatches on the provider with one `match`.
+//!
+//! Providers: soft-RoCE (`rxe`). Devices of other drivers are listed by
+//! [`devices`] and refused by [`Device::open`] with a clear error.
+
+#![deny(missing_docs)]
+
+pub mod context;
+pub mod cq;
+pub mod device;
+pub mod error;
+pub mod gid;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+
+pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
+pub use cq::{CompChannel, Cq, Wc, WcOpcode, WcStatus};
+pub use device::{device, devices, Device, Driver, Guid};
+pub use error::{Errno, Error, PostError, Result};
+pub use gid::{Gid, GidEntry, GidType};
+pub use mr::{AccessFlags, Mr, RemoteMr};
+pub use pd::Pd;
+pub use qp::{
+    AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+};
+pub use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode};

@@ -1,0 +1,751 @@
+//! Queue pairs: creation, the RESET -> INIT -> RTR -> RTS state machine,
+//! query, posting work requests, and [`Endpoint`], what two peers exchange
+//! out of band to connect.
+
+use std::fmt;
+use std::sync::Arc;
+
+use uverbs_abi::cmd::{nr, write_cmd, NoResp};
+use uverbs_abi::qp::{
+    attr_mask as m, qp_state, qp_type, CreateQp, DestroyQp, DestroyQpResp, ModifyQp, QpDest,
+    QueryQp, QueryQpResp,
+};
+use uverbs_abi::wr::{RecvWr, SendWr};
+
+use crate::cq::{Cq, CqInner};
+use crate::error::{Error, PostError, Result};
+use crate::gid::Gid;
+use crate::mr::AccessFlags;
+use crate::pd::Pd;
+
+/// Transport service type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    /// Reliable connected.
+    Rc,
+    /// Unreliable connected.
+    Uc,
+    /// Unreliable datagram.
+    Ud,
+}
+
+impl QpType {
+    fn raw(self) -> u8 {
+        match self {
+            QpType::Rc => qp_type::RC,
+            QpType::Uc => qp_type::UC,
+            QpType::Ud => qp_type::UD,
+        }
+    }
+}
+
+/// QP state (`enum ib_qp_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Just created, or reset.
+    Reset,
+    /// Initialised: receives may be posted.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue drained.
+    Sqd,
+    /// Send queue error.
+    Sqe,
+    /// Error: outstanding work is flushed.
+    Err,
+}
+
+impl QpState {
+    fn raw(self) -> u8 {
+        match self {
+            QpState::Reset => qp_state::RESET,
+            QpState::Init => qp_state::INIT,
+            QpState::Rtr => qp_state::RTR,
+            QpState::Rts => qp_state::RTS,
+            QpState::Sqd => qp_state::SQD,
+            QpState::Sqe => qp_state::SQE,
+            QpState::Err => qp_state::ERR,
+        }
+    }
+    fn from_raw(v: u8) -> Option<QpState> {
+        Some(match v {
+            qp_state::RESET => QpState::Reset,
+            qp_state::INIT => QpState::Init,
+            qp_state::RTR => QpState::Rtr,
+            qp_state::RTS => QpState::Rts,
+            qp_state::SQD => QpState::Sqd,
+            qp_state::SQE => QpState::Sqe,
+            qp_state::ERR => QpState::Err,
+            _ => return None,
+        })
+    }
+}
+
+/// Path MTU (`enum ib_mtu`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes.
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes.
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// From the kernel's encoding (1..=5).
+    pub fn from_raw(v: u8) -> Option<Mtu> {
+        Some(match v {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// From a byte count (256, 512, 1024, 2048 or 4096).
+    pub fn from_bytes(n: u32) -> Option<Mtu> {
+        Some(match n {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// In bytes.
+    pub fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+}
+
+impl fmt::Display for Mtu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.bytes())
+    }
+}
+
+/// Queue capacities, requested at creation and granted by the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCap {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Largest inline payload.
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCap {
+    fn default() -> Self {
+        QpCap {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// What [`Pd::create_qp`] needs.
+#[derive(Debug)]
+pub struct QpInitAttr<'a> {
+    /// Completions of send WRs.
+    pub send_cq: &'a Cq,
+    /// Completions of receive WRs.
+    pub recv_cq: &'a Cq,
+    /// Transport type.
+    pub qp_type: QpType,
+    /// Requested capacities.
+    pub cap: QpCap,
+    /// Generate a completion for every send WR, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+/// Global routing header fields of an address (RoCE needs them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GlobalRoute {
+    /// Destination GID.
+    pub dgid: Gid,
+    /// Flow label.
+    pub flow_label: u32,
+    /// Index of the local GID to send from.
+    pub sgid_index: u8,
+    /// Hop limit (TTL).
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+}
+
+/// An address vector (`ibv_ah_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AhAttr {
+    /// Destination LID (InfiniBand; 0 on RoCE).
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate.
+    pub static_rate: u8,
+    /// Local port.
+    pub port_num: u8,
+    /// The GRH, required on RoCE.
+    pub grh: Option<GlobalRoute>,
+}
+
+impl AhAttr {
+    fn to_dest(self) -> QpDest {
+        let g = self.grh.unwrap_or_default();
+        QpDest {
+            dgid: g.dgid.0,
+            flow_label: g.flow_label,
+            dlid: self.dlid,
+            reserved: 0,
+            sgid_index: g.sgid_index,
+            hop_limit: g.hop_limit,
+            traffic_class: g.traffic_class,
+            sl: self.sl,
+            src_path_bits: self.src_path_bits,
+            static_rate: self.static_rate,
+            is_global: self.grh.is_some() as u8,
+            port_num: self.port_num,
+        }
+    }
+    fn from_dest(d: &QpDest) -> AhAttr {
+        AhAttr {
+            dlid: d.dlid,
+            sl: d.sl,
+            src_path_bits: d.src_path_bits,
+            static_rate: d.static_rate,
+            port_num: d.port_num,
+            grh: (d.is_global != 0).then_some(GlobalRoute {
+                dgid: Gid(d.dgid),
+                flow_label: d.flow_label,
+                sgid_index: d.sgid_index,
+                hop_limit: d.hop_limit,
+                traffic_class: d.traffic_class,
+            }),
+        }
+    }
+}
+
+/// QP attributes for [`Qp::modify`]: every `Some` field is applied (and its
+/// bit set in the kernel's attribute mask). [`Qp::query`] returns them all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct QpAttr {
+    /// Target state.
+    pub qp_state: Option<QpState>,
+    /// Assumed current state.
+    pub cur_qp_state: Option<QpState>,
+    /// Path MTU (RTR).
+    pub path_mtu: Option<Mtu>,
+    /// Q_Key (UD, INIT).
+    pub qkey: Option<u32>,
+    /// Receive PSN, 24 bits (RTR).
+    pub rq_psn: Option<u32>,
+    /// Send PSN, 24 bits (RTS).
+    pub sq_psn: Option<u32>,
+    /// Remote QP number (RTR).
+    pub dest_qp_num: Option<u32>,
+    /// Remote access allowed on this QP (INIT).
+    pub qp_access_flags: Option<AccessFlags>,
+    /// P_Key index (INIT).
+    pub pkey_index: Option<u16>,
+    /// Port (INIT).
+    pub port_num: Option<u8>,
+    /// Path to the peer (RTR).
+    pub ah_attr: Option<AhAttr>,
+    /// Outstanding RDMA READs/atomics as initiator (RTS).
+    pub max_rd_atomic: Option<u8>,
+    /// Outstanding RDMA READs/atomics as target (RTR).
+    pub max_dest_rd_atomic: Option<u8>,
+    /// RNR NAK timer code, 0..=31 (RTR).
+    pub min_rnr_timer: Option<u8>,
+    /// Local ACK timeout code, 0..=31: 4.096 us * 2^timeout (RTS).
+    pub timeout: Option<u8>,
+    /// Transport retries, 0..=7 (RTS).
+    pub retry_cnt: Option<u8>,
+    /// RNR retries, 0..=7, 7 = infinite (RTS).
+    pub rnr_retry: Option<u8>,
+}
+
+fn limit(name: &str, v: Option<u32>, max: u32) -> Result<()> {
+    match v {
+        Some(x) if x > max => Err(Error::invalid(format!("{name} {x} exceeds {max}"))),
+        _ => Ok(()),
+    }
+}
+
+impl QpAttr {
+    fn encode(&self, qp_handle: u32) -> Result<ModifyQp> {
+        limit("rq_psn", self.rq_psn, 0xff_ffff)?;
+        limit("sq_psn", self.sq_psn, 0xff_ffff)?;
+        limit("dest_qp_num", self.dest_qp_num, 0xff_ffff)?;
+        limit("min_rnr_timer", self.min_rnr_timer.map(u32::from), 31)?;
+        limit("timeout", self.timeout.map(u32::from), 31)?;
+        limit("retry_cnt", self.retry_cnt.map(u32::from), 7)?;
+        limit("rnr_retry", self.rnr_retry.map(u32::from), 7)?;
+        let mut c = ModifyQp {
+            qp_handle,
+            ..Default::default()
+        };
+        let mut mask = 0;
+        macro_rules! set {
+            ($field:ident, $bit:expr, $dst:ident, $conv:expr) => {
+                if let Some(v) = self.$field {
+                    c.$dst = $conv(v);
+                    mask |= $bit;
+                }
+            };
+        }
+        set!(qp_state, m::STATE, qp_state, QpState::raw);
+        set!(cur_qp_state, m::CUR_STATE, cur_qp_state, QpState::raw);
+        set!(path_mtu, m::PATH_MTU, path_mtu, |v: Mtu| v as u8);
+        set!(qkey, m::QKEY, qkey, |v| v);
+        set!(rq_psn, m::RQ_PSN, rq_psn, |v| v);
+        set!(sq_psn, m::SQ_PSN, sq_psn, |v| v);
+        set!(dest_qp_num, m::DEST_QPN, dest_qp_num, |v| v);
+        set!(
+            qp_access_flags,
+            m::ACCESS_FLAGS,
+            qp_access_flags,
+            |v: AccessFlags| v.bits()
+        );
+        set!(pkey_index, m::PKEY_INDEX, pkey_index, |v| v);
+        set!(port_num, m::PORT, port_num, |v| v);
+        set!(ah_attr, m::AV, dest, AhAttr::to_dest);
+        set!(max_rd_atomic, m::MAX_QP_RD_ATOMIC, max_rd_atomic, |v| v);
+        set!(
+            max_dest_rd_atomic,
+            m::MAX_DEST_RD_ATOMIC,
+            max_dest_rd_atomic,
+            |v| v
+        );
+        set!(min_rnr_timer, m::MIN_RNR_TIMER, min_rnr_timer, |v| v);
+        set!(timeout, m::TIMEOUT, timeout, |v| v);
+        set!(retry_cnt, m::RETRY_CNT, retry_cnt, |v| v);
+        set!(rnr_retry, m::RNR_RETRY, rnr_retry, |v| v);
+        c.attr_mask = mask;
+        Ok(c)
+    }
+}
+
+/// Connection parameters for [`Qp::connect`]: the remote end, and the knobs
+/// the RTR and RTS transitions take (defaults follow `ibv_rc_pingpong`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectOpts {
+    /// Local port.
+    pub port_num: u8,
+    /// Local GID index to send from (RoCE: the RoCE v2 IPv4 GID is typical).
+    pub sgid_index: u8,
+    /// Path MTU.
+    pub path_mtu: Mtu,
+    /// Our send PSN (the peer's `rq_psn`).
+    pub sq_psn: u32,
+    /// Service level.
+    pub sl: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Outstanding RDMA READs/atomics as target.
+    pub max_dest_rd_atomic: u8,
+    /// Outstanding RDMA READs/atomics as initiator.
+    pub max_rd_atomic: u8,
+    /// RNR NAK timer code.
+    pub min_rnr_timer: u8,
+    /// Local ACK timeout code.
+    pub timeout: u8,
+    /// Transport retries.
+    pub retry_cnt: u8,
+    /// RNR retries (7 = infinite).
+    pub rnr_retry: u8,
+}
+
+impl Default for ConnectOpts {
+    fn default() -> Self {
+        ConnectOpts {
+            port_num: 1,
+            sgid_index: 0,
+            path_mtu: Mtu::Mtu1024,
+            sq_psn: 0,
+            sl: 0,
+            hop_limit: 1,
+            max_dest_rd_atomic: 1,
+            max_rd_atomic: 1,
+            min_rnr_timer: 12,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+        }
+    }
+}
+
+/// What a peer needs to connect to a QP, exchanged out of band (TCP, a
+/// file, a key-value store). [`Endpoint::to_bytes`] is a fixed 26-byte form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Endpoint {
+    /// QP number.
+    pub qpn: u32,
+    /// The PSN the QP will send from (the peer's `rq_psn`).
+    pub psn: u32,
+    /// Port LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// Port GID (RoCE).
+    pub gid: Gid,
+}
+
+impl Endpoint {
+    /// Size of [`Endpoint::to_bytes`]'s output.
+    pub const WIRE_LEN: usize = 26;
+
+    /// Encodes as qpn, psn (u32 BE), lid (u16 BE), gid (16 bytes).
+    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
+        let mut b = [0u8; Self::WIRE_LEN];
+        b[..4].copy_from_slice(&self.qpn.to_be_bytes());
+        b[4..8].copy_from_slice(&self.psn.to_be_bytes());
+        b[8..10].copy_from_slice(&self.lid.to_be_bytes());
+        b[10..].copy_from_slice(&self.gid.0);
+        b
+    }
+
+    /// Decodes [`Endpoint::to_bytes`]'s form.
+    pub fn from_bytes(b: &[u8; Self::WIRE_LEN]) -> Endpoint {
+        let mut gid = [0u8; 16];
+        gid.copy_from_slice(&b[10..]);
+        Endpoint {
+            qpn: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            psn: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            lid: u16::from_be_bytes([b[8], b[9]]),
+            gid: Gid(gid),
+        }
+    }
+}
+
+enum SendRing {
+    Rxe(provider_rxe::qp::SendQueue),
+}
+
+enum RecvRing {
+    Rxe(provider_rxe::qp::RecvQueue),
+}
+
+/// A queue pair. Posting needs `&mut`: one poster per QP at a time, no lock
+/// on the data path. Dropping it destroys the QP (outstanding work is
+/// discarded by the kernel).
+pub struct Qp {
+    pd: Pd,
+    handle: u32,
+    qpn: u32,
+    qp_type: QpType,
+    cap: QpCap,
+    sq: SendRing,
+    rq: Option<RecvRing>,
+    state: QpState,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn)
+            .field("qp_type", &self.qp_type)
+            .field("state", &self.state)
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
+impl Pd {
+    /// Creates a QP in the RESET state.
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        let ctx = self.context();
+        for cq in [attr.send_cq, attr.recv_cq] {
+            if !cq.inner().ctx.same(ctx) {
+                return Err(Error::invalid("the CQ belongs to another device context"));
+            }
+        }
+        if attr.cap.max_send_wr == 0 && attr.cap.max_recv_wr == 0 {
+            return Err(Error::invalid("a QP needs a send or a receive queue"));
+        }
+        let cmd = CreateQp {
+            response: 0,
+            user_handle: 0,
+            pd_handle: self.handle(),
+            send_cq_handle: attr.send_cq.inner().handle,
+            recv_cq_handle: attr.recv_cq.inner().handle,
+            srq_handle: 0,
+            max_send_wr: attr.cap.max_send_wr,
+            max_recv_wr: attr.cap.max_recv_wr,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge: attr.cap.max_recv_sge,
+            max_inline_data: attr.cap.max_inline_data,
+            sq_sig_all: attr.sq_sig_all as u8,
+            qp_type: attr.qp_type.raw(),
+            is_srq: 0,
+            reserved: 0,
+        };
+        let created =
+            provider_rxe::qp::create(ctx.fd(), &cmd).map_err(Error::kernel("create_qp"))?;
+        let r = created.resp;
+        let destroy_on_err = |e| {
+            destroy_qp(ctx, r.qp_handle);
+            Error::kernel("mmap qp")(e)
+        };
+        let sq = created.sq.map_err(destroy_on_err)?;
+        let rq = created.rq.map_err(destroy_on_err)?;
+        Ok(Qp {
+            pd: self.clone(),
+            handle: r.qp_handle,
+            qpn: r.qpn,
+            qp_type: attr.qp_type,
+            cap: QpCap {
+                max_send_wr: r.max_send_wr,
+                max_recv_wr: r.max_recv_wr,
+                max_send_sge: r.max_send_sge,
+                max_recv_sge: r.max_recv_sge,
+                max_inline_data: r.max_inline_data,
+            },
+            sq: SendRing::Rxe(sq),
+            rq: rq.map(RecvRing::Rxe),
+            state: QpState::Reset,
+            _send_cq: attr.send_cq.inner().clone(),
+            _recv_cq: attr.recv_cq.inner().clone(),
+        })
+    }
+}
+
+fn destroy_qp(ctx: &crate::Context, handle: u32) {
+    let cmd = DestroyQp {
+        response: 0,
+        qp_handle: handle,
+        reserved: 0,
+    };
+    let _ = write_cmd::<_, DestroyQpResp>(ctx.fd(), nr::DESTROY_QP, &cmd, &[], &mut []);
+}
+
+impl Qp {
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+    /// Capacities the kernel granted.
+    pub fn cap(&self) -> QpCap {
+        self.cap
+    }
+    /// The state this handle last moved the QP to. The device may since
+    /// have moved it to an error state; [`Qp::query`] asks the kernel.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+    /// The PD.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    /// Applies `attr` (MODIFY_QP). An invalid transition or missing
+    /// attribute is refused by the kernel with its errno (EINVAL).
+    pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
+        let cmd = attr.encode(self.handle)?;
+        write_cmd::<_, NoResp>(self.pd.context().fd(), nr::MODIFY_QP, &cmd, &[], &mut [])
+            .map_err(Error::kernel("modify_qp"))?;
+        if let Some(s) = attr.qp_state {
+            self.state = s;
+        }
+        Ok(())
+    }
+
+    /// Queries the kernel's view of the QP: its attributes (every field
+    /// `Some`), its capacities, and whether every send is signaled.
+    pub fn query(&self) -> Result<(QpAttr, QpCap, bool)> {
+        let cmd = QueryQp {
+            response: 0,
+            qp_handle: self.handle,
+            attr_mask: 0x1f_ffff,
+        };
+        let r: QueryQpResp = write_cmd(self.pd.context().fd(), nr::QUERY_QP, &cmd, &[], &mut [])
+            .map_err(Error::kernel("query_qp"))?;
+        let attr = QpAttr {
+            qp_state: QpState::from_raw(r.qp_state),
+            cur_qp_state: QpState::from_raw(r.cur_qp_state),
+            path_mtu: Mtu::from_raw(r.path_mtu),
+            qkey: Some(r.qkey),
+            rq_psn: Some(r.rq_psn),
+            sq_psn: Some(r.sq_psn),
+            dest_qp_num: Some(r.dest_qp_num),
+            qp_access_flags: Some(AccessFlags::from_bits_retain(r.qp_access_flags)),
+            pkey_index: Some(r.pkey_index),
+            port_num: Some(r.port_num),
+            ah_attr: Some(AhAttr::from_dest(&r.dest)),
+            max_rd_atomic: Some(r.max_rd_atomic),
+            max_dest_rd_atomic: Some(r.max_dest_rd_atomic),
+            min_rnr_timer: Some(r.min_rnr_timer),
+            timeout: Some(r.timeout),
+            retry_cnt: Some(r.retry_cnt),
+            rnr_retry: Some(r.rnr_retry),
+        };
+        let cap = QpCap {
+            max_send_wr: r.max_send_wr,
+            max_recv_wr: r.max_recv_wr,
+            max_send_sge: r.max_send_sge,
+            max_recv_sge: r.max_recv_sge,
+            max_inline_data: r.max_inline_data,
+        };
+        Ok((attr, cap, r.sq_sig_all != 0))
+    }
+
+    /// RESET -> INIT with the port, P_Key index and remote access flags.
+    pub fn to_init(&mut self, port_num: u8, pkey_index: u16, access: AccessFlags) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: Some(QpState::Init),
+            pkey_index: Some(pkey_index),
+            port_num: Some(port_num),
+            ..Default::default()
+        };
+        match self.qp_type {
+            QpType::Ud => a.qkey = Some(0x1111_1111),
+            _ => a.qp_access_flags = Some(access),
+        }
+        self.modify(&a)
+    }
+
+    /// INIT -> RTR towards `remote`.
+    pub fn to_rtr(&mut self, remote: &Endpoint, o: &ConnectOpts) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: Some(QpState::Rtr),
+            ..Default::default()
+        };
+        if self.qp_type != QpType::Ud {
+            a.path_mtu = Some(o.path_mtu);
+            a.dest_qp_num = Some(remote.qpn);
+            a.rq_psn = Some(remote.psn);
+            a.ah_attr = Some(AhAttr {
+                dlid: remote.lid,
+                sl: o.sl,
+                port_num: o.port_num,
+                grh: (!remote.gid.is_zero()).then_some(GlobalRoute {
+                    dgid: remote.gid,
+                    sgid_index: o.sgid_index,
+                    hop_limit: o.hop_limit,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        if self.qp_type == QpType::Rc {
+            a.max_dest_rd_atomic = Some(o.max_dest_rd_atomic);
+            a.min_rnr_timer = Some(o.min_rnr_timer);
+        }
+        self.modify(&a)
+    }
+
+    /// RTR -> RTS, sending from `o.sq_psn`.
+    pub fn to_rts(&mut self, o: &ConnectOpts) -> Result<()> {
+        let mut a = QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(o.sq_psn),
+            ..Default::default()
+        };
+        if self.qp_type == QpType::Rc {
+            a.timeout = Some(o.timeout);
+            a.retry_cnt = Some(o.retry_cnt);
+            a.rnr_retry = Some(o.rnr_retry);
+            a.max_rd_atomic = Some(o.max_rd_atomic);
+        }
+        self.modify(&a)
+    }
+
+    /// RESET -> INIT -> RTR -> RTS in one call, with remote access `access`.
+    pub fn connect(
+        &mut self,
+        remote: &Endpoint,
+        access: AccessFlags,
+        o: &ConnectOpts,
+    ) -> Result<()> {
+        if self.state == QpState::Reset {
+            self.to_init(o.port_num, 0, access)?;
+        }
+        self.to_rtr(remote, o)?;
+        self.to_rts(o)
+    }
+
+    /// This QP's [`Endpoint`] for port `o.port_num`, GID `o.sgid_index` and
+    /// send PSN `o.sq_psn`.
+    pub fn endpoint(&self, o: &ConnectOpts) -> Result<Endpoint> {
+        let ctx = self.pd.context();
+        let port = ctx.query_port(o.port_num)?;
+        let gid = ctx.query_gid(o.port_num, o.sgid_index as u32)?;
+        Ok(Endpoint {
+            qpn: self.qpn,
+            psn: o.sq_psn,
+            lid: port.lid,
+            gid,
+        })
+    }
+
+    /// Posts a chain of send work requests (one doorbell). On error the
+    /// requests before [`Error::Post`]'s `index` were posted.
+    #[inline]
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        if matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(Error::Post {
+                index: 0,
+                error: PostError::InvalidState,
+            });
+        }
+        let fd = self.pd.context().fd();
+        match &mut self.sq {
+            SendRing::Rxe(sq) => sq.post(fd, wrs),
+        }
+        .map_err(|(index, error)| Error::Post { index, error })
+    }
+
+    /// Posts a chain of receive work requests. Refused in RESET (the QP
+    /// must be at least INIT) and on a QP that uses an SRQ.
+    #[inline]
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        if self.state == QpState::Reset {
+            return Err(Error::Post {
+                index: 0,
+                error: PostError::InvalidState,
+            });
+        }
+        match &mut self.rq {
+            Some(RecvRing::Rxe(rq)) => rq.post(wrs),
+            None => Err((0, PostError::InvalidState)),
+        }
+        .map_err(|(index, error)| Error::Post { index, error })
+    }
+
+    /// Send WRs posted and not yet consumed by the device.
+    pub fn send_outstanding(&self) -> u32 {
+        match &self.sq {
+            SendRing::Rxe(sq) => sq.outstanding(),
+        }
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // The rings are unmapped after (fields drop after this body).
+        destroy_qp(self.pd.context(), self.handle);
+    }
+}
