@@ -1,0 +1,360 @@
+//! Failure paths on a real rxe device: error completions with the right
+//! status, the QP error state and flushed receives, queue overflow without
+//! corruption, the kernel's errno for invalid transitions, and arguments
+//! refused before they reach the kernel.
+
+use std::io::IoSlice;
+use std::time::Duration;
+
+use verbs::{
+    AccessFlags, Errno, Error, PostError, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr,
+    SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+};
+use verbs_tests::{open_rxe, pattern, wait, wait_ok, Pair};
+
+#[test]
+fn bad_lkey_gives_local_protection_error() {
+    let mut p = Pair::new();
+    let src = p.pd.alloc_mr(256, verbs_tests::all_access()).unwrap();
+    let mut sge = src.sge(..).unwrap();
+    sge.lkey ^= 0x00ab_cd00; // a key that names no MR
+    let s = [sge];
+    let dst = p.pd.alloc_mr(256, verbs_tests::all_access()).unwrap();
+    let rm = dst.remote();
+    p.a.post_send(&[SendWr::rdma_write(5, &s, rm.addr, rm.rkey).signaled()])
+        .unwrap();
+    let wc = wait(&mut p.cq_a, 1)[0];
+    assert_eq!(wc.wr_id(), 5);
+    assert_eq!(wc.status(), WcStatus::LOC_PROT_ERR, "{wc:?}");
+}
+
+#[test]
+fn remote_write_without_access_errors_and_flushes() {
+    let mut p = Pair::new();
+    let mut src = p.pd.alloc_mr(512, verbs_tests::all_access()).unwrap();
+    src.write_at(0, &pattern(512, 1)).unwrap();
+    // B's MR allows only local writes: remote writes must be refused.
+    let mut guarded = p.pd.alloc_mr(512, AccessFlags::LOCAL_WRITE).unwrap();
+    guarded.fill(.., 0x5a).unwrap();
+    // Receives posted on A before the failure must flush afterwards.
+    let rbuf = p.pd.alloc_mr(512, verbs_tests::all_access()).unwrap();
+    let r = [rbuf.sge(..).unwrap()];
+    p.a.post_recv(&[RecvWr::new(901, &r), RecvWr::new(902, &r)])
+        .unwrap();
+
+    let s = [src.sge(..).unwrap()];
+    let rm = guarded.remote();
+    p.a.post_send(&[SendWr::rdma_write(900, &s, rm.addr, rm.rkey).signaled()])
+        .unwrap();
+    let mut wcs = wait(&mut p.cq_a, 3);
+    wcs.sort_by_key(|w| w.wr_id());
+    assert_eq!(wcs[0].wr_id(), 900);
+    assert_eq!(wcs[0].status(), WcStatus::REM_ACCESS_ERR, "{:?}", wcs[0]);
+    for (wc, id) in wcs[1..].iter().zip([901, 902]) {
+        assert_eq!(wc.wr_id(), id);
+        assert_eq!(wc.status(), WcStatus::WR_FLUSH_ERR, "{wc:?}");
+    }
+    let (attr, _, _) = p.a.query().unwrap();
+    assert_eq!(attr.qp_state, Some(QpState::Err));
+    assert!(
+        guarded.to_vec().iter().all(|&b| b == 0x5a),
+        "protected memory was written"
+    );
+    // Work posted in the error state is flushed too.
+    p.a.post_recv(&[RecvWr::new(903, &r)]).unwrap();
+    let wc = wait(&mut p.cq_a, 1)[0];
+    assert_eq!((wc.wr_id(), wc.status()), (903, WcStatus::WR_FLUSH_ERR));
+}
+
+#[test]
+fn posting_past_the_queue_depth_is_refused_and_corrupts_nothing() {
+    let mut p = Pair::with(verbs_tests::PairOpts {
+        cap: QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        ..Default::default()
+    });
+    let depth = p.b.cap().max_recv_wr as usize;
+    let dst =
+        p.pd.alloc_mr(64 * (depth + 1), verbs_tests::all_access())
+            .unwrap();
+    let sges: Vec<[Sge; 1]> = (0..=depth)
+        .map(|i| [dst.sge(i * 64..(i + 1) * 64).unwrap()])
+        .collect();
+    let wrs: Vec<RecvWr> = sges
+        .iter()
+        .enumerate()
+        .map(|(i, s)| RecvWr::new(i as u64, s))
+        .collect();
+    // One more than the depth: the first `depth` are posted, the last refused.
+    let err = p.b.post_recv(&wrs).unwrap_err();
+    assert!(
+        matches!(err, Error::Post { index, error: PostError::QueueFull } if index == depth),
+        "{err}"
+    );
+    let err = p.b.post_recv(&wrs[..1]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Post {
+                index: 0,
+                error: PostError::QueueFull
+            }
+        ),
+        "{err}"
+    );
+
+    // Every posted receive is intact: fill them in order and check each.
+    let mut src =
+        p.pd.alloc_mr(64 * depth, verbs_tests::all_access())
+            .unwrap();
+    let data = pattern(64 * depth, 2);
+    src.write_at(0, &data).unwrap();
+    for i in 0..depth {
+        let s = [src.sge(i * 64..(i + 1) * 64).unwrap()];
+        p.a.post_send(&[SendWr::send(i as u64, &s).signaled()])
+            .unwrap();
+        wait_ok(&mut p.cq_a);
+        let wc = wait_ok(&mut p.cq_b);
+        assert_eq!(wc.wr_id(), i as u64);
+    }
+    assert_eq!(&dst.to_vec()[..64 * depth], &data[..]);
+
+    // The send queue: a chain longer than the depth stops at the depth.
+    let sdepth = p.a.cap().max_send_wr as usize;
+    let one = [src.sge(0..8).unwrap()];
+    let rm = dst.remote();
+    let chain: Vec<SendWr> = (0..sdepth + 3)
+        .map(|i| SendWr::rdma_write(i as u64, &one, rm.addr, rm.rkey).signaled())
+        .collect();
+    let err = p.a.post_send(&chain).unwrap_err();
+    assert!(
+        matches!(err, Error::Post { index, error: PostError::QueueFull } if index == sdepth),
+        "{err}"
+    );
+    let wcs = wait(&mut p.cq_a, sdepth);
+    for (i, wc) in wcs.iter().enumerate() {
+        assert!(wc.is_success(), "{wc:?}");
+        assert_eq!((wc.wr_id(), wc.opcode()), (i as u64, WcOpcode::RDMA_WRITE));
+    }
+}
+
+#[test]
+fn invalid_transition_returns_the_kernels_errno() {
+    let ctx = open_rxe();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4).unwrap();
+    let mut qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            qp_type: QpType::Rc,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    // RESET -> RTS is not a legal transition.
+    let err = qp
+        .modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            sq_psn: Some(0),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Kernel {
+                op: "modify_qp",
+                errno: Errno::EINVAL
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(qp.state(), QpState::Reset);
+    assert_eq!(qp.query().unwrap().0.qp_state, Some(QpState::Reset));
+    // RESET -> INIT without the required port attribute: refused as well.
+    let err = qp
+        .modify(&QpAttr {
+            qp_state: Some(QpState::Init),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(err.errno(), Some(Errno::EINVAL), "{err}");
+    // Out-of-range values never reach the kernel.
+    let err = qp
+        .modify(&QpAttr {
+            rq_psn: Some(1 << 24),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    let err = qp
+        .modify(&QpAttr {
+            retry_cnt: Some(8),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}
+
+#[test]
+fn posting_in_the_wrong_state_is_refused() {
+    let ctx = open_rxe();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4).unwrap();
+    let mut qp = pd
+        .create_qp(&QpInitAttr {
+            send_cq: &cq,
+            recv_cq: &cq,
+            qp_type: QpType::Rc,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })
+        .unwrap();
+    let mr = pd.alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+    let s = [mr.sge(..).unwrap()];
+    let e = qp.post_recv(&[RecvWr::new(1, &s)]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Post {
+                index: 0,
+                error: PostError::InvalidState
+            }
+        ),
+        "{e}"
+    );
+    let e = qp.post_send(&[SendWr::send(1, &s)]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Post {
+                index: 0,
+                error: PostError::InvalidState
+            }
+        ),
+        "{e}"
+    );
+    qp.to_init(1, 0, AccessFlags::empty()).unwrap();
+    qp.post_recv(&[RecvWr::new(1, &s)]).unwrap();
+}
+
+#[test]
+fn zero_sized_and_unaligned_requests_are_rejected() {
+    let mut p = Pair::new();
+    assert!(matches!(
+        p.pd.alloc_mr(0, AccessFlags::LOCAL_WRITE),
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut empty: [u8; 0] = [];
+    assert!(matches!(
+        p.pd.register(&mut empty, AccessFlags::LOCAL_WRITE),
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(p.ctx.create_cq(0), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        p.pd.alloc_mr(64, AccessFlags::REMOTE_WRITE),
+        Err(Error::InvalidArgument(_))
+    ));
+    // Atomics need an 8-byte aligned remote address and an 8-byte buffer.
+    let local = p.pd.alloc_mr(64, verbs_tests::all_access()).unwrap();
+    let remote = p.pd.alloc_mr(64, verbs_tests::all_access()).unwrap();
+    let s8 = [local.sge(0..8).unwrap()];
+    let rm = remote.remote();
+    let mut wr = SendWr::new(1, WrOpcode::AtomicFetchAndAdd, verbs::Payload::Sge(&s8))
+        .remote(rm.addr + 3, rm.rkey);
+    let e = p.a.post_send(&[wr]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Post {
+                index: 0,
+                error: PostError::BadAtomic
+            }
+        ),
+        "{e}"
+    );
+    let s4 = [local.sge(0..4).unwrap()];
+    wr.payload = verbs::Payload::Sge(&s4);
+    wr.remote_addr = rm.addr;
+    let e = p.a.post_send(&[wr]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Post {
+                error: PostError::BadAtomic,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // SGE ranges are checked against the MR.
+    assert!(matches!(local.sge(60..70), Err(Error::InvalidArgument(_))));
+    assert!(matches!(rm.at(60, 8), Err(Error::InvalidArgument(_))));
+    // Nothing was posted by the refused requests.
+    verbs_tests::assert_quiet(&mut p.cq_a, Duration::from_millis(50));
+}
+
+#[test]
+fn oversized_sge_lists_and_inline_are_rejected() {
+    let mut p = Pair::new();
+    let mr = p.pd.alloc_mr(4096, verbs_tests::all_access()).unwrap();
+    let max = p.a.cap().max_send_sge as usize;
+    let many: Vec<Sge> = (0..max + 1)
+        .map(|i| mr.sge(i * 8..i * 8 + 8).unwrap())
+        .collect();
+    let e = p.a.post_send(&[SendWr::send(1, &many)]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Post {
+                index: 0,
+                error: PostError::TooManySge { .. }
+            }
+        ),
+        "{e}"
+    );
+    let rmax = p.b.cap().max_recv_sge as usize;
+    let e =
+        p.b.post_recv(&[RecvWr::new(1, &many[..rmax + 1])])
+            .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Post {
+                index: 0,
+                error: PostError::TooManySge { .. }
+            }
+        ),
+        "{e}"
+    );
+    let big = vec![0u8; p.a.cap().max_inline_data as usize + 1];
+    let bufs = [IoSlice::new(&big)];
+    let e = p.a.post_send(&[SendWr::send_inline(1, &bufs)]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Post {
+                index: 0,
+                error: PostError::InlineTooLarge { .. }
+            }
+        ),
+        "{e}"
+    );
+    // A chain with a bad request in the middle posts the ones before it.
+    let dst = p.pd.alloc_mr(64, verbs_tests::all_access()).unwrap();
+    let r = [dst.sge(..).unwrap()];
+    p.b.post_recv(&[RecvWr::new(1, &r)]).unwrap();
+    let one = [mr.sge(0..16).unwrap()];
+    let e =
+        p.a.post_send(&[SendWr::send(10, &one).signaled(), SendWr::send(11, &many)])
+            .unwrap_err();
+    assert!(matches!(e, Error::Post { index: 1, .. }), "{e}");
+    assert_eq!(wait_ok(&mut p.cq_a).wr_id(), 10);
+    assert_eq!(wait_ok(&mut p.cq_b).byte_len(), 16);
+}
