@@ -1,0 +1,480 @@
+//! `cargo xtask test`: host tests, then the VM suite in one VM.
+//!
+//! 1. `cargo test --workspace --exclude verbs-tests` on the host (stdout
+//!    shown live and read for libtest's `test result:` lines).
+//! 2. `cargo build -p verbs --examples`.
+//! 3. `cargo test -p verbs-tests --no-run --message-format=json`, collecting
+//!    the test executables.
+//! 4. One VM boot runs a generated `payload.sh` that runs every executable
+//!    (with `--test-threads=1` and the extra args), then every
+//!    `tests/vm/*.sh` script, recording each exit status and output
+//!    (`item-N.status`, `item-N.log`) in the run folder; the host reads them
+//!    after the VM is gone.
+//! 5. Prints per-item results and the closing line `N passed, N failed`.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result};
+use serde_json::Value;
+
+use crate::util::{self, cargo_bin, describe, print_line, shell_quote, workspace_root};
+use crate::vm::{self, VmOptions};
+
+/// The package holding the VM suite.
+const VM_SUITE: &str = "verbs-tests";
+/// The package whose examples are built for the VM run.
+const EXAMPLES_PACKAGE: &str = "verbs";
+
+/// Options of `cargo xtask test`.
+pub struct TestOptions {
+    /// VM settings (kernel series, timeout).
+    pub vm: VmOptions,
+    /// Extra arguments for every VM test binary.
+    pub extra_args: Vec<OsString>,
+    /// Skip the host test phase.
+    pub no_host: bool,
+}
+
+/// Passed and failed counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Counts {
+    pub passed: u64,
+    pub failed: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) {
+        self.passed += other.passed;
+        self.failed += other.failed;
+    }
+}
+
+/// Sums libtest's `test result: ok. X passed; Y failed; ...` lines.
+pub fn parse_libtest(output: &str) -> (Counts, usize) {
+    let mut counts = Counts::default();
+    let mut results = 0;
+    for line in output.lines() {
+        let Some((_, rest)) = line.split_once("test result:") else {
+            continue;
+        };
+        results += 1;
+        for part in rest.split(';') {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            if let [.., n, what] = words.as_slice() {
+                let Ok(n) = n.parse::<u64>() else { continue };
+                match *what {
+                    "passed" => counts.passed += n,
+                    "failed" => counts.failed += n,
+                    _ => {}
+                }
+            }
+        }
+    }
+    (counts, results)
+}
+
+/// Counts for one item from its exit status and output: a failing item
+/// whose output reports no failed test counts as one failure; a passing
+/// item without libtest lines (a script) counts as one pass.
+fn item_counts(success: bool, output: &str) -> Counts {
+    let (mut counts, results) = parse_libtest(output);
+    if !success && counts.failed == 0 {
+        counts.failed += 1;
+    }
+    if success && results == 0 {
+        counts.passed += 1;
+    }
+    counts
+}
+
+/// One package of `cargo metadata`.
+struct Package {
+    name: String,
+    dir: PathBuf,
+}
+
+/// Workspace packages and the target directory, from `cargo metadata`.
+fn metadata() -> Result<(Vec<Package>, PathBuf)> {
+    let text = util::output(
+        Command::new(cargo_bin())
+            .args(["metadata", "--format-version", "1", "--no-deps"])
+            .current_dir(workspace_root()),
+    )
+    .context("cargo metadata failed (is the workspace's Cargo.toml valid?)")?;
+    let json: Value = serde_json::from_str(&text).context("cargo metadata printed bad JSON")?;
+    let mut packages = Vec::new();
+    for p in json["packages"].as_array().into_iter().flatten() {
+        let (Some(name), Some(manifest)) = (p["name"].as_str(), p["manifest_path"].as_str()) else {
+            continue;
+        };
+        let dir = Path::new(manifest)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        packages.push(Package {
+            name: name.to_string(),
+            dir,
+        });
+    }
+    let target = json["target_directory"]
+        .as_str()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    Ok((packages, target))
+}
+
+/// Runs a cargo command with stdout shown live and captured.
+fn run_teed(cmd: &mut Command) -> Result<(bool, String)> {
+    let what = describe(cmd);
+    say!("running {what}");
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("cannot start `{what}`"))?;
+    let mut captured = String::new();
+    if let Some(out) = child.stdout.take() {
+        let mut reader = BufReader::new(out);
+        let mut raw = Vec::new();
+        while reader.read_until(b'\n', &mut raw).unwrap_or(0) > 0 {
+            let line = String::from_utf8_lossy(&raw);
+            let line = line.trim_end_matches('\n');
+            print_line(line);
+            captured.push_str(line);
+            captured.push('\n');
+            raw.clear();
+        }
+    }
+    let status = child
+        .wait()
+        .with_context(|| format!("cannot wait for `{what}`"))?;
+    Ok((status.success(), captured))
+}
+
+/// A test executable of the VM suite.
+struct TestBinary {
+    name: String,
+    path: PathBuf,
+}
+
+/// Builds the VM suite and returns its test executables.
+fn build_vm_suite() -> Result<Vec<TestBinary>> {
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["test", "-p", VM_SUITE, "--no-run", "--message-format=json"])
+        .current_dir(workspace_root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let what = describe(&cmd);
+    say!("building the VM suite: {what}");
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start `{what}`"))?;
+    let mut binaries = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            let line = line.context("cannot read cargo's output")?;
+            let Ok(msg) = serde_json::from_str::<Value>(&line) else {
+                print_line(&line);
+                continue;
+            };
+            match msg["reason"].as_str() {
+                Some("compiler-artifact") if msg["profile"]["test"].as_bool() == Some(true) => {
+                    if let Some(exe) = msg["executable"].as_str() {
+                        let name = msg["target"]["name"].as_str().unwrap_or("?").to_string();
+                        binaries.push(TestBinary {
+                            name,
+                            path: PathBuf::from(exe),
+                        });
+                    }
+                }
+                Some("compiler-message") => {
+                    if let Some(text) = msg["message"]["rendered"].as_str() {
+                        eprint!("{text}");
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let status = child.wait().context("cannot wait for cargo")?;
+    if !status.success() {
+        anyhow::bail!("`{what}` failed ({status})");
+    }
+    Ok(binaries)
+}
+
+/// Scripts run in the VM after the test binaries: `tests/vm/*.sh`.
+fn vm_scripts() -> Vec<PathBuf> {
+    let dir = workspace_root().join("tests").join("vm");
+    let mut scripts: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "sh"))
+                .collect()
+        })
+        .unwrap_or_default();
+    scripts.sort();
+    scripts
+}
+
+/// One thing the VM runs.
+struct Item {
+    name: String,
+    /// Shell words of the command.
+    command: String,
+    /// Folder to run it in.
+    dir: PathBuf,
+    /// Extra environment, as `K=V` shell words.
+    env: String,
+}
+
+/// The payload script that runs every item and records its status and log.
+fn payload_script(items: &[Item], run_dir: &Path, target_dir: &Path) -> Result<String> {
+    let q = |p: &Path| -> Result<String> { util::shell_quote_os(p.as_os_str()) };
+    let mut s = String::from("# Generated by `cargo xtask test`.\n");
+    s.push_str(&format!("RUN={}\n", q(run_dir)?));
+    s.push_str(&format!("export RVERBS_TARGET_DIR={}\n", q(target_dir)?));
+    s.push_str("failed=0\n");
+    for (i, item) in items.iter().enumerate() {
+        let n = i + 1;
+        s.push_str(&format!(
+            "echo {}\n",
+            shell_quote(&format!("xtask: [{n}/{}] {}", items.len(), item.name))
+        ));
+        s.push_str(&format!(
+            "(cd {dir} && {{ env {env} {cmd}; echo $? >\"$RUN/item-{n}.status\"; }}) 2>&1 | tee \"$RUN/item-{n}.log\"\n",
+            dir = q(&item.dir)?,
+            env = item.env,
+            cmd = item.command,
+        ));
+        s.push_str(&format!(
+            "[ \"$(cat \"$RUN/item-{n}.status\" 2>/dev/null)\" = 0 ] || failed=1\n"
+        ));
+    }
+    s.push_str("exit $failed\n");
+    Ok(s)
+}
+
+/// `cargo xtask test`. Returns whether everything passed.
+pub fn test_command(opts: &TestOptions) -> Result<bool> {
+    let ws = workspace_root();
+    let (packages, target_dir) = metadata()?;
+    let has = |name: &str| packages.iter().any(|p| p.name == name);
+    let mut total = Counts::default();
+    let mut problems: Vec<String> = Vec::new();
+
+    // (a) Host tests.
+    if opts.no_host {
+        say!("skipping host tests (--no-host)");
+    } else {
+        let mut cmd = Command::new(cargo_bin());
+        cmd.args(["test", "--workspace"]).current_dir(&ws);
+        if has(VM_SUITE) {
+            cmd.args(["--exclude", VM_SUITE]);
+        } else {
+            say!("warning: no package {VM_SUITE} in the workspace yet; host tests cover all");
+        }
+        let (ok, out) = run_teed(&mut cmd)?;
+        let counts = item_counts(ok, &out);
+        say!(
+            "host tests: {} ({} passed, {} failed)",
+            if ok { "ok" } else { "FAILED" },
+            counts.passed,
+            counts.failed
+        );
+        if !ok {
+            problems.push("host tests".into());
+        }
+        total.add(counts);
+    }
+
+    // (d) Examples of the verbs package, for the VM scripts.
+    if has(EXAMPLES_PACKAGE) {
+        let mut cmd = Command::new(cargo_bin());
+        cmd.args(["build", "-p", EXAMPLES_PACKAGE, "--examples"])
+            .current_dir(&ws)
+            .stdin(Stdio::null());
+        say!("building examples: {}", describe(&cmd));
+        if let Err(e) = util::run(&mut cmd) {
+            say!("error: {e:#}");
+            problems.push(format!("{EXAMPLES_PACKAGE} examples build"));
+            total.failed += 1;
+        }
+    } else {
+        say!("warning: no package {EXAMPLES_PACKAGE}: no examples built");
+    }
+
+    // (b) The VM suite's test executables.
+    let binaries = if has(VM_SUITE) {
+        match build_vm_suite() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                say!("error: {e:#}");
+                problems.push(format!("{VM_SUITE} build"));
+                total.failed += 1;
+                None
+            }
+        }
+    } else {
+        say!("warning: no package {VM_SUITE} in the workspace: no VM tests to run");
+        Some(Vec::new())
+    };
+
+    // (c) One VM for all of them.
+    if let Some(binaries) = binaries {
+        let suite_dir = packages
+            .iter()
+            .find(|p| p.name == VM_SUITE)
+            .map(|p| p.dir.clone())
+            .unwrap_or_else(|| ws.clone());
+        let mut items = Vec::new();
+        for b in &binaries {
+            let mut words = vec![util::shell_quote_os(b.path.as_os_str())?];
+            words.push("--test-threads=1".into());
+            for a in &opts.extra_args {
+                words.push(util::shell_quote_os(a)?);
+            }
+            let file = b
+                .path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_else(|| b.name.clone());
+            items.push(Item {
+                name: format!("{} ({file})", b.name),
+                command: words.join(" "),
+                dir: suite_dir.clone(),
+                env: format!(
+                    "CARGO_MANIFEST_DIR={} CARGO_PKG_NAME={VM_SUITE}",
+                    util::shell_quote_os(suite_dir.as_os_str())?
+                ),
+            });
+        }
+        if binaries.is_empty() {
+            say!("warning: {VM_SUITE} has no test executables yet: 0 tests will run in the VM");
+        }
+        for script in vm_scripts() {
+            let rel = script.strip_prefix(&ws).unwrap_or(&script).to_path_buf();
+            items.push(Item {
+                name: rel.display().to_string(),
+                command: format!("/bin/sh {}", util::shell_quote_os(script.as_os_str())?),
+                dir: ws.clone(),
+                env: String::new(),
+            });
+        }
+        say!(
+            "running {} item(s) in one VM ({} test executable(s), {} script(s))",
+            items.len(),
+            binaries.len(),
+            items.len() - binaries.len()
+        );
+        let run_dir = vm::new_run_dir()?;
+        let payload = payload_script(&items, &run_dir, &target_dir)?;
+        match vm::run(&opts.vm, &run_dir, &payload) {
+            Ok(outcome) => {
+                if let Some(secs) = outcome.boot_secs {
+                    say!("VM boot took {secs:.1} s");
+                }
+                let mut vm_total = Counts::default();
+                for (i, item) in items.iter().enumerate() {
+                    let n = i + 1;
+                    let status = std::fs::read_to_string(run_dir.join(format!("item-{n}.status")))
+                        .ok()
+                        .and_then(|s| s.trim().parse::<i32>().ok());
+                    let log = std::fs::read_to_string(run_dir.join(format!("item-{n}.log")))
+                        .unwrap_or_default();
+                    let ok = status == Some(0);
+                    let counts = item_counts(ok, &log);
+                    let verdict = match status {
+                        Some(0) => "PASS".to_string(),
+                        Some(s) => format!("FAIL (exit status {s})"),
+                        None => "FAIL (no exit status recorded)".to_string(),
+                    };
+                    say!(
+                        "{verdict} {}: {} passed, {} failed",
+                        item.name,
+                        counts.passed,
+                        counts.failed
+                    );
+                    if !ok {
+                        problems.push(item.name.clone());
+                    }
+                    vm_total.add(counts);
+                }
+                if vm_total.passed + vm_total.failed == 0 {
+                    say!("warning: no test ran in the VM");
+                }
+                if outcome.kernel_problems {
+                    say!(
+                        "warning: the guest kernel logged problems during the VM tests (see above)"
+                    );
+                }
+                say!(
+                    "VM: {} passed, {} failed (logs in {})",
+                    vm_total.passed,
+                    vm_total.failed,
+                    run_dir.display()
+                );
+                total.add(vm_total);
+            }
+            Err(e) => {
+                say!("error: VM run failed: {e:#}");
+                problems.push("VM run".into());
+                total.failed += 1;
+            }
+        }
+    }
+
+    if problems.is_empty() {
+        say!("all passed");
+    } else {
+        say!("failed: {}", problems.join(", "));
+    }
+    print_line(&format!("{} passed, {} failed", total.passed, total.failed));
+    Ok(problems.is_empty() && total.failed == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_libtest_lines() {
+        let out = "running 2 tests\n\
+            test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n\
+            test result: FAILED. 3 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out\n";
+        let (c, n) = parse_libtest(out);
+        assert_eq!(n, 2);
+        assert_eq!(
+            c,
+            Counts {
+                passed: 5,
+                failed: 1
+            }
+        );
+    }
+
+    #[test]
+    fn item_counting() {
+        assert_eq!(
+            item_counts(true, "hello\n"),
+            Counts {
+                passed: 1,
+                failed: 0
+            }
+        );
+        assert_eq!(
+            item_counts(false, "segfault\n"),
+            Counts {
+                passed: 0,
+                failed: 1
+            }
+        );
+        let zero = "test result: ok. 0 passed; 0 failed; 0 ignored;\n";
+        assert_eq!(item_counts(true, zero), Counts::default());
+    }
+}
