@@ -40,6 +40,7 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
             ring,
             resp.qp_handle,
             cmd.qp_type,
+            resp.max_send_wr,
             resp.max_send_sge,
             resp.max_inline_data,
         )
@@ -48,9 +49,22 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
         Ok(None)
     } else {
         Queue::map(fd, &drv.rq_mi)
-            .and_then(|ring| RecvQueue::new(ring, resp.max_recv_sge).map(Some))
+            .and_then(|ring| RecvQueue::new(ring, resp.max_recv_wr, resp.max_recv_sge).map(Some))
     };
     Ok(Created { resp, sq, rq })
+}
+
+/// Whether `max_wr` work requests are outstanding between the producer
+/// index `prod` and the consumer index, refreshing the cached `cons` from the
+/// ring (acquire) before answering yes.
+#[inline]
+fn full(prod: u32, cons: &mut u32, q: &Queue, max_wr: u32) -> bool {
+    let mask = q.mask();
+    if prod.wrapping_sub(*cons) & mask < max_wr {
+        return false;
+    }
+    *cons = q.consumer().load(Ordering::Acquire);
+    prod.wrapping_sub(*cons) & mask >= max_wr
 }
 
 /// A QP's send ring.
@@ -59,6 +73,7 @@ pub struct SendQueue {
     ring: Queue,
     qp_handle: u32,
     qp_type: u8,
+    max_wr: u32,
     max_sge: u32,
     max_inline: u32,
 }
@@ -68,26 +83,29 @@ impl SendQueue {
         ring: Queue,
         qp_handle: u32,
         qp_type: u8,
+        max_wr: u32,
         max_sge: u32,
         max_inline: u32,
     ) -> Result<Self, Errno> {
         let room =
             size_of::<SendWqe>() + (max_sge as usize * size_of::<Sge>()).max(max_inline as usize);
-        if ring.elem_size() < room {
+        if ring.elem_size() < room || max_wr > ring.mask() {
             return Err(Errno::EPROTO);
         }
         Ok(SendQueue {
             ring,
             qp_handle,
             qp_type,
+            max_wr,
             max_sge,
             max_inline,
         })
     }
 
-    /// Capacity in work requests.
+    /// Capacity in work requests: the depth the kernel granted (the ring
+    /// itself may have more slots, which are not used).
     pub fn capacity(&self) -> u32 {
-        self.ring.mask()
+        self.max_wr
     }
 
     /// Work requests posted and not yet consumed by the kernel.
@@ -109,11 +127,12 @@ impl SendQueue {
         // We are the only producer (`&mut self`).
         let start = q.producer().load(Ordering::Relaxed);
         let mut prod = start;
+        // Acquire: slots the kernel released are free to overwrite. Re-read
+        // only when the queue looks full.
+        let mut cons = q.consumer().load(Ordering::Acquire);
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            // Acquire: slots the kernel released are free to overwrite.
-            let cons = q.consumer().load(Ordering::Acquire);
-            if (prod + 1) & mask == cons {
+            if full(prod, &mut cons, q, self.max_wr) {
                 result = Err((i, PostError::QueueFull));
                 break;
             }
@@ -256,21 +275,29 @@ impl SendQueue {
 #[derive(Debug)]
 pub struct RecvQueue {
     ring: Queue,
+    max_wr: u32,
     max_sge: u32,
 }
 
 impl RecvQueue {
-    /// Wraps a mapped receive ring whose elements hold `max_sge` SGEs.
-    pub fn new(ring: Queue, max_sge: u32) -> Result<Self, Errno> {
-        if ring.elem_size() < size_of::<RecvWqe>() + max_sge as usize * size_of::<Sge>() {
+    /// Wraps a mapped receive ring of granted depth `max_wr` whose elements
+    /// hold `max_sge` SGEs.
+    pub fn new(ring: Queue, max_wr: u32, max_sge: u32) -> Result<Self, Errno> {
+        if ring.elem_size() < size_of::<RecvWqe>() + max_sge as usize * size_of::<Sge>()
+            || max_wr > ring.mask()
+        {
             return Err(Errno::EPROTO);
         }
-        Ok(RecvQueue { ring, max_sge })
+        Ok(RecvQueue {
+            ring,
+            max_wr,
+            max_sge,
+        })
     }
 
-    /// Capacity in work requests.
+    /// Capacity in work requests: the depth the kernel granted.
     pub fn capacity(&self) -> u32 {
-        self.ring.mask()
+        self.max_wr
     }
 
     /// Receives posted and not yet consumed.
@@ -286,10 +313,10 @@ impl RecvQueue {
         let mask = q.mask();
         let start = q.producer().load(Ordering::Relaxed);
         let mut prod = start;
+        let mut cons = q.consumer().load(Ordering::Acquire);
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            let cons = q.consumer().load(Ordering::Acquire);
-            if (prod + 1) & mask == cons {
+            if full(prod, &mut cons, q, self.max_wr) {
                 result = Err((i, PostError::QueueFull));
                 break;
             }
