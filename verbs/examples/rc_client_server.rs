@@ -160,7 +160,18 @@ fn run() -> Res<()> {
             println!("server: {half} bytes written by the client verified; OK");
         }
         Some(host) => {
-            let mut s = TcpStream::connect((host.as_str(), a.port))?;
+            // The server may still be starting: retry for a while.
+            let mut tries = 0;
+            let mut s = loop {
+                match TcpStream::connect((host.as_str(), a.port)) {
+                    Ok(s) => break s,
+                    Err(e) if tries < 100 && e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        tries += 1;
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(e) => return Err(format!("connecting to {host}:{}: {e}", a.port).into()),
+                }
+            };
             let (remote, rmr) = exchange(&mut s, &me, &mr.remote())?;
             println!(
                 "client: server QPN {:#08x} PSN {:#08x} GID {} buffer {:#x} rkey {:#x}",

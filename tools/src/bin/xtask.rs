@@ -8,6 +8,8 @@
 //!   runs the host tests, builds the VM suite (package `verbs-tests`) and
 //!   the `verbs` examples, runs every VM test executable in one VM and
 //!   prints `N passed, N failed`.
+//! - `cargo xtask demo [--kernel SERIES]` builds the examples and runs the
+//!   two-process `rc_client_server` demo in the VM.
 //!
 //! Downloads and builds are cached in `<workspace>/.vm-cache/`.
 
@@ -18,6 +20,8 @@ mod util;
 mod initramfs;
 #[path = "../xtask/kernel.rs"]
 mod kernel;
+#[path = "../xtask/linkage.rs"]
+mod linkage;
 #[path = "../xtask/testrun.rs"]
 mod testrun;
 #[path = "../xtask/vm.rs"]
@@ -51,6 +55,16 @@ enum Cmd {
         /// The command and its arguments (after `--`).
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<OsString>,
+    },
+    /// Build the examples and run the rc_client_server demo (server and
+    /// client processes, RDMA WRITE/READ and SEND/RECV) in the rxe VM.
+    Demo {
+        /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
+        #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
+        kernel: String,
+        /// Kill the VM after this many seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 600)]
+        timeout: u64,
     },
     /// Run the host tests, then the VM suite (package verbs-tests) in one VM.
     Test {
@@ -90,6 +104,10 @@ fn main() -> ExitCode {
         } => vm_options(kernel, timeout)
             .map_err(anyhow::Error::msg)
             .and_then(|opts| vm::vm_command(&opts, &command))
+            .map(|status| u8::try_from(status).unwrap_or(1)),
+        Cmd::Demo { kernel, timeout } => vm_options(kernel, timeout)
+            .map_err(anyhow::Error::msg)
+            .and_then(|opts| testrun::demo_command(&opts))
             .map(|status| u8::try_from(status).unwrap_or(1)),
         Cmd::Test {
             kernel,

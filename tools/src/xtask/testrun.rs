@@ -261,7 +261,46 @@ fn payload_script(items: &[Item], run_dir: &Path, target_dir: &Path) -> Result<S
 }
 
 /// `cargo xtask test`. Returns whether everything passed.
+/// Installs (as root, via apt) the reference tools and headers the suites
+/// use when they are missing: rdma-core's ibv_devinfo (the oracle of the
+/// query tests), libibverbs-dev (the linkage check's positive control),
+/// the kernel uapi headers and a C compiler (the ABI layout probe).
+fn ensure_reference_tools() -> Result<()> {
+    util::ensure_tool("ibv_devinfo", "ibverbs-utils")?;
+    util::ensure_tool("cc", "gcc")?;
+    util::ensure_tool("readelf", "binutils")?;
+    for (file, pkg) in [
+        ("/usr/include/rdma/ib_user_verbs.h", "linux-libc-dev"),
+        ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
+        ("/etc/libibverbs.d/rxe.driver", "ibverbs-providers"),
+    ] {
+        if !Path::new(file).exists() {
+            util::apt_install(&[pkg])?;
+        }
+    }
+    Ok(())
+}
+
+/// `cargo xtask demo`: builds the examples and runs `rc_client_server`
+/// (server and client, two processes) in the rxe VM.
+pub fn demo_command(vm: &crate::vm::VmOptions) -> Result<i32> {
+    let ws = workspace_root();
+    let (_, target_dir) = metadata()?;
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["build", "-p", EXAMPLES_PACKAGE, "--examples"])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
+    say!("building examples: {}", describe(&cmd));
+    util::run(&mut cmd)?;
+    let script = format!(
+        "RVERBS_TARGET_DIR={} exec sh tests/vm/rc_client_server.sh",
+        util::shell_quote_os(target_dir.as_os_str())?
+    );
+    crate::vm::vm_command(vm, &["sh".into(), "-c".into(), script.into()])
+}
+
 pub fn test_command(opts: &TestOptions) -> Result<bool> {
+    ensure_reference_tools()?;
     let ws = workspace_root();
     let (packages, target_dir) = metadata()?;
     let has = |name: &str| packages.iter().any(|p| p.name == name);
@@ -324,6 +363,30 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         say!("warning: no package {VM_SUITE} in the workspace: no VM tests to run");
         Some(Vec::new())
     };
+
+    // No binary we built may link, import from or dlopen rdma-core.
+    match crate::linkage::check(&target_dir) {
+        Ok((n, found)) if found.is_empty() => {
+            say!("linkage: {n} binaries checked, none links or names libibverbs: ok");
+            total.passed += 1;
+        }
+        Ok((n, found)) => {
+            say!(
+                "linkage: FAILED ({} problems in {n} binaries):",
+                found.len()
+            );
+            for f in &found {
+                say!("  {f}");
+            }
+            problems.push("linkage check".into());
+            total.failed += 1;
+        }
+        Err(e) => {
+            say!("linkage: error: {e:#}");
+            problems.push("linkage check".into());
+            total.failed += 1;
+        }
+    }
 
     // (c) One VM for all of them.
     if let Some(binaries) = binaries {

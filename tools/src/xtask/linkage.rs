@@ -1,0 +1,133 @@
+//! The "no libibverbs" check: no binary this workspace builds may link,
+//! import from, or name for `dlopen` rdma-core's libraries.
+//!
+//! For every ELF executable or shared object under the target directory's
+//! profile folders it reads the dynamic section (`readelf -d`) for NEEDED
+//! libraries, the dynamic symbol table (`nm -D --undefined-only`) for
+//! imported `ibv_*`/`mlx5dv_*`/`rdma_*` functions, and the file's bytes for
+//! the library names a `dlopen` call would carry.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+/// Libraries of rdma-core that no product binary may touch.
+const FORBIDDEN_LIBS: &[&str] = &["libibverbs", "libmlx5", "librxe", "librdmacm", "libefa"];
+/// Symbol prefixes that would mean rdma-core is being called.
+const FORBIDDEN_SYMBOLS: &[&str] = &["ibv_", "mlx5dv_", "rdma_create_", "rdma_get_devices"];
+
+fn is_elf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .map(|_| magic == *b"\x7fELF")
+        .unwrap_or(false)
+}
+
+/// ELF files directly inside `dir` (not recursive).
+fn elf_files(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && is_elf(p))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The problems found in one ELF file.
+pub fn inspect(path: &Path) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    let dynamic = Command::new("readelf")
+        .args(["-d", "-W"])
+        .arg(path)
+        .output()
+        .context("running readelf (binutils)")?;
+    let text = String::from_utf8_lossy(&dynamic.stdout);
+    for line in text.lines().filter(|l| l.contains("(NEEDED)")) {
+        if FORBIDDEN_LIBS.iter().any(|l| line.contains(l)) {
+            found.push(format!("links {}", line.trim()));
+        }
+    }
+    let syms = Command::new("nm")
+        .args(["-D", "--undefined-only"])
+        .arg(path)
+        .output()
+        .context("running nm (binutils)")?;
+    for line in String::from_utf8_lossy(&syms.stdout).lines() {
+        let name = line.split_whitespace().last().unwrap_or("");
+        if FORBIDDEN_SYMBOLS.iter().any(|p| name.starts_with(p)) {
+            found.push(format!("imports {name}"));
+        }
+    }
+    let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    for lib in FORBIDDEN_LIBS {
+        let needle = format!("{lib}.so");
+        if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+            found.push(format!("contains the string {needle:?} (dlopen?)"));
+        }
+    }
+    Ok(found)
+}
+
+/// Checks every ELF file the workspace built under `target/<profile>/`,
+/// its `examples/` and `deps/`. Returns (files checked, problems).
+pub fn check(target_dir: &Path) -> Result<(usize, Vec<String>)> {
+    let mut files = Vec::new();
+    for profile in ["debug", "release"] {
+        let base = target_dir.join(profile);
+        for sub in ["", "examples", "deps"] {
+            files.extend(elf_files(&base.join(sub)));
+        }
+    }
+    let mut problems = Vec::new();
+    for f in &files {
+        for p in inspect(f)? {
+            problems.push(format!("{}: {p}", f.display()));
+        }
+    }
+    Ok((files.len(), problems))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_a_binary_linked_to_libibverbs_and_passes_a_clean_one() {
+        let dir = std::env::temp_dir().join(format!("linkage-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("p.c");
+        fs::write(
+            &src,
+            "extern int ibv_fork_init(void);\nint main(void){return ibv_fork_init();}\n",
+        )
+        .unwrap();
+        let bad = dir.join("bad");
+        let ok = Command::new("cc")
+            .arg(&src)
+            .arg("-o")
+            .arg(&bad)
+            .arg("-libverbs")
+            .status()
+            .unwrap();
+        assert!(ok.success(), "cc -libverbs failed: install libibverbs-dev");
+        let problems = inspect(&bad).unwrap();
+        assert!(
+            problems.iter().any(|p| p.contains("libibverbs")),
+            "{problems:?}"
+        );
+        assert!(
+            problems.iter().any(|p| p.contains("imports ibv_fork_init")),
+            "{problems:?}"
+        );
+        let clean = std::env::current_exe().unwrap();
+        assert_eq!(inspect(&clean).unwrap(), Vec::<String>::new());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
