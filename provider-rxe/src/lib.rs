@@ -14,6 +14,7 @@
 pub mod cq;
 pub mod qp;
 pub mod queue;
+pub mod srq;
 
 use uverbs_abi::Errno;
 
@@ -50,6 +51,28 @@ pub enum PostError {
     BadAtomic,
     /// The queue is not accepting work (e.g. receives while in RESET).
     InvalidState,
+    /// A send on a UD QP without a destination (address handle, remote QPN
+    /// and Q_Key).
+    MissingAddress,
+    /// A UD destination on a connected (RC/UC) QP, whose peer is fixed at
+    /// connection time.
+    UnexpectedAddress,
+    /// A UD message longer than the port's active MTU (a UD message is one
+    /// packet; rxe would drop it without an error).
+    UdTooLong {
+        /// Message bytes.
+        len: u64,
+        /// The port's active MTU in bytes.
+        mtu: u32,
+    },
+    /// LOCAL_INV or SEND_WITH_INV: rxe can only invalidate memory windows
+    /// and fast-registration MRs, neither of which user space gets from a
+    /// plain registration; on a plain MR the kernel fails the request (or,
+    /// for SEND_WITH_INV, the receiver) and moves the QP to the error state.
+    InvalidateUnsupported,
+    /// A receive posted to a QP that takes its receives from a shared
+    /// receive queue: post them to the SRQ.
+    UsesSrq,
     /// The kernel refused the doorbell.
     Doorbell(Errno),
 }
@@ -73,6 +96,27 @@ impl std::fmt::Display for PostError {
                 )
             }
             PostError::InvalidState => write!(f, "queue does not accept work in its current state"),
+            PostError::MissingAddress => write!(
+                f,
+                "a UD send needs a destination (address handle, remote QPN and Q_Key)"
+            ),
+            PostError::UnexpectedAddress => write!(
+                f,
+                "a UD destination was given to a connected QP (RC/UC peers are set at connect time)"
+            ),
+            PostError::UdTooLong { len, mtu } => write!(
+                f,
+                "{len}-byte UD message exceeds the port's active MTU of {mtu} bytes"
+            ),
+            PostError::InvalidateUnsupported => write!(
+                f,
+                "LOCAL_INV/SEND_WITH_INV are not supported: rxe invalidates only memory windows \
+                 and fast-registration MRs, and plain registered MRs are neither"
+            ),
+            PostError::UsesSrq => write!(
+                f,
+                "this QP takes its receives from a shared receive queue: post them to the SRQ"
+            ),
             PostError::Doorbell(e) => write!(f, "doorbell failed: {e}"),
         }
     }

@@ -19,6 +19,10 @@ use crate::PostError;
 /// Largest message IB allows (2^31 bytes).
 const MAX_MSG: u64 = 1 << 31;
 
+/// Largest IB MTU: the UD message bound until [`SendQueue::set_ud_mtu`]
+/// gives the port's.
+const MAX_MTU: u32 = 4096;
+
 /// What CREATE_QP returned: the kernel's answer and the mapped rings. If
 /// either ring failed to map the caller must destroy `resp.qp_handle`.
 #[derive(Debug)]
@@ -76,6 +80,7 @@ pub struct SendQueue {
     max_wr: u32,
     max_sge: u32,
     max_inline: u32,
+    ud_mtu: u32,
 }
 
 impl SendQueue {
@@ -99,7 +104,16 @@ impl SendQueue {
             max_wr,
             max_sge,
             max_inline,
+            ud_mtu: MAX_MTU,
         })
+    }
+
+    /// Sets the largest UD message this queue accepts: the active MTU of
+    /// the QP's port, which is what rxe compares UD sends against (a longer
+    /// one is dropped without an error, IB spec C10-93.1.1). Ignored for
+    /// connected QPs, whose messages span packets.
+    pub fn set_ud_mtu(&mut self, mtu: u32) {
+        self.ud_mtu = mtu;
     }
 
     /// Capacity in work requests: the depth the kernel granted (the ring
@@ -202,6 +216,26 @@ impl SendQueue {
         if wr.opcode.is_atomic() && (length != 8 || wr.remote_addr % 8 != 0 || num_sge != 1) {
             return Err(PostError::BadAtomic);
         }
+        if matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
+            return Err(PostError::InvalidateUnsupported);
+        }
+        if self.qp_type == qp_type::UD {
+            if !matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm) {
+                return Err(PostError::InvalidOpcode);
+            }
+            // ah_num 0 is how old providers said "the AV is in the WQE".
+            if !matches!(wr.ud, Some(d) if d.ah_num != 0) {
+                return Err(PostError::MissingAddress);
+            }
+            if length > self.ud_mtu as u64 {
+                return Err(PostError::UdTooLong {
+                    len: length,
+                    mtu: self.ud_mtu,
+                });
+            }
+        } else if wr.ud.is_some() {
+            return Err(PostError::UnexpectedAddress);
+        }
 
         let mut hdr = SendWqe::new_zeroed();
         hdr.wr.wr_id = wr.wr_id;
@@ -223,6 +257,12 @@ impl SendQueue {
             r.remote_addr = wr.remote_addr;
             r.rkey = wr.rkey;
             hdr.iova = wr.remote_addr;
+        }
+        if let Some(d) = wr.ud {
+            let u = hdr.wr.ud();
+            u.remote_qpn = d.remote_qpn;
+            u.remote_qkey = d.remote_qkey;
+            u.ah_num = d.ah_num;
         }
         hdr.dma = DmaInfo {
             length: length as u32,

@@ -245,6 +245,20 @@ pub struct SendWr<'a> {
     pub compare_add: u64,
     /// Swap value (CMP_AND_SWP).
     pub swap: u64,
+    /// Where a UD send goes: required on UD QPs, refused on connected ones.
+    pub ud: Option<UdDest>,
+}
+
+/// The destination of a UD send: an address handle (by the number the
+/// provider knows it by), the remote QP and the Q_Key to present to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct UdDest {
+    /// The provider's number for the address handle (rxe: `ah_num`).
+    pub ah_num: u32,
+    /// Remote QP number (24 bits).
+    pub remote_qpn: u32,
+    /// Q_Key the remote QP expects.
+    pub remote_qkey: u32,
 }
 
 /// A receive work request.
@@ -269,6 +283,7 @@ impl<'a> SendWr<'a> {
             rkey: 0,
             compare_add: 0,
             swap: 0,
+            ud: None,
         }
     }
     /// SEND of the gather list `sges`.
@@ -286,6 +301,50 @@ impl<'a> SendWr<'a> {
     /// RDMA READ from `remote_addr` under `rkey` into `sges`.
     pub const fn rdma_read(wr_id: u64, sges: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
         Self::new(wr_id, WrOpcode::RdmaRead, Payload::Sge(sges)).remote(remote_addr, rkey)
+    }
+    /// 64-bit compare-and-swap at `remote_addr` (8-byte aligned) under
+    /// `rkey`: if the remote value equals `compare` it becomes `swap`; the
+    /// original value is written to `sge` (exactly 8 bytes). Values are in
+    /// host order. RC only.
+    pub const fn cmp_swap(
+        wr_id: u64,
+        sge: &'a [Sge; 1],
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        let mut wr = Self::new(wr_id, WrOpcode::AtomicCmpAndSwp, Payload::Sge(sge))
+            .remote(remote_addr, rkey);
+        wr.compare_add = compare;
+        wr.swap = swap;
+        wr
+    }
+    /// 64-bit fetch-and-add of `add` at `remote_addr` (8-byte aligned)
+    /// under `rkey`; the original value is written to `sge` (exactly 8
+    /// bytes). Values are in host order. RC only.
+    pub const fn fetch_add(
+        wr_id: u64,
+        sge: &'a [Sge; 1],
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    ) -> Self {
+        let mut wr = Self::new(wr_id, WrOpcode::AtomicFetchAndAdd, Payload::Sge(sge))
+            .remote(remote_addr, rkey);
+        wr.compare_add = add;
+        wr
+    }
+    /// Addresses a UD send: the provider's address-handle number `ah_num`,
+    /// the remote QP number and its Q_Key. The `verbs` crate wraps this in a
+    /// form that takes its address-handle type instead of a raw number.
+    pub const fn ud(mut self, ah_num: u32, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some(UdDest {
+            ah_num,
+            remote_qpn,
+            remote_qkey,
+        });
+        self
     }
     /// Sets the remote address and key.
     pub const fn remote(mut self, remote_addr: u64, rkey: u32) -> Self {

@@ -23,7 +23,7 @@ use crate::gid::{Gid, GidEntry, GidType};
 
 pub(crate) struct ContextInner {
     fd: OwnedFd,
-    _async_fd: OwnedFd,
+    async_fd: OwnedFd,
     device: Device,
     num_comp_vectors: u32,
 }
@@ -64,10 +64,12 @@ impl Context {
         .map_err(Error::kernel("get_context"))?;
         // SAFETY: the kernel just created this fd for us and nothing else owns it.
         let async_fd = unsafe { OwnedFd::from_raw_fd(resp.async_fd as i32) };
+        crate::event::set_nonblocking(async_fd.as_fd())
+            .map_err(Error::kernel("async fd O_NONBLOCK"))?;
         Ok(Context {
             inner: Arc::new(ContextInner {
                 fd,
-                _async_fd: async_fd,
+                async_fd,
                 device,
                 num_comp_vectors: resp.num_comp_vectors,
             }),
@@ -92,6 +94,13 @@ impl Context {
     /// The uverbs command fd.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.inner.fd.as_fd()
+    }
+
+    /// The asynchronous event fd (non-blocking; readable when an event is
+    /// pending): register it with `poll`/`epoll` and read events with
+    /// [`Context::try_get_async_event`] (see [`crate::event`]).
+    pub fn async_fd(&self) -> BorrowedFd<'_> {
+        self.inner.async_fd.as_fd()
     }
 
     /// Queries the device attributes: the extended command where the kernel

@@ -15,10 +15,13 @@ use zerocopy::{FromBytes, FromZeros};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::event::{EventId, ObjectKind};
 
 pub(crate) struct CqInner {
     pub(crate) ctx: Context,
     pub(crate) handle: u32,
+    /// The `user_handle` events name this CQ by.
+    pub(crate) event_id: EventId,
     _channel: Option<Arc<OwnedFd>>,
 }
 
@@ -58,6 +61,20 @@ impl fmt::Debug for Cq {
 
 /// A completion channel: reports, through a readable fd, that an armed CQ
 /// got a completion. Cheap to clone.
+///
+/// The fd is non-blocking and becomes readable when a CQ armed with
+/// [`Cq::req_notify`] fires, so it can be registered with `poll`, `epoll`
+/// or an async runtime ([`AsFd`]). Each event names the CQ by its
+/// [`Cq::event_id`] and disarms it: re-arm, then poll the CQ (in that
+/// order, or a completion arriving in between is missed).
+///
+/// Acknowledging events: libibverbs' `ibv_ack_cq_events` exists because its
+/// events carry a pointer to the CQ, which `ibv_destroy_cq` must not free
+/// while another thread still holds an unacknowledged event. Here an event
+/// carries only an [`EventId`], which stays harmless after the CQ is gone,
+/// and the kernel needs no acknowledgement (its DESTROY_CQ answer merely
+/// counts the events it delivered), so there is nothing to acknowledge.
+/// Destroying a CQ discards its events still queued on the channel.
 #[derive(Clone, Debug)]
 pub struct CompChannel {
     fd: Arc<OwnedFd>,
@@ -76,6 +93,8 @@ impl Context {
         .map_err(Error::kernel("create_comp_channel"))?;
         // SAFETY: the kernel just created this fd for us.
         let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
+        crate::event::set_nonblocking(fd.as_fd())
+            .map_err(Error::kernel("comp channel O_NONBLOCK"))?;
         Ok(CompChannel { fd: Arc::new(fd) })
     }
 
@@ -100,9 +119,10 @@ impl Context {
                 self.num_comp_vectors()
             )));
         }
+        let event_id = EventId::new(ObjectKind::Cq);
         let cmd = CreateCq {
             response: 0,
-            user_handle: 0,
+            user_handle: event_id.raw(),
             cqe,
             comp_vector,
             comp_channel: channel.map_or(-1, |c| c.fd.as_raw_fd()),
@@ -113,6 +133,7 @@ impl Context {
         let inner = Arc::new(CqInner {
             ctx: self.clone(),
             handle: created.resp.cq_handle,
+            event_id,
             _channel: channel.map(|c| c.fd.clone()),
         });
         // If mapping failed, dropping `inner` destroys the kernel CQ.
@@ -135,8 +156,15 @@ impl Cq {
         self.cqe
     }
 
+    /// What completion-channel and async events name this CQ by.
+    pub fn event_id(&self) -> EventId {
+        self.inner.event_id
+    }
+
     /// Polls up to `wc.len()` completions into `wc`; returns how many.
-    /// Never blocks and never allocates.
+    /// Never blocks and never allocates. A completion the CQ had no room
+    /// for is not here: the kernel reports that loss only as an
+    /// [`crate::AsyncEventKind::CqErr`] async event naming this CQ.
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize> {
         // SAFETY: Wc is repr(transparent) over the ABI's Wc.
@@ -170,7 +198,10 @@ impl Cq {
     }
 
     /// Arms the CQ: the next completion (or, with `solicited_only`, the next
-    /// solicited one) raises an event on its channel.
+    /// solicited one) raises an event on its channel. A receive completion is
+    /// solicited when the sender set [`crate::SendFlags::SOLICITED`]; rxe
+    /// treats send completions as unsolicited. Completions already in the
+    /// CQ do not fire: poll after arming.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         let cmd = ReqNotifyCq {
             cq_handle: self.inner.handle,
@@ -198,17 +229,39 @@ impl Cq {
 }
 
 impl CompChannel {
-    /// Blocks until an armed CQ fires, and returns the number of events read
-    /// (at least one). Re-arm with [`Cq::req_notify`] and poll the CQ after.
-    pub fn get_event(&self) -> Result<usize> {
-        let mut desc = CompEventDesc::new_zeroed();
-        let buf = zerocopy::IntoBytes::as_mut_bytes(&mut desc);
-        // SAFETY: reading into a live buffer of the right size.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            return Err(Error::kernel("get_cq_event")(uverbs_abi::Errno::last()));
+    /// Waits until an armed CQ fires and returns its [`Cq::event_id`].
+    /// Re-arm with [`Cq::req_notify`] and poll the CQ after. Fails instead
+    /// of sleeping on if the kernel closes the channel.
+    pub fn get_event(&self) -> Result<EventId> {
+        loop {
+            if let Some(id) = self.get_event_timeout_inner(None)? {
+                return Ok(id);
+            }
         }
-        Ok((n as usize) / size_of::<CompEventDesc>())
+    }
+
+    /// The next pending event's CQ, or `Ok(None)` if none is pending. Never
+    /// blocks.
+    pub fn try_get_event(&self) -> Result<Option<EventId>> {
+        Ok(
+            crate::event::read_event::<CompEventDesc>(self.fd.as_fd(), "get_cq_event")?
+                .map(|d| EventId::from_raw(d.cq_handle)),
+        )
+    }
+
+    /// Waits up to `timeout` for an event; `Ok(None)` if none arrived.
+    pub fn get_event_timeout(&self, timeout: std::time::Duration) -> Result<Option<EventId>> {
+        self.get_event_timeout_inner(Some(timeout))
+    }
+
+    fn get_event_timeout_inner(
+        &self,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<Option<EventId>> {
+        Ok(
+            crate::event::wait_event::<CompEventDesc>(self.fd.as_fd(), "get_cq_event", timeout)?
+                .map(|d| EventId::from_raw(d.cq_handle)),
+        )
     }
 }
 

@@ -36,23 +36,31 @@
 
 #![deny(missing_docs)]
 
+pub mod ah;
 pub mod context;
 pub mod cq;
 pub mod device;
 pub mod error;
+pub mod event;
+pub mod fork;
 pub mod gid;
 pub mod mr;
 pub mod pd;
 pub mod qp;
+pub mod srq;
 
+pub use ah::{Ah, Grh, NetworkHeader, UdSendWr};
 pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompChannel, Cq, Wc, WcOpcode, WcStatus};
 pub use device::{device, devices, Device, Driver, Guid};
 pub use error::{Errno, Error, PostError, Result};
+pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
+pub use fork::{fork_safety, ForkSafety};
 pub use gid::{Gid, GidEntry, GidType};
 pub use mr::{AccessFlags, Mr, RemoteMr};
 pub use pd::Pd;
 pub use qp::{
     AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
 };
-pub use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+pub use srq::{Srq, SrqAttr, SrqInitAttr};
+pub use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};

@@ -17,7 +17,7 @@ pub use uverbs_abi::mr::AccessFlags;
 use uverbs_abi::mr::{DeregMr, RegMr, RegMrResp};
 use uverbs_abi::wr::Sge;
 
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::pd::Pd;
 
 /// A registered memory region over memory of lifetime `'a` (`'static` when
@@ -30,6 +30,8 @@ pub struct Mr<'a> {
     addr: *mut u8,
     len: usize,
     access: AccessFlags,
+    // Dropped after DEREG_MR (in Drop) and before the owned mapping goes.
+    _fork: crate::fork::Guard,
     _owned: Option<MmapMut>,
     _borrow: PhantomData<&'a mut [u8]>,
 }
@@ -147,6 +149,8 @@ impl Pd {
             ));
         }
         check_access(access)?;
+        // Marked before pinning (see crate::fork); unmarked if this fails.
+        let fork = crate::fork::protect(addr, len)?;
         let cmd = RegMr {
             response: 0,
             start: addr as u64,
@@ -165,6 +169,7 @@ impl Pd {
             addr,
             len,
             access,
+            _fork: fork,
             _owned: owned,
             _borrow: PhantomData,
         })
@@ -302,8 +307,20 @@ impl Drop for Mr<'_> {
             mr_handle: self.handle,
         };
         // After DEREG_MR returns the device no longer touches the memory, so
-        // the borrow (or owned mapping) may end. If it fails (device gone)
-        // the kernel has already torn the registration down.
-        let _ = write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut []);
+        // the borrow (or owned mapping) may end. EIO/ENODEV mean the device
+        // is gone and the kernel already tore the registration down.
+        match write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut []) {
+            Ok(_) | Err(Errno::EIO | Errno::ENODEV) => {}
+            Err(_) => {
+                // The registration may still be live (e.g. EBUSY): never
+                // hand memory the device may still write back to the
+                // allocator, and keep its pages out of forked children.
+                // A caller's borrowed buffer cannot be kept.
+                self._fork.keep();
+                if let Some(map) = self._owned.take() {
+                    std::mem::forget(map);
+                }
+            }
+        }
     }
 }

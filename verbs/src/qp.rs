@@ -14,6 +14,7 @@ use uverbs_abi::wr::{RecvWr, SendWr};
 
 use crate::cq::{Cq, CqInner};
 use crate::error::{Error, PostError, Result};
+use crate::event::{EventId, ObjectKind};
 use crate::gid::Gid;
 use crate::mr::AccessFlags;
 use crate::pd::Pd;
@@ -457,6 +458,10 @@ pub struct Qp {
     state: QpState,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
+    /// The SRQ the QP receives from: its kernel object outlives the QP.
+    srq: Option<Arc<crate::srq::SrqInner>>,
+    /// The `user_handle` async events name this QP by.
+    event_id: EventId,
 }
 
 impl fmt::Debug for Qp {
@@ -473,30 +478,52 @@ impl fmt::Debug for Qp {
 impl Pd {
     /// Creates a QP in the RESET state.
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        self.create_qp_inner(attr, None)
+    }
+
+    /// Creates a QP in the RESET state that takes its receives from `srq`
+    /// (`attr.cap.max_recv_wr` and `max_recv_sge` are ignored; the QP has no
+    /// receive queue of its own and [`Qp::post_recv`] refuses). The QP keeps
+    /// the SRQ's kernel object alive.
+    pub fn create_qp_with_srq(&self, attr: &QpInitAttr<'_>, srq: &crate::Srq) -> Result<Qp> {
+        self.create_qp_inner(attr, Some(srq))
+    }
+
+    fn create_qp_inner(&self, attr: &QpInitAttr<'_>, srq: Option<&crate::Srq>) -> Result<Qp> {
         let ctx = self.context();
+        if let Some(srq) = srq {
+            if !srq.pd().context().same(ctx) {
+                return Err(Error::invalid("the SRQ belongs to another device context"));
+            }
+        }
         for cq in [attr.send_cq, attr.recv_cq] {
             if !cq.inner().ctx.same(ctx) {
                 return Err(Error::invalid("the CQ belongs to another device context"));
             }
         }
-        if attr.cap.max_send_wr == 0 && attr.cap.max_recv_wr == 0 {
+        if attr.cap.max_send_wr == 0 && attr.cap.max_recv_wr == 0 && srq.is_none() {
             return Err(Error::invalid("a QP needs a send or a receive queue"));
         }
+        let event_id = EventId::new(ObjectKind::Qp);
+        let (max_recv_wr, max_recv_sge) = match srq {
+            Some(_) => (0, 0),
+            None => (attr.cap.max_recv_wr, attr.cap.max_recv_sge),
+        };
         let cmd = CreateQp {
             response: 0,
-            user_handle: 0,
+            user_handle: event_id.raw(),
             pd_handle: self.handle(),
             send_cq_handle: attr.send_cq.inner().handle,
             recv_cq_handle: attr.recv_cq.inner().handle,
-            srq_handle: 0,
+            srq_handle: srq.map_or(0, |s| s.inner().handle),
             max_send_wr: attr.cap.max_send_wr,
-            max_recv_wr: attr.cap.max_recv_wr,
+            max_recv_wr,
             max_send_sge: attr.cap.max_send_sge,
-            max_recv_sge: attr.cap.max_recv_sge,
+            max_recv_sge,
             max_inline_data: attr.cap.max_inline_data,
             sq_sig_all: attr.sq_sig_all as u8,
             qp_type: attr.qp_type.raw(),
-            is_srq: 0,
+            is_srq: srq.is_some() as u8,
             reserved: 0,
         };
         let created =
@@ -525,6 +552,8 @@ impl Pd {
             state: QpState::Reset,
             _send_cq: attr.send_cq.inner().clone(),
             _recv_cq: attr.recv_cq.inner().clone(),
+            srq: srq.map(|s| s.inner().clone()),
+            event_id,
         })
     }
 }
@@ -542,6 +571,14 @@ impl Qp {
     /// QP number.
     pub fn qp_num(&self) -> u32 {
         self.qpn
+    }
+    /// What async events name this QP by.
+    pub fn event_id(&self) -> EventId {
+        self.event_id
+    }
+    /// Whether the QP takes its receives from an SRQ.
+    pub fn uses_srq(&self) -> bool {
+        self.srq.is_some()
     }
     /// Transport type.
     pub fn qp_type(&self) -> QpType {
@@ -565,12 +602,75 @@ impl Qp {
     /// attribute is refused by the kernel with its errno (EINVAL).
     pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
         let cmd = attr.encode(self.handle)?;
+        // A UD message must fit the port's active MTU: learn it when the
+        // port is set, so post_send can refuse longer ones.
+        let ud_mtu = match (self.qp_type, attr.port_num) {
+            (QpType::Ud, Some(port)) => self
+                .pd
+                .context()
+                .query_port(port)
+                .ok()
+                .and_then(|p| p.active_mtu()),
+            _ => None,
+        };
         write_cmd::<_, NoResp>(self.pd.context().fd(), nr::MODIFY_QP, &cmd, &[], &mut [])
             .map_err(Error::kernel("modify_qp"))?;
         if let Some(s) = attr.qp_state {
             self.state = s;
         }
+        if let Some(mtu) = ud_mtu {
+            match &mut self.sq {
+                SendRing::Rxe(sq) => sq.set_ud_mtu(mtu.bytes()),
+            }
+        }
         Ok(())
+    }
+
+    /// Brings a UD QP from RESET (or wherever it is on the way) to RTS on
+    /// `port_num` (P_Key index 0), receiving datagrams that present `qkey`
+    /// and sending from PSN `sq_psn`. UD needs no remote end: each send
+    /// names its destination (see [`crate::ah`]).
+    pub fn ready_ud(&mut self, port_num: u8, qkey: u32, sq_psn: u32) -> Result<()> {
+        if self.qp_type != QpType::Ud {
+            return Err(Error::invalid(format!(
+                "ready_ud on a {:?} QP; connected QPs use connect()",
+                self.qp_type
+            )));
+        }
+        if self.state == QpState::Reset {
+            self.modify(&QpAttr {
+                qp_state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port_num: Some(port_num),
+                qkey: Some(qkey),
+                ..Default::default()
+            })?;
+        } else {
+            self.set_qkey(qkey)?;
+        }
+        if self.state == QpState::Init {
+            self.modify(&QpAttr {
+                qp_state: Some(QpState::Rtr),
+                ..Default::default()
+            })?;
+        }
+        if self.state == QpState::Rtr {
+            self.modify(&QpAttr {
+                qp_state: Some(QpState::Rts),
+                sq_psn: Some(sq_psn),
+                ..Default::default()
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Sets a UD QP's Q_Key (the key incoming datagrams must present)
+    /// without changing its state.
+    pub fn set_qkey(&mut self, qkey: u32) -> Result<()> {
+        self.modify(&QpAttr {
+            qkey: Some(qkey),
+            ..Default::default()
+        })
     }
 
     /// Queries the kernel's view of the QP: its attributes (every field
@@ -730,6 +830,7 @@ impl Qp {
         }
         match &mut self.rq {
             Some(RecvRing::Rxe(rq)) => rq.post(wrs),
+            None if self.srq.is_some() => Err((0, PostError::UsesSrq)),
             None => Err((0, PostError::InvalidState)),
         }
         .map_err(|(index, error)| Error::Post { index, error })

@@ -1,0 +1,173 @@
+//! rxe shared receive queues: CREATE_SRQ with rxe's driver response, the
+//! mapped receive ring (posted through [`RecvQueue`]), MODIFY_SRQ (limit,
+//! and resize, for which rxe writes the new ring's [`MmInfo`] to a user
+//! address given in the driver data), QUERY_SRQ and DESTROY_SRQ.
+
+use std::os::fd::BorrowedFd;
+
+use uverbs_abi::cmd::{nr, write_cmd, NoResp};
+use uverbs_abi::rxe::{self, MmInfo, ModifySrqCmd};
+use uverbs_abi::srq::{
+    CreateSrq, CreateSrqResp, DestroySrq, DestroySrqResp, ModifySrq, QuerySrq, QuerySrqResp,
+};
+use uverbs_abi::wr::RecvWr;
+use uverbs_abi::Errno;
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::qp::RecvQueue;
+use crate::queue::Queue;
+use crate::PostError;
+
+/// `IB_SRQ_MAX_WR`: MODIFY_SRQ resizes the ring.
+pub const SRQ_MAX_WR: u32 = 1;
+/// `IB_SRQ_LIMIT`: MODIFY_SRQ (re)arms the limit event.
+pub const SRQ_LIMIT: u32 = 2;
+
+/// What CREATE_SRQ returned: the kernel's answer, rxe's SRQ number and the
+/// mapped ring. If mapping failed the caller must destroy `resp.srq_handle`.
+#[derive(Debug)]
+pub struct Created {
+    /// Core response (handle, granted depth and SGEs).
+    pub resp: CreateSrqResp,
+    /// rxe's SRQ number (what the core response's `srqn` holds for XRC
+    /// SRQs only).
+    pub srq_num: u32,
+    /// The ring, or why it could not be mapped.
+    pub srq: Result<Srq, Errno>,
+}
+
+/// Issues CREATE_SRQ for `cmd` (its `response` is filled in) and maps the
+/// receive ring.
+pub fn create(fd: BorrowedFd<'_>, cmd: &CreateSrq) -> Result<Created, Errno> {
+    let mut drv = rxe::CreateSrqResp::new_zeroed();
+    let resp: CreateSrqResp = write_cmd(fd, nr::CREATE_SRQ, cmd, &[], drv.as_mut_bytes())?;
+    let srq = Queue::map(fd, &drv.mi)
+        .and_then(|ring| RecvQueue::new(ring, resp.max_wr, resp.max_sge))
+        .map(|rq| Srq {
+            rq: Some(rq),
+            handle: resp.srq_handle,
+            max_sge: resp.max_sge,
+        });
+    Ok(Created {
+        resp,
+        srq_num: drv.srq_num,
+        srq,
+    })
+}
+
+/// An SRQ's receive ring. Posting needs `&mut` (one producer); the kernel
+/// consumes on behalf of every QP attached to the SRQ.
+#[derive(Debug)]
+pub struct Srq {
+    /// `None` after a resize whose new ring could not be mapped.
+    rq: Option<RecvQueue>,
+    handle: u32,
+    max_sge: u32,
+}
+
+impl Srq {
+    /// Posts the chain `wrs` (no doorbell: rxe polls the ring). On error the
+    /// requests before the failing index are posted.
+    #[inline]
+    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+        match &mut self.rq {
+            Some(rq) => rq.post(wrs),
+            None => Err((0, PostError::InvalidState)),
+        }
+    }
+
+    /// Depth in work requests (0 if a resize left no usable ring).
+    pub fn capacity(&self) -> u32 {
+        self.rq.as_ref().map_or(0, RecvQueue::capacity)
+    }
+
+    /// SGEs per work request.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// Receives posted and not yet consumed.
+    pub fn outstanding(&self) -> u32 {
+        self.rq.as_ref().map_or(0, RecvQueue::outstanding)
+    }
+
+    /// Sets the limit: once fewer than `limit` receives remain, the kernel
+    /// raises `IB_EVENT_SRQ_LIMIT_REACHED` once and disarms (0 disarms now).
+    pub fn set_limit(&self, fd: BorrowedFd<'_>, limit: u32) -> Result<(), Errno> {
+        modify(fd, self.handle, SRQ_LIMIT, 0, limit, None).map(|_| ())
+    }
+
+    /// Resizes the ring to at least `max_wr` entries. The kernel copies the
+    /// receives still queued into a new ring and describes it; the new ring
+    /// is mapped and the old one unmapped. `&mut self` guarantees nothing is
+    /// posted meanwhile. The caller must not ask for fewer entries than are
+    /// queued (rxe refuses with EINVAL, which is harmless, but this keeps
+    /// the refusal out of the kernel log). If the kernel resized but the
+    /// new ring cannot be mapped, the error is returned and every later
+    /// post fails with [`PostError::InvalidState`]: the old ring is no
+    /// longer consumed, so posting to it would lose receives silently.
+    pub fn resize(&mut self, fd: BorrowedFd<'_>, max_wr: u32) -> Result<(), Errno> {
+        let mut mi = MmInfo::default();
+        modify(fd, self.handle, SRQ_MAX_WR, max_wr, 0, Some(&mut mi))?;
+        // SAFETY: `mi` is a live local; the kernel wrote it during the
+        // command through the address handed over in the driver data, so
+        // read it back without letting the compiler assume it unchanged.
+        let mi = unsafe { std::ptr::read_volatile(&mi) };
+        // The kernel has swapped rings: the old mapping still shows the old
+        // buffer (its pages live until unmapped) but is no longer consumed.
+        self.rq = None;
+        let ring = Queue::map(fd, &mi)?;
+        self.rq = Some(RecvQueue::new(ring, max_wr, self.max_sge)?);
+        Ok(())
+    }
+}
+
+/// MODIFY_SRQ. rxe requires its driver data on every call; with
+/// [`SRQ_MAX_WR`] the kernel writes the new ring's [`MmInfo`] to `mi`.
+fn modify(
+    fd: BorrowedFd<'_>,
+    srq_handle: u32,
+    attr_mask: u32,
+    max_wr: u32,
+    srq_limit: u32,
+    mi: Option<&mut MmInfo>,
+) -> Result<(), Errno> {
+    let cmd = ModifySrq {
+        srq_handle,
+        attr_mask,
+        max_wr,
+        srq_limit,
+    };
+    let addr = match mi {
+        Some(m) => m as *mut MmInfo as u64,
+        None => 0,
+    };
+    let drv = ModifySrqCmd {
+        mmap_info_addr: addr,
+    };
+    write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, drv.as_bytes(), &mut [])?;
+    Ok(())
+}
+
+/// QUERY_SRQ: the SRQ's depth (rxe reports its ring's slot count minus
+/// one), SGEs, and current limit (0 once the limit event fired).
+pub fn query(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<QuerySrqResp, Errno> {
+    let cmd = QuerySrq {
+        response: 0,
+        srq_handle,
+        reserved: 0,
+    };
+    write_cmd(fd, nr::QUERY_SRQ, &cmd, &[], &mut [])
+}
+
+/// DESTROY_SRQ. Fails with EBUSY while a QP still uses the SRQ. Returns the
+/// number of async events the kernel delivered for it.
+pub fn destroy(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<u32, Errno> {
+    let cmd = DestroySrq {
+        response: 0,
+        srq_handle,
+        reserved: 0,
+    };
+    let r: DestroySrqResp = write_cmd(fd, nr::DESTROY_SRQ, &cmd, &[], &mut [])?;
+    Ok(r.events_reported)
+}

@@ -1,0 +1,456 @@
+//! Fork safety of registered memory: what happens to memory regions when the
+//! process calls `fork()`, how this crate finds out, and the
+//! `MADV_DONTFORK` marking it applies when the kernel does not help.
+//!
+//! # The problem
+//!
+//! Registering memory pins its pages: the device keeps using those physical
+//! pages until the MR is deregistered. `fork()` makes private anonymous
+//! memory copy-on-write in parent and child. On old kernels the *parent*
+//! could be the one that got a fresh copy on its next write to a registered
+//! page, while the device kept reading and writing the old, pinned page: the
+//! parent then silently sent stale data and never saw what the device wrote.
+//!
+//! # What C users get
+//!
+//! libibverbs offers `ibv_fork_init()` (or the environment variable
+//! `RDMAV_FORK_SAFE`): from then on every registered range, rounded out to
+//! whole pages, is marked `madvise(MADV_DONTFORK)` while registered (with a
+//! reference count per range, so overlapping registrations keep the mark
+//! until the last one goes), and `MADV_DOFORK` again afterwards. The child
+//! then simply has no mapping there, and the parent keeps its pages.
+//! `ibv_is_fork_initialized()` reports `IBV_FORK_UNNEEDED` when the kernel
+//! says it copies pinned pages on fork; it asks with the RDMA netlink
+//! command `RDMA_NLDEV_CMD_SYS_GET` and reads the u8 attribute
+//! `RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK` (Linux 5.13 and later report 1; older
+//! kernels do not send the attribute at all). With such a kernel
+//! `ibv_fork_init()` does nothing.
+//!
+//! Since Linux 5.8/5.9 ("mm: Do early cow for pinned pages during fork()
+//! for ptes", and the hugetlb counterpart), `fork()` gives the *child* a
+//! private copy of every page that may be DMA-pinned (`FOLL_PIN`, which
+//! `ib_umem_get` uses with `FOLL_LONGTERM`), so the parent keeps the pinned
+//! page and both processes see consistent memory. The netlink attribute is
+//! the kernel's promise of that behaviour.
+//!
+//! # What this crate does
+//!
+//! The decision is automatic, made once per process ([`fork_safety`]):
+//!
+//! * [`ForkSafety::KernelCopiesOnFork`]: the kernel reports copy-on-fork.
+//!   Nothing is marked; after `fork()` the child has copies of registered
+//!   memory (it may read and write them; they are not registered in the
+//!   child), the parent keeps its registrations intact.
+//! * [`ForkSafety::MadviseDontfork`]: the kernel does not report it, but
+//!   `MADV_DONTFORK` works. [`Pd::register`](crate::Pd::register) and
+//!   [`Pd::alloc_mr`](crate::Pd::alloc_mr) mark the registered range, rounded
+//!   out to whole pages, before registering it and unmark it (`MADV_DOFORK`)
+//!   after deregistering it, with the same per-range reference counting as
+//!   libibverbs. In a child, those pages are not mapped at all: touching them
+//!   faults. Beware that the rounding covers whatever else shares the first
+//!   and last page of a registered caller buffer (heap neighbours, for
+//!   example), exactly as with `ibv_fork_init()`. [`Pd::alloc_mr`](crate::Pd::alloc_mr)
+//!   buffers are page-aligned mappings of their own, so they share nothing.
+//!   Each mark may split a mapping, which counts against `vm.max_map_count`.
+//! * [`ForkSafety::Unsafe`]: neither; registered memory is not protected
+//!   and a process that forks must not write registered pages afterwards.
+//!
+//! [`enable_dontfork`] opts in to the marking even on a kernel that copies
+//! on fork (for MRs registered afterwards): with very large registrations
+//! the copy that kernel makes at every `fork()` costs time and memory,
+//! while marked pages are simply left out of the child.
+//!
+//! Hugetlb-backed caller buffers: `madvise` needs huge-page alignment there
+//! and fails with `EINVAL`; on a kernel that needs the marking such a
+//! registration fails with [`Error::Kernel`] `op: "madvise(MADV_DONTFORK)"`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use uverbs_abi::netlink::{self, NlSocket};
+use uverbs_abi::Errno;
+
+use crate::error::{Error, Result};
+
+/// What protects registered memory across `fork()` in this process (see
+/// the [module documentation](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ForkSafety {
+    /// The kernel copies DMA-pinned pages for the child at `fork()` (it
+    /// reports `RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK`): nothing else is needed.
+    KernelCopiesOnFork,
+    /// Registered ranges (rounded to pages) are marked `MADV_DONTFORK`
+    /// while registered: the child does not inherit them.
+    MadviseDontfork,
+    /// Nothing protects registered memory: after `fork()` the parent must
+    /// not write registered pages.
+    Unsafe,
+}
+
+static KERNEL_COF: OnceLock<bool> = OnceLock::new();
+static DETECTED: OnceLock<ForkSafety> = OnceLock::new();
+static FORCED: AtomicBool = AtomicBool::new(false);
+static TRACKER: Mutex<Tracker> = Mutex::new(Tracker::new());
+
+/// Whether the running kernel reports that it copies DMA-pinned pages for
+/// the child at `fork()`: the RDMA netlink `RDMA_NLDEV_CMD_SYS_GET` reply
+/// carries `RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK` = 1 (Linux 5.13 and later).
+/// `false` when the attribute is missing or the question cannot be asked
+/// (no RDMA netlink). Asked once per process.
+pub fn kernel_copies_on_fork() -> bool {
+    *KERNEL_COF.get_or_init(|| query_copy_on_fork().unwrap_or(false))
+}
+
+fn query_copy_on_fork() -> std::result::Result<bool, Errno> {
+    let mut sock = NlSocket::open()?;
+    let mut cof = false;
+    sock.request(netlink::nldev_type(netlink::cmd::SYS_GET), &[], |attrs| {
+        if let Some(a) = netlink::Attrs::new(attrs).get(netlink::attr::SYS_COPY_ON_FORK)? {
+            cof = a.u8() == Some(1);
+        }
+        Ok(())
+    })?;
+    Ok(cof)
+}
+
+/// What protects registered memory across `fork()` for memory regions
+/// registered from now on: [`ForkSafety::KernelCopiesOnFork`] if the kernel
+/// reports it (see [`kernel_copies_on_fork`]), else
+/// [`ForkSafety::MadviseDontfork`] if `madvise(MADV_DONTFORK)` works, else
+/// [`ForkSafety::Unsafe`]. After [`enable_dontfork`] it is
+/// [`ForkSafety::MadviseDontfork`].
+pub fn fork_safety() -> ForkSafety {
+    if FORCED.load(Ordering::Acquire) {
+        return ForkSafety::MadviseDontfork;
+    }
+    detected()
+}
+
+fn detected() -> ForkSafety {
+    *DETECTED.get_or_init(|| {
+        if kernel_copies_on_fork() {
+            ForkSafety::KernelCopiesOnFork
+        } else if madvise_works() {
+            ForkSafety::MadviseDontfork
+        } else {
+            ForkSafety::Unsafe
+        }
+    })
+}
+
+/// Marks every memory region registered from now on `MADV_DONTFORK`, even
+/// on a kernel that copies pinned pages on fork (so that `fork()` does not
+/// copy them for the child at all). Regions registered before keep what
+/// they had. Fails with [`Error::Kernel`] if `madvise(MADV_DONTFORK)` does
+/// not work here.
+pub fn enable_dontfork() -> Result<()> {
+    if !madvise_works() {
+        return Err(Error::Kernel {
+            op: "madvise(MADV_DONTFORK)",
+            errno: Errno::ENOSYS,
+        });
+    }
+    FORCED.store(true, Ordering::Release);
+    Ok(())
+}
+
+fn page_size() -> usize {
+    static PS: OnceLock<usize> = OnceLock::new();
+    *PS.get_or_init(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(ps)
+            .ok()
+            .filter(|p| p.is_power_of_two())
+            .unwrap_or(4096)
+    })
+}
+
+fn madvise(start: usize, end: usize, advice: libc::c_int) -> std::result::Result<(), Errno> {
+    // SAFETY: MADV_DONTFORK/MADV_DOFORK only change whether the mapping is
+    // inherited by a child; they never change this process's memory
+    // contents, so no Rust reference can be invalidated. An unmapped range
+    // is reported as ENOMEM.
+    let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
+/// Whether `madvise(MADV_DONTFORK)` and `MADV_DOFORK` work on a private
+/// anonymous page.
+fn madvise_works() -> bool {
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| {
+        let ps = page_size();
+        // SAFETY: a fresh private anonymous mapping; no existing memory is
+        // touched.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                ps,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        let start = p as usize;
+        let ok = madvise(start, start + ps, libc::MADV_DONTFORK).is_ok()
+            && madvise(start, start + ps, libc::MADV_DOFORK).is_ok();
+        // SAFETY: unmapping the page mapped above, which nothing references.
+        unsafe { libc::munmap(p, ps) };
+        ok
+    })
+}
+
+/// The page-aligned range covering `addr..addr + len`, or `None` if it
+/// would overflow.
+fn page_range(addr: usize, len: usize, ps: usize) -> Option<(usize, usize)> {
+    let start = addr & !(ps - 1);
+    let end = addr.checked_add(len)?.checked_add(ps - 1)? & !(ps - 1);
+    Some((start, end))
+}
+
+/// The page ranges currently marked `MADV_DONTFORK` for registrations, one
+/// entry per registration (a multiset), so a page stays marked while any
+/// registration covers it.
+#[derive(Debug)]
+struct Tracker {
+    ranges: Vec<(usize, usize)>,
+}
+
+impl Tracker {
+    const fn new() -> Tracker {
+        Tracker { ranges: Vec::new() }
+    }
+
+    /// Marks `start..end` (page-aligned) and records it.
+    fn protect(&mut self, start: usize, end: usize) -> std::result::Result<(), Errno> {
+        madvise(start, end, libc::MADV_DONTFORK)?;
+        self.ranges.push((start, end));
+        Ok(())
+    }
+
+    /// Forgets one record of `start..end` and unmarks the parts of it no
+    /// other record covers. Unmarking errors (the range was unmapped
+    /// already) are ignored: there is nothing left to unmark.
+    fn release(&mut self, start: usize, end: usize) {
+        let Some(i) = self.ranges.iter().position(|&r| r == (start, end)) else {
+            return;
+        };
+        self.ranges.swap_remove(i);
+        for (s, e) in self.uncovered(start, end) {
+            let _ = madvise(s, e, libc::MADV_DOFORK);
+        }
+    }
+
+    /// The parts of `start..end` that no recorded range overlaps, in order.
+    fn uncovered(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        let mut cover: Vec<(usize, usize)> = self
+            .ranges
+            .iter()
+            .filter(|&&(s, e)| s < end && e > start)
+            .map(|&(s, e)| (s.max(start), e.min(end)))
+            .collect();
+        cover.sort_unstable();
+        let mut out = Vec::new();
+        let mut at = start;
+        for (s, e) in cover {
+            if s > at {
+                out.push((at, s));
+            }
+            at = at.max(e);
+        }
+        if at < end {
+            out.push((at, end));
+        }
+        out
+    }
+}
+
+fn tracker() -> std::sync::MutexGuard<'static, Tracker> {
+    // A panic while holding the lock leaves the records consistent (each
+    // operation records only after its madvise succeeded).
+    TRACKER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The `MADV_DONTFORK` mark of one registration, if it got one; dropping it
+/// removes the mark from pages no other registration covers.
+#[derive(Debug)]
+pub(crate) struct Guard {
+    range: Option<(usize, usize)>,
+}
+
+/// Applies the process's [`fork_safety`] to the memory `addr..addr + len`
+/// about to be registered: marks its pages `MADV_DONTFORK` if that is the
+/// policy. Call before registering; drop the guard after deregistering.
+pub(crate) fn protect(addr: *const u8, len: usize) -> Result<Guard> {
+    if fork_safety() != ForkSafety::MadviseDontfork {
+        return Ok(Guard { range: None });
+    }
+    let Some((start, end)) = page_range(addr as usize, len, page_size()) else {
+        return Err(Error::invalid(
+            "memory region range overflows the address space",
+        ));
+    };
+    tracker()
+        .protect(start, end)
+        .map_err(Error::kernel("madvise(MADV_DONTFORK)"))?;
+    Ok(Guard {
+        range: Some((start, end)),
+    })
+}
+
+impl Guard {
+    /// Keeps the pages marked for good: for a registration the kernel may
+    /// still hold (deregistration failed), so its pages stay out of children.
+    pub(crate) fn keep(&mut self) {
+        self.range = None;
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some((s, e)) = self.range {
+            tracker().release(s, e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An anonymous private mapping of `pages` pages, unmapped on drop.
+    struct Map {
+        base: usize,
+        len: usize,
+    }
+
+    impl Map {
+        fn new(pages: usize) -> Map {
+            let len = pages * page_size();
+            // SAFETY: fresh anonymous mapping.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED, "mmap");
+            Map {
+                base: p as usize,
+                len,
+            }
+        }
+        fn page(&self, i: usize) -> usize {
+            self.base + i * page_size()
+        }
+    }
+
+    impl Drop for Map {
+        fn drop(&mut self) {
+            // SAFETY: unmapping our own mapping.
+            unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        }
+    }
+
+    /// Whether the page at `addr` is in a mapping with VM_DONTCOPY (`dc` in
+    /// /proc/self/smaps VmFlags).
+    fn dontcopy(addr: usize) -> bool {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let mut inside = false;
+        for line in smaps.lines() {
+            let head = line.split_whitespace().next().unwrap_or("");
+            if let Some((s, e)) = head.split_once('-') {
+                if let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16))
+                {
+                    inside = s <= addr && addr < e;
+                    continue;
+                }
+            }
+            if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return flags.split_whitespace().any(|f| f == "dc");
+                }
+            }
+        }
+        panic!("address {addr:#x} not mapped");
+    }
+
+    #[test]
+    fn page_range_rounds_out() {
+        assert_eq!(page_range(4096, 1, 4096), Some((4096, 8192)));
+        assert_eq!(page_range(4097, 4095, 4096), Some((4096, 8192)));
+        assert_eq!(page_range(4097, 4096, 4096), Some((4096, 12288)));
+        assert_eq!(page_range(8191, 2, 4096), Some((4096, 12288)));
+        assert_eq!(page_range(usize::MAX - 10, 5, 4096), None);
+    }
+
+    #[test]
+    fn uncovered_subtracts_other_ranges() {
+        let mut t = Tracker::new();
+        t.ranges = vec![(0, 10), (20, 30), (25, 40)];
+        assert_eq!(t.uncovered(5, 50), vec![(10, 20), (40, 50)]);
+        assert_eq!(t.uncovered(21, 39), vec![]);
+        assert_eq!(t.uncovered(50, 60), vec![(50, 60)]);
+    }
+
+    #[test]
+    fn overlapping_marks_are_reference_counted() {
+        assert!(
+            madvise_works(),
+            "madvise(MADV_DONTFORK) should work on Linux"
+        );
+        let m = Map::new(4);
+        let ps = page_size();
+        let mut t = Tracker::new();
+        // Registrations on pages 0..2 and 1..3 share page 1.
+        t.protect(m.page(0), m.page(2)).unwrap();
+        t.protect(m.page(1), m.page(3)).unwrap();
+        assert!(dontcopy(m.page(0)) && dontcopy(m.page(1)) && dontcopy(m.page(2)));
+        assert!(!dontcopy(m.page(3)));
+        t.release(m.page(0), m.page(2));
+        // Page 0 is free again; page 1 is still covered by the second one.
+        assert!(!dontcopy(m.page(0)));
+        assert!(dontcopy(m.page(1)) && dontcopy(m.page(2)));
+        // Releasing something never recorded changes nothing.
+        t.release(m.page(0), m.page(0) + ps);
+        assert!(dontcopy(m.page(1)));
+        t.release(m.page(1), m.page(3));
+        for i in 0..4 {
+            assert!(!dontcopy(m.page(i)), "page {i} still marked");
+        }
+        assert!(t.ranges.is_empty());
+    }
+
+    #[test]
+    fn duplicate_registrations_keep_the_mark_until_the_last() {
+        let m = Map::new(1);
+        let mut t = Tracker::new();
+        t.protect(m.page(0), m.page(1)).unwrap();
+        t.protect(m.page(0), m.page(1)).unwrap();
+        t.release(m.page(0), m.page(1));
+        assert!(dontcopy(m.page(0)));
+        t.release(m.page(0), m.page(1));
+        assert!(!dontcopy(m.page(0)));
+    }
+
+    #[test]
+    fn marking_an_unmapped_range_fails_with_enomem() {
+        // Page 0 is never mapped (vm.mmap_min_addr).
+        let mut t = Tracker::new();
+        assert_eq!(t.protect(0, page_size()), Err(Errno::ENOMEM));
+        assert!(t.ranges.is_empty());
+    }
+}

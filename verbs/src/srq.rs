@@ -1,0 +1,222 @@
+//! Shared receive queues: one pool of receive buffers that any number of
+//! QPs consume from ([`Pd::create_qp_with_srq`]), with a low-water limit
+//! that raises [`crate::AsyncEventKind::SrqLimitReached`].
+//!
+//! As with CQs, the ring lives in [`Srq`] (posting takes `&mut`, never
+//! locks) and the kernel object in an `Arc` that every QP created on the
+//! SRQ also holds, so the kernel SRQ is destroyed only after its last QP,
+//! whatever order the handles are dropped in.
+
+use std::fmt;
+use std::sync::Arc;
+
+use uverbs_abi::srq::CreateSrq;
+use uverbs_abi::wr::RecvWr;
+
+use crate::error::{Error, Result};
+use crate::event::{EventId, ObjectKind};
+use crate::pd::Pd;
+
+pub(crate) struct SrqInner {
+    pub(crate) pd: Pd,
+    pub(crate) handle: u32,
+    pub(crate) event_id: EventId,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        // Every QP on the SRQ is gone (they hold this Arc). On failure
+        // (device removed) the kernel frees it with the context.
+        let _ = provider_rxe::srq::destroy(self.pd.context().fd(), self.handle);
+    }
+}
+
+enum Ring {
+    Rxe(provider_rxe::srq::Srq),
+}
+
+/// What [`Pd::create_srq`] needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqInitAttr {
+    /// Receive work requests the SRQ holds.
+    pub max_wr: u32,
+    /// SGEs per receive work request.
+    pub max_sge: u32,
+    /// Arm the limit event at creation: it fires once fewer than this many
+    /// receives remain (0: not armed). rxe honours this at creation;
+    /// [`Srq::modify_limit`] arms it later.
+    pub srq_limit: u32,
+}
+
+impl Default for SrqInitAttr {
+    fn default() -> Self {
+        SrqInitAttr {
+            max_wr: 64,
+            max_sge: 1,
+            srq_limit: 0,
+        }
+    }
+}
+
+/// An SRQ's attributes as the kernel reports them ([`Srq::query`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Depth. rxe reports its ring's usable slots, which may exceed what
+    /// was asked for (rings have a power-of-two number of slots).
+    pub max_wr: u32,
+    /// SGEs per work request.
+    pub max_sge: u32,
+    /// The armed limit; 0 when disarmed (including after the limit event
+    /// fired, which disarms it).
+    pub srq_limit: u32,
+}
+
+/// A shared receive queue.
+pub struct Srq {
+    inner: Arc<SrqInner>,
+    ring: Ring,
+    srq_num: u32,
+    max_wr: u32,
+    max_sge: u32,
+}
+
+impl fmt::Debug for Srq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Srq")
+            .field("srq_num", &self.srq_num)
+            .field("max_wr", &self.max_wr)
+            .field("max_sge", &self.max_sge)
+            .finish()
+    }
+}
+
+impl Pd {
+    /// Creates a shared receive queue.
+    pub fn create_srq(&self, attr: &SrqInitAttr) -> Result<Srq> {
+        if attr.max_wr == 0 {
+            return Err(Error::invalid("an SRQ needs at least one entry"));
+        }
+        if attr.srq_limit > attr.max_wr {
+            return Err(Error::invalid(format!(
+                "srq_limit {} exceeds max_wr {}",
+                attr.srq_limit, attr.max_wr
+            )));
+        }
+        let ctx = self.context();
+        let event_id = EventId::new(ObjectKind::Srq);
+        let cmd = CreateSrq {
+            response: 0,
+            user_handle: event_id.raw(),
+            pd_handle: self.handle(),
+            max_wr: attr.max_wr,
+            max_sge: attr.max_sge,
+            srq_limit: attr.srq_limit,
+        };
+        let created =
+            provider_rxe::srq::create(ctx.fd(), &cmd).map_err(Error::kernel("create_srq"))?;
+        let inner = Arc::new(SrqInner {
+            pd: self.clone(),
+            handle: created.resp.srq_handle,
+            event_id,
+        });
+        // If mapping failed, dropping `inner` destroys the kernel SRQ.
+        let ring = created.srq.map_err(Error::kernel("mmap srq"))?;
+        Ok(Srq {
+            inner,
+            ring: Ring::Rxe(ring),
+            srq_num: created.srq_num,
+            max_wr: created.resp.max_wr,
+            max_sge: created.resp.max_sge,
+        })
+    }
+}
+
+impl Srq {
+    pub(crate) fn inner(&self) -> &Arc<SrqInner> {
+        &self.inner
+    }
+
+    /// The SRQ number (rxe's; what a remote XRC sender would address).
+    pub fn srq_num(&self) -> u32 {
+        self.srq_num
+    }
+
+    /// Depth granted at creation (or set by [`Srq::resize`]).
+    pub fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
+    /// SGEs per work request.
+    pub fn max_sge(&self) -> u32 {
+        self.max_sge
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Pd {
+        &self.inner.pd
+    }
+
+    /// What async events name this SRQ by.
+    pub fn event_id(&self) -> EventId {
+        self.inner.event_id
+    }
+
+    /// Receives posted and not yet consumed by any QP.
+    pub fn outstanding(&self) -> u32 {
+        match &self.ring {
+            Ring::Rxe(r) => r.outstanding(),
+        }
+    }
+
+    /// Posts a chain of receive work requests to the shared pool. On error
+    /// the requests before [`Error::Post`]'s `index` were posted.
+    #[inline]
+    pub fn post_srq_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        match &mut self.ring {
+            Ring::Rxe(r) => r.post(wrs),
+        }
+        .map_err(|(index, error)| Error::Post { index, error })
+    }
+
+    /// Arms the limit event: once fewer than `limit` receives remain the
+    /// kernel raises [`crate::AsyncEventKind::SrqLimitReached`] once and
+    /// disarms. 0 disarms. rxe refuses a limit above the ring's depth
+    /// (EINVAL).
+    pub fn modify_limit(&self, limit: u32) -> Result<()> {
+        let fd = self.inner.pd.context().fd();
+        match &self.ring {
+            Ring::Rxe(r) => r.set_limit(fd, limit),
+        }
+        .map_err(Error::kernel("modify_srq"))
+    }
+
+    /// Resizes the SRQ to hold at least `max_wr` receives; those already
+    /// posted are kept. Refused if fewer than the receives now queued, or
+    /// below an armed limit (rxe's rule, reported by the kernel as EINVAL).
+    pub fn resize(&mut self, max_wr: u32) -> Result<()> {
+        let queued = self.outstanding();
+        if max_wr == 0 || max_wr < queued {
+            return Err(Error::invalid(format!(
+                "cannot resize the SRQ to {max_wr} entries with {queued} receives queued"
+            )));
+        }
+        let fd = self.inner.pd.context().fd();
+        match &mut self.ring {
+            Ring::Rxe(r) => r.resize(fd, max_wr),
+        }
+        .map_err(Error::kernel("modify_srq"))?;
+        self.max_wr = max_wr;
+        Ok(())
+    }
+
+    /// Queries the kernel's view of the SRQ.
+    pub fn query(&self) -> Result<SrqAttr> {
+        let r = provider_rxe::srq::query(self.inner.pd.context().fd(), self.inner.handle)
+            .map_err(Error::kernel("query_srq"))?;
+        Ok(SrqAttr {
+            max_wr: r.max_wr,
+            max_sge: r.max_sge,
+            srq_limit: r.srq_limit,
+        })
+    }
+}
