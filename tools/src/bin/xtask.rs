@@ -4,10 +4,30 @@
 //!   QEMU (TCG) guest with Debian's distribution kernel and the soft-RoCE
 //!   driver (rxe0 on a veth pair), runs CMD as root in the workspace inside
 //!   a chroot of the host's root, and exits with CMD's exit status.
+//! - `cargo xtask vm2 [--kernel SERIES] [--timeout SECS] [--a SHELL] [--b SHELL] [-- CMD...]`
+//!   boots two guests, a (10.0.1.1) and b (10.0.1.2), whose virtio NICs
+//!   (eth0) are joined by a TCP connection on the host's loopback, with
+//!   rxe0 on eth0 in each: a real two-host RoCE v2 link. Once both rxe0 are
+//!   ACTIVE and the guests ping each other, guest a runs `--a` (a shell
+//!   command line) and guest b runs `--b`; a guest without its own option
+//!   runs CMD (given after `--`). Each command runs as root in the
+//!   workspace with `RVERBS_ROLE` (a|b), `RVERBS_ADDR` (its own IP),
+//!   `RVERBS_PEER_ADDR` (the other's IP), `RVERBS_NETDEV` (eth0),
+//!   `RVERBS_RUN_DIR` (its own run folder in the shared workspace) and
+//!   `RVERBS_PEER_RUN_DIR` (the other's, for coordination that must not
+//!   use the link, e.g. after cutting it). Prints both exit statuses;
+//!   exits 0 only if both commands exited 0. To cut the link from inside a
+//!   guest (fault tests), run `ip link set eth0 down` there: the other
+//!   guest's RC QPs with work in flight then end in transport retry errors
+//!   (RETRY_EXC_ERR), provided their retry_cnt is below 7: rxe retries
+//!   forever at 7, the value ibv_*_pingpong and perftest use unless told
+//!   otherwise (see tests/vm2/link_cut.sh).
 //! - `cargo xtask test [--kernel SERIES] [--timeout SECS] [--no-host] [-- ARGS...]`
 //!   runs the host tests, builds the VM suite (package `verbs-tests`) and
-//!   the `verbs` examples, runs every VM test executable in one VM and
-//!   prints `N passed, N failed`.
+//!   the `verbs` examples, runs every VM test executable in one VM, then
+//!   every `tests/vm2/*.sh` script in a linked pair (see `vm2`; the same
+//!   script runs in both guests, one test each) and prints
+//!   `N passed, N failed`.
 //! - `cargo xtask demo [--kernel SERIES]` builds the examples and runs the
 //!   two-process `rc_client_server` demo in the VM.
 //!
@@ -56,6 +76,33 @@ enum Cmd {
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
+    /// Boot two linked soft-RoCE guests, a (10.0.1.1) and b (10.0.1.2),
+    /// and run a command in each; exits 0 only if both exit 0.
+    ///
+    /// Examples: `cargo xtask vm2 -- sh tests/vm2/rc_pingpong.sh` (the same
+    /// command in both guests, told apart by RVERBS_ROLE) or
+    /// `cargo xtask vm2 --a 'ibv_rc_pingpong -g 1 -n 10' --b 'sleep 2; ibv_rc_pingpong -g 1 -n 10 $RVERBS_PEER_ADDR'`.
+    /// Each command gets RVERBS_ROLE (a|b), RVERBS_ADDR, RVERBS_PEER_ADDR,
+    /// RVERBS_NETDEV (eth0), RVERBS_RUN_DIR and RVERBS_PEER_RUN_DIR (run
+    /// folders in the shared workspace). `ip link set eth0 down` in a
+    /// guest cuts the link.
+    Vm2 {
+        /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
+        #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
+        kernel: String,
+        /// Kill both VMs after this many seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 600)]
+        timeout: u64,
+        /// Shell command line for guest a (instead of CMD).
+        #[arg(long = "a", value_name = "SHELL")]
+        a: Option<String>,
+        /// Shell command line for guest b (instead of CMD).
+        #[arg(long = "b", value_name = "SHELL")]
+        b: Option<String>,
+        /// The command run in each guest without its own --a/--b (after `--`).
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<OsString>,
+    },
     /// Build the examples and run the rc_client_server demo (server and
     /// client processes, RDMA WRITE/READ and SEND/RECV) in the rxe VM.
     Demo {
@@ -93,6 +140,23 @@ fn vm_options(kernel: String, timeout: u64) -> Result<vm::VmOptions, String> {
     })
 }
 
+/// The commands of guests a and b of `vm2`: `--a`/`--b`, else CMD.
+fn pair_commands(
+    a: Option<String>,
+    b: Option<String>,
+    command: Vec<OsString>,
+) -> Result<[vm::PairCommand; 2], String> {
+    let pick = |own: Option<String>, role: &str| match own {
+        Some(line) if line.trim().is_empty() => Err(format!("--{role} is empty")),
+        Some(line) => Ok(vm::PairCommand::Shell(line)),
+        None if command.is_empty() => Err(format!(
+            "no command for guest {role}: give --{role} 'SHELL' or a command after `--`"
+        )),
+        None => Ok(vm::PairCommand::Argv(command.clone())),
+    };
+    Ok([pick(a, "a")?, pick(b, "b")?])
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     vm::install_signal_handlers();
@@ -104,6 +168,17 @@ fn main() -> ExitCode {
         } => vm_options(kernel, timeout)
             .map_err(anyhow::Error::msg)
             .and_then(|opts| vm::vm_command(&opts, &command))
+            .map(|status| u8::try_from(status).unwrap_or(1)),
+        Cmd::Vm2 {
+            kernel,
+            timeout,
+            a,
+            b,
+            command,
+        } => vm_options(kernel, timeout)
+            .and_then(|opts| Ok((opts, pair_commands(a, b, command)?)))
+            .map_err(anyhow::Error::msg)
+            .and_then(|(opts, [a, b])| vm::vm2_command(&opts, [&a, &b]))
             .map(|status| u8::try_from(status).unwrap_or(1)),
         Cmd::Demo { kernel, timeout } => vm_options(kernel, timeout)
             .map_err(anyhow::Error::msg)

@@ -19,6 +19,11 @@ use crate::util::{cache_dir, ensure_tool, mkdir_p, write_atomic, Fnv};
 
 /// The modules the testbed needs (their dependencies are added).
 /// `crc32_generic` is needed or `rdma link add` fails with ENOENT.
+/// `virtio_net` (with `net_failover` and `failover`) drives the NIC of the
+/// linked pair of `cargo xtask vm2`; a single guest has no NIC.
+/// `rdma_ucm` (with `rdma_cm`, `ib_cm`, `iw_cm`) gives /dev/infiniband/rdma_cm
+/// for rdma-core tools in rdma_cm mode (perftest `-R`), whose connections
+/// can set a finite transport retry count (see tests/vm2/link_cut.sh).
 pub const MODULES: &[&str] = &[
     "crc32_generic",
     "virtio_pci",
@@ -30,6 +35,8 @@ pub const MODULES: &[&str] = &[
     "ip6_udp_tunnel",
     "rdma_rxe",
     "veth",
+    "virtio_net",
+    "rdma_ucm",
 ];
 
 /// Bump to force a rebuild when the archive layout changes.

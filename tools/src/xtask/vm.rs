@@ -1,28 +1,41 @@
-//! Booting the soft-RoCE VM and running a payload script in it.
+//! Booting the soft-RoCE VM (or a linked pair of them) and running a
+//! payload script in it.
 //!
 //! Each run gets a folder `<workspace>/target/vm-run/<id>/` in the writable
-//! workspace share. The host writes `guest.sh` (veth pair + `rdma link add
-//! rxe0`, then the payload with a clean environment) and `payload.sh` there;
-//! the initramfs init chroots into the host's root and runs `guest.sh`,
-//! which writes the payload's exit status to `status`. The host reads that
-//! file after qemu exits: no exit status is parsed from the console.
+//! workspace share (a pair gets `<id>/a/` and `<id>/b/`, one per guest). The
+//! host writes `guest.sh` (network and `rdma link add rxe0`, then the
+//! payload with a clean environment) and `payload.sh` there; the initramfs
+//! init chroots into the host's root and runs `guest.sh`, which writes the
+//! payload's exit status to `status`. The host reads that file after qemu
+//! exits: no exit status is parsed from the console.
 //!
-//! The serial console is passed through to our stdout, minus firmware noise
-//! before init starts (kept and shown only if the boot fails) and `@@xtask:`
-//! marker lines, which become `vm: ...` progress lines. qemu is killed on
-//! timeout, on SIGINT/SIGTERM/SIGHUP (see [`install_signal_handlers`]) and,
-//! through `PR_SET_PDEATHSIG`, if xtask itself dies.
+//! A single guest ([`run`]) gets rxe0 on a veth pair inside the guest
+//! (10.0.0.1/24). A pair ([`run_pair`]) is two guests whose virtio NICs
+//! (eth0) are joined by qemu's socket netdev over a TCP connection on the
+//! host's loopback (`listen=127.0.0.1:PORT` on guest a, `connect=` on guest
+//! b): a real two-host RoCE v2 link, a = 10.0.1.1/24, b = 10.0.1.2/24, rxe0
+//! on eth0 in both. Each guest waits until its rxe0 is ACTIVE with its IPv4
+//! GID at index 1, until it can ping the other, and until the other wrote
+//! its `ready` file, then runs its payload.
+//!
+//! The serial console is passed through to our stdout (prefixed `a| ` /
+//! `b| ` for a pair), minus firmware noise before init starts (kept and
+//! shown only if the boot fails) and `@@xtask:` marker lines, which become
+//! `vm: ...` progress lines. qemu is killed on timeout, on
+//! SIGINT/SIGTERM/SIGHUP (see [`install_signal_handlers`]) and, through
+//! `PR_SET_PDEATHSIG`, if xtask itself dies.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 
 use crate::util::{self, ensure_tool, mkdir_p, print_line, shell_quote, workspace_root};
 use crate::{initramfs, kernel};
@@ -33,8 +46,9 @@ pub const GUEST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 /// How many old run folders to keep under target/vm-run.
 const KEEP_RUNS: usize = 10;
 
-/// The pid of the running qemu, for the signal handler (0 when none).
-static QEMU_PID: AtomicI32 = AtomicI32::new(0);
+/// The pids of the running qemus, for the signal handler (0 when none):
+/// slot 0 for a single guest or guest a, slot 1 for guest b.
+static QEMU_PIDS: [AtomicI32; 2] = [AtomicI32::new(0), AtomicI32::new(0)];
 
 /// Options for one VM boot.
 #[derive(Debug, Clone)]
@@ -62,10 +76,16 @@ impl std::fmt::Display for Timeout {
 impl std::error::Error for Timeout {}
 
 extern "C" fn on_signal(sig: libc::c_int) {
-    let pid = QEMU_PID.load(Ordering::SeqCst);
-    let msg: &[u8] = if pid > 0 {
-        // SAFETY: kill is async-signal-safe; pid is our qemu child.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+    let mut killed = false;
+    for slot in &QEMU_PIDS {
+        let pid = slot.load(Ordering::SeqCst);
+        if pid > 0 {
+            // SAFETY: kill is async-signal-safe; pid is our qemu child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed = true;
+        }
+    }
+    let msg: &[u8] = if killed {
         b"\nvm: interrupted: killed qemu\n"
     } else {
         b"\nxtask: interrupted\n"
@@ -117,9 +137,95 @@ pub fn new_run_dir() -> Result<PathBuf> {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let dir = base.join(format!("{secs}-{}", std::process::id()));
-    mkdir_p(&dir)?;
-    Ok(dir)
+    // Two runs started in the same second by the same process (the pairs
+    // of `cargo xtask test`) get distinct folders.
+    for n in 0u32.. {
+        let name = if n == 0 {
+            format!("{secs}-{}", std::process::id())
+        } else {
+            format!("{secs}-{}-{n}", std::process::id())
+        };
+        let dir = base.join(name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+        }
+    }
+    unreachable!("u32 range exhausted")
+}
+
+/// One guest of a linked pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Guest a: 10.0.1.1, the listening end of the link (by convention the
+    /// server of a two-guest test).
+    A,
+    /// Guest b: 10.0.1.2, the connecting end (by convention the client).
+    B,
+}
+
+impl Role {
+    /// Both roles, a first.
+    pub const BOTH: [Role; 2] = [Role::A, Role::B];
+
+    /// "a" or "b" (the value of `RVERBS_ROLE`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::A => "a",
+            Role::B => "b",
+        }
+    }
+
+    /// The guest's IPv4 address on eth0.
+    pub fn addr(self) -> &'static str {
+        match self {
+            Role::A => "10.0.1.1",
+            Role::B => "10.0.1.2",
+        }
+    }
+
+    /// The other guest.
+    pub fn peer(self) -> Role {
+        match self {
+            Role::A => Role::B,
+            Role::B => Role::A,
+        }
+    }
+
+    /// The tail of the IPv4-mapped GID (`::ffff:10.0.1.x`) as the kernel
+    /// prints it in `ports/1/gids/1`.
+    fn gid_tail(self) -> &'static str {
+        match self {
+            Role::A => "ffff:0a00:0101",
+            Role::B => "ffff:0a00:0102",
+        }
+    }
+
+    /// The NIC's MAC address (the two must differ).
+    fn mac(self) -> &'static str {
+        match self {
+            Role::A => "52:54:00:0a:01:01",
+            Role::B => "52:54:00:0a:01:02",
+        }
+    }
+
+    fn slot(self) -> usize {
+        match self {
+            Role::A => 0,
+            Role::B => 1,
+        }
+    }
+}
+
+/// How a guest's rxe0 is networked.
+#[derive(Debug, Clone)]
+enum GuestNet {
+    /// rxe0 on veth0 of a veth pair inside the guest (10.0.0.1/24).
+    Veth,
+    /// rxe0 on eth0, the virtio NIC linked to the other guest of a pair,
+    /// whose run folder (for the ready barrier) is `peer_run`.
+    Link { role: Role, peer_run: String },
 }
 
 /// The variables the payload gets besides PATH and HOME: RUST_BACKTRACE
@@ -133,13 +239,90 @@ fn passthrough_env() -> Vec<(String, String)> {
     vars
 }
 
+/// The variables a linked guest's payload gets on top of
+/// [`passthrough_env`] (replacing host variables of the same name).
+fn link_env(role: Role, run_dir: &str, peer_run: &str) -> Vec<(String, String)> {
+    let set = [
+        ("RVERBS_ROLE", role.name()),
+        ("RVERBS_ADDR", role.addr()),
+        ("RVERBS_PEER_ADDR", role.peer().addr()),
+        ("RVERBS_NETDEV", "eth0"),
+        ("RVERBS_RUN_DIR", run_dir),
+        ("RVERBS_PEER_RUN_DIR", peer_run),
+    ];
+    let mut vars: Vec<(String, String)> = passthrough_env()
+        .into_iter()
+        .filter(|(k, _)| !set.iter().any(|(s, _)| s == k))
+        .collect();
+    vars.extend(set.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    vars
+}
+
 /// The script the guest runs as root in the chroot: network and rxe0 setup,
 /// then `payload.sh` in the workspace with a clean environment.
-fn guest_script(workspace: &str, run_dir: &str, extra_env: &[(String, String)]) -> String {
+fn guest_script(
+    workspace: &str,
+    run_dir: &str,
+    extra_env: &[(String, String)],
+    net: &GuestNet,
+) -> String {
     let mut env = format!("PATH={GUEST_PATH} HOME=/root");
     for (k, v) in extra_env {
         env.push_str(&format!(" {k}={}", shell_quote(v)));
     }
+    let (hostname, setup, gid_tail) = match net {
+        GuestNet::Veth => (
+            "xtask-vm".to_string(),
+            r#"ip link add veth0 type veth peer name veth1 || fail "cannot create the veth pair"
+ip addr add 10.0.0.1/24 dev veth0 || fail "cannot address veth0"
+ip addr add 10.0.0.2/24 dev veth1 || fail "cannot address veth1"
+ip link set veth0 up || fail "cannot bring veth0 up"
+ip link set veth1 up || fail "cannot bring veth1 up"
+rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0 type rxe netdev veth0 failed"
+"#
+            .to_string(),
+            "ffff:0a00:0001",
+        ),
+        GuestNet::Link { role, .. } => (
+            format!("xtask-vm-{}", role.name()),
+            format!(
+                r#"[ -e /sys/class/net/eth0 ] || fail "no eth0: the virtio NIC did not show up (virtio_net not loaded?)"
+ip addr add {addr}/24 dev eth0 || fail "cannot address eth0"
+ip link set eth0 up || fail "cannot bring eth0 up"
+rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0 type rxe netdev eth0 failed"
+"#,
+                addr = role.addr()
+            ),
+            role.gid_tail(),
+        ),
+    };
+    // A linked guest waits for the other one: ping over the link (bounded),
+    // then a barrier through the workspace share so that both payloads
+    // start together.
+    let peer = match net {
+        GuestNet::Veth => String::new(),
+        GuestNet::Link { role, peer_run } => format!(
+            r#"PEER={peer}
+PEER_RUN={peer_run}
+n=0
+until busybox ping -c 1 -W 1 "$PEER" >/dev/null 2>&1; do
+    n=$((n + 1))
+    [ "$n" -le 90 ] || fail "cannot ping the other guest ($PEER) over eth0 (tried for about 90 s)"
+    sleep 0.2
+done
+echo "@@xtask: peer $PEER answers ping"
+: >"$RUN/ready" || fail "cannot write $RUN/ready"
+n=0
+until [ -e "$PEER_RUN/ready" ]; do
+    n=$((n + 1))
+    [ "$n" -le 1200 ] || fail "the other guest did not get ready within 60 s"
+    sleep 0.05
+done
+"#,
+            peer = role.peer().addr(),
+            peer_run = shell_quote(peer_run),
+        ),
+    };
     format!(
         r#"#!/bin/sh
 # Generated by `cargo xtask` (tools/src/xtask/vm.rs) for one VM run.
@@ -150,24 +333,18 @@ fail() {{
     echo "@@xtask: fatal: $*"
     exit 1
 }}
-echo xtask-vm >/proc/sys/kernel/hostname
+echo {hostname} >/proc/sys/kernel/hostname
 ip link set lo up || fail "ip link set lo up failed"
-ip link add veth0 type veth peer name veth1 || fail "cannot create the veth pair"
-ip addr add 10.0.0.1/24 dev veth0 || fail "cannot address veth0"
-ip addr add 10.0.0.2/24 dev veth1 || fail "cannot address veth1"
-ip link set veth0 up || fail "cannot bring veth0 up"
-ip link set veth1 up || fail "cannot bring veth1 up"
-rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0 type rxe netdev veth0 failed"
-port=/sys/class/infiniband/rxe0/ports/1
+{setup}port=/sys/class/infiniband/rxe0/ports/1
 n=0
 until [ -e /dev/infiniband/uverbs0 ] && grep -q ACTIVE "$port/state" 2>/dev/null &&
-    grep -q 'ffff:0a00:0001' "$port/gids/1" 2>/dev/null; do
+    grep -q '{gid_tail}' "$port/gids/1" 2>/dev/null; do
     n=$((n + 1))
     [ "$n" -le 400 ] || fail "rxe0 not ready after 20 s (no uverbs0, port not ACTIVE or no IPv4 GID)"
     sleep 0.05
 done
 echo "@@xtask: ready"
-cd {ws} || fail "cannot cd to the workspace {ws}"
+{peer}cd {ws} || fail "cannot cd to the workspace {ws}"
 env -i {env} /bin/sh "$RUN/payload.sh" </dev/null
 status=$?
 dmesg >"$RUN/dmesg.txt" 2>/dev/null
@@ -209,9 +386,32 @@ struct Console {
     ready_at: Mutex<Option<f64>>,
 }
 
+/// Prints a progress line: `vm: ...` for a single guest, `vm a: ...` for a
+/// guest of a pair.
+fn note(label: Option<&str>, msg: &str) {
+    match label {
+        Some(l) => print_line(&format!("vm {l}: {msg}")),
+        None => print_line(&format!("vm: {msg}")),
+    }
+}
+
+/// Prints a console line, prefixed `a| ` for a guest of a pair.
+fn console_line(label: Option<&str>, line: &str) {
+    match label {
+        Some(l) => print_line(&format!("{l}| {line}")),
+        None => print_line(line),
+    }
+}
+
 /// Reads the serial console, passing payload output through.
 /// Everything is also written to `log` (the run folder's console.log).
-fn pump(mut reader: impl Read, console: Arc<Console>, start: Instant, mut log: Option<File>) {
+fn pump(
+    mut reader: impl Read,
+    console: Arc<Console>,
+    start: Instant,
+    mut log: Option<File>,
+    label: Option<&str>,
+) {
     let mut buf = BufReader::new(&mut reader);
     let mut raw = Vec::new();
     loop {
@@ -233,28 +433,33 @@ fn pump(mut reader: impl Read, console: Arc<Console>, start: Instant, mut log: O
             if !console.init.load(Ordering::SeqCst) {
                 console.early.lock().unwrap().push(before.to_string());
             } else if !console.done.load(Ordering::SeqCst) {
-                print_line(before);
+                console_line(label, before);
             }
         }
         let Some(marker) = marker else { continue };
         let secs = start.elapsed().as_secs_f64();
         if marker == "init" {
             console.init.store(true, Ordering::SeqCst);
-            step!("guest init started after {secs:.1} s; loading modules, mounting 9p shares ...");
+            note(
+                label,
+                &format!(
+                    "guest init started after {secs:.1} s; loading modules, mounting 9p shares ..."
+                ),
+            );
         } else if marker == "chroot" {
             // Modules loaded and shares mounted; guest.sh starts now.
         } else if marker == "ready" {
             console.ready.store(true, Ordering::SeqCst);
             *console.ready_at.lock().unwrap() = Some(secs);
-            step!("rxe0 ready (boot took {secs:.1} s)");
+            note(label, &format!("rxe0 ready (boot took {secs:.1} s)"));
         } else if let Some(msg) = marker.strip_prefix("fatal: ") {
             console.done.store(true, Ordering::SeqCst);
-            step!("guest setup failed: {msg}");
+            note(label, &format!("guest setup failed: {msg}"));
             *console.fatal.lock().unwrap() = Some(msg.to_string());
         } else if marker.starts_with("guest.sh exited") {
             console.done.store(true, Ordering::SeqCst);
         } else {
-            print_line(line);
+            note(label, &format!("{marker} (after {secs:.1} s)"));
         }
     }
 }
@@ -282,7 +487,7 @@ const KERNEL_PROBLEMS: &[&str] = &[
 ];
 
 /// Scans the guest's dmesg for BUGs/WARNINGs/oopses and reports them.
-fn check_dmesg(run_dir: &Path) -> bool {
+fn check_dmesg(run_dir: &Path, label: Option<&str>) -> bool {
     let path = run_dir.join("dmesg.txt");
     let Ok(text) = std::fs::read_to_string(&path) else {
         return false;
@@ -294,10 +499,13 @@ fn check_dmesg(run_dir: &Path) -> bool {
     if hits.is_empty() {
         return false;
     }
-    step!(
-        "warning: the guest kernel logged {} problem line(s); full log in {}",
-        hits.len(),
-        path.display()
+    note(
+        label,
+        &format!(
+            "warning: the guest kernel logged {} problem line(s); full log in {}",
+            hits.len(),
+            path.display()
+        ),
     );
     for line in hits.iter().take(20) {
         print_line(&format!("vm| {line}"));
@@ -305,21 +513,67 @@ fn check_dmesg(run_dir: &Path) -> bool {
     true
 }
 
-/// Boots the VM and runs `payload` (a shell script body, run by /bin/sh in
-/// the workspace as root with the clean environment) in it. `run_dir` must
-/// come from [`new_run_dir`].
-pub fn run(opts: &VmOptions, run_dir: &Path, payload: &str) -> Result<VmOutcome> {
+/// What every boot needs: qemu, the kernel and the initramfs.
+struct Boot {
+    qemu: PathBuf,
+    kernel: kernel::Kernel,
+    initrd: PathBuf,
+}
+
+/// Finds qemu and the guest's tools and prepares the kernel and initramfs.
+fn prepare_boot(opts: &VmOptions) -> Result<Boot> {
     let qemu = ensure_tool("qemu-system-x86_64", "qemu-system-x86")?;
     // The guest runs the host's iproute2 `ip` and `rdma` in the chroot.
     ensure_tool("rdma", "iproute2")?;
     ensure_tool("ip", "iproute2")?;
-    let (kernel, initrd) = {
-        let _lock = lock_cache()?;
-        let kernel = kernel::prepare(&opts.series)?;
-        let initrd = initramfs::prepare(&kernel)?;
-        (kernel, initrd)
-    };
+    let _lock = lock_cache()?;
+    let kernel = kernel::prepare(&opts.series)?;
+    let initrd = initramfs::prepare(&kernel)?;
+    Ok(Boot {
+        qemu,
+        kernel,
+        initrd,
+    })
+}
 
+/// Why a guest was killed before it powered off by itself.
+#[derive(Debug, Clone)]
+enum Killed {
+    /// It ran past the time limit.
+    Timeout(u64),
+    /// The other guest of its pair failed before its command ran.
+    PeerFailed(&'static str),
+}
+
+/// A running guest.
+struct Guest {
+    label: Option<&'static str>,
+    slot: usize,
+    run_dir: PathBuf,
+    stderr_path: PathBuf,
+    child: Child,
+    console: Arc<Console>,
+    pump: Option<JoinHandle<()>>,
+    start: Instant,
+    exit: Option<ExitStatus>,
+    /// Seconds from start until qemu was seen gone.
+    ran_for: Option<f64>,
+    killed: Option<Killed>,
+}
+
+/// Boots one guest: writes `guest.sh` and `payload.sh` into `run_dir`
+/// (inside the workspace) and starts qemu with `nic` (extra qemu arguments
+/// for the network device, empty for none). The qemu pid goes into signal
+/// slot `slot`.
+fn spawn_guest(
+    boot: &Boot,
+    run_dir: &Path,
+    payload: &str,
+    net: &GuestNet,
+    nic: &[String],
+    label: Option<&'static str>,
+    slot: usize,
+) -> Result<Guest> {
     let ws = workspace_root();
     let ws_str = plain_path(&ws)?;
     let run_str = plain_path(run_dir)?;
@@ -329,9 +583,13 @@ pub fn run(opts: &VmOptions, run_dir: &Path, payload: &str) -> Result<VmOutcome>
             run_dir.display()
         );
     }
+    let env = match net {
+        GuestNet::Veth => passthrough_env(),
+        GuestNet::Link { role, peer_run } => link_env(*role, run_str, peer_run),
+    };
     std::fs::write(
         run_dir.join("guest.sh"),
-        guest_script(ws_str, run_str, &passthrough_env()),
+        guest_script(ws_str, run_str, &env, net),
     )
     .context("cannot write guest.sh")?;
     std::fs::write(run_dir.join("payload.sh"), payload).context("cannot write payload.sh")?;
@@ -341,7 +599,7 @@ pub fn run(opts: &VmOptions, run_dir: &Path, payload: &str) -> Result<VmOutcome>
         .with_context(|| format!("cannot create {}", stderr_path.display()))?;
     let append =
         format!("console=ttyS0 quiet loglevel=1 panic=-1 xtask_ws={ws_str} xtask_run={run_str}");
-    let mut cmd = Command::new(&qemu);
+    let mut cmd = Command::new(&boot.qemu);
     cmd.args(["-nodefaults", "-no-user-config", "-no-reboot"])
         .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
         .args(["-m", "2048", "-smp", "2"])
@@ -353,9 +611,9 @@ pub fn run(opts: &VmOptions, run_dir: &Path, payload: &str) -> Result<VmOutcome>
             "chardev:console",
         ])
         .arg("-kernel")
-        .arg(&kernel.vmlinuz)
+        .arg(&boot.kernel.vmlinuz)
         .arg("-initrd")
-        .arg(&initrd)
+        .arg(&boot.initrd)
         .args(["-append", &append])
         .arg("-virtfs")
         .arg("local,path=/,mount_tag=host,security_model=none,readonly=on,multidevs=remap")
@@ -364,6 +622,7 @@ pub fn run(opts: &VmOptions, run_dir: &Path, payload: &str) -> Result<VmOutcome>
             "local,path={},mount_tag=work,security_model=none,multidevs=remap",
             ws_str.replace(',', ",,")
         ))
+        .args(nic)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr)
@@ -375,85 +634,319 @@ pub fn run(opts: &VmOptions, run_dir: &Path, payload: &str) -> Result<VmOutcome>
             Ok(())
         });
     }
-    step!(
-        "booting {} with {} (timeout {} s) ...",
-        kernel.release,
-        qemu.display(),
-        opts.timeout.as_secs()
-    );
     std::fs::write(run_dir.join("qemu.cmd"), util::describe(&cmd) + "\n").ok();
 
     let start = Instant::now();
     let mut child: Child = cmd
         .spawn()
-        .with_context(|| format!("cannot start {}", qemu.display()))?;
-    QEMU_PID.store(child.id() as i32, Ordering::SeqCst);
+        .with_context(|| format!("cannot start {}", boot.qemu.display()))?;
+    QEMU_PIDS[slot].store(child.id() as i32, Ordering::SeqCst);
     let console = Arc::new(Console::default());
-    let stdout = child.stdout.take().context("qemu stdout not captured")?;
+    let stdout = match child.stdout.take() {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            QEMU_PIDS[slot].store(0, Ordering::SeqCst);
+            bail!("qemu stdout not captured");
+        }
+    };
     let pump_thread = {
         let console = Arc::clone(&console);
         let log = File::create(run_dir.join("console.log")).ok();
-        std::thread::spawn(move || pump(stdout, console, start, log))
+        std::thread::spawn(move || pump(stdout, console, start, log, label))
     };
+    Ok(Guest {
+        label,
+        slot,
+        run_dir: run_dir.to_path_buf(),
+        stderr_path,
+        child,
+        console,
+        pump: Some(pump_thread),
+        start,
+        exit: None,
+        ran_for: None,
+        killed: None,
+    })
+}
 
+impl Guest {
+    /// Whether qemu has exited (reaping it when it has).
+    fn poll(&mut self) -> Result<bool> {
+        if self.exit.is_some() {
+            return Ok(true);
+        }
+        if let Some(status) = self.child.try_wait().context("cannot wait for qemu")? {
+            self.exit = Some(status);
+            self.ran_for = Some(self.start.elapsed().as_secs_f64());
+            QEMU_PIDS[self.slot].store(0, Ordering::SeqCst);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Kills qemu (if still running) for `why`.
+    fn kill(&mut self, why: Killed) {
+        if self.exit.is_some() {
+            return;
+        }
+        let _ = self.child.kill();
+        self.exit = self.child.wait().ok();
+        self.ran_for = Some(self.start.elapsed().as_secs_f64());
+        QEMU_PIDS[self.slot].store(0, Ordering::SeqCst);
+        self.killed = Some(why);
+    }
+
+    /// Whether the guest got to write its payload's exit status.
+    fn has_status(&self) -> bool {
+        self.run_dir.join("status").exists()
+    }
+
+    /// Reads the outcome once qemu is gone.
+    fn finish(mut self) -> Result<VmOutcome> {
+        if let Some(pump) = self.pump.take() {
+            let _ = pump.join();
+        }
+        let total = self
+            .ran_for
+            .unwrap_or_else(|| self.start.elapsed().as_secs_f64());
+        let label = self.label;
+        match &self.killed {
+            Some(Killed::Timeout(secs)) => {
+                show_early(&self.console, "console output before init", label);
+                return Err(Timeout(*secs).into());
+            }
+            Some(Killed::PeerFailed(peer)) => {
+                bail!("stopped after {total:.1} s: guest {peer} ended without reporting its command's exit status");
+            }
+            None => {}
+        }
+        let status_file = self.run_dir.join("status");
+        if let Ok(text) = std::fs::read_to_string(&status_file) {
+            let status: i32 = text
+                .trim()
+                .parse()
+                .with_context(|| format!("bad status {:?} in {}", text, status_file.display()))?;
+            note(
+                label,
+                &format!("guest finished in {total:.1} s; command exit status {status}"),
+            );
+            let kernel_problems = check_dmesg(&self.run_dir, label);
+            return Ok(VmOutcome {
+                status,
+                boot_secs: *self.console.ready_at.lock().unwrap(),
+                kernel_problems,
+            });
+        }
+
+        // No status: the guest never got to run the payload to its end.
+        if !self.console.init.load(Ordering::SeqCst) {
+            show_early(&self.console, "console output (init never started)", label);
+        }
+        let qemu_err = std::fs::read_to_string(&self.stderr_path).unwrap_or_default();
+        for line in qemu_err
+            .lines()
+            .filter(|l| !l.contains("TCG doesn't support"))
+        {
+            print_line(&format!("qemu: {line}"));
+        }
+        if let Some(msg) = self.console.fatal.lock().unwrap().clone() {
+            bail!("the guest failed before the command ran: {msg}");
+        }
+        let exit = self
+            .exit
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "unknown status".into());
+        bail!(
+            "the guest exited ({exit}) after {total:.1} s without reporting the command's exit status \
+             (crash or power-off inside the command?); console log in {}/console.log",
+            self.run_dir.display()
+        )
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        // An early return must not leave qemu running.
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            QEMU_PIDS[self.slot].store(0, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Boots the VM and runs `payload` (a shell script body, run by /bin/sh in
+/// the workspace as root with the clean environment) in it. `run_dir` must
+/// come from [`new_run_dir`].
+pub fn run(opts: &VmOptions, run_dir: &Path, payload: &str) -> Result<VmOutcome> {
+    let boot = prepare_boot(opts)?;
+    step!(
+        "booting {} with {} (timeout {} s) ...",
+        boot.kernel.release,
+        boot.qemu.display(),
+        opts.timeout.as_secs()
+    );
+    let mut guest = spawn_guest(&boot, run_dir, payload, &GuestNet::Veth, &[], None, 0)?;
     let mut next_note = Duration::from_secs(15);
-    let exit = loop {
-        if let Some(status) = child.try_wait().context("cannot wait for qemu")? {
-            break status;
+    loop {
+        if guest.poll()? {
+            break;
         }
-        let elapsed = start.elapsed();
+        let elapsed = guest.start.elapsed();
         if elapsed >= opts.timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            QEMU_PID.store(0, Ordering::SeqCst);
-            let _ = pump_thread.join();
-            show_early(&console, "console output before init");
-            return Err(Timeout(opts.timeout.as_secs()).into());
+            guest.kill(Killed::Timeout(opts.timeout.as_secs()));
+            break;
         }
-        if !console.ready.load(Ordering::SeqCst) && elapsed >= next_note {
+        if !guest.console.ready.load(Ordering::SeqCst) && elapsed >= next_note {
             step!("still booting ({} s) ...", elapsed.as_secs());
             next_note += Duration::from_secs(15);
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+    guest.finish()
+}
+
+/// A free TCP port on the host's loopback (the kernel picks it).
+fn free_loopback_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
+        .context("cannot find a free TCP port on 127.0.0.1")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Whether some socket listens on 127.0.0.1:`port` (from /proc/net/tcp;
+/// probing with a connection would be taken by qemu as the link's peer).
+fn loopback_listening(port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
     };
-    QEMU_PID.store(0, Ordering::SeqCst);
-    let _ = pump_thread.join();
-    let total = start.elapsed().as_secs_f64();
+    let local = format!("0100007F:{port:04X}");
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A")
+    })
+}
 
-    let status_file = run_dir.join("status");
-    if let Ok(text) = std::fs::read_to_string(&status_file) {
-        let status: i32 = text
-            .trim()
-            .parse()
-            .with_context(|| format!("bad status {:?} in {}", text, status_file.display()))?;
-        step!("guest finished in {total:.1} s; command exit status {status}");
-        let kernel_problems = check_dmesg(run_dir);
-        return Ok(VmOutcome {
-            status,
-            boot_secs: *console.ready_at.lock().unwrap(),
-            kernel_problems,
-        });
-    }
+/// The qemu arguments of a pair guest's NIC: a virtio-net device on a
+/// socket netdev over the host's loopback (never any other address).
+fn link_nic(role: Role, port: u16) -> Vec<String> {
+    let end = match role {
+        Role::A => "listen",
+        Role::B => "connect",
+    };
+    vec![
+        "-netdev".into(),
+        format!("socket,id=link0,{end}=127.0.0.1:{port}"),
+        "-device".into(),
+        format!("virtio-net-pci,netdev=link0,mac={}", role.mac()),
+    ]
+}
 
-    // No status: the guest never got to run the payload to its end.
-    if !console.init.load(Ordering::SeqCst) {
-        show_early(&console, "console output (init never started)");
+/// Boots two linked guests (see the module docs) and runs `payloads[0]` in
+/// guest a and `payloads[1]` in guest b; their run folders are
+/// `pair_dir/a` and `pair_dir/b` (`pair_dir` from [`new_run_dir`]). Waits
+/// for both; a guest that fails before its command ran takes the other
+/// one down with it, and `opts.timeout` bounds the whole pair. Returns each
+/// guest's outcome (a first); the outer error is for failures to start.
+pub fn run_pair(
+    opts: &VmOptions,
+    pair_dir: &Path,
+    payloads: [&str; 2],
+) -> Result<[Result<VmOutcome>; 2]> {
+    let boot = prepare_boot(opts)?;
+    let dirs = Role::BOTH.map(|r| pair_dir.join(r.name()));
+    for d in &dirs {
+        mkdir_p(d)?;
     }
-    let qemu_err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-    for line in qemu_err
-        .lines()
-        .filter(|l| !l.contains("TCG doesn't support"))
-    {
-        print_line(&format!("qemu: {line}"));
+    let port = free_loopback_port()?;
+    step!(
+        "booting two linked guests with {} (a = {}, b = {}; link over 127.0.0.1:{port}; timeout {} s) ...",
+        boot.kernel.release,
+        Role::A.addr(),
+        Role::B.addr(),
+        opts.timeout.as_secs()
+    );
+    let spawn = |role: Role| -> Result<Guest> {
+        let i = role.slot();
+        let net = GuestNet::Link {
+            role,
+            peer_run: plain_path(&dirs[role.peer().slot()])?.to_string(),
+        };
+        spawn_guest(
+            &boot,
+            &dirs[i],
+            payloads[i],
+            &net,
+            &link_nic(role, port),
+            Some(role.name()),
+            i,
+        )
+    };
+    let start = Instant::now();
+    let mut a = spawn(Role::A)?;
+    // b's qemu connects once at startup: a must be listening by then.
+    loop {
+        if loopback_listening(port) {
+            break;
+        }
+        if a.poll()? || start.elapsed() >= Duration::from_secs(30) {
+            a.kill(Killed::Timeout(30));
+            let err = std::fs::read_to_string(&a.stderr_path).unwrap_or_default();
+            bail!(
+                "guest a's qemu did not listen on 127.0.0.1:{port}: {}",
+                err.trim()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
-    if let Some(msg) = console.fatal.lock().unwrap().clone() {
-        bail!("the guest failed before the command ran: {msg}");
+    let b = spawn(Role::B)?;
+    let mut guests = [a, b];
+    let mut next_note = Duration::from_secs(15);
+    loop {
+        let mut running = 0;
+        for g in guests.iter_mut() {
+            if !g.poll()? {
+                running += 1;
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        // A guest gone without a status never ran its command (or crashed
+        // in it): its partner cannot get a meaningful result.
+        for (i, role) in Role::BOTH.iter().enumerate() {
+            let peer = role.peer().slot();
+            if guests[i].exit.is_some() && !guests[i].has_status() && guests[peer].exit.is_none() {
+                note(
+                    Some(role.peer().name()),
+                    &format!(
+                        "stopping: guest {} ended without reporting its command's exit status",
+                        role.name()
+                    ),
+                );
+                guests[peer].kill(Killed::PeerFailed(role.name()));
+            }
+        }
+        let elapsed = start.elapsed();
+        if elapsed >= opts.timeout {
+            for g in guests.iter_mut() {
+                g.kill(Killed::Timeout(opts.timeout.as_secs()));
+            }
+            continue;
+        }
+        if elapsed >= next_note
+            && guests
+                .iter()
+                .any(|g| !g.console.ready.load(Ordering::SeqCst))
+        {
+            step!("still booting ({} s) ...", elapsed.as_secs());
+            next_note += Duration::from_secs(15);
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
-    bail!(
-        "the guest exited ({exit}) after {total:.1} s without reporting the command's exit status \
-         (crash or power-off inside the command?); console log in {}/console.log",
-        run_dir.display()
-    )
+    let [a, b] = guests;
+    Ok([a.finish(), b.finish()])
 }
 
 /// Takes an exclusive lock on the cache while the kernel and initramfs are
@@ -484,16 +977,25 @@ fn lock_cache() -> Result<File> {
 }
 
 /// Shows the buffered pre-init console output after a failed boot.
-fn show_early(console: &Console, title: &str) {
+fn show_early(console: &Console, title: &str, label: Option<&str>) {
     let early = console.early.lock().unwrap().clone();
     let lines: Vec<&String> = early.iter().filter(|l| !l.trim().is_empty()).collect();
     if lines.is_empty() {
         return;
     }
-    step!("{title}:");
+    note(label, &format!("{title}:"));
     for line in lines {
         print_line(&format!("vm| {line}"));
     }
+}
+
+/// Shell words of a command line, quoted.
+fn quote_command(command: &[std::ffi::OsString]) -> Result<String> {
+    let quoted: Vec<String> = command
+        .iter()
+        .map(|a| util::shell_quote_os(a))
+        .collect::<Result<_>>()?;
+    Ok(quoted.join(" "))
 }
 
 /// `cargo xtask vm`: runs one command in the VM and returns its exit status.
@@ -501,13 +1003,9 @@ pub fn vm_command(opts: &VmOptions, command: &[std::ffi::OsString]) -> Result<i3
     if command.is_empty() {
         bail!("no command given: use `cargo xtask vm -- CMD [ARGS...]`");
     }
-    let quoted: Vec<String> = command
-        .iter()
-        .map(|a| util::shell_quote_os(a))
-        .collect::<Result<_>>()?;
     let payload = format!(
         "# Generated by `cargo xtask vm`.\nexec {}\n",
-        quoted.join(" ")
+        quote_command(command)?
     );
     let run_dir = new_run_dir()?;
     let outcome = match run(opts, &run_dir, &payload) {
@@ -528,6 +1026,98 @@ pub fn vm_command(opts: &VmOptions, command: &[std::ffi::OsString]) -> Result<i3
     Ok(outcome.status)
 }
 
+/// What one guest of a pair runs.
+pub enum PairCommand {
+    /// A command and its arguments (`exec`ed).
+    Argv(Vec<std::ffi::OsString>),
+    /// A shell command line (the body of the payload script).
+    Shell(String),
+}
+
+impl PairCommand {
+    fn payload(&self) -> Result<String> {
+        Ok(match self {
+            PairCommand::Argv(argv) => {
+                if argv.is_empty() {
+                    bail!("empty command");
+                }
+                format!(
+                    "# Generated by `cargo xtask vm2`.\nexec {}\n",
+                    quote_command(argv)?
+                )
+            }
+            PairCommand::Shell(line) => {
+                if line.trim().is_empty() {
+                    bail!("empty command");
+                }
+                format!("# Generated by `cargo xtask vm2`.\n{line}\n")
+            }
+        })
+    }
+}
+
+/// A one-line description of a pair guest's outcome.
+pub fn describe_outcome(role: Role, outcome: &Result<VmOutcome>) -> String {
+    let what = match outcome {
+        Ok(o) => format!("exit status {}", o.status),
+        Err(e) if e.downcast_ref::<Timeout>().is_some() => "timed out (killed)".to_string(),
+        Err(e) => format!("error: {e:#}"),
+    };
+    format!("guest {} ({}): {what}", role.name(), role.addr())
+}
+
+/// The exit status of a pair: 0 when both commands exited 0, 124 when a
+/// guest timed out, 1 when one failed to run its command, else the first
+/// non-zero command status (a before b).
+pub fn pair_status(outcomes: &[Result<VmOutcome>; 2]) -> i32 {
+    if outcomes
+        .iter()
+        .any(|o| matches!(o, Err(e) if e.downcast_ref::<Timeout>().is_some()))
+    {
+        return 124;
+    }
+    let mut code = 0;
+    for o in outcomes {
+        match o {
+            Err(_) => return 1,
+            Ok(o) if o.status != 0 && code == 0 => code = o.status,
+            Ok(_) => {}
+        }
+    }
+    code
+}
+
+/// `cargo xtask vm2`: boots a linked pair, runs `commands[0]` in guest a
+/// and `commands[1]` in guest b, prints both statuses and returns the
+/// pair's status (see [`pair_status`]).
+pub fn vm2_command(opts: &VmOptions, commands: [&PairCommand; 2]) -> Result<i32> {
+    let payloads = [
+        commands[0].payload().map_err(|e| anyhow!("guest a: {e}"))?,
+        commands[1].payload().map_err(|e| anyhow!("guest b: {e}"))?,
+    ];
+    let pair_dir = new_run_dir()?;
+    let outcomes = match run_pair(opts, &pair_dir, [&payloads[0], &payloads[1]]) {
+        Ok(o) => o,
+        Err(e) => {
+            step!("run folders kept in {}", pair_dir.display());
+            return Err(e);
+        }
+    };
+    for (role, o) in Role::BOTH.iter().zip(&outcomes) {
+        step!("{}", describe_outcome(*role, o));
+    }
+    let status = pair_status(&outcomes);
+    let kernel_problems = outcomes
+        .iter()
+        .any(|o| o.as_ref().is_ok_and(|o| o.kernel_problems));
+    if status == 0 && !kernel_problems {
+        let _ = std::fs::remove_dir_all(&pair_dir);
+    } else {
+        step!("run folders (console logs) kept in {}", pair_dir.display());
+    }
+    Ok(status)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,10 +1128,60 @@ mod tests {
             "/w s",
             "/w s/target/vm-run/1",
             &[("RVERBS_X".into(), "a'b".into())],
+            &GuestNet::Veth,
         );
         assert!(s.contains("RUN='/w s/target/vm-run/1'"));
         assert!(s.contains(r"RVERBS_X='a'\''b'"));
         assert!(s.contains("cd '/w s' ||"));
+        assert!(s.contains("rdma link add rxe0 type rxe netdev veth0"));
+        assert!(s.contains("'ffff:0a00:0001'"));
+        assert!(!s.contains("ping"));
+    }
+
+    #[test]
+    fn link_guest_script() {
+        let s = guest_script(
+            "/w",
+            "/w/target/vm-run/1/b",
+            &link_env(Role::B, "/w/target/vm-run/1/b", "/w/target/vm-run/1/a"),
+            &GuestNet::Link {
+                role: Role::B,
+                peer_run: "/w/target/vm-run/1/a".into(),
+            },
+        );
+        assert!(s.contains("ip addr add 10.0.1.2/24 dev eth0"));
+        assert!(s.contains("rdma link add rxe0 type rxe netdev eth0"));
+        assert!(s.contains("'ffff:0a00:0102'"));
+        assert!(s.contains("PEER=10.0.1.1\n"));
+        assert!(s.contains("PEER_RUN=/w/target/vm-run/1/a\n"));
+        assert!(s.contains("RVERBS_ROLE=b RVERBS_ADDR=10.0.1.2 RVERBS_PEER_ADDR=10.0.1.1"));
+        assert!(s.contains("RVERBS_PEER_RUN_DIR=/w/target/vm-run/1/a"));
+        assert!(!s.contains("veth"));
+    }
+
+    #[test]
+    fn link_nic_is_loopback_only() {
+        let a = link_nic(Role::A, 4321).join(" ");
+        let b = link_nic(Role::B, 4321).join(" ");
+        assert!(a.contains("socket,id=link0,listen=127.0.0.1:4321"));
+        assert!(b.contains("socket,id=link0,connect=127.0.0.1:4321"));
+        assert_ne!(Role::A.mac(), Role::B.mac());
+    }
+
+    #[test]
+    fn pair_statuses() {
+        let ok = |status| -> Result<VmOutcome> {
+            Ok(VmOutcome {
+                status,
+                boot_secs: None,
+                kernel_problems: false,
+            })
+        };
+        assert_eq!(pair_status(&[ok(0), ok(0)]), 0);
+        assert_eq!(pair_status(&[ok(0), ok(3)]), 3);
+        assert_eq!(pair_status(&[ok(2), ok(3)]), 2);
+        assert_eq!(pair_status(&[ok(0), Err(anyhow!("setup"))]), 1);
+        assert_eq!(pair_status(&[ok(0), Err(Timeout(5).into())]), 124);
     }
 
     #[test]
