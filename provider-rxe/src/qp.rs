@@ -4,8 +4,8 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
-use uverbs_abi::cmd::{nr, write_cmd};
-use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp};
+use uverbs_abi::cmd::{nr, write_cmd, write_cmd_fixed, write_ex_cmd};
+use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, ExCreateQp, ExCreateQpResp};
 use uverbs_abi::rxe::{self, DmaInfo, RecvWqe, SendWqe};
 use uverbs_abi::wr::{
     Payload, PostSend, PostSendResp, RecvWr, SendFlags, SendWr, Sge, WrOpcode, UVERBS_SEND_WR_SIZE,
@@ -39,23 +39,41 @@ pub struct Created {
 pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
     let mut drv = rxe::CreateQpResp::new_zeroed();
     let resp: CreateQpResp = write_cmd(fd, nr::CREATE_QP, cmd, &[], drv.as_mut_bytes())?;
+    Ok(map_rings(fd, resp, &drv, cmd.qp_type, cmd.is_srq != 0))
+}
+
+/// Issues the extended CREATE_QP (`IB_USER_VERBS_EX_CMD_CREATE_QP`, which
+/// carries creation flags) and maps the rings.
+pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateQp) -> Result<Created, Errno> {
+    let mut drv = rxe::CreateQpResp::new_zeroed();
+    let resp: ExCreateQpResp = write_ex_cmd(fd, nr::EX_CREATE_QP, cmd, &[], drv.as_mut_bytes())?;
+    Ok(map_rings(fd, resp.base, &drv, cmd.qp_type, cmd.is_srq != 0))
+}
+
+fn map_rings(
+    fd: BorrowedFd<'_>,
+    resp: CreateQpResp,
+    drv: &rxe::CreateQpResp,
+    qp_type: u8,
+    is_srq: bool,
+) -> Created {
     let sq = Queue::map(fd, &drv.sq_mi).and_then(|ring| {
         SendQueue::new(
             ring,
             resp.qp_handle,
-            cmd.qp_type,
+            qp_type,
             resp.max_send_wr,
             resp.max_send_sge,
             resp.max_inline_data,
         )
     });
-    let rq = if cmd.is_srq != 0 || drv.rq_mi.size == 0 {
+    let rq = if is_srq || drv.rq_mi.size == 0 {
         Ok(None)
     } else {
         Queue::map(fd, &drv.rq_mi)
             .and_then(|ring| RecvQueue::new(ring, resp.max_recv_wr, resp.max_recv_sge).map(Some))
     };
-    Ok(Created { resp, sq, rq })
+    Created { resp, sq, rq }
 }
 
 /// Whether `max_wr` work requests are outstanding between the producer
@@ -71,6 +89,23 @@ fn full(prod: u32, cons: &mut u32, q: &Queue, max_wr: u32) -> bool {
     prod.wrapping_sub(*cons) & mask >= max_wr
 }
 
+/// Copies `sges` to `dst`. One SGE, the common case, is a single 16-byte
+/// store instead of a call to `memcpy`.
+///
+/// # Safety
+/// `dst` must be valid for writing `sges.len()` SGEs, 8-byte aligned, and
+/// not overlap `sges`.
+#[inline(always)]
+unsafe fn copy_sges(sges: &[Sge], dst: *mut Sge) {
+    match sges {
+        [] => {}
+        // SAFETY: the caller guarantees room for one SGE at `dst`.
+        [one] => unsafe { dst.write(*one) },
+        // SAFETY: the caller guarantees room for all of them at `dst`.
+        _ => unsafe { std::ptr::copy_nonoverlapping(sges.as_ptr(), dst, sges.len()) },
+    }
+}
+
 /// A QP's send ring.
 #[derive(Debug)]
 pub struct SendQueue {
@@ -81,6 +116,26 @@ pub struct SendQueue {
     max_sge: u32,
     max_inline: u32,
     ud_mtu: u32,
+    /// Opcodes (bit `1 << opcode`) that, on this QP type and without a UD
+    /// destination, pass every check of [`check_op`]: SEND,
+    /// SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), and on RC also RDMA_READ.
+    /// Atomics (alignment and length rules), the invalidate opcodes and
+    /// every UD send always take the full checks.
+    simple_ops: u32,
+}
+
+/// [`SendQueue::simple_ops`] for a QP of type `qp_type`.
+fn simple_ops(qp_type: u8) -> u32 {
+    let bit = |op: WrOpcode| 1u32 << (op as u32);
+    let connected = bit(WrOpcode::Send)
+        | bit(WrOpcode::SendWithImm)
+        | bit(WrOpcode::RdmaWrite)
+        | bit(WrOpcode::RdmaWriteWithImm);
+    match qp_type {
+        qp_type::RC => connected | bit(WrOpcode::RdmaRead),
+        qp_type::UC => connected,
+        _ => 0,
+    }
 }
 
 impl SendQueue {
@@ -105,6 +160,7 @@ impl SendQueue {
             max_sge,
             max_inline,
             ud_mtu: MAX_MTU,
+            simple_ops: simple_ops(qp_type),
         })
     }
 
@@ -131,11 +187,15 @@ impl SendQueue {
     /// and published with one release store, then one doorbell is rung.
     /// On error, the requests before the failing index are posted (and the
     /// doorbell rung for them) and the error names the index.
+    #[inline]
     pub fn post(
         &mut self,
         fd: BorrowedFd<'_>,
         wrs: &[SendWr<'_>],
     ) -> Result<(), (usize, PostError)> {
+        if let [wr] = wrs {
+            return self.post_one(fd, wr);
+        }
         let q = &self.ring;
         let mask = q.mask();
         // We are the only producer (`&mut self`).
@@ -145,7 +205,10 @@ impl SendQueue {
         // only when the queue looks full.
         let mut cons = q.consumer().load(Ordering::Acquire);
         let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
+        for wr in wrs {
+            // The index of `wr` in the chain: one slot per request posted so
+            // far, and fewer than `mask + 1` of them fit.
+            let i = (prod.wrapping_sub(start) & mask) as usize;
             if full(prod, &mut cons, q, self.max_wr) {
                 result = Err((i, PostError::QueueFull));
                 break;
@@ -166,6 +229,26 @@ impl SendQueue {
         result
     }
 
+    /// [`SendQueue::post`] of a single request, the common case: the same
+    /// steps without the loop, whose bookkeeping (kept in registers and
+    /// stack slots across iterations) would cost more than the request.
+    #[inline]
+    fn post_one(&mut self, fd: BorrowedFd<'_>, wr: &SendWr<'_>) -> Result<(), (usize, PostError)> {
+        let q = &self.ring;
+        // We are the only producer (`&mut self`).
+        let prod = q.producer().load(Ordering::Relaxed);
+        // Acquire: slots the kernel released are free to overwrite.
+        let mut cons = q.consumer().load(Ordering::Acquire);
+        if full(prod, &mut cons, q, self.max_wr) {
+            return Err((0, PostError::QueueFull));
+        }
+        self.write_wqe(prod, wr).map_err(|e| (0, e))?;
+        // Release: the WQE contents happen-before the kernel sees the index.
+        q.producer().store((prod + 1) & q.mask(), Ordering::Release);
+        self.doorbell(fd).map_err(|e| (1, PostError::Doorbell(e)))
+    }
+
+    #[inline(always)]
     fn write_wqe(&self, index: u32, wr: &SendWr<'_>) -> Result<(), PostError> {
         let mut flags = wr.send_flags;
         let (num_sge, length) = match wr.payload {
@@ -177,10 +260,11 @@ impl SendQueue {
                     });
                 }
                 flags.remove(SendFlags::INLINE);
-                (
-                    sges.len(),
-                    sges.iter().map(|s| s.length as u64).sum::<u64>(),
-                )
+                let length = match sges {
+                    [one] => one.length as u64,
+                    _ => sges.iter().map(|s| s.length as u64).sum::<u64>(),
+                };
+                (sges.len(), length)
             }
             Payload::Inline(bufs) => {
                 let len: usize = bufs.iter().map(|b| b.len()).sum();
@@ -206,85 +290,65 @@ impl SendQueue {
         if length > MAX_MSG {
             return Err(PostError::MessageTooLong);
         }
-        if self.qp_type != qp_type::RC && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic())
-        {
-            return Err(PostError::InvalidOpcode);
+        // Fast path: an opcode in `simple_ops` without a UD destination
+        // passes every check of `check_op` (see `simple_ops`); anything
+        // else gets the full checks.
+        if !(self.simple_ops & (1 << (wr.opcode as u32)) != 0 && wr.ud.is_none()) {
+            check_op(self.qp_type, self.ud_mtu, wr, length, num_sge)?;
         }
-        if self.qp_type == qp_type::UD && wr.opcode.is_rdma() {
-            return Err(PostError::InvalidOpcode);
-        }
-        if wr.opcode.is_atomic() && (length != 8 || wr.remote_addr % 8 != 0 || num_sge != 1) {
-            return Err(PostError::BadAtomic);
-        }
-        if matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
-            return Err(PostError::InvalidateUnsupported);
-        }
-        if self.qp_type == qp_type::UD {
-            if !matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm) {
-                return Err(PostError::InvalidOpcode);
-            }
-            // ah_num 0 is how old providers said "the AV is in the WQE".
-            if !matches!(wr.ud, Some(d) if d.ah_num != 0) {
-                return Err(PostError::MissingAddress);
-            }
-            if length > self.ud_mtu as u64 {
-                return Err(PostError::UdTooLong {
-                    len: length,
-                    mtu: self.ud_mtu,
-                });
-            }
-        } else if wr.ud.is_some() {
-            return Err(PostError::UnexpectedAddress);
-        }
-
-        let mut hdr = SendWqe::new_zeroed();
-        hdr.wr.wr_id = wr.wr_id;
-        hdr.wr.opcode = wr.opcode as u32;
-        hdr.wr.send_flags = flags.bits();
-        hdr.wr.ex = match wr.opcode {
-            WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.imm_data,
-            _ => wr.imm_data.to_be(),
-        };
-        if wr.opcode.is_atomic() {
-            let a = hdr.wr.atomic();
-            a.remote_addr = wr.remote_addr;
-            a.compare_add = wr.compare_add;
-            a.swap = wr.swap;
-            a.rkey = wr.rkey;
-            hdr.iova = wr.remote_addr;
-        } else if wr.opcode.is_rdma() {
-            let r = hdr.wr.rdma();
-            r.remote_addr = wr.remote_addr;
-            r.rkey = wr.rkey;
-            hdr.iova = wr.remote_addr;
-        }
-        if let Some(d) = wr.ud {
-            let u = hdr.wr.ud();
-            u.remote_qpn = d.remote_qpn;
-            u.remote_qkey = d.remote_qkey;
-            u.ah_num = d.ah_num;
-        }
-        hdr.dma = DmaInfo {
-            length: length as u32,
-            resid: length as u32,
-            cur_sge: 0,
-            num_sge: num_sge as u32,
-            sge_offset: 0,
-            reserved: 0,
-        };
 
         let slot = self.ring.slot(index);
         // SAFETY: `slot` is a free slot of this ring (between producer and
-        // consumer, so the kernel does not read it until we publish it),
-        // 8-byte aligned, and `new` checked it holds a SendWqe plus max_sge
-        // SGEs or max_inline bytes, which the checks above bound.
+        // consumer, so the kernel neither reads nor writes it until we
+        // publish it), 8-byte aligned, and `new` checked it holds a SendWqe
+        // plus max_sge SGEs or max_inline bytes, which the checks above
+        // bound. The WQE is built in place: zeroed, then the fields this
+        // request uses are set (no copy through the stack).
         unsafe {
-            std::ptr::write(slot.cast::<SendWqe>(), hdr);
+            let wqe = slot.cast::<SendWqe>();
+            std::ptr::write_bytes(wqe, 0, 1);
+            let hdr = &mut *wqe;
+            hdr.wr.wr_id = wr.wr_id;
+            hdr.wr.opcode = wr.opcode as u32;
+            hdr.wr.send_flags = flags.bits();
+            hdr.wr.ex = match wr.opcode {
+                WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.imm_data,
+                _ => wr.imm_data.to_be(),
+            };
+            // The `wr` union's words are 8-byte aligned and at least as large
+            // as each arm (asserted in uverbs_abi::rxe), so each arm may be
+            // written through a cast of the union's start.
+            let union = hdr.wr.wr.as_mut_ptr();
+            if wr.opcode.is_rdma() {
+                let r = &mut *union.cast::<rxe::WrRdma>();
+                r.remote_addr = wr.remote_addr;
+                r.rkey = wr.rkey;
+                hdr.iova = wr.remote_addr;
+            } else if wr.opcode.is_atomic() {
+                let a = &mut *union.cast::<rxe::WrAtomic>();
+                a.remote_addr = wr.remote_addr;
+                a.compare_add = wr.compare_add;
+                a.swap = wr.swap;
+                a.rkey = wr.rkey;
+                hdr.iova = wr.remote_addr;
+            }
+            if let Some(d) = wr.ud {
+                let u = &mut *union.cast::<rxe::WrUd>();
+                u.remote_qpn = d.remote_qpn;
+                u.remote_qkey = d.remote_qkey;
+                u.ah_num = d.ah_num;
+            }
+            hdr.dma = DmaInfo {
+                length: length as u32,
+                resid: length as u32,
+                cur_sge: 0,
+                num_sge: num_sge as u32,
+                sge_offset: 0,
+                reserved: 0,
+            };
             let tail = slot.add(size_of::<SendWqe>());
             match wr.payload {
-                Payload::Sge(sges) => {
-                    std::ptr::copy_nonoverlapping(sges.as_ptr(), tail.cast::<Sge>(), sges.len())
-                }
+                Payload::Sge(sges) => copy_sges(sges, tail.cast::<Sge>()),
                 Payload::Inline(bufs) => {
                     let mut at = tail;
                     for b in bufs {
@@ -299,6 +363,10 @@ impl SendQueue {
 
     /// rxe's doorbell: POST_SEND with no work requests tells the kernel to
     /// run the requester for this QP.
+    ///
+    /// The command is framed at its exact size on the stack
+    /// ([`write_cmd_fixed`]): it is rung on every post.
+    #[inline]
     fn doorbell(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         let cmd = PostSend {
             response: 0,
@@ -307,8 +375,50 @@ impl SendQueue {
             sge_count: 0,
             wqe_size: UVERBS_SEND_WR_SIZE,
         };
-        write_cmd::<_, PostSendResp>(fd, nr::POST_SEND, &cmd, &[], &mut []).map(|_| ())
+        write_cmd_fixed::<_, PostSendResp>(fd, nr::POST_SEND, &cmd).map(|_| ())
     }
+}
+
+/// The opcode, QP type and destination checks of a send request on a QP of
+/// type `qpt` (UD messages limited to `ud_mtu` bytes) whose payload
+/// checks passed (`length` bytes in `num_sge` SGEs).
+fn check_op(
+    qpt: u8,
+    ud_mtu: u32,
+    wr: &SendWr<'_>,
+    length: u64,
+    num_sge: usize,
+) -> Result<(), PostError> {
+    if qpt != qp_type::RC && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic()) {
+        return Err(PostError::InvalidOpcode);
+    }
+    if qpt == qp_type::UD && wr.opcode.is_rdma() {
+        return Err(PostError::InvalidOpcode);
+    }
+    if wr.opcode.is_atomic() && (length != 8 || wr.remote_addr % 8 != 0 || num_sge != 1) {
+        return Err(PostError::BadAtomic);
+    }
+    if matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
+        return Err(PostError::InvalidateUnsupported);
+    }
+    if qpt == qp_type::UD {
+        if !matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm) {
+            return Err(PostError::InvalidOpcode);
+        }
+        // ah_num 0 is how old providers said "the AV is in the WQE".
+        if !matches!(wr.ud, Some(d) if d.ah_num != 0) {
+            return Err(PostError::MissingAddress);
+        }
+        if length > ud_mtu as u64 {
+            return Err(PostError::UdTooLong {
+                len: length,
+                mtu: ud_mtu,
+            });
+        }
+    } else if wr.ud.is_some() {
+        return Err(PostError::UnexpectedAddress);
+    }
+    Ok(())
 }
 
 /// A receive ring (a QP's RQ or an SRQ's).
@@ -348,6 +458,7 @@ impl RecvQueue {
     /// Posts the chain `wrs` with one release store of the producer index
     /// (rxe needs no receive doorbell). On error the requests before the
     /// failing index are posted.
+    #[inline]
     pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
         let q = &self.ring;
         let mask = q.mask();
@@ -393,11 +504,7 @@ impl RecvQueue {
             // a RecvWqe plus max_sge SGEs, which the check above bounds.
             unsafe {
                 std::ptr::write(slot.cast::<RecvWqe>(), hdr);
-                std::ptr::copy_nonoverlapping(
-                    wr.sg_list.as_ptr(),
-                    slot.add(size_of::<RecvWqe>()).cast::<Sge>(),
-                    wr.sg_list.len(),
-                );
+                copy_sges(wr.sg_list, slot.add(size_of::<RecvWqe>()).cast::<Sge>());
             }
             prod = (prod + 1) & mask;
         }
@@ -406,5 +513,106 @@ impl RecvQueue {
             q.producer().store(prod, Ordering::Release);
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uverbs_abi::wr::UdDest;
+
+    const OPCODES: [WrOpcode; 9] = [
+        WrOpcode::RdmaWrite,
+        WrOpcode::RdmaWriteWithImm,
+        WrOpcode::Send,
+        WrOpcode::SendWithImm,
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicCmpAndSwp,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::LocalInv,
+        WrOpcode::SendWithInv,
+    ];
+
+    /// The fast path of `write_wqe` skips `check_op` exactly for the
+    /// opcodes in `simple_ops` without a UD destination: for every QP type,
+    /// opcode, payload shape and destination, `check_op` must then accept.
+    #[test]
+    fn simple_ops_pass_every_check() {
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 1,
+        }];
+        let dest = UdDest {
+            ah_num: 1,
+            remote_qpn: 2,
+            remote_qkey: 3,
+        };
+        let mut skipped = 0;
+        for qpt in [qp_type::RC, qp_type::UC, qp_type::UD] {
+            for op in OPCODES {
+                for ud in [None, Some(dest)] {
+                    for (length, num_sge) in [(64u64, 1usize), (8, 1), (0, 0), (5000, 3)] {
+                        let mut wr = SendWr::new(1, op, Payload::Sge(&sge));
+                        wr.ud = ud;
+                        wr.remote_addr = 0x2001;
+                        let fast = simple_ops(qpt) & (1 << (op as u32)) != 0 && ud.is_none();
+                        if fast {
+                            skipped += 1;
+                            assert_eq!(
+                                check_op(qpt, MAX_MTU, &wr, length, num_sge),
+                                Ok(()),
+                                "qp type {qpt}, {op:?}, {length} bytes in {num_sge} SGEs"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // RC: 5 opcodes, UC: 4, UD: none; 4 payload shapes each.
+        assert_eq!(skipped, (5 + 4) * 4);
+    }
+
+    /// And the full checks do refuse what the fast path must never let
+    /// through: one example per refusal.
+    #[test]
+    fn check_op_refusals() {
+        let sge = [Sge::default()];
+        let wr = |op| SendWr::new(1, op, Payload::Sge(&sge));
+        let ud = SendWr::send(1, &sge).ud(1, 2, 3);
+        let cases = [
+            (
+                qp_type::UC,
+                wr(WrOpcode::RdmaRead),
+                PostError::InvalidOpcode,
+            ),
+            (
+                qp_type::UD,
+                wr(WrOpcode::RdmaWrite),
+                PostError::InvalidOpcode,
+            ),
+            (
+                qp_type::RC,
+                wr(WrOpcode::AtomicFetchAndAdd).remote(0x1001, 1),
+                PostError::BadAtomic,
+            ),
+            (
+                qp_type::RC,
+                wr(WrOpcode::SendWithInv),
+                PostError::InvalidateUnsupported,
+            ),
+            (qp_type::UD, wr(WrOpcode::Send), PostError::MissingAddress),
+            (qp_type::RC, ud, PostError::UnexpectedAddress),
+        ];
+        for (qpt, wr, want) in cases {
+            assert_eq!(check_op(qpt, MAX_MTU, &wr, 8, 1), Err(want), "{wr:?}");
+        }
+        assert_eq!(
+            check_op(qp_type::UD, 1024, &ud, 1025, 1),
+            Err(PostError::UdTooLong {
+                len: 1025,
+                mtu: 1024
+            })
+        );
     }
 }

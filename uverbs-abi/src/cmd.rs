@@ -90,6 +90,7 @@ fn check_sizes(parts: &[usize]) -> Result<usize, Errno> {
     Ok(total)
 }
 
+#[inline]
 fn do_write(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<(), Errno> {
     // SAFETY: `buf` is a live, initialised byte slice for the whole call.
     let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
@@ -145,6 +146,63 @@ where
     do_write(fd, &inb[..in_len])?;
     drv_out.copy_from_slice(&outb[resp_len..out_len]);
     R::read_from_bytes(&outb[..resp_len]).map_err(|_| Errno::EIO)
+}
+
+/// A legacy command at its exact size: the header, then the core command.
+/// Neither part has padding after it (`CmdHdr` is 8 bytes, and every command
+/// struct is `IntoBytes`, so its size is a multiple of its alignment of at
+/// most 8); checked in [`write_cmd_fixed`].
+#[repr(C)]
+struct Framed<Q> {
+    hdr: CmdHdr,
+    req: Q,
+}
+
+/// [`write_cmd`] for a command without driver data or driver response,
+/// framed on the stack at its exact size instead of in staging buffers: the
+/// form for the data path (rxe's send doorbell). When `R` is not
+/// [`NoResp`], `req`'s first field must be its `response` pointer; it is
+/// filled in here with the address of the returned value's storage. The
+/// size rules of [`write_cmd`] are checked at compile time.
+#[inline]
+pub fn write_cmd_fixed<Q, R>(fd: BorrowedFd<'_>, command: u32, req: &Q) -> Result<R, Errno>
+where
+    Q: IntoBytes + Immutable + Copy,
+    R: FromBytes + IntoBytes,
+{
+    const {
+        assert!(size_of::<Framed<Q>>() == size_of::<CmdHdr>() + size_of::<Q>());
+        assert!(size_of::<Framed<Q>>() % 4 == 0 && size_of::<R>() % 4 == 0);
+        assert!(size_of::<Framed<Q>>() <= MAX_CMD_BYTES && size_of::<R>() <= MAX_CMD_BYTES);
+        assert!(size_of::<R>() == 0 || size_of::<Q>() >= 8);
+    }
+    let mut resp = R::new_zeroed();
+    let mut framed = Framed {
+        hdr: CmdHdr {
+            command,
+            in_words: (size_of::<Framed<Q>>() / 4) as u16,
+            out_words: (size_of::<R>() / 4) as u16,
+        },
+        req: *req,
+    };
+    if size_of::<R>() > 0 {
+        let ptr = (&raw mut resp) as u64;
+        // SAFETY: `req` is at least 8 bytes (checked above) and, by this
+        // function's contract, starts with its u64 `response` field; the
+        // write is unaligned-tolerant and stays inside `framed.req`.
+        unsafe { std::ptr::write_unaligned((&raw mut framed.req).cast::<u64>(), ptr) };
+    }
+    // SAFETY: `framed` is a live local of exactly this many bytes, all
+    // initialised: both fields are IntoBytes (no padding inside them) and
+    // the layout has no padding between or after them (checked above).
+    let bytes = unsafe {
+        std::slice::from_raw_parts((&raw const framed).cast::<u8>(), size_of::<Framed<Q>>())
+    };
+    // The kernel writes the response into `resp` during this call; its
+    // address escaped through the command bytes, so the compiler cannot
+    // assume it is unchanged afterwards.
+    do_write(fd, bytes)?;
+    Ok(resp)
 }
 
 /// Sends an extended `write()` command (`IB_USER_VERBS_CMD_FLAG_EXTENDED`):

@@ -31,11 +31,20 @@
 //! - `cargo xtask demo [--kernel SERIES]` builds the examples and runs the
 //!   two-process `rc_client_server` demo in the VM.
 //!
+//! - `cargo xtask bench [--kernel SERIES] [--repeats R] [--probe-iters N] [--skip-perf]`
+//!   builds in release mode and, in one VM, compares rverbs with rdma-core:
+//!   user-space instructions per post+poll (callgrind) and, with
+//!   `rverbs perf`, bandwidth, message rate and latency against perftest;
+//!   prints a markdown report and writes it to `target/bench/BENCHMARKS.md`
+//!   (see `tools/src/xtask/bench.rs`). Not part of `test`.
+//!
 //! Downloads and builds are cached in `<workspace>/.vm-cache/`.
 
 #[macro_use]
 #[path = "../xtask/util.rs"]
 mod util;
+#[path = "../xtask/bench.rs"]
+mod bench;
 #[path = "../xtask/initramfs.rs"]
 mod initramfs;
 #[path = "../xtask/kernel.rs"]
@@ -113,6 +122,27 @@ enum Cmd {
         #[arg(long, value_name = "SECS", default_value_t = 600)]
         timeout: u64,
     },
+    /// Compare rverbs with rdma-core in one VM: instructions per post+poll
+    /// (callgrind) and, with `rverbs perf`, bandwidth, message rate and
+    /// latency against perftest. Writes target/bench/BENCHMARKS.md.
+    Bench {
+        /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
+        #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
+        kernel: String,
+        /// Kill the VM after this many seconds.
+        #[arg(long, value_name = "SECS", default_value_t = 1500)]
+        timeout: u64,
+        /// Runs of every timed case per tool (ratios are reported as
+        /// min / median / max over them).
+        #[arg(long, value_name = "R", default_value_t = 3)]
+        repeats: u32,
+        /// Measured iterations of each instruction-count probe.
+        #[arg(long, value_name = "N", default_value_t = 1000)]
+        probe_iters: u32,
+        /// Only the instruction counts: skip the perftest comparison.
+        #[arg(long)]
+        skip_perf: bool,
+    },
     /// Run the host tests, then the VM suite (package verbs-tests) in one VM.
     Test {
         /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
@@ -184,6 +214,25 @@ fn main() -> ExitCode {
             .map_err(anyhow::Error::msg)
             .and_then(|opts| testrun::demo_command(&opts))
             .map(|status| u8::try_from(status).unwrap_or(1)),
+        Cmd::Bench {
+            kernel,
+            timeout,
+            repeats,
+            probe_iters,
+            skip_perf,
+        } => vm_options(kernel, timeout)
+            .map_err(anyhow::Error::msg)
+            .and_then(|vm| {
+                let args: Vec<String> = std::env::args().skip(1).collect();
+                bench::bench_command(&bench::BenchOptions {
+                    vm,
+                    repeats,
+                    probe_iters,
+                    skip_perf,
+                    command_line: format!("cargo xtask {}", args.join(" ")),
+                })
+            })
+            .map(|ok| if ok { 0 } else { 1 }),
         Cmd::Test {
             kernel,
             timeout,

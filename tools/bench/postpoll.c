@@ -1,0 +1,414 @@
+/*
+ * postpoll.c: the rdma-core side of the instruction-count comparison run by
+ * `cargo xtask bench` (test-only; built into target/bench/, never linked
+ * into anything the workspace ships).
+ *
+ * It mirrors verbs/examples/postpoll.rs step for step: two RC QPs on one
+ * device connected to each other, then ITERS rounds of one of
+ *
+ *   send     post_send of one signaled 64-byte SEND on A + the poll that
+ *            returns its completion (B's receive is re-posted unmeasured)
+ *   recv     post_recv of one 64-byte receive on B + the poll that returns
+ *            its completion (A's SEND is posted and reaped unmeasured)
+ *   write32  post_send of a chain of 32 64-byte RDMA WRITEs, only the last
+ *            signaled, + the poll that returns the one completion
+ *
+ * Only the functions named measured_* are counted (callgrind
+ * --collect-atstart=no --toggle-collect='*measured_*'). Between the post and
+ * the poll the program blocks on the completion channel (unmeasured), so
+ * every measured poll finds its completion and no empty polls are counted.
+ * Warm-up rounds call the same verbs through unmeasured paths first.
+ *
+ * Usage: postpoll MODE ITERS [DEVICE [GID_INDEX]]   (defaults: rxe0, 1)
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+
+#define MSG 64
+#define CHAIN 32
+#define DEPTH 64
+#define WARMUP 50
+#define WAIT_MS 10000
+
+static void die(const char *what, int err)
+{
+	fprintf(stderr, "postpoll.c: %s: %s\n", what, strerror(err));
+	exit(1);
+}
+
+__attribute__((noinline)) int measured_post_send(struct ibv_qp *qp,
+						 struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+
+	return ibv_post_send(qp, wr, &bad);
+}
+
+__attribute__((noinline)) int measured_post_recv(struct ibv_qp *qp,
+						 struct ibv_recv_wr *wr)
+{
+	struct ibv_recv_wr *bad;
+
+	return ibv_post_recv(qp, wr, &bad);
+}
+
+__attribute__((noinline)) int measured_poll(struct ibv_cq *cq,
+					    struct ibv_wc *wc, int n)
+{
+	return ibv_poll_cq(cq, n, wc);
+}
+
+/* Everything below is unmeasured. */
+
+struct side {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	struct ibv_mr *mr;
+	uint8_t *buf;
+};
+
+static struct ibv_comp_channel *chan;
+static unsigned int events;
+
+static void arm(struct ibv_cq *cq)
+{
+	int rc = ibv_req_notify_cq(cq, 0);
+
+	if (rc)
+		die("ibv_req_notify_cq", rc);
+}
+
+/* Blocks until the armed cq fires (bounded). */
+static void wait_event(struct ibv_cq *want)
+{
+	struct pollfd p = { .fd = chan->fd, .events = POLLIN };
+	struct ibv_cq *cq;
+	void *ctx;
+	int rc = poll(&p, 1, WAIT_MS);
+
+	if (rc == 0) {
+		fprintf(stderr, "postpoll.c: no completion event in %d ms\n",
+			WAIT_MS);
+		exit(1);
+	}
+	if (rc < 0)
+		die("poll", errno);
+	if (ibv_get_cq_event(chan, &cq, &ctx))
+		die("ibv_get_cq_event", errno);
+	events++;
+	if (cq != want) {
+		fprintf(stderr, "postpoll.c: event for the wrong CQ\n");
+		exit(1);
+	}
+}
+
+static void check_wc(const struct ibv_wc *wc, enum ibv_wc_opcode op)
+{
+	if (wc->status != IBV_WC_SUCCESS || wc->opcode != op) {
+		fprintf(stderr, "postpoll.c: completion status %d opcode %d, expected success/%d\n",
+			wc->status, wc->opcode, op);
+		exit(1);
+	}
+}
+
+/* Polls (unmeasured) until one completion arrives. */
+static void reap(struct ibv_cq *cq, enum ibv_wc_opcode op)
+{
+	struct ibv_wc wc[16];
+	int i, n;
+
+	for (i = 0; i < 100000000; i++) {
+		n = ibv_poll_cq(cq, 16, wc);
+		if (n < 0)
+			die("ibv_poll_cq", EIO);
+		if (n == 1) {
+			check_wc(&wc[0], op);
+			return;
+		}
+		if (n > 1) {
+			fprintf(stderr, "postpoll.c: %d completions, expected 1\n", n);
+			exit(1);
+		}
+	}
+	fprintf(stderr, "postpoll.c: completion never arrived\n");
+	exit(1);
+}
+
+static void setup_side(struct ibv_context *ctx, struct ibv_pd *pd,
+		       struct side *s)
+{
+	struct ibv_qp_init_attr qa;
+	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+		     IBV_ACCESS_REMOTE_READ;
+	int rc;
+
+	s->cq = ibv_create_cq(ctx, DEPTH, NULL, chan, 0);
+	if (!s->cq)
+		die("ibv_create_cq", errno);
+	rc = posix_memalign((void **)&s->buf, 4096, 4096);
+	if (rc)
+		die("posix_memalign", rc);
+	memset(s->buf, 0, 4096);
+	s->mr = ibv_reg_mr(pd, s->buf, 4096, access);
+	if (!s->mr)
+		die("ibv_reg_mr", errno);
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = s->cq;
+	qa.recv_cq = s->cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = DEPTH;
+	qa.cap.max_recv_wr = DEPTH;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	qa.cap.max_inline_data = 0;
+	s->qp = ibv_create_qp(pd, &qa);
+	if (!s->qp)
+		die("ibv_create_qp", errno);
+}
+
+static void connect_qp(struct ibv_qp *qp, uint32_t remote_qpn,
+		       uint32_t my_psn, uint32_t remote_psn,
+		       const union ibv_gid *gid, int gid_index)
+{
+	struct ibv_qp_attr a;
+	int rc;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.pkey_index = 0;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			    IBV_ACCESS_REMOTE_READ;
+	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+			   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	if (rc)
+		die("modify to INIT", rc);
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = remote_qpn;
+	a.rq_psn = remote_psn;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *gid;
+	a.ah_attr.grh.sgid_index = gid_index;
+	a.ah_attr.grh.hop_limit = 1;
+	a.ah_attr.port_num = 1;
+	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	if (rc)
+		die("modify to RTR", rc);
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = my_psn;
+	a.max_rd_atomic = 1;
+	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
+			   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+			   IBV_QP_MAX_QP_RD_ATOMIC);
+	if (rc)
+		die("modify to RTS", rc);
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_device **list;
+	struct ibv_context *ctx = NULL;
+	struct ibv_pd *pd;
+	struct side a, b;
+	union ibv_gid gid;
+	struct ibv_sge send_sge, recv_sge, wsge[CHAIN];
+	struct ibv_send_wr send_wr, wwr[CHAIN];
+	struct ibv_recv_wr recv_wr;
+	struct ibv_wc wc[16];
+	const char *mode, *dev = "rxe0";
+	long iters, i, total;
+	int gid_index = 1, n, k, rc;
+	int is_send, is_recv, is_write;
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: postpoll send|recv|write32 ITERS [DEVICE [GID_INDEX]]\n");
+		return 2;
+	}
+	mode = argv[1];
+	iters = strtol(argv[2], NULL, 10);
+	if (argc > 3)
+		dev = argv[3];
+	if (argc > 4)
+		gid_index = atoi(argv[4]);
+	is_send = !strcmp(mode, "send");
+	is_recv = !strcmp(mode, "recv");
+	is_write = !strcmp(mode, "write32");
+	if (!(is_send || is_recv || is_write) || iters <= 0) {
+		fprintf(stderr, "postpoll.c: bad mode or ITERS\n");
+		return 2;
+	}
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		die("ibv_get_device_list", errno);
+	for (k = 0; k < n; k++)
+		if (!strcmp(ibv_get_device_name(list[k]), dev))
+			ctx = ibv_open_device(list[k]);
+	if (!ctx) {
+		fprintf(stderr, "postpoll.c: cannot open %s\n", dev);
+		return 1;
+	}
+	ibv_free_device_list(list);
+	pd = ibv_alloc_pd(ctx);
+	if (!pd)
+		die("ibv_alloc_pd", errno);
+	chan = ibv_create_comp_channel(ctx);
+	if (!chan)
+		die("ibv_create_comp_channel", errno);
+	setup_side(ctx, pd, &a);
+	setup_side(ctx, pd, &b);
+	rc = ibv_query_gid(ctx, 1, gid_index, &gid);
+	if (rc)
+		die("ibv_query_gid", rc);
+	connect_qp(a.qp, b.qp->qp_num, 100, 200, &gid, gid_index);
+	connect_qp(b.qp, a.qp->qp_num, 200, 100, &gid, gid_index);
+
+	for (k = 0; k < 4096; k++)
+		a.buf[k] = (uint8_t)(k * 7 + 3);
+
+	send_sge.addr = (uintptr_t)a.buf;
+	send_sge.length = MSG;
+	send_sge.lkey = a.mr->lkey;
+	memset(&send_wr, 0, sizeof(send_wr));
+	send_wr.wr_id = 1;
+	send_wr.sg_list = &send_sge;
+	send_wr.num_sge = 1;
+	send_wr.opcode = IBV_WR_SEND;
+	send_wr.send_flags = IBV_SEND_SIGNALED;
+
+	recv_sge.addr = (uintptr_t)b.buf;
+	recv_sge.length = MSG;
+	recv_sge.lkey = b.mr->lkey;
+	memset(&recv_wr, 0, sizeof(recv_wr));
+	recv_wr.wr_id = 2;
+	recv_wr.sg_list = &recv_sge;
+	recv_wr.num_sge = 1;
+
+	for (k = 0; k < CHAIN; k++) {
+		wsge[k].addr = (uintptr_t)a.buf + k * MSG;
+		wsge[k].length = MSG;
+		wsge[k].lkey = a.mr->lkey;
+		memset(&wwr[k], 0, sizeof(wwr[k]));
+		wwr[k].wr_id = 100 + k;
+		wwr[k].sg_list = &wsge[k];
+		wwr[k].num_sge = 1;
+		wwr[k].opcode = IBV_WR_RDMA_WRITE;
+		wwr[k].wr.rdma.remote_addr = (uintptr_t)b.buf + k * MSG;
+		wwr[k].wr.rdma.rkey = b.mr->rkey;
+		wwr[k].next = k + 1 < CHAIN ? &wwr[k + 1] : NULL;
+	}
+	wwr[CHAIN - 1].send_flags = IBV_SEND_SIGNALED;
+
+	if (is_send) {
+		struct ibv_recv_wr *bad;
+
+		if ((rc = ibv_post_recv(b.qp, &recv_wr, &bad)))
+			die("ibv_post_recv", rc);
+	}
+	total = WARMUP + iters;
+	for (i = 0; i < total; i++) {
+		int measure = i >= WARMUP;
+		struct ibv_send_wr *sbad;
+		struct ibv_recv_wr *rbad;
+
+		if (is_send) {
+			arm(a.cq);
+			rc = measure ? measured_post_send(a.qp, &send_wr)
+				     : ibv_post_send(a.qp, &send_wr, &sbad);
+			if (rc)
+				die("post_send", rc);
+			wait_event(a.cq);
+			n = measure ? measured_poll(a.cq, wc, 16)
+				    : ibv_poll_cq(a.cq, 16, wc);
+			if (n != 1) {
+				fprintf(stderr, "postpoll.c: poll returned %d\n", n);
+				return 1;
+			}
+			check_wc(&wc[0], IBV_WC_SEND);
+			reap(b.cq, IBV_WC_RECV);
+			if ((rc = ibv_post_recv(b.qp, &recv_wr, &rbad)))
+				die("ibv_post_recv", rc);
+		} else if (is_recv) {
+			rc = measure ? measured_post_recv(b.qp, &recv_wr)
+				     : ibv_post_recv(b.qp, &recv_wr, &rbad);
+			if (rc)
+				die("post_recv", rc);
+			arm(b.cq);
+			if ((rc = ibv_post_send(a.qp, &send_wr, &sbad)))
+				die("ibv_post_send", rc);
+			wait_event(b.cq);
+			n = measure ? measured_poll(b.cq, wc, 16)
+				    : ibv_poll_cq(b.cq, 16, wc);
+			if (n != 1) {
+				fprintf(stderr, "postpoll.c: poll returned %d\n", n);
+				return 1;
+			}
+			check_wc(&wc[0], IBV_WC_RECV);
+			if (wc[0].byte_len != MSG) {
+				fprintf(stderr, "postpoll.c: received %u bytes\n", wc[0].byte_len);
+				return 1;
+			}
+			reap(a.cq, IBV_WC_SEND);
+		} else {
+			arm(a.cq);
+			rc = measure ? measured_post_send(a.qp, wwr)
+				     : ibv_post_send(a.qp, wwr, &sbad);
+			if (rc)
+				die("post_send", rc);
+			wait_event(a.cq);
+			n = measure ? measured_poll(a.cq, wc, 16)
+				    : ibv_poll_cq(a.cq, 16, wc);
+			if (n != 1) {
+				fprintf(stderr, "postpoll.c: poll returned %d\n", n);
+				return 1;
+			}
+			check_wc(&wc[0], IBV_WC_RDMA_WRITE);
+			if (wc[0].wr_id != 100 + CHAIN - 1) {
+				fprintf(stderr, "postpoll.c: wr_id %llu\n",
+					(unsigned long long)wc[0].wr_id);
+				return 1;
+			}
+		}
+	}
+	ibv_ack_cq_events(is_recv ? b.cq : a.cq, events);
+
+	/* The bytes really moved. */
+	n = is_write ? CHAIN * MSG : MSG;
+	if (memcmp(a.buf, b.buf, n)) {
+		fprintf(stderr, "postpoll.c: the peer's buffer does not match\n");
+		return 1;
+	}
+	printf("postpoll.c: mode=%s iters=%ld wrs_per_iter=%d verified=%d bytes\n",
+	       mode, iters, is_write ? CHAIN : 1, n);
+
+	ibv_destroy_qp(a.qp);
+	ibv_destroy_qp(b.qp);
+	ibv_dereg_mr(a.mr);
+	ibv_dereg_mr(b.mr);
+	ibv_destroy_cq(a.cq);
+	ibv_destroy_cq(b.cq);
+	ibv_destroy_comp_channel(chan);
+	ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	free(a.buf);
+	free(b.buf);
+	return 0;
+}

@@ -1,0 +1,948 @@
+//! `cargo xtask bench`: rverbs measured side by side with rdma-core in one
+//! VM boot, written up as a BENCHMARKS.md-ready markdown report.
+//!
+//! 1. Builds the workspace's binaries and examples in release mode, and
+//!    rdma-core's twin of the instruction-count probe (`tools/bench/
+//!    postpoll.c`, linked with `-libverbs`) into `target/bench/`, a folder
+//!    the linkage check does not scan (it is a test-only reference, never
+//!    a product binary). Before booting, the linkage check's own inspector
+//!    confirms that our probe and `rverbs` do not touch libibverbs and that
+//!    the C probe does (so the comparison really is against rdma-core).
+//! 2. In one guest: `valgrind --tool=callgrind` runs both probes
+//!    (`verbs/examples/postpoll.rs` and the C one) for each probe mode,
+//!    counting only the functions named `*measured_*` (the post and the
+//!    poll calls, everything below them included; user space only, as
+//!    callgrind cannot see the kernel, and both sides make the same
+//!    syscalls). Then, unless `rverbs perf` is missing from the build or
+//!    `--skip-perf` was given, every bandwidth and latency case runs
+//!    server + client on rxe0 (GID index 1, TCP over 127.0.0.1) with our
+//!    `rverbs perf` and with rdma-core's perftest (`ib_*_bw`, `ib_*_lat`),
+//!    `--repeats` times, alternating which tool goes first.
+//! 3. After the guest is gone, reads every result file from the run
+//!    folder, prints the report and writes it to `target/bench/BENCHMARKS.md`.
+//!
+//! Instruction counts are deterministic and carry the target (rverbs at most
+//! [`INSN_TARGET`] times rdma-core's); timings under TCG are only
+//! comparable as ratios within one run. Exits non-zero if a probe or run
+//! failed or the instruction target was missed.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::linkage;
+use crate::util::{self, cargo_bin, print_line, shell_quote, workspace_root};
+use crate::vm::{self, VmOptions};
+
+/// rverbs' instruction count must be at most this fraction of rdma-core's.
+pub const INSN_TARGET: f64 = 0.8;
+/// The device and GID index everything runs on.
+const DEVICE: &str = "rxe0";
+const GID_INDEX: &str = "1";
+/// Time limit of one probe under valgrind and of one perf process.
+const PROBE_LIMIT_SECS: u32 = 600;
+const PERF_LIMIT_SECS: u32 = 120;
+/// A latency repeat in which either tool's typical latency reaches this
+/// (usec) ran in the guest's timer-tick regime: with both vCPUs busy
+/// polling, rxe's deferred work waits for the next 4 ms tick (HZ=250) and
+/// every message takes about one tick, whichever tool sends it. Both tools
+/// fall into it together when the shared host is busy; such repeats say
+/// nothing about the software and are left out of the ratios (and counted).
+const TICK_BOUND_USEC: f64 = 2000.0;
+/// First TCP port of the perf runs (each run gets the next one).
+const FIRST_PORT: u16 = 19000;
+
+/// Options of `cargo xtask bench`.
+pub struct BenchOptions {
+    /// VM settings (kernel series, timeout).
+    pub vm: VmOptions,
+    /// Repeats of every timed case.
+    pub repeats: u32,
+    /// Measured iterations of each instruction-count probe.
+    pub probe_iters: u32,
+    /// Skip the perftest comparison.
+    pub skip_perf: bool,
+    /// The command line, for the report.
+    pub command_line: String,
+}
+
+/// One instruction-count probe mode (see verbs/examples/postpoll.rs).
+struct Probe {
+    mode: &'static str,
+    what: &'static str,
+    /// Work requests per measured iteration.
+    wrs: u32,
+}
+
+const PROBES: &[Probe] = &[
+    Probe {
+        mode: "send",
+        what: "post_send of one signaled 64 B SEND + the poll that returns its completion",
+        wrs: 1,
+    },
+    Probe {
+        mode: "write32",
+        what: "post_send of a chain of 32 x 64 B RDMA WRITE (last one signaled) + the poll that returns its completion",
+        wrs: 32,
+    },
+    Probe {
+        mode: "recv",
+        what: "post_recv of one 64 B receive + the poll that returns its completion",
+        wrs: 1,
+    },
+];
+
+/// The two sides of every comparison.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Rverbs,
+    RdmaCore,
+}
+
+impl Tool {
+    fn tag(self) -> &'static str {
+        match self {
+            Tool::Rverbs => "rverbs",
+            Tool::RdmaCore => "rdma-core",
+        }
+    }
+}
+
+/// Bandwidth or latency.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Bw,
+    Lat,
+}
+
+/// One timed case: `rverbs perf VERB KIND` against perftest's `ib_VERB_KIND`.
+struct PerfCase {
+    verb: &'static str,
+    kind: Kind,
+    size: u64,
+    iters: u64,
+}
+
+impl PerfCase {
+    fn kind_name(&self) -> &'static str {
+        match self.kind {
+            Kind::Bw => "bw",
+            Kind::Lat => "lat",
+        }
+    }
+    fn perftest(&self) -> String {
+        format!("ib_{}_{}", self.verb, self.kind_name())
+    }
+    /// Options both tools get, with perftest's letters. Bandwidth runs
+    /// set the send queue depth and the completion moderation explicitly
+    /// to perftest's defaults (128; 100, or 1 above 8 KiB, where perftest
+    /// switches moderation off), so both sides run the same pipeline.
+    fn common_args(&self, port: u16) -> Vec<String> {
+        let mut a: Vec<String> = vec![
+            "-d".into(),
+            DEVICE.into(),
+            "-x".into(),
+            GID_INDEX.into(),
+            "-s".into(),
+            self.size.to_string(),
+            "-n".into(),
+            self.iters.to_string(),
+            "-p".into(),
+            port.to_string(),
+            "-F".into(),
+        ];
+        if self.kind == Kind::Bw {
+            let cq_mod = if self.size > 8192 { 1 } else { 100 };
+            a.extend(["-t".into(), "128".into(), "-Q".into(), cq_mod.to_string()]);
+        }
+        a
+    }
+}
+
+/// The timed cases: bandwidth and message rate of WRITE and SEND at 64 B,
+/// 4 KiB and 64 KiB; latency of SEND, WRITE and READ at 8 B and 4 KiB.
+/// Iteration counts keep one run to a few seconds under TCG.
+fn perf_cases() -> Vec<PerfCase> {
+    let mut v = Vec::new();
+    for verb in ["write", "send"] {
+        for (size, iters) in [(64, 5000), (4096, 2000), (65536, 500)] {
+            v.push(PerfCase {
+                verb,
+                kind: Kind::Bw,
+                size,
+                iters,
+            });
+        }
+    }
+    for verb in ["send", "write", "read"] {
+        for size in [8, 4096] {
+            v.push(PerfCase {
+                verb,
+                kind: Kind::Lat,
+                size,
+                iters: 500,
+            });
+        }
+    }
+    v
+}
+
+/// Paths of the binaries the guest runs.
+struct Binaries {
+    probe_rs: PathBuf,
+    probe_c: PathBuf,
+    rverbs: PathBuf,
+}
+
+/// Builds the release binaries and the C probe.
+fn build(target: &Path) -> Result<Binaries> {
+    say!("building the workspace's binaries and examples in release mode");
+    util::run(
+        Command::new(cargo_bin())
+            .args(["build", "--release", "--workspace", "--bins", "--examples"])
+            .current_dir(workspace_root()),
+    )?;
+    let release = target.join("release");
+    let bench_dir = target.join("bench");
+    util::mkdir_p(&bench_dir)?;
+    let probe_c = bench_dir.join("postpoll-c");
+    let src = workspace_root().join("tools/bench/postpoll.c");
+    say!("building rdma-core's probe {}", probe_c.display());
+    util::run(
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-o"])
+            .arg(&probe_c)
+            .arg(&src)
+            .arg("-libverbs"),
+    )
+    .context("compiling tools/bench/postpoll.c against libibverbs (libibverbs-dev)")?;
+    Ok(Binaries {
+        probe_rs: release.join("examples/postpoll"),
+        probe_c,
+        rverbs: release.join("rverbs"),
+    })
+}
+
+/// Makes sure the host has what the guest will run (valgrind, perftest)
+/// and what the C probe is built with (cc, libibverbs-dev, the rxe
+/// provider), installing them through apt when we are root.
+fn ensure_tools(perf: bool) -> Result<()> {
+    util::ensure_tool("cc", "gcc")?;
+    util::ensure_tool("valgrind", "valgrind")?;
+    util::ensure_tool("readelf", "binutils")?;
+    if perf {
+        util::ensure_tool("ib_write_bw", "perftest")?;
+    }
+    for (file, pkg) in [
+        ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
+        ("/etc/libibverbs.d/rxe.driver", "ibverbs-providers"),
+    ] {
+        if !Path::new(file).exists() {
+            if !util::is_root() {
+                bail!("{file} is missing: install the Debian package `{pkg}`");
+            }
+            util::apt_install(&[pkg])?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the built `rverbs` has the `perf` subcommand.
+fn rverbs_perf_available(rverbs: &Path) -> bool {
+    Command::new(rverbs)
+        .args(["perf", "--help"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Checks, with the linkage check's inspector, that our binaries are free
+/// of rdma-core and that the C probe really uses it.
+fn check_linkage(b: &Binaries) -> Result<()> {
+    for ours in [&b.probe_rs, &b.rverbs] {
+        let problems = linkage::inspect(ours)?;
+        if !problems.is_empty() {
+            bail!(
+                "{} touches rdma-core: {}",
+                ours.display(),
+                problems.join("; ")
+            );
+        }
+    }
+    let theirs = linkage::inspect(&b.probe_c)?;
+    if !theirs.iter().any(|p| p.contains("libibverbs")) {
+        bail!(
+            "{} does not link libibverbs: the comparison would be meaningless",
+            b.probe_c.display()
+        );
+    }
+    Ok(())
+}
+
+/// A file name in the run folder.
+fn probe_name(tool: Tool, mode: &str) -> String {
+    format!("cg-{}-{mode}", tool.tag())
+}
+
+fn perf_name(case: usize, tool: Tool, repeat: u32) -> String {
+    format!("perf-{case}-{}-r{repeat}", tool.tag())
+}
+
+/// The guest script: the probes, then the perf runs; every result goes to
+/// a file in `out` (the run folder, shared with the host).
+fn payload(
+    opts: &BenchOptions,
+    b: &Binaries,
+    out: &Path,
+    cases: Option<&[PerfCase]>,
+) -> Result<String> {
+    let q = |p: &Path| util::shell_quote_os(p.as_os_str());
+    let mut s = String::new();
+    writeln!(s, "# Generated by `cargo xtask bench`.")?;
+    writeln!(s, "OUT={}", q(out)?)?;
+    writeln!(s, "cd {}", q(&workspace_root())?)?;
+    writeln!(s, "uname -r >\"$OUT/uname\"")?;
+    writeln!(s, "valgrind --version >\"$OUT/valgrind-version\" 2>&1")?;
+    writeln!(
+        s,
+        "listening() {{ awk -v p=\":$(printf %04X \"$1\")\" '$2 ~ p\"$\" && $4 == \"0A\" {{ f = 1 }} END {{ exit !f }}' /proc/net/tcp /proc/net/tcp6 2>/dev/null; }}"
+    )?;
+    writeln!(
+        s,
+        "wait_listen() {{ i=0; while ! listening \"$1\"; do i=$((i + 1)); [ $i -gt 400 ] && return 1; sleep 0.05; done; }}"
+    )?;
+    for p in PROBES {
+        for (tool, bin) in [(Tool::Rverbs, &b.probe_rs), (Tool::RdmaCore, &b.probe_c)] {
+            let name = probe_name(tool, p.mode);
+            writeln!(s, "echo \"bench: callgrind {} {}\"", tool.tag(), p.mode)?;
+            writeln!(
+                s,
+                "timeout {PROBE_LIMIT_SECS} valgrind --tool=callgrind --collect-atstart=no \
+                 '--toggle-collect=*measured_*' --callgrind-out-file=\"$OUT/{name}.out\" \
+                 {} {} {} {DEVICE} {GID_INDEX} >\"$OUT/{name}.log\" 2>&1; echo $? >\"$OUT/{name}.status\"",
+                q(bin)?,
+                p.mode,
+                opts.probe_iters
+            )?;
+        }
+    }
+    let Some(cases) = cases else {
+        return Ok(s);
+    };
+    let mut port = FIRST_PORT;
+    for r in 0..opts.repeats {
+        for (i, c) in cases.iter().enumerate() {
+            // Alternate which tool goes first, so a drift in the guest's
+            // speed during the run does not favour one side.
+            let order = if (r as usize + i) % 2 == 0 {
+                [Tool::Rverbs, Tool::RdmaCore]
+            } else {
+                [Tool::RdmaCore, Tool::Rverbs]
+            };
+            for tool in order {
+                port += 1;
+                let name = perf_name(i, tool, r);
+                let mut argv: Vec<String> = match tool {
+                    Tool::Rverbs => vec![
+                        q(&b.rverbs)?,
+                        "perf".into(),
+                        c.verb.into(),
+                        c.kind_name().into(),
+                        "--json".into(),
+                    ],
+                    Tool::RdmaCore => vec![c.perftest()],
+                };
+                argv.extend(c.common_args(port).iter().map(|a| shell_quote(a)));
+                let cmd = argv.join(" ");
+                writeln!(
+                    s,
+                    "echo \"bench: {} {} {} {} B, repeat {}\"",
+                    tool.tag(),
+                    c.verb,
+                    c.kind_name(),
+                    c.size,
+                    r + 1
+                )?;
+                writeln!(
+                    s,
+                    "timeout {PERF_LIMIT_SECS} {cmd} >\"$OUT/{name}.server\" 2>\"$OUT/{name}.server.err\" &"
+                )?;
+                writeln!(s, "spid=$!")?;
+                writeln!(s, "wait_listen {port}")?;
+                writeln!(
+                    s,
+                    "timeout {PERF_LIMIT_SECS} {cmd} 127.0.0.1 >\"$OUT/{name}.client\" 2>\"$OUT/{name}.client.err\"; crc=$?"
+                )?;
+                // A client that failed leaves nobody to end the server.
+                writeln!(s, "[ $crc = 0 ] || kill $spid 2>/dev/null")?;
+                writeln!(s, "wait $spid; src=$?")?;
+                writeln!(s, "echo \"$crc $src\" >\"$OUT/{name}.status\"")?;
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// An instruction-count result: instructions per measured iteration.
+fn read_probe(out: &Path, tool: Tool, p: &Probe, iters: u32) -> Result<f64> {
+    let name = probe_name(tool, p.mode);
+    let status = std::fs::read_to_string(out.join(format!("{name}.status"))).unwrap_or_default();
+    let log = std::fs::read_to_string(out.join(format!("{name}.log"))).unwrap_or_default();
+    if status.trim() != "0" {
+        bail!(
+            "the {} probe `{}` failed (status {:?}): {}",
+            tool.tag(),
+            p.mode,
+            status.trim(),
+            log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+        );
+    }
+    if !log.contains("verified=") {
+        bail!(
+            "the {} probe `{}` did not verify its data",
+            tool.tag(),
+            p.mode
+        );
+    }
+    let data = std::fs::read_to_string(out.join(format!("{name}.out")))
+        .with_context(|| format!("no callgrind output for {name}"))?;
+    let total: u64 = data
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("no instruction total in {name}.out"))?;
+    if total == 0 {
+        bail!("{name}: callgrind counted nothing (were the *measured_* functions inlined away?)");
+    }
+    Ok(total as f64 / iters as f64)
+}
+
+/// One timed result: bandwidth (MB/s) and message rate (Mpps), or the
+/// typical and average latency (usec).
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    a: f64,
+    b: f64,
+}
+
+/// Reads the client's figures of run `repeat` of case number `index`.
+fn read_perf(out: &Path, index: usize, case: &PerfCase, tool: Tool, repeat: u32) -> Result<Sample> {
+    let name = perf_name(index, tool, repeat);
+    let read = |ext: &str| std::fs::read_to_string(out.join(format!("{name}.{ext}")));
+    let status = read("status").unwrap_or_default();
+    if status.split_whitespace().collect::<Vec<_>>() != ["0", "0"] {
+        let err = read("client.err").unwrap_or_default() + &read("server.err").unwrap_or_default();
+        bail!(
+            "exit statuses (client, server) {:?}: {}",
+            status.trim(),
+            err.lines()
+                .rfind(|l| !l.trim().is_empty())
+                .unwrap_or("no message")
+        );
+    }
+    let client = read("client").unwrap_or_default();
+    match tool {
+        Tool::Rverbs => parse_rverbs(&client, case.kind),
+        Tool::RdmaCore => parse_perftest(&client, case.kind),
+    }
+}
+
+/// `rverbs perf --json`: the first result object.
+fn parse_rverbs(stdout: &str, kind: Kind) -> Result<Sample> {
+    let start = stdout
+        .find('{')
+        .context("no JSON document in rverbs perf's output")?;
+    let doc: Value =
+        serde_json::from_str(stdout[start..].trim()).context("rverbs perf printed bad JSON")?;
+    let r = &doc["results"][0];
+    let f = |k: &str| {
+        r[k].as_f64()
+            .with_context(|| format!("rverbs perf's JSON has no number `{k}`"))
+    };
+    Ok(match kind {
+        Kind::Bw => Sample {
+            a: f("bw_average")?,
+            b: f("msg_rate_mpps")?,
+        },
+        Kind::Lat => Sample {
+            a: f("t_typical_usec")?,
+            b: f("t_avg_usec")?,
+        },
+    })
+}
+
+/// perftest's result table: the line of numbers after the `#bytes` header.
+fn parse_perftest(stdout: &str, kind: Kind) -> Result<Sample> {
+    let mut lines = stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
+    lines
+        .next()
+        .context("no result table in perftest's output")?;
+    let row = lines
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|w| !w.is_empty() && w[0].chars().all(|c| c.is_ascii_digit()))
+        .context("no result row in perftest's output")?;
+    let num = |i: usize| -> Result<f64> {
+        row.get(i)
+            .and_then(|w| w.parse().ok())
+            .with_context(|| format!("perftest's result row {row:?} has no column {i}"))
+    };
+    Ok(match kind {
+        // bytes, iterations, BW peak, BW average, MsgRate
+        Kind::Bw => Sample {
+            a: num(3)?,
+            b: num(4)?,
+        },
+        // bytes, iterations, t_min, t_max, t_typical, t_avg, ...
+        Kind::Lat => Sample {
+            a: num(4)?,
+            b: num(5)?,
+        },
+    })
+}
+
+/// Minimum, median and maximum of `v` (which must not be empty).
+fn min_med_max(v: &[f64]) -> (f64, f64, f64) {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    let med = if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    };
+    (s[0], med, s[n - 1])
+}
+
+/// Renders `v` with about three significant digits.
+fn fmt_num(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn fmt_size(n: u64) -> String {
+    if n >= 1024 && n % 1024 == 0 {
+        format!("{} KiB", n / 1024)
+    } else {
+        format!("{n} B")
+    }
+}
+
+/// The results of one timed case over all repeats.
+struct PerfResult {
+    /// Per repeat: (ours, theirs), or why the repeat has no figures.
+    repeats: Vec<std::result::Result<(Sample, Sample), String>>,
+}
+
+impl PerfResult {
+    fn pairs(&self) -> Vec<(Sample, Sample)> {
+        self.repeats
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .copied()
+            .collect()
+    }
+}
+
+/// What the report says about the environment.
+struct Environment {
+    date: String,
+    kernel: String,
+    valgrind: String,
+    rdma_core: String,
+    perftest: String,
+}
+
+fn package_version(pkg: &str) -> String {
+    util::output(Command::new("dpkg-query").args(["-W", "-f=${Version}", pkg]))
+        .map(|v| v.trim().to_string())
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn environment(out: &Path) -> Environment {
+    let read = |f: &str| {
+        std::fs::read_to_string(out.join(f))
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".into())
+    };
+    let date = util::output(Command::new("date").args(["-u", "+%Y-%m-%d %H:%M UTC"]))
+        .map(|d| d.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    Environment {
+        date,
+        kernel: read("uname"),
+        valgrind: read("valgrind-version"),
+        rdma_core: package_version("libibverbs1"),
+        perftest: package_version("perftest"),
+    }
+}
+
+/// The markdown report. Returns it and whether every target was met and
+/// every run succeeded.
+fn report(
+    opts: &BenchOptions,
+    env: &Environment,
+    probes: &[(&Probe, Result<f64>, Result<f64>)],
+    perf: Option<&[(PerfCase, PerfResult)]>,
+    perf_note: &str,
+) -> (String, bool) {
+    let mut ok = true;
+    let mut md = String::new();
+    let mut w = |line: &str| {
+        md.push_str(line);
+        md.push('\n');
+    };
+    w("## rverbs next to rdma-core");
+    w("");
+    w(&format!(
+        "Produced by `{}` on {}: one boot of Debian's kernel `{}` under QEMU \
+         (TCG, 2 vCPUs), soft-RoCE `{DEVICE}` on a veth pair, GID index {GID_INDEX}. \
+         rdma-core {} (libibverbs + librxe from Debian), perftest {}, {}.",
+        opts.command_line, env.date, env.kernel, env.rdma_core, env.perftest, env.valgrind
+    ));
+    w("");
+    w("### User-space instructions per operation (callgrind)");
+    w("");
+    w(&format!(
+        "`verbs/examples/postpoll.rs` and its C twin `tools/bench/postpoll.c` set up the \
+         same loopback RC QP pair and repeat one step {} times; callgrind counts only the \
+         functions named `*measured_*` (the post and the poll calls and everything they \
+         call, in user space; the kernel's share, the same `write()` doorbell on both \
+         sides, is not counted). Between the post and the poll both programs block on \
+         a completion channel, so each measured poll finds its completion. The counts \
+         are deterministic: they do not depend on TCG's speed.",
+        opts.probe_iters
+    ));
+    w("");
+    w(&format!(
+        "| Measured step | rverbs | rdma-core | rverbs / rdma-core | target <= {INSN_TARGET} |"
+    ));
+    w("|---|---:|---:|---:|:---:|");
+    for (p, ours, theirs) in probes {
+        let cell = |r: &Result<f64>| match r {
+            Ok(v) if p.wrs > 1 => format!("{v:.1} ({:.1} per WR)", v / p.wrs as f64),
+            Ok(v) => format!("{v:.1}"),
+            Err(_) => "failed".into(),
+        };
+        let (ratio, verdict) = match (ours, theirs) {
+            (Ok(o), Ok(t)) => {
+                let r = o / t;
+                // Only the post paths carry the target; the receive side
+                // is reported for information.
+                let verdict = if p.mode == "recv" {
+                    "(info)".to_string()
+                } else if r <= INSN_TARGET {
+                    "met".to_string()
+                } else {
+                    ok = false;
+                    "**missed**".to_string()
+                };
+                (format!("{r:.3}"), verdict)
+            }
+            _ => {
+                ok = false;
+                ("-".into(), "**failed**".into())
+            }
+        };
+        w(&format!(
+            "| {} | {} | {} | {ratio} | {verdict} |",
+            p.what,
+            cell(ours),
+            cell(theirs)
+        ));
+    }
+    for (p, ours, theirs) in probes {
+        for (tool, r) in [(Tool::Rverbs, ours), (Tool::RdmaCore, theirs)] {
+            if let Err(e) = r {
+                w("");
+                w(&format!("- {} probe `{}`: {e:#}", tool.tag(), p.mode));
+            }
+        }
+    }
+    w("");
+    w("### Bandwidth, message rate and latency (`rverbs perf` vs perftest)");
+    w("");
+    let Some(perf) = perf else {
+        w(perf_note);
+        return (md, ok);
+    };
+    w(&format!(
+        "Server and client on `{DEVICE}` in the same guest (TCP exchange over 127.0.0.1), \
+         {} repeats per case, alternating which tool runs first; figures are the client's. \
+         Both tools get the same options (`-d {DEVICE} -x {GID_INDEX} -s SIZE -n ITERS -F`, \
+         and for bandwidth `-t 128 -Q 100`, `-Q 1` above 8 KiB as perftest itself \
+         does); inline data is 0 on both sides (perftest turns inline off on rxe). \
+         **Timings under TCG are emulated: only the ratios measured within one run mean \
+         anything, never the absolute figures.** A ratio is taken per repeat (our run \
+         over the rdma-core run of the same repeat); min / median / max are over \
+         repeats.",
+        opts.repeats
+    ));
+    w("");
+    w("Bandwidth and message rate (ratio > 1: rverbs faster):");
+    w("");
+    w("| Test | Size | Iterations | rverbs MB/s | perftest MB/s | BW ratio min / median / max | Msg-rate ratio min / median / max |");
+    w("|---|---:|---:|---:|---:|---|---|");
+    let triple = |v: &[f64]| {
+        let (a, b, c) = min_med_max(v);
+        format!("{a:.2} / **{b:.2}** / {c:.2}")
+    };
+    let mut failures = Vec::new();
+    for (c, r) in perf.iter().filter(|(c, _)| c.kind == Kind::Bw) {
+        let pairs = r.pairs();
+        let test = format!("{} bw", c.verb);
+        if pairs.is_empty() {
+            ok = false;
+            w(&format!(
+                "| {test} | {} | {} | - | - | failed | failed |",
+                fmt_size(c.size),
+                c.iters
+            ));
+        } else {
+            let ours: Vec<f64> = pairs.iter().map(|p| p.0.a).collect();
+            let theirs: Vec<f64> = pairs.iter().map(|p| p.1.a).collect();
+            let bw: Vec<f64> = pairs.iter().map(|p| p.0.a / p.1.a).collect();
+            let rate: Vec<f64> = pairs.iter().map(|p| p.0.b / p.1.b).collect();
+            w(&format!(
+                "| {test} | {} | {} | {} | {} | {} | {} |",
+                fmt_size(c.size),
+                c.iters,
+                fmt_num(min_med_max(&ours).1),
+                fmt_num(min_med_max(&theirs).1),
+                triple(&bw),
+                triple(&rate)
+            ));
+        }
+        for (i, e) in r.repeats.iter().enumerate() {
+            if let Err(e) = e {
+                failures.push(format!(
+                    "{test} {}, repeat {}: {e}",
+                    fmt_size(c.size),
+                    i + 1
+                ));
+            }
+        }
+    }
+    w("");
+    w(&format!(
+        "Latency, typical (median) one-way time as perftest reports it (ratio < 1: \
+         rverbs faster). Repeats in which either tool's typical latency reached \
+         {TICK_BOUND_USEC:.0} usec ran in the guest's timer-tick regime (rxe's deferred \
+         work waiting for the next 4 ms tick while both vCPUs poll; both tools fall \
+         into it together when the shared host is busy) and are left out of the \
+         ratios; the last column counts them."
+    ));
+    w("");
+    w("| Test | Size | Iterations | rverbs usec | perftest usec | ratio min / median / max | t_avg ratio median | tick-bound repeats |");
+    w("|---|---:|---:|---:|---:|---|---:|---:|");
+    for (c, r) in perf.iter().filter(|(c, _)| c.kind == Kind::Lat) {
+        let all = r.pairs();
+        let pairs: Vec<(Sample, Sample)> = all
+            .iter()
+            .filter(|(o, t)| o.a < TICK_BOUND_USEC && t.a < TICK_BOUND_USEC)
+            .copied()
+            .collect();
+        let tick_bound = all.len() - pairs.len();
+        let test = format!("{} lat", c.verb);
+        if pairs.is_empty() {
+            // Every repeat failed or was tick-bound: nothing to compare.
+            ok &= all.len() == r.repeats.len();
+            w(&format!(
+                "| {test} | {} | {} | - | - | {} | - | {tick_bound} |",
+                fmt_size(c.size),
+                c.iters,
+                if all.is_empty() {
+                    "failed"
+                } else {
+                    "no usable repeat"
+                }
+            ));
+        } else {
+            let ours: Vec<f64> = pairs.iter().map(|p| p.0.a).collect();
+            let theirs: Vec<f64> = pairs.iter().map(|p| p.1.a).collect();
+            let typ: Vec<f64> = pairs.iter().map(|p| p.0.a / p.1.a).collect();
+            let avg: Vec<f64> = pairs.iter().map(|p| p.0.b / p.1.b).collect();
+            w(&format!(
+                "| {test} | {} | {} | {} | {} | {} | {:.2} | {tick_bound} |",
+                fmt_size(c.size),
+                c.iters,
+                fmt_num(min_med_max(&ours).1),
+                fmt_num(min_med_max(&theirs).1),
+                triple(&typ),
+                min_med_max(&avg).1
+            ));
+        }
+        for (i, e) in r.repeats.iter().enumerate() {
+            if let Err(e) = e {
+                failures.push(format!(
+                    "{test} {}, repeat {}: {e}",
+                    fmt_size(c.size),
+                    i + 1
+                ));
+            }
+        }
+    }
+    if !failures.is_empty() {
+        ok = false;
+        w("");
+        w("Failed runs:");
+        w("");
+        for f in &failures {
+            w(&format!("- {f}"));
+        }
+    }
+    (md, ok)
+}
+
+/// `cargo xtask bench`. Returns whether every probe and run succeeded and
+/// the instruction target was met.
+pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
+    if opts.repeats == 0 || opts.probe_iters == 0 {
+        bail!("--repeats and --probe-iters must be at least 1");
+    }
+    let started = std::time::Instant::now();
+    ensure_tools(!opts.skip_perf)?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let bins = build(&target)?;
+    check_linkage(&bins)?;
+    let cases = perf_cases();
+    let (with_perf, perf_note) = if opts.skip_perf {
+        (false, "Skipped (`--skip-perf`).".to_string())
+    } else if !rverbs_perf_available(&bins.rverbs) {
+        let note = format!(
+            "Skipped: this build's `{}` has no `perf` subcommand (`rverbs perf --help` \
+             failed), so there is nothing to compare with perftest yet.",
+            bins.rverbs.display()
+        );
+        say!("{note}");
+        (false, note)
+    } else {
+        (true, String::new())
+    };
+    let run_dir = vm::new_run_dir()?;
+    let script = payload(opts, &bins, &run_dir, with_perf.then_some(&cases[..]))?;
+    say!(
+        "running {} probes{} in one VM (results in {})",
+        PROBES.len() * 2,
+        if with_perf {
+            format!(" and {} perf runs", cases.len() * 2 * opts.repeats as usize)
+        } else {
+            String::new()
+        },
+        run_dir.display()
+    );
+    let outcome = vm::run(&opts.vm, &run_dir, &script)?;
+    let mut ok = outcome.status == 0;
+    if !ok {
+        say!("the guest's script exited with status {}", outcome.status);
+    }
+    if outcome.kernel_problems {
+        say!(
+            "the guest kernel logged a BUG/WARNING (see dmesg.txt in {})",
+            run_dir.display()
+        );
+        ok = false;
+    }
+    let probes: Vec<(&Probe, Result<f64>, Result<f64>)> = PROBES
+        .iter()
+        .map(|p| {
+            (
+                p,
+                read_probe(&run_dir, Tool::Rverbs, p, opts.probe_iters),
+                read_probe(&run_dir, Tool::RdmaCore, p, opts.probe_iters),
+            )
+        })
+        .collect();
+    let perf: Option<Vec<(PerfCase, PerfResult)>> = with_perf.then(|| {
+        cases
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let repeats = (0..opts.repeats)
+                    .map(|r| {
+                        let ours = read_perf(&run_dir, i, &c, Tool::Rverbs, r)
+                            .map_err(|e| format!("rverbs: {e:#}"))?;
+                        let theirs = read_perf(&run_dir, i, &c, Tool::RdmaCore, r)
+                            .map_err(|e| format!("perftest: {e:#}"))?;
+                        Ok((ours, theirs))
+                    })
+                    .collect();
+                (c, PerfResult { repeats })
+            })
+            .collect()
+    });
+    let env = environment(&run_dir);
+    let (md, met) = report(opts, &env, &probes, perf.as_deref(), &perf_note);
+    let path = target.join("bench").join("BENCHMARKS.md");
+    util::write_atomic(&path, md.as_bytes())?;
+    print_line("");
+    for line in md.lines() {
+        print_line(line);
+    }
+    print_line("");
+    say!(
+        "report written to {} ({} s in all; raw results in {})",
+        path.display(),
+        started.elapsed().as_secs(),
+        run_dir.display()
+    );
+    Ok(ok && met)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_perftest_tables() {
+        let bw = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n \
+                  64         2000             1.65               0.80   \t\t   0.013122\n\
+                  ---------------------------------------------------------------------------------------\n";
+        let s = parse_perftest(bw, Kind::Bw).unwrap();
+        assert_eq!((s.a, s.b), (0.80, 0.013122));
+        let lat = " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n \
+                   8       500          63.43          3561.73      66.30    \t       87.92       \t171.93 \t\t598.10  \t\t3561.73\n";
+        let s = parse_perftest(lat, Kind::Lat).unwrap();
+        assert_eq!((s.a, s.b), (66.30, 87.92));
+        assert!(parse_perftest("no table here\n", Kind::Bw).is_err());
+    }
+
+    #[test]
+    fn parses_rverbs_json() {
+        let doc = r#"{"tool":"rverbs perf","results":[
+{"bytes":64,"iterations":5000,"bw_average":0.9,"msg_rate_mpps":0.0147,"bw_unit":"MB/sec"}
+]}"#;
+        let s = parse_rverbs(doc, Kind::Bw).unwrap();
+        assert_eq!((s.a, s.b), (0.9, 0.0147));
+        assert!(parse_rverbs(doc, Kind::Lat).is_err());
+        assert!(parse_rverbs("oops", Kind::Bw).is_err());
+    }
+
+    #[test]
+    fn min_median_max() {
+        assert_eq!(min_med_max(&[3.0, 1.0, 2.0]), (1.0, 2.0, 3.0));
+        assert_eq!(min_med_max(&[4.0, 1.0]), (1.0, 2.5, 4.0));
+    }
+}
