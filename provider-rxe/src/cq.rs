@@ -4,8 +4,8 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
-use uverbs_abi::cmd::{nr, write_cmd};
-use uverbs_abi::cq::{CreateCq, CreateCqResp, ResizeCq, ResizeCqResp};
+use uverbs_abi::cmd::{nr, write_cmd, write_ex_cmd};
+use uverbs_abi::cq::{CreateCq, CreateCqResp, ExCreateCq, ExCreateCqResp, ResizeCq, ResizeCqResp};
 use uverbs_abi::rxe;
 use uverbs_abi::wr::Wc;
 use uverbs_abi::Errno;
@@ -35,6 +35,18 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
     let resp: CreateCqResp = write_cmd(fd, nr::CREATE_CQ, cmd, &[], drv.as_mut_bytes())?;
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
     Ok(Created { resp, cq })
+}
+
+/// Issues the extended CREATE_CQ (`IB_USER_VERBS_EX_CMD_CREATE_CQ`, which
+/// carries creation flags) and maps the ring.
+pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno> {
+    let mut drv = rxe::CreateCqResp::new_zeroed();
+    let resp: ExCreateCqResp = write_ex_cmd(fd, nr::EX_CREATE_CQ, cmd, &[], drv.as_mut_bytes())?;
+    let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
+    Ok(Created {
+        resp: resp.base,
+        cq,
+    })
 }
 
 impl Cq {

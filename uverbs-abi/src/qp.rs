@@ -249,3 +249,21 @@ pub mod attr_mask {
     pub const CAP: u32 = 1 << 19;
     pub const DEST_QPN: u32 = 1 << 20;
 }
+
+bitflags::bitflags! {
+    /// QP creation flags of the extended CREATE_QP
+    /// (`enum ib_uverbs_qp_create_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct QpCreateFlags: u32 {
+        /// Do not receive multicast sent by this QP.
+        const BLOCK_MULTICAST_LOOPBACK = 1 << 1;
+        /// Keep the Ethernet FCS in received packets (raw packet QPs).
+        const SCATTER_FCS = 1 << 8;
+        /// Strip customer VLAN tags (raw packet QPs).
+        const CVLAN_STRIPPING = 1 << 9;
+        /// Pad PCI writes to a cache line.
+        const PCI_WRITE_END_PADDING = 1 << 11;
+        /// Signal every send WR (as `sq_sig_all`).
+        const SQ_SIG_ALL = 1 << 12;
+    }
+}

@@ -463,6 +463,13 @@ fn constants() -> Vec<Const> {
         "IB_UVERBS_GID_TYPE_ROCE_V2" => device::IB_UVERBS_GID_TYPE_ROCE_V2,
 
         // mr.rs
+        "IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK" => qp::QpCreateFlags::BLOCK_MULTICAST_LOOPBACK.bits(),
+        "IB_UVERBS_QP_CREATE_SCATTER_FCS" => qp::QpCreateFlags::SCATTER_FCS.bits(),
+        "IB_UVERBS_QP_CREATE_CVLAN_STRIPPING" => qp::QpCreateFlags::CVLAN_STRIPPING.bits(),
+        "IB_UVERBS_QP_CREATE_PCI_WRITE_END_PADDING" => qp::QpCreateFlags::PCI_WRITE_END_PADDING.bits(),
+        "IB_UVERBS_QP_CREATE_SQ_SIG_ALL" => qp::QpCreateFlags::SQ_SIG_ALL.bits(),
+        "IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION" => 1u32,
+        "IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN" => 2u32,
         "IB_UVERBS_ACCESS_LOCAL_WRITE" => A::LOCAL_WRITE.bits(),
         "IB_UVERBS_ACCESS_REMOTE_WRITE" => A::REMOTE_WRITE.bits(),
         "IB_UVERBS_ACCESS_REMOTE_READ" => A::REMOTE_READ.bits(),

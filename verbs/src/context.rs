@@ -49,8 +49,8 @@ impl Context {
             .read(true)
             .write(true)
             .open(&device.dev_path)
-            .map_err(|source| Error::Sysfs {
-                path: device.dev_path.display().to_string(),
+            .map_err(|source| Error::Io {
+                what: device.dev_path.display().to_string(),
                 source,
             })?;
         let fd = OwnedFd::from(file);

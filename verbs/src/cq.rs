@@ -8,7 +8,7 @@ use std::sync::Arc;
 use uverbs_abi::cmd::{nr, write_cmd, NoResp};
 use uverbs_abi::cq::{
     CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq, DestroyCqResp,
-    ReqNotifyCq,
+    ExCreateCq, ReqNotifyCq,
 };
 use uverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
 use zerocopy::{FromBytes, FromZeros};
@@ -110,6 +110,42 @@ impl Context {
         channel: Option<&CompChannel>,
         comp_vector: u32,
     ) -> Result<Cq> {
+        let attr = CqInitAttr {
+            cqe,
+            channel,
+            comp_vector,
+            flags: CqFlags::empty(),
+        };
+        self.create_cq_impl(&attr, false)
+    }
+
+    /// Creates a CQ with the kernel's extended CREATE_CQ command, which
+    /// carries creation flags (what `ibv_create_cq_ex` uses).
+    ///
+    /// rxe supports no creation flag: it has no completion clock (its
+    /// `timestamp_mask` is 0, so [`CqFlags::TIMESTAMP_COMPLETION`] is refused
+    /// here with a clear error) and its kernel driver refuses every flag,
+    /// [`CqFlags::IGNORE_OVERRUN`] included, with `EOPNOTSUPP`.
+    pub fn create_cq_ex(&self, attr: &CqInitAttr<'_>) -> Result<Cq> {
+        if attr.flags.contains(CqFlags::TIMESTAMP_COMPLETION) {
+            let dev = self.query_device()?;
+            if dev.ex().is_none_or(|ex| ex.timestamp_mask == 0) {
+                return Err(Error::invalid(format!(
+                    "{} has no completion timestamps (its timestamp_mask is 0)",
+                    self.device().name
+                )));
+            }
+        }
+        self.create_cq_impl(attr, true)
+    }
+
+    fn create_cq_impl(&self, attr: &CqInitAttr<'_>, extended: bool) -> Result<Cq> {
+        let CqInitAttr {
+            cqe,
+            channel,
+            comp_vector,
+            flags,
+        } = *attr;
         if cqe == 0 {
             return Err(Error::invalid("a CQ needs at least one entry"));
         }
@@ -120,16 +156,29 @@ impl Context {
             )));
         }
         let event_id = EventId::new(ObjectKind::Cq);
-        let cmd = CreateCq {
-            response: 0,
-            user_handle: event_id.raw(),
-            cqe,
-            comp_vector,
-            comp_channel: channel.map_or(-1, |c| c.fd.as_raw_fd()),
-            reserved: 0,
+        let comp_channel = channel.map_or(-1, |c| c.fd.as_raw_fd());
+        let created = if extended {
+            let cmd = ExCreateCq {
+                user_handle: event_id.raw(),
+                cqe,
+                comp_vector,
+                comp_channel,
+                comp_mask: 0,
+                flags: flags.bits(),
+                reserved: 0,
+            };
+            provider_rxe::cq::create_ex(self.fd(), &cmd).map_err(Error::kernel("create_cq_ex"))?
+        } else {
+            let cmd = CreateCq {
+                response: 0,
+                user_handle: event_id.raw(),
+                cqe,
+                comp_vector,
+                comp_channel,
+                reserved: 0,
+            };
+            provider_rxe::cq::create(self.fd(), &cmd).map_err(Error::kernel("create_cq"))?
         };
-        let created =
-            provider_rxe::cq::create(self.fd(), &cmd).map_err(Error::kernel("create_cq"))?;
         let inner = Arc::new(CqInner {
             ctx: self.clone(),
             handle: created.resp.cq_handle,
@@ -144,6 +193,31 @@ impl Context {
             cqe: created.resp.cqe,
         })
     }
+}
+
+bitflags::bitflags! {
+    /// CQ creation flags (`enum ib_uverbs_ex_create_cq_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct CqFlags: u32 {
+        /// Completions carry the device's timestamp.
+        const TIMESTAMP_COMPLETION = 1 << 0;
+        /// The device may overwrite unpolled completions instead of
+        /// reporting an overrun.
+        const IGNORE_OVERRUN = 1 << 1;
+    }
+}
+
+/// What [`Context::create_cq_ex`] needs.
+#[derive(Debug, Clone, Copy)]
+pub struct CqInitAttr<'a> {
+    /// Minimum number of entries.
+    pub cqe: u32,
+    /// Completion channel to signal, if any.
+    pub channel: Option<&'a CompChannel>,
+    /// Completion vector.
+    pub comp_vector: u32,
+    /// Creation flags.
+    pub flags: CqFlags,
 }
 
 impl Cq {

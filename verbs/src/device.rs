@@ -96,8 +96,8 @@ pub struct Device {
 fn read_trim(path: &Path) -> Result<String> {
     fs::read_to_string(path)
         .map(|s| s.trim().to_string())
-        .map_err(|source| Error::Sysfs {
-            path: path.display().to_string(),
+        .map_err(|source| Error::Io {
+            what: path.display().to_string(),
             source,
         })
 }
@@ -116,8 +116,8 @@ pub fn devices() -> Result<Vec<Device>> {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(source) => {
-            return Err(Error::Sysfs {
-                path: SYSFS_VERBS.into(),
+            return Err(Error::Io {
+                what: SYSFS_VERBS.into(),
                 source,
             })
         }
@@ -128,8 +128,8 @@ pub fn devices() -> Result<Vec<Device>> {
     let abi_version = read_trim(&dir.join("abi_version"))?.parse().unwrap_or(0);
     let mut out = Vec::new();
     for ent in entries {
-        let ent = ent.map_err(|source| Error::Sysfs {
-            path: SYSFS_VERBS.into(),
+        let ent = ent.map_err(|source| Error::Io {
+            what: SYSFS_VERBS.into(),
             source,
         })?;
         let uverbs = ent.file_name().to_string_lossy().into_owned();

@@ -15,11 +15,12 @@ pub enum Error {
         /// The kernel's errno.
         errno: Errno,
     },
-    /// Reading device information from sysfs failed.
-    #[error("{path}: {source}")]
-    Sysfs {
-        /// The sysfs path.
-        path: String,
+    /// An operating-system call outside the verbs commands failed: reading
+    /// sysfs, opening the device node, mapping memory.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done (a path, or the operation).
+        what: String,
         /// The I/O error.
         source: std::io::Error,
     },
@@ -79,7 +80,7 @@ impl Error {
                 error: PostError::Doorbell(e),
                 ..
             } => Some(*e),
-            Error::Sysfs { source, .. } => source.raw_os_error().map(Errno::from_raw),
+            Error::Io { source, .. } => source.raw_os_error().map(Errno::from_raw),
             _ => None,
         }
     }

@@ -51,7 +51,7 @@ pub mod srq;
 
 pub use ah::{Ah, Grh, NetworkHeader, UdSendWr};
 pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
-pub use cq::{CompChannel, Cq, Wc, WcOpcode, WcStatus};
+pub use cq::{CompChannel, Cq, CqFlags, CqInitAttr, Wc, WcOpcode, WcStatus};
 pub use device::{device, devices, Device, Driver, Guid};
 pub use error::{Errno, Error, PostError, Result};
 pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
@@ -60,7 +60,8 @@ pub use gid::{Gid, GidEntry, GidType};
 pub use mr::{AccessFlags, Mr, RemoteMr};
 pub use pd::Pd;
 pub use qp::{
-    AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
+    AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr,
+    QpState, QpType,
 };
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 pub use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};

@@ -14,7 +14,7 @@ use std::ops::{Bound, RangeBounds};
 use memmap2::MmapMut;
 use uverbs_abi::cmd::{nr, write_cmd, NoResp};
 pub use uverbs_abi::mr::AccessFlags;
-use uverbs_abi::mr::{DeregMr, RegMr, RegMrResp};
+use uverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
 use uverbs_abi::wr::Sge;
 
 use crate::error::{Errno, Error, Result};
@@ -99,6 +99,25 @@ impl RemoteMr {
     }
 }
 
+/// `IB_MR_REREG_PD`: REREG_MR changes the PD.
+const REREG_PD: u32 = 1 << 1;
+/// `IB_MR_REREG_ACCESS`: REREG_MR changes the access flags.
+const REREG_ACCESS: u32 = 1 << 2;
+
+/// The default huge page size (`Hugepagesize` in /proc/meminfo).
+fn default_huge_page_size() -> Result<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").map_err(|source| Error::Io {
+        what: "/proc/meminfo".into(),
+        source,
+    })?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("Hugepagesize:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<usize>().ok())
+        .map(|kb| kb * 1024)
+        .ok_or_else(|| Error::invalid("this kernel reports no huge page size"))
+}
+
 fn check_access(access: AccessFlags) -> Result<()> {
     let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
@@ -124,10 +143,38 @@ impl Pd {
                 "cannot register a zero-length memory region",
             ));
         }
-        let mut map = MmapMut::map_anon(len).map_err(|source| Error::Sysfs {
-            path: "anonymous mmap".into(),
+        let mut map = MmapMut::map_anon(len).map_err(|source| Error::Io {
+            what: "anonymous mmap".into(),
             source,
         })?;
+        let ptr = map.as_mut_ptr();
+        // SAFETY: the mapping is owned by the MR and outlives the registration.
+        unsafe { self.reg(ptr, len, access, Some(map)) }
+    }
+
+    /// Allocates `len` zeroed bytes backed by huge pages (`MAP_HUGETLB`, the
+    /// system's default huge page size) and registers them. Fails with a
+    /// clear error (ENOMEM) when the system has no free huge pages: reserve
+    /// them with `vm.nr_hugepages`.
+    pub fn alloc_mr_huge(&self, len: usize, access: AccessFlags) -> Result<Mr<'static>> {
+        if len == 0 {
+            return Err(Error::invalid(
+                "cannot register a zero-length memory region",
+            ));
+        }
+        let huge = default_huge_page_size()?;
+        // hugetlb mappings are made and unmapped in whole huge pages.
+        let map_len = len
+            .checked_next_multiple_of(huge)
+            .ok_or_else(|| Error::invalid("length overflows when rounded to huge pages"))?;
+        let mut map = memmap2::MmapOptions::new()
+            .len(map_len)
+            .huge(None)
+            .map_anon()
+            .map_err(|source| Error::Io {
+                what: format!("mapping {map_len} bytes of huge pages ({huge}-byte pages)"),
+                source,
+            })?;
         let ptr = map.as_mut_ptr();
         // SAFETY: the mapping is owned by the MR and outlives the registration.
         unsafe { self.reg(ptr, len, access, Some(map)) }
@@ -236,6 +283,43 @@ impl Mr<'_> {
             length,
             lkey: self.lkey,
         })
+    }
+
+    /// Changes the MR's access flags in place (REREG_MR); the keys may
+    /// change, so send peers the new [`Mr::remote`]. Refused by the kernel
+    /// with `EOPNOTSUPP` where the driver cannot re-register (rxe before
+    /// Linux 6.4 or so has no re-registration at all).
+    pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
+        check_access(access)?;
+        self.rereg(REREG_ACCESS, self.pd.clone(), access)
+    }
+
+    /// Moves the MR to another PD of the same context (REREG_MR).
+    pub fn rereg_pd(&mut self, pd: &Pd) -> Result<()> {
+        if !pd.context().same(self.pd.context()) {
+            return Err(Error::invalid("the PD belongs to another device context"));
+        }
+        self.rereg(REREG_PD, pd.clone(), self.access)
+    }
+
+    fn rereg(&mut self, flags: u32, pd: Pd, access: AccessFlags) -> Result<()> {
+        let cmd = ReregMr {
+            response: 0,
+            mr_handle: self.handle,
+            flags,
+            start: self.addr as u64,
+            length: self.len as u64,
+            hca_va: self.addr as u64,
+            pd_handle: pd.handle(),
+            access_flags: access.bits(),
+        };
+        let resp: ReregMrResp = write_cmd(self.pd.context().fd(), nr::REREG_MR, &cmd, &[], &mut [])
+            .map_err(Error::kernel("rereg_mr"))?;
+        self.lkey = resp.lkey;
+        self.rkey = resp.rkey;
+        self.access = access;
+        self.pd = pd;
+        Ok(())
     }
 
     /// The descriptor a peer needs for RDMA on the whole MR.

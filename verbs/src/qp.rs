@@ -6,9 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use uverbs_abi::cmd::{nr, write_cmd, NoResp};
+pub use uverbs_abi::qp::QpCreateFlags;
 use uverbs_abi::qp::{
-    attr_mask as m, qp_state, qp_type, CreateQp, DestroyQp, DestroyQpResp, ModifyQp, QpDest,
-    QueryQp, QueryQpResp,
+    attr_mask as m, qp_state, qp_type, CreateQp, DestroyQp, DestroyQpResp, ExCreateQp, ModifyQp,
+    QpDest, QueryQp, QueryQpResp,
 };
 use uverbs_abi::wr::{RecvWr, SendWr};
 
@@ -478,7 +479,21 @@ impl fmt::Debug for Qp {
 impl Pd {
     /// Creates a QP in the RESET state.
     pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
-        self.create_qp_inner(attr, None)
+        self.create_qp_inner(attr, None, None)
+    }
+
+    /// Creates a QP with the kernel's extended CREATE_QP command, which
+    /// carries creation flags (what `ibv_create_qp_ex` uses), optionally on
+    /// an SRQ. rxe accepts no creation flag: its driver refuses any with
+    /// `EOPNOTSUPP` (and the core refuses flags it does not know with
+    /// `EINVAL`); with empty flags the QP is the same as [`Pd::create_qp`]'s.
+    pub fn create_qp_ex(
+        &self,
+        attr: &QpInitAttr<'_>,
+        flags: QpCreateFlags,
+        srq: Option<&crate::Srq>,
+    ) -> Result<Qp> {
+        self.create_qp_inner(attr, srq, Some(flags))
     }
 
     /// Creates a QP in the RESET state that takes its receives from `srq`
@@ -486,10 +501,15 @@ impl Pd {
     /// receive queue of its own and [`Qp::post_recv`] refuses). The QP keeps
     /// the SRQ's kernel object alive.
     pub fn create_qp_with_srq(&self, attr: &QpInitAttr<'_>, srq: &crate::Srq) -> Result<Qp> {
-        self.create_qp_inner(attr, Some(srq))
+        self.create_qp_inner(attr, Some(srq), None)
     }
 
-    fn create_qp_inner(&self, attr: &QpInitAttr<'_>, srq: Option<&crate::Srq>) -> Result<Qp> {
+    fn create_qp_inner(
+        &self,
+        attr: &QpInitAttr<'_>,
+        srq: Option<&crate::Srq>,
+        ex_flags: Option<QpCreateFlags>,
+    ) -> Result<Qp> {
         let ctx = self.context();
         if let Some(srq) = srq {
             if !srq.pd().context().same(ctx) {
@@ -526,8 +546,32 @@ impl Pd {
             is_srq: srq.is_some() as u8,
             reserved: 0,
         };
-        let created =
-            provider_rxe::qp::create(ctx.fd(), &cmd).map_err(Error::kernel("create_qp"))?;
+        let created = match ex_flags {
+            None => provider_rxe::qp::create(ctx.fd(), &cmd).map_err(Error::kernel("create_qp"))?,
+            Some(flags) => {
+                let ex = ExCreateQp {
+                    user_handle: cmd.user_handle,
+                    pd_handle: cmd.pd_handle,
+                    send_cq_handle: cmd.send_cq_handle,
+                    recv_cq_handle: cmd.recv_cq_handle,
+                    srq_handle: cmd.srq_handle,
+                    max_send_wr: cmd.max_send_wr,
+                    max_recv_wr: cmd.max_recv_wr,
+                    max_send_sge: cmd.max_send_sge,
+                    max_recv_sge: cmd.max_recv_sge,
+                    max_inline_data: cmd.max_inline_data,
+                    sq_sig_all: cmd.sq_sig_all,
+                    qp_type: cmd.qp_type,
+                    is_srq: cmd.is_srq,
+                    reserved: 0,
+                    comp_mask: 0,
+                    create_flags: flags.bits(),
+                    rwq_ind_tbl_handle: 0,
+                    source_qpn: 0,
+                };
+                provider_rxe::qp::create_ex(ctx.fd(), &ex).map_err(Error::kernel("create_qp_ex"))?
+            }
+        };
         let r = created.resp;
         let destroy_on_err = |e| {
             destroy_qp(ctx, r.qp_handle);
