@@ -96,6 +96,10 @@ record() {
     fi
     echo "--- result: $result"
     rows+=("$(printf '%-26s %-9s %-6s %s' "$mix" "$label" "$size" "$result")")
+    # The harness prints every script's rows as one matrix at the end.
+    if [ -n "${RVERBS_REPORT:-}" ]; then
+        printf '%s\t%s\t%s\t%s\n' "$mix" "$label" "$size" "$result" >>"$RVERBS_REPORT"
+    fi
 }
 
 # One run: $1 = server (ours|ibv), $2 = client, $3 = transport, $4 = size,
