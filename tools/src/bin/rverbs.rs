@@ -11,6 +11,12 @@
 mod common;
 #[path = "../rverbs/connected.rs"]
 mod connected;
+#[path = "../rverbs/devinfo.rs"]
+mod devinfo;
+#[path = "../rverbs/inspect.rs"]
+mod inspect;
+#[path = "../rverbs/perf/mod.rs"]
+mod perf;
 #[path = "../rverbs/srq.rs"]
 mod srq;
 #[path = "../rverbs/ud.rs"]
@@ -133,6 +139,19 @@ enum Cmd {
     /// (ibv_srq_pingpong).
     #[command(name = "srq-pingpong")]
     Srq(SrqArgs),
+    /// List the RDMA devices and their node GUIDs (ibv_devices).
+    #[command(name = "devices")]
+    Devices,
+    /// Print device and port attributes (ibv_devinfo).
+    #[command(name = "devinfo")]
+    Devinfo(devinfo::DevinfoArgs),
+    /// Show the host's RDMA resources, or look into one process's queues.
+    #[command(name = "inspect")]
+    Inspect(inspect::InspectArgs),
+    /// perftest-style bandwidth and latency benchmarks over RC
+    /// (ib_{send,write,read,atomic}_{bw,lat}).
+    #[command(name = "perf")]
+    Perf(perf::PerfArgs),
 }
 
 fn refuse(flags: &[(bool, &str)]) -> Result<()> {
@@ -178,6 +197,10 @@ fn run(cmd: Cmd) -> Result<()> {
             refuse(&[(a.odp, "-o/--odp (on-demand paging)")])?;
             srq::run(&a.common, a.size, a.mtu, a.num_qp)
         }
+        Cmd::Devices => devinfo::run_devices(),
+        Cmd::Devinfo(a) => devinfo::run_devinfo(&a),
+        Cmd::Inspect(a) => inspect::run(&a),
+        Cmd::Perf(a) => perf::run(&a),
     }
 }
 

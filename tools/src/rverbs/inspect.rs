@@ -1,0 +1,329 @@
+//! `rverbs inspect`: the host's RDMA resources (PDs, CQs, QPs, SRQs, MRs,
+//! CM ids, contexts) from the kernel's nldev resource dumps, and with
+//! `--pid` a read-only look into one process's rxe rings: each ring's kind,
+//! owner, depth and fill level, and with `--entries` every outstanding send
+//! WQE, posted receive WQE and unpolled completion.
+//!
+//! Works on any process using rxe through the uverbs ABI (rdma-core's
+//! libibverbs or this stack): it reads what the kernel and the rings say,
+//! not the library's private state.
+
+#[path = "inspect/res.rs"]
+mod res;
+#[path = "inspect/rings.rs"]
+mod rings;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
+
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+
+use crate::common::num;
+use res::{QpDepths, Snapshot};
+use rings::{Kind, Ring};
+
+/// Options of `rverbs inspect`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InspectArgs {
+    /// Look into the rings of process PID (read-only).
+    #[arg(long = "pid", value_name = "PID", value_parser = num::<u32>)]
+    pub pid: Option<u32>,
+    /// With --pid: only the rings of QP QPN.
+    #[arg(long = "qp", value_name = "QPN", value_parser = num::<u32>, requires = "pid")]
+    pub qp: Option<u32>,
+    /// With --pid: decode every queued entry (outstanding send WQEs, posted
+    /// receive WQEs, unpolled completions).
+    #[arg(long = "entries", requires = "pid")]
+    pub entries: bool,
+    /// Print JSON instead of tables.
+    #[arg(long = "json")]
+    pub json: bool,
+}
+
+/// Run `rverbs inspect`.
+pub fn run(a: &InspectArgs) -> Result<()> {
+    match a.pid {
+        None => host(a.json),
+        Some(pid) => process(pid, a),
+    }
+}
+
+/// Rings of every process owning QPs or CQs, read quietly (processes that
+/// cannot be read are skipped), classified.
+fn all_rings(snap: &Snapshot) -> Vec<Ring> {
+    let pids: BTreeSet<u32> = snap
+        .qps
+        .iter()
+        .map(|q| &q.owner)
+        .chain(snap.cqs.iter().map(|c| &c.owner))
+        .filter_map(|o| o.pid)
+        .collect();
+    let mut all = Vec::new();
+    for pid in pids {
+        let Ok(maps) = rings::mappings(pid) else {
+            continue;
+        };
+        let mut rs: Vec<Ring> = maps
+            .into_iter()
+            .filter_map(|m| Ring::read(pid, m).ok())
+            .collect();
+        rings::classify(&mut rs, snap, pid);
+        all.extend(rs);
+    }
+    all
+}
+
+fn host(as_json: bool) -> Result<()> {
+    let snap = Snapshot::take()?;
+    let rs = all_rings(&snap);
+    let mut depths: HashMap<(String, u32), QpDepths> = HashMap::new();
+    let mut fills: HashMap<(String, u32), u32> = HashMap::new();
+    for r in &rs {
+        let (Ok(h), Some(dev)) = (&r.header, &r.map.dev) else {
+            continue;
+        };
+        match (r.kind, r.qpn, r.cqn) {
+            (Kind::Sq, Some(q), _) => {
+                depths.entry((dev.clone(), q)).or_default().sq = Some((h.capacity(), h.fill()))
+            }
+            (Kind::Rq, Some(q), _) => {
+                depths.entry((dev.clone(), q)).or_default().rq = Some((h.capacity(), h.fill()))
+            }
+            (Kind::Cq, _, Some(c)) => {
+                fills.insert((dev.clone(), c), h.fill());
+            }
+            _ => {}
+        }
+    }
+    let qd = |q: &res::QpRes| depths.get(&(q.dev.clone(), q.lqpn)).copied();
+    let cf = |c: &res::CqRes| c.cqn.and_then(|n| fills.get(&(c.dev.clone(), n)).copied());
+    if as_json {
+        let v = json!({
+            "qps": snap.qps.iter().map(|q| q.json(qd(q).as_ref())).collect::<Vec<_>>(),
+            "cqs": snap.cqs.iter().map(|c| c.json(cf(c))).collect::<Vec<_>>(),
+            "srqs": snap.srqs.iter().map(res::SrqRes::json).collect::<Vec<_>>(),
+            "mrs": snap.mrs.iter().map(res::MrRes::json).collect::<Vec<_>>(),
+            "pds": snap.pds.iter().map(res::PdRes::json).collect::<Vec<_>>(),
+            "cm_ids": snap.cm_ids.iter().map(res::CmIdRes::json).collect::<Vec<_>>(),
+            "contexts": snap.ctxs.iter().map(res::CtxRes::json).collect::<Vec<_>>(),
+            "notes": snap.notes,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", res::text(&snap, &qd, &cf));
+        println!(
+            "\nSQ/RQ: queued/capacity from the owner's rings (- if unreadable); \
+             UNPOLLED: completions waiting in the CQ ring."
+        );
+    }
+    Ok(())
+}
+
+fn ring_json(r: &Ring, with_entries: bool, qp_type: Option<u8>) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("kind".into(), json!(r.kind.name()));
+    m.insert("dev".into(), json!(r.map.dev));
+    m.insert("uverbs".into(), json!(r.map.uverbs));
+    m.insert("addr".into(), json!(format!("{:#x}", r.map.start)));
+    m.insert("map_len".into(), json!(r.map.len()));
+    m.insert("map_offset".into(), json!(r.map.offset));
+    m.insert("qpn".into(), json!(r.qpn));
+    m.insert("cqn".into(), json!(r.cqn));
+    m.insert("srqn".into(), json!(r.srqn));
+    match &r.header {
+        Ok(h) => {
+            m.insert("elem_size".into(), json!(h.elem_size()));
+            m.insert("slots".into(), json!(h.slots()));
+            m.insert("depth".into(), json!(h.capacity()));
+            m.insert("producer".into(), json!(h.producer));
+            m.insert("consumer".into(), json!(h.consumer));
+            m.insert("fill".into(), json!(h.fill()));
+        }
+        Err(e) => {
+            m.insert("error".into(), json!(e));
+        }
+    }
+    m.insert("basis".into(), json!(r.basis));
+    if with_entries {
+        m.insert("entries".into(), Value::Array(rings::entries(r, qp_type)));
+    }
+    Value::Object(m)
+}
+
+fn owner_text(r: &Ring) -> String {
+    match (r.qpn, r.cqn, r.srqn) {
+        (Some(q), _, _) => format!("qp {q}"),
+        (_, Some(c), _) => format!("cq {c}"),
+        (_, _, Some(s)) => format!("srq {s}"),
+        _ => "-".into(),
+    }
+}
+
+fn process(pid: u32, a: &InspectArgs) -> Result<()> {
+    let maps = rings::mappings(pid)?;
+    let comm = res::comm_of(pid);
+    let (snap, snap_err) = match Snapshot::take() {
+        Ok(s) => (s, None),
+        Err(e) => (Snapshot::default(), Some(format!("{e:#}"))),
+    };
+    let mut rs = Vec::new();
+    for m in maps {
+        rs.push(Ring::read(pid, m)?);
+    }
+    rings::classify(&mut rs, &snap, pid);
+    rs.sort_by_key(|r| (r.map.dev.clone(), r.map.offset));
+
+    let mine = |o: &res::Owner| o.pid == Some(pid);
+    if let Some(qpn) = a.qp {
+        if !snap.qps.iter().any(|q| q.lqpn == qpn && mine(&q.owner)) {
+            bail!(
+                "process {pid} owns no QP {qpn} (the kernel lists its QPs as: {})",
+                snap.qps
+                    .iter()
+                    .filter(|q| mine(&q.owner))
+                    .map(|q| q.lqpn.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        rs.retain(|r| r.qpn == Some(qpn));
+        if rs.is_empty() {
+            bail!("could not tell which of process {pid}'s rings belong to QP {qpn}");
+        }
+    }
+    let qp_type = |r: &Ring| {
+        r.qpn.and_then(|n| {
+            snap.qps
+                .iter()
+                .find(|q| q.lqpn == n && Some(&q.dev) == r.map.dev.as_ref())
+                .and_then(|q| q.qp_type)
+        })
+    };
+    let comm_s = comm.clone().unwrap_or_else(|| "?".into());
+    let none_msg = format!(
+        "process {pid} ({comm_s}) has no RDMA queues mapped (no /dev/infiniband/uverbs* mappings)"
+    );
+    if a.json {
+        let v = json!({
+            "pid": pid,
+            "comm": comm,
+            "rings": rs.iter().map(|r| ring_json(r, a.entries, qp_type(r))).collect::<Vec<_>>(),
+            "qps": snap.qps.iter().filter(|q| mine(&q.owner)).map(|q| q.json(None)).collect::<Vec<_>>(),
+            "cqs": snap.cqs.iter().filter(|c| mine(&c.owner)).map(|c| c.json(None)).collect::<Vec<_>>(),
+            "srqs": snap.srqs.iter().filter(|s| mine(&s.owner)).map(res::SrqRes::json).collect::<Vec<_>>(),
+            "message": if rs.is_empty() { Some(&none_msg) } else { None },
+            "notes": snap_err.iter().chain(&snap.notes).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if rs.is_empty() {
+        println!("{none_msg}");
+        return Ok(());
+    }
+    let mut out = String::new();
+    let _ = writeln!(out, "process {pid} ({comm_s}): {} rings", rs.len());
+    if let Some(e) = &snap_err {
+        let _ = writeln!(
+            out,
+            "note: no kernel resource data ({e}); classified by contents"
+        );
+    }
+    let rows: Vec<Vec<String>> = rs
+        .iter()
+        .map(|r| {
+            let (elem, slots, depth, prod, cons, fill) = match &r.header {
+                Ok(h) => (
+                    h.elem_size().to_string(),
+                    h.slots().to_string(),
+                    h.capacity().to_string(),
+                    h.producer.to_string(),
+                    h.consumer.to_string(),
+                    h.fill().to_string(),
+                ),
+                Err(_) => Default::default(),
+            };
+            vec![
+                r.kind.name().to_string(),
+                r.map.dev.clone().unwrap_or_else(|| r.map.uverbs.clone()),
+                owner_text(r),
+                elem,
+                slots,
+                depth,
+                prod,
+                cons,
+                fill,
+                format!("{:#x}", r.map.start),
+            ]
+        })
+        .collect();
+    res::table(
+        &mut out,
+        "Rings",
+        &[
+            "KIND", "DEV", "OWNER", "ELEM", "SLOTS", "DEPTH", "PROD", "CONS", "QUEUED", "ADDRESS",
+        ],
+        &rows,
+    );
+    let _ = writeln!(out, "\nWhy:");
+    for r in &rs {
+        let _ = writeln!(
+            out,
+            "  {} {} at {:#x}: {}",
+            r.kind.name(),
+            owner_text(r),
+            r.map.start,
+            r.basis.join("; ")
+        );
+    }
+    if a.entries {
+        for r in &rs {
+            let e = rings::entries(r, qp_type(r));
+            let what = match r.kind {
+                Kind::Sq => "outstanding send WQEs",
+                Kind::Cq => "unpolled completions",
+                Kind::Unknown => continue,
+                _ => "posted receive WQEs",
+            };
+            let _ = writeln!(
+                out,
+                "\n{} {} ({} {what}):",
+                r.kind.name(),
+                owner_text(r),
+                e.len()
+            );
+            for v in &e {
+                let _ = writeln!(out, "  {}", rings::entry_text(r.kind, v));
+            }
+        }
+    }
+    let qps: Vec<_> = snap.qps.iter().filter(|q| mine(&q.owner)).collect();
+    if !qps.is_empty() {
+        let rows: Vec<Vec<String>> = qps
+            .iter()
+            .map(|q| {
+                vec![
+                    q.lqpn.to_string(),
+                    res::opt(q.rqpn),
+                    q.qp_type.map_or("-".into(), res::qp_type_name),
+                    q.state.map_or("-".into(), res::qp_state_name),
+                    res::opt(q.sq_psn),
+                    res::opt(q.rq_psn),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        res::table(
+            &mut out,
+            "Its QPs (kernel)",
+            &["LQPN", "RQPN", "TYPE", "STATE", "SQ-PSN", "RQ-PSN"],
+            &rows,
+        );
+    }
+    for n in &snap.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    print!("{out}");
+    Ok(())
+}

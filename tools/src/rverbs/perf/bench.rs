@@ -1,0 +1,946 @@
+//! The timed loops of `rverbs perf`: bandwidth (a window of up to `-t`
+//! work requests in flight, posted as chains, one completion requested
+//! every `cq_mod` of them, completions polled in batches), the SEND
+//! receiver (receives re-posted in chains as they complete), and the
+//! ping-pong latency loops (WRITE: each side polls the last byte of its
+//! buffer; SEND: receive completions; READ and atomics: one request
+//! outstanding at a time).
+//!
+//! Nothing in a timed loop allocates: the work request templates live on
+//! the stack, completion and timestamp buffers are sized before the loop.
+//! Every wait is bounded by the no-progress timeout and notices a peer
+//! that failed or hung up.
+
+use std::io::{IoSlice, IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _, Result};
+use verbs::{Cq, Error, Mr, Payload, PostError, Qp, RecvWr, SendFlags, SendWr, Sge, Wc, WrOpcode};
+
+use super::stats;
+use super::wire::{Ctrl, Msg, Report};
+use super::{Kind, Timing, Verb};
+
+/// Longest chain of work requests posted with one doorbell.
+const CHAIN: usize = 64;
+/// Completions polled at once.
+const WC_BATCH: usize = 32;
+/// Empty polls between looks at the clock (timeouts, progress, the peer).
+const SPIN_CHECK: u32 = 1024;
+
+/// The verbs objects a run uses.
+pub struct Res {
+    /// The RC QP.
+    pub qp: Qp,
+    /// Send completions.
+    pub scq: Cq,
+    /// Receive completions.
+    pub rcq: Cq,
+    /// The buffer: the first half is the source of our messages (and what
+    /// the peer READs), the second half where the peer's land (WRITE,
+    /// SEND) and where READ and atomic results go.
+    pub mr: Mr<'static>,
+    /// Offset of the second half.
+    pub half: usize,
+    /// Source of inline sends (not registered).
+    pub inline_src: Vec<u8>,
+}
+
+/// The peer's buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer {
+    /// Its address.
+    pub addr: u64,
+    /// Its rkey.
+    pub rkey: u32,
+    /// Its length (two halves).
+    pub len: u64,
+}
+
+impl Peer {
+    /// Address of the peer's second half.
+    fn dest(&self) -> u64 {
+        self.addr + self.len / 2
+    }
+}
+
+/// What the loops need to know about the test.
+#[derive(Debug, Clone)]
+pub struct Params {
+    /// Operation.
+    pub verb: Verb,
+    /// Bandwidth or latency.
+    pub kind: Kind,
+    /// Whether we are the client (the side that drives).
+    pub client: bool,
+    /// Iterations per size (ignored with `timing`).
+    pub iters: u64,
+    /// A `-D` run.
+    pub timing: Option<Timing>,
+    /// Work requests in flight at most.
+    pub tx_depth: u32,
+    /// Receives posted at most.
+    pub rx_depth: u32,
+    /// One completion every this many sends.
+    pub cq_mod: u32,
+    /// Messages up to this size are sent inline.
+    pub inline: u32,
+    /// Measure the peak bandwidth.
+    pub peak: bool,
+    /// Compare-and-swap instead of fetch-and-add.
+    pub cmp_swap: bool,
+    /// No-progress timeout.
+    pub limit: Option<Duration>,
+    /// Print a progress line.
+    pub progress: bool,
+    /// Name of the test in progress lines.
+    pub label: String,
+}
+
+/// The phases of a `-D` run: warm-up (margin), sampling, cool-down
+/// (margin), end. Counts and times are captured at the sampling edges.
+struct Phases {
+    t: Timing,
+    start: Instant,
+    state: u8,
+    s_count: u64,
+    s_time: Instant,
+    e_count: u64,
+    e_time: Instant,
+}
+
+impl Phases {
+    fn new(t: Timing, start: Instant) -> Phases {
+        Phases {
+            t,
+            start,
+            state: 0,
+            s_count: 0,
+            s_time: start,
+            e_count: 0,
+            e_time: start,
+        }
+    }
+
+    /// Advances to `now` with `count` done so far; true once the run is over.
+    fn update(&mut self, now: Instant, count: u64) -> bool {
+        let el = now.saturating_duration_since(self.start);
+        if self.state == 0 && el >= self.t.margin {
+            self.state = 1;
+            self.s_count = count;
+            self.s_time = now;
+        }
+        if self.state == 1 && el >= self.t.total.saturating_sub(self.t.margin) {
+            self.state = 2;
+            self.e_count = count;
+            self.e_time = now;
+        }
+        if self.state == 2 && el >= self.t.total {
+            self.state = 3;
+        }
+        self.state == 3
+    }
+
+    /// The sampled count and nanoseconds; a window the run stopped in is
+    /// closed at `now` (the peer's clock ended the run first).
+    fn sample(&mut self, now: Instant, count: u64) -> (u64, u64) {
+        if self.state == 0 {
+            self.s_count = 0;
+            self.s_time = self.start;
+        }
+        if self.state <= 1 {
+            self.e_count = count;
+            self.e_time = now;
+        }
+        let ns = self
+            .e_time
+            .saturating_duration_since(self.s_time)
+            .as_nanos() as u64;
+        (self.e_count.saturating_sub(self.s_count), ns)
+    }
+}
+
+/// Keeps the peer informed (the client sends its count about once a second,
+/// which also keeps a waiting server's timeout from firing) and prints the
+/// progress line.
+pub struct Ticker {
+    next: Instant,
+    start: Instant,
+    send: bool,
+    print: bool,
+    tty: bool,
+    shown: bool,
+    label: String,
+    total: u64,
+    timing: Option<Timing>,
+}
+
+impl Ticker {
+    /// A ticker for one size's run.
+    pub fn new(p: &Params, size: usize, send: bool) -> Ticker {
+        let now = Instant::now();
+        Ticker {
+            next: now + Duration::from_secs(1),
+            start: now,
+            send,
+            print: p.progress,
+            tty: std::io::stderr().is_terminal(),
+            shown: false,
+            label: format!("{} {size} bytes", p.label),
+            total: p.iters,
+            timing: p.timing,
+        }
+    }
+
+    /// Called with the current time and count; acts once a second.
+    fn tick(&mut self, now: Instant, done: u64, ctrl: &mut Ctrl) -> Result<()> {
+        if now < self.next {
+            return Ok(());
+        }
+        self.next = now + Duration::from_secs(1);
+        if self.send {
+            ctrl.send(&Msg::Progress(done))?;
+        }
+        self.show(now, done);
+        Ok(())
+    }
+
+    /// Prints the progress line for `done` messages.
+    pub fn show(&mut self, now: Instant, done: u64) {
+        if !self.print {
+            return;
+        }
+        let el = now.saturating_duration_since(self.start).as_secs_f64();
+        let mut e = std::io::stderr().lock();
+        let lead = if self.tty { "\r" } else { "" };
+        let _ = match self.timing {
+            Some(t) => write!(
+                e,
+                "{lead}{}: {done} done, {el:.0}/{} s",
+                self.label,
+                t.total.as_secs()
+            ),
+            None => write!(
+                e,
+                "{lead}{}: {done}/{} done ({:.0}%), {el:.0} s",
+                self.label,
+                self.total,
+                done as f64 * 100.0 / self.total.max(1) as f64
+            ),
+        };
+        let _ = if self.tty {
+            write!(e, "\x1b[K")
+        } else {
+            writeln!(e)
+        };
+        self.shown = true;
+    }
+
+    /// Clears a progress line left on a terminal.
+    pub fn finish(&mut self) {
+        if self.shown && self.tty {
+            let _ = write!(std::io::stderr(), "\r\x1b[K");
+        }
+        self.shown = false;
+    }
+}
+
+/// Bounded waiting: fails after the no-progress timeout.
+struct Watch {
+    last: Instant,
+    limit: Option<Duration>,
+    spins: u32,
+}
+
+impl Watch {
+    fn new(limit: Option<Duration>) -> Watch {
+        Watch {
+            last: Instant::now(),
+            limit,
+            spins: 0,
+        }
+    }
+    /// Records progress.
+    fn progress(&mut self, now: Instant) {
+        self.last = now;
+        self.spins = 0;
+    }
+    /// Counts an empty poll; every [`SPIN_CHECK`] of them returns the time.
+    fn spin(&mut self) -> Option<Instant> {
+        self.spins += 1;
+        if self.spins < SPIN_CHECK {
+            std::hint::spin_loop();
+            return None;
+        }
+        self.spins = 0;
+        Some(Instant::now())
+    }
+    /// Fails if nothing happened for the timeout.
+    fn check(&self, now: Instant, what: impl FnOnce() -> String) -> Result<()> {
+        if let Some(l) = self.limit {
+            if now.saturating_duration_since(self.last) > l {
+                bail!("no progress for {}s: {}", l.as_secs(), what());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn nanos(t0: Instant, t: Instant) -> u64 {
+    t.saturating_duration_since(t0).as_nanos() as u64
+}
+
+fn check_wc(w: &Wc, what: &str) -> Result<()> {
+    if !w.is_success() {
+        bail!(
+            "{what} completion with status {} ({}), wr_id {}, vendor error {:#x}",
+            w.status().as_str(),
+            w.status().0,
+            w.wr_id(),
+            w.vendor_err()
+        );
+    }
+    Ok(())
+}
+
+/// Posts `wrs`, returning how many were taken: a full send queue (the
+/// device has not yet released the slots of requests whose completion we
+/// already saw) takes fewer; anything else is an error.
+#[inline]
+fn post_some(qp: &mut Qp, wrs: &[SendWr<'_>]) -> Result<usize> {
+    match qp.post_send(wrs) {
+        Ok(()) => Ok(wrs.len()),
+        Err(Error::Post {
+            index,
+            error: PostError::QueueFull,
+        }) => Ok(index),
+        Err(e) => Err(e).context("couldn't post send"),
+    }
+}
+
+/// Scratch space of the loops, sized once for all message sizes.
+pub struct Bench {
+    p: Params,
+    peer: Peer,
+    wc: Vec<Wc>,
+    lat_t: Vec<u64>,
+    deltas: Vec<f64>,
+    posts: Vec<(u64, u64)>,
+    comps: Vec<(u64, u64)>,
+    /// Receives posted for the current size.
+    rposted: u64,
+}
+
+impl Bench {
+    /// Sizes the buffers for `p`.
+    pub fn new(p: Params, peer: Peer) -> Bench {
+        let lat = p.kind == Kind::Lat && p.timing.is_none();
+        let peak = p.kind == Kind::Bw && p.peak && p.client;
+        let n = p.iters as usize;
+        Bench {
+            wc: vec![Wc::default(); WC_BATCH],
+            lat_t: Vec::with_capacity(if lat { n } else { 0 }),
+            deltas: Vec::with_capacity(if lat { n } else { 0 }),
+            posts: Vec::with_capacity(if peak { n } else { 0 }),
+            comps: Vec::with_capacity(if peak {
+                n / p.cq_mod.max(1) as usize + 2
+            } else {
+                0
+            }),
+            rposted: 0,
+            p,
+            peer,
+        }
+    }
+
+    /// The parameters.
+    pub fn params(&self) -> &Params {
+        &self.p
+    }
+
+    /// Whether this side runs a loop for the test (else it waits for the
+    /// client's report): always the client; the server of SEND tests and
+    /// of the WRITE latency test.
+    pub fn active(&self) -> bool {
+        self.p.client
+            || self.p.verb == Verb::Send
+            || (self.p.verb == Verb::Write && self.p.kind == Kind::Lat)
+    }
+
+    /// Whether this side receives SENDs in this test.
+    fn receives(&self) -> bool {
+        self.p.verb == Verb::Send && (self.p.kind == Kind::Lat || !self.p.client)
+    }
+
+    /// Before the size's barrier: posts the receives of a SEND test (as
+    /// many as the run needs, at most `-r`), clears the byte a WRITE
+    /// latency run polls.
+    pub fn prepare(&mut self, res: &mut Res, size: usize) -> Result<()> {
+        self.rposted = 0;
+        if self.receives() {
+            let rsge = [res.mr.sge(res.half..res.half + size)?];
+            let chain = [RecvWr::new(0, &rsge); CHAIN];
+            let want = match self.p.timing {
+                Some(_) => self.p.rx_depth as u64,
+                None => (self.p.rx_depth as u64).min(self.p.iters),
+            };
+            while self.rposted < want {
+                let k = (want - self.rposted).min(CHAIN as u64) as usize;
+                res.qp
+                    .post_recv(&chain[..k])
+                    .context("couldn't post the receives")?;
+                self.rposted += k as u64;
+            }
+        }
+        if self.p.verb == Verb::Write && self.p.kind == Kind::Lat {
+            res.mr.write_at(res.half + size - 1, &[0])?;
+        }
+        Ok(())
+    }
+
+    /// Runs one size on this (active) side; `go` is when the barrier
+    /// released it.
+    pub fn run(
+        &mut self,
+        res: &mut Res,
+        ctrl: &mut Ctrl,
+        size: usize,
+        go: Instant,
+    ) -> Result<Report> {
+        match (self.p.kind, self.p.verb, self.p.client) {
+            (Kind::Bw, Verb::Send, false) => self.bw_receiver(res, ctrl, size, go),
+            (Kind::Bw, _, true) => self.bw_sender(res, ctrl, size),
+            (Kind::Lat, Verb::Send | Verb::Write, _) => self.pingpong(res, ctrl, size),
+            (Kind::Lat, Verb::Read | Verb::Atomic, true) => self.one_by_one(res, ctrl, size),
+            _ => Err(anyhow!("this side has no loop in this test")),
+        }
+    }
+
+    /// The request template of the client's operation on `size` bytes.
+    fn template<'a>(
+        &self,
+        sges: &'a [Sge; 1],
+        inl: &'a [IoSlice<'a>; 1],
+        size: usize,
+    ) -> SendWr<'a> {
+        let use_inline =
+            matches!(self.p.verb, Verb::Send | Verb::Write) && size as u64 <= self.p.inline as u64;
+        let payload = if use_inline {
+            Payload::Inline(inl)
+        } else {
+            Payload::Sge(sges)
+        };
+        let (peer, dest) = (self.peer, self.peer.dest());
+        match self.p.verb {
+            Verb::Send => SendWr::new(0, WrOpcode::Send, payload),
+            Verb::Write => SendWr::new(0, WrOpcode::RdmaWrite, payload).remote(dest, peer.rkey),
+            Verb::Read => SendWr::rdma_read(0, sges, peer.addr, peer.rkey),
+            Verb::Atomic if self.p.cmp_swap => SendWr::cmp_swap(0, sges, dest, peer.rkey, 0, 1),
+            Verb::Atomic => SendWr::fetch_add(0, sges, dest, peer.rkey, 1),
+        }
+    }
+
+    /// The local range a client request uses.
+    fn local_range(&self, res: &Res, size: usize) -> std::ops::Range<usize> {
+        match self.p.verb {
+            Verb::Read => res.half..res.half + size,
+            Verb::Atomic => res.half..res.half + 8,
+            _ => 0..size,
+        }
+    }
+
+    fn check_peer(&self, size: usize) -> Result<()> {
+        if (size as u64) > self.peer.len / 2 {
+            bail!(
+                "the peer's buffer ({} bytes a half) is smaller than the {size}-byte messages",
+                self.peer.len / 2
+            );
+        }
+        Ok(())
+    }
+
+    /// Bandwidth, sending side: keeps up to `-t` requests in flight.
+    fn bw_sender(&mut self, res: &mut Res, ctrl: &mut Ctrl, size: usize) -> Result<Report> {
+        self.check_peer(size)?;
+        let sges = [res.mr.sge(self.local_range(res, size))?];
+        let inl = [IoSlice::new(
+            &res.inline_src[..size.min(res.inline_src.len())],
+        )];
+        let template = self.template(&sges, &inl, size);
+        let base = template.send_flags;
+        let mut chain = [template; CHAIN];
+        let (qp, scq) = (&mut res.qp, &mut res.scq);
+        let p = &self.p;
+        let wc = &mut self.wc;
+        let tx = p.tx_depth as u64;
+        let cq_mod = p.cq_mod as u64;
+        let peak = p.peak && p.timing.is_none();
+        self.posts.clear();
+        self.comps.clear();
+        // The last request: `iters`, or (-D) one past what is posted when
+        // the time is up, so the final one is signaled.
+        let mut last = if p.timing.is_some() {
+            u64::MAX
+        } else {
+            p.iters
+        };
+        let (mut scnt, mut ccnt) = (0u64, 0u64);
+        let mut ticker = Ticker::new(p, size, true);
+        let mut watch = Watch::new(p.limit);
+        let t0 = Instant::now();
+        let mut phases = p.timing.map(|t| Phases::new(t, t0));
+        let mut t_last = t0;
+        loop {
+            let room = (tx - (scnt - ccnt)).min(last - scnt).min(CHAIN as u64) as usize;
+            if room > 0 {
+                for (k, wr) in chain[..room].iter_mut().enumerate() {
+                    let idx = scnt + k as u64 + 1;
+                    wr.wr_id = idx;
+                    wr.send_flags = if idx % cq_mod == 0 || idx == last {
+                        base | SendFlags::SIGNALED
+                    } else {
+                        base
+                    };
+                }
+                let t = Instant::now();
+                let n = post_some(qp, &chain[..room])?;
+                if peak && n > 0 {
+                    self.posts.push((scnt, nanos(t0, t)));
+                }
+                scnt += n as u64;
+            }
+            let ne = scq.poll(wc).context("poll CQ failed")?;
+            let mut now = None;
+            if ne > 0 {
+                let t = Instant::now();
+                for w in &wc[..ne] {
+                    check_wc(w, "send")?;
+                    ccnt = w.wr_id();
+                    if peak {
+                        self.comps.push((ccnt, nanos(t0, t)));
+                    }
+                }
+                t_last = t;
+                watch.progress(t);
+                now = Some(t);
+            } else if let Some(t) = watch.spin() {
+                watch.check(t, || {
+                    format!("{ccnt} of {scnt} posted requests complete (tx depth {tx})")
+                })?;
+                now = Some(t);
+            }
+            if let Some(ph) = &mut phases {
+                let t = match now {
+                    Some(t) => t,
+                    None => Instant::now(),
+                };
+                if last == u64::MAX && ph.update(t, ccnt) {
+                    last = if scnt % cq_mod == 0 { scnt } else { scnt + 1 };
+                }
+                now = Some(t);
+            }
+            if ccnt >= last {
+                break;
+            }
+            if let Some(t) = now {
+                ticker.tick(t, ccnt, ctrl)?;
+            }
+        }
+        ticker.finish();
+        if let Some(mut ph) = phases {
+            let (n, ns) = ph.sample(t_last, ccnt);
+            let mut r = stats::bw_report(size as u64, n, ns, None);
+            r.flags |= Report::DURATION;
+            ctrl.send(&Msg::Done(ccnt))?;
+            return Ok(r);
+        }
+        let pk = peak.then(|| stats::peak_bw(size as u64, &self.posts, &self.comps));
+        Ok(stats::bw_report(
+            size as u64,
+            p.iters,
+            nanos(t0, t_last),
+            pk,
+        ))
+    }
+
+    /// Bandwidth, SEND receiver: counts receives until the last, re-posting
+    /// them in chains.
+    fn bw_receiver(
+        &mut self,
+        res: &mut Res,
+        ctrl: &mut Ctrl,
+        size: usize,
+        go: Instant,
+    ) -> Result<Report> {
+        let rsge = [res.mr.sge(res.half..res.half + size)?];
+        let chain = [RecvWr::new(0, &rsge); CHAIN];
+        let (qp, rcq) = (&mut res.qp, &mut res.rcq);
+        let p = &self.p;
+        let wc = &mut self.wc;
+        let mut target = if p.timing.is_some() {
+            u64::MAX
+        } else {
+            p.iters
+        };
+        let (mut rcnt, mut pending) = (0u64, 0u64);
+        let mut ticker = Ticker::new(p, size, false);
+        let mut watch = Watch::new(p.limit);
+        // The clock starts when this side released the client from the
+        // barrier, before the client can send: timing from the first
+        // receive would miss its transfer (and measure nothing when the
+        // whole run is reaped in one poll).
+        let t_first = go;
+        let mut t_last = t_first;
+        let mut phases = p.timing.map(|tm| Phases::new(tm, t_first));
+        while rcnt < target {
+            let ne = rcq.poll(wc).context("poll CQ failed")?;
+            if ne > 0 {
+                let t = Instant::now();
+                for w in &wc[..ne] {
+                    check_wc(w, "receive")?;
+                }
+                rcnt += ne as u64;
+                pending += ne as u64;
+                t_last = t;
+                watch.progress(t);
+                loop {
+                    let can = if p.timing.is_some() {
+                        pending
+                    } else {
+                        pending.min(p.iters - self.rposted)
+                    };
+                    if can == 0 {
+                        break;
+                    }
+                    let k = can.min(CHAIN as u64) as usize;
+                    qp.post_recv(&chain[..k])
+                        .context("couldn't re-post receives")?;
+                    self.rposted += k as u64;
+                    pending -= k as u64;
+                }
+                if let Some(ph) = &mut phases {
+                    ph.update(t, rcnt);
+                }
+            } else if let Some(t) = watch.spin() {
+                watch.check(t, || format!("{rcnt} of {} messages received", p.iters))?;
+                if let Some(n) = ctrl.poll_done()? {
+                    if p.timing.is_none() {
+                        bail!("out of step with the peer: it ended a -D run");
+                    }
+                    // The client saw all of them acknowledged, so they
+                    // are all in the CQ: count what is left.
+                    target = n;
+                    watch.progress(t);
+                }
+                if let Some(ph) = &mut phases {
+                    ph.update(t, rcnt);
+                }
+                ticker.tick(t, rcnt, ctrl)?;
+            }
+        }
+        ticker.finish();
+        if rcnt > target {
+            bail!("received {rcnt} messages, the client sent {target}");
+        }
+        if let Some(mut ph) = phases {
+            let (n, ns) = ph.sample(t_last, rcnt);
+            let mut r = stats::bw_report(size as u64, n, ns, None);
+            r.flags |= Report::DURATION;
+            return Ok(r);
+        }
+        Ok(stats::bw_report(
+            size as u64,
+            p.iters,
+            nanos(t_first, t_last),
+            None,
+        ))
+    }
+
+    /// SEND and WRITE latency: the client sends first; each side sends its
+    /// next message once the peer's previous one arrived.
+    fn pingpong(&mut self, res: &mut Res, ctrl: &mut Ctrl, size: usize) -> Result<Report> {
+        self.check_peer(size)?;
+        let write = self.p.verb == Verb::Write;
+        let p = &self.p;
+        let client = p.client;
+        let use_inline = size as u64 <= p.inline as u64;
+        let ssge = [res.mr.sge(0..size)?];
+        let rsge = [res.mr.sge(res.half..res.half + size)?];
+        let recv1 = [RecvWr::new(0, &rsge)];
+        let poll_off = res.half + size - 1;
+        if poll_off >= res.mr.len() {
+            bail!("internal: poll offset outside the buffer");
+        }
+        let poll_ptr = (res.mr.addr() as usize + poll_off) as *const u8;
+        let (dest, rkey) = (self.peer.dest(), self.peer.rkey);
+        let (tx, cq_mod) = (p.tx_depth as u64, p.cq_mod as u64);
+        let timed = p.timing.is_none();
+        let last = if timed { p.iters } else { u64::MAX };
+        let lat_t = &mut self.lat_t;
+        lat_t.clear();
+        let wc = &mut self.wc;
+        let mut ticker = Ticker::new(p, size, client);
+        let mut watch = Watch::new(p.limit);
+        let (mut sent, mut got, mut done) = (0u64, 0u64, 0u64);
+        let t0 = Instant::now();
+        let mut phases: Option<Phases> = None;
+        loop {
+            if client {
+                if sent == last {
+                    break;
+                }
+            } else {
+                if got == last {
+                    break;
+                }
+                // Wait for the client's next message.
+                if !wait_msg(
+                    write,
+                    poll_ptr,
+                    got + 1,
+                    &mut res.rcq,
+                    wc,
+                    &mut watch,
+                    ctrl,
+                    p.timing.is_some(),
+                )? {
+                    break;
+                }
+                got += 1;
+                if !write && (!timed || self.rposted < p.iters) {
+                    res.qp
+                        .post_recv(&recv1)
+                        .context("couldn't re-post a receive")?;
+                    self.rposted += 1;
+                }
+                if got == 1 {
+                    phases = p.timing.map(|tm| Phases::new(tm, Instant::now()));
+                }
+            }
+            // Send message `sent + 1`, once the send queue has room.
+            let idx = sent + 1;
+            while idx - 1 - done >= tx {
+                let ne = res.scq.poll(wc).context("poll CQ failed")?;
+                for w in &wc[..ne] {
+                    check_wc(w, "send")?;
+                    done = w.wr_id();
+                }
+                if ne == 0 {
+                    if let Some(t) = watch.spin() {
+                        watch.check(t, || format!("send {} not complete", done + 1))?;
+                    }
+                }
+            }
+            let flags = if idx % cq_mod == 0 || idx == last {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            let v = [idx as u8];
+            if write {
+                if use_inline {
+                    res.inline_src[size - 1] = v[0];
+                } else {
+                    res.mr.write_at(size - 1, &v)?;
+                }
+            }
+            let inl = [IoSlice::new(
+                &res.inline_src[..if use_inline { size } else { 0 }],
+            )];
+            let payload = if use_inline {
+                Payload::Inline(&inl)
+            } else {
+                Payload::Sge(&ssge)
+            };
+            let wr = if write {
+                SendWr::new(idx, WrOpcode::RdmaWrite, payload).remote(dest, rkey)
+            } else {
+                SendWr::new(idx, WrOpcode::Send, payload)
+            }
+            .flags(flags);
+            let t = Instant::now();
+            if timed {
+                lat_t.push(nanos(t0, t));
+            }
+            if client && sent == 0 {
+                phases = p.timing.map(|tm| Phases::new(tm, t));
+            }
+            loop {
+                if post_some(&mut res.qp, std::slice::from_ref(&wr))? == 1 {
+                    break;
+                }
+                // The device still holds a slot we saw complete: retry.
+                if let Some(t) = watch.spin() {
+                    watch.check(t, || format!("send {idx} not accepted (queue full)"))?;
+                }
+            }
+            sent = idx;
+            // Reap what completed meanwhile.
+            let ne = res.scq.poll(wc).context("poll CQ failed")?;
+            for w in &wc[..ne] {
+                check_wc(w, "send")?;
+                done = w.wr_id();
+            }
+            if client {
+                if !wait_msg(
+                    write,
+                    poll_ptr,
+                    got + 1,
+                    &mut res.rcq,
+                    wc,
+                    &mut watch,
+                    ctrl,
+                    false,
+                )? {
+                    bail!("internal: the client was stopped by the peer");
+                }
+                got += 1;
+                if !write && (!timed || self.rposted < p.iters) {
+                    res.qp
+                        .post_recv(&recv1)
+                        .context("couldn't re-post a receive")?;
+                    self.rposted += 1;
+                }
+            }
+            let now = Instant::now();
+            watch.progress(now);
+            if let Some(ph) = &mut phases {
+                if ph.update(now, sent) && client {
+                    break;
+                }
+            }
+            ticker.tick(now, sent, ctrl)?;
+        }
+        // Wait for the signaled sends (in a timed run the last one is).
+        let want = if timed { sent } else { sent - sent % cq_mod };
+        while done < want {
+            let ne = res.scq.poll(wc).context("poll CQ failed")?;
+            for w in &wc[..ne] {
+                check_wc(w, "send")?;
+                done = w.wr_id();
+            }
+            if ne == 0 {
+                if let Some(t) = watch.spin() {
+                    watch.check(t, || format!("{done} of {sent} sends complete"))?;
+                }
+            }
+        }
+        ticker.finish();
+        if let Some(mut ph) = phases {
+            if client {
+                ctrl.send(&Msg::Done(sent))?;
+            }
+            let (n, ns) = ph.sample(Instant::now(), sent);
+            return Ok(stats::lat_duration_report(size as u64, n, ns, 2));
+        }
+        if p.timing.is_some() {
+            // The peer ended the run before our first message.
+            return Ok(stats::lat_duration_report(size as u64, 0, 0, 2));
+        }
+        Ok(stats::lat_report(size as u64, lat_t, 2, &mut self.deltas))
+    }
+
+    /// READ and atomic latency: one request at a time, each waited for.
+    fn one_by_one(&mut self, res: &mut Res, ctrl: &mut Ctrl, size: usize) -> Result<Report> {
+        self.check_peer(size)?;
+        let sges = [res.mr.sge(self.local_range(res, size))?];
+        let inl = [IoSlice::new(&[])];
+        let template = self.template(&sges, &inl, size);
+        let p = &self.p;
+        let timed = p.timing.is_none();
+        let lat_t = &mut self.lat_t;
+        lat_t.clear();
+        let wc = &mut self.wc;
+        let mut ticker = Ticker::new(p, size, true);
+        let mut watch = Watch::new(p.limit);
+        let t0 = Instant::now();
+        let mut phases = p.timing.map(|t| Phases::new(t, t0));
+        let mut n = 0u64;
+        loop {
+            if timed && n == p.iters {
+                break;
+            }
+            let mut wr = template;
+            wr.wr_id = n + 1;
+            wr.send_flags |= SendFlags::SIGNALED;
+            let t = Instant::now();
+            if timed {
+                lat_t.push(nanos(t0, t));
+            }
+            while post_some(&mut res.qp, std::slice::from_ref(&wr))? == 0 {
+                if let Some(t) = watch.spin() {
+                    watch.check(t, || format!("request {} not accepted (queue full)", n + 1))?;
+                }
+            }
+            loop {
+                let ne = res.scq.poll(&mut wc[..1]).context("poll CQ failed")?;
+                if ne == 1 {
+                    check_wc(&wc[0], "request")?;
+                    break;
+                }
+                if let Some(t) = watch.spin() {
+                    watch.check(t, || format!("request {} not complete", n + 1))?;
+                }
+            }
+            n += 1;
+            let now = Instant::now();
+            watch.progress(now);
+            if let Some(ph) = &mut phases {
+                if ph.update(now, n) {
+                    break;
+                }
+            }
+            ticker.tick(now, n, ctrl)?;
+        }
+        ticker.finish();
+        if let Some(mut ph) = phases {
+            ctrl.send(&Msg::Done(n))?;
+            let (k, ns) = ph.sample(Instant::now(), n);
+            return Ok(stats::lat_duration_report(size as u64, k, ns, 1));
+        }
+        Ok(stats::lat_report(size as u64, lat_t, 1, &mut self.deltas))
+    }
+}
+
+/// Waits for the peer's message number `n`: for WRITE, until the polled
+/// byte reads `n` (mod 256); for SEND, one receive completion. Returns
+/// false when (`stoppable`, a `-D` server) the peer said the run is over.
+#[allow(clippy::too_many_arguments)]
+fn wait_msg(
+    write: bool,
+    poll_ptr: *const u8,
+    n: u64,
+    rcq: &mut Cq,
+    wc: &mut [Wc],
+    watch: &mut Watch,
+    ctrl: &mut Ctrl,
+    stoppable: bool,
+) -> Result<bool> {
+    let want = n as u8;
+    loop {
+        if write {
+            // SAFETY: `poll_ptr` points into the MR the caller holds
+            // (bounds checked by the caller); the device writes that byte
+            // behind the compiler's back, hence the volatile read, and a
+            // byte read cannot tear.
+            if unsafe { std::ptr::read_volatile(poll_ptr) } == want {
+                return Ok(true);
+            }
+        } else {
+            let ne = rcq.poll(&mut wc[..1]).context("poll CQ failed")?;
+            if ne == 1 {
+                check_wc(&wc[0], "receive")?;
+                return Ok(true);
+            }
+        }
+        if let Some(t) = watch.spin() {
+            watch.check(t, || format!("message {n} from the peer did not arrive"))?;
+            if ctrl.poll_done()?.is_some() {
+                if stoppable {
+                    return Ok(false);
+                }
+                bail!("out of step with the peer: it ended a -D run");
+            }
+        }
+    }
+}
