@@ -183,3 +183,14 @@ pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
         })
         .collect()
 }
+
+/// The running kernel's (major, minor) version: some rxe behaviour differs
+/// between the kernels the suite covers, and tests assert each exactly.
+pub fn kernel_release() -> (u32, u32) {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("reading osrelease");
+    let mut it = r
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}

@@ -8,16 +8,7 @@ use verbs::{
     AccessFlags, ConnectOpts, CqFlags, CqInitAttr, Errno, Error, QpCap, QpCreateFlags, QpInitAttr,
     QpType, RecvWr, SendWr, WcStatus,
 };
-use verbs_tests::{all_access, open_rxe, pattern, wait, wait_ok, Pair};
-
-fn kernel_release() -> (u32, u32) {
-    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let mut it = r
-        .trim()
-        .split(|c: char| !c.is_ascii_digit())
-        .map(|n| n.parse().unwrap_or(0));
-    (it.next().unwrap_or(0), it.next().unwrap_or(0))
-}
+use verbs_tests::{all_access, kernel_release, open_rxe, pattern, wait, wait_ok, Pair};
 
 #[test]
 fn extended_cq_and_qp_carry_data() {
