@@ -61,20 +61,7 @@ fail() {
     failed=1
 }
 
-# Waits until something listens on TCP port $1 or process $2 is gone.
-wait_listen() {
-    local hex
-    hex=$(printf '%04X' "$1")
-    for _ in $(seq 100); do
-        kill -0 "$2" 2>/dev/null || return 1
-        if awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' \
-            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    return 1
-}
+. "$(dirname "$0")/lib/net.sh"
 
 # Waits (up to ~10 s) until process $1 owns a QP in RTS, per iproute2.
 wait_rts() {

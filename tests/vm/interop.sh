@@ -27,22 +27,7 @@ fi
 rows=()
 failed=0
 
-# Waits until something listens on TCP port $1 (without connecting to it:
-# the servers accept exactly one connection). Fails after ~10 s or as soon
-# as process $2 (the server) is gone.
-wait_listen() {
-    local hex
-    hex=$(printf '%04X' "$1")
-    for _ in $(seq 100); do
-        kill -0 "$2" 2>/dev/null || return 1
-        if awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' \
-            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    return 1
-}
+. "$(dirname "$0")/lib/net.sh"
 
 # The command line of one side: $1 = ours|ibv, $2 = transport, $3 = size,
 # $4 = port, $5 = extra flags, $6 = host ("" for the server).

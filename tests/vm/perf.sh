@@ -139,22 +139,7 @@ PYEOF
 summary=()
 failed=0
 
-# Waits until something listens on TCP port $1 (the servers accept exactly
-# one connection, so do not connect); fails after ~15 s or once process $2
-# is gone.
-wait_listen() {
-    local hex
-    hex=$(printf '%04X' "$1")
-    for _ in $(seq 150); do
-        kill -0 "$2" 2>/dev/null || return 1
-        if awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' \
-            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    return 1
-}
+. "$(dirname "$0")/lib/net.sh"
 
 # pair SERVER_FLAGS CLIENT_FLAGS TEST_ARGS...: runs the server, then the
 # client; sets so/se/co/ce (stdout/stderr files) and src/crc.
@@ -172,7 +157,7 @@ pair() {
     local spid=$!
     src=0
     crc=0
-    if wait_listen "$port" "$spid"; then
+    if wait_listen "$port" "$spid" 150; then
         # shellcheck disable=SC2086
         timeout "$limit" "${pin_c[@]}" "$ours" perf "$@" "${common[@]}" $cflags 127.0.0.1 \
             >"$co" 2>"$ce" || crc=$?
