@@ -22,8 +22,8 @@ use crate::util::{cache_dir, ensure_tool, mkdir_p, write_atomic, Fnv};
 /// `virtio_net` (with `net_failover` and `failover`) drives the NIC of the
 /// linked pair of `cargo xtask vm2`; a single guest has no NIC.
 /// `rdma_ucm` (with `rdma_cm`, `ib_cm`, `iw_cm`) gives /dev/infiniband/rdma_cm
-/// for rdma-core tools in rdma_cm mode (perftest `-R`), whose connections
-/// can set a finite transport retry count (see tests/vm2/link_cut.sh).
+/// for rdma-core tools in rdma_cm mode (perftest `-R`, `rping`) and the CM
+/// ids that `rverbs inspect` lists.
 pub const MODULES: &[&str] = &[
     "crc32_generic",
     "virtio_pci",

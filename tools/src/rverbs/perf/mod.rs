@@ -203,6 +203,11 @@ pub struct PerfArgs {
     /// QP timeout: 4.096 us * 2^N.
     #[arg(short = 'u', long = "qp-timeout", default_value = "14", value_parser = num::<u8>)]
     pub qp_timeout: u8,
+    /// Transport retries before a send fails with RETRY_EXC_ERR: 0..7
+    /// (perftest's rdma_cm option, applied here to the QP). 7 is the
+    /// default; rxe takes 7 to mean "retry forever".
+    #[arg(long = "retry_count", default_value = "7", value_parser = num::<u8>)]
+    pub retry_count: u8,
     /// Outstanding READs/atomics (default: the device's maximum).
     #[arg(short = 'o', long = "outs", value_parser = num::<u32>)]
     pub outs: Option<u32>,
@@ -273,6 +278,8 @@ pub struct Plan {
     pub sl: u8,
     /// QP timeout code.
     pub qp_timeout: u8,
+    /// Transport retry count.
+    pub retry_count: u8,
     /// Outstanding READs/atomics asked for.
     pub outs: Option<u32>,
     /// TCP port.
@@ -296,6 +303,9 @@ impl Plan {
         }
         if a.qp_timeout > 31 {
             bail!("-u/--qp-timeout must be 0..31");
+        }
+        if a.retry_count > 7 {
+            bail!("--retry_count must be 0..7");
         }
         let atomic = a.verb == Verb::Atomic;
         if a.atomic_type.is_some() && !atomic {
@@ -459,6 +469,7 @@ impl Plan {
             mtu: a.mtu,
             sl: a.sl,
             qp_timeout: a.qp_timeout,
+            retry_count: a.retry_count,
             outs: a.outs,
             port: a.port,
         })
@@ -838,7 +849,7 @@ pub fn run(a: &PerfArgs) -> Result<()> {
             max_rd_atomic: outs.unwrap_or(1) as u8,
             min_rnr_timer: 12,
             timeout: p.qp_timeout,
-            retry_cnt: 7,
+            retry_cnt: p.retry_count,
             rnr_retry: 7,
         };
         let remote = Endpoint {
@@ -1067,6 +1078,8 @@ mod tests {
             "2",
             "-u",
             "16",
+            "--retry_count",
+            "2",
             "--json",
             "--cpu_util",
             "10.0.0.1",
@@ -1087,6 +1100,7 @@ mod tests {
             (a.port, a.cq_mod, a.mtu, a.sl, a.qp_timeout),
             (19000, Some(8), Some(Mtu::Mtu2048), 2, 16)
         );
+        assert_eq!(a.retry_count, 2);
         let p = Plan::new(&a).unwrap();
         assert_eq!(p.sizes, [4096]);
         assert_eq!((p.iters, p.tx_depth, p.cq_mod, p.inline), (200, 64, 8, 128));
@@ -1167,6 +1181,7 @@ mod tests {
             (&["send", "bw", "-o", "4"], "read and atomic"),
             (&["write", "lat", "-S", "16"], "-S/--sl"),
             (&["write", "bw", "-i", "0"], "-i/--ib-port"),
+            (&["write", "bw", "--retry_count", "8"], "--retry_count"),
             (&["write", "lat", "-n", "60000000"], "-D for longer runs"),
         ] {
             let e = format!("{:#}", plan(v).unwrap_err());
