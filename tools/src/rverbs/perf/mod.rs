@@ -10,6 +10,7 @@
 //! printing in `stats`.
 
 mod bench;
+mod clock;
 mod stats;
 mod wire;
 
@@ -125,8 +126,9 @@ both print the results. Options that shape the test (-s/-a/--max-size, -n,
 
 The out-of-band exchange (addresses, a barrier per size, the client's
 results) is rverbs' own TCP format: rverbs perf talks to rverbs perf only,
-not to perftest's binaries. Times come from CLOCK_MONOTONIC, so -F (CPU
-frequency checks) is accepted and has nothing to do. MB/sec is 2^20 bytes
+not to perftest's binaries. Latency loops read the CPU's time-stamp counter
+(on x86-64), calibrated against CLOCK_MONOTONIC at start, so -F (perftest's
+CPU frequency check) is accepted and has nothing to do. MB/sec is 2^20 bytes
 per second (perftest's unit); --report_gbits gives 10^9 bits per second.
 
 Results go to stdout as perftest's table, or with --json as one JSON
