@@ -16,6 +16,7 @@ pub mod cmd;
 pub mod cq;
 pub mod device;
 pub mod ioctl;
+pub mod mlx5;
 pub mod mr;
 pub mod netlink;
 pub mod pd;

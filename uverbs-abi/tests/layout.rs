@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use uverbs_abi::{ah, cmd, cq, device, ioctl, mr, pd, qp, rxe, srq, wr};
+use uverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, pd, qp, rxe, srq, wr};
 
 /// Per-entry options; the macro sets the named ones, so a misspelt option
 /// is a compile error.
@@ -390,6 +390,41 @@ fn entries() -> Vec<Entry> {
         ] {
             wr_id, reserved, padding, dma
         }
+
+        // mlx5.rs
+        mlx5::AllocUcontextReqV2 => "struct mlx5_ib_alloc_ucontext_req_v2" {
+            total_num_bfregs, num_low_latency_bfregs, flags, comp_mask, max_cqe_version,
+            reserved0, reserved1, reserved2, lib_caps
+        }
+        mlx5::AllocUcontextResp => "struct mlx5_ib_alloc_ucontext_resp" {
+            qp_tab_size, bf_reg_size, tot_bfregs, cache_line_size, max_sq_desc_sz,
+            max_rq_desc_sz, max_send_wqebb, max_recv_wr, max_srq_recv_wr, num_ports,
+            flow_action_flags, comp_mask, response_length, cqe_version, cmds_supp_uhw,
+            eth_min_inline, clock_info_versions, hca_core_clock_offset, log_uar_size,
+            num_uars_per_page, num_dyn_bfregs, dump_fill_mkey
+        }
+        mlx5::AllocPdResp => "struct mlx5_ib_alloc_pd_resp" { pdn }
+        mlx5::CreateCq => "struct mlx5_ib_create_cq" {
+            buf_addr, db_addr, cqe_size, cqe_comp_en, cqe_comp_res_format, flags,
+            uar_page_index, reserved0, reserved1
+        }
+        mlx5::CreateCqResp => "struct mlx5_ib_create_cq_resp" { cqn, reserved }
+        mlx5::ResizeCq => "struct mlx5_ib_resize_cq" { buf_addr, cqe_size, reserved0, reserved1 }
+        mlx5::CreateSrq => "struct mlx5_ib_create_srq" {
+            buf_addr, db_addr, flags, reserved0, uidx, reserved1
+        }
+        mlx5::CreateSrqResp => "struct mlx5_ib_create_srq_resp" { srqn, reserved }
+        mlx5::CreateQp => "struct mlx5_ib_create_qp" {
+            buf_addr, db_addr, sq_wqe_count, rq_wqe_count, rq_wqe_shift, flags, uidx,
+            bfreg_index, sq_buf_addr, ece_options,
+            dci_log_num_concurent = "dci_streams.log_num_concurent",
+            dci_log_num_errored = "dci_streams.log_num_errored",
+            reserved,
+        }
+        mlx5::CreateQpResp => "struct mlx5_ib_create_qp_resp" {
+            bfreg_index, ece_options, comp_mask, tirn, tisn, rqn, sqn, reserved1, tir_icm_addr
+        }
+        mlx5::CreateAhResp => "struct mlx5_ib_create_ah_resp" { response_length, dmac, reserved }
     }
 }
 
@@ -510,6 +545,30 @@ fn constants() -> Vec<Const> {
         "RXE_NETWORK_TYPE_IPV6" => rxe::RXE_NETWORK_TYPE_IPV6,
         "offsetof(struct rxe_queue_buf, data)" => rxe::QUEUE_DATA_OFFSET,
         "sizeof(((struct rxe_send_wr *)0)->wr)" => rxe::SEND_WR_UNION_BYTES,
+
+        // mlx5.rs
+        "MLX5_IB_UVERBS_ABI_VERSION" => mlx5::MLX5_IB_UVERBS_ABI_VERSION,
+        "MLX5_IB_ALLOC_UCTX_DEVX" => mlx5::MLX5_IB_ALLOC_UCTX_DEVX,
+        "MLX5_LIB_CAP_4K_UAR" => mlx5::MLX5_LIB_CAP_4K_UAR,
+        "MLX5_LIB_CAP_DYN_UAR" => mlx5::MLX5_LIB_CAP_DYN_UAR,
+        "MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE" => mlx5::MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE,
+        "MLX5_USER_CMDS_SUPP_UHW_CREATE_AH" => mlx5::MLX5_USER_CMDS_SUPP_UHW_CREATE_AH,
+        "MLX5_QP_FLAG_SIGNATURE" => mlx5::MLX5_QP_FLAG_SIGNATURE,
+        "MLX5_QP_FLAG_SCATTER_CQE" => mlx5::MLX5_QP_FLAG_SCATTER_CQE,
+        "MLX5_QP_FLAG_BFREG_INDEX" => mlx5::MLX5_QP_FLAG_BFREG_INDEX,
+        "MLX5_QP_FLAG_UAR_PAGE_INDEX" => mlx5::MLX5_QP_FLAG_UAR_PAGE_INDEX,
+        "MLX5_SRQ_FLAG_SIGNATURE" => mlx5::MLX5_SRQ_FLAG_SIGNATURE,
+        "MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD" => mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD,
+        "MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX" => mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX,
+        "MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS" => mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS,
+        "MLX5_IB_MMAP_REGULAR_PAGE" => mlx5::mmap_cmd::REGULAR_PAGE,
+        "MLX5_IB_MMAP_GET_CONTIGUOUS_PAGES" => mlx5::mmap_cmd::GET_CONTIGUOUS_PAGES,
+        "MLX5_IB_MMAP_WC_PAGE" => mlx5::mmap_cmd::WC_PAGE,
+        "MLX5_IB_MMAP_NC_PAGE" => mlx5::mmap_cmd::NC_PAGE,
+        "MLX5_IB_MMAP_CORE_CLOCK" => mlx5::mmap_cmd::CORE_CLOCK,
+        "MLX5_IB_MMAP_ALLOC_WC" => mlx5::mmap_cmd::ALLOC_WC,
+        "MLX5_IB_MMAP_CLOCK_INFO" => mlx5::mmap_cmd::CLOCK_INFO,
+        "MLX5_IB_MMAP_DEVICE_MEM" => mlx5::mmap_cmd::DEVICE_MEM,
     }
 }
 
@@ -526,6 +585,7 @@ fn c_source(entries: &[Entry], consts: &[Const]) -> String {
          #include <rdma/ib_user_ioctl_cmds.h>\n\
          #include <rdma/rdma_user_ioctl_cmds.h>\n\
          #include <rdma/rdma_user_rxe.h>\n\
+         #include <rdma/mlx5-abi.h>\n\
          \n\
          #define P(kind, name, v) printf(\"%s %s %llu\\n\", kind, name, (unsigned long long)(v))\n\
          \n\
