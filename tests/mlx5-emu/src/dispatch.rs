@@ -1,0 +1,1660 @@
+//! The uverbs `write()` command channel of the emulated device: header
+//! validation as the kernel's uverbs layer does it, then one handler per
+//! command playing the mlx5 driver (core response + mlx5 driver data).
+//!
+//! Errors are the kernel's: `EINVAL` for malformed headers, unknown
+//! handles in a command that reads an object, and illegal QP transitions;
+//! `ENOSPC` for a command or response shorter than the command's core
+//! struct; `EFAULT` for unmapped buffers; `EOPNOTSUPP` for unknown commands
+//! and non-zero bytes past a known struct; `ENOENT` for destroying a handle
+//! the context does not have (`EINVAL` if it names another kind of object);
+//! `EBUSY` for destroying an object still in use; `EBADF` for a completion
+//! channel fd that is not one of this context's. Every response is written
+//! only after the command succeeded, into ranges validated beforehand.
+
+use std::fmt::Write as _;
+
+use libc::c_int;
+use uverbs_abi::ah::{CreateAh, CreateAhResp, DestroyAh};
+use uverbs_abi::cmd::{nr, CmdHdr, ExCmdHdr, IB_USER_VERBS_CMD_FLAG_EXTENDED};
+use uverbs_abi::cq::{
+    CreateCompChannel, CreateCompChannelResp, CreateCq, CreateCqResp, DestroyCq, DestroyCqResp,
+    ResizeCq, ResizeCqResp,
+};
+use uverbs_abi::device::{
+    ExQueryDevice, ExQueryDeviceResp, GetContext, GetContextResp, QueryDevice, QueryPort,
+};
+use uverbs_abi::mlx5;
+use uverbs_abi::mr::{AccessFlags, DeregMr, RegMr, RegMrResp};
+use uverbs_abi::pd::{AllocPd, AllocPdResp, DeallocPd};
+use uverbs_abi::qp::{
+    attr_mask as am, qp_state, qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp,
+    QueryQp, QueryQpResp,
+};
+use uverbs_abi::srq::{
+    CreateSrq, CreateSrqResp, DestroySrq, DestroySrqResp, ModifySrq, QuerySrq, QuerySrqResp,
+};
+use uverbs_abi::Errno;
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::emu::{self, Cq, CqRing, Emu, EventKind, Mr, Pd, Qp, QpAttrs, QpCaps, Srq, WorkQueue};
+use crate::fdtable::{self, FdKind};
+use crate::mem::{self, all_zero, read_padded, UserBuf};
+use crate::{cdev, device, log, qp_fsm};
+
+/// `IB_USER_VERBS_CMD_COMMAND_MASK`.
+const COMMAND_MASK: u32 = 0xff;
+/// Size of the two headers of an extended command.
+const EX_HDRS: usize = size_of::<CmdHdr>() + size_of::<ExCmdHdr>();
+/// `IB_SRQ_MAX_WR` in MODIFY_SRQ's attribute mask.
+const SRQ_MAX_WR: u32 = 1 << 0;
+/// `IB_SRQ_LIMIT` in MODIFY_SRQ's attribute mask.
+const SRQ_LIMIT: u32 = 1 << 1;
+/// Attribute bits the legacy MODIFY_QP accepts (up to `IB_QP_DEST_QPN`).
+const LEGACY_QP_ATTR_MASK: u32 = (am::DEST_QPN << 1) - 1;
+/// MR access bits the kernel accepts: the defined flags up to `HUGETLB`
+/// and the "optional" range (relaxed ordering and friends).
+const MR_ACCESS_SUPPORTED: u32 = 0xff | 0x3ff0_0000;
+
+/// One command being executed.
+struct Call<'a> {
+    /// Owning context.
+    ctx: u64,
+    /// The command fd.
+    fd: c_int,
+    /// Core command bytes (without headers).
+    core: &'a [u8],
+    /// Driver (mlx5) command bytes.
+    drv: &'a [u8],
+    /// Core response buffer.
+    out: UserBuf,
+    /// Driver response buffer.
+    drv_out: UserBuf,
+    /// What the log line says about the command (handles, numbers).
+    detail: String,
+}
+
+impl Call<'_> {
+    /// The core command as `T`; bytes past `T` must be zero (`EOPNOTSUPP`,
+    /// as the kernel's check for unknown trailing fields).
+    fn req<T: FromBytes + IntoBytes>(&self) -> Result<T, Errno> {
+        let n = size_of::<T>();
+        if self.core.len() < n {
+            return Err(Errno::ENOSPC);
+        }
+        if !all_zero(&self.core[n..]) {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        Ok(read_padded(&self.core[..n]))
+    }
+
+    /// Appends to the log detail (only when logging).
+    fn note(&mut self, args: std::fmt::Arguments<'_>) {
+        if log::enabled() {
+            if !self.detail.is_empty() {
+                self.detail.push(' ');
+            }
+            let _ = self.detail.write_fmt(args);
+        }
+    }
+}
+
+type Handler = fn(&mut Emu, &mut Call<'_>) -> Result<(), Errno>;
+
+/// A command: its name, core request and response sizes (the kernel's
+/// minimums), whether driver data follows the core parts, and its handler.
+struct Method {
+    name: &'static str,
+    req: usize,
+    resp: usize,
+    udata: bool,
+    run: Handler,
+}
+
+const fn meth(name: &'static str, req: usize, resp: usize, udata: bool, run: Handler) -> Method {
+    Method {
+        name,
+        req,
+        resp,
+        udata,
+        run,
+    }
+}
+
+/// The command table (legacy commands by number; extended commands: only
+/// QUERY_DEVICE).
+fn method(extended: bool, number: u32) -> Option<Method> {
+    use std::mem::offset_of;
+    if extended {
+        return match number {
+            nr::EX_QUERY_DEVICE => Some(meth(
+                "EX_QUERY_DEVICE",
+                size_of::<ExQueryDevice>(),
+                offset_of!(ExQueryDeviceResp, response_length) + 4,
+                true,
+                ex_query_device,
+            )),
+            _ => None,
+        };
+    }
+    Some(match number {
+        nr::GET_CONTEXT => meth("GET_CONTEXT", 8, 8, true, get_context),
+        nr::QUERY_DEVICE => meth("QUERY_DEVICE", 8, 176, false, query_device),
+        nr::QUERY_PORT => meth("QUERY_PORT", 16, 40, false, query_port),
+        nr::ALLOC_PD => meth("ALLOC_PD", 8, 4, true, alloc_pd),
+        nr::DEALLOC_PD => meth("DEALLOC_PD", 4, 0, false, dealloc_pd),
+        nr::CREATE_AH => meth("CREATE_AH", 56, 4, true, create_ah),
+        nr::DESTROY_AH => meth("DESTROY_AH", 4, 0, false, destroy_ah),
+        nr::REG_MR => meth("REG_MR", 40, 12, true, reg_mr),
+        nr::DEREG_MR => meth("DEREG_MR", 4, 0, false, dereg_mr),
+        nr::CREATE_COMP_CHANNEL => meth("CREATE_COMP_CHANNEL", 8, 4, false, create_comp_channel),
+        nr::CREATE_CQ => meth("CREATE_CQ", 32, 8, true, create_cq),
+        nr::RESIZE_CQ => meth("RESIZE_CQ", 16, 8, true, resize_cq),
+        nr::DESTROY_CQ => meth("DESTROY_CQ", 16, 8, false, destroy_cq),
+        nr::CREATE_QP => meth("CREATE_QP", 56, 32, true, create_qp),
+        nr::QUERY_QP => meth("QUERY_QP", 16, 128, false, query_qp),
+        nr::MODIFY_QP => meth("MODIFY_QP", 112, 0, true, modify_qp),
+        nr::DESTROY_QP => meth("DESTROY_QP", 16, 4, false, destroy_qp),
+        nr::CREATE_SRQ => meth("CREATE_SRQ", 32, 16, true, create_srq),
+        nr::MODIFY_SRQ => meth("MODIFY_SRQ", 16, 0, true, modify_srq),
+        nr::QUERY_SRQ => meth("QUERY_SRQ", 16, 16, false, query_srq),
+        nr::DESTROY_SRQ => meth("DESTROY_SRQ", 16, 4, false, destroy_srq),
+        _ => return None,
+    })
+}
+
+/// A command split into its parts, headers validated.
+struct Parsed<'a> {
+    method: Method,
+    core: &'a [u8],
+    drv: &'a [u8],
+    out: UserBuf,
+    drv_out: UserBuf,
+}
+
+/// The uverbs layer's header checks and the split into core/driver parts.
+fn parse(bytes: &[u8]) -> Result<Parsed<'_>, Errno> {
+    let len = bytes.len();
+    let (hdr, _) = CmdHdr::read_from_prefix(bytes).map_err(|_| Errno::EINVAL)?;
+    if hdr.command & !(IB_USER_VERBS_CMD_FLAG_EXTENDED | COMMAND_MASK) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let extended = hdr.command & IB_USER_VERBS_CMD_FLAG_EXTENDED != 0;
+    let method = method(extended, hdr.command & COMMAND_MASK).ok_or(Errno::EOPNOTSUPP)?;
+    if extended {
+        if len < EX_HDRS {
+            return Err(Errno::EINVAL);
+        }
+        let (ex, _) =
+            ExCmdHdr::read_from_prefix(&bytes[size_of::<CmdHdr>()..]).map_err(|_| Errno::EINVAL)?;
+        let in_core = usize::from(hdr.in_words) * 8;
+        let in_drv = usize::from(ex.provider_in_words) * 8;
+        let out_core = usize::from(hdr.out_words) * 8;
+        let out_drv = usize::from(ex.provider_out_words) * 8;
+        if in_core + in_drv != len - EX_HDRS {
+            return Err(Errno::EINVAL);
+        }
+        if in_core < method.req {
+            return Err(Errno::ENOSPC);
+        }
+        if ex.cmd_hdr_reserved != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let (out, drv_out) = if ex.response != 0 {
+            if out_core == 0 && out_drv == 0 {
+                return Err(Errno::EINVAL);
+            }
+            if out_core < method.resp {
+                return Err(Errno::ENOSPC);
+            }
+            mem::check(ex.response, out_core + out_drv)?;
+            (
+                UserBuf {
+                    addr: ex.response,
+                    len: out_core,
+                },
+                UserBuf {
+                    addr: ex.response + out_core as u64,
+                    len: out_drv,
+                },
+            )
+        } else {
+            if out_core != 0 || out_drv != 0 {
+                return Err(Errno::EINVAL);
+            }
+            (UserBuf::default(), UserBuf::default())
+        };
+        let core = &bytes[EX_HDRS..EX_HDRS + in_core];
+        let drv = &bytes[EX_HDRS + in_core..];
+        return Ok(Parsed {
+            method,
+            core,
+            drv,
+            out,
+            drv_out,
+        });
+    }
+    if usize::from(hdr.in_words) * 4 != len {
+        return Err(Errno::EINVAL);
+    }
+    if len < method.req + size_of::<CmdHdr>() {
+        return Err(Errno::ENOSPC);
+    }
+    let out_len = usize::from(hdr.out_words) * 4;
+    if out_len < method.resp {
+        return Err(Errno::ENOSPC);
+    }
+    let body = &bytes[size_of::<CmdHdr>()..];
+    let (core, drv) = if method.udata {
+        body.split_at(method.req)
+    } else {
+        (body, &body[body.len()..])
+    };
+    let (out, drv_out) = if method.resp > 0 {
+        // Every command with a response starts with its `response` pointer.
+        let response = u64::from_ne_bytes(core[..8].try_into().map_err(|_| Errno::EINVAL)?);
+        mem::check(response, out_len)?;
+        if method.udata {
+            (
+                UserBuf {
+                    addr: response,
+                    len: method.resp,
+                },
+                UserBuf {
+                    addr: response + method.resp as u64,
+                    len: out_len - method.resp,
+                },
+            )
+        } else {
+            (
+                UserBuf {
+                    addr: response,
+                    len: out_len,
+                },
+                UserBuf::default(),
+            )
+        }
+    } else {
+        (UserBuf::default(), UserBuf::default())
+    };
+    Ok(Parsed {
+        method,
+        core,
+        drv,
+        out,
+        drv_out,
+    })
+}
+
+/// Executes one `write()` on command fd `fd`. `None`: the fd is not (or no
+/// longer) ours, pass the call through. Otherwise the byte count or errno.
+///
+/// # Safety
+/// `buf` must be the pointer the application passed to `write()` with
+/// `len` (it is range-checked before being read).
+pub unsafe fn write(
+    fd: c_int,
+    buf: *const libc::c_void,
+    len: usize,
+) -> Option<Result<usize, Errno>> {
+    let mut emu = emu::lock();
+    let ctx = cdev::context_of(&mut emu, fd)?;
+    if len < size_of::<CmdHdr>() {
+        return Some(Err(Errno::EINVAL));
+    }
+    if let Err(e) = mem::check(buf as u64, len) {
+        return Some(Err(e));
+    }
+    // SAFETY: the range was just checked to be mapped user memory; the
+    // application handed it to write() and does not change it meanwhile
+    // (a racing writer would only garble its own command).
+    let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+    let command = CmdHdr::read_from_prefix(bytes)
+        .map(|(h, _)| h.command)
+        .unwrap_or(0);
+    let parsed = match parse(bytes) {
+        Ok(p) => p,
+        Err(e) => {
+            log::line(format_args!("command {command:#x} (len {len}) -> {e:?}"));
+            return Some(Err(e));
+        }
+    };
+    let has_uctx = emu.context(ctx).is_some_and(|c| c.ucontext().is_some());
+    let mut call = Call {
+        ctx,
+        fd,
+        core: parsed.core,
+        drv: parsed.drv,
+        out: parsed.out,
+        drv_out: parsed.drv_out,
+        detail: String::new(),
+    };
+    let is_get_context = command == nr::GET_CONTEXT;
+    let result = if is_get_context == has_uctx {
+        // GET_CONTEXT twice, or anything else before it.
+        Err(Errno::EINVAL)
+    } else {
+        (parsed.method.run)(&mut emu, &mut call)
+    };
+    drop(emu);
+    if log::enabled() {
+        let sep = if call.detail.is_empty() { "" } else { " " };
+        match &result {
+            Ok(()) => log::line(format_args!(
+                "{}{sep}{} -> ok",
+                parsed.method.name, call.detail
+            )),
+            Err(e) => log::line(format_args!(
+                "{}{sep}{} -> {e:?}",
+                parsed.method.name, call.detail
+            )),
+        }
+    }
+    Some(result.map(|()| len))
+}
+
+// ---------------------------------------------------------------------------
+// Lookups.
+
+fn pd_of(emu: &Emu, ctx: u64, h: u32) -> Result<&Pd, Errno> {
+    emu.pds
+        .get(&h)
+        .filter(|o| o.ctx == ctx)
+        .ok_or(Errno::EINVAL)
+}
+
+fn cq_of(emu: &Emu, ctx: u64, h: u32) -> Result<&Cq, Errno> {
+    emu.cqs
+        .get(&h)
+        .filter(|o| o.ctx == ctx)
+        .ok_or(Errno::EINVAL)
+}
+
+fn srq_of(emu: &Emu, ctx: u64, h: u32) -> Result<&Srq, Errno> {
+    emu.srqs
+        .get(&h)
+        .filter(|o| o.ctx == ctx)
+        .ok_or(Errno::EINVAL)
+}
+
+fn qp_of(emu: &Emu, ctx: u64, h: u32) -> Result<&Qp, Errno> {
+    emu.qps
+        .get(&h)
+        .filter(|o| o.ctx == ctx)
+        .ok_or(Errno::EINVAL)
+}
+
+fn pd_users(emu: &mut Emu, h: u32, delta: i32) {
+    if let Some(p) = emu.pds.get_mut(&h) {
+        p.users = p.users.saturating_add_signed(delta);
+    }
+}
+
+fn cq_users(emu: &mut Emu, h: u32, delta: i32) {
+    if let Some(c) = emu.cqs.get_mut(&h) {
+        c.users = c.users.saturating_add_signed(delta);
+    }
+}
+
+fn srq_users(emu: &mut Emu, h: u32, delta: i32) {
+    if let Some(s) = emu.srqs.get_mut(&h) {
+        s.users = s.users.saturating_add_signed(delta);
+    }
+}
+
+/// A `SOCK_SEQPACKET` pair for an event channel: `(application end, ours)`.
+fn event_pair() -> Result<(c_int, c_int), Errno> {
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(Errno::last());
+    }
+    Ok((fds[0], fds[1]))
+}
+
+/// Whether `v` is 0 or a power of two.
+fn zero_or_pow2(v: u32) -> bool {
+    v == 0 || v.is_power_of_two()
+}
+
+/// `roundup_pow_of_two(cqe + 1)` with the device's CQ size limit.
+fn cq_entries(cqe: u32) -> Result<u32, Errno> {
+    let max = 1u64 << device::LOG_MAX_CQ_SZ;
+    if cqe as i32 >= 0 && u64::from(cqe) <= max {
+        let entries = (u64::from(cqe) + 1).next_power_of_two();
+        if entries <= max {
+            return Ok(entries as u32);
+        }
+    }
+    Err(Errno::EINVAL)
+}
+
+// ---------------------------------------------------------------------------
+// Device-level commands.
+
+fn get_context(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    call.req::<GetContext>()?;
+    // mlx5: the 8-byte original request, or the v2 request at least up to
+    // `max_cqe_version` (providers truncate it when retrying).
+    let drv = call.drv;
+    const V2_MIN: usize = std::mem::offset_of!(mlx5::AllocUcontextReqV2, max_cqe_version);
+    let v2 = match drv.len() {
+        8 => false,
+        n if n >= V2_MIN => true,
+        _ => return Err(Errno::EINVAL),
+    };
+    if drv.len() > size_of::<mlx5::AllocUcontextReqV2>()
+        && !all_zero(&drv[size_of::<mlx5::AllocUcontextReqV2>()..])
+    {
+        return Err(Errno::EINVAL);
+    }
+    let req: mlx5::AllocUcontextReqV2 = read_padded(drv);
+    if v2 {
+        if req.flags & !mlx5::MLX5_IB_ALLOC_UCTX_DEVX != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        if req.comp_mask != 0 || req.reserved0 != 0 || req.reserved1 != 0 || req.reserved2 != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+    }
+    let total = req
+        .total_num_bfregs
+        .checked_next_multiple_of(device::BFREGS_PER_UAR)
+        .ok_or(Errno::ENOMEM)?;
+    if total > device::MAX_TOTAL_BFREGS {
+        return Err(Errno::ENOMEM);
+    }
+    // No static bfregs would mean dynamic UARs, an ioctl-only path.
+    if total == 0 || req.num_low_latency_bfregs > total - 1 {
+        return Err(Errno::EINVAL);
+    }
+    let cqe_version = if drv.len() > V2_MIN {
+        req.max_cqe_version.min(device::MAX_CQE_VERSION)
+    } else {
+        0
+    };
+    let pages = total / device::BFREGS_PER_UAR;
+    // SAFETY: ftruncate on our own memfd; sizes the UAR page backing.
+    if unsafe {
+        libc::ftruncate(
+            call.fd,
+            pages as libc::off_t * device::UAR_SIZE as libc::off_t,
+        )
+    } != 0
+    {
+        return Err(Errno::last());
+    }
+    let (user, peer) = event_pair()?;
+    let ctx = call.ctx;
+    if !emu.contexts.contains_key(&ctx) {
+        crate::real::close(user);
+        crate::real::close(peer);
+        return Err(Errno::EIO);
+    }
+    let async_channel = emu.add_channel(ctx, EventKind::Async, user, peer);
+    fdtable::set(user, FdKind::Event);
+    let uctx = emu::Ucontext {
+        async_channel,
+        tot_bfregs: total,
+        low_lat_bfregs: req.num_low_latency_bfregs,
+        cqe_version,
+        devx: v2 && req.flags & mlx5::MLX5_IB_ALLOC_UCTX_DEVX != 0,
+        bfreg_users: vec![0; total as usize],
+    };
+    if let Some(c) = emu.contexts.get_mut(&ctx) {
+        c.ucontext = Some(uctx);
+    }
+    call.out.put(
+        &GetContextResp {
+            async_fd: user as u32,
+            num_comp_vectors: device::NUM_COMP_VECTORS,
+        },
+        true,
+    );
+    let mut resp = device::ucontext_resp(total, cqe_version);
+    resp.response_length = call.drv_out.len.min(size_of::<mlx5::AllocUcontextResp>()) as u32;
+    call.drv_out.put(&resp, false);
+    call.note(format_args!(
+        "context {ctx} bfregs {total}/{} cqe_version {cqe_version} async_fd {user}",
+        req.num_low_latency_bfregs
+    ));
+    Ok(())
+}
+
+fn query_device(_emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    call.req::<QueryDevice>()?;
+    call.out.put(&device::query_device(), true);
+    Ok(())
+}
+
+fn ex_query_device(_emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: ExQueryDevice = call.req()?;
+    if req.comp_mask != 0 || req.reserved != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let mut resp = device::ex_query_device();
+    resp.response_length = call.out.len.min(size_of::<ExQueryDeviceResp>()) as u32;
+    call.out.put(&resp, true);
+    // The mlx5 part (TSO, RSS, CQE compression, packet pacing, ...): none.
+    let zeros = vec![0u8; call.drv_out.len];
+    call.drv_out.put_bytes(&zeros, false);
+    Ok(())
+}
+
+fn query_port(_emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: QueryPort = call.req()?;
+    call.note(format_args!("port {}", req.port_num));
+    if !device::port_valid(req.port_num) {
+        return Err(Errno::EINVAL);
+    }
+    call.out.put(&device::query_port(), true);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// PD, MR, AH, completion channel.
+
+fn alloc_pd(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    call.req::<AllocPd>()?;
+    let handle = emu.handle();
+    let pdn = emu.new_pdn();
+    emu.pds.insert(
+        handle,
+        Pd {
+            ctx: call.ctx,
+            pdn,
+            users: 0,
+        },
+    );
+    call.out.put(&AllocPdResp { pd_handle: handle }, true);
+    call.drv_out.put(&mlx5::AllocPdResp { pdn }, false);
+    call.note(format_args!("pd {handle} pdn {pdn:#x}"));
+    Ok(())
+}
+
+fn dealloc_pd(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: DeallocPd = call.req()?;
+    let h = req.pd_handle;
+    call.note(format_args!("pd {h}"));
+    let pd = emu
+        .pds
+        .get(&h)
+        .filter(|o| o.ctx == call.ctx)
+        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    if pd.users > 0 {
+        return Err(Errno::EBUSY);
+    }
+    emu.pds.remove(&h);
+    Ok(())
+}
+
+fn reg_mr(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: RegMr = call.req()?;
+    call.note(format_args!(
+        "pd {} start {:#x} len {:#x} access {:#x}",
+        req.pd_handle, req.start, req.length, req.access_flags
+    ));
+    if (req.start ^ req.hca_va) & (device::UAR_SIZE as u64 - 1) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let access = req.access_flags;
+    if access & !MR_ACCESS_SUPPORTED != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let needs_local_write = (AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC).bits();
+    if access & needs_local_write != 0 && access & AccessFlags::LOCAL_WRITE.bits() == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if access & AccessFlags::ON_DEMAND.bits() != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    pd_of(emu, call.ctx, req.pd_handle)?;
+    if req.length == 0 || req.start.checked_add(req.length).is_none() {
+        return Err(Errno::EINVAL);
+    }
+    let len = usize::try_from(req.length).map_err(|_| Errno::EINVAL)?;
+    mem::check(req.start, len)?;
+    let handle = emu.handle();
+    let key = emu.new_mkey();
+    emu.mrs.insert(
+        handle,
+        Mr {
+            ctx: call.ctx,
+            pd: req.pd_handle,
+            start: req.start,
+            length: req.length,
+            hca_va: req.hca_va,
+            access,
+            lkey: key,
+            rkey: key,
+        },
+    );
+    pd_users(emu, req.pd_handle, 1);
+    call.out.put(
+        &RegMrResp {
+            mr_handle: handle,
+            lkey: key,
+            rkey: key,
+        },
+        true,
+    );
+    call.note(format_args!("-> mr {handle} key {key:#x}"));
+    Ok(())
+}
+
+fn dereg_mr(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: DeregMr = call.req()?;
+    let h = req.mr_handle;
+    call.note(format_args!("mr {h}"));
+    let pd = emu
+        .mrs
+        .get(&h)
+        .filter(|o| o.ctx == call.ctx)
+        .map(|m| m.pd)
+        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    emu.mrs.remove(&h);
+    pd_users(emu, pd, -1);
+    Ok(())
+}
+
+fn create_ah(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: CreateAh = call.req()?;
+    let a = req.attr;
+    call.note(format_args!(
+        "pd {} port {} dlid {:#x} global {}",
+        req.pd_handle, a.port_num, a.dlid, a.is_global
+    ));
+    if !device::port_valid(a.port_num) {
+        return Err(Errno::EINVAL);
+    }
+    pd_of(emu, call.ctx, req.pd_handle)?;
+    if a.is_global != 0 && u32::from(a.grh.sgid_index) >= device::GID_TBL_LEN {
+        return Err(Errno::EINVAL);
+    }
+    let handle = emu.handle();
+    emu.ahs.insert(
+        handle,
+        emu::Ah {
+            ctx: call.ctx,
+            pd: req.pd_handle,
+            attr: a,
+        },
+    );
+    pd_users(emu, req.pd_handle, 1);
+    call.out.put(&CreateAhResp { ah_handle: handle }, true);
+    // InfiniBand link layer: no MAC to resolve.
+    let resp = mlx5::CreateAhResp {
+        response_length: call.drv_out.len.min(size_of::<mlx5::CreateAhResp>()) as u32,
+        ..Default::default()
+    };
+    call.drv_out.put(&resp, false);
+    call.note(format_args!("-> ah {handle}"));
+    Ok(())
+}
+
+fn destroy_ah(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: DestroyAh = call.req()?;
+    let h = req.ah_handle;
+    call.note(format_args!("ah {h}"));
+    let pd = emu
+        .ahs
+        .get(&h)
+        .filter(|o| o.ctx == call.ctx)
+        .map(|a| a.pd)
+        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    emu.ahs.remove(&h);
+    pd_users(emu, pd, -1);
+    Ok(())
+}
+
+fn create_comp_channel(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    call.req::<CreateCompChannel>()?;
+    let (user, peer) = event_pair()?;
+    emu.add_channel(call.ctx, EventKind::Comp, user, peer);
+    fdtable::set(user, FdKind::Event);
+    call.out
+        .put(&CreateCompChannelResp { fd: user as u32 }, true);
+    call.note(format_args!("-> fd {user}"));
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// CQ.
+
+fn check_cqe_size(size: u32) -> Result<(), Errno> {
+    match size {
+        64 | 128 => Ok(()),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+fn create_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: CreateCq = call.req()?;
+    call.note(format_args!(
+        "cqe {} channel {} vector {}",
+        req.cqe, req.comp_channel, req.comp_vector
+    ));
+    if req.comp_vector >= device::NUM_COMP_VECTORS {
+        return Err(Errno::EINVAL);
+    }
+    let channel = if req.comp_channel >= 0 {
+        let ch = emu
+            .channels
+            .get(&req.comp_channel)
+            .filter(|c| c.kind == EventKind::Comp && c.ctx == call.ctx)
+            .ok_or(Errno::EBADF)?;
+        Some(ch.id)
+    } else {
+        None
+    };
+    let entries = cq_entries(req.cqe)?;
+    // mlx5 driver data: at least the buffer, doorbell and CQE size.
+    const MIN: usize = std::mem::offset_of!(mlx5::CreateCq, cqe_comp_en);
+    let size = size_of::<mlx5::CreateCq>();
+    if call.drv.len() < MIN || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::CreateCq = read_padded(call.drv);
+    let known = mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
+        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
+        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS;
+    if ucmd.flags & !known != 0 || ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    check_cqe_size(ucmd.cqe_size)?;
+    // Dynamic UAR pages (an ioctl-only object) do not exist here.
+    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX != 0 {
+        return Err(Errno::EINVAL);
+    }
+    // CQE compression, 128-byte padding and real-time stamps: not emulated.
+    if ucmd.cqe_comp_en != 0
+        || ucmd.flags
+            & (mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
+                | mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS)
+            != 0
+    {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    mem::check(ucmd.buf_addr, entries as usize * ucmd.cqe_size as usize)?;
+    mem::check(ucmd.db_addr, 8)?;
+    let handle = emu.handle();
+    let cqn = emu.new_cqn();
+    emu.cqs.insert(
+        handle,
+        Cq {
+            ctx: call.ctx,
+            cqn,
+            user_handle: req.user_handle,
+            channel,
+            comp_vector: req.comp_vector,
+            ring: CqRing {
+                buf: ucmd.buf_addr,
+                entries,
+                cqe_size: ucmd.cqe_size,
+            },
+            resize_from: None,
+            db_addr: ucmd.db_addr,
+            uar_page: 0,
+            users: 0,
+            comp_events_reported: 0,
+            async_events_reported: 0,
+        },
+    );
+    call.out.put(
+        &CreateCqResp {
+            cq_handle: handle,
+            cqe: entries - 1,
+        },
+        true,
+    );
+    call.drv_out
+        .put(&mlx5::CreateCqResp { cqn, reserved: 0 }, false);
+    call.note(format_args!(
+        "-> cq {handle} cqn {cqn:#x} entries {entries}"
+    ));
+    Ok(())
+}
+
+fn resize_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: ResizeCq = call.req()?;
+    let h = req.cq_handle;
+    call.note(format_args!("cq {h} cqe {}", req.cqe));
+    let cur = cq_of(emu, call.ctx, h)?.ring;
+    if req.cqe < 1 {
+        return Err(Errno::EINVAL);
+    }
+    let entries = cq_entries(req.cqe)?;
+    if entries != cur.entries {
+        if call.drv.len() < size_of::<mlx5::ResizeCq>()
+            || !all_zero(&call.drv[size_of::<mlx5::ResizeCq>()..])
+        {
+            return Err(Errno::EINVAL);
+        }
+        let ucmd: mlx5::ResizeCq = read_padded(call.drv);
+        if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+            return Err(Errno::EINVAL);
+        }
+        check_cqe_size(u32::from(ucmd.cqe_size))?;
+        mem::check(ucmd.buf_addr, entries as usize * usize::from(ucmd.cqe_size))?;
+        let cq = emu.cqs.get_mut(&h).ok_or(Errno::EINVAL)?;
+        cq.resize_from = Some(cur);
+        cq.ring = CqRing {
+            buf: ucmd.buf_addr,
+            entries,
+            cqe_size: u32::from(ucmd.cqe_size),
+        };
+    }
+    call.out.put(
+        &ResizeCqResp {
+            cqe: entries - 1,
+            reserved: 0,
+        },
+        true,
+    );
+    call.note(format_args!("-> entries {entries}"));
+    Ok(())
+}
+
+fn destroy_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: DestroyCq = call.req()?;
+    let h = req.cq_handle;
+    call.note(format_args!("cq {h}"));
+    let cq = emu
+        .cqs
+        .get(&h)
+        .filter(|o| o.ctx == call.ctx)
+        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    if cq.users > 0 {
+        return Err(Errno::EBUSY);
+    }
+    let resp = DestroyCqResp {
+        comp_events_reported: cq.comp_events_reported,
+        async_events_reported: cq.async_events_reported,
+    };
+    emu.cqs.remove(&h);
+    call.out.put(&resp, true);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// QP.
+
+fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: CreateQp = call.req()?;
+    call.note(format_args!(
+        "type {} pd {} send_cq {} recv_cq {} srq {}",
+        req.qp_type,
+        req.pd_handle,
+        req.send_cq_handle,
+        req.recv_cq_handle,
+        if req.is_srq != 0 {
+            req.srq_handle.to_string()
+        } else {
+            "-".into()
+        }
+    ));
+    if !matches!(req.qp_type, qp_type::RC | qp_type::UC | qp_type::UD) {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let ctx = call.ctx;
+    pd_of(emu, ctx, req.pd_handle)?;
+    cq_of(emu, ctx, req.send_cq_handle)?;
+    cq_of(emu, ctx, req.recv_cq_handle)?;
+    let srq = if req.is_srq != 0 {
+        srq_of(emu, ctx, req.srq_handle)?;
+        Some(req.srq_handle)
+    } else {
+        None
+    };
+    if req.max_send_wr > device::MAX_QP_WR
+        || req.max_recv_wr > device::MAX_QP_WR
+        || req.max_send_sge > device::MAX_SGE
+        || req.max_recv_sge > device::MAX_SGE
+        || req.max_inline_data > u32::from(device::MAX_SQ_DESC_SZ)
+    {
+        return Err(Errno::EINVAL);
+    }
+    // mlx5 driver data: at least up to `bfreg_index`.
+    const MIN: usize = std::mem::offset_of!(mlx5::CreateQp, sq_buf_addr);
+    let size = size_of::<mlx5::CreateQp>();
+    if call.drv.len() < MIN || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::CreateQp = read_padded(call.drv);
+    // Signatures and scatter-to-CQE are plain verbs features; naming a
+    // bfreg or a dynamic UAR page (DV paths) is not emulated.
+    if ucmd.flags & !(mlx5::MLX5_QP_FLAG_SIGNATURE | mlx5::MLX5_QP_FLAG_SCATTER_CQE) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let cqe_version = emu
+        .context(ctx)
+        .and_then(|c| c.ucontext())
+        .map_or(0, |u| u.cqe_version());
+    let uidx = if cqe_version == 0 {
+        0xff_ffff
+    } else if ucmd.uidx > 0xff_ffff {
+        return Err(Errno::EINVAL);
+    } else {
+        ucmd.uidx
+    };
+    if !zero_or_pow2(ucmd.sq_wqe_count) || ucmd.sq_wqe_count > device::MAX_QP_WR {
+        return Err(Errno::EINVAL);
+    }
+    let rq = if srq.is_some() {
+        WorkQueue::default()
+    } else {
+        if !zero_or_pow2(ucmd.rq_wqe_count) || ucmd.rq_wqe_count > device::MAX_QP_WR {
+            return Err(Errno::EINVAL);
+        }
+        let max_shift = u32::from(device::MAX_RQ_DESC_SZ).trailing_zeros();
+        if ucmd.rq_wqe_count > 0 && !(4..=max_shift).contains(&ucmd.rq_wqe_shift) {
+            return Err(Errno::EINVAL);
+        }
+        WorkQueue {
+            buf: ucmd.buf_addr,
+            wqe_cnt: ucmd.rq_wqe_count,
+            wqe_shift: if ucmd.rq_wqe_count > 0 {
+                ucmd.rq_wqe_shift
+            } else {
+                0
+            },
+        }
+    };
+    let sq = WorkQueue {
+        buf: ucmd.buf_addr + rq.bytes(),
+        wqe_cnt: ucmd.sq_wqe_count,
+        wqe_shift: 6,
+    };
+    let total = rq.bytes() + sq.bytes();
+    if total > 0 {
+        mem::check(ucmd.buf_addr, total as usize)?;
+    }
+    mem::check(ucmd.db_addr, 8)?;
+    let bfreg = emu.ucontext_mut(ctx).ok_or(Errno::EINVAL)?.alloc_bfreg()?;
+    let handle = emu.handle();
+    let qpn = emu.new_qpn();
+    let caps = QpCaps {
+        max_send_wr: req.max_send_wr,
+        max_recv_wr: req.max_recv_wr,
+        max_send_sge: req.max_send_sge,
+        max_recv_sge: req.max_recv_sge,
+        max_inline_data: req.max_inline_data,
+    };
+    emu.qps.insert(
+        handle,
+        Qp {
+            ctx,
+            qpn,
+            qp_type: req.qp_type,
+            user_handle: req.user_handle,
+            pd: req.pd_handle,
+            send_cq: req.send_cq_handle,
+            recv_cq: req.recv_cq_handle,
+            srq,
+            caps,
+            sq_sig_all: req.sq_sig_all != 0,
+            flags: ucmd.flags,
+            uidx,
+            sq,
+            rq,
+            db_addr: ucmd.db_addr,
+            bfreg,
+            state: qp_state::RESET,
+            attrs: QpAttrs::default(),
+            events_reported: 0,
+        },
+    );
+    pd_users(emu, req.pd_handle, 1);
+    cq_users(emu, req.send_cq_handle, 1);
+    cq_users(emu, req.recv_cq_handle, 1);
+    if let Some(s) = srq {
+        srq_users(emu, s, 1);
+    }
+    call.out.put(
+        &CreateQpResp {
+            qp_handle: handle,
+            qpn,
+            max_send_wr: caps.max_send_wr,
+            max_recv_wr: caps.max_recv_wr,
+            max_send_sge: caps.max_send_sge,
+            max_recv_sge: caps.max_recv_sge,
+            max_inline_data: caps.max_inline_data,
+            reserved: 0,
+        },
+        true,
+    );
+    let (bfreg_index, page, offset) = emu::bfreg_location(bfreg);
+    call.drv_out.put(
+        &mlx5::CreateQpResp {
+            bfreg_index,
+            ..Default::default()
+        },
+        false,
+    );
+    call.note(format_args!(
+        "-> qp {handle} qpn {qpn:#x} sq {}x64 rq {}x{} uidx {uidx:#x} bfreg {bfreg} \
+         (index {bfreg_index}, UAR {page} +{offset:#x})",
+        sq.wqe_cnt,
+        rq.wqe_cnt,
+        if rq.wqe_cnt > 0 {
+            1u32 << rq.wqe_shift
+        } else {
+            0
+        }
+    ));
+    Ok(())
+}
+
+/// Scatter entries per receive WQE of a QP (what the kernel reports).
+fn rq_max_gs(qp: &Qp) -> u32 {
+    if qp.rq.wqe_cnt == 0 {
+        return 0;
+    }
+    let sig = u32::from(qp.flags & mlx5::MLX5_QP_FLAG_SIGNATURE != 0);
+    ((1u32 << qp.rq.wqe_shift) / 16).saturating_sub(sig)
+}
+
+fn query_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: QueryQp = call.req()?;
+    call.note(format_args!("qp {}", req.qp_handle));
+    let qp = qp_of(emu, call.ctx, req.qp_handle)?;
+    let a = &qp.attrs;
+    let resp = QueryQpResp {
+        dest: a.dest,
+        alt_dest: a.alt_dest,
+        // Send capabilities of user QPs are the provider's business.
+        max_send_wr: 0,
+        max_recv_wr: qp.rq.wqe_cnt,
+        max_send_sge: 0,
+        max_recv_sge: rq_max_gs(qp),
+        max_inline_data: 0,
+        qkey: a.qkey,
+        rq_psn: a.rq_psn,
+        sq_psn: a.sq_psn,
+        dest_qp_num: a.dest_qp_num,
+        qp_access_flags: a.qp_access_flags,
+        pkey_index: a.pkey_index,
+        alt_pkey_index: a.alt_pkey_index,
+        qp_state: qp.state,
+        cur_qp_state: qp.state,
+        path_mtu: a.path_mtu,
+        path_mig_state: a.path_mig_state,
+        sq_draining: 0,
+        max_rd_atomic: a.max_rd_atomic,
+        max_dest_rd_atomic: a.max_dest_rd_atomic,
+        min_rnr_timer: a.min_rnr_timer,
+        port_num: a.port_num,
+        timeout: a.timeout,
+        retry_cnt: a.retry_cnt,
+        rnr_retry: a.rnr_retry,
+        alt_port_num: a.alt_port_num,
+        alt_timeout: a.alt_timeout,
+        sq_sig_all: u8::from(qp.sq_sig_all),
+        reserved: [0; 5],
+    };
+    call.note(format_args!("state {}", qp.state));
+    call.out.put(&resp, true);
+    Ok(())
+}
+
+fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: ModifyQp = call.req()?;
+    let mask = req.attr_mask;
+    call.note(format_args!(
+        "qp {} mask {mask:#x} state {}",
+        req.qp_handle,
+        if mask & am::STATE != 0 {
+            req.qp_state.to_string()
+        } else {
+            "-".into()
+        }
+    ));
+    let qp = qp_of(emu, call.ctx, req.qp_handle)?;
+    if mask & !LEGACY_QP_ATTR_MASK != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    // mlx5 driver data (ECE, rate-limit bursts): not emulated.
+    if !all_zero(call.drv) {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if (mask & am::STATE != 0 && req.qp_state > qp_state::ERR)
+        || (mask & am::CUR_STATE != 0 && req.cur_qp_state > qp_state::ERR)
+    {
+        return Err(Errno::EINVAL);
+    }
+    let cur = if mask & am::CUR_STATE != 0 {
+        req.cur_qp_state
+    } else {
+        qp.state
+    };
+    if cur != qp.state {
+        return Err(Errno::EINVAL);
+    }
+    let next = if mask & am::STATE != 0 {
+        req.qp_state
+    } else {
+        cur
+    };
+    if !qp_fsm::transition_ok(cur, next, qp.qp_type, mask) {
+        return Err(Errno::EINVAL);
+    }
+    let sgid_ok = |d: &uverbs_abi::qp::QpDest| {
+        d.is_global == 0 || u32::from(d.sgid_index) < device::GID_TBL_LEN
+    };
+    if (mask & am::PORT != 0 && !device::port_valid(req.port_num))
+        || (mask & am::AV != 0 && (!device::port_valid(req.dest.port_num) || !sgid_ok(&req.dest)))
+        || (mask & am::ALT_PATH != 0
+            && (!device::port_valid(req.alt_port_num)
+                || !device::port_valid(req.alt_dest.port_num)
+                || !sgid_ok(&req.alt_dest)))
+        || (mask & am::PKEY_INDEX != 0 && req.pkey_index >= device::PKEY_TBL_LEN)
+        || (mask & am::ALT_PATH != 0 && req.alt_pkey_index >= device::PKEY_TBL_LEN)
+        || (mask & am::PATH_MTU != 0 && !(1..=device::MTU_4096).contains(&req.path_mtu))
+        || (mask & am::MAX_QP_RD_ATOMIC != 0
+            && u32::from(req.max_rd_atomic) > device::MAX_RD_ATOMIC)
+        || (mask & am::MAX_DEST_RD_ATOMIC != 0
+            && u32::from(req.max_dest_rd_atomic) > device::MAX_RD_ATOMIC)
+    {
+        return Err(Errno::EINVAL);
+    }
+    if cur == qp_state::RESET && next == qp_state::RESET {
+        return Ok(());
+    }
+    let qp = emu.qps.get_mut(&req.qp_handle).ok_or(Errno::EINVAL)?;
+    if next == qp_state::RESET {
+        qp.attrs = QpAttrs::default();
+        qp.state = next;
+        return Ok(());
+    }
+    let a = &mut qp.attrs;
+    if mask & am::QKEY != 0 {
+        a.qkey = req.qkey;
+    }
+    if mask & am::RQ_PSN != 0 {
+        a.rq_psn = req.rq_psn & 0xff_ffff;
+    }
+    if mask & am::SQ_PSN != 0 {
+        a.sq_psn = req.sq_psn & 0xff_ffff;
+    }
+    if mask & am::DEST_QPN != 0 {
+        a.dest_qp_num = req.dest_qp_num & 0xff_ffff;
+    }
+    if mask & am::ACCESS_FLAGS != 0 {
+        a.qp_access_flags = req.qp_access_flags;
+    }
+    if mask & am::PKEY_INDEX != 0 {
+        a.pkey_index = req.pkey_index;
+    }
+    if mask & am::PORT != 0 {
+        a.port_num = req.port_num;
+    }
+    if mask & am::AV != 0 {
+        a.dest = req.dest;
+    }
+    if mask & am::ALT_PATH != 0 {
+        a.alt_dest = req.alt_dest;
+        a.alt_pkey_index = req.alt_pkey_index;
+        a.alt_port_num = req.alt_port_num;
+        a.alt_timeout = req.alt_timeout;
+    }
+    if mask & am::PATH_MTU != 0 {
+        a.path_mtu = req.path_mtu;
+    }
+    if mask & am::PATH_MIG_STATE != 0 {
+        a.path_mig_state = req.path_mig_state;
+    }
+    if mask & am::EN_SQD_ASYNC_NOTIFY != 0 {
+        a.en_sqd_async_notify = req.en_sqd_async_notify;
+    }
+    if mask & am::MAX_QP_RD_ATOMIC != 0 {
+        a.max_rd_atomic = req.max_rd_atomic;
+    }
+    if mask & am::MAX_DEST_RD_ATOMIC != 0 {
+        a.max_dest_rd_atomic = req.max_dest_rd_atomic;
+    }
+    if mask & am::MIN_RNR_TIMER != 0 {
+        a.min_rnr_timer = req.min_rnr_timer;
+    }
+    if mask & am::TIMEOUT != 0 {
+        a.timeout = req.timeout;
+    }
+    if mask & am::RETRY_CNT != 0 {
+        a.retry_cnt = req.retry_cnt;
+    }
+    if mask & am::RNR_RETRY != 0 {
+        a.rnr_retry = req.rnr_retry;
+    }
+    qp.state = next;
+    Ok(())
+}
+
+fn destroy_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: DestroyQp = call.req()?;
+    let h = req.qp_handle;
+    call.note(format_args!("qp {h}"));
+    if emu.qps.get(&h).is_none_or(|o| o.ctx != call.ctx) {
+        return Err(emu.destroy_lookup_error(call.ctx, h));
+    }
+    let qp = emu.qps.remove(&h).ok_or(Errno::EINVAL)?;
+    if let Some(u) = emu.ucontext_mut(call.ctx) {
+        u.free_bfreg(qp.bfreg);
+    }
+    pd_users(emu, qp.pd, -1);
+    cq_users(emu, qp.send_cq, -1);
+    cq_users(emu, qp.recv_cq, -1);
+    if let Some(s) = qp.srq {
+        srq_users(emu, s, -1);
+    }
+    call.out.put(
+        &DestroyQpResp {
+            events_reported: qp.events_reported,
+        },
+        true,
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// SRQ.
+
+fn create_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: CreateSrq = call.req()?;
+    call.note(format_args!(
+        "pd {} max_wr {} max_sge {}",
+        req.pd_handle, req.max_wr, req.max_sge
+    ));
+    let ctx = call.ctx;
+    pd_of(emu, ctx, req.pd_handle)?;
+    if req.max_wr >= device::MAX_SRQ_WQES || req.max_sge > device::MAX_SRQ_SGE {
+        return Err(Errno::EINVAL);
+    }
+    let max = (req.max_wr + 1).next_power_of_two();
+    let desc = (16 + 16 * req.max_sge).next_power_of_two().max(32);
+    if desc > u32::from(device::MAX_RQ_DESC_SZ) {
+        return Err(Errno::EINVAL);
+    }
+    let cqe_version = emu
+        .context(ctx)
+        .and_then(|c| c.ucontext())
+        .map_or(0, |u| u.cqe_version());
+    // mlx5 driver data: at least up to `flags`; with CQE version 1 also
+    // the user index.
+    const MIN: usize = std::mem::offset_of!(mlx5::CreateSrq, reserved0);
+    const MIN_V1: usize = std::mem::offset_of!(mlx5::CreateSrq, reserved1);
+    let size = size_of::<mlx5::CreateSrq>();
+    let min = if cqe_version == 0 { MIN } else { MIN_V1 };
+    if call.drv.len() < min || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::CreateSrq = read_padded(call.drv);
+    if ucmd.flags & !mlx5::MLX5_SRQ_FLAG_SIGNATURE != 0
+        || ucmd.reserved0 != 0
+        || ucmd.reserved1 != 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    let uidx = if cqe_version == 0 {
+        0xff_ffff
+    } else if ucmd.uidx > 0xff_ffff {
+        return Err(Errno::EINVAL);
+    } else {
+        ucmd.uidx
+    };
+    let wq = WorkQueue {
+        buf: ucmd.buf_addr,
+        wqe_cnt: max,
+        wqe_shift: desc.trailing_zeros(),
+    };
+    mem::check(ucmd.buf_addr, wq.bytes() as usize)?;
+    mem::check(ucmd.db_addr, 4)?;
+    let handle = emu.handle();
+    let srqn = emu.new_srqn();
+    let max_gs = (desc - 16) / 16;
+    emu.srqs.insert(
+        handle,
+        Srq {
+            ctx,
+            srqn,
+            user_handle: req.user_handle,
+            pd: req.pd_handle,
+            wq,
+            max_gs,
+            db_addr: ucmd.db_addr,
+            flags: ucmd.flags,
+            uidx,
+            srq_limit: 0,
+            users: 0,
+            events_reported: 0,
+        },
+    );
+    pd_users(emu, req.pd_handle, 1);
+    call.out.put(
+        &CreateSrqResp {
+            srq_handle: handle,
+            max_wr: max - 1,
+            max_sge: max_gs,
+            // Only XRC SRQs report their number in the core response.
+            srqn: 0,
+        },
+        true,
+    );
+    call.drv_out
+        .put(&mlx5::CreateSrqResp { srqn, reserved: 0 }, false);
+    call.note(format_args!(
+        "-> srq {handle} srqn {srqn:#x} wqes {max}x{desc}"
+    ));
+    Ok(())
+}
+
+fn modify_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: ModifySrq = call.req()?;
+    call.note(format_args!(
+        "srq {} mask {:#x} limit {}",
+        req.srq_handle, req.attr_mask, req.srq_limit
+    ));
+    let srq = srq_of(emu, call.ctx, req.srq_handle)?;
+    // Resizing an SRQ is not supported by mlx5.
+    if req.attr_mask & SRQ_MAX_WR != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if req.attr_mask & SRQ_LIMIT != 0 {
+        if req.srq_limit >= srq.wq.wqe_cnt {
+            return Err(Errno::EINVAL);
+        }
+        let limit = req.srq_limit;
+        if let Some(s) = emu.srqs.get_mut(&req.srq_handle) {
+            s.srq_limit = limit;
+        }
+    }
+    Ok(())
+}
+
+fn query_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: QuerySrq = call.req()?;
+    call.note(format_args!("srq {}", req.srq_handle));
+    let srq = srq_of(emu, call.ctx, req.srq_handle)?;
+    call.out.put(
+        &QuerySrqResp {
+            max_wr: srq.wq.wqe_cnt - 1,
+            max_sge: srq.max_gs,
+            srq_limit: srq.srq_limit,
+            reserved: 0,
+        },
+        true,
+    );
+    Ok(())
+}
+
+fn destroy_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    let req: DestroySrq = call.req()?;
+    let h = req.srq_handle;
+    call.note(format_args!("srq {h}"));
+    let srq = emu
+        .srqs
+        .get(&h)
+        .filter(|o| o.ctx == call.ctx)
+        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    if srq.users > 0 {
+        return Err(Errno::EBUSY);
+    }
+    let resp = DestroySrqResp {
+        events_reported: srq.events_reported,
+    };
+    let pd = srq.pd;
+    emu.srqs.remove(&h);
+    pd_users(emu, pd, -1);
+    call.out.put(&resp, true);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(command: u32, in_words: u16, out_words: u16, body: &[u8]) -> Vec<u8> {
+        let mut v = CmdHdr {
+            command,
+            in_words,
+            out_words,
+        }
+        .as_bytes()
+        .to_vec();
+        v.extend_from_slice(body);
+        v
+    }
+
+    #[test]
+    fn header_rules() {
+        let resp = [0u8; 64];
+        let rp = (resp.as_ptr() as u64).to_ne_bytes();
+        // QUERY_PORT: 24 bytes, 40-byte response.
+        let mut body = rp.to_vec();
+        body.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(parse(&cmd(nr::QUERY_PORT, 6, 10, &body)).is_ok());
+        // in_words disagreeing with the length.
+        assert_eq!(
+            parse(&cmd(nr::QUERY_PORT, 5, 10, &body)).err(),
+            Some(Errno::EINVAL)
+        );
+        // Response too short.
+        assert_eq!(
+            parse(&cmd(nr::QUERY_PORT, 6, 9, &body)).err(),
+            Some(Errno::ENOSPC)
+        );
+        // Command too short.
+        assert_eq!(
+            parse(&cmd(nr::QUERY_PORT, 4, 10, &body[..8])).err(),
+            Some(Errno::ENOSPC)
+        );
+        // Unknown command, and bits outside the command mask.
+        assert_eq!(
+            parse(&cmd(200, 6, 10, &body)).err(),
+            Some(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(
+            parse(&cmd(0x100 | 2, 6, 10, &body)).err(),
+            Some(Errno::EINVAL)
+        );
+        // Unmapped response pointer.
+        let mut bad = 8u64.to_ne_bytes().to_vec();
+        bad.extend_from_slice(&[1, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            parse(&cmd(nr::QUERY_PORT, 6, 10, &bad)).err(),
+            Some(Errno::EFAULT)
+        );
+    }
+
+    #[test]
+    fn extended_header_rules() {
+        let resp = [0u8; 512];
+        let ex = |in_words: u16, prov_in: u16, out_words: u16, prov_out: u16, response: u64| {
+            let mut v = CmdHdr {
+                command: IB_USER_VERBS_CMD_FLAG_EXTENDED | nr::EX_QUERY_DEVICE,
+                in_words,
+                out_words,
+            }
+            .as_bytes()
+            .to_vec();
+            v.extend_from_slice(
+                ExCmdHdr {
+                    response,
+                    provider_in_words: prov_in,
+                    provider_out_words: prov_out,
+                    cmd_hdr_reserved: 0,
+                }
+                .as_bytes(),
+            );
+            v.extend_from_slice(&vec![0u8; usize::from(in_words + prov_in) * 8]);
+            v
+        };
+        let r = resp.as_ptr() as u64;
+        let good = ex(1, 0, 38, 13, r);
+        let ok = parse(&good).expect("valid EX QUERY_DEVICE");
+        assert_eq!(ok.out.len, 304);
+        assert_eq!(ok.drv_out.len, 104);
+        // Core response shorter than up to response_length.
+        assert_eq!(parse(&ex(1, 0, 22, 0, r)).err(), Some(Errno::ENOSPC));
+        // Response lengths without a response pointer.
+        assert_eq!(parse(&ex(1, 0, 38, 0, 0)).err(), Some(Errno::EINVAL));
+        // Length disagreeing with the word counts.
+        let mut v = ex(1, 0, 38, 0, r);
+        v.push(0);
+        assert_eq!(parse(&v).err(), Some(Errno::EINVAL));
+    }
+
+    /// A legacy command: header, core struct, driver data.
+    fn legacy<Q: IntoBytes + zerocopy::Immutable>(
+        command: u32,
+        req: &Q,
+        drv: &[u8],
+        out_words: u16,
+    ) -> Vec<u8> {
+        let len = size_of::<CmdHdr>() + size_of::<Q>() + drv.len();
+        let mut v = cmd(command, (len / 4) as u16, out_words, req.as_bytes());
+        v.extend_from_slice(drv);
+        v
+    }
+
+    fn run(fd: c_int, bytes: &[u8]) -> Result<usize, Errno> {
+        // SAFETY: a live buffer of that length.
+        unsafe { write(fd, bytes.as_ptr().cast(), bytes.len()) }.expect("fd is ours")
+    }
+
+    /// Commands through the `write()` entry point on a real emulated fd,
+    /// without libibverbs: context set-up, PD/AH lifecycle, the kernel's
+    /// errnos for wrong, stale and busy handles, and UAR mmap bounds.
+    #[test]
+    fn object_lifecycle_through_write() {
+        let fd = cdev::open(libc::O_CLOEXEC).expect("open the emulated device");
+        let mut resp = [0u32; 32];
+        let rp = resp.as_mut_ptr() as u64;
+
+        // Nothing but GET_CONTEXT before GET_CONTEXT.
+        let alloc = legacy(nr::ALLOC_PD, &AllocPd { response: rp }, &[], 2);
+        assert_eq!(run(fd, &alloc), Err(Errno::EINVAL));
+        let ureq = mlx5::AllocUcontextReqV2 {
+            total_num_bfregs: 16,
+            num_low_latency_bfregs: 4,
+            max_cqe_version: 1,
+            ..Default::default()
+        };
+        let gc = legacy(
+            nr::GET_CONTEXT,
+            &GetContext { response: rp },
+            ureq.as_bytes(),
+            20,
+        );
+        assert_eq!(run(fd, &gc), Ok(gc.len()));
+        let async_fd = resp[0] as c_int;
+        assert_eq!(fdtable::kind(async_fd), FdKind::Event);
+        let uresp = mlx5::AllocUcontextResp::read_from_bytes(resp[2..20].as_bytes()).unwrap();
+        assert_eq!((uresp.tot_bfregs, uresp.cqe_version), (16, 1));
+        assert_eq!(uresp.response_length, 72);
+        assert_eq!(run(fd, &gc), Err(Errno::EINVAL), "a second GET_CONTEXT");
+
+        // UAR pages 0..8 map; page 8 and other commands do not.
+        // SAFETY: fresh mappings of our memfd, unmapped below.
+        unsafe {
+            let map = |off: libc::off_t| {
+                cdev::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    off,
+                )
+                .expect("fd is ours")
+            };
+            let p = map(7 * 4096).expect("UAR page 7");
+            p.cast::<u64>().write_volatile(1);
+            assert_eq!(map(8 * 4096), Err(Errno::EINVAL));
+            assert_eq!(map(5 << 20), Err(Errno::EINVAL), "core clock page");
+            cdev::munmap(p, 4096);
+            libc::munmap(p, 4096);
+        }
+
+        assert_eq!(run(fd, &alloc), Ok(alloc.len()));
+        let pd = resp[0];
+        let ah = |port: u8, global: u8, sgid: u8| CreateAh {
+            response: rp,
+            pd_handle: pd,
+            attr: uverbs_abi::ah::AhAttr {
+                dlid: 1,
+                port_num: port,
+                is_global: global,
+                grh: uverbs_abi::ah::GlobalRoute {
+                    sgid_index: sgid,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let bad_port = legacy(nr::CREATE_AH, &ah(2, 0, 0), &[], 5);
+        assert_eq!(run(fd, &bad_port), Err(Errno::EINVAL));
+        let bad_gid = legacy(nr::CREATE_AH, &ah(1, 1, 9), &[], 5);
+        assert_eq!(run(fd, &bad_gid), Err(Errno::EINVAL));
+        let good = legacy(nr::CREATE_AH, &ah(1, 0, 0), &[], 5);
+        assert_eq!(run(fd, &good), Ok(good.len()));
+        let ah_handle = resp[0];
+        assert_eq!(resp[1], 16, "mlx5 response_length");
+
+        let destroy_ah = |h: u32| legacy(nr::DESTROY_AH, &DestroyAh { ah_handle: h }, &[], 0);
+        let dealloc = legacy(nr::DEALLOC_PD, &DeallocPd { pd_handle: pd }, &[], 0);
+        assert_eq!(run(fd, &destroy_ah(pd)), Err(Errno::EINVAL), "a PD handle");
+        assert_eq!(run(fd, &dealloc), Err(Errno::EBUSY), "PD used by the AH");
+        assert_eq!(run(fd, &destroy_ah(ah_handle)), Ok(12));
+        assert_eq!(run(fd, &destroy_ah(ah_handle)), Err(Errno::ENOENT), "stale");
+        assert_eq!(run(fd, &dealloc), Ok(12));
+
+        // Malformed: unknown command, short response, trailing garbage.
+        assert_eq!(
+            run(fd, &legacy(99, &DeallocPd::default(), &[], 0)),
+            Err(Errno::EOPNOTSUPP)
+        );
+        let short = legacy(
+            nr::QUERY_PORT,
+            &QueryPort {
+                response: rp,
+                port_num: 1,
+                ..Default::default()
+            },
+            &[],
+            9,
+        );
+        assert_eq!(run(fd, &short), Err(Errno::ENOSPC));
+        let trailing = legacy(
+            nr::DEALLOC_PD,
+            &DeallocPd { pd_handle: pd },
+            &[1, 0, 0, 0],
+            0,
+        );
+        assert_eq!(run(fd, &trailing), Err(Errno::EOPNOTSUPP));
+
+        cdev::close(async_fd, FdKind::Event);
+        crate::real::close(async_fd);
+        cdev::close(fd, FdKind::Cmd);
+        crate::real::close(fd);
+        assert_eq!(fdtable::kind(fd), FdKind::None);
+    }
+
+    #[test]
+    fn cq_sizes() {
+        assert_eq!(cq_entries(1), Ok(2));
+        assert_eq!(cq_entries(0), Ok(1));
+        assert_eq!(cq_entries(127), Ok(128));
+        assert_eq!(cq_entries(128), Ok(256));
+        assert_eq!(cq_entries(device::MAX_CQE), Ok(1 << device::LOG_MAX_CQ_SZ));
+        assert_eq!(cq_entries(1 << device::LOG_MAX_CQ_SZ), Err(Errno::EINVAL));
+        assert_eq!(cq_entries(u32::MAX), Err(Errno::EINVAL));
+    }
+}

@@ -1,0 +1,67 @@
+//! `mlx5-emu`: the "kernel side" of an emulated mlx5 (ConnectX-5) RDMA
+//! device, as an `LD_PRELOAD` library, so that unmodified rdma-core
+//! (libibverbs + libmlx5) finds and drives a device named `mlx5_0` at
+//! `/dev/infiniband/uverbs0` on a machine without RDMA hardware.
+//!
+//! **Test-only.** No product crate may depend on this package. It supports
+//! x86-64 Linux with glibc only; on other targets it builds to an empty
+//! library (every module and export is gated on
+//! `cfg(all(target_os = "linux", target_arch = "x86_64"))`).
+//!
+//! Use: `LD_PRELOAD=target/debug/libmlx5_emu.so ibv_devinfo -v`.
+//!
+//! What it does, in one process:
+//! - **Discovery.** A constructor writes a fake sysfs tree (the files
+//!   libibverbs reads, generated from [`device`]) and points `SYSFS_PATH`
+//!   at it unless `SYSFS_PATH` is already set. Without `MLX5_EMU_SYSFS` the
+//!   tree lives at `/tmp/mlx5-emu-<uid>/sysfs-v<layout>-<hash>` (written
+//!   to a temporary directory and renamed, so concurrent processes are
+//!   safe; the layout version and a hash of the contents are part of the
+//!   name, so a tree from another layout is never reused). With
+//!   `MLX5_EMU_SYSFS=<dir>` the caller chooses the location and the library
+//!   writes the tree there (replacing an older mlx5-emu tree, refusing to
+//!   touch a non-empty directory that is not one); the caller then usually
+//!   sets `SYSFS_PATH=<dir>` too.
+//! - **The character device.** `stat`/`open`/`fstat`/`close`/`ioctl`/
+//!   `mmap`/`munmap`/`write` and `socket` are interposed (module
+//!   `interpose`). Opening `/dev/infiniband/uverbs0` returns a memfd of our
+//!   own (so `close`/`poll`/fd numbering behave); `fstat` on it reports a
+//!   character device whose `st_rdev` matches the sysfs `dev` file; every
+//!   `ioctl` on it fails with `ENOTTY`, which makes libibverbs use the
+//!   legacy `write()` command ABI; `socket(AF_NETLINK, *, NETLINK_RDMA)`
+//!   fails with `EPROTONOSUPPORT` so discovery always takes the sysfs route.
+//! - **Commands.** `write()` on the device fd is decoded like the kernel's
+//!   uverbs layer does (header rules, errnos) and answered by a small
+//!   model of the mlx5 driver (module `dispatch`), whose objects (PDs,
+//!   MRs, CQs, QPs, SRQs, AHs, completion channels, UAR pages) live in one
+//!   `Mutex<Emu>` (module `emu`). Work requests are not executed yet: the
+//!   records keep what a future in-process "HCA" needs (queue buffers,
+//!   doorbell records, keys, UAR pages, event counters).
+//!
+//! Environment: `MLX5_EMU_LOG=1` prints one line per command to stderr;
+//! `MLX5_EMU_SYSFS=<dir>` chooses where the sysfs tree is written.
+
+#![warn(missing_docs)]
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod cdev;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod device;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod dispatch;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod emu;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod fdtable;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod interpose;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod log;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod mem;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod qp_fsm;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod real;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod sysfs;
