@@ -38,6 +38,11 @@
 //!   prints a markdown report and writes it to `target/bench/BENCHMARKS.md`
 //!   (see `tools/src/xtask/bench.rs`). Not part of `test`.
 //!
+//! - `cargo xtask mlx5` builds the emulated mlx5 device (package
+//!   `mlx5-emu`, an `LD_PRELOAD` library) and runs rdma-core's tools and
+//!   the scenario programs of `tests/mlx5-emu/c/` against it, on the host
+//!   (see `tools/src/xtask/mlx5.rs`); `test` runs the same items.
+//!
 //! Downloads and builds are cached in `<workspace>/.vm-cache/`.
 
 #[macro_use]
@@ -51,6 +56,8 @@ mod initramfs;
 mod kernel;
 #[path = "../xtask/linkage.rs"]
 mod linkage;
+#[path = "../xtask/mlx5.rs"]
+mod mlx5;
 #[path = "../xtask/testrun.rs"]
 mod testrun;
 #[path = "../xtask/vm.rs"]
@@ -143,6 +150,10 @@ enum Cmd {
         #[arg(long)]
         skip_perf: bool,
     },
+    /// Run rdma-core's tools and the scenario programs of tests/mlx5-emu/c
+    /// against the emulated mlx5 device (on the host, no VM) and print a
+    /// summary.
+    Mlx5,
     /// Run the host tests, then the VM suite (package verbs-tests) in one VM.
     Test {
         /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
@@ -232,6 +243,9 @@ fn main() -> ExitCode {
                     command_line: format!("cargo xtask {}", args.join(" ")),
                 })
             })
+            .map(|ok| if ok { 0 } else { 1 }),
+        Cmd::Mlx5 => testrun::target_dir()
+            .and_then(|t| mlx5::mlx5_command(&t))
             .map(|ok| if ok { 0 } else { 1 }),
         Cmd::Test {
             kernel,

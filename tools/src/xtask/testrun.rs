@@ -2,6 +2,9 @@
 //!
 //! 1. `cargo test --workspace --exclude verbs-tests` on the host (stdout
 //!    shown live and read for libtest's `test result:` lines).
+//!    Then the emulated mlx5 items (`mlx5::run_all`, as `cargo xtask
+//!    mlx5`): rdma-core's tools and scenario programs against the
+//!    `mlx5-emu` library, each one test. `--no-host` skips both.
 //! 2. `cargo build -p verbs --examples` and `cargo build -p tools --bin rverbs`.
 //! 3. `cargo test -p verbs-tests --no-run --message-format=json`, collecting
 //!    the test executables.
@@ -104,6 +107,11 @@ struct Package {
 }
 
 /// Workspace packages and the target directory, from `cargo metadata`.
+/// The workspace's target directory.
+pub fn target_dir() -> Result<PathBuf> {
+    Ok(metadata()?.1)
+}
+
 fn metadata() -> Result<(Vec<Package>, PathBuf)> {
     let text = util::output(
         Command::new(cargo_bin())
@@ -344,6 +352,31 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
             problems.push("host tests".into());
         }
         total.add(counts);
+    }
+
+    // The emulated mlx5 device and rdma-core's scenarios on it (host).
+    if has(crate::mlx5::EMU_PACKAGE) && !opts.no_host {
+        match crate::mlx5::run_all(&target_dir) {
+            Ok(outcomes) => {
+                let all_ok = crate::mlx5::summary(&outcomes);
+                for o in &outcomes {
+                    if o.ok {
+                        total.passed += 1;
+                    } else {
+                        total.failed += 1;
+                        problems.push(format!("mlx5: {}: {}", o.name, o.detail));
+                    }
+                }
+                if !all_ok {
+                    say!("mlx5 emulator scenarios: FAILED");
+                }
+            }
+            Err(e) => {
+                say!("mlx5 emulator: error: {e:#}");
+                problems.push("mlx5 emulator".into());
+                total.failed += 1;
+            }
+        }
     }
 
     // (d) Examples of the verbs package, for the VM scripts.
