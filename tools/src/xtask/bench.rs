@@ -449,10 +449,25 @@ fn read_perf(out: &Path, index: usize, case: &PerfCase, tool: Tool, repeat: u32)
         );
     }
     let client = read("client").unwrap_or_default();
-    match tool {
+    let s = match tool {
         Tool::Rverbs => parse_rverbs(&client, case.kind),
         Tool::RdmaCore => parse_perftest(&client, case.kind),
+    }?;
+    measured(s)
+}
+
+/// A sample whose figures are not all positive measured nothing (perftest
+/// once printed a row of 0.00 for a run that exited 0): it is a failed
+/// repeat, not a ratio of infinity.
+fn measured(s: Sample) -> Result<Sample> {
+    if !(s.a.is_finite() && s.b.is_finite() && s.a > 0.0 && s.b > 0.0) {
+        bail!(
+            "the run exited 0 but reported no measurement ({} / {})",
+            s.a,
+            s.b
+        );
     }
+    Ok(s)
 }
 
 /// `rverbs perf --json`: the first result object.
@@ -927,6 +942,13 @@ mod tests {
         let s = parse_perftest(lat, Kind::Lat).unwrap();
         assert_eq!((s.a, s.b), (66.30, 87.92));
         assert!(parse_perftest("no table here\n", Kind::Bw).is_err());
+        assert!(measured(Sample { a: 0.0, b: 0.0 }).is_err());
+        assert!(measured(Sample {
+            a: 1.5,
+            b: f64::NAN
+        })
+        .is_err());
+        assert!(measured(Sample { a: 1.5, b: 0.2 }).is_ok());
     }
 
     #[test]
