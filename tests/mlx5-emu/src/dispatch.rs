@@ -988,6 +988,7 @@ fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         max_recv_sge: req.max_recv_sge,
         max_inline_data: req.max_inline_data,
     };
+    crate::hca::start();
     emu.qps.insert(
         handle,
         Qp {
@@ -1010,6 +1011,7 @@ fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             state: qp_state::RESET,
             attrs: QpAttrs::default(),
             events_reported: 0,
+            resets: 0,
         },
     );
     pd_users(emu, req.pd_handle, 1);
@@ -1171,6 +1173,7 @@ fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let qp = emu.qps.get_mut(&req.qp_handle).ok_or(Errno::EINVAL)?;
     if next == qp_state::RESET {
         qp.attrs = QpAttrs::default();
+        qp.resets = qp.resets.wrapping_add(1);
         qp.state = next;
         return Ok(());
     }
@@ -1318,6 +1321,7 @@ fn create_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let handle = emu.handle();
     let srqn = emu.new_srqn();
     let max_gs = (desc - 16) / 16;
+    crate::hca::start();
     emu.srqs.insert(
         handle,
         Srq {

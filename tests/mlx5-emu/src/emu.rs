@@ -404,6 +404,9 @@ pub struct Qp {
     pub(crate) state: u8,
     pub(crate) attrs: QpAttrs,
     pub(crate) events_reported: u32,
+    /// Transitions to RESET so far (the HCA restarts its queue counters
+    /// when this changes).
+    pub(crate) resets: u32,
 }
 
 impl Qp {
@@ -482,6 +485,10 @@ impl Qp {
     /// Counts an async event delivered for this QP.
     pub fn note_async_event(&mut self) {
         self.events_reported += 1;
+    }
+    /// How many times the QP was moved to RESET.
+    pub fn resets(&self) -> u32 {
+        self.resets
     }
 }
 

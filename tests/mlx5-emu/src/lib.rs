@@ -34,9 +34,11 @@
 //!   uverbs layer does (header rules, errnos) and answered by a small
 //!   model of the mlx5 driver (module `dispatch`), whose objects (PDs,
 //!   MRs, CQs, QPs, SRQs, AHs, completion channels, UAR pages) live in one
-//!   `Mutex<Emu>` (module `emu`). Work requests are not executed yet: the
-//!   records keep what a future in-process "HCA" needs (queue buffers,
-//!   doorbell records, keys, UAR pages, event counters).
+//!   `Mutex<Emu>` (module `emu`).
+//! - **The HCA.** From the first QP or SRQ creation on, a daemon thread
+//!   (module `hca`) watches the doorbell records, executes the posted work
+//!   requests between QPs of this process and writes CQEs and completion
+//!   events.
 //!
 //! Environment: `MLX5_EMU_LOG=1` prints one line per command to stderr;
 //! `MLX5_EMU_SYSFS=<dir>` chooses where the sysfs tree is written.
@@ -53,6 +55,8 @@ pub mod dispatch;
 pub mod emu;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod fdtable;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod hca;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod interpose;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -1,0 +1,977 @@
+/*
+ * Test-only scenario for the mlx5 emulator (tests/mlx5-emu): the data
+ * path through unmodified rdma-core (libibverbs + libmlx5), executed by the
+ * emulator's in-process HCA thread:
+ *
+ *   gcc -O2 -Wall -Wextra -Werror datapath.c -libverbs -o datapath
+ *   LD_PRELOAD=.../libmlx5_emu.so ./datapath
+ *
+ * Prints "PASS <step>" per step; on the first failure prints
+ * "FAIL <step>: <reason>" and exits 1. Exits 0 only if every step passed.
+ * Every wait is bounded, so a broken emulator fails instead of hanging.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <infiniband/verbs.h>
+
+#define BUF_SIZE (1 << 20)
+#define TIMEOUT_MS 2000
+#define UD_QKEY 0x11111111u
+
+static void pass(const char *step)
+{
+	printf("PASS %s\n", step);
+	fflush(stdout);
+}
+
+static void fail(const char *step, const char *why)
+{
+	printf("FAIL %s: %s\n", step, why);
+	fflush(stdout);
+	exit(1);
+}
+
+static void check_ret(const char *step, int ret)
+{
+	if (ret)
+		fail(step, strerror(ret));
+}
+
+static void *check_ptr(const char *step, void *p)
+{
+	if (!p)
+		fail(step, strerror(errno ? errno : EIO));
+	return p;
+}
+
+static void expect(const char *step, int ok, const char *what)
+{
+	if (!ok)
+		fail(step, what);
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+/* Polls one completion, failing the step after TIMEOUT_MS. */
+static void poll_one(const char *step, struct ibv_cq *cq, struct ibv_wc *wc)
+{
+	long end = now_ms() + TIMEOUT_MS;
+	int n;
+
+	for (;;) {
+		n = ibv_poll_cq(cq, 1, wc);
+		if (n < 0)
+			fail(step, "ibv_poll_cq failed");
+		if (n == 1)
+			return;
+		if (now_ms() > end)
+			fail(step, "timed out waiting for a completion");
+	}
+}
+
+/* Fails the step if a completion shows up within 50 ms. */
+static void expect_quiet(const char *step, struct ibv_cq *cq)
+{
+	long end = now_ms() + 50;
+	struct ibv_wc wc;
+
+	while (now_ms() < end)
+		if (ibv_poll_cq(cq, 1, &wc) != 0)
+			fail(step, "unexpected extra completion");
+}
+
+static void expect_wc(const char *step, const struct ibv_wc *wc,
+		      enum ibv_wc_status status, uint64_t wr_id)
+{
+	char why[160];
+
+	if (wc->status != status) {
+		snprintf(why, sizeof(why), "status %s (%d), expected %s",
+			 ibv_wc_status_str(wc->status), wc->status,
+			 ibv_wc_status_str(status));
+		fail(step, why);
+	}
+	if (wc->wr_id != wr_id) {
+		snprintf(why, sizeof(why), "wr_id %llu, expected %llu",
+			 (unsigned long long)wc->wr_id, (unsigned long long)wr_id);
+		fail(step, why);
+	}
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		p[i] = (uint8_t)(seed * 31 + i * 7 + (i >> 8));
+}
+
+static void expect_bytes(const char *step, const uint8_t *got,
+			 const uint8_t *want, size_t n)
+{
+	char why[96];
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (got[i] != want[i]) {
+			snprintf(why, sizeof(why),
+				 "byte %zu is 0x%02x, expected 0x%02x", i,
+				 got[i], want[i]);
+			fail(step, why);
+		}
+}
+
+static struct ibv_context *ctx;
+static struct ibv_pd *pd;
+static struct ibv_mr *mr;
+static uint8_t *buf;
+static uint16_t lid;
+
+static struct ibv_qp *make_qp(enum ibv_qp_type type, struct ibv_cq *cq,
+			      struct ibv_srq *srq)
+{
+	struct ibv_qp_init_attr init = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.srq = srq,
+		.cap = {
+			.max_send_wr = 64,
+			.max_recv_wr = srq ? 0 : 64,
+			.max_send_sge = 4,
+			.max_recv_sge = srq ? 0 : 4,
+			.max_inline_data = 64,
+		},
+		.qp_type = type,
+	};
+
+	return check_ptr("create_qp", ibv_create_qp(pd, &init));
+}
+
+/* RESET -> INIT -> RTR -> RTS for an RC or UC QP. */
+static void connect_rc(struct ibv_qp *qp, uint32_t dest, int rnr_retry)
+{
+	int rc = qp->qp_type == IBV_QPT_RC;
+	struct ibv_qp_attr a;
+	int mask;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	if (rc)
+		a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	check_ret("to_init", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+						   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = IBV_MTU_1024;
+	a.dest_qp_num = dest;
+	a.rq_psn = 0;
+	a.ah_attr.dlid = lid;
+	a.ah_attr.port_num = 1;
+	a.max_dest_rd_atomic = 4;
+	a.min_rnr_timer = 1;
+	mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+	       IBV_QP_RQ_PSN;
+	if (rc)
+		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+	check_ret("to_rtr", ibv_modify_qp(qp, &a, mask));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = rnr_retry;
+	a.max_rd_atomic = 4;
+	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	if (rc)
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			IBV_QP_MAX_QP_RD_ATOMIC;
+	check_ret("to_rts", ibv_modify_qp(qp, &a, mask));
+}
+
+static void connect_ud(struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qkey = UD_QKEY;
+	check_ret("ud_to_init", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+						      IBV_QP_PORT | IBV_QP_QKEY));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	check_ret("ud_to_rtr", ibv_modify_qp(qp, &a, IBV_QP_STATE));
+	a.qp_state = IBV_QPS_RTS;
+	check_ret("ud_to_rts", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN));
+}
+
+static struct ibv_sge sge(size_t off, uint32_t len)
+{
+	struct ibv_sge s = {
+		.addr = (uintptr_t)(buf + off),
+		.length = len,
+		.lkey = mr->lkey,
+	};
+	return s;
+}
+
+static void post_recv(const char *step, struct ibv_qp *qp, uint64_t wr_id,
+		      struct ibv_sge *sg, int n)
+{
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = sg, .num_sge = n }, *bad;
+
+	check_ret(step, ibv_post_recv(qp, &wr, &bad));
+}
+
+static void post_send(const char *step, struct ibv_qp *qp, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+
+	check_ret(step, ibv_post_send(qp, wr, &bad));
+}
+
+/* A write of `len` bytes from `loff` to remote offset `roff`. */
+static struct ibv_send_wr write_wr(uint64_t wr_id, struct ibv_sge *s,
+				   size_t roff, int flags)
+{
+	struct ibv_send_wr wr;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = s;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = flags;
+	wr.wr.rdma.remote_addr = (uintptr_t)(buf + roff);
+	wr.wr.rdma.rkey = mr->rkey;
+	return wr;
+}
+
+/* Offsets in the one registered buffer. */
+#define SRC 0x00000
+#define DST 0x40000
+#define AUX 0x80000
+#define ATOM 0xF0000
+
+int main(void)
+{
+	struct ibv_device **list;
+	struct ibv_device *dev = NULL;
+	struct ibv_port_attr pattr;
+	struct ibv_cq *cqa, *cqb, *cqs, *cqe_ev, *ev_cq;
+	struct ibv_comp_channel *chan;
+	struct ibv_qp *qa, *qb;
+	struct ibv_wc wc;
+	struct ibv_send_wr wr;
+	struct ibv_sge s[4], r[4];
+	void *ev_ctx;
+	int n, i;
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		fail("setup", "no device list");
+	for (i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), "mlx5_0"))
+			dev = list[i];
+	if (!dev)
+		fail("setup", "no mlx5_0");
+	ctx = check_ptr("setup", ibv_open_device(dev));
+	check_ret("setup", ibv_query_port(ctx, 1, &pattr));
+	lid = pattr.lid;
+	pd = check_ptr("setup", ibv_alloc_pd(ctx));
+	if (posix_memalign((void **)&buf, 4096, BUF_SIZE))
+		fail("setup", "posix_memalign");
+	memset(buf, 0, BUF_SIZE);
+	mr = check_ptr("setup", ibv_reg_mr(pd, buf, BUF_SIZE,
+					   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC));
+	cqa = check_ptr("setup", ibv_create_cq(ctx, 256, NULL, NULL, 0));
+	cqb = check_ptr("setup", ibv_create_cq(ctx, 256, NULL, NULL, 0));
+	qa = make_qp(IBV_QPT_RC, cqa, NULL);
+	qb = make_qp(IBV_QPT_RC, cqb, NULL);
+	connect_rc(qa, qb->qp_num, 7);
+	connect_rc(qb, qa->qp_num, 7);
+	pass("setup");
+
+	/* SEND / RECV. */
+	fill(buf + SRC, 1000, 1);
+	r[0] = sge(DST, 4096);
+	post_recv("send_recv", qb, 11, r, 1);
+	s[0] = sge(SRC, 1000);
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = 10;
+	wr.sg_list = s;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	post_send("send_recv", qa, &wr);
+	poll_one("send_recv", cqa, &wc);
+	expect_wc("send_recv", &wc, IBV_WC_SUCCESS, 10);
+	expect("send_recv", wc.opcode == IBV_WC_SEND, "requester opcode is not SEND");
+	poll_one("send_recv", cqb, &wc);
+	expect_wc("send_recv", &wc, IBV_WC_SUCCESS, 11);
+	expect("send_recv", wc.opcode == IBV_WC_RECV, "responder opcode is not RECV");
+	expect("send_recv", wc.byte_len == 1000, "byte_len is not 1000");
+	expect("send_recv", wc.qp_num == qb->qp_num, "qp_num is not the receiver's");
+	expect("send_recv", !(wc.wc_flags & IBV_WC_WITH_IMM), "WITH_IMM set");
+	expect_bytes("send_recv", buf + DST, buf + SRC, 1000);
+	pass("send_recv");
+
+	/* SEND_WITH_IMM. */
+	fill(buf + SRC, 64, 2);
+	post_recv("send_imm", qb, 21, r, 1);
+	s[0] = sge(SRC, 64);
+	wr.wr_id = 20;
+	wr.opcode = IBV_WR_SEND_WITH_IMM;
+	wr.imm_data = htobe32(0x12345678);
+	post_send("send_imm", qa, &wr);
+	poll_one("send_imm", cqa, &wc);
+	expect_wc("send_imm", &wc, IBV_WC_SUCCESS, 20);
+	poll_one("send_imm", cqb, &wc);
+	expect_wc("send_imm", &wc, IBV_WC_SUCCESS, 21);
+	expect("send_imm", wc.opcode == IBV_WC_RECV, "opcode is not RECV");
+	expect("send_imm", wc.wc_flags & IBV_WC_WITH_IMM, "WITH_IMM not set");
+	expect("send_imm", wc.imm_data == htobe32(0x12345678), "wrong imm_data");
+	expect("send_imm", wc.byte_len == 64, "byte_len is not 64");
+	expect_bytes("send_imm", buf + DST, buf + SRC, 64);
+	pass("send_imm");
+
+	/* Inline SEND. */
+	{
+		uint8_t inl[48];
+
+		fill(inl, sizeof(inl), 3);
+		post_recv("send_inline", qb, 31, r, 1);
+		s[0].addr = (uintptr_t)inl;
+		s[0].length = sizeof(inl);
+		s[0].lkey = 0;
+		wr.wr_id = 30;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+		post_send("send_inline", qa, &wr);
+		memset(inl, 0, sizeof(inl));
+		poll_one("send_inline", cqa, &wc);
+		expect_wc("send_inline", &wc, IBV_WC_SUCCESS, 30);
+		poll_one("send_inline", cqb, &wc);
+		expect_wc("send_inline", &wc, IBV_WC_SUCCESS, 31);
+		expect("send_inline", wc.byte_len == 48, "byte_len is not 48");
+		fill(inl, sizeof(inl), 3);
+		expect_bytes("send_inline", buf + DST, inl, sizeof(inl));
+	}
+	pass("send_inline");
+
+	/* A SEND with 3 SGEs into a receive with 2 SGEs. */
+	fill(buf + SRC, 600, 4);
+	memset(buf + DST, 0, 8192);
+	r[0] = sge(DST, 250);
+	r[1] = sge(DST + 4096, 400);
+	post_recv("send_3_sges_to_2", qb, 41, r, 2);
+	s[0] = sge(SRC, 100);
+	s[1] = sge(SRC + 100, 200);
+	s[2] = sge(SRC + 300, 300);
+	wr.wr_id = 40;
+	wr.num_sge = 3;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	post_send("send_3_sges_to_2", qa, &wr);
+	poll_one("send_3_sges_to_2", cqa, &wc);
+	expect_wc("send_3_sges_to_2", &wc, IBV_WC_SUCCESS, 40);
+	poll_one("send_3_sges_to_2", cqb, &wc);
+	expect_wc("send_3_sges_to_2", &wc, IBV_WC_SUCCESS, 41);
+	expect("send_3_sges_to_2", wc.byte_len == 600, "byte_len is not 600");
+	expect_bytes("send_3_sges_to_2", buf + DST, buf + SRC, 250);
+	expect_bytes("send_3_sges_to_2", buf + DST + 4096, buf + SRC + 250, 350);
+	expect("send_3_sges_to_2", buf[DST + 4096 + 350] == 0, "wrote past the message");
+	wr.num_sge = 1;
+	pass("send_3_sges_to_2");
+
+	/* RDMA WRITE. */
+	fill(buf + SRC, 4096, 5);
+	s[0] = sge(SRC, 4096);
+	wr = write_wr(50, s, DST, IBV_SEND_SIGNALED);
+	post_send("rdma_write", qa, &wr);
+	poll_one("rdma_write", cqa, &wc);
+	expect_wc("rdma_write", &wc, IBV_WC_SUCCESS, 50);
+	expect("rdma_write", wc.opcode == IBV_WC_RDMA_WRITE, "opcode is not RDMA_WRITE");
+	expect_bytes("rdma_write", buf + DST, buf + SRC, 4096);
+	expect_quiet("rdma_write", cqb);
+	pass("rdma_write");
+
+	/* RDMA WRITE with immediate: consumes a receive. */
+	fill(buf + SRC, 512, 6);
+	r[0] = sge(AUX, 16);
+	post_recv("rdma_write_imm", qb, 61, r, 1);
+	s[0] = sge(SRC, 512);
+	wr = write_wr(60, s, DST, IBV_SEND_SIGNALED);
+	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr.imm_data = htobe32(0xcafe);
+	post_send("rdma_write_imm", qa, &wr);
+	poll_one("rdma_write_imm", cqa, &wc);
+	expect_wc("rdma_write_imm", &wc, IBV_WC_SUCCESS, 60);
+	poll_one("rdma_write_imm", cqb, &wc);
+	expect_wc("rdma_write_imm", &wc, IBV_WC_SUCCESS, 61);
+	expect("rdma_write_imm", wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM,
+	       "opcode is not RECV_RDMA_WITH_IMM");
+	expect("rdma_write_imm", wc.imm_data == htobe32(0xcafe), "wrong imm_data");
+	expect("rdma_write_imm", wc.byte_len == 512, "byte_len is not 512");
+	expect_bytes("rdma_write_imm", buf + DST, buf + SRC, 512);
+	pass("rdma_write_imm");
+
+	/* RDMA READ. */
+	fill(buf + DST, 2048, 7);
+	memset(buf + SRC, 0, 2048);
+	s[0] = sge(SRC, 2048);
+	wr = write_wr(70, s, DST, IBV_SEND_SIGNALED);
+	wr.opcode = IBV_WR_RDMA_READ;
+	post_send("rdma_read", qa, &wr);
+	poll_one("rdma_read", cqa, &wc);
+	expect_wc("rdma_read", &wc, IBV_WC_SUCCESS, 70);
+	expect("rdma_read", wc.opcode == IBV_WC_RDMA_READ, "opcode is not RDMA_READ");
+	expect("rdma_read", wc.byte_len == 2048, "byte_len is not 2048");
+	expect_bytes("rdma_read", buf + SRC, buf + DST, 2048);
+	pass("rdma_read");
+
+	/* Atomics: compare-and-swap (swap, then no swap), fetch-and-add. */
+	{
+		uint64_t *target = (uint64_t *)(buf + ATOM);
+		uint64_t *old = (uint64_t *)(buf + ATOM + 64);
+
+		*target = 42;
+		*old = 0;
+		s[0] = sge(ATOM + 64, 8);
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 80;
+		wr.sg_list = s;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.atomic.remote_addr = (uintptr_t)target;
+		wr.wr.atomic.rkey = mr->rkey;
+		wr.wr.atomic.compare_add = 42;
+		wr.wr.atomic.swap = 99;
+		post_send("cmp_swap", qa, &wr);
+		poll_one("cmp_swap", cqa, &wc);
+		expect_wc("cmp_swap", &wc, IBV_WC_SUCCESS, 80);
+		expect("cmp_swap", wc.opcode == IBV_WC_COMP_SWAP, "opcode is not COMP_SWAP");
+		expect("cmp_swap", *old == 42, "old value is not 42");
+		expect("cmp_swap", *target == 99, "target was not swapped to 99");
+		pass("cmp_swap");
+
+		wr.wr_id = 81;
+		wr.wr.atomic.compare_add = 1;
+		wr.wr.atomic.swap = 7;
+		post_send("cmp_swap_no_swap", qa, &wr);
+		poll_one("cmp_swap_no_swap", cqa, &wc);
+		expect_wc("cmp_swap_no_swap", &wc, IBV_WC_SUCCESS, 81);
+		expect("cmp_swap_no_swap", *old == 99, "old value is not 99");
+		expect("cmp_swap_no_swap", *target == 99, "target changed");
+		pass("cmp_swap_no_swap");
+
+		wr.wr_id = 82;
+		wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+		wr.wr.atomic.compare_add = 5;
+		post_send("fetch_add", qa, &wr);
+		poll_one("fetch_add", cqa, &wc);
+		expect_wc("fetch_add", &wc, IBV_WC_SUCCESS, 82);
+		expect("fetch_add", wc.opcode == IBV_WC_FETCH_ADD, "opcode is not FETCH_ADD");
+		expect("fetch_add", *old == 99, "old value is not 99");
+		expect("fetch_add", *target == 104, "target is not 104");
+		pass("fetch_add");
+	}
+
+	/* 32 unsignaled WRITEs, the last one signaled: one CQE. */
+	{
+		struct ibv_send_wr chain[32];
+		struct ibv_sge cs[32];
+
+		for (i = 0; i < 32; i++) {
+			buf[SRC + i] = (uint8_t)(0xa0 + i);
+			cs[i] = sge(SRC + i, 1);
+			chain[i] = write_wr(100 + i, &cs[i], DST + 8 * i,
+					    i == 31 ? IBV_SEND_SIGNALED : 0);
+			chain[i].next = i == 31 ? NULL : &chain[i + 1];
+		}
+		post_send("unsignaled_chain", qa, chain);
+		poll_one("unsignaled_chain", cqa, &wc);
+		expect_wc("unsignaled_chain", &wc, IBV_WC_SUCCESS, 131);
+		for (i = 0; i < 32; i++)
+			expect("unsignaled_chain", buf[DST + 8 * i] == 0xa0 + i,
+			       "a write did not land");
+		expect_quiet("unsignaled_chain", cqa);
+	}
+	pass("unsignaled_chain");
+
+	/* Enough WRs to wrap the SQ several times (1-BB WRITEs and 2-BB SENDs). */
+	for (i = 0; i < 1200; i++) {
+		uint64_t v = 0x1000 + i;
+
+		memcpy(buf + SRC + 8 * (i % 16), &v, 8);
+		if (i % 3 == 0) {
+			s[0] = sge(SRC + 8 * (i % 16), 4);
+			s[1] = sge(SRC + 8 * (i % 16) + 4, 4);
+			s[2] = sge(SRC + 8 * (i % 16), 0);
+			s[3] = sge(SRC + 8 * (i % 16), 8);
+			r[0] = sge(AUX, 64);
+			post_recv("sq_wrap", qb, 5000 + i, r, 1);
+			memset(&wr, 0, sizeof(wr));
+			wr.wr_id = 1000 + i;
+			wr.sg_list = s;
+			wr.num_sge = 4;
+			wr.opcode = IBV_WR_SEND;
+			wr.send_flags = IBV_SEND_SIGNALED;
+		} else {
+			s[0] = sge(SRC + 8 * (i % 16), 8);
+			wr = write_wr(1000 + i, s, DST + 8 * (i % 16), IBV_SEND_SIGNALED);
+		}
+		post_send("sq_wrap", qa, &wr);
+		poll_one("sq_wrap", cqa, &wc);
+		expect_wc("sq_wrap", &wc, IBV_WC_SUCCESS, 1000 + i);
+		if (i % 3 == 0) {
+			poll_one("sq_wrap", cqb, &wc);
+			expect_wc("sq_wrap", &wc, IBV_WC_SUCCESS, 5000 + i);
+			expect("sq_wrap", wc.byte_len == 16, "byte_len is not 16");
+			expect_bytes("sq_wrap", buf + AUX, buf + SRC + 8 * (i % 16), 8);
+			expect_bytes("sq_wrap", buf + AUX + 8, buf + SRC + 8 * (i % 16), 8);
+		} else {
+			expect_bytes("sq_wrap", buf + DST + 8 * (i % 16),
+				     buf + SRC + 8 * (i % 16), 8);
+		}
+	}
+	pass("sq_wrap");
+
+	/* An SRQ shared by two QPs. */
+	{
+		struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 2 } };
+		struct ibv_srq *srq = check_ptr("srq", ibv_create_srq(pd, &sa));
+		struct ibv_recv_wr rw, *bad;
+		struct ibv_qp *s1, *s2, *r1, *r2;
+		int seen1 = 0, seen2 = 0;
+
+		cqs = check_ptr("srq", ibv_create_cq(ctx, 64, NULL, NULL, 0));
+		s1 = make_qp(IBV_QPT_RC, cqa, NULL);
+		s2 = make_qp(IBV_QPT_RC, cqa, NULL);
+		r1 = make_qp(IBV_QPT_RC, cqs, srq);
+		r2 = make_qp(IBV_QPT_RC, cqs, srq);
+		connect_rc(s1, r1->qp_num, 7);
+		connect_rc(r1, s1->qp_num, 7);
+		connect_rc(s2, r2->qp_num, 7);
+		connect_rc(r2, s2->qp_num, 7);
+		for (i = 0; i < 4; i++) {
+			r[0] = sge(AUX + 256 * i, 256);
+			memset(&rw, 0, sizeof(rw));
+			rw.wr_id = 200 + i;
+			rw.sg_list = r;
+			rw.num_sge = 1;
+			check_ret("srq", ibv_post_srq_recv(srq, &rw, &bad));
+		}
+		for (i = 0; i < 4; i++) {
+			fill(buf + SRC + 256 * i, 100 + i, 10 + i);
+			s[0] = sge(SRC + 256 * i, 100 + i);
+			memset(&wr, 0, sizeof(wr));
+			wr.wr_id = 210 + i;
+			wr.sg_list = s;
+			wr.num_sge = 1;
+			wr.opcode = IBV_WR_SEND;
+			wr.send_flags = IBV_SEND_SIGNALED;
+			post_send("srq", i % 2 ? s2 : s1, &wr);
+			poll_one("srq", cqa, &wc);
+			expect_wc("srq", &wc, IBV_WC_SUCCESS, 210 + i);
+			poll_one("srq", cqs, &wc);
+			expect_wc("srq", &wc, IBV_WC_SUCCESS, 200 + i);
+			expect("srq", wc.byte_len == (uint32_t)(100 + i), "wrong byte_len");
+			expect("srq", wc.qp_num == (i % 2 ? r2 : r1)->qp_num,
+			       "qp_num is not the receiving QP");
+			seen1 += wc.qp_num == r1->qp_num;
+			seen2 += wc.qp_num == r2->qp_num;
+			expect_bytes("srq", buf + AUX + 256 * i, buf + SRC + 256 * i, 100 + i);
+		}
+		expect("srq", seen1 == 2 && seen2 == 2, "not two receives per QP");
+		pass("srq");
+
+		/* Many more receives through the SRQ's free list, two posted
+		 * ahead, alternating senders. */
+		for (i = 0; i < 2; i++) {
+			r[0] = sge(AUX + 256 * i, 256);
+			memset(&rw, 0, sizeof(rw));
+			rw.wr_id = 1000 + i;
+			rw.sg_list = r;
+			rw.num_sge = 1;
+			check_ret("srq_reuse", ibv_post_srq_recv(srq, &rw, &bad));
+		}
+		for (i = 0; i < 60; i++) {
+			r[0] = sge(AUX + 256 * ((i + 2) % 4), 256);
+			memset(&rw, 0, sizeof(rw));
+			rw.wr_id = 1000 + i + 2;
+			rw.sg_list = r;
+			rw.num_sge = 1;
+			check_ret("srq_reuse", ibv_post_srq_recv(srq, &rw, &bad));
+			fill(buf + SRC, 50, 100 + i);
+			s[0] = sge(SRC, 50);
+			memset(&wr, 0, sizeof(wr));
+			wr.wr_id = 2000 + i;
+			wr.sg_list = s;
+			wr.num_sge = 1;
+			wr.opcode = IBV_WR_SEND;
+			wr.send_flags = IBV_SEND_SIGNALED;
+			post_send("srq_reuse", i % 2 ? s2 : s1, &wr);
+			poll_one("srq_reuse", cqa, &wc);
+			expect_wc("srq_reuse", &wc, IBV_WC_SUCCESS, 2000 + i);
+			poll_one("srq_reuse", cqs, &wc);
+			expect_wc("srq_reuse", &wc, IBV_WC_SUCCESS, 1000 + i);
+			expect_bytes("srq_reuse", buf + AUX + 256 * (i % 4), buf + SRC, 50);
+		}
+		check_ret("srq", ibv_destroy_qp(s1));
+		check_ret("srq", ibv_destroy_qp(s2));
+		check_ret("srq", ibv_destroy_qp(r1));
+		check_ret("srq", ibv_destroy_qp(r2));
+		check_ret("srq", ibv_destroy_srq(srq));
+		check_ret("srq", ibv_destroy_cq(cqs));
+	}
+	pass("srq_reuse");
+
+	/* UD SEND / RECV (IB link layer, no GRH: 40 bytes skipped). */
+	{
+		struct ibv_qp *u1 = make_qp(IBV_QPT_UD, cqa, NULL);
+		struct ibv_qp *u2 = make_qp(IBV_QPT_UD, cqb, NULL);
+		struct ibv_ah_attr aa = { .dlid = lid, .port_num = 1 };
+		struct ibv_ah *ah;
+
+		connect_ud(u1);
+		connect_ud(u2);
+		ah = check_ptr("ud", ibv_create_ah(pd, &aa));
+		memset(buf + AUX, 0x5a, 40);
+		fill(buf + SRC, 200, 20);
+		r[0] = sge(AUX, 40 + 256);
+		post_recv("ud", u2, 301, r, 1);
+		s[0] = sge(SRC, 200);
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 300;
+		wr.sg_list = s;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND_WITH_IMM;
+		wr.imm_data = htobe32(77);
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = u2->qp_num;
+		wr.wr.ud.remote_qkey = UD_QKEY;
+		post_send("ud", u1, &wr);
+		poll_one("ud", cqa, &wc);
+		expect_wc("ud", &wc, IBV_WC_SUCCESS, 300);
+		poll_one("ud", cqb, &wc);
+		expect_wc("ud", &wc, IBV_WC_SUCCESS, 301);
+		expect("ud", wc.byte_len == 240, "byte_len is not 40 + 200");
+		expect("ud", wc.src_qp == u1->qp_num, "src_qp is not the sender");
+		expect("ud", !(wc.wc_flags & IBV_WC_GRH), "GRH flag set without a GRH");
+		expect("ud", wc.wc_flags & IBV_WC_WITH_IMM, "WITH_IMM not set");
+		expect("ud", wc.imm_data == htobe32(77), "wrong imm_data");
+		expect("ud", buf[AUX] == 0x5a && buf[AUX + 39] == 0x5a,
+		       "the GRH area was written");
+		expect_bytes("ud", buf + AUX + 40, buf + SRC, 200);
+		check_ret("ud", ibv_destroy_ah(ah));
+		pass("ud");
+
+		/* With a GRH in the address vector the receiver gets it. */
+		{
+			struct ibv_ah_attr ga = { .dlid = lid, .port_num = 1, .is_global = 1 };
+			union ibv_gid gid;
+
+			check_ret("ud_grh", ibv_query_gid(ctx, 1, 0, &gid));
+			ga.grh.dgid = gid;
+			ga.grh.sgid_index = 0;
+			ga.grh.hop_limit = 64;
+			ah = check_ptr("ud_grh", ibv_create_ah(pd, &ga));
+			memset(buf + AUX, 0x5a, 40);
+			post_recv("ud_grh", u2, 311, r, 1);
+			wr.wr_id = 310;
+			wr.opcode = IBV_WR_SEND;
+			wr.wr.ud.ah = ah;
+			post_send("ud_grh", u1, &wr);
+			poll_one("ud_grh", cqa, &wc);
+			expect_wc("ud_grh", &wc, IBV_WC_SUCCESS, 310);
+			poll_one("ud_grh", cqb, &wc);
+			expect_wc("ud_grh", &wc, IBV_WC_SUCCESS, 311);
+			expect("ud_grh", wc.byte_len == 240, "byte_len is not 40 + 200");
+			expect("ud_grh", wc.wc_flags & IBV_WC_GRH, "GRH flag not set");
+			expect("ud_grh", (buf[AUX] >> 4) == 6, "GRH IP version is not 6");
+			expect("ud_grh", buf[AUX + 7] == 64, "GRH hop limit is not 64");
+			expect_bytes("ud_grh", buf + AUX + 8, gid.raw, 16);
+			expect_bytes("ud_grh", buf + AUX + 24, gid.raw, 16);
+			expect_bytes("ud_grh", buf + AUX + 40, buf + SRC, 200);
+			check_ret("ud_grh", ibv_destroy_ah(ah));
+		}
+		check_ret("ud", ibv_destroy_qp(u1));
+		check_ret("ud", ibv_destroy_qp(u2));
+	}
+	pass("ud_grh");
+
+	/* UC: RDMA WRITE and SEND. */
+	{
+		struct ibv_qp_init_attr ui = {
+			.send_cq = cqa,
+			.recv_cq = cqb,
+			.cap = { .max_send_wr = 8, .max_recv_wr = 8,
+				 .max_send_sge = 1, .max_recv_sge = 1 },
+			.qp_type = IBV_QPT_UC,
+		};
+		struct ibv_qp *c1 = check_ptr("uc", ibv_create_qp(pd, &ui));
+		struct ibv_qp *c2 = check_ptr("uc", ibv_create_qp(pd, &ui));
+
+		connect_rc(c1, c2->qp_num, 7);
+		connect_rc(c2, c1->qp_num, 7);
+		fill(buf + SRC, 300, 40);
+		s[0] = sge(SRC, 300);
+		wr = write_wr(800, s, DST, IBV_SEND_SIGNALED);
+		post_send("uc", c1, &wr);
+		poll_one("uc", cqa, &wc);
+		expect_wc("uc", &wc, IBV_WC_SUCCESS, 800);
+		expect_bytes("uc", buf + DST, buf + SRC, 300);
+		r[0] = sge(AUX, 512);
+		post_recv("uc", c2, 802, r, 1);
+		wr.wr_id = 801;
+		wr.opcode = IBV_WR_SEND;
+		post_send("uc", c1, &wr);
+		poll_one("uc", cqa, &wc);
+		expect_wc("uc", &wc, IBV_WC_SUCCESS, 801);
+		poll_one("uc", cqb, &wc);
+		expect_wc("uc", &wc, IBV_WC_SUCCESS, 802);
+		expect("uc", wc.byte_len == 300, "byte_len is not 300");
+		expect_bytes("uc", buf + AUX, buf + SRC, 300);
+		check_ret("uc", ibv_destroy_qp(c1));
+		check_ret("uc", ibv_destroy_qp(c2));
+	}
+	pass("uc");
+
+	/* Completion channel: arm, send, wait for the event, ack. */
+	{
+		struct ibv_qp *e1, *e2;
+		struct pollfd pfd;
+
+		chan = check_ptr("comp_channel", ibv_create_comp_channel(ctx));
+		cqe_ev = check_ptr("comp_channel", ibv_create_cq(ctx, 16, (void *)0x77, chan, 0));
+		e1 = make_qp(IBV_QPT_RC, cqa, NULL);
+		e2 = make_qp(IBV_QPT_RC, cqe_ev, NULL);
+		connect_rc(e1, e2->qp_num, 7);
+		connect_rc(e2, e1->qp_num, 7);
+		check_ret("comp_channel", ibv_req_notify_cq(cqe_ev, 0));
+		r[0] = sge(AUX, 64);
+		post_recv("comp_channel", e2, 401, r, 1);
+		s[0] = sge(SRC, 8);
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 400;
+		wr.sg_list = s;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		post_send("comp_channel", e1, &wr);
+		poll_one("comp_channel", cqa, &wc);
+		expect_wc("comp_channel", &wc, IBV_WC_SUCCESS, 400);
+		pfd.fd = chan->fd;
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		n = poll(&pfd, 1, TIMEOUT_MS);
+		expect("comp_channel", n == 1, "no completion event within the timeout");
+		check_ret("comp_channel", ibv_get_cq_event(chan, &ev_cq, &ev_ctx));
+		expect("comp_channel", ev_cq == cqe_ev && ev_ctx == (void *)0x77,
+		       "event for the wrong CQ");
+		ibv_ack_cq_events(ev_cq, 1);
+		poll_one("comp_channel", cqe_ev, &wc);
+		expect_wc("comp_channel", &wc, IBV_WC_SUCCESS, 401);
+		/* Not re-armed: no second event. */
+		post_recv("comp_channel", e2, 402, r, 1);
+		wr.wr_id = 403;
+		post_send("comp_channel", e1, &wr);
+		poll_one("comp_channel", cqa, &wc);
+		poll_one("comp_channel", cqe_ev, &wc);
+		expect_wc("comp_channel", &wc, IBV_WC_SUCCESS, 402);
+		n = poll(&pfd, 1, 50);
+		expect("comp_channel", n == 0, "event without arming");
+		pass("comp_channel");
+
+		/* Solicited-only: an unsolicited SEND raises nothing, a
+		 * solicited one does. */
+		check_ret("comp_solicited", ibv_req_notify_cq(cqe_ev, 1));
+		post_recv("comp_solicited", e2, 404, r, 1);
+		post_recv("comp_solicited", e2, 405, r, 1);
+		wr.wr_id = 406;
+		post_send("comp_solicited", e1, &wr);
+		poll_one("comp_solicited", cqa, &wc);
+		poll_one("comp_solicited", cqe_ev, &wc);
+		expect_wc("comp_solicited", &wc, IBV_WC_SUCCESS, 404);
+		n = poll(&pfd, 1, 50);
+		expect("comp_solicited", n == 0, "event for an unsolicited SEND");
+		wr.wr_id = 407;
+		wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+		post_send("comp_solicited", e1, &wr);
+		poll_one("comp_solicited", cqa, &wc);
+		n = poll(&pfd, 1, TIMEOUT_MS);
+		expect("comp_solicited", n == 1, "no event for a solicited SEND");
+		check_ret("comp_solicited", ibv_get_cq_event(chan, &ev_cq, &ev_ctx));
+		expect("comp_solicited", ev_cq == cqe_ev, "event for the wrong CQ");
+		ibv_ack_cq_events(ev_cq, 1);
+		poll_one("comp_solicited", cqe_ev, &wc);
+		expect_wc("comp_solicited", &wc, IBV_WC_SUCCESS, 405);
+		check_ret("comp_channel", ibv_destroy_qp(e1));
+		check_ret("comp_channel", ibv_destroy_qp(e2));
+		check_ret("comp_channel", ibv_destroy_cq(cqe_ev));
+		check_ret("comp_channel", ibv_destroy_comp_channel(chan));
+	}
+	pass("comp_solicited");
+
+	/* Bad rkey: REM_ACCESS_ERR, then the next WR is flushed. */
+	{
+		struct ibv_send_wr w2;
+		struct ibv_qp *b1 = make_qp(IBV_QPT_RC, cqa, NULL);
+		struct ibv_qp *b2 = make_qp(IBV_QPT_RC, cqb, NULL);
+
+		connect_rc(b1, b2->qp_num, 7);
+		connect_rc(b2, b1->qp_num, 7);
+		s[0] = sge(SRC, 8);
+		wr = write_wr(500, s, DST, IBV_SEND_SIGNALED);
+		wr.wr.rdma.rkey = mr->rkey ^ 0x5500;
+		w2 = write_wr(501, s, DST, IBV_SEND_SIGNALED);
+		wr.next = &w2;
+		post_send("bad_rkey", b1, &wr);
+		poll_one("bad_rkey", cqa, &wc);
+		expect_wc("bad_rkey", &wc, IBV_WC_REM_ACCESS_ERR, 500);
+		poll_one("bad_rkey_flush", cqa, &wc);
+		expect_wc("bad_rkey_flush", &wc, IBV_WC_WR_FLUSH_ERR, 501);
+		pass("bad_rkey");
+		pass("bad_rkey_flush");
+
+		/* A bad lkey on a fresh connection: LOC_PROT_ERR. */
+		{
+			struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+
+			check_ret("bad_lkey", ibv_modify_qp(b1, &a, IBV_QP_STATE));
+			check_ret("bad_lkey", ibv_modify_qp(b2, &a, IBV_QP_STATE));
+		}
+		connect_rc(b1, b2->qp_num, 7);
+		connect_rc(b2, b1->qp_num, 7);
+		s[0] = sge(SRC, 8);
+		s[0].lkey ^= 0x5500;
+		wr = write_wr(503, s, DST, IBV_SEND_SIGNALED);
+		post_send("bad_lkey", b1, &wr);
+		poll_one("bad_lkey", cqa, &wc);
+		expect_wc("bad_lkey", &wc, IBV_WC_LOC_PROT_ERR, 503);
+		pass("bad_lkey");
+		s[0] = sge(SRC, 8);
+
+		/* Back to RESET and reconnected, the pair works again. */
+		{
+			struct ibv_qp_attr a = { .qp_state = IBV_QPS_RESET };
+
+			check_ret("reset_reuse", ibv_modify_qp(b1, &a, IBV_QP_STATE));
+			check_ret("reset_reuse", ibv_modify_qp(b2, &a, IBV_QP_STATE));
+		}
+		connect_rc(b1, b2->qp_num, 7);
+		connect_rc(b2, b1->qp_num, 7);
+		buf[SRC] = 0x3c;
+		wr = write_wr(502, s, DST, IBV_SEND_SIGNALED);
+		post_send("reset_reuse", b1, &wr);
+		poll_one("reset_reuse", cqa, &wc);
+		expect_wc("reset_reuse", &wc, IBV_WC_SUCCESS, 502);
+		expect("reset_reuse", buf[DST] == 0x3c, "the write did not land");
+		pass("reset_reuse");
+
+		/* A receive too small: REM_INV_REQ / LOC_LEN, then the
+		 * responder's other receive is flushed. */
+		r[0] = sge(AUX, 4);
+		post_recv("recv_too_small", b2, 511, r, 1);
+		post_recv("recv_too_small", b2, 512, r, 1);
+		s[0] = sge(SRC, 64);
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 510;
+		wr.sg_list = s;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		post_send("recv_too_small", b1, &wr);
+		poll_one("recv_too_small", cqa, &wc);
+		expect_wc("recv_too_small", &wc, IBV_WC_REM_INV_REQ_ERR, 510);
+		poll_one("recv_too_small", cqb, &wc);
+		expect_wc("recv_too_small", &wc, IBV_WC_LOC_LEN_ERR, 511);
+		pass("recv_too_small");
+		poll_one("recv_flush", cqb, &wc);
+		expect_wc("recv_flush", &wc, IBV_WC_WR_FLUSH_ERR, 512);
+		pass("recv_flush");
+		check_ret("bad_rkey", ibv_destroy_qp(b1));
+		check_ret("bad_rkey", ibv_destroy_qp(b2));
+	}
+
+	/* RNR with retries: the send waits for the receive. */
+	{
+		struct ibv_qp *n1 = make_qp(IBV_QPT_RC, cqa, NULL);
+		struct ibv_qp *n2 = make_qp(IBV_QPT_RC, cqb, NULL);
+
+		connect_rc(n1, n2->qp_num, 7);
+		connect_rc(n2, n1->qp_num, 7);
+		fill(buf + SRC, 32, 30);
+		s[0] = sge(SRC, 32);
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 700;
+		wr.sg_list = s;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		post_send("rnr_retry", n1, &wr);
+		expect_quiet("rnr_retry", cqa);
+		r[0] = sge(AUX, 64);
+		post_recv("rnr_retry", n2, 701, r, 1);
+		poll_one("rnr_retry", cqa, &wc);
+		expect_wc("rnr_retry", &wc, IBV_WC_SUCCESS, 700);
+		poll_one("rnr_retry", cqb, &wc);
+		expect_wc("rnr_retry", &wc, IBV_WC_SUCCESS, 701);
+		expect_bytes("rnr_retry", buf + AUX, buf + SRC, 32);
+		check_ret("rnr_retry", ibv_destroy_qp(n1));
+		check_ret("rnr_retry", ibv_destroy_qp(n2));
+	}
+	pass("rnr_retry");
+
+	/* RNR with rnr_retry 0. */
+	{
+		struct ibv_qp *n1 = make_qp(IBV_QPT_RC, cqa, NULL);
+		struct ibv_qp *n2 = make_qp(IBV_QPT_RC, cqb, NULL);
+
+		connect_rc(n1, n2->qp_num, 0);
+		connect_rc(n2, n1->qp_num, 0);
+		s[0] = sge(SRC, 8);
+		memset(&wr, 0, sizeof(wr));
+		wr.wr_id = 600;
+		wr.sg_list = s;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		post_send("rnr", n1, &wr);
+		poll_one("rnr", cqa, &wc);
+		expect_wc("rnr", &wc, IBV_WC_RNR_RETRY_EXC_ERR, 600);
+		check_ret("rnr", ibv_destroy_qp(n1));
+		check_ret("rnr", ibv_destroy_qp(n2));
+	}
+	pass("rnr_retry_exceeded");
+
+	/* Teardown. */
+	check_ret("teardown", ibv_destroy_qp(qa));
+	check_ret("teardown", ibv_destroy_qp(qb));
+	check_ret("teardown", ibv_destroy_cq(cqa));
+	check_ret("teardown", ibv_destroy_cq(cqb));
+	check_ret("teardown", ibv_dereg_mr(mr));
+	check_ret("teardown", ibv_dealloc_pd(pd));
+	check_ret("teardown", ibv_close_device(ctx));
+	ibv_free_device_list(list);
+	free(buf);
+	pass("teardown");
+	return 0;
+}

@@ -1,0 +1,1243 @@
+//! The in-process "HCA": a daemon thread that executes the work requests
+//! libmlx5 posts, by watching the doorbell records in the process's own
+//! memory, and writes CQEs (version 0 or 1) and completion events.
+//!
+//! What executes: RC (SEND, SEND_WITH_IMM, RDMA_WRITE, RDMA_WRITE_WITH_IMM,
+//! RDMA_READ, CMP_SWP, FETCH_ADD), UC (SEND and WRITE families) and UD
+//! (SEND, SEND_WITH_IMM) between QPs of this process; receives from QP
+//! receive queues and SRQs; key, range and access checks with the PRM
+//! error syndromes; RNR (immediate error with `rnr_retry` 0, retried
+//! otherwise); the error state with flush CQEs; CQ arming and completion
+//! events. UD receives start with the 40-byte GRH area: written (and the
+//! CQE's GRH bits set) when the address vector carries a GRH, else left
+//! untouched but counted in the byte count. Not executed: SEND_WITH_INV, LOCAL_INV/BIND_MW (UMR), TSO (they
+//! complete with a local QP operation error), CQ resize, scatter-to-CQE.
+//!
+//! Locking: each pass takes the [`crate::emu::EMU`] lock, checks that
+//! every object it touches still exists, executes a bounded number of WQEs,
+//! and releases the lock; libmlx5 frees queue buffers only after their
+//! destroy command, which needs the same lock, so memory is never touched
+//! after it was freed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use uverbs_abi::cq::CompEventDesc;
+use uverbs_abi::qp::{qp_state, qp_type};
+use zerocopy::IntoBytes;
+
+use crate::emu::{self, Emu, WorkQueue};
+use crate::real;
+
+/// `IB_ACCESS_LOCAL_WRITE`.
+const LOCAL_WRITE: u32 = 1;
+/// `IB_ACCESS_REMOTE_WRITE`.
+const REMOTE_WRITE: u32 = 2;
+/// `IB_ACCESS_REMOTE_READ`.
+const REMOTE_READ: u32 = 4;
+/// `IB_ACCESS_REMOTE_ATOMIC`.
+const REMOTE_ATOMIC: u32 = 8;
+
+/// The lkey that ends a receive scatter list.
+const INVALID_LKEY: u32 = 0x100;
+
+/// Send WQE opcodes (ctrl segment byte 3).
+pub mod op {
+    /// RDMA write.
+    pub const RDMA_WRITE: u8 = 0x08;
+    /// RDMA write with immediate.
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    /// Send.
+    pub const SEND: u8 = 0x0a;
+    /// Send with immediate.
+    pub const SEND_IMM: u8 = 0x0b;
+    /// RDMA read.
+    pub const RDMA_READ: u8 = 0x10;
+    /// Compare and swap.
+    pub const ATOMIC_CS: u8 = 0x11;
+    /// Fetch and add.
+    pub const ATOMIC_FA: u8 = 0x12;
+}
+
+/// CQE opcodes (op_own bits 7..4).
+pub mod cqe_op {
+    /// Requester completion.
+    pub const REQ: u8 = 0;
+    /// Responder: RDMA write with immediate.
+    pub const RESP_WR_IMM: u8 = 1;
+    /// Responder: send.
+    pub const RESP_SEND: u8 = 2;
+    /// Responder: send with immediate.
+    pub const RESP_SEND_IMM: u8 = 3;
+    /// Requester error.
+    pub const REQ_ERR: u8 = 13;
+    /// Responder error.
+    pub const RESP_ERR: u8 = 14;
+}
+
+/// Error CQE syndromes (byte 55) as libmlx5 maps them to `ibv_wc_status`.
+pub mod synd {
+    /// IBV_WC_LOC_LEN_ERR.
+    pub const LOCAL_LENGTH: u8 = 0x01;
+    /// IBV_WC_LOC_QP_OP_ERR.
+    pub const LOCAL_QP_OP: u8 = 0x02;
+    /// IBV_WC_LOC_PROT_ERR.
+    pub const LOCAL_PROT: u8 = 0x04;
+    /// IBV_WC_WR_FLUSH_ERR.
+    pub const WR_FLUSH: u8 = 0x05;
+    /// IBV_WC_REM_INV_REQ_ERR.
+    pub const REMOTE_INVAL_REQ: u8 = 0x12;
+    /// IBV_WC_REM_ACCESS_ERR.
+    pub const REMOTE_ACCESS: u8 = 0x13;
+    /// IBV_WC_REM_OP_ERR.
+    pub const REMOTE_OP: u8 = 0x14;
+    /// IBV_WC_RETRY_EXC_ERR.
+    pub const TRANSPORT_RETRY: u8 = 0x15;
+    /// IBV_WC_RNR_RETRY_EXC_ERR.
+    pub const RNR_RETRY: u8 = 0x16;
+}
+
+static START: Once = Once::new();
+
+/// Starts the HCA thread once per process (called on the first QP or SRQ
+/// creation). The thread is detached and never keeps the process alive.
+pub fn start() {
+    // Unit tests drive commands with fake buffer addresses: no HCA there.
+    if cfg!(test) {
+        return;
+    }
+    START.call_once(|| {
+        let _ = std::thread::Builder::new()
+            .name("mlx5-emu-hca".into())
+            .spawn(run);
+    });
+}
+
+/// The thread body: passes with bounded back-off when idle (yield, then
+/// sleep 50 us, 100 us, and after about a second without work 500 us).
+fn run() {
+    let mut hw = Hw::default();
+    let mut idle = 0u32;
+    loop {
+        let busy = {
+            let mut e = emu::lock();
+            hw.step(&mut e)
+        };
+        if busy {
+            idle = 0;
+        } else if idle < 64 {
+            idle += 1;
+            std::thread::yield_now();
+        } else if idle < 2048 {
+            idle += 1;
+            std::thread::sleep(Duration::from_micros(50));
+        } else if idle < 12_288 {
+            idle += 1;
+            std::thread::sleep(Duration::from_micros(100));
+        } else {
+            // Idle for about a second: poll slower still.
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+}
+
+/// A 64-byte CQE being built (the layout of `struct mlx5_cqe64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cqe(pub [u8; 64]);
+
+impl Cqe {
+    /// A CQE with everything zero but the opcode.
+    pub fn new(opcode: u8) -> Self {
+        let mut c = Cqe([0; 64]);
+        c.0[63] = opcode << 4;
+        c
+    }
+    fn be32(&mut self, off: usize, v: u32) -> &mut Self {
+        self.0[off..off + 4].copy_from_slice(&v.to_be_bytes());
+        self
+    }
+    /// Source QP (bits 23..0 of flags_rqpn).
+    pub fn rqpn(&mut self, qpn: u32) -> &mut Self {
+        self.be32(24, qpn & 0xff_ffff)
+    }
+    /// SRQ number (v0) or user index (v1).
+    pub fn srqn_uidx(&mut self, v: u32) -> &mut Self {
+        self.be32(32, v & 0xff_ffff)
+    }
+    /// Immediate data, stored as posted (already in network order).
+    pub fn imm(&mut self, imm: [u8; 4]) -> &mut Self {
+        self.0[36..40].copy_from_slice(&imm);
+        self
+    }
+    /// Byte count.
+    pub fn byte_cnt(&mut self, n: u32) -> &mut Self {
+        self.be32(44, n)
+    }
+    /// WQE opcode (requester) and local QPN.
+    pub fn sop_qpn(&mut self, opcode: u8, qpn: u32) -> &mut Self {
+        self.be32(56, (u32::from(opcode) << 24) | (qpn & 0xff_ffff))
+    }
+    /// WQE counter.
+    pub fn wqe_counter(&mut self, n: u16) -> &mut Self {
+        self.0[60..62].copy_from_slice(&n.to_be_bytes());
+        self
+    }
+    /// Error syndrome (and a vendor syndrome).
+    pub fn syndrome(&mut self, s: u8) -> &mut Self {
+        self.0[54] = if s == synd::WR_FLUSH { 0xf9 } else { 0x80 };
+        self.0[55] = s;
+        self
+    }
+    /// Sets the solicited-event bit.
+    pub fn solicited(&mut self) -> &mut Self {
+        self.0[63] |= 2;
+        self
+    }
+    /// Marks a received GRH (flags_rqpn bits 29..28).
+    pub fn grh(&mut self) -> &mut Self {
+        self.0[24] |= 0x10;
+        self
+    }
+    /// The source LID.
+    pub fn slid(&mut self, lid: u16) -> &mut Self {
+        self.0[22..24].copy_from_slice(&lid.to_be_bytes());
+        self
+    }
+}
+
+/// Reads a big-endian doorbell word with an atomic load and orders later
+/// reads (of the WQEs it announces) after it.
+fn read_dbrec(addr: u64) -> u32 {
+    let v = if addr % 4 == 0 {
+        // SAFETY: `addr` is an aligned doorbell record of a live object
+        // (its range was checked at creation; the caller holds the EMU lock
+        // and saw the object); the application writes it concurrently,
+        // hence the atomic access.
+        unsafe { (*(addr as *const AtomicU32)).load(Ordering::Acquire) }
+    } else {
+        // SAFETY: as above, for a record the application misaligned
+        // (libmlx5 never does); a torn read only confuses that application.
+        unsafe { std::ptr::read_unaligned(addr as *const u32) }
+    };
+    fence(Ordering::Acquire);
+    u32::from_be(v)
+}
+
+/// Copies `len` user bytes at `addr`.
+fn read_user(addr: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    if len > 0 {
+        // SAFETY: the caller checked the range lies in a live queue buffer
+        // or registered memory region of this process.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, v.as_mut_ptr(), len) };
+    }
+    v
+}
+
+/// Writes `bytes` to user memory at `addr`.
+fn write_user(addr: u64, bytes: &[u8]) {
+    if !bytes.is_empty() {
+        // SAFETY: the caller checked the range lies in a live registered
+        // memory region of this process with local write access.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+    }
+}
+
+/// Reads `len` bytes of a work queue from byte offset `off`, wrapping at
+/// its end.
+fn read_ring(wq: &WorkQueue, off: u64, len: usize) -> Vec<u8> {
+    let size = wq.bytes();
+    let mut out = Vec::with_capacity(len);
+    let mut pos = off % size;
+    let mut left = len as u64;
+    while left > 0 {
+        let n = left.min(size - pos);
+        out.extend_from_slice(&read_user(wq.buf + pos, n as usize));
+        left -= n;
+        pos = 0;
+    }
+    out
+}
+
+fn be16(b: &[u8], off: usize) -> u16 {
+    u16::from_be_bytes([b[off], b[off + 1]])
+}
+fn be32(b: &[u8], off: usize) -> u32 {
+    u32::from_be_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+fn be64(b: &[u8], off: usize) -> u64 {
+    (u64::from(be32(b, off)) << 32) | u64::from(be32(b, off + 4))
+}
+
+/// One scatter/gather entry of a WQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seg {
+    /// Byte count.
+    pub len: u32,
+    /// Memory key.
+    pub lkey: u32,
+    /// HCA address.
+    pub addr: u64,
+}
+
+/// The data part of a send WQE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Data {
+    /// Gather entries.
+    Segs(Vec<Seg>),
+    /// Inline payload.
+    Inline(Vec<u8>),
+}
+
+/// A decoded send WQE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWqe {
+    /// Opcode (see [`op`]).
+    pub opcode: u8,
+    /// The WQE index (ctrl pi).
+    pub pi: u16,
+    /// QPN in the ctrl segment.
+    pub qpn: u32,
+    /// Size in 16-byte units.
+    pub ds: u8,
+    /// fm_ce_se byte.
+    pub fm_ce_se: u8,
+    /// Immediate bytes as posted.
+    pub imm: [u8; 4],
+    /// Remote address and rkey.
+    pub raddr: Option<(u64, u32)>,
+    /// Swap/add and compare operands.
+    pub atomic: Option<(u64, u64)>,
+    /// UD destination: QPN and qkey.
+    pub ud: Option<(u32, u32)>,
+    /// UD: the 48-byte address vector (empty otherwise).
+    pub av: Vec<u8>,
+    /// Data.
+    pub data: Data,
+}
+
+/// Decodes a send WQE of `ds * 16` bytes for a QP of type `ty`. `None` if
+/// it is malformed.
+pub fn decode_send(bytes: &[u8], ty: u8) -> Option<SendWqe> {
+    if bytes.len() < 16 {
+        return None;
+    }
+    let w0 = be32(bytes, 0);
+    let qpn_ds = be32(bytes, 4);
+    let ds = (qpn_ds & 0x3f) as u8;
+    let end = usize::from(ds) * 16;
+    if ds == 0 || end > bytes.len() {
+        return None;
+    }
+    let opcode = (w0 & 0xff) as u8;
+    let mut w = SendWqe {
+        opcode,
+        pi: ((w0 >> 8) & 0xffff) as u16,
+        qpn: qpn_ds >> 8,
+        ds,
+        fm_ce_se: bytes[11],
+        imm: [bytes[12], bytes[13], bytes[14], bytes[15]],
+        raddr: None,
+        atomic: None,
+        ud: None,
+        av: Vec::new(),
+        data: Data::Segs(Vec::new()),
+    };
+    let mut off = 16;
+    if ty == qp_type::UD {
+        if off + 48 > end {
+            return None;
+        }
+        w.ud = Some((be32(bytes, off + 8) & 0xff_ffff, be32(bytes, off)));
+        w.av = bytes[off..off + 48].to_vec();
+        off += 48;
+    } else {
+        let raddr = match opcode {
+            op::RDMA_WRITE | op::RDMA_WRITE_IMM => true,
+            op::RDMA_READ | op::ATOMIC_CS | op::ATOMIC_FA => ty == qp_type::RC,
+            _ => false,
+        };
+        if raddr {
+            if off + 16 > end {
+                return None;
+            }
+            w.raddr = Some((be64(bytes, off), be32(bytes, off + 8)));
+            off += 16;
+        }
+        if ty == qp_type::RC && matches!(opcode, op::ATOMIC_CS | op::ATOMIC_FA) {
+            if off + 16 > end {
+                return None;
+            }
+            w.atomic = Some((be64(bytes, off), be64(bytes, off + 8)));
+            off += 16;
+        }
+    }
+    if off < end && bytes[off] & 0x80 != 0 {
+        let len = (be32(bytes, off) & 0x7fff_ffff) as usize;
+        if off + 4 + len > end {
+            return None;
+        }
+        w.data = Data::Inline(bytes[off + 4..off + 4 + len].to_vec());
+    } else {
+        let mut segs = Vec::new();
+        while off + 16 <= end {
+            segs.push(Seg {
+                len: be32(bytes, off),
+                lkey: be32(bytes, off + 4),
+                addr: be64(bytes, off + 8),
+            });
+            off += 16;
+        }
+        w.data = Data::Segs(segs);
+    }
+    Some(w)
+}
+
+/// Decodes the scatter list of a receive WQE: at most `max` 16-byte data
+/// segments, ending at the first with lkey 0x100.
+pub fn decode_recv(bytes: &[u8], max: usize) -> Vec<Seg> {
+    bytes
+        .chunks_exact(16)
+        .take(max)
+        .map(|c| Seg {
+            len: be32(c, 0),
+            lkey: be32(c, 4),
+            addr: be64(c, 8),
+        })
+        .take_while(|s| s.lkey != INVALID_LKEY)
+        .collect()
+}
+
+/// What the HCA keeps per QP.
+#[derive(Debug, Clone, Copy, Default)]
+struct QpHw {
+    /// SQ consumer counter in 64-byte basic blocks.
+    sq_pc: u32,
+    /// RQ WQEs consumed.
+    rq_cons: u32,
+    /// RNR back-off: retry time and retries left (7 = forever).
+    rnr: Option<(Instant, u8)>,
+    /// [`crate::emu::Qp::resets`] these counters belong to.
+    resets: u32,
+}
+
+/// What the HCA keeps per SRQ.
+#[derive(Debug, Clone, Copy, Default)]
+struct SrqHw {
+    head: u16,
+    consumed: u32,
+}
+
+/// What the HCA keeps per CQ.
+#[derive(Debug, Clone, Copy, Default)]
+struct CqHw {
+    /// Producer counter.
+    pi: u32,
+    /// Last ARM dbrec word seen.
+    arm_word: u32,
+    /// Whether any arm was seen.
+    ever_armed: bool,
+    /// Armed: solicited-only flag.
+    armed: Option<bool>,
+}
+
+/// A copy of the QP fields a pass needs.
+#[derive(Debug, Clone, Copy)]
+struct QpView {
+    h: u32,
+    ctx: u64,
+    qpn: u32,
+    ty: u8,
+    pd: u32,
+    send_cq: u32,
+    recv_cq: u32,
+    srq: Option<u32>,
+    /// The SRQ's number (0 without an SRQ).
+    srqn: u32,
+    sq_sig_all: bool,
+    sig: bool,
+    uidx: u32,
+    v1: bool,
+    sq: WorkQueue,
+    rq: WorkQueue,
+    db: u64,
+    state: u8,
+    dest: u32,
+    access: u32,
+    rnr_retry: u8,
+    qkey: u32,
+    resets: u32,
+}
+
+fn view(e: &Emu, h: u32) -> Option<QpView> {
+    let q = e.qps.get(&h)?;
+    let v1 = e
+        .context(q.ctx)
+        .and_then(|c| c.ucontext())
+        .is_some_and(|u| u.cqe_version() == 1);
+    Some(QpView {
+        h,
+        ctx: q.ctx,
+        qpn: q.qpn,
+        ty: q.qp_type,
+        pd: q.pd,
+        send_cq: q.send_cq,
+        recv_cq: q.recv_cq,
+        srq: q.srq,
+        srqn: q.srq.and_then(|s| e.srq(s)).map_or(0, |s| s.srqn()),
+        sq_sig_all: q.sq_sig_all,
+        sig: q.flags & 1 != 0,
+        uidx: q.uidx,
+        v1,
+        sq: q.sq,
+        rq: q.rq,
+        db: q.db_addr,
+        state: q.state,
+        dest: q.attrs.dest_qp_num,
+        access: q.attrs.qp_access_flags,
+        rnr_retry: q.attrs.rnr_retry,
+        qkey: q.attrs.qkey,
+        resets: q.resets(),
+    })
+}
+
+/// A receive WQE taken by the responder.
+struct Recv {
+    segs: Vec<Seg>,
+    /// SRQ WQE index, or the RQ counter.
+    counter: u16,
+}
+
+/// Why a WQE could not complete.
+enum Fail {
+    /// Try again later (CQ full, RNR back-off).
+    Stall,
+    /// Requester error syndrome; with `Some`, the responder also gets an
+    /// error CQE with that syndrome (and goes to ERR).
+    Err(u8, Option<Box<(QpView, Recv, u8)>>),
+}
+
+/// All HCA state (owned by the thread).
+#[derive(Debug, Default)]
+struct Hw {
+    qps: BTreeMap<u32, QpHw>,
+    srqs: BTreeMap<u32, SrqHw>,
+    cqs: BTreeMap<u32, CqHw>,
+}
+
+impl Hw {
+    /// One pass over every object; true if anything happened.
+    fn step(&mut self, e: &mut Emu) -> bool {
+        self.qps.retain(|h, _| e.qps.contains_key(h));
+        self.srqs.retain(|h, _| e.srqs.contains_key(h));
+        self.cqs.retain(|h, _| e.cqs.contains_key(h));
+        let mut busy = self.arms(e);
+        let handles: Vec<u32> = e.qps.keys().copied().collect();
+        for h in handles {
+            busy |= self.run_qp(e, h);
+        }
+        busy
+    }
+
+    /// Detects CQ arm doorbells.
+    fn arms(&mut self, e: &mut Emu) -> bool {
+        let mut busy = false;
+        let cqs: Vec<u32> = e.cqs.keys().copied().collect();
+        for h in cqs {
+            let Some(cq) = e.cqs.get(&h) else { continue };
+            let word = read_dbrec(cq.db_addr + 4);
+            let slot = e
+                .uar_maps()
+                .find(|(_, m)| m.ctx == cq.ctx && m.index == cq.uar_page && m.len >= 0x28)
+                .map(|(a, _)| a as u64 + 0x20);
+            let cqn = cq.cqn;
+            let st = self.cqs.entry(h).or_default();
+            let mut arm = None;
+            if word != st.arm_word {
+                st.arm_word = word;
+                st.ever_armed = true;
+                arm = Some(word);
+            }
+            if let Some(slot) = slot {
+                // SAFETY: the UAR page is mapped (recorded in `uar_maps`
+                // under the lock) and the 8-byte slot at 0x20 is aligned;
+                // the application stores to it with 64-bit writes.
+                let a = unsafe { &*(slot as *const AtomicU64) };
+                let v = a.load(Ordering::Acquire);
+                let b = v.to_ne_bytes();
+                if be32(&b, 4) == cqn
+                    && a.compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                    && !st.ever_armed
+                {
+                    st.ever_armed = true;
+                    arm = Some(be32(&b, 0));
+                }
+            }
+            if let Some(w) = arm {
+                busy = true;
+                let sol = w & (1 << 24) != 0;
+                let ci = w & 0xff_ffff;
+                if !sol && st.pi.wrapping_sub(ci) & 0xff_ffff != 0 {
+                    st.armed = None;
+                    notify(e, h);
+                } else {
+                    st.armed = Some(sol);
+                }
+            }
+        }
+        busy
+    }
+
+    /// Free CQE slots in CQ `h`.
+    fn cq_room(&self, e: &Emu, h: u32) -> u32 {
+        let Some(cq) = e.cqs.get(&h) else { return 0 };
+        let pi = self.cqs.get(&h).map_or(0, |s| s.pi);
+        let ci = read_dbrec(cq.db_addr) & 0xff_ffff;
+        let used = pi.wrapping_sub(ci) & 0xff_ffff;
+        cq.ring.entries.saturating_sub(used)
+    }
+
+    /// Writes a CQE to CQ `h`; `event` says whether it may fire a
+    /// solicited-only arm.
+    fn push(&mut self, e: &mut Emu, h: u32, cqe: &Cqe, event: bool) {
+        let Some(cq) = e.cqs.get(&h) else { return };
+        let ring = cq.ring;
+        let st = self.cqs.entry(h).or_default();
+        let idx = u64::from(st.pi & (ring.entries - 1));
+        let addr = ring.buf + idx * u64::from(ring.cqe_size) + u64::from(ring.cqe_size - 64);
+        let owner = u8::from(st.pi & ring.entries != 0);
+        write_user(addr, &cqe.0[..63]);
+        fence(Ordering::Release);
+        // SAFETY: `addr + 63` is the op_own byte of a CQE in the live ring
+        // of CQ `h` (checked to exist under the lock).
+        unsafe { (*((addr + 63) as *const AtomicU8)).store(cqe.0[63] | owner, Ordering::Release) };
+        st.pi = st.pi.wrapping_add(1);
+        if let Some(sol) = st.armed {
+            if !sol || event {
+                st.armed = None;
+                notify(e, h);
+            }
+        }
+    }
+
+    /// The counters of QP `q`, restarted if it was reset since.
+    fn qp_hw(&mut self, q: &QpView) -> &mut QpHw {
+        let fresh = QpHw {
+            resets: q.resets,
+            ..QpHw::default()
+        };
+        let st = self.qps.entry(q.h).or_insert(fresh);
+        if q.state == qp_state::RESET || st.resets != q.resets {
+            *st = fresh;
+        }
+        st
+    }
+
+    /// Runs the send queue of QP `h` (and flushes it in ERR).
+    fn run_qp(&mut self, e: &mut Emu, h: u32) -> bool {
+        let Some(q) = view(e, h) else { return false };
+        self.qp_hw(&q);
+        if q.state == qp_state::RESET {
+            return false;
+        }
+        if q.state == qp_state::ERR {
+            return self.flush(e, &q);
+        }
+        if q.state != qp_state::RTS || q.sq.wqe_cnt == 0 {
+            return false;
+        }
+        let mut busy = false;
+        for _ in 0..32 {
+            let st = self.qps.get(&h).copied().unwrap_or_default();
+            let db = read_dbrec(q.db + 4) & 0xffff;
+            if st.sq_pc & 0xffff == db {
+                break;
+            }
+            if st.rnr.is_some_and(|(t, _)| Instant::now() < t) {
+                break;
+            }
+            if self.cq_room(e, q.send_cq) == 0 {
+                break;
+            }
+            let off = u64::from(st.sq_pc & (q.sq.wqe_cnt - 1)) * 64;
+            let ctrl = read_ring(&q.sq, off, 16);
+            let ds = (be32(&ctrl, 4) & 0x3f) as usize;
+            let bbs = (ds.max(1) as u32).div_ceil(4);
+            let bytes = read_ring(&q.sq, off, ds * 16);
+            let wqe = decode_send(&bytes, q.ty)
+                .filter(|w| u32::from(w.pi) == st.sq_pc & 0xffff && w.qpn == q.qpn);
+            let result = match &wqe {
+                Some(w) => self.execute(e, &q, w),
+                None => Err(Fail::Err(synd::LOCAL_QP_OP, None)),
+            };
+            let pi = (st.sq_pc & 0xffff) as u16;
+            let opcode = wqe.as_ref().map_or(0, |w| w.opcode);
+            match result {
+                Err(Fail::Stall) => break,
+                Ok(byte_cnt) => {
+                    let signaled =
+                        q.sq_sig_all || wqe.as_ref().is_some_and(|w| w.fm_ce_se & 0x08 != 0);
+                    if signaled {
+                        let mut c = Cqe::new(cqe_op::REQ);
+                        c.sop_qpn(opcode, q.qpn)
+                            .wqe_counter(pi)
+                            .srqn_uidx(if q.v1 { q.uidx } else { 0 })
+                            .byte_cnt(byte_cnt);
+                        self.push(e, q.send_cq, &c, false);
+                    }
+                }
+                Err(Fail::Err(s, resp)) => {
+                    let mut c = Cqe::new(cqe_op::REQ_ERR);
+                    c.sop_qpn(opcode, q.qpn)
+                        .wqe_counter(pi)
+                        .srqn_uidx(if q.v1 { q.uidx } else { 0 })
+                        .syndrome(s);
+                    self.push(e, q.send_cq, &c, true);
+                    set_err(e, h);
+                    if let Some(b) = resp {
+                        let (d, r, rs) = *b;
+                        self.resp_err(e, &d, &r, rs);
+                    }
+                }
+            }
+            busy = true;
+            let st = self.qps.entry(h).or_default();
+            st.sq_pc = st.sq_pc.wrapping_add(bbs);
+            st.rnr = None;
+            if view(e, h).is_none_or(|v| v.state != qp_state::RTS) {
+                break;
+            }
+        }
+        busy
+    }
+
+    /// Flushes the outstanding send and receive WQEs of a QP in ERR.
+    fn flush(&mut self, e: &mut Emu, q: &QpView) -> bool {
+        let mut busy = false;
+        let mut st = *self.qp_hw(q);
+        let uidx = if q.v1 { q.uidx } else { 0 };
+        if q.sq.wqe_cnt > 0 {
+            for _ in 0..64 {
+                let db = read_dbrec(q.db + 4) & 0xffff;
+                if st.sq_pc & 0xffff == db || self.cq_room(e, q.send_cq) == 0 {
+                    break;
+                }
+                let off = u64::from(st.sq_pc & (q.sq.wqe_cnt - 1)) * 64;
+                let ctrl = read_ring(&q.sq, off, 16);
+                let ds = be32(&ctrl, 4) & 0x3f;
+                let mut c = Cqe::new(cqe_op::REQ_ERR);
+                c.sop_qpn(ctrl[3], q.qpn)
+                    .wqe_counter((st.sq_pc & 0xffff) as u16)
+                    .srqn_uidx(uidx)
+                    .syndrome(synd::WR_FLUSH);
+                self.push(e, q.send_cq, &c, true);
+                st.sq_pc = st.sq_pc.wrapping_add(ds.max(1).div_ceil(4));
+                busy = true;
+            }
+        }
+        if q.srq.is_none() && q.rq.wqe_cnt > 0 {
+            for _ in 0..64 {
+                let db = read_dbrec(q.db) & 0xffff;
+                if st.rq_cons & 0xffff == db || self.cq_room(e, q.recv_cq) == 0 {
+                    break;
+                }
+                let mut c = Cqe::new(cqe_op::RESP_ERR);
+                c.sop_qpn(0, q.qpn)
+                    .wqe_counter((st.rq_cons & 0xffff) as u16)
+                    .srqn_uidx(uidx)
+                    .syndrome(synd::WR_FLUSH);
+                self.push(e, q.recv_cq, &c, true);
+                st.rq_cons = st.rq_cons.wrapping_add(1);
+                busy = true;
+            }
+        }
+        self.qps.insert(q.h, st);
+        busy
+    }
+
+    /// Executes one WQE; returns the requester byte count.
+    fn execute(&mut self, e: &mut Emu, q: &QpView, w: &SendWqe) -> Result<u32, Fail> {
+        let local_err = |s| Fail::Err(s, None);
+        let rdma = matches!(w.opcode, op::RDMA_WRITE | op::RDMA_WRITE_IMM);
+        let send = matches!(w.opcode, op::SEND | op::SEND_IMM);
+        let ok = match q.ty {
+            qp_type::RC => {
+                send || rdma || matches!(w.opcode, op::RDMA_READ | op::ATOMIC_CS | op::ATOMIC_FA)
+            }
+            qp_type::UC => send || rdma,
+            qp_type::UD => send,
+            _ => false,
+        };
+        if !ok {
+            return Err(local_err(synd::LOCAL_QP_OP));
+        }
+        let reads_into_local = matches!(w.opcode, op::RDMA_READ | op::ATOMIC_CS | op::ATOMIC_FA);
+        // Local side: gather (or validate the scatter targets).
+        let (payload, locals) = match &w.data {
+            Data::Inline(b) => {
+                if reads_into_local {
+                    return Err(local_err(synd::LOCAL_QP_OP));
+                }
+                (b.clone(), Vec::new())
+            }
+            Data::Segs(segs) => {
+                let need = if reads_into_local { LOCAL_WRITE } else { 0 };
+                let mut locals = Vec::with_capacity(segs.len());
+                for s in segs {
+                    let user = translate(e, q.ctx, q.pd, s.lkey, s.addr, s.len, need, false)
+                        .ok_or(local_err(synd::LOCAL_PROT))?;
+                    locals.push((user, s.len));
+                }
+                let mut payload = Vec::new();
+                if !reads_into_local {
+                    for &(a, l) in &locals {
+                        payload.extend_from_slice(&read_user(a, l as usize));
+                    }
+                }
+                (payload, locals)
+            }
+        };
+        if payload.len() as u64 > u64::from(crate::device::MAX_MSG_SZ) {
+            return Err(local_err(synd::LOCAL_LENGTH));
+        }
+        // The destination.
+        let dqpn = match w.ud {
+            Some((n, _)) => n,
+            None => q.dest,
+        };
+        let reliable = q.ty == qp_type::RC;
+        let lost = if reliable {
+            Err(local_err(synd::TRANSPORT_RETRY))
+        } else {
+            Ok(0)
+        };
+        let Some(d) = e.qp_by_qpn(dqpn).map(|(h, _)| h).and_then(|h| view(e, h)) else {
+            return lost;
+        };
+        if d.ty != q.ty || !(d.state == qp_state::RTR || d.state == qp_state::RTS) {
+            return lost;
+        }
+        if let Some((_, qkey)) = w.ud {
+            if qkey != d.qkey {
+                return Ok(0);
+            }
+        }
+        let remote_err = |s| if reliable { Err(local_err(s)) } else { Ok(0) };
+        let len = payload.len() as u32;
+        match w.opcode {
+            op::RDMA_WRITE | op::RDMA_WRITE_IMM => {
+                let (va, rkey) = w.raddr.unwrap_or_default();
+                if d.access & REMOTE_WRITE == 0 {
+                    return remote_err(synd::REMOTE_ACCESS);
+                }
+                let Some(user) = translate(e, d.ctx, d.pd, rkey, va, len, REMOTE_WRITE, true)
+                else {
+                    return remote_err(synd::REMOTE_ACCESS);
+                };
+                if w.opcode == op::RDMA_WRITE_IMM && self.cq_room(e, d.recv_cq) < resp_room(q, &d) {
+                    return Err(Fail::Stall);
+                }
+                if w.opcode == op::RDMA_WRITE {
+                    write_user(user, &payload);
+                    return Ok(len);
+                }
+                let r = match self.take_recv(e, &d) {
+                    Some(r) => r,
+                    None => return self.rnr(q),
+                };
+                write_user(user, &payload);
+                let mut c = Cqe::new(cqe_op::RESP_WR_IMM);
+                c.byte_cnt(len)
+                    .imm(w.imm)
+                    .rqpn(q.qpn)
+                    .slid(crate::device::LID)
+                    .srqn_uidx(resp_uidx(&d))
+                    .sop_qpn(0, d.qpn)
+                    .wqe_counter(r.counter);
+                if w.fm_ce_se & 0x02 != 0 {
+                    c.solicited();
+                }
+                self.push(e, d.recv_cq, &c, w.fm_ce_se & 0x02 != 0);
+                Ok(len)
+            }
+            op::SEND | op::SEND_IMM => {
+                if self.cq_room(e, d.recv_cq) < resp_room(q, &d) {
+                    return Err(Fail::Stall);
+                }
+                let r = match self.take_recv(e, &d) {
+                    Some(r) => r,
+                    None if q.ty == qp_type::RC => return self.rnr(q),
+                    None => return Ok(0),
+                };
+                let grh = if q.ty == qp_type::UD { 40u32 } else { 0 };
+                // A GRH is delivered if the address vector has one;
+                // otherwise the 40-byte area is consumed but not written.
+                let grh_bytes = grh_of(&w.av, len + if w.opcode == op::SEND_IMM { 4 } else { 0 });
+                // Scatter: skip the GRH area for UD, then the payload.
+                let mut targets = Vec::new();
+                for s in &r.segs {
+                    match translate(e, d.ctx, d.pd, s.lkey, s.addr, s.len, LOCAL_WRITE, false) {
+                        Some(u) => targets.push((u, s.len)),
+                        None if reliable => {
+                            return Err(Fail::Err(
+                                synd::REMOTE_OP,
+                                Some(Box::new((d, r, synd::LOCAL_PROT))),
+                            ))
+                        }
+                        None => {
+                            self.resp_err(e, &d, &r, synd::LOCAL_PROT);
+                            return Ok(0);
+                        }
+                    }
+                }
+                let cap: u64 = targets.iter().map(|t| u64::from(t.1)).sum();
+                if cap < u64::from(len + grh) {
+                    if reliable {
+                        return Err(Fail::Err(
+                            synd::REMOTE_INVAL_REQ,
+                            Some(Box::new((d, r, synd::LOCAL_LENGTH))),
+                        ));
+                    }
+                    self.resp_err(e, &d, &r, synd::LOCAL_LENGTH);
+                    return Ok(0);
+                }
+                let message;
+                let (mut skip, mut src) = match &grh_bytes {
+                    Some(g) => {
+                        message = [&g[..], &payload[..]].concat();
+                        (0, &message[..])
+                    }
+                    None => (grh as usize, &payload[..]),
+                };
+                for (a, l) in targets {
+                    let l = l as usize;
+                    let s = skip.min(l);
+                    skip -= s;
+                    let n = (l - s).min(src.len());
+                    write_user(a + s as u64, &src[..n]);
+                    src = &src[n..];
+                }
+                let opc = if w.opcode == op::SEND {
+                    cqe_op::RESP_SEND
+                } else {
+                    cqe_op::RESP_SEND_IMM
+                };
+                let mut c = Cqe::new(opc);
+                c.byte_cnt(len + grh)
+                    .rqpn(q.qpn)
+                    .slid(crate::device::LID)
+                    .srqn_uidx(resp_uidx(&d))
+                    .sop_qpn(0, d.qpn)
+                    .wqe_counter(r.counter);
+                if w.opcode == op::SEND_IMM {
+                    c.imm(w.imm);
+                }
+                if grh_bytes.is_some() {
+                    c.grh();
+                }
+                if w.fm_ce_se & 0x02 != 0 {
+                    c.solicited();
+                }
+                self.push(e, d.recv_cq, &c, w.fm_ce_se & 0x02 != 0);
+                Ok(len)
+            }
+            op::RDMA_READ => {
+                let (va, rkey) = w.raddr.unwrap_or_default();
+                let total: u64 = locals.iter().map(|l| u64::from(l.1)).sum();
+                if d.access & REMOTE_READ == 0 {
+                    return Err(local_err(synd::REMOTE_ACCESS));
+                }
+                let Some(user) =
+                    translate(e, d.ctx, d.pd, rkey, va, total as u32, REMOTE_READ, true)
+                else {
+                    return Err(local_err(synd::REMOTE_ACCESS));
+                };
+                let data = read_user(user, total as usize);
+                let mut src = &data[..];
+                for (a, l) in locals {
+                    write_user(a, &src[..l as usize]);
+                    src = &src[l as usize..];
+                }
+                Ok(total as u32)
+            }
+            _ => {
+                // Atomics.
+                let (va, rkey) = w.raddr.unwrap_or_default();
+                let (swap_add, compare) = w.atomic.unwrap_or_default();
+                if locals.len() != 1 || locals[0].1 != 8 {
+                    return Err(local_err(synd::LOCAL_LENGTH));
+                }
+                if d.access & REMOTE_ATOMIC == 0 {
+                    return Err(local_err(synd::REMOTE_ACCESS));
+                }
+                if va % 8 != 0 {
+                    return Err(local_err(synd::REMOTE_INVAL_REQ));
+                }
+                let Some(user) = translate(e, d.ctx, d.pd, rkey, va, 8, REMOTE_ATOMIC, true) else {
+                    return Err(local_err(synd::REMOTE_ACCESS));
+                };
+                if user % 8 != 0 {
+                    return Err(local_err(synd::REMOTE_INVAL_REQ));
+                }
+                // SAFETY: `user` is an 8-byte aligned address inside a live
+                // MR with remote atomic access (checked above).
+                let a = unsafe { &*(user as *const AtomicU64) };
+                let old = if w.opcode == op::ATOMIC_CS {
+                    match a.compare_exchange(compare, swap_add, Ordering::AcqRel, Ordering::Acquire)
+                    {
+                        Ok(v) | Err(v) => v,
+                    }
+                } else {
+                    a.fetch_add(swap_add, Ordering::AcqRel)
+                };
+                write_user(locals[0].0, &old.to_ne_bytes());
+                Ok(8)
+            }
+        }
+    }
+
+    /// Completes receive `r` of QP `d` in error and moves `d` to ERR.
+    fn resp_err(&mut self, e: &mut Emu, d: &QpView, r: &Recv, s: u8) {
+        let mut c = Cqe::new(cqe_op::RESP_ERR);
+        c.sop_qpn(0, d.qpn)
+            .wqe_counter(r.counter)
+            .srqn_uidx(resp_uidx(d))
+            .syndrome(s);
+        self.push(e, d.recv_cq, &c, true);
+        set_err(e, d.h);
+    }
+
+    /// No receive posted on an RC responder: retry later or give up.
+    fn rnr(&mut self, q: &QpView) -> Result<u32, Fail> {
+        let st = self.qp_hw(q);
+        let left = match st.rnr {
+            Some((_, n)) => n,
+            None => q.rnr_retry,
+        };
+        if left == 0 {
+            return Err(Fail::Err(synd::RNR_RETRY, None));
+        }
+        let next = if left == 7 { 7 } else { left - 1 };
+        st.rnr = Some((Instant::now() + Duration::from_micros(500), next));
+        Err(Fail::Stall)
+    }
+
+    /// Takes the next posted receive of QP `d` (its RQ or SRQ).
+    fn take_recv(&mut self, e: &Emu, d: &QpView) -> Option<Recv> {
+        if let Some(sh) = d.srq {
+            let srq = e.srqs.get(&sh)?;
+            let wq = srq.wq();
+            let max_gs = srq.max_gs() as usize;
+            let count = read_dbrec(srq.db_addr()) & 0xffff;
+            let st = self.srqs.entry(sh).or_default();
+            if st.consumed & 0xffff == count || wq.wqe_cnt == 0 {
+                return None;
+            }
+            let idx = u32::from(st.head) & (wq.wqe_cnt - 1);
+            let bytes = read_user(wq.buf + (u64::from(idx) << wq.wqe_shift), 1 << wq.wqe_shift);
+            let segs = decode_recv(&bytes[16..], max_gs);
+            st.head = be16(&bytes, 2);
+            st.consumed = st.consumed.wrapping_add(1);
+            return Some(Recv {
+                segs,
+                counter: idx as u16,
+            });
+        }
+        if d.rq.wqe_cnt == 0 {
+            return None;
+        }
+        let count = read_dbrec(d.db) & 0xffff;
+        let st = self.qp_hw(d);
+        if st.rq_cons & 0xffff == count {
+            return None;
+        }
+        let idx = st.rq_cons & (d.rq.wqe_cnt - 1);
+        let size = 1usize << d.rq.wqe_shift;
+        let bytes = read_user(d.rq.buf + (u64::from(idx) << d.rq.wqe_shift), size);
+        let skip = if d.sig { 16 } else { 0 };
+        let segs = decode_recv(&bytes[skip..], (size - skip) / 16);
+        let counter = (st.rq_cons & 0xffff) as u16;
+        st.rq_cons = st.rq_cons.wrapping_add(1);
+        Some(Recv { segs, counter })
+    }
+}
+
+/// CQE slots a responder CQE needs in `d`'s receive CQ: one more when the
+/// requester's CQE goes to the same CQ.
+fn resp_room(q: &QpView, d: &QpView) -> u32 {
+    1 + u32::from(q.send_cq == d.recv_cq)
+}
+
+/// The srqn_uidx field of a responder CQE for QP `d`.
+fn resp_uidx(d: &QpView) -> u32 {
+    if d.v1 {
+        d.uidx
+    } else {
+        d.srqn
+    }
+}
+
+/// The 40-byte GRH a UD receiver gets for address vector `av` (if it
+/// carries a GRH), for a packet with `data` bytes after the headers.
+fn grh_of(av: &[u8], data: u32) -> Option<[u8; 40]> {
+    if av.len() < 48 || av[28] & 0x40 == 0 {
+        return None;
+    }
+    let fl = be32(av, 28);
+    let mut g = [0u8; 40];
+    let w0 = (6u32 << 28) | (u32::from(av[26]) << 20) | (fl & 0xf_ffff);
+    g[0..4].copy_from_slice(&w0.to_be_bytes());
+    // BTH + DETH + data + pad + ICRC.
+    let paylen = 12 + 8 + data.next_multiple_of(4) + 4;
+    g[4..6].copy_from_slice(&(paylen as u16).to_be_bytes());
+    g[6] = 0x1b;
+    g[7] = av[27];
+    let sgid = crate::device::gid((fl >> 20) & 0xff).unwrap_or_default();
+    g[8..24].copy_from_slice(&sgid);
+    g[24..40].copy_from_slice(&av[32..48]);
+    Some(g)
+}
+
+/// Moves QP `h` to ERR on the HCA's account.
+fn set_err(e: &mut Emu, h: u32) {
+    if let Some(q) = e.qps.get_mut(&h) {
+        q.set_state(qp_state::ERR);
+    }
+}
+
+/// Looks a key up in context `ctx` and PD `pd` and translates
+/// `[va, va + len)` to a user address, if the MR grants `need`.
+#[allow(clippy::too_many_arguments)]
+fn translate(
+    e: &Emu,
+    ctx: u64,
+    pd: u32,
+    key: u32,
+    va: u64,
+    len: u32,
+    need: u32,
+    remote: bool,
+) -> Option<u64> {
+    let mr = e
+        .mrs
+        .values()
+        .find(|m| m.ctx == ctx && (if remote { m.rkey } else { m.lkey }) == key)?;
+    if mr.pd() != pd || mr.access() & need != need {
+        return None;
+    }
+    mr.translate(va, u64::from(len))
+}
+
+/// Writes a completion event for CQ `h` to its channel, if it has one.
+fn notify(e: &mut Emu, h: u32) {
+    let Some(cq) = e.cqs.get(&h) else { return };
+    let Some(fd) = cq.channel().and_then(|c| e.channel(c)).map(|c| c.peer_fd()) else {
+        return;
+    };
+    let desc = CompEventDesc {
+        cq_handle: cq.user_handle(),
+    };
+    real::write_all(fd, desc.as_bytes());
+    if let Some(cq) = e.cqs.get_mut(&h) {
+        cq.note_comp_event();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_an_rc_send_wqe() {
+        // The worked example of the notes (section 2.8).
+        let b = [
+            0x00, 0x00, 0x05, 0x0a, 0x00, 0x01, 0x23, 0x02, 0, 0, 0, 0x08, 0, 0, 0, 0, 0x00, 0x00,
+            0x00, 0x40, 0x00, 0x00, 0x12, 0x34, 0x00, 0x00, 0x7f, 0x00, 0x00, 0x00, 0x10, 0x00,
+        ];
+        let w = decode_send(&b, qp_type::RC).unwrap();
+        assert_eq!(
+            (w.opcode, w.pi, w.qpn, w.ds, w.fm_ce_se),
+            (op::SEND, 5, 0x123, 2, 8)
+        );
+        assert_eq!(
+            w.data,
+            Data::Segs(vec![Seg {
+                len: 64,
+                lkey: 0x1234,
+                addr: 0x7f00_0000_1000
+            }])
+        );
+    }
+
+    #[test]
+    fn decodes_inline_and_atomic() {
+        let mut b = vec![0u8; 64];
+        b[3] = op::ATOMIC_CS;
+        b[4..8].copy_from_slice(&((7u32 << 8) | 4).to_be_bytes());
+        b[16..24].copy_from_slice(&0x1000u64.to_be_bytes());
+        b[24..28].copy_from_slice(&0xabcdu32.to_be_bytes());
+        b[32..40].copy_from_slice(&5u64.to_be_bytes());
+        b[40..48].copy_from_slice(&6u64.to_be_bytes());
+        b[48..52].copy_from_slice(&8u32.to_be_bytes());
+        let w = decode_send(&b, qp_type::RC).unwrap();
+        assert_eq!(w.raddr, Some((0x1000, 0xabcd)));
+        assert_eq!(w.atomic, Some((5, 6)));
+        let mut i = vec![0u8; 32];
+        i[3] = op::SEND;
+        i[4..8].copy_from_slice(&2u32.to_be_bytes());
+        i[16..20].copy_from_slice(&(0x8000_0003u32).to_be_bytes());
+        i[20..23].copy_from_slice(b"abc");
+        let w = decode_send(&i, qp_type::RC).unwrap();
+        assert_eq!(w.data, Data::Inline(b"abc".to_vec()));
+        assert!(decode_send(&i[..16], qp_type::RC).is_none());
+    }
+
+    #[test]
+    fn receive_lists_stop_at_the_terminator() {
+        let mut b = vec![0u8; 48];
+        b[0..4].copy_from_slice(&16u32.to_be_bytes());
+        b[4..8].copy_from_slice(&0x205u32.to_be_bytes());
+        b[20..24].copy_from_slice(&INVALID_LKEY.to_be_bytes());
+        let s = decode_recv(&b, 3);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].len, s[0].lkey), (16, 0x205));
+        assert_eq!(decode_recv(&b, 1).len(), 1);
+    }
+
+    #[test]
+    fn grh_only_for_global_address_vectors() {
+        let mut av = vec![0u8; 48];
+        assert!(grh_of(&av, 10).is_none());
+        av[26] = 3;
+        av[27] = 64;
+        av[28..32].copy_from_slice(&((1u32 << 30) | 0x12345).to_be_bytes());
+        av[32..48].copy_from_slice(&[9; 16]);
+        let g = grh_of(&av, 10).unwrap();
+        assert_eq!(
+            &g[0..4],
+            &((6u32 << 28) | (3 << 20) | 0x12345).to_be_bytes()
+        );
+        assert_eq!(u16::from_be_bytes([g[4], g[5]]), 12 + 8 + 12 + 4);
+        assert_eq!((g[6], g[7]), (0x1b, 64));
+        assert_eq!(&g[8..24], &crate::device::gid(0).unwrap());
+        assert_eq!(&g[24..40], &[9; 16]);
+    }
+
+    #[test]
+    fn cqe_fields_land_where_libmlx5_reads_them() {
+        let mut c = Cqe::new(cqe_op::REQ_ERR);
+        c.sop_qpn(op::SEND, 0x123)
+            .wqe_counter(0x0102)
+            .syndrome(synd::REMOTE_ACCESS)
+            .byte_cnt(9)
+            .srqn_uidx(3);
+        assert_eq!(c.0[63], 0xd0);
+        assert_eq!(&c.0[56..62], &[0x0a, 0x00, 0x01, 0x23, 0x01, 0x02]);
+        assert_eq!(c.0[55], 0x13);
+        assert_eq!(&c.0[44..48], &[0, 0, 0, 9]);
+        assert_eq!(&c.0[32..36], &[0, 0, 0, 3]);
+    }
+}
