@@ -12,6 +12,7 @@
 //! channel fd that is not one of this context's. Every response is written
 //! only after the command succeeded, into ranges validated beforehand.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use libc::c_int;
@@ -37,7 +38,9 @@ use uverbs_abi::srq::{
 use uverbs_abi::Errno;
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::emu::{self, Cq, CqRing, Emu, EventKind, Mr, Pd, Qp, QpAttrs, QpCaps, Srq, WorkQueue};
+use crate::emu::{
+    self, Cq, CqRing, Emu, EventKind, Mr, Owned, Pd, Qp, QpAttrs, QpCaps, Shared, Srq, WorkQueue,
+};
 use crate::fdtable::{self, FdKind};
 use crate::mem::{self, all_zero, read_padded, UserBuf};
 use crate::{cdev, device, log, qp_fsm};
@@ -356,49 +359,28 @@ pub unsafe fn write(
 // ---------------------------------------------------------------------------
 // Lookups.
 
-fn pd_of(emu: &Emu, ctx: u64, h: u32) -> Result<&Pd, Errno> {
-    emu.pds
-        .get(&h)
-        .filter(|o| o.ctx == ctx)
-        .ok_or(Errno::EINVAL)
+/// Object `h` of `map` if it belongs to `ctx`; `EINVAL` otherwise (what
+/// the kernel answers a command that names a bad handle).
+fn owned<T: Owned>(map: &BTreeMap<u32, T>, ctx: u64, h: u32) -> Result<&T, Errno> {
+    map.get(&h).filter(|o| o.ctx() == ctx).ok_or(Errno::EINVAL)
 }
 
-fn cq_of(emu: &Emu, ctx: u64, h: u32) -> Result<&Cq, Errno> {
-    emu.cqs
-        .get(&h)
-        .filter(|o| o.ctx == ctx)
-        .ok_or(Errno::EINVAL)
+/// [`owned`] for a destroy command, whose errno for a bad handle is
+/// [`Emu::destroy_lookup_error`]'s (`ENOENT` or `EINVAL`, as the kernel's).
+fn owned_for_destroy<'a, T: Owned>(
+    emu: &'a Emu,
+    map: &'a BTreeMap<u32, T>,
+    ctx: u64,
+    h: u32,
+) -> Result<&'a T, Errno> {
+    owned(map, ctx, h).map_err(|_| emu.destroy_lookup_error(ctx, h))
 }
 
-fn srq_of(emu: &Emu, ctx: u64, h: u32) -> Result<&Srq, Errno> {
-    emu.srqs
-        .get(&h)
-        .filter(|o| o.ctx == ctx)
-        .ok_or(Errno::EINVAL)
-}
-
-fn qp_of(emu: &Emu, ctx: u64, h: u32) -> Result<&Qp, Errno> {
-    emu.qps
-        .get(&h)
-        .filter(|o| o.ctx == ctx)
-        .ok_or(Errno::EINVAL)
-}
-
-fn pd_users(emu: &mut Emu, h: u32, delta: i32) {
-    if let Some(p) = emu.pds.get_mut(&h) {
-        p.users = p.users.saturating_add_signed(delta);
-    }
-}
-
-fn cq_users(emu: &mut Emu, h: u32, delta: i32) {
-    if let Some(c) = emu.cqs.get_mut(&h) {
-        c.users = c.users.saturating_add_signed(delta);
-    }
-}
-
-fn srq_users(emu: &mut Emu, h: u32, delta: i32) {
-    if let Some(s) = emu.srqs.get_mut(&h) {
-        s.users = s.users.saturating_add_signed(delta);
+/// Adds `delta` to the users of object `h` (gone already: nothing to do).
+fn add_users<T: Shared>(map: &mut BTreeMap<u32, T>, h: u32, delta: i32) {
+    if let Some(o) = map.get_mut(&h) {
+        let u = o.users_mut();
+        *u = u.saturating_add_signed(delta);
     }
 }
 
@@ -584,11 +566,7 @@ fn dealloc_pd(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DeallocPd = call.req()?;
     let h = req.pd_handle;
     call.note(format_args!("pd {h}"));
-    let pd = emu
-        .pds
-        .get(&h)
-        .filter(|o| o.ctx == call.ctx)
-        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    let pd = owned_for_destroy(emu, &emu.pds, call.ctx, h)?;
     if pd.users > 0 {
         return Err(Errno::EBUSY);
     }
@@ -616,7 +594,7 @@ fn reg_mr(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     if access & AccessFlags::ON_DEMAND.bits() != 0 {
         return Err(Errno::EOPNOTSUPP);
     }
-    pd_of(emu, call.ctx, req.pd_handle)?;
+    owned(&emu.pds, call.ctx, req.pd_handle)?;
     if req.length == 0 || req.start.checked_add(req.length).is_none() {
         return Err(Errno::EINVAL);
     }
@@ -637,7 +615,7 @@ fn reg_mr(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             rkey: key,
         },
     );
-    pd_users(emu, req.pd_handle, 1);
+    add_users(&mut emu.pds, req.pd_handle, 1);
     call.out.put(
         &RegMrResp {
             mr_handle: handle,
@@ -654,14 +632,9 @@ fn dereg_mr(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DeregMr = call.req()?;
     let h = req.mr_handle;
     call.note(format_args!("mr {h}"));
-    let pd = emu
-        .mrs
-        .get(&h)
-        .filter(|o| o.ctx == call.ctx)
-        .map(|m| m.pd)
-        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    let pd = owned_for_destroy(emu, &emu.mrs, call.ctx, h)?.pd;
     emu.mrs.remove(&h);
-    pd_users(emu, pd, -1);
+    add_users(&mut emu.pds, pd, -1);
     Ok(())
 }
 
@@ -675,7 +648,7 @@ fn create_ah(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     if !device::port_valid(a.port_num) {
         return Err(Errno::EINVAL);
     }
-    pd_of(emu, call.ctx, req.pd_handle)?;
+    owned(&emu.pds, call.ctx, req.pd_handle)?;
     if a.is_global != 0 && u32::from(a.grh.sgid_index) >= device::GID_TBL_LEN {
         return Err(Errno::EINVAL);
     }
@@ -688,7 +661,7 @@ fn create_ah(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             attr: a,
         },
     );
-    pd_users(emu, req.pd_handle, 1);
+    add_users(&mut emu.pds, req.pd_handle, 1);
     call.out.put(&CreateAhResp { ah_handle: handle }, true);
     // InfiniBand link layer: no MAC to resolve.
     let resp = mlx5::CreateAhResp {
@@ -704,14 +677,9 @@ fn destroy_ah(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DestroyAh = call.req()?;
     let h = req.ah_handle;
     call.note(format_args!("ah {h}"));
-    let pd = emu
-        .ahs
-        .get(&h)
-        .filter(|o| o.ctx == call.ctx)
-        .map(|a| a.pd)
-        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    let pd = owned_for_destroy(emu, &emu.ahs, call.ctx, h)?.pd;
     emu.ahs.remove(&h);
-    pd_users(emu, pd, -1);
+    add_users(&mut emu.pds, pd, -1);
     Ok(())
 }
 
@@ -827,7 +795,7 @@ fn resize_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: ResizeCq = call.req()?;
     let h = req.cq_handle;
     call.note(format_args!("cq {h} cqe {}", req.cqe));
-    let cur = cq_of(emu, call.ctx, h)?.ring;
+    let cur = owned(&emu.cqs, call.ctx, h)?.ring;
     if req.cqe < 1 {
         return Err(Errno::EINVAL);
     }
@@ -867,11 +835,7 @@ fn destroy_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DestroyCq = call.req()?;
     let h = req.cq_handle;
     call.note(format_args!("cq {h}"));
-    let cq = emu
-        .cqs
-        .get(&h)
-        .filter(|o| o.ctx == call.ctx)
-        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    let cq = owned_for_destroy(emu, &emu.cqs, call.ctx, h)?;
     if cq.users > 0 {
         return Err(Errno::EBUSY);
     }
@@ -905,11 +869,11 @@ fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         return Err(Errno::EOPNOTSUPP);
     }
     let ctx = call.ctx;
-    pd_of(emu, ctx, req.pd_handle)?;
-    cq_of(emu, ctx, req.send_cq_handle)?;
-    cq_of(emu, ctx, req.recv_cq_handle)?;
+    owned(&emu.pds, ctx, req.pd_handle)?;
+    owned(&emu.cqs, ctx, req.send_cq_handle)?;
+    owned(&emu.cqs, ctx, req.recv_cq_handle)?;
     let srq = if req.is_srq != 0 {
-        srq_of(emu, ctx, req.srq_handle)?;
+        owned(&emu.srqs, ctx, req.srq_handle)?;
         Some(req.srq_handle)
     } else {
         None
@@ -1014,11 +978,11 @@ fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             resets: 0,
         },
     );
-    pd_users(emu, req.pd_handle, 1);
-    cq_users(emu, req.send_cq_handle, 1);
-    cq_users(emu, req.recv_cq_handle, 1);
+    add_users(&mut emu.pds, req.pd_handle, 1);
+    add_users(&mut emu.cqs, req.send_cq_handle, 1);
+    add_users(&mut emu.cqs, req.recv_cq_handle, 1);
     if let Some(s) = srq {
-        srq_users(emu, s, 1);
+        add_users(&mut emu.srqs, s, 1);
     }
     call.out.put(
         &CreateQpResp {
@@ -1067,7 +1031,7 @@ fn rq_max_gs(qp: &Qp) -> u32 {
 fn query_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: QueryQp = call.req()?;
     call.note(format_args!("qp {}", req.qp_handle));
-    let qp = qp_of(emu, call.ctx, req.qp_handle)?;
+    let qp = owned(&emu.qps, call.ctx, req.qp_handle)?;
     let a = &qp.attrs;
     let resp = QueryQpResp {
         dest: a.dest,
@@ -1119,7 +1083,7 @@ fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             "-".into()
         }
     ));
-    let qp = qp_of(emu, call.ctx, req.qp_handle)?;
+    let qp = owned(&emu.qps, call.ctx, req.qp_handle)?;
     if mask & !LEGACY_QP_ATTR_MASK != 0 {
         return Err(Errno::EOPNOTSUPP);
     }
@@ -1243,18 +1207,16 @@ fn destroy_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DestroyQp = call.req()?;
     let h = req.qp_handle;
     call.note(format_args!("qp {h}"));
-    if emu.qps.get(&h).is_none_or(|o| o.ctx != call.ctx) {
-        return Err(emu.destroy_lookup_error(call.ctx, h));
-    }
+    owned_for_destroy(emu, &emu.qps, call.ctx, h)?;
     let qp = emu.qps.remove(&h).ok_or(Errno::EINVAL)?;
     if let Some(u) = emu.ucontext_mut(call.ctx) {
         u.free_bfreg(qp.bfreg);
     }
-    pd_users(emu, qp.pd, -1);
-    cq_users(emu, qp.send_cq, -1);
-    cq_users(emu, qp.recv_cq, -1);
+    add_users(&mut emu.pds, qp.pd, -1);
+    add_users(&mut emu.cqs, qp.send_cq, -1);
+    add_users(&mut emu.cqs, qp.recv_cq, -1);
     if let Some(s) = qp.srq {
-        srq_users(emu, s, -1);
+        add_users(&mut emu.srqs, s, -1);
     }
     call.out.put(
         &DestroyQpResp {
@@ -1275,7 +1237,7 @@ fn create_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         req.pd_handle, req.max_wr, req.max_sge
     ));
     let ctx = call.ctx;
-    pd_of(emu, ctx, req.pd_handle)?;
+    owned(&emu.pds, ctx, req.pd_handle)?;
     if req.max_wr >= device::MAX_SRQ_WQES || req.max_sge > device::MAX_SRQ_SGE {
         return Err(Errno::EINVAL);
     }
@@ -1339,7 +1301,7 @@ fn create_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             events_reported: 0,
         },
     );
-    pd_users(emu, req.pd_handle, 1);
+    add_users(&mut emu.pds, req.pd_handle, 1);
     call.out.put(
         &CreateSrqResp {
             srq_handle: handle,
@@ -1364,7 +1326,7 @@ fn modify_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         "srq {} mask {:#x} limit {}",
         req.srq_handle, req.attr_mask, req.srq_limit
     ));
-    let srq = srq_of(emu, call.ctx, req.srq_handle)?;
+    let srq = owned(&emu.srqs, call.ctx, req.srq_handle)?;
     // Resizing an SRQ is not supported by mlx5.
     if req.attr_mask & SRQ_MAX_WR != 0 {
         return Err(Errno::EINVAL);
@@ -1384,7 +1346,7 @@ fn modify_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
 fn query_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: QuerySrq = call.req()?;
     call.note(format_args!("srq {}", req.srq_handle));
-    let srq = srq_of(emu, call.ctx, req.srq_handle)?;
+    let srq = owned(&emu.srqs, call.ctx, req.srq_handle)?;
     call.out.put(
         &QuerySrqResp {
             max_wr: srq.wq.wqe_cnt - 1,
@@ -1401,11 +1363,7 @@ fn destroy_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DestroySrq = call.req()?;
     let h = req.srq_handle;
     call.note(format_args!("srq {h}"));
-    let srq = emu
-        .srqs
-        .get(&h)
-        .filter(|o| o.ctx == call.ctx)
-        .ok_or_else(|| emu.destroy_lookup_error(call.ctx, h))?;
+    let srq = owned_for_destroy(emu, &emu.srqs, call.ctx, h)?;
     if srq.users > 0 {
         return Err(Errno::EBUSY);
     }
@@ -1414,7 +1372,7 @@ fn destroy_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     };
     let pd = srq.pd;
     emu.srqs.remove(&h);
-    pd_users(emu, pd, -1);
+    add_users(&mut emu.pds, pd, -1);
     call.out.put(&resp, true);
     Ok(())
 }

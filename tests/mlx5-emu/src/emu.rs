@@ -175,6 +175,40 @@ impl EventChannel {
     }
 }
 
+/// An object that belongs to one context: what every handle lookup checks.
+pub(crate) trait Owned {
+    /// The owning context.
+    fn ctx(&self) -> u64;
+}
+
+/// An object others refer to, which may not be destroyed while they do.
+pub(crate) trait Shared: Owned {
+    /// How many objects use it.
+    fn users_mut(&mut self) -> &mut u32;
+}
+
+macro_rules! owned {
+    ($($t:ident),*) => {$(
+        impl Owned for $t {
+            fn ctx(&self) -> u64 {
+                self.ctx
+            }
+        }
+    )*};
+}
+owned!(Pd, Mr, Cq, Qp, Srq, Ah);
+
+macro_rules! shared {
+    ($($t:ident),*) => {$(
+        impl Shared for $t {
+            fn users_mut(&mut self) -> &mut u32 {
+                &mut self.users
+            }
+        }
+    )*};
+}
+shared!(Pd, Cq, Srq);
+
 /// A protection domain.
 #[derive(Debug)]
 pub struct Pd {
