@@ -545,6 +545,7 @@ mod tests {
         }];
         let dest = UdDest {
             ah_num: 1,
+            av: None,
             remote_qpn: 2,
             remote_qkey: 3,
         };

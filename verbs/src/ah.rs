@@ -183,9 +183,10 @@ impl Ah {
     }
     /// The destination of a UD send through this AH to QP `remote_qpn`
     /// presenting `remote_qkey`.
-    pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest {
+    pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest<'_> {
         UdDest {
             ah_num: self.ah_num,
+            av: None,
             remote_qpn,
             remote_qkey,
         }

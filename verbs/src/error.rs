@@ -1,7 +1,7 @@
 //! The crate's error type: kernel errnos tagged with the operation that
 //! failed, refused arguments, and refused work requests.
 
-pub use provider_rxe::PostError;
+pub use uverbs_abi::wr::PostError;
 pub use uverbs_abi::Errno;
 
 /// Everything a verbs call can fail with.

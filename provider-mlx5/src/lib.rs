@@ -1,0 +1,43 @@
+//! The NVIDIA ConnectX (mlx5) userspace provider.
+//!
+//! Unlike rxe, mlx5 hands the queues to user space: this crate allocates
+//! the CQ, QP and SRQ buffers and their doorbell records ([`buf`]), gives
+//! their addresses to the kernel in the mlx5 driver data of the create
+//! commands, builds send and receive WQEs in them as the PRM defines them,
+//! rings the doorbells (doorbell record, then the UAR register or a
+//! BlueFlame copy of the WQE) and parses the 64-byte CQEs the device
+//! writes back into `ib_uverbs_wc` entries. The kernel is only involved
+//! in creating and modifying objects.
+//!
+//! The user context ([`uctx::Uctx`], shared by every object of an open
+//! device) owns the UAR pages mapped from the command fd, the doorbell
+//! slots, and the table through which a CQ finds the QP or SRQ a CQE
+//! belongs to ([`wq`]).
+//!
+//! It knows nothing of the public `verbs` API above it.
+
+#![deny(missing_docs)]
+
+pub mod ah;
+pub mod buf;
+pub mod cq;
+pub mod qp;
+pub mod srq;
+pub mod uctx;
+pub mod wq;
+
+pub use uverbs_abi::wr::PostError;
+
+/// The driver ABI versions (the per-device sysfs `abi_version`) this
+/// provider speaks: `MLX5_IB_UVERBS_ABI_VERSION`.
+pub const DRIVER_ABI: std::ops::RangeInclusive<u32> = 1..=1;
+
+/// PCI vendor id of Mellanox / NVIDIA networking.
+pub const PCI_VENDOR_MELLANOX: u16 = 0x15b3;
+
+/// Whether PCI device `device` of vendor [`PCI_VENDOR_MELLANOX`] is an mlx5
+/// function (ConnectX-4 and later, their virtual functions, BlueField),
+/// the devices the kernel's `mlx5_core` binds.
+pub fn is_mlx5_pci_device(device: u16) -> bool {
+    matches!(device, 0x1011..=0x1029 | 0xa2d2..=0xa2df)
+}
