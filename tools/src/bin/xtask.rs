@@ -31,7 +31,7 @@
 //! - `cargo xtask demo [--kernel SERIES]` builds the examples and runs the
 //!   two-process `rc_client_server` demo in the VM.
 //!
-//! - `cargo xtask bench [--kernel SERIES] [--repeats R] [--probe-iters N] [--skip-perf]`
+//! - `cargo xtask bench [--kernel SERIES] [--repeats R] [--probe-iters N] [--skip-perf] [--mlx5-only]`
 //!   builds in release mode and, in one VM, compares rverbs with rdma-core:
 //!   user-space instructions per post+poll (callgrind) and, with
 //!   `rverbs perf`, bandwidth, message rate and latency against perftest;
@@ -149,6 +149,10 @@ enum Cmd {
         /// Only the instruction counts: skip the perftest comparison.
         #[arg(long)]
         skip_perf: bool,
+        /// Only the mlx5 instruction counts on the emulated ConnectX-5 (on
+        /// the host; no VM boot). Prints the table, writes no report.
+        #[arg(long)]
+        mlx5_only: bool,
     },
     /// Run rdma-core's tools and the scenario programs of tests/mlx5-emu/c
     /// against the emulated mlx5 device (on the host, no VM) and print a
@@ -231,6 +235,7 @@ fn main() -> ExitCode {
             repeats,
             probe_iters,
             skip_perf,
+            mlx5_only,
         } => vm_options(kernel, timeout)
             .map_err(anyhow::Error::msg)
             .and_then(|vm| {
@@ -240,6 +245,7 @@ fn main() -> ExitCode {
                     repeats,
                     probe_iters,
                     skip_perf,
+                    mlx5_only,
                     command_line: format!("cargo xtask {}", args.join(" ")),
                 })
             })

@@ -52,6 +52,9 @@ const PERF_LIMIT_SECS: u32 = 120;
 /// fall into it together when the shared host is busy; such repeats say
 /// nothing about the software and are left out of the ratios (and counted).
 const TICK_BOUND_USEC: f64 = 2000.0;
+/// The emulated ConnectX-5 and its GID index (InfiniBand link layer).
+const MLX5_DEVICE: &str = "mlx5_0";
+const MLX5_GID_INDEX: &str = "0";
 /// First TCP port of the perf runs (each run gets the next one).
 const FIRST_PORT: u16 = 19000;
 
@@ -65,6 +68,8 @@ pub struct BenchOptions {
     pub probe_iters: u32,
     /// Skip the perftest comparison.
     pub skip_perf: bool,
+    /// Only the mlx5 probes on the host: no VM, no report file.
+    pub mlx5_only: bool,
     /// The command line, for the report.
     pub command_line: String,
 }
@@ -284,9 +289,10 @@ fn check_linkage(b: &Binaries) -> Result<()> {
     Ok(())
 }
 
-/// A file name in the run folder.
-fn probe_name(tool: Tool, mode: &str) -> String {
-    format!("cg-{}-{mode}", tool.tag())
+/// A file name in the run folder: `family` is "" for the rxe probes in
+/// the guest and "mlx5-" for the ones on the emulated ConnectX-5.
+fn probe_name(family: &str, tool: Tool, mode: &str) -> String {
+    format!("{family}cg-{}-{mode}", tool.tag())
 }
 
 fn perf_name(case: usize, tool: Tool, repeat: u32) -> String {
@@ -318,7 +324,7 @@ fn payload(
     )?;
     for p in PROBES {
         for (tool, bin) in [(Tool::Rverbs, &b.probe_rs), (Tool::RdmaCore, &b.probe_c)] {
-            let name = probe_name(tool, p.mode);
+            let name = probe_name("", tool, p.mode);
             writeln!(s, "echo \"bench: callgrind {} {}\"", tool.tag(), p.mode)?;
             writeln!(
                 s,
@@ -388,9 +394,77 @@ fn payload(
     Ok(s)
 }
 
+/// Runs both probes of every mode under callgrind on the host, against
+/// the emulated ConnectX-5 (`tests/mlx5-emu`, preloaded), and reads the
+/// counts. The results go to the run folder as `mlx5-cg-*`.
+fn mlx5_probes(
+    opts: &BenchOptions,
+    b: &Binaries,
+    target: &Path,
+    out: &Path,
+) -> Result<Vec<ProbeResult<'static>>> {
+    say!("building the mlx5 emulator for the mlx5 probes");
+    util::run(
+        Command::new(cargo_bin())
+            .args(["build", "-p", crate::mlx5::EMU_PACKAGE])
+            .current_dir(workspace_root()),
+    )?;
+    let lib = target.join("debug").join("libmlx5_emu.so");
+    if !lib.is_file() {
+        bail!("{} was not built", lib.display());
+    }
+    let sysfs = target.join("bench").join("mlx5-sysfs");
+    let _ = std::fs::remove_dir_all(&sysfs);
+    for p in PROBES {
+        for (tool, bin) in [(Tool::Rverbs, &b.probe_rs), (Tool::RdmaCore, &b.probe_c)] {
+            let name = probe_name("mlx5-", tool, p.mode);
+            say!("mlx5: callgrind {} {}", tool.tag(), p.mode);
+            let log = std::fs::File::create(out.join(format!("{name}.log")))?;
+            let status = Command::new("timeout")
+                .arg(PROBE_LIMIT_SECS.to_string())
+                .args(["valgrind", "--tool=callgrind", "--collect-atstart=no"])
+                .arg("--toggle-collect=*measured_*")
+                .arg(format!(
+                    "--callgrind-out-file={}",
+                    out.join(format!("{name}.out")).display()
+                ))
+                .arg(bin)
+                .arg(p.mode)
+                .arg(opts.probe_iters.to_string())
+                .args([MLX5_DEVICE, MLX5_GID_INDEX])
+                .env("LD_PRELOAD", &lib)
+                .env("MLX5_EMU_SYSFS", &sysfs)
+                .env("SYSFS_PATH", &sysfs)
+                .env_remove("MLX5_EMU_LOG")
+                .stdin(std::process::Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .status()
+                .context("running valgrind")?;
+            let code = status
+                .code()
+                .map_or("signal".to_string(), |c| c.to_string());
+            std::fs::write(out.join(format!("{name}.status")), format!("{code}\n"))?;
+        }
+    }
+    Ok(PROBES
+        .iter()
+        .map(|p| {
+            (
+                p,
+                read_probe(out, "mlx5-", Tool::Rverbs, p, opts.probe_iters),
+                read_probe(out, "mlx5-", Tool::RdmaCore, p, opts.probe_iters),
+            )
+        })
+        .collect())
+}
+
+/// One probe mode's counts: ours and rdma-core's, per iteration.
+type ProbeResult<'a> = (&'a Probe, Result<f64>, Result<f64>);
+
 /// An instruction-count result: instructions per measured iteration.
-fn read_probe(out: &Path, tool: Tool, p: &Probe, iters: u32) -> Result<f64> {
-    let name = probe_name(tool, p.mode);
+fn read_probe(out: &Path, family: &str, tool: Tool, p: &Probe, iters: u32) -> Result<f64> {
+    let name = probe_name(family, tool, p.mode);
     let status = std::fs::read_to_string(out.join(format!("{name}.status"))).unwrap_or_default();
     let log = std::fs::read_to_string(out.join(format!("{name}.log"))).unwrap_or_default();
     if status.trim() != "0" {
@@ -612,43 +686,10 @@ fn environment(out: &Path) -> Environment {
     }
 }
 
-/// The markdown report. Returns it and whether every target was met and
-/// every run succeeded.
-fn report(
-    opts: &BenchOptions,
-    env: &Environment,
-    probes: &[(&Probe, Result<f64>, Result<f64>)],
-    perf: Option<&[(PerfCase, PerfResult)]>,
-    perf_note: &str,
-) -> (String, bool) {
+/// Writes one instruction-count table (and the failures under it);
+/// returns whether every probe ran and every target was met.
+fn insn_table(w: &mut impl FnMut(&str), probes: &[ProbeResult<'_>]) -> bool {
     let mut ok = true;
-    let mut md = String::new();
-    let mut w = |line: &str| {
-        md.push_str(line);
-        md.push('\n');
-    };
-    w("## rverbs next to rdma-core");
-    w("");
-    w(&format!(
-        "Produced by `{}` on {}: one boot of Debian's kernel `{}` under QEMU \
-         (TCG, 2 vCPUs), soft-RoCE `{DEVICE}` on a veth pair, GID index {GID_INDEX}. \
-         rdma-core {} (libibverbs + librxe from Debian), perftest {}, {}.",
-        opts.command_line, env.date, env.kernel, env.rdma_core, env.perftest, env.valgrind
-    ));
-    w("");
-    w("### User-space instructions per operation (callgrind)");
-    w("");
-    w(&format!(
-        "`verbs/examples/postpoll.rs` and its C twin `tools/bench/postpoll.c` set up the \
-         same loopback RC QP pair and repeat one step {} times; callgrind counts only the \
-         functions named `*measured_*` (the post and the poll calls and everything they \
-         call, in user space; the kernel's share, the same `write()` doorbell on both \
-         sides, is not counted). Between the post and the poll both programs block on \
-         a completion channel, so each measured poll finds its completion. The counts \
-         are deterministic: they do not depend on TCG's speed.",
-        opts.probe_iters
-    ));
-    w("");
     w(&format!(
         "| Measured step | rverbs | rdma-core | rverbs / rdma-core | target <= {INSN_TARGET} |"
     ));
@@ -692,6 +733,77 @@ fn report(
                 w("");
                 w(&format!("- {} probe `{}`: {e:#}", tool.tag(), p.mode));
             }
+        }
+    }
+    ok
+}
+
+/// The markdown report. Returns it and whether every target was met and
+/// every run succeeded.
+fn report(
+    opts: &BenchOptions,
+    env: &Environment,
+    probes: &[ProbeResult<'_>],
+    mlx5: &Result<Vec<ProbeResult<'_>>>,
+    perf: Option<&[(PerfCase, PerfResult)]>,
+    perf_note: &str,
+) -> (String, bool) {
+    let mut ok = true;
+    let mut md = String::new();
+    let mut w = |line: &str| {
+        md.push_str(line);
+        md.push('\n');
+    };
+    w("## rverbs next to rdma-core");
+    w("");
+    w(&format!(
+        "Produced by `{}` on {}: one boot of Debian's kernel `{}` under QEMU \
+         (TCG, 2 vCPUs), soft-RoCE `{DEVICE}` on a veth pair, GID index {GID_INDEX}. \
+         rdma-core {} (libibverbs + librxe from Debian), perftest {}, {}.",
+        opts.command_line, env.date, env.kernel, env.rdma_core, env.perftest, env.valgrind
+    ));
+    w("");
+    w("### User-space instructions per operation (callgrind)");
+    w("");
+    w(&format!(
+        "`verbs/examples/postpoll.rs` and its C twin `tools/bench/postpoll.c` set up the \
+         same loopback RC QP pair and repeat one step {} times; callgrind counts only the \
+         functions named `*measured_*` (the post and the poll calls and everything they \
+         call, in user space; the kernel's share, the same `write()` doorbell on both \
+         sides, is not counted). Between the post and the poll both programs block on \
+         a completion channel, so each measured poll finds its completion. The counts \
+         are deterministic: they do not depend on TCG's speed.",
+        opts.probe_iters
+    ));
+    w("");
+    if !insn_table(&mut w, probes) {
+        ok = false;
+    }
+    w("");
+    w("### The same on the emulated ConnectX-5 (mlx5, callgrind)");
+    w("");
+    match mlx5 {
+        Ok(mlx5_probes) => {
+            w(&format!(
+                "The same two probes, built the same way, run on the host against the \
+                 emulated ConnectX-5 of `tests/mlx5-emu` (an `LD_PRELOAD` library playing \
+                 the mlx5 kernel driver and the HCA): ours through `provider-mlx5`, the C \
+                 twin through rdma-core's libibverbs + libmlx5, device `{MLX5_DEVICE}`, \
+                 GID index {MLX5_GID_INDEX}. On mlx5 neither side enters the kernel to post \
+                 or poll (doorbell records, UAR and BlueFlame writes, CQEs in user memory), \
+                 so these counts are the whole software cost of the data path; the \
+                 emulated HCA runs on its own thread, which callgrind does not count. \
+                 What the emulation cannot show (MMIO and write-combining costs, PCIe, \
+                 the HCA's own speed) is the same for both sides."
+            ));
+            w("");
+            if !insn_table(&mut w, mlx5_probes) {
+                ok = false;
+            }
+        }
+        Err(e) => {
+            ok = false;
+            w(&format!("Failed: {e:#}"));
         }
     }
     w("");
@@ -862,6 +974,29 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         (true, String::new())
     };
     let run_dir = vm::new_run_dir()?;
+    let mlx5 = mlx5_probes(opts, &bins, &target, &run_dir);
+    if let Err(e) = &mlx5 {
+        say!("the mlx5 probes could not run: {e:#}");
+    }
+    if opts.mlx5_only {
+        let mut md = String::new();
+        let ok = match &mlx5 {
+            Ok(p) => insn_table(
+                &mut |l: &str| {
+                    md.push_str(l);
+                    md.push('\n');
+                },
+                p,
+            ),
+            Err(_) => false,
+        };
+        print_line("");
+        for line in md.lines() {
+            print_line(line);
+        }
+        say!("raw results in {}", run_dir.display());
+        return Ok(ok);
+    }
     let script = payload(opts, &bins, &run_dir, with_perf.then_some(&cases[..]))?;
     say!(
         "running {} probes{} in one VM (results in {})",
@@ -885,13 +1020,13 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         );
         ok = false;
     }
-    let probes: Vec<(&Probe, Result<f64>, Result<f64>)> = PROBES
+    let probes: Vec<ProbeResult<'_>> = PROBES
         .iter()
         .map(|p| {
             (
                 p,
-                read_probe(&run_dir, Tool::Rverbs, p, opts.probe_iters),
-                read_probe(&run_dir, Tool::RdmaCore, p, opts.probe_iters),
+                read_probe(&run_dir, "", Tool::Rverbs, p, opts.probe_iters),
+                read_probe(&run_dir, "", Tool::RdmaCore, p, opts.probe_iters),
             )
         })
         .collect();
@@ -914,7 +1049,7 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
             .collect()
     });
     let env = environment(&run_dir);
-    let (md, met) = report(opts, &env, &probes, perf.as_deref(), &perf_note);
+    let (md, met) = report(opts, &env, &probes, &mlx5, perf.as_deref(), &perf_note);
     let path = target.join("bench").join("BENCHMARKS.md");
     util::write_atomic(&path, md.as_bytes())?;
     print_line("");
