@@ -1,11 +1,171 @@
 //! Address vectors: the 48-byte `mlx5_wqe_av` a UD send WQE carries,
 //! built in user space from an address handle's attributes.
+//!
+//! Layout (big-endian fields): 0..4 Q_Key and 8..12 remote QPN (both
+//! filled per work request), 12 `stat_rate_sl`, 13 `fl_mlid`, 14..16
+//! `rlid` (or the RoCE v2 UDP source port), 20..26 `rmac`, 26 `tclass`,
+//! 27 `hop_limit`, 28..32 `grh_gid_fl`, 32..48 `rgid`.
 
 use uverbs_abi::ah::AhAttr;
 
+/// Flow labels are 20 bits.
+const FLOW_LABEL_MASK: u32 = 0xF_FFFF;
+/// First port of the RoCE v2 source-port range (the top 2 bits set).
+const ROCE_SPORT_MIN: u16 = 0xC000;
+
+/// The device's code for an `IB_RATE_*` static rate: the smallest device
+/// rate at least as fast, 0 (unlimited) for "port rate", for rates above
+/// 120 Gb/s and for unknown values.
+fn mlx5_rate(static_rate: u8) -> u8 {
+    match static_rate {
+        2 => 7,       // 2.5 Gb/s
+        3 => 8,       // 10
+        4 => 9,       // 30
+        5 => 10,      // 5
+        6 => 11,      // 20
+        7 => 12,      // 40
+        8 => 13,      // 60
+        9 => 14,      // 80
+        10 => 15,     // 120
+        11 => 11,     // 14 -> 20
+        12 => 13,     // 56 -> 60
+        13 => 15,     // 112 -> 120
+        15 | 19 => 9, // 25, 28 -> 30
+        16 => 15,     // 100 -> 120
+        20 => 13,     // 50 -> 60
+        _ => 0,
+    }
+}
+
+/// The RoCE v2 UDP source port for a flow: from the flow label when it is
+/// set (its low 14 bits folded with its top 6), else a value derived from
+/// the destination GID (libmlx5 picks a random one; a fixed one keeps a
+/// flow on one path and makes the bytes reproducible).
+fn udp_sport(attr: &AhAttr) -> u16 {
+    let fl = attr.grh.flow_label & FLOW_LABEL_MASK;
+    let folded = if fl != 0 {
+        (fl & 0x3FFF) ^ ((fl & 0xF_C000) >> 14)
+    } else {
+        // FNV-1a over the destination GID and source GID index.
+        let mut h: u32 = 0x811C_9DC5;
+        for &b in attr.grh.dgid.iter().chain([attr.grh.sgid_index].iter()) {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+        (h ^ (h >> 14)) & 0x3FFF
+    };
+    folded as u16 | ROCE_SPORT_MIN
+}
+
 /// Builds the address vector for `attr` on a port of link layer
-/// InfiniBand (`roce == false`) or Ethernet. SKELETON.
+/// InfiniBand (`roce == false`) or Ethernet (RoCE v2; the destination MAC
+/// is left zero for the caller to fill with [`set_rmac`]).
 pub fn av(attr: &AhAttr, roce: bool) -> [u8; 48] {
-    let _ = (attr, roce);
-    [0; 48]
+    let mut av = [0u8; 48];
+    let rate = mlx5_rate(attr.static_rate);
+    let grh_bit: u32 = if roce {
+        av[12] = rate << 4 | (attr.sl & 0x7) << 1;
+        av[14..16].copy_from_slice(&udp_sport(attr).to_be_bytes());
+        0
+    } else {
+        av[12] = rate << 4 | (attr.sl & 0xF);
+        av[13] = attr.src_path_bits & 0x7F;
+        av[14..16].copy_from_slice(&attr.dlid.to_be_bytes());
+        1
+    };
+    if attr.is_global != 0 {
+        av[26] = attr.grh.traffic_class;
+        av[27] = attr.grh.hop_limit;
+        let gid_fl = grh_bit << 30
+            | u32::from(attr.grh.sgid_index) << 20
+            | (attr.grh.flow_label & FLOW_LABEL_MASK);
+        av[28..32].copy_from_slice(&gid_fl.to_be_bytes());
+        av[32..48].copy_from_slice(&attr.grh.dgid);
+    }
+    av
+}
+
+/// Stores the destination MAC of a RoCE address vector.
+pub fn set_rmac(av: &mut [u8; 48], mac: [u8; 6]) {
+    av[20..26].copy_from_slice(&mac);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uverbs_abi::ah::GlobalRoute;
+
+    fn attr() -> AhAttr {
+        AhAttr {
+            grh: GlobalRoute {
+                dgid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8],
+                flow_label: 0x12345,
+                sgid_index: 3,
+                hop_limit: 64,
+                traffic_class: 0x20,
+                reserved: 0,
+            },
+            dlid: 0x1234,
+            sl: 0x1b,
+            src_path_bits: 0xff,
+            static_rate: 3,
+            is_global: 1,
+            port_num: 1,
+            reserved: 0,
+        }
+    }
+
+    #[test]
+    fn ib_global() {
+        let av = av(&attr(), false);
+        let mut want = [0u8; 48];
+        want[12] = 8 << 4 | 0xb;
+        want[13] = 0x7f;
+        want[14..16].copy_from_slice(&[0x12, 0x34]);
+        want[26] = 0x20;
+        want[27] = 64;
+        want[28..32].copy_from_slice(&(1u32 << 30 | 3 << 20 | 0x12345).to_be_bytes());
+        want[32..48].copy_from_slice(&attr().grh.dgid);
+        assert_eq!(av, want);
+    }
+
+    #[test]
+    fn ib_local_has_no_grh() {
+        let mut a = attr();
+        a.is_global = 0;
+        a.static_rate = 0;
+        let av = av(&a, false);
+        assert_eq!(&av[12..16], &[0x0b, 0x7f, 0x12, 0x34]);
+        assert!(av[16..].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn roce_v2() {
+        let mut av = av(&attr(), true);
+        assert_eq!(av[12], 8 << 4 | (0x1b & 7) << 1);
+        assert_eq!(av[13], 0);
+        // 0x12345: (0x2345) ^ (0x10000 >> 14 = 4) = 0x2341 | 0xC000.
+        assert_eq!(&av[14..16], &0xE341u16.to_be_bytes());
+        assert_eq!(&av[28..32], &(3u32 << 20 | 0x12345).to_be_bytes());
+        set_rmac(&mut av, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(&av[20..26], &[1, 2, 3, 4, 5, 6]);
+        // No flow label: a fixed port in the RoCE range.
+        let mut a = attr();
+        a.grh.flow_label = 0;
+        let p1 = u16::from_be_bytes(super::av(&a, true)[14..16].try_into().unwrap());
+        let p2 = u16::from_be_bytes(super::av(&a, true)[14..16].try_into().unwrap());
+        assert_eq!(p1, p2);
+        assert!(p1 >= 0xC000);
+    }
+
+    #[test]
+    fn rate_table() {
+        let got: Vec<u8> = (0..=24).map(mlx5_rate).collect();
+        assert_eq!(
+            got,
+            [
+                0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 15, 11, 13, 15, 0, 9, 15, 0, 0, 9, 13, 0, 0, 0,
+                0
+            ]
+        );
+    }
 }

@@ -2,21 +2,66 @@
 //! CREATE_CQ with mlx5's driver data, polling CQEs into `ib_uverbs_wc`
 //! entries, and arming through the UAR.
 //!
-//! SKELETON (issue 5 part 2): signatures are fixed; bodies are filled in.
+//! The ring holds a power of two of 64-byte CQEs. The device writes the
+//! CQE for its producer counter p at entry `p % ncqe`, with the owner bit
+//! (bit 0 of the last byte) set to `(p / ncqe) & 1`, that byte last; a
+//! fresh ring has opcode 15 (invalid) everywhere. We consume in order and
+//! tell the device how far with the consumer index in doorbell word 0.
 
 use std::os::fd::BorrowedFd;
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
-use uverbs_abi::cq::{CreateCq, CreateCqResp};
-use uverbs_abi::wr::Wc;
+use uverbs_abi::cmd::{nr, write_cmd};
+use uverbs_abi::cq::{CreateCq, CreateCqResp, DestroyCq, DestroyCqResp, ResizeCq, ResizeCqResp};
+use uverbs_abi::mlx5;
+use uverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
 use uverbs_abi::Errno;
+use zerocopy::{FromZeros, IntoBytes};
 
+use crate::buf::{Buf, DbRec};
 use crate::uctx::Uctx;
+use crate::wq::{lookup, QpEntry, Row};
 
-/// What CREATE_CQ returned. If anything after the command fails the
-/// provider returns the error and the caller must destroy
-/// `resp.cq_handle` (the buffers stay alive until the [`Cq`] is dropped,
-/// so a `Created` with an `Err` keeps them in `_keep`).
+/// Bytes per CQE.
+const CQE_SIZE: usize = 64;
+/// Largest ring (`1 << 24` entries).
+const MAX_CQE: u64 = 1 << 24;
+/// Opcode of an entry the device has not written (`MLX5_CQE_INVALID`).
+const OP_INVALID: u8 = 15;
+/// `MLX5_CQ_DB_REQ_NOT_SOL`: arm for solicited (and error) CQEs only.
+const ARM_SOLICITED: u32 = 1 << 24;
+
+/// CQE opcodes (bits 7..4 of the last byte).
+mod cqe_op {
+    pub const REQ: u8 = 0;
+    pub const RESP_WR_IMM: u8 = 1;
+    pub const RESP_SEND: u8 = 2;
+    pub const RESP_SEND_IMM: u8 = 3;
+    pub const RESP_SEND_INV: u8 = 4;
+    pub const RESIZE: u8 = 5;
+    pub const REQ_ERR: u8 = 13;
+    pub const RESP_ERR: u8 = 14;
+}
+
+/// Send WQE opcodes a requester CQE reports (bits 31..24 of
+/// `sop_drop_qpn`).
+mod wqe_op {
+    pub const SEND_INVAL: u8 = 0x01;
+    pub const RDMA_WRITE: u8 = 0x08;
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    pub const SEND: u8 = 0x0a;
+    pub const SEND_IMM: u8 = 0x0b;
+    pub const RDMA_READ: u8 = 0x10;
+    pub const ATOMIC_CS: u8 = 0x11;
+    pub const ATOMIC_FA: u8 = 0x12;
+    pub const UMR: u8 = 0x25;
+    pub const LOCAL_INV_OLD: u8 = 0x27;
+}
+
+/// What CREATE_CQ returned. The ring and doorbell record live as long as
+/// the [`Cq`] or any [`CqMemory`] taken from it: keep one until the kernel
+/// CQ is destroyed.
 #[derive(Debug)]
 pub struct Created {
     /// Core response (handle, granted depth).
@@ -28,40 +73,807 @@ pub struct Created {
 /// Issues CREATE_CQ for `cmd` (core fields as the user asked: `cqe` is the
 /// minimum depth; the provider rounds it as mlx5 needs and fills in the
 /// driver data).
+///
+/// If the kernel answers with a depth other than the one sent (which the
+/// ring depends on), the CQ is destroyed here and EPROTO returned: on
+/// `Err` there is nothing to clean.
 pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateCq) -> Result<Created, Errno> {
-    let _ = (fd, uctx, cmd);
-    Err(Errno::ENOSYS)
+    let ncqe = (cmd.cqe as u64 + 1).next_power_of_two();
+    if ncqe > MAX_CQE {
+        return Err(Errno::EINVAL);
+    }
+    let ncqe = ncqe as u32;
+    let mem = Arc::new(Mem::new(uctx, ncqe)?);
+    let base = mem.current();
+    let mut core = *cmd;
+    core.cqe = ncqe - 1;
+    let drv = mlx5::CreateCq {
+        buf_addr: base as u64,
+        db_addr: mem.db.addr(),
+        cqe_size: CQE_SIZE as u32,
+        ..Default::default()
+    };
+    let mut drv_resp = mlx5::CreateCqResp::new_zeroed();
+    let resp: CreateCqResp = write_cmd(
+        fd,
+        nr::CREATE_CQ,
+        &core,
+        drv.as_bytes(),
+        drv_resp.as_mut_bytes(),
+    )?;
+    if resp.cqe != ncqe - 1 {
+        let d = DestroyCq {
+            response: 0,
+            cq_handle: resp.cq_handle,
+            reserved: 0,
+        };
+        let _ = write_cmd::<_, DestroyCqResp>(fd, nr::DESTROY_CQ, &d, &[], &mut []);
+        return Err(Errno::EPROTO);
+    }
+    Ok(Created {
+        resp,
+        cq: Cq::new(uctx, mem, base, ncqe, drv_resp.cqn),
+    })
+}
+
+/// A ring of `ncqe` invalid CQEs (opcode 15, owner 0).
+fn new_ring(ncqe: u32) -> Result<Buf, Errno> {
+    let buf = Buf::new(ncqe as usize * CQE_SIZE)?;
+    for i in 0..ncqe as usize {
+        // SAFETY: byte 63 of entry i < ncqe lies inside the buffer, which
+        // nobody else sees yet.
+        unsafe { *buf.as_ptr().add(i * CQE_SIZE + CQE_SIZE - 1) = OP_INVALID << 4 };
+    }
+    Ok(buf)
+}
+
+/// The CQE ring(s) and doorbell record of a CQ. Normally one ring; during
+/// a resize the old and the new one (the lock is taken on the control
+/// path only: creation and resize).
+#[derive(Debug)]
+struct Mem {
+    /// The current ring is the last.
+    rings: Mutex<Vec<Buf>>,
+    db: DbRec,
+}
+
+impl Mem {
+    /// A fresh ring of `ncqe` entries and a zeroed doorbell record.
+    fn new(uctx: &Arc<Uctx>, ncqe: u32) -> Result<Mem, Errno> {
+        let buf = new_ring(ncqe)?;
+        let db = uctx.alloc_dbrec()?;
+        Ok(Mem {
+            rings: Mutex::new(vec![buf]),
+            db,
+        })
+    }
+
+    /// The current ring's first byte (stable: the buffers are mappings).
+    fn current(&self) -> *mut u8 {
+        let rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
+        rings.last().map_or(std::ptr::null_mut(), Buf::as_ptr)
+    }
+}
+
+/// Keeps a CQ's ring and doorbell record alive (the kernel object may
+/// outlive the [`Cq`] value: hold this until it is destroyed).
+#[derive(Debug, Clone)]
+pub struct CqMemory {
+    _mem: Arc<Mem>,
 }
 
 /// An mlx5 CQ: the CQE ring and doorbell record, the consumer index, and
 /// a snapshot of the context's QP table.
 #[derive(Debug)]
 pub struct Cq {
-    _private: (),
+    /// First CQE.
+    base: *const u8,
+    /// Entries (a power of two).
+    ncqe: u32,
+    /// CQEs consumed.
+    cons_index: u32,
+    cqn: u32,
+    /// Doorbell word 0: consumer index (BE, 24 bits).
+    set_ci: *const AtomicU32,
+    /// Doorbell word 1: arm command (BE).
+    arm_db: *const AtomicU32,
+    /// The UAR's CQ doorbell register (null only in unit tests).
+    uar: *mut u64,
+    /// Arm sequence number (low 2 bits used).
+    arm_sn: AtomicU32,
+    /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
+    cqe_version: u8,
+    /// The table rows as of `generation`.
+    rows: Vec<Row>,
+    generation: u64,
+    uctx: Arc<Uctx>,
+    mem: Arc<Mem>,
 }
 
+// SAFETY: the raw pointers point into `mem` (owned through the Arc) and
+// into a UAR page the context (held through `uctx`) maps for its whole
+// life. Consuming takes `&mut self`; `arm` only does atomic and volatile
+// doorbell stores, which the device tolerates from any thread.
+unsafe impl Send for Cq {}
+// SAFETY: as above.
+unsafe impl Sync for Cq {}
+
 impl Cq {
+    fn new(uctx: &Arc<Uctx>, mem: Arc<Mem>, base: *mut u8, ncqe: u32, cqn: u32) -> Cq {
+        let mut rows = Vec::new();
+        let generation = uctx.table().snapshot_into(&mut rows);
+        Cq {
+            base,
+            ncqe,
+            cons_index: 0,
+            cqn,
+            set_ci: mem.db.word(0),
+            arm_db: mem.db.word(1),
+            uar: uctx.cq_doorbell(),
+            arm_sn: AtomicU32::new(0),
+            cqe_version: uctx.cqe_version(),
+            rows,
+            generation,
+            uctx: Arc::clone(uctx),
+            mem,
+        }
+    }
+
     /// Polls up to `wc.len()` completions into `wc`; returns how many.
+    ///
+    /// CQEs of QPs that no longer exist (and of kinds plain verbs never
+    /// asks for) are consumed without being reported.
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
-        let _ = wc;
-        0
+        // QPs created or destroyed since the last poll: CQEs of destroyed
+        // QPs must not be reported (one load; a lock only after a change).
+        if self.uctx.table().generation() != self.generation {
+            self.refresh();
+        }
+        let mut n = 0;
+        while n < wc.len() {
+            let Some(cqe) = self.sw_cqe(self.cons_index) else {
+                break;
+            };
+            self.cons_index = self.cons_index.wrapping_add(1);
+            if let Some(w) = self.complete(&cqe) {
+                wc[n] = w;
+                n += 1;
+            }
+        }
+        // SAFETY: `set_ci` points into the doorbell record `mem` keeps alive.
+        unsafe { &*self.set_ci }.store((self.cons_index & 0xFF_FFFF).to_be(), Ordering::Release);
+        n
+    }
+
+    /// The CQE for counter `i` if the device has written it (opcode valid,
+    /// owner bit matching the lap), read after an acquire fence.
+    #[inline]
+    fn sw_cqe(&self, i: u32) -> Option<[u8; CQE_SIZE]> {
+        let slot = (i & (self.ncqe - 1)) as usize;
+        // SAFETY: the entry lies inside the ring (`slot < ncqe`).
+        let p = unsafe { self.base.add(slot * CQE_SIZE) };
+        // SAFETY: the last byte of the entry; the device writes it
+        // concurrently, so read it atomically.
+        let op_own = unsafe { &*p.add(CQE_SIZE - 1).cast::<AtomicU8>() }.load(Ordering::Relaxed);
+        if op_own >> 4 == OP_INVALID || (op_own & 1 != 0) != (i & self.ncqe != 0) {
+            return None;
+        }
+        // The body was written before the owner byte.
+        fence(Ordering::Acquire);
+        // SAFETY: the 64 bytes of the entry, ours until the consumer index
+        // passes it; volatile because the device wrote them.
+        Some(unsafe { std::ptr::read_volatile(p.cast::<[u8; CQE_SIZE]>()) })
+    }
+
+    /// Issues RESIZE_CQ for at least `cqe` entries and moves the CQEs not
+    /// yet polled to the new ring; returns the new depth. A size that
+    /// rounds to the current one sends nothing.
+    ///
+    /// The device ends the old ring with a RESIZE CQE at its producer
+    /// index p and continues at p + 1 in the new ring; the unpolled CQEs
+    /// before it move up by one in the new ring, and the consumer index
+    /// steps over the RESIZE CQE. If no RESIZE CQE is found (a device
+    /// breaking that rule) the rings are switched with the consumer index
+    /// unchanged, as libmlx5 does.
+    pub fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
+        if cqe == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let ncqe = (cqe as u64 + 1).next_power_of_two();
+        if ncqe > MAX_CQE {
+            return Err(Errno::EINVAL);
+        }
+        let ncqe = ncqe as u32;
+        if ncqe == self.ncqe {
+            return Ok(self.ncqe - 1);
+        }
+        let buf = new_ring(ncqe)?;
+        let cmd = ResizeCq {
+            response: 0,
+            cq_handle,
+            cqe: ncqe - 1,
+        };
+        let drv = mlx5::ResizeCq {
+            buf_addr: buf.addr(),
+            cqe_size: CQE_SIZE as u16,
+            ..Default::default()
+        };
+        let _: ResizeCqResp = write_cmd(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut [])?;
+        self.switch_ring(buf, ncqe);
+        Ok(ncqe - 1)
+    }
+
+    /// Moves the unpolled CQEs into `buf` (a fresh ring of `ncqe`) and
+    /// makes it current. The previous ring stays mapped until the next
+    /// resize (a late device write to it must not hit unmapped memory);
+    /// older ones are released.
+    fn switch_ring(&mut self, buf: Buf, ncqe: u32) {
+        let new = buf.as_ptr();
+        let mut i = self.cons_index;
+        let mut found = false;
+        while let Some(mut c) = self.sw_cqe(i) {
+            if c[63] >> 4 == cqe_op::RESIZE {
+                found = true;
+                break;
+            }
+            if i.wrapping_sub(self.cons_index) >= ncqe - 1 {
+                // More unpolled CQEs than the new ring holds: the device
+                // refuses such a resize; stop rather than overwrite.
+                break;
+            }
+            i = i.wrapping_add(1);
+            c[63] = (c[63] & !1) | u8::from(i & ncqe != 0);
+            let slot = (i & (ncqe - 1)) as usize;
+            // SAFETY: the entry lies inside the new ring, which nobody
+            // else writes yet (the device starts after the RESIZE CQE's
+            // counter, past every slot written here).
+            unsafe {
+                std::ptr::write_volatile(new.add(slot * CQE_SIZE).cast::<[u8; CQE_SIZE]>(), c)
+            };
+        }
+        if found {
+            self.cons_index = self.cons_index.wrapping_add(1);
+        }
+        self.base = new;
+        self.ncqe = ncqe;
+        let mut rings = self.mem.rings.lock().unwrap_or_else(|p| p.into_inner());
+        rings.push(buf);
+        let old = rings.len().saturating_sub(2);
+        rings.drain(..old);
+    }
+
+    /// Resolves the CQE's QP and parses it.
+    #[inline]
+    fn complete(&mut self, cqe: &[u8; CQE_SIZE]) -> Option<Wc> {
+        let (key, by_qpn) = if self.cqe_version == 1 {
+            (be32(cqe, 32) & 0xFF_FFFF, false)
+        } else {
+            (be32(cqe, 56) & 0xFF_FFFF, true)
+        };
+        if find(&self.rows, key, by_qpn).is_none() {
+            if self.uctx.table().generation() == self.generation {
+                return None;
+            }
+            self.refresh();
+        }
+        let e = find(&self.rows, key, by_qpn)?;
+        parse(cqe, e)
+    }
+
+    /// Takes a new snapshot of the QP table (after a lookup miss).
+    #[cold]
+    fn refresh(&mut self) {
+        self.generation = self.uctx.table().snapshot_into(&mut self.rows);
     }
 
     /// Arms the CQ (no system call: doorbell record, then the UAR's CQ
     /// doorbell). The next CQE (with `solicited_only`, the next solicited
     /// or error CQE) raises a completion event.
     pub fn arm(&self, solicited_only: bool) {
-        let _ = solicited_only;
+        let sn = self.arm_sn.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 3;
+        // SAFETY: both words point into the doorbell record `mem` keeps
+        // alive; we are the only writer of word 0.
+        let (set_ci, arm_db) = unsafe { (&*self.set_ci, &*self.arm_db) };
+        let ci = u32::from_be(set_ci.load(Ordering::Relaxed)) & 0xFF_FFFF;
+        let cmd = if solicited_only { ARM_SOLICITED } else { 0 };
+        let v = sn << 28 | cmd | ci;
+        arm_db.store(v.to_be(), Ordering::Release);
+        if self.uar.is_null() {
+            return;
+        }
+        store_fence();
+        let db = (u64::from(v) << 32 | u64::from(self.cqn)).to_be();
+        // SAFETY: `uar` is the CQ doorbell of a UAR page the context maps
+        // for its life (held through `uctx`); one aligned 8-byte store.
+        unsafe { std::ptr::write_volatile(self.uar, db) };
+        store_fence();
     }
 
     /// Entries in the ring minus one: the depth reported to the user.
     pub fn cqe(&self) -> u32 {
-        0
+        self.ncqe - 1
     }
 
     /// The CQ number (for diagnostics).
     pub fn cqn(&self) -> u32 {
-        0
+        self.cqn
+    }
+
+    /// Keeps the ring and doorbell record alive after this value drops.
+    pub fn memory(&self) -> CqMemory {
+        CqMemory {
+            _mem: Arc::clone(&self.mem),
+        }
+    }
+}
+
+/// Orders earlier stores (including write-combining ones) before later
+/// ones: `sfence` on x86-64.
+#[inline]
+fn store_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` only orders stores; it touches no memory or flags.
+    unsafe {
+        std::arch::asm!("sfence", options(nostack, preserves_flags))
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    fence(Ordering::SeqCst);
+}
+
+#[inline]
+fn find(rows: &[Row], key: u32, by_qpn: bool) -> Option<&Arc<QpEntry>> {
+    if by_qpn {
+        rows.iter().find(|r| r.1.qpn == key).map(|r| &r.1)
+    } else {
+        lookup(rows, key)
+    }
+}
+
+#[inline]
+fn be32(c: &[u8; CQE_SIZE], off: usize) -> u32 {
+    u32::from_be_bytes([c[off], c[off + 1], c[off + 2], c[off + 3]])
+}
+
+#[inline]
+fn be16(c: &[u8; CQE_SIZE], off: usize) -> u16 {
+    u16::from_be_bytes([c[off], c[off + 1]])
+}
+
+/// The work-completion status for an error CQE's syndrome.
+fn status_of(syndrome: u8) -> u32 {
+    match syndrome {
+        0x01 => wc_status::LOC_LEN_ERR,
+        0x02 => wc_status::LOC_QP_OP_ERR,
+        0x04 => wc_status::LOC_PROT_ERR,
+        0x05 => wc_status::WR_FLUSH_ERR,
+        0x06 => wc_status::MW_BIND_ERR,
+        0x10 => wc_status::BAD_RESP_ERR,
+        0x11 => wc_status::LOC_ACCESS_ERR,
+        0x12 => wc_status::REM_INV_REQ_ERR,
+        0x13 => wc_status::REM_ACCESS_ERR,
+        0x14 => wc_status::REM_OP_ERR,
+        0x15 => wc_status::RETRY_EXC_ERR,
+        0x16 => wc_status::RNR_RETRY_EXC_ERR,
+        0x22 => wc_status::REM_ABORT_ERR,
+        _ => wc_status::GENERAL_ERR,
+    }
+}
+
+/// Parses one CQE of QP `e` (retiring its WQE); `None` for CQEs that
+/// report nothing (resize, tag matching, signature errors, or a queue the
+/// QP does not have).
+fn parse(c: &[u8; CQE_SIZE], e: &QpEntry) -> Option<Wc> {
+    let opcode = c[63] >> 4;
+    let wqe_counter = be16(c, 60);
+    let mut wc = Wc {
+        qp_num: e.qpn,
+        ..Wc::default()
+    };
+    match opcode {
+        cqe_op::REQ => {
+            wc.wr_id = e.sq.as_ref()?.complete(wqe_counter)?;
+            wc.status = wc_status::SUCCESS;
+            let (op, flags, len) = match c[56] {
+                wqe_op::RDMA_WRITE => (wc_opcode::RDMA_WRITE, 0, 0),
+                wqe_op::RDMA_WRITE_IMM => (wc_opcode::RDMA_WRITE, wc_flags::WITH_IMM, 0),
+                wqe_op::SEND | wqe_op::SEND_INVAL => (wc_opcode::SEND, 0, 0),
+                wqe_op::SEND_IMM => (wc_opcode::SEND, wc_flags::WITH_IMM, 0),
+                wqe_op::RDMA_READ => (wc_opcode::RDMA_READ, 0, be32(c, 44)),
+                wqe_op::ATOMIC_CS => (wc_opcode::COMP_SWAP, 0, 8),
+                wqe_op::ATOMIC_FA => (wc_opcode::FETCH_ADD, 0, 8),
+                wqe_op::UMR => (wc_opcode::BIND_MW, 0, 0),
+                wqe_op::LOCAL_INV_OLD => (wc_opcode::LOCAL_INV, 0, 0),
+                _ => (wc_opcode::SEND, 0, 0),
+            };
+            wc.opcode = op;
+            wc.wc_flags = flags;
+            wc.byte_len = len;
+        }
+        cqe_op::RESP_WR_IMM..=cqe_op::RESP_SEND_INV => {
+            wc.wr_id = recv_wr_id(e, wqe_counter)?;
+            wc.status = wc_status::SUCCESS;
+            wc.byte_len = be32(c, 44);
+            let imm = [c[36], c[37], c[38], c[39]];
+            match opcode {
+                cqe_op::RESP_WR_IMM => {
+                    wc.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
+                    wc.wc_flags = wc_flags::WITH_IMM;
+                    // Kept in wire (big-endian) order, as `ib_uverbs_wc`.
+                    wc.ex = u32::from_ne_bytes(imm);
+                }
+                cqe_op::RESP_SEND => wc.opcode = wc_opcode::RECV,
+                cqe_op::RESP_SEND_IMM => {
+                    wc.opcode = wc_opcode::RECV;
+                    wc.wc_flags = wc_flags::WITH_IMM;
+                    wc.ex = u32::from_ne_bytes(imm);
+                }
+                _ => {
+                    wc.opcode = wc_opcode::RECV;
+                    wc.wc_flags = wc_flags::WITH_INVALIDATE;
+                    wc.ex = u32::from_be_bytes(imm);
+                }
+            }
+            let flags_rqpn = be32(c, 24);
+            wc.src_qp = flags_rqpn & 0xFF_FFFF;
+            wc.sl = ((flags_rqpn >> 24) & 0xF) as u8;
+            if (flags_rqpn >> 28) & 3 != 0 {
+                wc.wc_flags |= wc_flags::GRH;
+            }
+            wc.slid = be16(c, 22);
+            wc.dlid_path_bits = c[17] & 0x7F;
+            wc.pkey_index = (u32::from_be_bytes(imm) & 0xFFFF) as u16;
+        }
+        cqe_op::REQ_ERR => {
+            wc.wr_id = e.sq.as_ref()?.complete(wqe_counter)?;
+            wc.status = status_of(c[55]);
+            wc.vendor_err = c[54].into();
+        }
+        cqe_op::RESP_ERR => {
+            wc.wr_id = recv_wr_id(e, wqe_counter)?;
+            wc.status = status_of(c[55]);
+            wc.vendor_err = c[54].into();
+        }
+        _ => return None,
+    }
+    Some(wc)
+}
+
+/// The `wr_id` of a receive completion: from the SRQ by WQE index, or the
+/// RQ's oldest.
+#[inline]
+fn recv_wr_id(e: &QpEntry, wqe_counter: u16) -> Option<u64> {
+    match &e.srq {
+        Some(s) => s.complete(wqe_counter),
+        None => e.rq.as_ref()?.complete(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::uctx::Limits;
+    use crate::wq::{RqShared, SqShared, SrqShared};
+
+    const QPN: u32 = 0x12_3456;
+    const UIDX: u32 = 7;
+
+    struct Fixture {
+        uctx: Arc<Uctx>,
+        sq: Arc<SqShared>,
+        rq: Arc<RqShared>,
+        cq: Cq,
+    }
+
+    fn fixture(ncqe: u32) -> Fixture {
+        let uctx = Uctx::for_tests(Limits {
+            cqe_version: 1,
+            ..Default::default()
+        });
+        let sq = Arc::new(SqShared::new(8));
+        let rq = Arc::new(RqShared::new(4));
+        uctx.register_qp(
+            UIDX,
+            Arc::new(QpEntry::new(QPN, Arc::clone(&sq), Arc::clone(&rq), None)),
+        );
+        let mem = Arc::new(Mem::new(&uctx, ncqe).unwrap());
+        let base = mem.current();
+        let cq = Cq::new(&uctx, mem, base, ncqe, 0x99);
+        Fixture { uctx, sq, rq, cq }
+    }
+
+    /// A CQE with the fields the parser reads.
+    fn cqe(opcode: u8, wqe_op: u8, wqe_counter: u16, owner: bool) -> [u8; 64] {
+        let mut c = [0u8; 64];
+        c[32..36].copy_from_slice(&UIDX.to_be_bytes());
+        c[56..60].copy_from_slice(&((wqe_op as u32) << 24 | QPN).to_be_bytes());
+        c[60..62].copy_from_slice(&wqe_counter.to_be_bytes());
+        c[63] = opcode << 4 | owner as u8;
+        c
+    }
+
+    fn put(cq: &Cq, n: u32, c: &[u8; 64]) {
+        let slot = (n & (cq.ncqe - 1)) as usize;
+        // SAFETY: the entry lies inside the ring the fixture keeps alive.
+        unsafe { std::ptr::copy_nonoverlapping(c.as_ptr(), cq.base.cast_mut().add(slot * 64), 64) };
+    }
+
+    fn entry(sq: &Arc<SqShared>, rq: &Arc<RqShared>, srq: Option<Arc<SrqShared>>) -> QpEntry {
+        QpEntry::new(QPN, Arc::clone(sq), Arc::clone(rq), srq)
+    }
+
+    #[test]
+    fn requester_opcodes() {
+        let f = fixture(4);
+        let e = entry(&f.sq, &f.rq, None);
+        let cases = [
+            (wqe_op::RDMA_WRITE, wc_opcode::RDMA_WRITE, 0, 0),
+            (
+                wqe_op::RDMA_WRITE_IMM,
+                wc_opcode::RDMA_WRITE,
+                wc_flags::WITH_IMM,
+                0,
+            ),
+            (wqe_op::SEND, wc_opcode::SEND, 0, 0),
+            (wqe_op::SEND_INVAL, wc_opcode::SEND, 0, 0),
+            (wqe_op::SEND_IMM, wc_opcode::SEND, wc_flags::WITH_IMM, 0),
+            (wqe_op::RDMA_READ, wc_opcode::RDMA_READ, 0, 4000),
+            (wqe_op::ATOMIC_CS, wc_opcode::COMP_SWAP, 0, 8),
+            (wqe_op::ATOMIC_FA, wc_opcode::FETCH_ADD, 0, 8),
+        ];
+        for (i, (wop, op, flags, len)) in cases.into_iter().enumerate() {
+            let idx = (i % 8) as u16;
+            f.sq.wrid[idx as usize].store(1000 + i as u64, Ordering::Relaxed);
+            f.sq.wqe_head[idx as usize].store(i as u32 * 3, Ordering::Relaxed);
+            let mut c = cqe(cqe_op::REQ, wop, idx + 8, false);
+            c[44..48].copy_from_slice(&4000u32.to_be_bytes());
+            let w = parse(&c, &e).unwrap();
+            assert_eq!(
+                (w.wr_id, w.status, w.opcode, w.wc_flags, w.byte_len, w.qp_num),
+                (1000 + i as u64, wc_status::SUCCESS, op, flags, len, QPN),
+                "wqe opcode {wop:#x}"
+            );
+            assert_eq!(f.sq.tail.load(Ordering::Acquire), i as u32 * 3 + 1);
+        }
+    }
+
+    #[test]
+    fn responder_opcodes_and_fields() {
+        let f = fixture(4);
+        let e = entry(&f.sq, &f.rq, None);
+        for i in 0..4 {
+            f.rq.wrid[i].store(50 + i as u64, Ordering::Relaxed);
+        }
+        let mut c = cqe(cqe_op::RESP_WR_IMM, 0, 0, false);
+        c[17] = 0x85;
+        c[22..24].copy_from_slice(&0x0102u16.to_be_bytes());
+        c[24..28].copy_from_slice(&(0x1 << 28 | 0x5 << 24 | 0xABCDEF_u32).to_be_bytes());
+        c[36..40].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+        c[44..48].copy_from_slice(&77u32.to_be_bytes());
+        let w = parse(&c, &e).unwrap();
+        assert_eq!(w.wr_id, 50);
+        assert_eq!(w.opcode, wc_opcode::RECV_RDMA_WITH_IMM);
+        assert_eq!(w.wc_flags, wc_flags::WITH_IMM | wc_flags::GRH);
+        assert_eq!(u32::from_be(w.ex), 0xdeadbeef);
+        assert_eq!(w.byte_len, 77);
+        assert_eq!(
+            (w.src_qp, w.sl, w.slid, w.dlid_path_bits),
+            (0xABCDEF, 5, 0x0102, 5)
+        );
+        assert_eq!(w.pkey_index, 0xbeef);
+        assert_eq!(w.status, wc_status::SUCCESS);
+
+        let w = parse(&cqe(cqe_op::RESP_SEND, 0, 0, false), &e).unwrap();
+        assert_eq!((w.wr_id, w.opcode, w.wc_flags), (51, wc_opcode::RECV, 0));
+
+        c[63] = cqe_op::RESP_SEND_IMM << 4;
+        c[24..28].copy_from_slice(&0u32.to_be_bytes());
+        let w = parse(&c, &e).unwrap();
+        assert_eq!(
+            (w.wr_id, w.opcode, w.wc_flags),
+            (52, wc_opcode::RECV, wc_flags::WITH_IMM)
+        );
+        assert_eq!(u32::from_be(w.ex), 0xdeadbeef);
+
+        c[63] = cqe_op::RESP_SEND_INV << 4;
+        let w = parse(&c, &e).unwrap();
+        assert_eq!(
+            (w.wr_id, w.opcode, w.wc_flags),
+            (53, wc_opcode::RECV, wc_flags::WITH_INVALIDATE)
+        );
+        assert_eq!(w.ex, 0xdeadbeef);
+        assert_eq!(f.rq.tail.load(Ordering::Acquire), 4);
+    }
+
+    #[test]
+    fn srq_receive_uses_wqe_counter() {
+        let f = fixture(4);
+        let srq = Arc::new(SrqShared::new(16));
+        srq.wrid[9].store(909, Ordering::Relaxed);
+        let e = entry(&f.sq, &f.rq, Some(Arc::clone(&srq)));
+        let w = parse(&cqe(cqe_op::RESP_SEND, 0, 9, false), &e).unwrap();
+        assert_eq!(w.wr_id, 909);
+        assert_eq!(srq.freed[0].load(Ordering::Acquire), 1 << 9);
+        let mut c = cqe(cqe_op::RESP_ERR, 0, 9, false);
+        c[55] = 0x05;
+        let w = parse(&c, &e).unwrap();
+        assert_eq!((w.wr_id, w.status), (909, wc_status::WR_FLUSH_ERR));
+        // RQ untouched.
+        assert_eq!(f.rq.tail.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn error_syndromes() {
+        let f = fixture(4);
+        let e = entry(&f.sq, &f.rq, None);
+        let table = [
+            (0x01, wc_status::LOC_LEN_ERR),
+            (0x02, wc_status::LOC_QP_OP_ERR),
+            (0x04, wc_status::LOC_PROT_ERR),
+            (0x05, wc_status::WR_FLUSH_ERR),
+            (0x06, wc_status::MW_BIND_ERR),
+            (0x10, wc_status::BAD_RESP_ERR),
+            (0x11, wc_status::LOC_ACCESS_ERR),
+            (0x12, wc_status::REM_INV_REQ_ERR),
+            (0x13, wc_status::REM_ACCESS_ERR),
+            (0x14, wc_status::REM_OP_ERR),
+            (0x15, wc_status::RETRY_EXC_ERR),
+            (0x16, wc_status::RNR_RETRY_EXC_ERR),
+            (0x22, wc_status::REM_ABORT_ERR),
+            (0x03, wc_status::GENERAL_ERR),
+            (0xff, wc_status::GENERAL_ERR),
+        ];
+        f.sq.wrid[3].store(33, Ordering::Relaxed);
+        f.sq.wqe_head[3].store(10, Ordering::Relaxed);
+        for i in 0..4 {
+            f.rq.wrid[i].store(44, Ordering::Relaxed);
+        }
+        for (syn, status) in table {
+            let mut c = cqe(cqe_op::REQ_ERR, wqe_op::SEND, 3, false);
+            c[54] = 0x42;
+            c[55] = syn;
+            let w = parse(&c, &e).unwrap();
+            assert_eq!(
+                (w.wr_id, w.status, w.vendor_err, w.qp_num),
+                (33, status, 0x42, QPN)
+            );
+            assert_eq!((w.opcode, w.byte_len, w.wc_flags), (0, 0, 0));
+            assert_eq!(f.sq.tail.load(Ordering::Acquire), 11);
+            c[63] = cqe_op::RESP_ERR << 4;
+            let w = parse(&c, &e).unwrap();
+            assert_eq!((w.wr_id, w.status, w.vendor_err), (44, status, 0x42));
+        }
+        // Resize / unknown CQEs report nothing.
+        assert!(parse(&cqe(5, 0, 0, false), &e).is_none());
+    }
+
+    #[test]
+    fn owner_bit_and_wrap() {
+        let mut f = fixture(2);
+        for i in 0..8 {
+            f.sq.wrid[i].store(i as u64, Ordering::Relaxed);
+        }
+        let mut wc = [Wc::default(); 4];
+        // Fresh ring: nothing; SET_CI written anyway.
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        // Lap 0: owner 0.
+        put(&f.cq, 0, &cqe(cqe_op::REQ, wqe_op::SEND, 0, false));
+        put(&f.cq, 1, &cqe(cqe_op::REQ, wqe_op::SEND, 1, false));
+        assert_eq!(f.cq.poll(&mut wc[..1]), 1);
+        assert_eq!(wc[0].wr_id, 0);
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        assert_eq!(wc[0].wr_id, 1);
+        assert_eq!(f.cq.mem.db.word(0).load(Ordering::Acquire), 2u32.to_be());
+        // Entry 0 still holds the lap-0 CQE: with owner 0 it is stale now.
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        // Lap 1: owner 1.
+        put(&f.cq, 2, &cqe(cqe_op::REQ, wqe_op::SEND, 2, true));
+        put(&f.cq, 3, &cqe(cqe_op::REQ, wqe_op::SEND, 3, false)); // wrong owner
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        assert_eq!(wc[0].wr_id, 2);
+        assert_eq!(f.cq.cons_index, 3);
+        assert_eq!(f.cq.cqe(), 1);
+    }
+
+    #[test]
+    fn unknown_and_new_qps() {
+        let mut f = fixture(8);
+        let mut wc = [Wc::default(); 4];
+        // A CQE of an index nobody registered: consumed, not reported.
+        let mut c = cqe(cqe_op::REQ, wqe_op::SEND, 0, false);
+        c[32..36].copy_from_slice(&99u32.to_be_bytes());
+        put(&f.cq, 0, &c);
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        assert_eq!(f.cq.cons_index, 1);
+        // A QP registered after the CQ's snapshot is found on refresh.
+        let sq2 = Arc::new(SqShared::new(2));
+        sq2.wrid[1].store(4242, Ordering::Relaxed);
+        f.uctx.register_qp(
+            99,
+            Arc::new(QpEntry::with_queues(5, Some(Arc::clone(&sq2)), None, None)),
+        );
+        let mut c = cqe(cqe_op::REQ, wqe_op::SEND, 1, false);
+        c[32..36].copy_from_slice(&99u32.to_be_bytes());
+        put(&f.cq, 1, &c);
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, wc[0].qp_num), (4242, 5));
+        // After unregistering, its CQEs vanish.
+        f.uctx.unregister_qp(99);
+        put(&f.cq, 2, &c);
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        assert_eq!(f.cq.cons_index, 3);
+    }
+
+    #[test]
+    fn arm_writes_doorbell_record() {
+        let mut f = fixture(4);
+        put(&f.cq, 0, &cqe(cqe_op::REQ, wqe_op::SEND, 0, false));
+        let mut wc = [Wc::default(); 1];
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        f.cq.arm(false);
+        let w1 = u32::from_be(f.cq.mem.db.word(1).load(Ordering::Acquire));
+        assert_eq!(w1, 1 << 28 | 1);
+        f.cq.arm(true);
+        let w2 = u32::from_be(f.cq.mem.db.word(1).load(Ordering::Acquire));
+        assert_eq!(w2, 2 << 28 | ARM_SOLICITED | 1);
+        for _ in 0..2 {
+            f.cq.arm(false);
+        }
+        let w4 = u32::from_be(f.cq.mem.db.word(1).load(Ordering::Acquire));
+        assert_eq!(w4, 1);
+    }
+
+    #[test]
+    fn resize_moves_unpolled_cqes() {
+        let mut f = fixture(4);
+        for i in 0..8 {
+            f.sq.wrid[i].store(100 + i as u64, Ordering::Relaxed);
+        }
+        for n in 0..3u32 {
+            put(&f.cq, n, &cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false));
+        }
+        put(&f.cq, 3, &cqe(cqe_op::RESIZE, 0, 0, false));
+        let mut wc = [Wc::default(); 4];
+        assert_eq!(f.cq.poll(&mut wc[..1]), 1);
+        let old = f.cq.base;
+        f.cq.switch_ring(new_ring(8).unwrap(), 8);
+        assert_ne!(f.cq.base, old);
+        assert_eq!((f.cq.cons_index, f.cq.cqe()), (2, 7));
+        // The device continues at counter 4 of the new ring.
+        put(&f.cq, 4, &cqe(cqe_op::REQ, wqe_op::SEND, 5, false));
+        assert_eq!(f.cq.poll(&mut wc), 3);
+        assert_eq!(
+            wc[..3].iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            [101, 102, 105]
+        );
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        assert_eq!(f.cq.mem.rings.lock().unwrap().len(), 2);
+
+        // Shrinking across a lap: counters 8 (owner 1 in 8 entries) and
+        // the RESIZE CQE at 9.
+        for n in 5..8u32 {
+            put(&f.cq, n, &cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false));
+        }
+        put(&f.cq, 8, &cqe(cqe_op::REQ, wqe_op::SEND, 0, true));
+        put(&f.cq, 9, &cqe(cqe_op::RESIZE, 0, 0, true));
+        assert_eq!(f.cq.poll(&mut wc[..3]), 3); // counters 5..7
+        f.cq.switch_ring(new_ring(2).unwrap(), 2);
+        assert_eq!(f.cq.cons_index, 9);
+        assert_eq!(f.cq.mem.rings.lock().unwrap().len(), 2);
+        // Counter 8 moved to counter 9: slot 1, owner (9 & 2 != 0) = 0.
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        assert_eq!(wc[0].wr_id, 100);
+        put(&f.cq, 10, &cqe(cqe_op::REQ, wqe_op::SEND, 1, true));
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, f.cq.cons_index), (101, 11));
+    }
+
+    #[test]
+    fn fresh_ring_is_invalid() {
+        let f = fixture(4);
+        for i in 0..4 {
+            // SAFETY: inside the ring.
+            assert_eq!(unsafe { *f.cq.base.add(i * 64 + 63) }, 0xF0);
+        }
     }
 }

@@ -2,19 +2,88 @@
 //! send WQE building and doorbells (BlueFlame for small single WQEs), and
 //! receive WQEs.
 //!
-//! SKELETON (issue 5 part 2): signatures are fixed; bodies are filled in.
+//! One page-aligned buffer holds both rings, the receive ring first; an
+//! 8-byte doorbell record holds the receive counter (word 0) and the send
+//! counter (word 1). A send WQE is a control segment followed by the
+//! segments its opcode and transport need, built in 64-byte basic blocks
+//! (BBs) that wrap at the end of the ring at segment granularity; a
+//! receive WQE is a list of 16-byte scatter entries. Posting writes the
+//! WQEs, publishes the counter in the doorbell record (release), then, for
+//! sends, writes the UAR doorbell register (or a BlueFlame copy of a lone
+//! small WQE). The layouts and every value follow libmlx5 byte for byte
+//! (see `tests/mlx5-emu/notes/objects-and-datapath.md`).
 
+mod geom;
+#[cfg(test)]
+mod tests;
+
+use std::io::IoSlice;
 use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use uverbs_abi::qp::{CreateQp, CreateQpResp};
-use uverbs_abi::wr::{RecvWr, SendWr};
+use uverbs_abi::cmd::{nr, write_cmd};
+use uverbs_abi::mlx5;
+use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
+use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 use uverbs_abi::Errno;
+use zerocopy::{FromZeros, IntoBytes};
 
+use crate::buf::{Buf, DbRec};
 use crate::cq::Cq;
 use crate::srq::Srq;
 use crate::uctx::Uctx;
+use crate::wq::{QpEntry, RqShared, SqShared};
 use crate::PostError;
+
+use geom::SEND_WQE_BB;
+
+/// Largest message IB allows (2^31 bytes).
+const MAX_MSG: u64 = 1 << 31;
+
+/// Largest IB MTU: the UD message bound until [`SendQueue::set_ud_mtu`]
+/// gives the port's.
+const MAX_MTU: u32 = 4096;
+
+/// Send WQE opcodes (`MLX5_OPCODE_*`).
+mod opcode {
+    pub const RDMA_WRITE: u8 = 0x08;
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    pub const SEND: u8 = 0x0a;
+    pub const SEND_IMM: u8 = 0x0b;
+    pub const RDMA_READ: u8 = 0x10;
+    pub const ATOMIC_CS: u8 = 0x11;
+    pub const ATOMIC_FA: u8 = 0x12;
+}
+
+/// `fm_ce_se` bits of the control segment.
+mod ctrl_flags {
+    /// `MLX5_WQE_CTRL_FENCE`: fence mode 4 (wait for earlier READs and atomics).
+    pub const FENCE: u8 = 0x80;
+    /// `MLX5_WQE_CTRL_CQ_UPDATE`: always generate a CQE.
+    pub const CQ_UPDATE: u8 = 0x08;
+    /// `MLX5_WQE_CTRL_SOLICITED`: solicited event at the receiver.
+    pub const SOLICITED: u8 = 0x02;
+}
+
+/// `MLX5_INLINE_SEG`: marks a data segment's byte count as an inline header.
+const INLINE_SEG: u32 = 0x8000_0000;
+
+/// `MLX5_EXTENDED_UD_AV`: set in a datagram segment's destination QP.
+const EXTENDED_UD_AV: u32 = 0x8000_0000;
+
+/// `MLX5_INVALID_LKEY`: ends a receive WQE's scatter list early.
+const INVALID_LKEY: u32 = 0x100;
+
+/// Size of the control segment and of every 16-byte segment (raddr,
+/// atomic, data) in a send WQE.
+const SEG: usize = 16;
+
+/// Size of the datagram segment (the address vector).
+const AV: usize = 48;
+
+/// The user index CREATE_QP carries with CQE version 0 ("none").
+const UIDX_NONE: u32 = 0xFF_FFFF;
 
 /// What CREATE_QP returned and the queues built for it. The caller must
 /// destroy `resp.qp_handle` if it cannot use them.
@@ -34,6 +103,9 @@ pub struct Created {
 /// way the device needs them), allocates the buffer and doorbell record,
 /// issues CREATE_QP with the driver data and registers the QP with the
 /// context's table so `send_cq` and `recv_cq` can resolve its CQEs.
+///
+/// If anything fails after the kernel created the QP, the QP is destroyed
+/// here before the error is returned: on `Err` there is nothing to clean.
 pub fn create(
     fd: BorrowedFd<'_>,
     uctx: &Arc<Uctx>,
@@ -42,15 +114,269 @@ pub fn create(
     recv_cq: &Cq,
     srq: Option<&Srq>,
 ) -> Result<Created, Errno> {
-    let _ = (fd, uctx, cmd, send_cq, recv_cq, srq);
-    Err(Errno::ENOSYS)
+    // The CQs find the QP through the context's table (by user index), so
+    // nothing of theirs is needed here.
+    let _ = (send_cq, recv_cq);
+    if (cmd.is_srq != 0) != srq.is_some() {
+        return Err(Errno::EINVAL);
+    }
+    let req = geom::Request {
+        qp_type: cmd.qp_type,
+        max_send_wr: cmd.max_send_wr,
+        max_send_sge: cmd.max_send_sge,
+        max_inline_data: cmd.max_inline_data,
+        max_recv_wr: cmd.max_recv_wr,
+        max_recv_sge: cmd.max_recv_sge,
+        srq: srq.is_some(),
+    };
+    let g = geom::geometry(&uctx.limits(), &req)?;
+    // At least one page, so a QP with neither ring still hands the kernel
+    // a valid buffer.
+    let buf = Buf::new(g.total())?;
+    let db = uctx.alloc_dbrec()?;
+    db.word(0).store(0, Ordering::Relaxed);
+    db.word(1).store(0, Ordering::Relaxed);
+    // The table key. The kernel is told it only with CQE version 1; with
+    // version 0 it wants the invalid index and CQEs name the QP by number.
+    let uidx = uctx.alloc_uidx()?;
+    let drv_uidx = if uctx.cqe_version() == 1 {
+        uidx
+    } else {
+        UIDX_NONE
+    };
+    let reg = Registration {
+        uctx: Arc::clone(uctx),
+        uidx,
+    };
+
+    let mut core = *cmd;
+    if let Some(inline) = g.max_inline_data {
+        core.max_inline_data = inline;
+    }
+    let drv = mlx5::CreateQp {
+        buf_addr: buf.addr(),
+        db_addr: db.addr(),
+        sq_wqe_count: g.sq_wqe_cnt,
+        rq_wqe_count: g.rq_wqe_cnt,
+        rq_wqe_shift: g.rq_wqe_shift,
+        // No scatter-to-CQE (our CQ does not parse it), no signatures.
+        flags: 0,
+        uidx: drv_uidx,
+        bfreg_index: 0,
+        sq_buf_addr: 0,
+        ece_options: 0,
+        dci_log_num_concurent: 0,
+        dci_log_num_errored: 0,
+        reserved: 0,
+    };
+    let mut drv_resp = mlx5::CreateQpResp::new_zeroed();
+    // On error `reg` drops here and frees the user index.
+    let mut resp: CreateQpResp = write_cmd(
+        fd,
+        nr::CREATE_QP,
+        &core,
+        drv.as_bytes(),
+        drv_resp.as_mut_bytes(),
+    )?;
+    let destroy = |e: Errno| {
+        destroy_qp(fd, resp.qp_handle);
+        e
+    };
+    let bf = uctx.bfreg(drv_resp.bfreg_index).map_err(destroy)?;
+
+    let sq_shared = Arc::new(SqShared::new(g.sq_wqe_cnt));
+    let rq_shared = Arc::new(RqShared::new(g.rq_wqe_cnt));
+    // An absent ring has empty bookkeeping, which completes nothing.
+    let entry = QpEntry::new(
+        resp.qpn,
+        Arc::clone(&sq_shared),
+        Arc::clone(&rq_shared),
+        srq.map(|s| s.shared()),
+    );
+    uctx.register_qp(uidx, Arc::new(entry));
+
+    let mem = Arc::new(Backing::Device { buf, db });
+    let base = mem.base();
+    let rq = (g.rq_wqe_cnt != 0).then(|| {
+        RecvQueue::new(
+            Arc::clone(&mem),
+            base,
+            mem.db_word(0),
+            &g,
+            Arc::clone(&rq_shared),
+        )
+    });
+    // SAFETY: the SQ starts `sq_offset` bytes into the buffer, which is
+    // at least `total()` bytes long.
+    let sq_start = unsafe { base.add(g.sq_offset()) };
+    let sq = SendQueue::new(SqInit {
+        mem: Arc::clone(&mem),
+        reg: Some(reg),
+        start: sq_start,
+        db: mem.db_word(1),
+        geometry: g,
+        shared: sq_shared,
+        qpn: resp.qpn,
+        qp_type: cmd.qp_type,
+        sig_all: cmd.sq_sig_all != 0,
+        bf: BlueFlame {
+            reg: bf.reg,
+            buf_size: bf.buf_size,
+            dedicated: bf.dedicated,
+        },
+    });
+
+    resp.max_send_wr = g.sq_max_post;
+    if let Some(inline) = g.max_inline_data {
+        resp.max_inline_data = inline;
+    }
+    resp.max_recv_wr = g.rq_wqe_cnt;
+    resp.max_recv_sge = g.rq_max_gs;
+    Ok(Created { resp, sq, rq })
+}
+
+/// Destroys the kernel QP `handle` after a failure that follows its
+/// creation (best effort: the error being reported is the first one).
+fn destroy_qp(fd: BorrowedFd<'_>, handle: u32) {
+    let cmd = DestroyQp {
+        response: 0,
+        qp_handle: handle,
+        reserved: 0,
+    };
+    let _ = write_cmd::<_, DestroyQpResp>(fd, nr::DESTROY_QP, &cmd, &[], &mut []);
+}
+
+/// The QP's slot in the context's user-index table; dropping it frees
+/// the slot (after the kernel QP is gone: the verbs layer destroys it
+/// before the queues drop).
+#[derive(Debug)]
+struct Registration {
+    uctx: Arc<Uctx>,
+    uidx: u32,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.uctx.unregister_qp(self.uidx);
+    }
+}
+
+/// The memory the device reads and writes for one QP, shared by its two
+/// queues and kept alive until both have dropped.
+#[derive(Debug)]
+enum Backing {
+    /// The buffer and doorbell record handed to the kernel.
+    Device {
+        /// Receive ring, then send ring.
+        buf: Buf,
+        /// Word 0: receive counter; word 1: send counter.
+        db: DbRec,
+    },
+    /// Plain memory standing in for the device's, for unit tests.
+    #[cfg(test)]
+    Test(tests::TestMem),
+}
+
+impl Backing {
+    /// Start of the buffer.
+    fn base(&self) -> *mut u8 {
+        match self {
+            Backing::Device { buf, .. } => buf.as_ptr(),
+            #[cfg(test)]
+            Backing::Test(m) => m.ring.as_ptr(),
+        }
+    }
+
+    /// Doorbell word `i` (0 = receive, 1 = send).
+    fn db_word(&self, i: usize) -> *const AtomicU32 {
+        match self {
+            Backing::Device { db, .. } => db.word(i),
+            #[cfg(test)]
+            Backing::Test(m) => &m.db[i],
+        }
+    }
+}
+
+/// Where a send queue rings: its doorbell/BlueFlame register.
+#[derive(Debug, Clone, Copy)]
+struct BlueFlame {
+    /// The register (in a mapped UAR page).
+    reg: *mut u8,
+    /// Bytes of each BlueFlame half; 0 = never BlueFlame.
+    buf_size: u32,
+    /// Whether only this QP uses the register (BlueFlame and the
+    /// half toggle need it: shared registers take single 8-byte
+    /// doorbells at offset 0).
+    dedicated: bool,
+}
+
+/// Everything [`SendQueue::new`] needs.
+struct SqInit {
+    mem: Arc<Backing>,
+    reg: Option<Registration>,
+    start: *mut u8,
+    db: *const AtomicU32,
+    geometry: geom::Geometry,
+    shared: Arc<SqShared>,
+    qpn: u32,
+    qp_type: u8,
+    sig_all: bool,
+    bf: BlueFlame,
 }
 
 /// A QP's send queue.
 #[derive(Debug)]
 pub struct SendQueue {
-    _private: (),
+    /// First BB of the ring.
+    start: *mut u8,
+    /// One past the last BB: segments starting here wrap to `start`.
+    qend: *mut u8,
+    /// Ring size in BBs (a power of two; 0 = no send queue).
+    wqe_cnt: u32,
+    /// The send word of the doorbell record (BE counter of BBs).
+    db: *const AtomicU32,
+    /// Producer counter of BBs (`sq.cur_post`).
+    cur_post: u32,
+    /// Producer counter of work requests (`sq.head`).
+    head: u32,
+    /// Last seen consumer counter of work requests (the CQ's `tail`).
+    tail: u32,
+    /// Work requests the ring holds.
+    max_post: u32,
+    /// Gather entries per send.
+    max_gs: u32,
+    /// Inline bytes per send.
+    max_inline: u32,
+    /// QP number (in every control segment).
+    qpn: u32,
+    /// `IB_QPT_*`.
+    qp_type: u8,
+    /// `CQ_UPDATE` when the QP signals every send.
+    sig_bits: u8,
+    /// Whether sends may be posted (RTS or later).
+    enabled: bool,
+    /// Largest UD message.
+    ud_mtu: u32,
+    /// The doorbell register.
+    bf: BlueFlame,
+    /// Which BlueFlame half the next doorbell uses (dedicated registers).
+    bf_offset: u32,
+    /// `wr_id`s and retirement, shared with the CQ.
+    shared: Arc<SqShared>,
+    /// Frees the user index on drop (before `mem`).
+    _reg: Option<Registration>,
+    /// Keeps the ring and doorbell record alive.
+    _mem: Arc<Backing>,
 }
+
+// SAFETY: the raw pointers point into `_mem` (buffer and doorbell record,
+// owned through the Arc and freed only when both queues are gone) and into
+// a UAR page the context maps for its whole life (`_reg` holds the
+// context). Everything that writes through them takes `&mut self`; the
+// `&self` methods only load atomics.
+unsafe impl Send for SendQueue {}
+// SAFETY: as above: shared references only read atomics.
+unsafe impl Sync for SendQueue {}
 
 /// The QP states the queues care about (the caller tells them after each
 /// successful MODIFY_QP).
@@ -64,63 +390,593 @@ pub enum State {
     Rts,
 }
 
+/// A send request's data part, checked.
+#[derive(Clone, Copy)]
+enum Data<'a> {
+    /// Data segments for these SGEs (zero-length ones are skipped); for
+    /// atomics each segment's byte count is 8.
+    Sges(&'a [Sge]),
+    /// Inline payload of this many bytes.
+    Inline(&'a [IoSlice<'a>], u32),
+}
+
 impl SendQueue {
+    fn new(init: SqInit) -> Self {
+        let g = init.geometry;
+        // SAFETY: the ring is `sq_bytes` long from `start` (the caller
+        // allocated it so); this is its one-past-the-end pointer.
+        let qend = unsafe { init.start.add(g.sq_bytes()) };
+        SendQueue {
+            start: init.start,
+            qend,
+            wqe_cnt: g.sq_wqe_cnt,
+            db: init.db,
+            cur_post: 0,
+            head: 0,
+            tail: 0,
+            max_post: g.sq_max_post,
+            max_gs: g.sq_max_gs,
+            max_inline: g.max_inline_data.unwrap_or(0),
+            qpn: init.qpn,
+            qp_type: init.qp_type,
+            sig_bits: if init.sig_all {
+                ctrl_flags::CQ_UPDATE
+            } else {
+                0
+            },
+            enabled: false,
+            ud_mtu: MAX_MTU,
+            bf: init.bf,
+            bf_offset: 0,
+            shared: init.shared,
+            _reg: init.reg,
+            _mem: init.mem,
+        }
+    }
+
     /// Posts the chain `wrs`: WQEs built in the ring, one doorbell for the
     /// chain. On error the WRs before the failing index are posted.
     #[inline]
     pub fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
-        let _ = wrs;
-        Err((0, PostError::InvalidState))
+        if !self.enabled {
+            return Err((0, PostError::InvalidState));
+        }
+        let mut nreq: u32 = 0;
+        // The last WQE built: its control segment and size in 16-byte
+        // units, for the doorbell.
+        let mut last: (*const u8, u32) = (std::ptr::null(), 0);
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if self.full(nreq) {
+                result = Err((i, PostError::QueueFull));
+                break;
+            }
+            let data = match self.check(wr) {
+                Ok(d) => d,
+                Err(e) => {
+                    result = Err((i, e));
+                    break;
+                }
+            };
+            last = self.write_wqe(wr, data, nreq);
+            nreq += 1;
+        }
+        if nreq != 0 {
+            self.ring(nreq, last.0, last.1);
+        }
+        result
+    }
+
+    /// Whether posting one more request (after `nreq` of this chain)
+    /// would overflow the ring: `max_post` work requests may be
+    /// outstanding. The consumer counter is re-read only when the cached
+    /// one says full.
+    #[inline(always)]
+    fn full(&mut self, nreq: u32) -> bool {
+        let used = |tail: u32| self.head.wrapping_sub(tail).wrapping_add(nreq);
+        if used(self.tail) < self.max_post {
+            return false;
+        }
+        // Acquire: the CQ retired the WQEs before it published `tail`.
+        self.tail = self.shared.tail.load(Ordering::Acquire);
+        used(self.tail) >= self.max_post
+    }
+
+    /// Every check a send request must pass before a byte of it is
+    /// written; returns its data part.
+    #[inline(always)]
+    fn check<'a>(&self, wr: &SendWr<'a>) -> Result<Data<'a>, PostError> {
+        let (data, length) = match wr.payload {
+            Payload::Sge(sges) => {
+                if sges.len() > self.max_gs as usize {
+                    return Err(PostError::TooManySge {
+                        given: sges.len(),
+                        max: self.max_gs,
+                    });
+                }
+                let length = match sges {
+                    [one] => one.length as u64,
+                    _ => sges.iter().map(|s| s.length as u64).sum::<u64>(),
+                };
+                (Data::Sges(sges), length)
+            }
+            Payload::Inline(bufs) => {
+                let len: usize = bufs.iter().map(|b| b.len()).sum();
+                if len > self.max_inline as usize {
+                    return Err(PostError::InlineTooLarge {
+                        len,
+                        max: self.max_inline,
+                    });
+                }
+                if !matches!(
+                    wr.opcode,
+                    WrOpcode::Send
+                        | WrOpcode::SendWithImm
+                        | WrOpcode::RdmaWrite
+                        | WrOpcode::RdmaWriteWithImm
+                ) {
+                    return Err(PostError::InvalidOpcode);
+                }
+                // `len <= max_inline`, which is below 2^32.
+                (Data::Inline(bufs, len as u32), len as u64)
+            }
+        };
+        if length > MAX_MSG {
+            return Err(PostError::MessageTooLong);
+        }
+        check_op(self.qp_type, self.ud_mtu, wr, length)?;
+        Ok(data)
+    }
+
+    /// Builds the WQE of `wr` (checked, the `nreq`-th of its chain) at
+    /// `cur_post`, records its `wr_id` and advances `cur_post`. Returns
+    /// the control segment and the WQE's size in 16-byte units.
+    #[inline(always)]
+    fn write_wqe(&mut self, wr: &SendWr<'_>, data: Data<'_>, nreq: u32) -> (*const u8, u32) {
+        let idx = self.cur_post & (self.wqe_cnt - 1);
+        // SAFETY: `idx` is below `wqe_cnt`, so the BB is inside the ring.
+        let ctrl = unsafe { self.start.add(idx as usize * SEND_WQE_BB as usize) };
+        let mut ds: u32 = 1;
+        // SAFETY: the WQE's BBs are free (`full` allowed at most
+        // `max_post` outstanding requests, and each takes at most
+        // `wqe_size` bytes, so in-flight WQEs never exceed the ring) and
+        // the device reads them only after the doorbell record says so.
+        // Every segment is written inside the ring: `seg` starts 16 bytes
+        // into a BB and `wrap` brings it back to `start` at `qend`; the
+        // checks bound the WQE to `wqe_size` bytes, within the ring.
+        // Segments are 16-byte aligned in a page-aligned buffer.
+        unsafe {
+            let mut seg = ctrl.add(SEG);
+            let op = match wr.opcode {
+                WrOpcode::Send => opcode::SEND,
+                WrOpcode::SendWithImm => opcode::SEND_IMM,
+                WrOpcode::RdmaWrite => opcode::RDMA_WRITE,
+                WrOpcode::RdmaWriteWithImm => opcode::RDMA_WRITE_IMM,
+                WrOpcode::RdmaRead => opcode::RDMA_READ,
+                WrOpcode::AtomicCmpAndSwp => opcode::ATOMIC_CS,
+                WrOpcode::AtomicFetchAndAdd => opcode::ATOMIC_FA,
+                // Refused by `check_op`.
+                WrOpcode::LocalInv | WrOpcode::SendWithInv => 0,
+            };
+            match self.qp_type {
+                qp_type::UD => {
+                    // `check_op` made sure there is an AV.
+                    if let Some(d) = wr.ud {
+                        if let Some(av) = d.av {
+                            std::ptr::copy_nonoverlapping(av.as_ptr(), seg, AV);
+                        }
+                        put32(seg, d.remote_qkey);
+                        put32(seg.add(8), d.remote_qpn | EXTENDED_UD_AV);
+                    }
+                    seg = self.wrap(seg.add(AV));
+                    ds += (AV / SEG) as u32;
+                }
+                _ => {
+                    // RC: RDMA and atomics; UC: writes (`check_op`
+                    // refused the rest).
+                    if wr.opcode.is_rdma() || wr.opcode.is_atomic() {
+                        put64(seg, wr.remote_addr);
+                        put32(seg.add(8), wr.rkey);
+                        put32(seg.add(12), 0);
+                        seg = seg.add(SEG);
+                        ds += 1;
+                    }
+                    if wr.opcode.is_atomic() {
+                        if wr.opcode == WrOpcode::AtomicCmpAndSwp {
+                            put64(seg, wr.swap);
+                            put64(seg.add(8), wr.compare_add);
+                        } else {
+                            put64(seg, wr.compare_add);
+                            put64(seg.add(8), 0);
+                        }
+                        seg = seg.add(SEG);
+                        ds += 1;
+                    }
+                }
+            }
+            match data {
+                Data::Sges(sges) => {
+                    let atomic = wr.opcode.is_atomic();
+                    for s in sges {
+                        if s.length == 0 {
+                            continue;
+                        }
+                        seg = self.wrap(seg);
+                        put32(seg, if atomic { 8 } else { s.length });
+                        put32(seg.add(4), s.lkey);
+                        put64(seg.add(8), s.addr);
+                        seg = seg.add(SEG);
+                        ds += 1;
+                    }
+                }
+                Data::Inline(_, 0) => {}
+                Data::Inline(bufs, len) => {
+                    seg = self.wrap(seg);
+                    put32(seg, len | INLINE_SEG);
+                    self.copy_inline(seg.add(4), bufs);
+                    ds += (4 + len).div_ceil(SEG as u32);
+                }
+            }
+            let imm = if wr.opcode.has_imm() { wr.imm_data } else { 0 };
+            let mut flags = self.sig_bits;
+            if wr.send_flags.contains(SendFlags::SIGNALED) {
+                flags |= ctrl_flags::CQ_UPDATE;
+            }
+            if wr.send_flags.contains(SendFlags::SOLICITED) {
+                flags |= ctrl_flags::SOLICITED;
+            }
+            if wr.send_flags.contains(SendFlags::FENCE) {
+                flags |= ctrl_flags::FENCE;
+            }
+            put32(ctrl, (self.cur_post & 0xffff) << 8 | op as u32);
+            put32(ctrl.add(4), self.qpn << 8 | ds);
+            // Signature, stream id (bytes 8..11) zero, then fm_ce_se.
+            ctrl.add(8).cast::<[u8; 4]>().write([0, 0, 0, flags]);
+            put32(ctrl.add(12), imm);
+        }
+        let slot = idx as usize;
+        self.shared.wrid[slot].store(wr.wr_id, Ordering::Relaxed);
+        self.shared.wqe_head[slot].store(self.head.wrapping_add(nreq), Ordering::Relaxed);
+        self.cur_post = self
+            .cur_post
+            .wrapping_add(ds.div_ceil(SEND_WQE_BB / SEG as u32));
+        (ctrl, ds)
+    }
+
+    /// `seg`, or the ring's start if `seg` is its end.
+    #[inline(always)]
+    fn wrap(&self, seg: *mut u8) -> *mut u8 {
+        if seg == self.qend {
+            self.start
+        } else {
+            seg
+        }
+    }
+
+    /// Copies inline payload `bufs` to `dst`, continuing at the ring's
+    /// start where it reaches the end (byte-exact split).
+    ///
+    /// # Safety
+    /// `dst` is inside the ring (or at its end) and the ring has room for
+    /// the payload from there, wrapping once.
+    #[inline(always)]
+    unsafe fn copy_inline(&self, mut dst: *mut u8, bufs: &[IoSlice<'_>]) {
+        for b in bufs {
+            let mut src = b.as_ptr();
+            let mut len = b.len();
+            // SAFETY: `dst` and `qend` are in (or one past)
+            // the ring; the caller guarantees room; `src` is a live
+            // borrowed slice that does not overlap the ring (it is a
+            // shared borrow while we own the ring's memory mutably).
+            unsafe {
+                let room = self.qend.offset_from(dst) as usize;
+                if len > room {
+                    std::ptr::copy_nonoverlapping(src, dst, room);
+                    src = src.add(room);
+                    len -= room;
+                    dst = self.start;
+                }
+                std::ptr::copy_nonoverlapping(src, dst, len);
+                dst = dst.add(len);
+            }
+        }
+    }
+
+    /// Publishes `nreq` new requests: the doorbell record, then the UAR
+    /// register. `ctrl` and `ds` are the last WQE's (BlueFlame copies it
+    /// when it is the only one and small enough).
+    #[inline(always)]
+    fn ring(&mut self, nreq: u32, ctrl: *const u8, ds: u32) {
+        self.head = self.head.wrapping_add(nreq);
+        // SAFETY: `db` is this QP's doorbell send word, alive with `_mem`.
+        let db = unsafe { &*self.db };
+        // Release: the WQEs are written before the device can see the
+        // counter that covers them.
+        db.store((self.cur_post & 0xffff).to_be(), Ordering::Release);
+        // The doorbell record reaches memory before the UAR write.
+        wc_fence();
+        let bf = self.bf;
+        // SAFETY: `reg + bf_offset` is this QP's register (offset 0, or
+        // the second half of a dedicated BlueFlame register, which is
+        // `buf_size` bytes into it), in a UAR page mapped for the
+        // context's life. BlueFlame copies at most `buf_size` bytes. The
+        // source BBs are the WQE just built, inside the ring (wrapping at
+        // `qend`), initialised memory (the buffer starts zeroed).
+        unsafe {
+            let mut dst = bf.reg.add(self.bf_offset as usize).cast::<u64>();
+            if nreq == 1 && bf.dedicated && bf.buf_size != 0 && ds > 1 && ds * 16 <= bf.buf_size {
+                let mut src = ctrl.cast::<u64>();
+                let mut left = (ds * 16).next_multiple_of(SEND_WQE_BB);
+                loop {
+                    for i in 0..8 {
+                        dst.add(i).write_volatile(src.add(i).read());
+                    }
+                    left -= SEND_WQE_BB;
+                    dst = dst.add(8);
+                    src = src.add(8);
+                    if src.cast::<u8>() == self.qend.cast_const() {
+                        src = self.start.cast_const().cast();
+                    }
+                    if left == 0 {
+                        break;
+                    }
+                }
+            } else {
+                dst.write_volatile(ctrl.cast::<u64>().read());
+            }
+        }
+        // Flush the write-combining buffer before another doorbell.
+        wc_fence();
+        if bf.dedicated {
+            self.bf_offset ^= bf.buf_size;
+        }
     }
 
     /// Follows the QP's state (after MODIFY_QP succeeded).
     pub fn set_state(&mut self, state: State) {
-        let _ = state;
+        match state {
+            State::Reset => {
+                self.enabled = false;
+                self.cur_post = 0;
+                self.head = 0;
+                self.tail = 0;
+                self.shared.tail.store(0, Ordering::Release);
+                // SAFETY: our doorbell send word, alive with `_mem`.
+                unsafe { &*self.db }.store(0, Ordering::Release);
+            }
+            State::Init => {}
+            State::Rts => self.enabled = true,
+        }
     }
 
     /// Sets the largest UD message (the port's active MTU).
     pub fn set_ud_mtu(&mut self, mtu: u32) {
-        let _ = mtu;
+        self.ud_mtu = mtu;
     }
 
     /// Work requests the queue holds.
     pub fn capacity(&self) -> u32 {
-        0
+        self.max_post
     }
 
     /// Work requests posted and not yet retired by a polled completion.
     pub fn outstanding(&self) -> u32 {
-        0
+        self.head
+            .wrapping_sub(self.shared.tail.load(Ordering::Acquire))
     }
+}
+
+/// Orders stores to write-combining memory (the UAR) with other stores:
+/// `sfence` on x86-64, a full fence elsewhere.
+#[inline(always)]
+fn wc_fence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `sfence` only orders stores; it touches no memory, stack or
+    // flags. (Inline assembly rather than `_mm_sfence`, which is an
+    // `unsafe fn` on some toolchains and safe on others.)
+    unsafe {
+        std::arch::asm!("sfence", options(nostack, preserves_flags));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+/// Stores `v` big-endian at `p`.
+///
+/// # Safety
+/// `p` is valid for a 4-byte write and 4-byte aligned.
+#[inline(always)]
+unsafe fn put32(p: *mut u8, v: u32) {
+    // SAFETY: as the caller guarantees.
+    unsafe { p.cast::<u32>().write(v.to_be()) }
+}
+
+/// Stores `v` big-endian at `p`.
+///
+/// # Safety
+/// `p` is valid for an 8-byte write and 8-byte aligned.
+#[inline(always)]
+unsafe fn put64(p: *mut u8, v: u64) {
+    // SAFETY: as the caller guarantees.
+    unsafe { p.cast::<u64>().write(v.to_be()) }
+}
+
+/// The opcode, QP type and destination checks of a send request on a QP
+/// of type `qpt` (UD messages limited to `ud_mtu` bytes) whose payload
+/// checks passed (`length` bytes).
+fn check_op(qpt: u8, ud_mtu: u32, wr: &SendWr<'_>, length: u64) -> Result<(), PostError> {
+    if matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
+        return Err(PostError::InvalidateUnsupported);
+    }
+    if qpt != qp_type::RC && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic()) {
+        return Err(PostError::InvalidOpcode);
+    }
+    if qpt == qp_type::UD && wr.opcode.is_rdma() {
+        return Err(PostError::InvalidOpcode);
+    }
+    if wr.opcode.is_atomic() {
+        let one_sge = matches!(wr.payload, Payload::Sge([_]));
+        if length != 8 || wr.remote_addr % 8 != 0 || !one_sge {
+            return Err(PostError::BadAtomic);
+        }
+    }
+    if qpt == qp_type::UD {
+        if !matches!(wr.ud, Some(d) if d.av.is_some()) {
+            return Err(PostError::MissingAddress);
+        }
+        if length > ud_mtu as u64 {
+            return Err(PostError::UdTooLong {
+                len: length,
+                mtu: ud_mtu,
+            });
+        }
+    } else if wr.ud.is_some() {
+        return Err(PostError::UnexpectedAddress);
+    }
+    Ok(())
 }
 
 /// A QP's receive queue.
 #[derive(Debug)]
 pub struct RecvQueue {
-    _private: (),
+    /// First WQE of the ring.
+    start: *mut u8,
+    /// Ring size in WQEs (a power of two).
+    wqe_cnt: u32,
+    /// log2 of the WQE size.
+    wqe_shift: u32,
+    /// Scatter entries per WQE.
+    max_gs: u32,
+    /// The receive word of the doorbell record (BE counter of WQEs).
+    db: *const AtomicU32,
+    /// Producer counter of WQEs (`rq.head`).
+    head: u32,
+    /// Last seen consumer counter (the CQ's `tail`).
+    tail: u32,
+    /// Whether receives may be posted (INIT or later).
+    enabled: bool,
+    /// `wr_id`s and retirement, shared with the CQ.
+    shared: Arc<RqShared>,
+    /// Keeps the ring and doorbell record alive.
+    _mem: Arc<Backing>,
 }
 
+// SAFETY: as for `SendQueue`: the pointers point into `_mem`, written only
+// through `&mut self`; `&self` methods only load atomics.
+unsafe impl Send for RecvQueue {}
+// SAFETY: as above.
+unsafe impl Sync for RecvQueue {}
+
 impl RecvQueue {
+    fn new(
+        mem: Arc<Backing>,
+        start: *mut u8,
+        db: *const AtomicU32,
+        g: &geom::Geometry,
+        shared: Arc<RqShared>,
+    ) -> Self {
+        RecvQueue {
+            start,
+            wqe_cnt: g.rq_wqe_cnt,
+            wqe_shift: g.rq_wqe_shift,
+            max_gs: g.rq_max_gs,
+            db,
+            head: 0,
+            tail: 0,
+            enabled: false,
+            shared,
+            _mem: mem,
+        }
+    }
+
     /// Posts the chain `wrs` (WQEs, then the doorbell record; no UAR
     /// write). On error the WRs before the failing index are posted.
     #[inline]
     pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
-        let _ = wrs;
-        Err((0, PostError::InvalidState))
+        if !self.enabled {
+            return Err((0, PostError::InvalidState));
+        }
+        let mut nreq: u32 = 0;
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            let head = self.head.wrapping_add(nreq);
+            if head.wrapping_sub(self.tail) >= self.wqe_cnt {
+                // Acquire: the CQ consumed the WQEs before publishing `tail`.
+                self.tail = self.shared.tail.load(Ordering::Acquire);
+                if head.wrapping_sub(self.tail) >= self.wqe_cnt {
+                    result = Err((i, PostError::QueueFull));
+                    break;
+                }
+            }
+            if wr.sg_list.len() > self.max_gs as usize {
+                result = Err((
+                    i,
+                    PostError::TooManySge {
+                        given: wr.sg_list.len(),
+                        max: self.max_gs,
+                    },
+                ));
+                break;
+            }
+            let idx = head & (self.wqe_cnt - 1);
+            // SAFETY: `idx < wqe_cnt`, so the WQE (1 << wqe_shift bytes,
+            // room for `max_gs` 16-byte entries) is inside the ring; it is
+            // free (fewer than `wqe_cnt` outstanding) and 16-byte aligned.
+            // At most `max_gs` entries are written (checked above), the
+            // terminator only when fewer.
+            unsafe {
+                let mut seg = self.start.add((idx as usize) << self.wqe_shift);
+                let mut n = 0;
+                for s in wr.sg_list.iter().filter(|s| s.length != 0) {
+                    put32(seg, s.length);
+                    put32(seg.add(4), s.lkey);
+                    put64(seg.add(8), s.addr);
+                    seg = seg.add(SEG);
+                    n += 1;
+                }
+                if n < self.max_gs {
+                    put32(seg, 0);
+                    put32(seg.add(4), INVALID_LKEY);
+                    put64(seg.add(8), 0);
+                }
+            }
+            self.shared.wrid[idx as usize].store(wr.wr_id, Ordering::Relaxed);
+            nreq += 1;
+        }
+        if nreq != 0 {
+            self.head = self.head.wrapping_add(nreq);
+            // SAFETY: this QP's doorbell receive word, alive with `_mem`.
+            let db = unsafe { &*self.db };
+            // Release: the WQEs are written before the device can see
+            // the counter that covers them.
+            db.store((self.head & 0xffff).to_be(), Ordering::Release);
+        }
+        result
     }
 
     /// Follows the QP's state (after MODIFY_QP succeeded).
     pub fn set_state(&mut self, state: State) {
-        let _ = state;
+        match state {
+            State::Reset => {
+                self.enabled = false;
+                self.head = 0;
+                self.tail = 0;
+                self.shared.tail.store(0, Ordering::Release);
+                // SAFETY: our doorbell receive word, alive with `_mem`.
+                unsafe { &*self.db }.store(0, Ordering::Release);
+            }
+            State::Init | State::Rts => self.enabled = true,
+        }
     }
 
     /// Work requests the queue holds.
     pub fn capacity(&self) -> u32 {
-        0
+        self.wqe_cnt
     }
 
     /// Receives posted and not yet completed.
     pub fn outstanding(&self) -> u32 {
-        0
+        self.head
+            .wrapping_sub(self.shared.tail.load(Ordering::Acquire))
     }
 }

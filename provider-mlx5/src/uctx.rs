@@ -1,14 +1,36 @@
 //! The mlx5 user context: GET_CONTEXT with mlx5's driver data, the UAR
 //! pages mapped from the command fd (doorbell and BlueFlame registers),
 //! the doorbell-record allocator and the QP table CQs resolve CQEs with.
-//!
-//! SKELETON (issue 5 part 2): signatures are fixed; bodies are filled in.
 
-use std::os::fd::BorrowedFd;
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::{Arc, Mutex};
 
-use uverbs_abi::device::GetContextResp;
+use uverbs_abi::cmd::{nr, write_cmd};
+use uverbs_abi::device::{GetContext, GetContextResp};
+use uverbs_abi::mlx5::{self, AllocUcontextReqV2, AllocUcontextResp};
 use uverbs_abi::Errno;
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::buf::{page_size, DbPool, DbRec};
+use crate::wq::{QpEntry, Table};
+
+/// Bfregs asked for in the static UAR pages.
+const TOTAL_BFREGS: u32 = 16;
+/// Of those, dedicated ("low latency") ones.
+const LOW_LAT_BFREGS: u32 = 4;
+/// Bfregs per 4 KiB UAR (2 of which the kernel hands to QPs).
+const BFREGS_PER_UAR: u32 = 4;
+/// Bfregs per UAR the kernel hands out (the others are fast-path only).
+const NON_FP_BFREGS_PER_UAR: u32 = 2;
+/// Bytes per UAR.
+const UAR_SIZE: usize = 4096;
+/// Offset of the first BlueFlame register in a UAR.
+const BF_OFFSET: usize = 0x800;
+/// Offset of the CQ arm doorbell in a UAR (`MLX5_CQ_DOORBELL`).
+const CQ_DOORBELL: usize = 0x20;
+/// User indexes are 24 bits; this one means "none" to the kernel.
+const UIDX_INVALID: u32 = 0xFF_FFFF;
 
 /// What GET_CONTEXT returned: the core answer (async fd, completion
 /// vectors) and the provider's context. On error after the command
@@ -25,15 +47,77 @@ pub struct Opened {
 /// bfregs, CQE version 1, 4K UARs, no dynamic UARs: those need ioctl
 /// methods) and maps the static UAR pages.
 pub fn open(fd: BorrowedFd<'_>) -> Result<Opened, Errno> {
-    let _ = fd;
-    Err(Errno::ENOSYS)
+    let req = AllocUcontextReqV2 {
+        total_num_bfregs: TOTAL_BFREGS,
+        num_low_latency_bfregs: LOW_LAT_BFREGS,
+        flags: 0,
+        comp_mask: 0,
+        max_cqe_version: 1,
+        lib_caps: mlx5::MLX5_LIB_CAP_4K_UAR,
+        ..Default::default()
+    };
+    let mut drv = AllocUcontextResp::new_zeroed();
+    let resp: GetContextResp = write_cmd(
+        fd,
+        nr::GET_CONTEXT,
+        &GetContext { response: 0 },
+        req.as_bytes(),
+        drv.as_mut_bytes(),
+    )?;
+    match Uctx::from_resp(fd, &drv) {
+        Ok(uctx) => Ok(Opened {
+            resp,
+            uctx: Arc::new(uctx),
+        }),
+        Err(e) => {
+            // SAFETY: the kernel just opened this fd for us and nothing
+            // else knows it.
+            unsafe { libc::close(resp.async_fd as i32) };
+            Err(e)
+        }
+    }
+}
+
+/// One mapped UAR page.
+#[derive(Debug)]
+struct UarPage {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Drop for UarPage {
+    fn drop(&mut self) {
+        // SAFETY: we mapped this page and nothing uses it any more
+        // (everything holding a register pointer holds the context).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The user-index allocator's state.
+#[derive(Debug)]
+struct Uidx {
+    next: u32,
+    used: HashSet<u32>,
 }
 
 /// The provider context of an open mlx5 device. `Send + Sync`.
 #[derive(Debug)]
 pub struct Uctx {
-    _private: (),
+    limits: Limits,
+    tot_bfregs: u32,
+    low_lat_bfregs: u32,
+    uars_per_page: u32,
+    uars: Vec<UarPage>,
+    dbrecs: Arc<DbPool>,
+    uidx: Mutex<Uidx>,
+    table: Table,
 }
+
+// SAFETY: the raw pointers are addresses of UAR pages mapped for the
+// context's whole life; the context itself only hands them out.
+unsafe impl Send for Uctx {}
+// SAFETY: as above; all mutable state is behind a Mutex or atomics.
+unsafe impl Sync for Uctx {}
 
 /// The limits GET_CONTEXT reported, which creation checks against.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,9 +138,331 @@ pub struct Limits {
     pub bf_reg_size: u32,
 }
 
+/// A QP's doorbell register: where its send doorbells (8-byte or
+/// BlueFlame copies) go.
+#[derive(Debug)]
+pub(crate) struct Bfreg {
+    /// UAR page base + 0x800 + k * bf_reg_size.
+    pub(crate) reg: *mut u8,
+    /// BlueFlame half size (bf_reg_size / 2); 0 = never BlueFlame.
+    pub(crate) buf_size: u32,
+    /// A low-latency register used by this QP only (BlueFlame with the
+    /// half toggle needs no lock).
+    pub(crate) dedicated: bool,
+    _uctx: Arc<Uctx>,
+}
+
+// SAFETY: `reg` points into a UAR page the context maps as long as the
+// Arc we hold keeps it alive.
+unsafe impl Send for Bfreg {}
+
 impl Uctx {
+    fn from_resp(fd: BorrowedFd<'_>, r: &AllocUcontextResp) -> Result<Uctx, Errno> {
+        if r.tot_bfregs == 0 || r.cache_line_size == 0 || r.cqe_version > 1 {
+            return Err(Errno::EPROTO);
+        }
+        let uars_per_page = r.num_uars_per_page.max(1);
+        let npages = r.tot_bfregs / (uars_per_page * NON_FP_BFREGS_PER_UAR);
+        if npages == 0 || npages > 256 {
+            return Err(Errno::EPROTO);
+        }
+        let page = page_size();
+        let mut uars = Vec::with_capacity(npages as usize);
+        for i in 0..npages as usize {
+            let offset = (((mlx5::mmap_cmd::REGULAR_PAGE as usize) << 8) | i) * page;
+            // SAFETY: a new shared mapping of the device's UAR page at an
+            // address of the kernel's choosing; nothing existing is touched.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    page,
+                    libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd.as_raw_fd(),
+                    offset as libc::off_t,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return Err(Errno::last());
+            }
+            uars.push(UarPage {
+                ptr: p.cast(),
+                len: page,
+            });
+        }
+        Ok(Uctx {
+            limits: Limits {
+                max_sq_desc_sz: r.max_sq_desc_sz.into(),
+                max_rq_desc_sz: r.max_rq_desc_sz.into(),
+                max_send_wqebb: r.max_send_wqebb,
+                max_recv_wr: r.max_recv_wr,
+                max_srq_recv_wr: r.max_srq_recv_wr,
+                cqe_version: r.cqe_version,
+                bf_reg_size: r.bf_reg_size,
+            },
+            tot_bfregs: r.tot_bfregs,
+            low_lat_bfregs: LOW_LAT_BFREGS.min(r.tot_bfregs),
+            uars_per_page,
+            uars,
+            dbrecs: DbPool::new(),
+            uidx: Mutex::new(Uidx {
+                next: 1,
+                used: HashSet::new(),
+            }),
+            table: Table::default(),
+        })
+    }
+
+    /// A context without a device (no UAR pages), for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(limits: Limits) -> Arc<Uctx> {
+        Arc::new(Uctx {
+            limits,
+            tot_bfregs: TOTAL_BFREGS,
+            low_lat_bfregs: LOW_LAT_BFREGS,
+            uars_per_page: 1,
+            uars: Vec::new(),
+            dbrecs: DbPool::new(),
+            uidx: Mutex::new(Uidx {
+                next: 1,
+                used: HashSet::new(),
+            }),
+            table: Table::default(),
+        })
+    }
+
     /// The limits the kernel reported.
     pub fn limits(&self) -> Limits {
-        Limits::default()
+        self.limits
+    }
+
+    /// CQE format in use (0 or 1).
+    pub(crate) fn cqe_version(&self) -> u8 {
+        self.limits.cqe_version
+    }
+
+    /// A zeroed 64-byte doorbell record.
+    pub(crate) fn alloc_dbrec(self: &Arc<Self>) -> Result<DbRec, Errno> {
+        self.dbrecs.alloc()
+    }
+
+    /// The register behind CREATE_QP's `bfreg_index` (the kernel's
+    /// "gross" index: UAR `idx / 4`, register `idx % 4`, of which only 0
+    /// and 1 are handed out).
+    pub(crate) fn bfreg(self: &Arc<Self>, bfreg_index: u32) -> Result<Bfreg, Errno> {
+        let uar = bfreg_index / BFREGS_PER_UAR;
+        let k = bfreg_index % BFREGS_PER_UAR;
+        if k >= NON_FP_BFREGS_PER_UAR {
+            return Err(Errno::EPROTO);
+        }
+        let page = (uar / self.uars_per_page) as usize;
+        let in_page = (uar % self.uars_per_page) as usize;
+        let base = self.uars.get(page).ok_or(Errno::EPROTO)?;
+        let off = in_page * UAR_SIZE + BF_OFFSET + k as usize * self.limits.bf_reg_size as usize;
+        if off + (self.limits.bf_reg_size as usize).max(8) > base.len {
+            return Err(Errno::EPROTO);
+        }
+        let net = uar * NON_FP_BFREGS_PER_UAR + k;
+        let buf_size = if bfreg_index == 0 {
+            0
+        } else {
+            self.limits.bf_reg_size / 2
+        };
+        Ok(Bfreg {
+            // SAFETY: `off` lies inside the mapped page (checked above).
+            reg: unsafe { base.ptr.add(off) },
+            buf_size,
+            dedicated: bfreg_index != 0 && net >= self.tot_bfregs - self.low_lat_bfregs,
+            _uctx: Arc::clone(self),
+        })
+    }
+
+    /// The CQ arm doorbell: offset 0x20 of the first UAR page. Null for a
+    /// context without UAR pages (unit tests only).
+    pub(crate) fn cq_doorbell(&self) -> *mut u64 {
+        match self.uars.first() {
+            // SAFETY: 0x20 is inside the mapped page.
+            Some(p) => unsafe { p.ptr.add(CQ_DOORBELL).cast() },
+            None => std::ptr::null_mut(),
+        }
+    }
+
+    /// A fresh user index (CQE version 1): a counter modulo 2^24 that
+    /// skips 0xFFFFFF and indexes in use, so a destroyed QP's index is
+    /// not reused soon.
+    pub(crate) fn alloc_uidx(&self) -> Result<u32, Errno> {
+        let mut u = self.uidx.lock().unwrap_or_else(|p| p.into_inner());
+        if u.used.len() >= UIDX_INVALID as usize {
+            return Err(Errno::ENOMEM);
+        }
+        loop {
+            let cand = u.next;
+            u.next = (u.next + 1) & UIDX_INVALID;
+            if cand != UIDX_INVALID && !u.used.contains(&cand) {
+                u.used.insert(cand);
+                return Ok(cand);
+            }
+        }
+    }
+
+    /// Makes `uidx`'s CQEs resolve to `e`.
+    pub(crate) fn register_qp(&self, uidx: u32, e: Arc<QpEntry>) {
+        self.table.insert(uidx, e);
+    }
+
+    /// Forgets `uidx` (its later CQEs are dropped) and frees the index.
+    pub(crate) fn unregister_qp(&self, uidx: u32) {
+        self.table.remove(uidx);
+        let mut u = self.uidx.lock().unwrap_or_else(|p| p.into_inner());
+        u.used.remove(&uidx);
+    }
+
+    /// The user-index table.
+    pub(crate) fn table(&self) -> &Table {
+        &self.table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uidx_is_monotonic_and_skips_used() {
+        let u = Uctx::for_tests(Limits::default());
+        let a = u.alloc_uidx().unwrap();
+        let b = u.alloc_uidx().unwrap();
+        assert_eq!((a, b), (1, 2));
+        u.unregister_qp(a);
+        // Not reused right away.
+        assert_eq!(u.alloc_uidx().unwrap(), 3);
+        // Wrap: skips 0xFFFFFF and indexes in use.
+        u.uidx.lock().unwrap().next = UIDX_INVALID - 1;
+        u.uidx.lock().unwrap().used.insert(0);
+        assert_eq!(u.alloc_uidx().unwrap(), UIDX_INVALID - 1);
+        assert_eq!(u.alloc_uidx().unwrap(), 1);
+        assert_eq!(u.alloc_uidx().unwrap(), 4);
+    }
+
+    #[test]
+    fn dbrecs_come_from_the_context_pool() {
+        let u = Uctx::for_tests(Limits::default());
+        let a = u.alloc_dbrec().unwrap();
+        let b = u.alloc_dbrec().unwrap();
+        assert_eq!(b.addr() - a.addr(), 64);
+        assert_eq!(u.dbrecs.in_use(), 2);
+        drop(a);
+        assert_eq!(u.dbrecs.in_use(), 1);
+    }
+
+    /// A context whose 8 "UAR pages" are anonymous memory.
+    fn with_pages(bf_reg_size: u32) -> Arc<Uctx> {
+        let mut u = Arc::into_inner(Uctx::for_tests(Limits {
+            bf_reg_size,
+            ..Default::default()
+        }))
+        .unwrap();
+        for _ in 0..8 {
+            // SAFETY: a fresh anonymous mapping; UarPage unmaps it.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    4096,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                )
+            };
+            assert_ne!(p, libc::MAP_FAILED);
+            u.uars.push(UarPage {
+                ptr: p.cast(),
+                len: 4096,
+            });
+        }
+        Arc::new(u)
+    }
+
+    #[test]
+    fn bfreg_addresses_and_classes() {
+        let u = with_pages(512);
+        let page = |i: usize| u.uars[i].ptr as usize;
+        let b = u.bfreg(0).unwrap();
+        assert_eq!(
+            (b.reg as usize, b.buf_size, b.dedicated),
+            (page(0) + 0x800, 0, false)
+        );
+        let b = u.bfreg(1).unwrap();
+        assert_eq!(
+            (b.reg as usize, b.buf_size, b.dedicated),
+            (page(0) + 0xA00, 256, false)
+        );
+        let b = u.bfreg(4).unwrap();
+        assert_eq!(
+            (b.reg as usize, b.buf_size, b.dedicated),
+            (page(1) + 0x800, 256, false)
+        );
+        // Net index 11 (UAR 5, k 1): shared; 12 and up: low latency.
+        assert!(!u.bfreg(21).unwrap().dedicated);
+        let b = u.bfreg(24).unwrap();
+        assert_eq!((b.reg as usize, b.dedicated), (page(6) + 0x800, true));
+        let b = u.bfreg(29).unwrap();
+        assert_eq!((b.reg as usize, b.dedicated), (page(7) + 0xA00, true));
+        // Fast-path registers are never handed out; no UAR 8.
+        assert_eq!(u.bfreg(2).unwrap_err(), Errno::EPROTO);
+        assert_eq!(u.bfreg(3).unwrap_err(), Errno::EPROTO);
+        assert_eq!(u.bfreg(32).unwrap_err(), Errno::EPROTO);
+        assert_eq!(u.cq_doorbell() as usize, page(0) + 0x20);
+        // Without BlueFlame: 8-byte doorbells only.
+        let u = with_pages(0);
+        let b = u.bfreg(1).unwrap();
+        assert_eq!(
+            (b.reg as usize, b.buf_size),
+            (u.uars[0].ptr as usize + 0x800, 0)
+        );
+    }
+
+    #[test]
+    fn bad_context_answers_are_refused() {
+        // SAFETY: fd 0 is only borrowed for the call; every case is
+        // refused before anything is mapped from it.
+        let fd = unsafe { BorrowedFd::borrow_raw(0) };
+        let good = AllocUcontextResp {
+            tot_bfregs: 16,
+            cache_line_size: 64,
+            cqe_version: 1,
+            num_uars_per_page: 1,
+            ..Default::default()
+        };
+        let bad = [
+            AllocUcontextResp {
+                tot_bfregs: 0,
+                ..good
+            },
+            AllocUcontextResp {
+                cache_line_size: 0,
+                ..good
+            },
+            AllocUcontextResp {
+                cqe_version: 2,
+                ..good
+            },
+            // Fewer bfregs than one UAR's worth: no page to map.
+            AllocUcontextResp {
+                tot_bfregs: 1,
+                ..good
+            },
+        ];
+        for r in bad {
+            assert_eq!(Uctx::from_resp(fd, &r).unwrap_err(), Errno::EPROTO, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn bfreg_without_pages_is_an_error() {
+        let u = Uctx::for_tests(Limits::default());
+        assert_eq!(u.bfreg(0).unwrap_err(), Errno::EPROTO);
+        assert_eq!(u.bfreg(2).unwrap_err(), Errno::EPROTO);
+        assert!(u.cq_doorbell().is_null());
     }
 }

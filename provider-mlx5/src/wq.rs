@@ -2,3 +2,299 @@
 //! an SRQ) and the CQ that completes its WQEs: the `wr_id` of every posted
 //! WQE, and how far completions have retired the queue. A CQE names its
 //! queue by the QP's user index; the context's table maps it here.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn zeroed64(n: usize) -> Box<[AtomicU64]> {
+    (0..n).map(|_| AtomicU64::new(0)).collect()
+}
+
+fn zeroed32(n: usize) -> Box<[AtomicU32]> {
+    (0..n).map(|_| AtomicU32::new(0)).collect()
+}
+
+/// A send queue's completion bookkeeping, indexed by the first basic
+/// block of a WQE (`cur_post & (wqe_cnt - 1)`).
+///
+/// The poster stores `wrid` and `wqe_head` (its WR counter at that WR)
+/// with Relaxed before ringing the doorbell; the CQ, on a requester CQE
+/// with `wqe_counter` c, reads `wrid[c & (wqe_cnt-1)]` and publishes
+/// `tail = wqe_head[idx] + 1` with Release; the poster checks overflow
+/// with `head - tail.load(Acquire) + n > max_post`.
+#[derive(Debug)]
+pub(crate) struct SqShared {
+    /// `wr_id` per basic block where a WQE starts.
+    pub(crate) wrid: Box<[AtomicU64]>,
+    /// The poster's WR counter at the WQE starting there.
+    pub(crate) wqe_head: Box<[AtomicU32]>,
+    /// WR counter retired by completions.
+    pub(crate) tail: AtomicU32,
+    /// Basic blocks in the ring (a power of two, or 0 for no SQ).
+    pub(crate) wqe_cnt: u32,
+}
+
+impl SqShared {
+    /// Bookkeeping for a ring of `wqe_cnt` basic blocks.
+    pub(crate) fn new(wqe_cnt: u32) -> Self {
+        SqShared {
+            wrid: zeroed64(wqe_cnt as usize),
+            wqe_head: zeroed32(wqe_cnt as usize),
+            tail: AtomicU32::new(0),
+            wqe_cnt,
+        }
+    }
+
+    /// Retires the WQE whose control segment had index `wqe_counter`
+    /// (and every unsignaled WQE before it); returns its `wr_id`. `None`
+    /// if the queue has no ring (a CQE the device should not produce).
+    #[inline]
+    pub(crate) fn complete(&self, wqe_counter: u16) -> Option<u64> {
+        if self.wqe_cnt == 0 {
+            return None;
+        }
+        let idx = (wqe_counter as u32 & (self.wqe_cnt - 1)) as usize;
+        let wr_id = self.wrid[idx].load(Ordering::Relaxed);
+        let head = self.wqe_head[idx].load(Ordering::Relaxed);
+        self.tail.store(head.wrapping_add(1), Ordering::Release);
+        Some(wr_id)
+    }
+}
+
+/// A receive queue's bookkeeping: completions arrive in posting order,
+/// so the CQ takes `wrid[tail & (wqe_cnt-1)]` and stores `tail + 1`
+/// (Release); the poster stores `wrid` (Relaxed) before its doorbell.
+#[derive(Debug)]
+pub(crate) struct RqShared {
+    /// `wr_id` per WQE slot.
+    pub(crate) wrid: Box<[AtomicU64]>,
+    /// WQEs completed.
+    pub(crate) tail: AtomicU32,
+    /// WQEs in the ring (a power of two, or 0 for no RQ).
+    pub(crate) wqe_cnt: u32,
+}
+
+impl RqShared {
+    /// Bookkeeping for a ring of `wqe_cnt` WQEs.
+    pub(crate) fn new(wqe_cnt: u32) -> Self {
+        RqShared {
+            wrid: zeroed64(wqe_cnt as usize),
+            tail: AtomicU32::new(0),
+            wqe_cnt,
+        }
+    }
+
+    /// Retires the oldest outstanding WQE; returns its `wr_id`. `None`
+    /// if the queue has no ring. Only the CQ (one consumer) calls this.
+    #[inline]
+    pub(crate) fn complete(&self) -> Option<u64> {
+        if self.wqe_cnt == 0 {
+            return None;
+        }
+        let tail = self.tail.load(Ordering::Relaxed);
+        let wr_id = self.wrid[(tail & (self.wqe_cnt - 1)) as usize].load(Ordering::Relaxed);
+        self.tail.store(tail.wrapping_add(1), Ordering::Release);
+        Some(wr_id)
+    }
+}
+
+/// An SRQ's bookkeeping: `wr_id` per WQE index and a bitmap of WQEs the
+/// CQ has completed and the poster has not yet linked back into its free
+/// list (only the poster edits the WQE list).
+#[derive(Debug)]
+pub(crate) struct SrqShared {
+    /// `wr_id` per WQE index.
+    pub(crate) wrid: Box<[AtomicU64]>,
+    /// Bit i set: WQE i completed, waiting to be reclaimed.
+    pub(crate) freed: Box<[AtomicU64]>,
+    /// Receives completed (a counter the poster compares with its own).
+    pub(crate) completed: AtomicU32,
+}
+
+impl SrqShared {
+    /// Bookkeeping for `max` WQEs.
+    pub(crate) fn new(max: u32) -> Self {
+        SrqShared {
+            wrid: zeroed64(max as usize),
+            freed: zeroed64((max as usize).div_ceil(64)),
+            completed: AtomicU32::new(0),
+        }
+    }
+
+    /// Retires WQE `wqe_counter`; returns its `wr_id`, or `None` if the
+    /// index is outside the SRQ (a CQE the device should not produce).
+    #[inline]
+    pub(crate) fn complete(&self, wqe_counter: u16) -> Option<u64> {
+        let i = wqe_counter as usize;
+        let wr_id = self.wrid.get(i)?.load(Ordering::Relaxed);
+        self.freed[i / 64].fetch_or(1 << (i % 64), Ordering::Release);
+        self.completed.fetch_add(1, Ordering::Release);
+        Some(wr_id)
+    }
+}
+
+/// What a CQ needs to know about one QP: its number and the bookkeeping
+/// of its queues.
+#[derive(Debug)]
+pub(crate) struct QpEntry {
+    /// The QP number (reported as `qp_num`).
+    pub(crate) qpn: u32,
+    /// Send queue bookkeeping.
+    pub(crate) sq: Option<Arc<SqShared>>,
+    /// Receive queue bookkeeping (unused when `srq` is set).
+    pub(crate) rq: Option<Arc<RqShared>>,
+    /// The SRQ the QP receives from.
+    pub(crate) srq: Option<Arc<SrqShared>>,
+}
+
+impl QpEntry {
+    /// An entry for QP `qpn`.
+    pub(crate) fn new(
+        qpn: u32,
+        sq: Arc<SqShared>,
+        rq: Arc<RqShared>,
+        srq: Option<Arc<SrqShared>>,
+    ) -> Self {
+        QpEntry {
+            qpn,
+            sq: Some(sq),
+            rq: Some(rq),
+            srq,
+        }
+    }
+
+    /// An entry with only some queues (e.g. a send-only QP).
+    #[allow(dead_code)]
+    pub(crate) fn with_queues(
+        qpn: u32,
+        sq: Option<Arc<SqShared>>,
+        rq: Option<Arc<RqShared>>,
+        srq: Option<Arc<SrqShared>>,
+    ) -> Self {
+        QpEntry { qpn, sq, rq, srq }
+    }
+}
+
+/// One table row: user index and entry.
+pub(crate) type Row = (u32, Arc<QpEntry>);
+
+/// The context's user-index table. Rows are kept sorted by user index;
+/// `generation` changes on every insertion or removal, so a CQ holding a
+/// snapshot knows whether refreshing it can help.
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    rows: Mutex<Vec<Row>>,
+    generation: AtomicU64,
+}
+
+impl Table {
+    /// Adds (or replaces) `uidx`'s entry.
+    pub(crate) fn insert(&self, uidx: u32, e: Arc<QpEntry>) {
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        match rows.binary_search_by_key(&uidx, |r| r.0) {
+            Ok(i) => rows[i].1 = e,
+            Err(i) => rows.insert(i, (uidx, e)),
+        }
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Removes `uidx`'s entry, if any.
+    pub(crate) fn remove(&self, uidx: u32) {
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        if let Ok(i) = rows.binary_search_by_key(&uidx, |r| r.0) {
+            rows.remove(i);
+        }
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The current generation (changes with every edit).
+    #[inline]
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Copies the rows (sorted by user index) into `out`, reusing its
+    /// allocation; returns the generation they belong to.
+    pub(crate) fn snapshot_into(&self, out: &mut Vec<Row>) -> u64 {
+        let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        out.clear();
+        out.extend(rows.iter().cloned());
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// A fresh snapshot: (generation, rows sorted by user index).
+    #[allow(dead_code)]
+    pub(crate) fn snapshot(&self) -> (u64, Vec<Row>) {
+        let mut v = Vec::new();
+        let g = self.snapshot_into(&mut v);
+        (g, v)
+    }
+
+    /// Whether `uidx` has an entry.
+    #[allow(dead_code)]
+    pub(crate) fn contains(&self, uidx: u32) -> bool {
+        let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        rows.binary_search_by_key(&uidx, |r| r.0).is_ok()
+    }
+}
+
+/// Looks `uidx` up in a sorted snapshot.
+#[inline]
+pub(crate) fn lookup(rows: &[Row], uidx: u32) -> Option<&Arc<QpEntry>> {
+    rows.binary_search_by_key(&uidx, |r| r.0)
+        .ok()
+        .map(|i| &rows[i].1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sq_complete_retires_up_to_head() {
+        let sq = SqShared::new(8);
+        sq.wrid[5].store(55, Ordering::Relaxed);
+        sq.wqe_head[5].store(41, Ordering::Relaxed);
+        assert_eq!(sq.complete(13), Some(55)); // 13 & 7 == 5
+        assert_eq!(sq.tail.load(Ordering::Acquire), 42);
+        assert_eq!(SqShared::new(0).complete(0), None);
+    }
+
+    #[test]
+    fn rq_complete_is_positional() {
+        let rq = RqShared::new(2);
+        rq.wrid[0].store(10, Ordering::Relaxed);
+        rq.wrid[1].store(11, Ordering::Relaxed);
+        assert_eq!(rq.complete(), Some(10));
+        assert_eq!(rq.complete(), Some(11));
+        assert_eq!(rq.complete(), Some(10));
+        assert_eq!(rq.tail.load(Ordering::Acquire), 3);
+    }
+
+    #[test]
+    fn srq_complete_sets_freed_bit() {
+        let s = SrqShared::new(128);
+        s.wrid[70].store(7, Ordering::Relaxed);
+        assert_eq!(s.complete(70), Some(7));
+        assert_eq!(s.freed[1].load(Ordering::Acquire), 1 << 6);
+        assert_eq!(s.complete(128), None);
+    }
+
+    #[test]
+    fn table_generation_and_lookup() {
+        let t = Table::default();
+        let g0 = t.generation();
+        let e = Arc::new(QpEntry::with_queues(9, None, None, None));
+        t.insert(5, Arc::clone(&e));
+        t.insert(2, Arc::clone(&e));
+        assert_ne!(t.generation(), g0);
+        let (g, rows) = t.snapshot();
+        assert_eq!(g, t.generation());
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), vec![2, 5]);
+        assert_eq!(lookup(&rows, 5).map(|e| e.qpn), Some(9));
+        assert!(lookup(&rows, 3).is_none());
+        t.remove(5);
+        assert!(!t.contains(5));
+        assert!(t.contains(2));
+    }
+}

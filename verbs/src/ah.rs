@@ -27,6 +27,15 @@
 //! * A datagram whose Q_Key differs from the receiving QP's is dropped
 //!   silently (the port's Q_Key violation counter goes up).
 //!
+//! # UD on mlx5
+//!
+//! The address vector (`mlx5_wqe_av`) is built in user space when the
+//! [`Ah`] is created and copied into every UD send WQE; on an InfiniBand
+//! port no kernel object is created ([`Ah::handle`] is 0, [`Ah::ah_num`]
+//! 0). RoCE ports need the destination MAC in the address vector, which
+//! the provider cannot set yet: [`Pd::create_ah`] refuses them there with
+//! [`Error::Kernel`] `EOPNOTSUPP`.
+//!
 //! # Not supported on rxe
 //!
 //! LOCAL_INV and SEND_WITH_INV are refused at post time with
@@ -59,11 +68,18 @@ use crate::qp::{AhAttr, GlobalRoute};
 
 /// An address handle: the path to a UD destination, created on a [`Pd`]
 /// (which it keeps alive) and destroyed when dropped.
+///
+/// On mlx5 the address vector the device reads is built in user space
+/// and travels in every UD send WQE; on an InfiniBand port no kernel
+/// object is created at all (as libmlx5 does).
 pub struct Ah {
     pd: Pd,
-    handle: u32,
+    /// The kernel's AH, if one was created.
+    handle: Option<u32>,
     ah_num: u32,
     attr: AhAttr,
+    /// mlx5: the 48-byte `mlx5_wqe_av` for UD sends.
+    av: Option<[u8; 48]>,
 }
 
 impl fmt::Debug for Ah {
@@ -143,6 +159,25 @@ impl Pd {
             reserved: 0,
             attr: to_raw(attr),
         };
+        if ctx.mlx5().is_some() {
+            if port.link_layer() == LinkLayer::Ethernet {
+                // RoCE needs the destination MAC (CREATE_AH's mlx5 answer)
+                // in the address vector, which the provider cannot set yet.
+                return Err(Error::Kernel {
+                    op: "create_ah (mlx5 over RoCE is not implemented yet)",
+                    errno: Errno::EOPNOTSUPP,
+                });
+            }
+            // InfiniBand: the address vector is all there is; no kernel
+            // object (libmlx5 creates none either).
+            return Ok(Ah {
+                pd: self.clone(),
+                handle: None,
+                ah_num: 0,
+                attr: *attr,
+                av: Some(provider_mlx5::ah::av(&cmd.attr, false)),
+            });
+        }
         let mut drv = uverbs_abi::rxe::CreateAhResp::new_zeroed();
         let resp: CreateAhResp = write_cmd(ctx.fd(), nr::CREATE_AH, &cmd, &[], drv.as_mut_bytes())
             .map_err(Error::kernel("create_ah"))?;
@@ -157,21 +192,29 @@ impl Pd {
         }
         Ok(Ah {
             pd: self.clone(),
-            handle: resp.ah_handle,
+            handle: Some(resp.ah_handle),
             ah_num: drv.ah_num,
             attr: *attr,
+            av: None,
         })
     }
 }
 
 impl Ah {
-    /// The number the provider puts in UD work requests (rxe's `ah_num`).
+    /// The number the provider puts in UD work requests (rxe's `ah_num`;
+    /// 0 on mlx5, whose WQEs carry [`Ah::av`] instead).
     pub fn ah_num(&self) -> u32 {
         self.ah_num
     }
-    /// The kernel's handle.
+    /// The kernel's handle (0 when there is no kernel object: mlx5 on an
+    /// InfiniBand port).
     pub fn handle(&self) -> u32 {
-        self.handle
+        self.handle.unwrap_or(0)
+    }
+    /// The address vector UD send WQEs carry (mlx5), if the provider uses
+    /// one.
+    pub fn av(&self) -> Option<&[u8; 48]> {
+        self.av.as_ref()
     }
     /// The attributes it was created with.
     pub fn attr(&self) -> &AhAttr {
@@ -186,7 +229,7 @@ impl Ah {
     pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest<'_> {
         UdDest {
             ah_num: self.ah_num,
-            av: None,
+            av: self.av.as_ref(),
             remote_qpn,
             remote_qkey,
         }
@@ -195,7 +238,9 @@ impl Ah {
 
 impl Drop for Ah {
     fn drop(&mut self) {
-        destroy_ah(self.pd.context(), self.handle);
+        if let Some(h) = self.handle {
+            destroy_ah(self.pd.context(), h);
+        }
     }
 }
 
@@ -209,8 +254,9 @@ pub trait UdSendWr<'a> {
 
 impl<'a> UdSendWr<'a> for SendWr<'a> {
     #[inline]
-    fn to(self, ah: &'a Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.ud(ah.ah_num, remote_qpn, remote_qkey)
+    fn to(mut self, ah: &'a Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some(ah.dest(remote_qpn, remote_qkey));
+        self
     }
 }
 

@@ -1,11 +1,17 @@
 //! An open device: the uverbs command fd and its user context, device and
 //! port queries, the GID table, and the factories for PDs, CQs and
 //! completion channels.
+//!
+//! The user context is the provider's: rxe needs nothing beyond the core
+//! GET_CONTEXT, mlx5 sends its driver data and maps UAR pages
+//! ([`provider_mlx5::uctx`]), which every mlx5 object then uses.
 
+use std::ffi::CString;
 use std::fmt;
-use std::fs::OpenOptions;
+use std::fs::{self, OpenOptions};
 use std::ops::Deref;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::Path;
 use std::sync::Arc;
 
 use uverbs_abi::cmd::{nr, write_cmd, write_ex_cmd};
@@ -17,11 +23,21 @@ use uverbs_abi::ioctl::{device_method, object, query_gid_table_attr as gt, Ioctl
 use uverbs_abi::Errno;
 use zerocopy::FromZeros;
 
-use crate::device::{Device, Guid};
+use crate::device::{Device, Driver, Guid};
 use crate::error::{Error, Result};
 use crate::gid::{Gid, GidEntry, GidType};
 
+/// The provider's part of an open context.
+pub(crate) enum ProviderCtx {
+    /// rxe keeps no per-context state.
+    Rxe,
+    /// mlx5: UAR pages, doorbell records and the QP table.
+    Mlx5(Arc<provider_mlx5::uctx::Uctx>),
+}
+
 pub(crate) struct ContextInner {
+    /// Dropped before the fd: the UAR mappings go first.
+    provider: ProviderCtx,
     fd: OwnedFd,
     async_fd: OwnedFd,
     device: Device,
@@ -54,20 +70,37 @@ impl Context {
                 source,
             })?;
         let fd = OwnedFd::from(file);
-        let resp: GetContextResp = write_cmd(
-            fd.as_fd(),
-            nr::GET_CONTEXT,
-            &GetContext::new_zeroed(),
-            &[],
-            &mut [],
-        )
-        .map_err(Error::kernel("get_context"))?;
+        let (resp, provider) = match device.driver {
+            Driver::Mlx5 => {
+                let opened =
+                    provider_mlx5::uctx::open(fd.as_fd()).map_err(Error::kernel("get_context"))?;
+                (opened.resp, ProviderCtx::Mlx5(opened.uctx))
+            }
+            Driver::Rxe => {
+                let resp: GetContextResp = write_cmd(
+                    fd.as_fd(),
+                    nr::GET_CONTEXT,
+                    &GetContext::new_zeroed(),
+                    &[],
+                    &mut [],
+                )
+                .map_err(Error::kernel("get_context"))?;
+                (resp, ProviderCtx::Rxe)
+            }
+            Driver::Other(ref d) => {
+                return Err(Error::UnsupportedDriver {
+                    device: device.name.clone(),
+                    driver: d.clone(),
+                })
+            }
+        };
         // SAFETY: the kernel just created this fd for us and nothing else owns it.
         let async_fd = unsafe { OwnedFd::from_raw_fd(resp.async_fd as i32) };
         crate::event::set_nonblocking(async_fd.as_fd())
             .map_err(Error::kernel("async fd O_NONBLOCK"))?;
         Ok(Context {
             inner: Arc::new(ContextInner {
+                provider,
                 fd,
                 async_fd,
                 device,
@@ -94,6 +127,14 @@ impl Context {
     /// The uverbs command fd.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.inner.fd.as_fd()
+    }
+
+    /// The mlx5 user context, if this is an mlx5 device.
+    pub(crate) fn mlx5(&self) -> Option<&Arc<provider_mlx5::uctx::Uctx>> {
+        match &self.inner.provider {
+            ProviderCtx::Mlx5(u) => Some(u),
+            ProviderCtx::Rxe => None,
+        }
     }
 
     /// The asynchronous event fd (non-blocking; readable when an event is
@@ -153,16 +194,24 @@ impl Context {
     }
 
     /// The valid entries of every port's GID table, through the kernel's
-    /// `UVERBS_METHOD_QUERY_GID_TABLE`.
+    /// `UVERBS_METHOD_QUERY_GID_TABLE`. Where the kernel has no such method
+    /// (before Linux 5.9, or without ioctl support: `ENOTTY`,
+    /// `EOPNOTSUPP`, `EPROTONOSUPPORT`) the table is read from sysfs as
+    /// libibverbs does: `ports/<p>/gids/<i>` (all-zero GIDs are empty
+    /// slots), their type from `gid_attrs/types/<i>` and their netdev from
+    /// `gid_attrs/ndevs/<i>`.
     pub fn query_gid_table(&self) -> Result<Vec<GidEntry>> {
         let attr = self.query_device()?;
+        let mut ports = Vec::with_capacity(attr.phys_port_cnt as usize);
         let mut max = 0usize;
         for port in 1..=attr.phys_port_cnt {
-            max += self.query_port(port)?.gid_tbl_len as usize;
+            let p = self.query_port(port)?;
+            max += p.gid_tbl_len as usize;
+            ports.push((port, p));
         }
         let mut raw = vec![RawGidEntry::default(); max.max(1)];
         let mut n: u64 = 0;
-        {
+        let res = {
             let bytes = zerocopy::IntoBytes::as_mut_bytes(raw.as_mut_slice());
             IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_TABLE)
                 .driver_id(self.inner.device.driver.id().unwrap_or(0))
@@ -171,7 +220,14 @@ impl Context {
                 .out_bytes(gt::RESP_ENTRIES, bytes)
                 .out_value(gt::RESP_NUM_ENTRIES, &mut n)
                 .execute(self.fd())
-                .map_err(Error::kernel("query_gid_table"))?;
+        };
+        match res {
+            Ok(()) => {}
+            Err(Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EPROTONOSUPPORT) => {
+                let dir = crate::device::ibdev_dir(&self.inner.device.name);
+                return gid_table_from_sysfs(&dir, &ports);
+            }
+            Err(e) => return Err(Error::kernel("query_gid_table")(e)),
         }
         let n = (n as usize).min(raw.len());
         Ok(raw[..n]
@@ -217,6 +273,95 @@ impl Context {
             .map(|e| e.gid)
             .ok_or_else(|| Error::invalid(format!("port {port} has no GID at index {index}")))
     }
+}
+
+/// Parses a GID as sysfs prints it: eight groups of four hex digits
+/// joined by `:` (`fe80:0000:0000:0000:0e42:a1ff:fefb:1234`).
+fn parse_sysfs_gid(s: &str) -> Option<Gid> {
+    let mut g = [0u8; 16];
+    let mut groups = s.split(':');
+    for chunk in g.chunks_exact_mut(2) {
+        let part = groups.next()?;
+        if part.is_empty() || part.len() > 4 || !part.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let v = u16::from_str_radix(part, 16).ok()?;
+        chunk.copy_from_slice(&v.to_be_bytes());
+    }
+    groups.next().is_none().then_some(Gid(g))
+}
+
+/// An unreadable or malformed sysfs file, as an [`Error::Io`].
+fn sysfs_error(path: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        what: path.display().to_string(),
+        source,
+    }
+}
+
+/// The GID tables of `ports` (number and attributes) of the ibdev whose
+/// sysfs directory is `dir`, read from sysfs.
+fn gid_table_from_sysfs(dir: &Path, ports: &[(u8, PortAttr)]) -> Result<Vec<GidEntry>> {
+    let mut out = Vec::new();
+    for (port, attr) in ports {
+        let pdir = dir.join(format!("ports/{port}"));
+        let attrs_dir = pdir.join("gid_attrs");
+        let ethernet = attr.link_layer() == LinkLayer::Ethernet;
+        // "IB/RoCE v1" names the same type on both link layers.
+        let v1 = if ethernet {
+            GidType::RoceV1
+        } else {
+            GidType::Ib
+        };
+        for index in 0..attr.gid_tbl_len {
+            let path = pdir.join(format!("gids/{index}"));
+            let text = fs::read_to_string(&path).map_err(|e| sysfs_error(&path, e))?;
+            let gid = parse_sysfs_gid(text.trim()).ok_or_else(|| {
+                let msg = format!("not a GID: {:?}", text.trim());
+                sysfs_error(
+                    &path,
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
+                )
+            })?;
+            if gid.is_zero() {
+                continue;
+            }
+            let tpath = attrs_dir.join(format!("types/{index}"));
+            let gid_type = match fs::read_to_string(&tpath) {
+                Ok(t) => match t.trim() {
+                    "IB/RoCE v1" => v1,
+                    "RoCE v2" => GidType::RoceV2,
+                    other => {
+                        let msg = format!("unknown GID type {other:?}");
+                        return Err(sysfs_error(
+                            &tpath,
+                            std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
+                        ));
+                    }
+                },
+                // No gid_attrs at all (old kernels, InfiniBand-only
+                // drivers): the one type there is.
+                Err(_) if !attrs_dir.exists() => v1,
+                Err(e) => return Err(sysfs_error(&tpath, e)),
+            };
+            // Entries without a netdev fail to read (or are absent): 0.
+            let netdev_ifindex = fs::read_to_string(attrs_dir.join(format!("ndevs/{index}")))
+                .ok()
+                .and_then(|name| CString::new(name.trim()).ok())
+                // SAFETY: `name` is a NUL-terminated string that lives
+                // through the call; if_nametoindex only reads it.
+                .map(|name| unsafe { libc::if_nametoindex(name.as_ptr()) })
+                .unwrap_or(0);
+            out.push(GidEntry {
+                gid,
+                index,
+                port: *port as u32,
+                gid_type,
+                netdev_ifindex,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Device attributes (`ibv_device_attr` and its extension). Dereferences to
@@ -354,5 +499,103 @@ impl PortAttr {
             uverbs_abi::device::IB_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
             _ => LinkLayer::Unspecified,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_util::TempTree;
+
+    #[test]
+    fn sysfs_gid_parse() {
+        let g = parse_sysfs_gid("fe80:0000:0000:0000:0e42:a1ff:fefb:1234").unwrap();
+        assert_eq!(g, "fe80::e42:a1ff:fefb:1234".parse().unwrap());
+        let v4 = parse_sysfs_gid("0000:0000:0000:0000:0000:ffff:0a00:0001").unwrap();
+        assert_eq!(v4.to_ipv4(), Some(std::net::Ipv4Addr::new(10, 0, 0, 1)));
+        assert!(parse_sysfs_gid("0000:0000:0000:0000:0000:0000:0000:0000")
+            .unwrap()
+            .is_zero());
+        assert_eq!(parse_sysfs_gid("fe80::1"), None);
+        assert_eq!(parse_sysfs_gid("fe80:0:0:0:0:0:0:1:2"), None);
+        assert_eq!(parse_sysfs_gid("fe80:0:0:0:0:0:0:1x"), None);
+        assert_eq!(parse_sysfs_gid("fe80:0:0:0:0:0:0:10000"), None);
+        assert_eq!(parse_sysfs_gid(""), None);
+    }
+
+    fn port(gid_tbl_len: u32, link_layer: u8) -> PortAttr {
+        let mut p = QueryPortResp::new_zeroed();
+        p.gid_tbl_len = gid_tbl_len;
+        p.link_layer = link_layer;
+        PortAttr(p)
+    }
+
+    #[test]
+    fn gid_table_from_a_sysfs_tree() {
+        use uverbs_abi::device::{IB_LINK_LAYER_ETHERNET, IB_LINK_LAYER_INFINIBAND};
+        let t = TempTree::new("gids");
+        // Port 1: InfiniBand, no gid_attrs (as the mlx5 emulator's tree).
+        t.file(
+            "ports/1/gids/0",
+            "fe80:0000:0000:0000:0c42:a103:00fb:1234\n",
+        );
+        t.file(
+            "ports/1/gids/1",
+            "0000:0000:0000:0000:0000:0000:0000:0000\n",
+        );
+        t.file(
+            "ports/1/gids/2",
+            "fe80:0000:0000:0000:0c42:a103:00fb:5678\n",
+        );
+        // Port 2: Ethernet with types and netdevs.
+        t.file(
+            "ports/2/gids/0",
+            "fe80:0000:0000:0000:5054:00ff:fe12:3456\n",
+        );
+        t.file("ports/2/gid_attrs/types/0", "IB/RoCE v1\n");
+        t.file("ports/2/gid_attrs/ndevs/0", "lo\n");
+        t.file(
+            "ports/2/gids/1",
+            "0000:0000:0000:0000:0000:ffff:0a00:0001\n",
+        );
+        t.file("ports/2/gid_attrs/types/1", "RoCE v2\n");
+        t.file("ports/2/gid_attrs/ndevs/1", "no-such-netdev0\n");
+        let ports = [
+            (1, port(3, IB_LINK_LAYER_INFINIBAND)),
+            (2, port(2, IB_LINK_LAYER_ETHERNET)),
+        ];
+        let table = gid_table_from_sysfs(&t.0, &ports).unwrap();
+        // SAFETY: a NUL-terminated literal.
+        let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+        assert_ne!(lo, 0);
+        let got: Vec<(u32, u32, GidType, u32)> = table
+            .iter()
+            .map(|e| (e.port, e.index, e.gid_type, e.netdev_ifindex))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1, 0, GidType::Ib, 0),
+                (1, 2, GidType::Ib, 0),
+                (2, 0, GidType::RoceV1, lo),
+                (2, 1, GidType::RoceV2, 0),
+            ]
+        );
+        assert_eq!(table[3].gid.to_string(), "::ffff:10.0.0.1");
+
+        // gid_attrs present but the type missing: an error, as in libibverbs.
+        t.dir("ports/1/gid_attrs");
+        assert!(matches!(
+            gid_table_from_sysfs(&t.0, &ports[..1]),
+            Err(Error::Io { .. })
+        ));
+        // A slot the table length promises but sysfs lacks: an error.
+        let longer = [(2, port(3, IB_LINK_LAYER_ETHERNET))];
+        let e = gid_table_from_sysfs(&t.0, &longer).unwrap_err();
+        assert!(e.to_string().contains("gids/2"), "{e}");
+        // Garbage in a GID file.
+        t.file("ports/2/gids/0", "fe80::1\n");
+        let e = gid_table_from_sysfs(&t.0, &ports[1..]).unwrap_err();
+        assert!(e.to_string().contains("not a GID"), "{e}");
     }
 }

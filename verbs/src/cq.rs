@@ -14,7 +14,7 @@ use uverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
 use zerocopy::{FromBytes, FromZeros};
 
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::event::{EventId, ObjectKind};
 
 pub(crate) struct CqInner {
@@ -23,6 +23,11 @@ pub(crate) struct CqInner {
     /// The `user_handle` events name this CQ by.
     pub(crate) event_id: EventId,
     _channel: Option<Arc<OwnedFd>>,
+    /// An mlx5 CQ's ring and doorbell record: the device writes CQEs there
+    /// for as long as the kernel CQ exists (QPs on it keep it, after the
+    /// [`Cq`] handle may be gone), so they are freed only after
+    /// DESTROY_CQ (fields drop after [`Drop::drop`]'s body).
+    _mlx5_mem: Option<provider_mlx5::cq::CqMemory>,
 }
 
 impl Drop for CqInner {
@@ -40,6 +45,7 @@ impl Drop for CqInner {
 
 enum Ring {
     Rxe(provider_rxe::cq::Cq),
+    Mlx5(provider_mlx5::cq::Cq),
 }
 
 /// A completion queue. Polling needs `&mut`: one consumer at a time, no
@@ -126,6 +132,10 @@ impl Context {
     /// `timestamp_mask` is 0, so [`CqFlags::TIMESTAMP_COMPLETION`] is refused
     /// here with a clear error) and its kernel driver refuses every flag,
     /// [`CqFlags::IGNORE_OVERRUN`] included, with `EOPNOTSUPP`.
+    ///
+    /// On mlx5 the provider does not implement creation flags yet: any flag
+    /// is refused with [`Error::Kernel`] `EOPNOTSUPP` before the kernel is
+    /// asked; without flags the CQ is the same as [`Context::create_cq`]'s.
     pub fn create_cq_ex(&self, attr: &CqInitAttr<'_>) -> Result<Cq> {
         if attr.flags.contains(CqFlags::TIMESTAMP_COMPLETION) {
             let dev = self.query_device()?;
@@ -157,6 +167,40 @@ impl Context {
         }
         let event_id = EventId::new(ObjectKind::Cq);
         let comp_channel = channel.map_or(-1, |c| c.fd.as_raw_fd());
+        let new_inner = |handle, mem| {
+            Arc::new(CqInner {
+                ctx: self.clone(),
+                handle,
+                event_id,
+                _channel: channel.map(|c| c.fd.clone()),
+                _mlx5_mem: mem,
+            })
+        };
+        let cmd = CreateCq {
+            response: 0,
+            user_handle: event_id.raw(),
+            cqe,
+            comp_vector,
+            comp_channel,
+            reserved: 0,
+        };
+        if let Some(uctx) = self.mlx5() {
+            if !flags.is_empty() {
+                return Err(Error::Kernel {
+                    op: "create_cq_ex (the mlx5 provider supports no CQ creation flags)",
+                    errno: Errno::EOPNOTSUPP,
+                });
+            }
+            // The provider destroys the kernel CQ itself if it fails after
+            // creating it.
+            let created = provider_mlx5::cq::create(self.fd(), uctx, &cmd)
+                .map_err(Error::kernel("create_cq"))?;
+            return Ok(Cq {
+                inner: new_inner(created.resp.cq_handle, Some(created.cq.memory())),
+                cqe: created.resp.cqe,
+                ring: Ring::Mlx5(created.cq),
+            });
+        }
         let created = if extended {
             let cmd = ExCreateCq {
                 user_handle: event_id.raw(),
@@ -169,22 +213,9 @@ impl Context {
             };
             provider_rxe::cq::create_ex(self.fd(), &cmd).map_err(Error::kernel("create_cq_ex"))?
         } else {
-            let cmd = CreateCq {
-                response: 0,
-                user_handle: event_id.raw(),
-                cqe,
-                comp_vector,
-                comp_channel,
-                reserved: 0,
-            };
             provider_rxe::cq::create(self.fd(), &cmd).map_err(Error::kernel("create_cq"))?
         };
-        let inner = Arc::new(CqInner {
-            ctx: self.clone(),
-            handle: created.resp.cq_handle,
-            event_id,
-            _channel: channel.map(|c| c.fd.clone()),
-        });
+        let inner = new_inner(created.resp.cq_handle, None);
         // If mapping failed, dropping `inner` destroys the kernel CQ.
         let ring = created.cq.map_err(Error::kernel("mmap cq"))?;
         Ok(Cq {
@@ -225,6 +256,14 @@ impl Cq {
         &self.inner
     }
 
+    /// The mlx5 ring, which QP creation registers with (`None` on rxe).
+    pub(crate) fn mlx5_ring(&self) -> Option<&provider_mlx5::cq::Cq> {
+        match &self.ring {
+            Ring::Mlx5(r) => Some(r),
+            Ring::Rxe(_) => None,
+        }
+    }
+
     /// The number of entries the kernel granted.
     pub fn cqe(&self) -> u32 {
         self.cqe
@@ -245,6 +284,7 @@ impl Cq {
         let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [uverbs_abi::wr::Wc]) };
         match &mut self.ring {
             Ring::Rxe(r) => Ok(r.poll(raw)),
+            Ring::Mlx5(r) => Ok(r.poll(raw)),
         }
     }
 
@@ -276,7 +316,14 @@ impl Cq {
     /// solicited when the sender set [`crate::SendFlags::SOLICITED`]; rxe
     /// treats send completions as unsolicited. Completions already in the
     /// CQ do not fire: poll after arming.
+    ///
+    /// On mlx5 this is no system call: the provider writes the CQ's
+    /// doorbell record and UAR register.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
+        if let Ring::Mlx5(r) = &self.ring {
+            r.arm(solicited_only);
+            return Ok(());
+        }
         let cmd = ReqNotifyCq {
             cq_handle: self.inner.handle,
             solicited_only: solicited_only as u32,
@@ -287,6 +334,10 @@ impl Cq {
     }
 
     /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.
+    ///
+    /// Not implemented for mlx5 yet (the provider would have to allocate a
+    /// new ring and copy unpolled CQEs across): refused there with
+    /// [`Error::Kernel`] `EOPNOTSUPP`, the CQ unchanged.
     pub fn resize(&mut self, cqe: u32) -> Result<()> {
         if cqe == 0 {
             return Err(Error::invalid("a CQ needs at least one entry"));
@@ -297,6 +348,12 @@ impl Cq {
             Ring::Rxe(r) => r
                 .resize(fd, handle, cqe)
                 .map_err(Error::kernel("resize_cq"))?,
+            Ring::Mlx5(_) => {
+                return Err(Error::Kernel {
+                    op: "resize_cq (not implemented by the mlx5 provider)",
+                    errno: Errno::EOPNOTSUPP,
+                })
+            }
         };
         Ok(())
     }

@@ -1,6 +1,12 @@
 //! Device discovery: the uverbs character devices listed in
 //! `/sys/class/infiniband_verbs`, their ibdev names, GUIDs and drivers, and
 //! opening one into a [`Context`].
+//!
+//! As in libibverbs, the sysfs root is `$SYSFS_PATH` when that is set (and
+//! the process is not set-uid), `/sys` otherwise. The driver comes from the
+//! kernel's RDMA netlink when it answers; otherwise from the device's
+//! `device/driver` link, its PCI ids (`device/vendor` + `device/device`, or
+//! `device/modalias`), and for soft-RoCE its name.
 
 use std::fmt;
 use std::fs;
@@ -11,14 +17,37 @@ use uverbs_abi::netlink;
 use crate::context::Context;
 use crate::error::{Error, Result};
 
-const SYSFS_VERBS: &str = "/sys/class/infiniband_verbs";
-const SYSFS_IB: &str = "/sys/class/infiniband";
+/// The sysfs root libibverbs would use: `$SYSFS_PATH` without trailing
+/// slashes when it is set, not empty and the real and effective user ids
+/// agree (no set-uid program); `/sys` otherwise.
+pub(crate) fn sysfs_root() -> PathBuf {
+    // SAFETY: getuid and geteuid have no preconditions.
+    let same_user = unsafe { libc::getuid() == libc::geteuid() };
+    if same_user {
+        if let Some(v) = std::env::var_os("SYSFS_PATH") {
+            let s = v.to_string_lossy();
+            let t = s.trim_end_matches('/');
+            if !t.is_empty() {
+                return PathBuf::from(t);
+            }
+        }
+    }
+    PathBuf::from("/sys")
+}
+
+/// `<root>/class/infiniband/<name>`: the ibdev's sysfs directory.
+pub(crate) fn ibdev_dir(name: &str) -> PathBuf {
+    sysfs_root().join("class/infiniband").join(name)
+}
 
 /// The driver behind a device, which decides the provider.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Driver {
     /// Soft-RoCE (`rdma_rxe`): served by `provider-rxe`.
     Rxe,
+    /// NVIDIA ConnectX-4 and later (`mlx5_core` / `mlx5_ib`): served by
+    /// `provider-mlx5`.
+    Mlx5,
     /// A driver this crate has no provider for, by name.
     Other(String),
 }
@@ -29,6 +58,7 @@ impl Driver {
     pub fn id(&self) -> Option<u32> {
         match self {
             Driver::Rxe => Some(netlink::driver_id::RXE),
+            Driver::Mlx5 => Some(netlink::driver_id::MLX5),
             Driver::Other(_) => None,
         }
     }
@@ -38,6 +68,7 @@ impl fmt::Display for Driver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Driver::Rxe => f.write_str("rxe"),
+            Driver::Mlx5 => f.write_str("mlx5"),
             Driver::Other(s) => f.write_str(s),
         }
     }
@@ -111,27 +142,28 @@ fn parse_guid(s: &str) -> Guid {
 /// Every uverbs device the kernel exposes, sorted by name. An empty list
 /// (not an error) when there are none or the RDMA core is not loaded.
 pub fn devices() -> Result<Vec<Device>> {
-    let dir = Path::new(SYSFS_VERBS);
-    let entries = match fs::read_dir(dir) {
+    // The netlink list carries the driver ids; failure (old kernel, no
+    // permission, an emulated device) falls back to sysfs.
+    let nl = netlink::devices().unwrap_or_default();
+    devices_in(&sysfs_root(), &nl)
+}
+
+/// [`devices`] over the sysfs tree at `root`, with `nl` the netlink list.
+fn devices_in(root: &Path, nl: &[netlink::RdmaDev]) -> Result<Vec<Device>> {
+    let dir = root.join("class/infiniband_verbs");
+    let io_err = |source| Error::Io {
+        what: dir.display().to_string(),
+        source,
+    };
+    let entries = match fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(source) => {
-            return Err(Error::Io {
-                what: SYSFS_VERBS.into(),
-                source,
-            })
-        }
+        Err(source) => return Err(io_err(source)),
     };
-    // The netlink list carries the driver ids; failure (old kernel, no
-    // permission) falls back to sysfs.
-    let nl = netlink::devices().unwrap_or_default();
     let abi_version = read_trim(&dir.join("abi_version"))?.parse().unwrap_or(0);
     let mut out = Vec::new();
     for ent in entries {
-        let ent = ent.map_err(|source| Error::Io {
-            what: SYSFS_VERBS.into(),
-            source,
-        })?;
+        let ent = ent.map_err(io_err)?;
         let uverbs = ent.file_name().to_string_lossy().into_owned();
         if !uverbs.starts_with("uverbs") {
             continue;
@@ -139,11 +171,11 @@ pub fn devices() -> Result<Vec<Device>> {
         let p = ent.path();
         let name = read_trim(&p.join("ibdev"))?;
         let driver_abi_version = read_trim(&p.join("abi_version"))?.parse().unwrap_or(0);
-        let ib = Path::new(SYSFS_IB).join(&name);
+        let ib = root.join("class/infiniband").join(&name);
         let node_guid = read_trim(&ib.join("node_guid"))
             .map(|s| parse_guid(&s))
             .unwrap_or_default();
-        let driver = driver_of(&name, &ib, &nl);
+        let driver = driver_of(&name, &ib, nl);
         out.push(Device {
             dev_path: PathBuf::from("/dev/infiniband").join(&uverbs),
             name,
@@ -160,18 +192,71 @@ pub fn devices() -> Result<Vec<Device>> {
 
 fn driver_of(name: &str, ib: &Path, nl: &[netlink::RdmaDev]) -> Driver {
     if let Some(id) = nl.iter().find(|d| d.name == name).and_then(|d| d.driver_id) {
-        if id == netlink::driver_id::RXE {
-            return Driver::Rxe;
-        }
-        return Driver::Other(format!("driver id {id}"));
+        return match id {
+            netlink::driver_id::RXE => Driver::Rxe,
+            netlink::driver_id::MLX5 => Driver::Mlx5,
+            _ => Driver::Other(format!("driver id {id}")),
+        };
     }
     // Hardware devices link to their PCI driver.
     if let Ok(link) = fs::read_link(ib.join("device/driver")) {
         if let Some(base) = link.file_name() {
-            return Driver::Other(base.to_string_lossy().into_owned());
+            let base = base.to_string_lossy();
+            if base == "mlx5_core" {
+                return Driver::Mlx5;
+            }
+            return Driver::Other(base.into_owned());
         }
     }
+    // No driver link: match the PCI ids, as libibverbs matches modaliases.
+    if let Some((vendor, device)) = pci_ids(&ib.join("device")) {
+        if vendor == provider_mlx5::PCI_VENDOR_MELLANOX && provider_mlx5::is_mlx5_pci_device(device)
+        {
+            return Driver::Mlx5;
+        }
+        return Driver::Other(format!("pci {vendor:04x}:{device:04x}"));
+    }
+    // Soft-RoCE has no parent device; libibverbs matches it by name.
+    if name.starts_with("rxe") {
+        return Driver::Rxe;
+    }
     Driver::Other("unknown".into())
+}
+
+/// The PCI vendor and device ids of the device directory `dev`: from its
+/// `vendor` and `device` files, else from its `modalias`.
+fn pci_ids(dev: &Path) -> Option<(u16, u16)> {
+    let hex16 = |p: &Path| {
+        let s = fs::read_to_string(p).ok()?;
+        let s = s.trim();
+        let s = s
+            .strip_prefix("0x")
+            .or_else(|| s.strip_prefix("0X"))
+            .unwrap_or(s);
+        u16::from_str_radix(s, 16).ok()
+    };
+    if let (Some(v), Some(d)) = (hex16(&dev.join("vendor")), hex16(&dev.join("device"))) {
+        return Some((v, d));
+    }
+    parse_pci_modalias(fs::read_to_string(dev.join("modalias")).ok()?.trim())
+}
+
+/// Parses the vendor and device ids out of a PCI modalias
+/// (`pci:v000015B3d00001017sv...`: 8 hex digits each, any case).
+fn parse_pci_modalias(s: &str) -> Option<(u16, u16)> {
+    let rest = s.strip_prefix("pci:v")?;
+    let vendor = rest.get(..8)?;
+    let device = rest.get(8..)?.strip_prefix('d')?.get(..8)?;
+    let hex = |h: &str| {
+        if h.bytes().all(|b| b.is_ascii_hexdigit()) {
+            u32::from_str_radix(h, 16)
+                .ok()
+                .and_then(|v| u16::try_from(v).ok())
+        } else {
+            None
+        }
+    };
+    Some((hex(vendor)?, hex(device)?))
 }
 
 /// The device named `name`.
@@ -183,6 +268,13 @@ pub fn device(name: &str) -> Result<Device> {
 }
 
 impl Device {
+    /// The device's sysfs directory, `<root>/class/infiniband/<name>`
+    /// (`<root>` is `$SYSFS_PATH` when set, as in libibverbs, else
+    /// `/sys`): where `node_type`, `board_id`, `fw_ver` and `ports/` are.
+    pub fn sysfs_dir(&self) -> PathBuf {
+        ibdev_dir(&self.name)
+    }
+
     /// Opens the device: checks the ABI version and the driver, opens the
     /// character device and creates a user context (GET_CONTEXT).
     pub fn open(&self) -> Result<Context> {
@@ -193,17 +285,21 @@ impl Device {
                 expected: uverbs_abi::IB_USER_VERBS_ABI_VERSION,
             });
         }
-        if self.driver != Driver::Rxe {
-            return Err(Error::UnsupportedDriver {
-                device: self.name.clone(),
-                driver: self.driver.to_string(),
-            });
-        }
-        if !provider_rxe::DRIVER_ABI.contains(&self.driver_abi_version) {
+        let supported = match self.driver {
+            Driver::Rxe => provider_rxe::DRIVER_ABI,
+            Driver::Mlx5 => provider_mlx5::DRIVER_ABI,
+            Driver::Other(_) => {
+                return Err(Error::UnsupportedDriver {
+                    device: self.name.clone(),
+                    driver: self.driver.to_string(),
+                })
+            }
+        };
+        if !supported.contains(&self.driver_abi_version) {
             return Err(Error::DriverAbiVersion {
                 device: self.name.clone(),
                 found: self.driver_abi_version,
-                supported: provider_rxe::DRIVER_ABI,
+                supported,
             });
         }
         Context::open(self.clone())
@@ -213,6 +309,7 @@ impl Device {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::TempTree;
 
     #[test]
     fn guid_parse_and_format() {
@@ -220,6 +317,142 @@ mod tests {
         assert_eq!(g.to_string(), "5054:00ff:fe12:3456");
         let raw = u64::from_ne_bytes([0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56]);
         assert_eq!(Guid::from_raw_be(raw), g);
+    }
+
+    #[test]
+    fn pci_modalias_parse() {
+        assert_eq!(
+            parse_pci_modalias("pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00"),
+            Some((0x15b3, 0x1017))
+        );
+        assert_eq!(
+            parse_pci_modalias("pci:v000015b3d0000a2dcsv*"),
+            Some((0x15b3, 0xa2dc))
+        );
+        assert_eq!(parse_pci_modalias("pci:v000015B3"), None);
+        assert_eq!(parse_pci_modalias("pci:v000015B3x00001017"), None);
+        assert_eq!(parse_pci_modalias("pci:v0000zzzzd00001017sv"), None);
+        assert_eq!(parse_pci_modalias("pci:v000115B3d00001017sv"), None);
+        assert_eq!(parse_pci_modalias("usb:v15B3p1017"), None);
+        assert_eq!(parse_pci_modalias(""), None);
+    }
+
+    fn add_uverbs(t: &TempTree, uv: &str, ibdev: &str, abi: u32) {
+        t.file(
+            &format!("class/infiniband_verbs/{uv}/ibdev"),
+            &format!("{ibdev}\n"),
+        );
+        t.file(
+            &format!("class/infiniband_verbs/{uv}/abi_version"),
+            &format!("{abi}\n"),
+        );
+        t.dir(&format!("class/infiniband/{ibdev}"));
+    }
+
+    #[test]
+    fn driver_detection_on_a_sysfs_tree() {
+        let t = TempTree::new("detect");
+        t.file("class/infiniband_verbs/abi_version", "6\n");
+        // mlx5 by modalias only (what the emulator's tree has).
+        add_uverbs(&t, "uverbs0", "mlx5_0", 1);
+        t.file(
+            "class/infiniband/mlx5_0/device/modalias",
+            "pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00\n",
+        );
+        t.file("class/infiniband/mlx5_0/node_guid", "0c42:a103:00fb:1234\n");
+        // mlx5 by vendor/device files.
+        add_uverbs(&t, "uverbs1", "mlx5_1", 1);
+        t.file("class/infiniband/mlx5_1/device/vendor", "0x15b3\n");
+        t.file("class/infiniband/mlx5_1/device/device", "0x101b\n");
+        // mlx5 by its driver link (the ids say otherwise: the link wins).
+        add_uverbs(&t, "uverbs2", "mlx5_2", 1);
+        t.file("class/infiniband/mlx5_2/device/vendor", "0x8086\n");
+        t.file("class/infiniband/mlx5_2/device/device", "0x1572\n");
+        std::os::unix::fs::symlink(
+            "../../bus/pci/drivers/mlx5_core",
+            t.0.join("class/infiniband/mlx5_2/device/driver"),
+        )
+        .unwrap();
+        // Another driver's link.
+        add_uverbs(&t, "uverbs3", "irdma0", 1);
+        t.dir("class/infiniband/irdma0/device");
+        std::os::unix::fs::symlink(
+            "../../bus/pci/drivers/irdma",
+            t.0.join("class/infiniband/irdma0/device/driver"),
+        )
+        .unwrap();
+        // A Mellanox id that is not mlx5 (ConnectX-3, mlx4).
+        add_uverbs(&t, "uverbs4", "mlx4_0", 1);
+        t.file(
+            "class/infiniband/mlx4_0/device/modalias",
+            "pci:v000015B3d00001007sv000015B3sd00000000bc02sc00i00\n",
+        );
+        // Soft-RoCE: no device directory, matched by name.
+        add_uverbs(&t, "uverbs5", "rxe0", 2);
+        // Nothing to go by.
+        add_uverbs(&t, "uverbs6", "odd0", 1);
+        // Not a uverbs node.
+        t.file("class/infiniband_verbs/other/ibdev", "x\n");
+
+        let list = devices_in(&t.0, &[]).unwrap();
+        let by = |n: &str| list.iter().find(|d| d.name == n).unwrap().clone();
+        assert_eq!(list.len(), 7, "{list:?}");
+        let m0 = by("mlx5_0");
+        assert_eq!(m0.driver, Driver::Mlx5);
+        assert_eq!(m0.uverbs, "uverbs0");
+        assert_eq!(m0.dev_path, PathBuf::from("/dev/infiniband/uverbs0"));
+        assert_eq!(m0.node_guid.to_string(), "0c42:a103:00fb:1234");
+        assert_eq!((m0.abi_version, m0.driver_abi_version), (6, 1));
+        assert_eq!(by("mlx5_1").driver, Driver::Mlx5);
+        assert_eq!(by("mlx5_2").driver, Driver::Mlx5);
+        assert_eq!(by("irdma0").driver, Driver::Other("irdma".into()));
+        assert_eq!(by("mlx4_0").driver, Driver::Other("pci 15b3:1007".into()));
+        assert_eq!(by("rxe0").driver, Driver::Rxe);
+        assert_eq!(by("odd0").driver, Driver::Other("unknown".into()));
+        assert_eq!(Driver::Mlx5.id(), Some(netlink::driver_id::MLX5));
+        assert_eq!(Driver::Mlx5.to_string(), "mlx5");
+
+        // Netlink, when it knows the device, decides.
+        let nl = [netlink::RdmaDev {
+            index: 0,
+            name: "odd0".into(),
+            driver_id: Some(netlink::driver_id::MLX5),
+            node_guid: None,
+            fw_version: None,
+            node_type: None,
+            protocol: None,
+            port_count: None,
+        }];
+        let list = devices_in(&t.0, &nl).unwrap();
+        let odd = list.iter().find(|d| d.name == "odd0").unwrap();
+        assert_eq!(odd.driver, Driver::Mlx5);
+
+        // No class directory: no devices, not an error.
+        let empty = TempTree::new("empty");
+        assert!(devices_in(&empty.0, &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn mlx5_driver_abi_is_checked() {
+        let d = Device {
+            name: "mlx5_9".into(),
+            uverbs: "uverbs9".into(),
+            dev_path: "/nonexistent/uverbs9".into(),
+            node_guid: Guid::default(),
+            driver: Driver::Mlx5,
+            abi_version: 6,
+            driver_abi_version: 2,
+        };
+        assert!(matches!(
+            d.open().unwrap_err(),
+            Error::DriverAbiVersion { found: 2, .. }
+        ));
+        // The right ABI gets as far as opening the node.
+        let ok_abi = Device {
+            driver_abi_version: 1,
+            ..d
+        };
+        assert!(matches!(ok_abi.open().unwrap_err(), Error::Io { .. }));
     }
 
     #[test]

@@ -28,7 +28,9 @@ pub enum Error {
     #[error("no RDMA device named {0:?}")]
     NoSuchDevice(String),
     /// The device's driver has no provider here.
-    #[error("device {device}: driver {driver} is not supported by this crate (supported: rxe)")]
+    #[error(
+        "device {device}: driver {driver} is not supported by this crate (supported: rxe, mlx5)"
+    )]
     UnsupportedDriver {
         /// The ibdev name.
         device: String,

@@ -31,7 +31,8 @@
 //! (`post_send`, `post_recv`, `poll`) takes `&mut`, allocates nothing, takes
 //! no lock and dispatches on the provider with one `match`.
 //!
-//! Providers: soft-RoCE (`rxe`). Devices of other drivers are listed by
+//! Providers: soft-RoCE (`rxe`, `provider-rxe`) and NVIDIA ConnectX-4 and
+//! later (`mlx5`, `provider-mlx5`). Devices of other drivers are listed by
 //! [`devices`] and refused by [`Device::open`] with a clear error.
 
 #![deny(missing_docs)]
@@ -48,6 +49,8 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 pub mod srq;
+#[cfg(test)]
+mod test_util;
 
 pub use ah::{Ah, Grh, NetworkHeader, UdSendWr};
 pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};

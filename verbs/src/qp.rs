@@ -8,13 +8,13 @@ use std::sync::Arc;
 use uverbs_abi::cmd::{nr, write_cmd, NoResp};
 pub use uverbs_abi::qp::QpCreateFlags;
 use uverbs_abi::qp::{
-    attr_mask as m, qp_state, qp_type, CreateQp, DestroyQp, DestroyQpResp, ExCreateQp, ModifyQp,
-    QpDest, QueryQp, QueryQpResp,
+    attr_mask as m, qp_state, qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp,
+    ExCreateQp, ModifyQp, QpDest, QueryQp, QueryQpResp,
 };
 use uverbs_abi::wr::{RecvWr, SendWr};
 
 use crate::cq::{Cq, CqInner};
-use crate::error::{Error, PostError, Result};
+use crate::error::{Errno, Error, PostError, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::gid::Gid;
 use crate::mr::AccessFlags;
@@ -439,10 +439,24 @@ impl Endpoint {
 
 enum SendRing {
     Rxe(provider_rxe::qp::SendQueue),
+    Mlx5(provider_mlx5::qp::SendQueue),
 }
 
 enum RecvRing {
     Rxe(provider_rxe::qp::RecvQueue),
+    Mlx5(provider_mlx5::qp::RecvQueue),
+}
+
+impl QpState {
+    /// What the mlx5 queues need to know of the state.
+    fn mlx5(self) -> provider_mlx5::qp::State {
+        use provider_mlx5::qp::State;
+        match self {
+            QpState::Reset => State::Reset,
+            QpState::Init | QpState::Rtr => State::Init,
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => State::Rts,
+        }
+    }
 }
 
 /// A queue pair. Posting needs `&mut`: one poster per QP at a time, no lock
@@ -487,6 +501,8 @@ impl Pd {
     /// an SRQ. rxe accepts no creation flag: its driver refuses any with
     /// `EOPNOTSUPP` (and the core refuses flags it does not know with
     /// `EINVAL`); with empty flags the QP is the same as [`Pd::create_qp`]'s.
+    /// The mlx5 provider implements no creation flag yet: any is refused
+    /// with [`Error::Kernel`] `EOPNOTSUPP` before the kernel is asked.
     pub fn create_qp_ex(
         &self,
         attr: &QpInitAttr<'_>,
@@ -546,6 +562,41 @@ impl Pd {
             is_srq: srq.is_some() as u8,
             reserved: 0,
         };
+        if let Some(uctx) = ctx.mlx5() {
+            if ex_flags.is_some_and(|f| !f.is_empty()) {
+                return Err(Error::Kernel {
+                    op: "create_qp_ex (the mlx5 provider supports no QP creation flags)",
+                    errno: Errno::EOPNOTSUPP,
+                });
+            }
+            let (Some(scq), Some(rcq)) = (attr.send_cq.mlx5_ring(), attr.recv_cq.mlx5_ring())
+            else {
+                return Err(Error::invalid("the CQs are not mlx5 CQs of this context"));
+            };
+            let srq_ring = match srq {
+                Some(s) => Some(
+                    s.mlx5_ring()
+                        .ok_or_else(|| Error::invalid("the SRQ is not an mlx5 SRQ"))?,
+                ),
+                None => None,
+            };
+            // On error the provider has destroyed any kernel QP it created.
+            let created = provider_mlx5::qp::create(ctx.fd(), uctx, &cmd, scq, rcq, srq_ring)
+                .map_err(Error::kernel(if ex_flags.is_some() {
+                    "create_qp_ex"
+                } else {
+                    "create_qp"
+                }))?;
+            let r = created.resp;
+            return Ok(self.new_qp(
+                attr,
+                srq,
+                event_id,
+                r,
+                SendRing::Mlx5(created.sq),
+                created.rq.map(RecvRing::Mlx5),
+            ));
+        }
         let created = match ex_flags {
             None => provider_rxe::qp::create(ctx.fd(), &cmd).map_err(Error::kernel("create_qp"))?,
             Some(flags) => {
@@ -579,7 +630,26 @@ impl Pd {
         };
         let sq = created.sq.map_err(destroy_on_err)?;
         let rq = created.rq.map_err(destroy_on_err)?;
-        Ok(Qp {
+        Ok(self.new_qp(
+            attr,
+            srq,
+            event_id,
+            r,
+            SendRing::Rxe(sq),
+            rq.map(RecvRing::Rxe),
+        ))
+    }
+
+    fn new_qp(
+        &self,
+        attr: &QpInitAttr<'_>,
+        srq: Option<&crate::Srq>,
+        event_id: EventId,
+        r: CreateQpResp,
+        sq: SendRing,
+        rq: Option<RecvRing>,
+    ) -> Qp {
+        Qp {
             pd: self.clone(),
             handle: r.qp_handle,
             qpn: r.qpn,
@@ -591,14 +661,14 @@ impl Pd {
                 max_recv_sge: r.max_recv_sge,
                 max_inline_data: r.max_inline_data,
             },
-            sq: SendRing::Rxe(sq),
-            rq: rq.map(RecvRing::Rxe),
+            sq,
+            rq,
             state: QpState::Reset,
             _send_cq: attr.send_cq.inner().clone(),
             _recv_cq: attr.recv_cq.inner().clone(),
             srq: srq.map(|s| s.inner().clone()),
             event_id,
-        })
+        }
     }
 }
 
@@ -661,10 +731,18 @@ impl Qp {
             .map_err(Error::kernel("modify_qp"))?;
         if let Some(s) = attr.qp_state {
             self.state = s;
+            // The mlx5 queues follow the state (RESET clears them).
+            if let SendRing::Mlx5(sq) = &mut self.sq {
+                sq.set_state(s.mlx5());
+            }
+            if let Some(RecvRing::Mlx5(rq)) = &mut self.rq {
+                rq.set_state(s.mlx5());
+            }
         }
         if let Some(mtu) = ud_mtu {
             match &mut self.sq {
                 SendRing::Rxe(sq) => sq.set_ud_mtu(mtu.bytes()),
+                SendRing::Mlx5(sq) => sq.set_ud_mtu(mtu.bytes()),
             }
         }
         Ok(())
@@ -855,9 +933,9 @@ impl Qp {
                 error: PostError::InvalidState,
             });
         }
-        let fd = self.pd.context().fd();
         match &mut self.sq {
-            SendRing::Rxe(sq) => sq.post(fd, wrs),
+            SendRing::Rxe(sq) => sq.post(self.pd.context().fd(), wrs),
+            SendRing::Mlx5(sq) => sq.post(wrs),
         }
         .map_err(|(index, error)| Error::Post { index, error })
     }
@@ -874,6 +952,7 @@ impl Qp {
         }
         match &mut self.rq {
             Some(RecvRing::Rxe(rq)) => rq.post(wrs),
+            Some(RecvRing::Mlx5(rq)) => rq.post(wrs),
             None if self.srq.is_some() => Err((0, PostError::UsesSrq)),
             None => Err((0, PostError::InvalidState)),
         }
@@ -884,13 +963,37 @@ impl Qp {
     pub fn send_outstanding(&self) -> u32 {
         match &self.sq {
             SendRing::Rxe(sq) => sq.outstanding(),
+            SendRing::Mlx5(sq) => sq.outstanding(),
         }
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        // The rings are unmapped after (fields drop after this body).
+        // The rings are unmapped (rxe) or freed (mlx5) after: fields drop
+        // after this body.
         destroy_qp(self.pd.context(), self.handle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use provider_mlx5::qp::State;
+
+    #[test]
+    fn mlx5_queues_follow_the_state() {
+        let cases = [
+            (QpState::Reset, State::Reset),
+            (QpState::Init, State::Init),
+            (QpState::Rtr, State::Init),
+            (QpState::Rts, State::Rts),
+            (QpState::Sqd, State::Rts),
+            (QpState::Sqe, State::Rts),
+            (QpState::Err, State::Rts),
+        ];
+        for (s, want) in cases {
+            assert_eq!(s.mlx5(), want, "{s:?}");
+        }
     }
 }

@@ -10,10 +10,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use uverbs_abi::srq::CreateSrq;
+use uverbs_abi::cmd::{nr, write_cmd, NoResp};
+use uverbs_abi::srq::{CreateSrq, ModifySrq};
 use uverbs_abi::wr::RecvWr;
 
-use crate::error::{Error, Result};
+use crate::error::{Errno, Error, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::pd::Pd;
 
@@ -21,6 +22,11 @@ pub(crate) struct SrqInner {
     pub(crate) pd: Pd,
     pub(crate) handle: u32,
     pub(crate) event_id: EventId,
+    /// An mlx5 SRQ's WQE buffer and doorbell record: QPs on the SRQ keep
+    /// the kernel object (after the [`Srq`] handle may be gone) and the
+    /// device uses this memory until DESTROY_SRQ (fields drop after
+    /// [`Drop::drop`]'s body).
+    _mlx5_mem: Option<provider_mlx5::srq::SrqMemory>,
 }
 
 impl Drop for SrqInner {
@@ -33,7 +39,11 @@ impl Drop for SrqInner {
 
 enum Ring {
     Rxe(provider_rxe::srq::Srq),
+    Mlx5(provider_mlx5::srq::Srq),
 }
+
+/// `IB_SRQ_LIMIT` in MODIFY_SRQ's attribute mask.
+const SRQ_LIMIT: u32 = 2;
 
 /// What [`Pd::create_srq`] needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,13 +122,28 @@ impl Pd {
             max_sge: attr.max_sge,
             srq_limit: attr.srq_limit,
         };
+        let new_inner = |handle, mem| {
+            Arc::new(SrqInner {
+                pd: self.clone(),
+                handle,
+                event_id,
+                _mlx5_mem: mem,
+            })
+        };
+        if let Some(uctx) = ctx.mlx5() {
+            let created = provider_mlx5::srq::create(ctx.fd(), uctx, &cmd)
+                .map_err(Error::kernel("create_srq"))?;
+            return Ok(Srq {
+                inner: new_inner(created.resp.srq_handle, Some(created.srq.memory())),
+                ring: Ring::Mlx5(created.srq),
+                srq_num: created.srqn,
+                max_wr: created.resp.max_wr,
+                max_sge: created.resp.max_sge,
+            });
+        }
         let created =
             provider_rxe::srq::create(ctx.fd(), &cmd).map_err(Error::kernel("create_srq"))?;
-        let inner = Arc::new(SrqInner {
-            pd: self.clone(),
-            handle: created.resp.srq_handle,
-            event_id,
-        });
+        let inner = new_inner(created.resp.srq_handle, None);
         // If mapping failed, dropping `inner` destroys the kernel SRQ.
         let ring = created.srq.map_err(Error::kernel("mmap srq"))?;
         Ok(Srq {
@@ -134,6 +159,14 @@ impl Pd {
 impl Srq {
     pub(crate) fn inner(&self) -> &Arc<SrqInner> {
         &self.inner
+    }
+
+    /// The mlx5 ring, which QP creation registers with (`None` on rxe).
+    pub(crate) fn mlx5_ring(&self) -> Option<&provider_mlx5::srq::Srq> {
+        match &self.ring {
+            Ring::Mlx5(r) => Some(r),
+            Ring::Rxe(_) => None,
+        }
     }
 
     /// The SRQ number (rxe's; what a remote XRC sender would address).
@@ -165,6 +198,7 @@ impl Srq {
     pub fn outstanding(&self) -> u32 {
         match &self.ring {
             Ring::Rxe(r) => r.outstanding(),
+            Ring::Mlx5(r) => r.outstanding(),
         }
     }
 
@@ -174,6 +208,7 @@ impl Srq {
     pub fn post_srq_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         match &mut self.ring {
             Ring::Rxe(r) => r.post(wrs),
+            Ring::Mlx5(r) => r.post(wrs),
         }
         .map_err(|(index, error)| Error::Post { index, error })
     }
@@ -185,7 +220,18 @@ impl Srq {
     pub fn modify_limit(&self, limit: u32) -> Result<()> {
         let fd = self.inner.pd.context().fd();
         match &self.ring {
+            // rxe's MODIFY_SRQ carries its driver data.
             Ring::Rxe(r) => r.set_limit(fd, limit),
+            // mlx5 takes none.
+            Ring::Mlx5(_) => {
+                let cmd = ModifySrq {
+                    srq_handle: self.inner.handle,
+                    attr_mask: SRQ_LIMIT,
+                    max_wr: 0,
+                    srq_limit: limit,
+                };
+                write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, &[], &mut []).map(|_| ())
+            }
         }
         .map_err(Error::kernel("modify_srq"))
     }
@@ -193,7 +239,16 @@ impl Srq {
     /// Resizes the SRQ to hold at least `max_wr` receives; those already
     /// posted are kept. Refused if fewer than the receives now queued, or
     /// below an armed limit (rxe's rule, reported by the kernel as EINVAL).
+    ///
+    /// mlx5 SRQs cannot be resized (the kernel driver refuses it): refused
+    /// with [`Error::Kernel`] `EOPNOTSUPP` without asking it.
     pub fn resize(&mut self, max_wr: u32) -> Result<()> {
+        if !matches!(self.ring, Ring::Rxe(_)) {
+            return Err(Error::Kernel {
+                op: "modify_srq (mlx5 SRQs cannot be resized)",
+                errno: Errno::EOPNOTSUPP,
+            });
+        }
         let queued = self.outstanding();
         if max_wr == 0 || max_wr < queued {
             return Err(Error::invalid(format!(
@@ -203,6 +258,7 @@ impl Srq {
         let fd = self.inner.pd.context().fd();
         match &mut self.ring {
             Ring::Rxe(r) => r.resize(fd, max_wr),
+            Ring::Mlx5(_) => Err(Errno::EOPNOTSUPP),
         }
         .map_err(Error::kernel("modify_srq"))?;
         self.max_wr = max_wr;

@@ -99,12 +99,13 @@ pub fn run_devinfo(a: &DevinfoArgs) -> Result<()> {
 /// The transport of a device, from the node type sysfs reports
 /// (`<n>: <name>`): `(name, ibv_transport_type value)`.
 fn transport(dev: &Device) -> (&'static str, i32) {
-    let path = format!("/sys/class/infiniband/{}/node_type", dev.name);
-    let node = std::fs::read_to_string(path).ok().and_then(|s| {
-        s.split(':')
-            .next()
-            .and_then(|n| n.trim().parse::<u32>().ok())
-    });
+    let node = std::fs::read_to_string(dev.sysfs_dir().join("node_type"))
+        .ok()
+        .and_then(|s| {
+            s.split(':')
+                .next()
+                .and_then(|n| n.trim().parse::<u32>().ok())
+        });
     transport_of_node_type(node)
 }
 
@@ -123,8 +124,7 @@ fn transport_of_node_type(node: Option<u32>) -> (&'static str, i32) {
 /// The device's `board_id` sysfs file without its trailing newline; `None`
 /// when it is absent or empty.
 fn board_id(dev: &Device) -> Option<String> {
-    let path = format!("/sys/class/infiniband/{}/board_id", dev.name);
-    let s = std::fs::read_to_string(path).ok()?;
+    let s = std::fs::read_to_string(dev.sysfs_dir().join("board_id")).ok()?;
     let s = s.strip_suffix('\n').unwrap_or(&s).to_string();
     (!s.is_empty()).then_some(s)
 }

@@ -1,0 +1,1122 @@
+//! Unit tests of the QP geometry and of the exact WQE, doorbell-record and
+//! doorbell-register bytes, on plain memory standing in for the device's.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use uverbs_abi::qp::qp_type;
+use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
+use uverbs_abi::Errno;
+
+use super::geom::{geometry, Geometry, Request};
+use super::{Backing, BlueFlame, RecvQueue, SendQueue, SqInit, State};
+use crate::uctx::Limits;
+use crate::wq::{RqShared, SqShared};
+use crate::PostError;
+
+/// Zeroed, page-aligned memory (the stand-in for `Buf` and a UAR page).
+#[derive(Debug)]
+pub(super) struct TestBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+impl TestBuf {
+    fn new(len: usize) -> Self {
+        let layout = Layout::from_size_align(len.max(64), 4096).unwrap();
+        // SAFETY: the layout has a nonzero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        assert!(!ptr.is_null());
+        TestBuf { ptr, layout }
+    }
+    pub(super) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// A copy of bytes `at..at + len`.
+    fn bytes(&self, at: usize, len: usize) -> Vec<u8> {
+        assert!(at + len <= self.layout.size());
+        // SAFETY: in bounds (asserted), initialised (zeroed at allocation),
+        // and no queue is writing while a test reads.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }.to_vec()
+    }
+    fn fill(&self, byte: u8) {
+        // SAFETY: the whole allocation, nothing else writing.
+        unsafe { std::ptr::write_bytes(self.ptr, byte, self.layout.size()) }
+    }
+}
+
+// SAFETY: the allocation is owned (freed only in `drop`); the tests
+// write it through the queues (`&mut`) and read it between posts.
+unsafe impl Send for TestBuf {}
+// SAFETY: as above.
+unsafe impl Sync for TestBuf {}
+
+impl Drop for TestBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { dealloc(self.ptr, self.layout) }
+    }
+}
+
+/// The memory of a test QP: its buffer, doorbell record and a UAR page.
+#[derive(Debug)]
+pub(super) struct TestMem {
+    pub(super) ring: TestBuf,
+    pub(super) db: [AtomicU32; 2],
+    uar: TestBuf,
+}
+
+/// ConnectX-5's limits, as the emulator reports them (`..Default` in case
+/// the context grows more).
+#[allow(clippy::needless_update)]
+fn limits() -> Limits {
+    Limits {
+        max_sq_desc_sz: 1024,
+        max_rq_desc_sz: 512,
+        max_send_wqebb: 1 << 15,
+        max_recv_wr: 1 << 15,
+        max_srq_recv_wr: 1 << 15,
+        cqe_version: 1,
+        bf_reg_size: 512,
+        ..Default::default()
+    }
+}
+
+fn req(qp_type: u8, send_wr: u32, send_sge: u32, inline: u32) -> Request {
+    Request {
+        qp_type,
+        max_send_wr: send_wr,
+        max_send_sge: send_sge,
+        max_inline_data: inline,
+        max_recv_wr: 0,
+        max_recv_sge: 0,
+        srq: false,
+    }
+}
+
+fn rq_req(recv_wr: u32, recv_sge: u32) -> Request {
+    Request {
+        max_recv_wr: recv_wr,
+        max_recv_sge: recv_sge,
+        ..req(qp_type::RC, 0, 0, 0)
+    }
+}
+
+const QPN: u32 = 0x000123;
+
+/// A test QP: both queues on plain memory, the UAR register at the start
+/// of `mem.uar` (BlueFlame halves of `bf_size` bytes).
+struct TestQp {
+    sq: SendQueue,
+    rq: Option<RecvQueue>,
+    mem: Arc<Backing>,
+    g: Geometry,
+}
+
+impl TestQp {
+    fn new(r: &Request, sig_all: bool, bf_size: u32, dedicated: bool) -> Self {
+        let g = geometry(&limits(), r).expect("geometry");
+        let mem = Arc::new(Backing::Test(TestMem {
+            ring: TestBuf::new(g.total()),
+            db: [AtomicU32::new(0), AtomicU32::new(0)],
+            uar: TestBuf::new(4096),
+        }));
+        let base = mem.base();
+        let uar = match &*mem {
+            Backing::Test(m) => m.uar.as_ptr(),
+            _ => unreachable!(),
+        };
+        let rq = (g.rq_wqe_cnt != 0).then(|| {
+            RecvQueue::new(
+                Arc::clone(&mem),
+                base,
+                mem.db_word(0),
+                &g,
+                Arc::new(RqShared::new(g.rq_wqe_cnt)),
+            )
+        });
+        let sq = SendQueue::new(SqInit {
+            mem: Arc::clone(&mem),
+            reg: None,
+            // SAFETY: within the ring buffer (`total()` bytes).
+            start: unsafe { base.add(g.sq_offset()) },
+            db: mem.db_word(1),
+            geometry: g,
+            shared: Arc::new(SqShared::new(g.sq_wqe_cnt)),
+            qpn: QPN,
+            qp_type: r.qp_type,
+            sig_all,
+            bf: BlueFlame {
+                reg: uar,
+                buf_size: bf_size,
+                dedicated,
+            },
+        });
+        TestQp { sq, rq, mem, g }
+    }
+
+    fn test_mem(&self) -> &TestMem {
+        match &*self.mem {
+            Backing::Test(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Bytes `at..at + len` of the send ring.
+    fn sq_bytes(&self, at: usize, len: usize) -> Vec<u8> {
+        self.test_mem().ring.bytes(self.g.sq_offset() + at, len)
+    }
+
+    /// Bytes `at..at + len` of the receive ring.
+    fn rq_bytes(&self, at: usize, len: usize) -> Vec<u8> {
+        self.test_mem().ring.bytes(at, len)
+    }
+
+    fn uar(&self, at: usize, len: usize) -> Vec<u8> {
+        self.test_mem().uar.bytes(at, len)
+    }
+
+    /// The doorbell record word `i` as the device reads it (memory bytes).
+    fn db(&self, i: usize) -> [u8; 4] {
+        self.test_mem().db[i].load(Ordering::Relaxed).to_ne_bytes()
+    }
+}
+
+fn be32(v: u32) -> [u8; 4] {
+    v.to_be_bytes()
+}
+
+fn data_seg(len: u32, lkey: u32, addr: u64) -> Vec<u8> {
+    let mut v = len.to_be_bytes().to_vec();
+    v.extend(lkey.to_be_bytes());
+    v.extend(addr.to_be_bytes());
+    v
+}
+
+fn ctrl(pi: u32, op: u8, ds: u32, fm_ce_se: u8, imm: u32) -> Vec<u8> {
+    let mut v = ((pi & 0xffff) << 8 | op as u32).to_be_bytes().to_vec();
+    v.extend((QPN << 8 | ds).to_be_bytes());
+    v.extend([0, 0, 0, fm_ce_se]);
+    v.extend(imm.to_be_bytes());
+    v
+}
+
+// ---------------------------------------------------------------- geometry
+
+#[test]
+fn geometry_rc_examples() {
+    // RC, 1 SGE, no inline, 10 WRs: 192 + 16 -> 256-byte WQEs, inline 60,
+    // 10 * 256 -> 4096 bytes, 64 BBs, 16 WRs.
+    let g = geometry(&limits(), &req(qp_type::RC, 10, 1, 0)).unwrap();
+    assert_eq!(g.sq_wqe_size, 256);
+    assert_eq!(g.max_inline_data, Some(60));
+    assert_eq!(g.sq_bytes(), 4096);
+    assert_eq!(g.sq_wqe_cnt, 64);
+    assert_eq!(g.sq_max_post, 16);
+    assert_eq!(g.sq_max_gs, 1);
+    assert_eq!((g.rq_wqe_cnt, g.rq_bytes(), g.sq_offset()), (0, 0, 0));
+    // UC is the same.
+    assert_eq!(geometry(&limits(), &req(qp_type::UC, 10, 1, 0)).unwrap(), g);
+    // Inline 100: 192 + align(104, 16) = 304 -> 320; inline 124.
+    let g = geometry(&limits(), &req(qp_type::RC, 1, 1, 100)).unwrap();
+    assert_eq!(g.sq_wqe_size, 320);
+    assert_eq!(g.max_inline_data, Some(124));
+    assert_eq!((g.sq_bytes(), g.sq_wqe_cnt, g.sq_max_post), (512, 8, 1));
+    // Inline 60 fits the 1-SGE slot exactly: unchanged.
+    let g = geometry(&limits(), &req(qp_type::RC, 3, 1, 60)).unwrap();
+    assert_eq!((g.sq_wqe_size, g.max_inline_data), (256, Some(60)));
+    assert_eq!((g.sq_bytes(), g.sq_max_post), (1024, 4));
+    // 12 SGEs: 192 + 192 = 384, inline 188; 768 -> 1024 B.
+    let g = geometry(&limits(), &req(qp_type::RC, 2, 12, 0)).unwrap();
+    assert_eq!((g.sq_wqe_size, g.max_inline_data), (384, Some(188)));
+    assert_eq!((g.sq_wqe_cnt, g.sq_max_post), (16, 2));
+    // 0 SGEs: 192 -> 192, no inline room (libmlx5: -4); 5 * 192 = 960
+    // -> 1024 B, 5 WRs.
+    let g = geometry(&limits(), &req(qp_type::RC, 5, 0, 0)).unwrap();
+    assert_eq!((g.sq_wqe_size, g.max_inline_data), (192, Some(0)));
+    assert_eq!((g.sq_wqe_cnt, g.sq_max_post), (16, 5));
+}
+
+#[test]
+fn geometry_ud_examples() {
+    // UD, 1 SGE: 64 + 16 = 80 -> 128, inline 60; 1 WR -> 128 B, 2 BBs.
+    let g = geometry(&limits(), &req(qp_type::UD, 1, 1, 0)).unwrap();
+    assert_eq!((g.sq_wqe_size, g.max_inline_data), (128, Some(60)));
+    assert_eq!((g.sq_bytes(), g.sq_wqe_cnt, g.sq_max_post), (128, 2, 1));
+    // 100 WRs -> 12800 -> 16384 B, 256 BBs, 128 WRs.
+    let g = geometry(&limits(), &req(qp_type::UD, 100, 1, 0)).unwrap();
+    assert_eq!(
+        (g.sq_bytes(), g.sq_wqe_cnt, g.sq_max_post),
+        (16384, 256, 128)
+    );
+    // 4 SGEs: 64 + 64 = 128 -> 128.
+    let g = geometry(&limits(), &req(qp_type::UD, 2, 4, 0)).unwrap();
+    assert_eq!((g.sq_wqe_size, g.max_inline_data), (128, Some(60)));
+}
+
+#[test]
+fn geometry_rq_examples() {
+    // 1 SGE, 1 WR: 16-byte WQEs, at least 64 bytes -> 4 WQEs, shift 4.
+    let g = geometry(&limits(), &rq_req(1, 1)).unwrap();
+    assert_eq!((g.rq_wqe_cnt, g.rq_wqe_shift, g.rq_max_gs), (4, 4, 1));
+    assert_eq!((g.rq_bytes(), g.sq_offset()), (64, 64));
+    // 3 SGEs -> 64-byte WQEs holding 4.
+    let g = geometry(&limits(), &rq_req(10, 3)).unwrap();
+    assert_eq!((g.rq_wqe_cnt, g.rq_wqe_shift, g.rq_max_gs), (16, 6, 4));
+    // 0 SGEs counts as 1.
+    let g = geometry(&limits(), &rq_req(100, 0)).unwrap();
+    assert_eq!((g.rq_wqe_cnt, g.rq_wqe_shift, g.rq_max_gs), (128, 4, 1));
+    // No SQ, 5 receives: 8 WQEs of 16 bytes, 128 bytes.
+    let mut r = rq_req(5, 1);
+    r.max_send_sge = 1;
+    let g = geometry(&limits(), &r).unwrap();
+    assert_eq!((g.rq_wqe_cnt, g.rq_wqe_shift, g.sq_wqe_cnt), (8, 4, 0));
+    assert_eq!((g.sq_offset(), g.total()), (128, 128));
+    // With an SRQ: no RQ.
+    let mut r = rq_req(100, 2);
+    r.srq = true;
+    let g = geometry(&limits(), &r).unwrap();
+    assert_eq!((g.rq_wqe_cnt, g.rq_wqe_shift, g.rq_bytes()), (0, 0, 0));
+    // Both rings: RQ first.
+    let mut r = req(qp_type::RC, 10, 1, 0);
+    r.max_recv_wr = 10;
+    r.max_recv_sge = 2;
+    let g = geometry(&limits(), &r).unwrap();
+    assert_eq!((g.rq_bytes(), g.sq_offset(), g.total()), (512, 512, 4608));
+}
+
+#[test]
+fn geometry_refusals() {
+    let l = limits();
+    let einval = |r: Request| assert_eq!(geometry(&l, &r), Err(Errno::EINVAL), "{r:?}");
+    // Unknown QP type.
+    einval(req(8, 1, 1, 0));
+    // (1024 - 192) / 16 = 52 SGEs at most.
+    assert!(geometry(&l, &req(qp_type::RC, 1, 52, 0)).is_ok());
+    einval(req(qp_type::RC, 1, 53, 0));
+    // Inline: 192 + align(4 + n, 16) <= 1024 -> n <= 828.
+    let g = geometry(&l, &req(qp_type::RC, 1, 1, 828)).unwrap();
+    assert_eq!((g.sq_wqe_size, g.max_inline_data), (1024, Some(828)));
+    einval(req(qp_type::RC, 1, 1, 829));
+    einval(req(qp_type::RC, 1, 1, u32::MAX));
+    // Too many BBs.
+    einval(req(qp_type::RC, (1 << 15) / 4 + 1, 1, 0));
+    // Overflow guard: max_send_wr > 0x7fffffff / max_sq_desc_sz.
+    einval(req(qp_type::RC, 0x7fff_ffff / 1024 + 1, 1, 0));
+    // Receive side.
+    einval(rq_req((1 << 15) + 1, 1));
+    einval(rq_req(1, 33));
+    let mut r = rq_req((1 << 15) + 1, 1);
+    r.srq = true;
+    einval(r);
+    // No SQ: nothing checked or rewritten on the send side.
+    let g = geometry(&l, &req(qp_type::RC, 0, 1000, 5000)).unwrap();
+    assert_eq!(
+        (g.sq_wqe_cnt, g.sq_max_post, g.max_inline_data),
+        (0, 0, None)
+    );
+}
+
+// ------------------------------------------------------------- send WQEs
+
+fn rc(send_wr: u32, send_sge: u32, inline: u32) -> TestQp {
+    let mut qp = TestQp::new(
+        &req(qp_type::RC, send_wr, send_sge, inline),
+        false,
+        0,
+        false,
+    );
+    qp.sq.set_state(State::Rts);
+    qp
+}
+
+/// The worked example of the notes (§2.8).
+#[test]
+fn worked_example() {
+    for bf in [false, true] {
+        let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, bf);
+        qp.sq.set_state(State::Rts);
+        qp.sq.cur_post = 5;
+        let sge = [Sge {
+            addr: 0x7f00_0000_1000,
+            length: 64,
+            lkey: 0x1234,
+        }];
+        qp.sq.post(&[SendWr::send(7, &sge).signaled()]).unwrap();
+        let want: [u8; 32] = [
+            0x00, 0x00, 0x05, 0x0a, 0x00, 0x01, 0x23, 0x02, 0x00, 0x00, 0x00, 0x08, 0x00, 0x00,
+            0x00, 0x00, 0x00, 0x00, 0x00, 0x40, 0x00, 0x00, 0x12, 0x34, 0x00, 0x00, 0x7f, 0x00,
+            0x00, 0x00, 0x10, 0x00,
+        ];
+        assert_eq!(qp.sq_bytes(5 * 64, 32), want);
+        assert_eq!(qp.sq.cur_post, 6);
+        assert_eq!(qp.db(1), [0, 0, 0, 6]);
+        assert_eq!(qp.db(0), [0, 0, 0, 0]);
+        assert_eq!(qp.sq.shared.wrid[5].load(Ordering::Relaxed), 7);
+        assert_eq!(qp.sq.shared.wqe_head[5].load(Ordering::Relaxed), 0);
+        assert_eq!((qp.sq.head, qp.sq.outstanding()), (1, 1));
+        if bf {
+            // BlueFlame: the whole BB, then the other half next time.
+            assert_eq!(qp.uar(0, 64), qp.sq_bytes(5 * 64, 64));
+            assert_eq!(qp.sq.bf_offset, 256);
+        } else {
+            assert_eq!(qp.uar(0, 8), want[..8]);
+            assert_eq!(qp.uar(8, 56), [0; 56]);
+            assert_eq!(qp.sq.bf_offset, 0);
+        }
+    }
+}
+
+#[test]
+fn blueflame_halves_and_limits() {
+    let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, true);
+    qp.sq.set_state(State::Rts);
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 1,
+    }];
+    // First post to half 0, second to half 1 (at 256), third to half 0.
+    qp.sq.post(&[SendWr::send(1, &sge)]).unwrap();
+    qp.sq.post(&[SendWr::send(2, &sge)]).unwrap();
+    assert_eq!(qp.uar(0, 64), qp.sq_bytes(0, 64));
+    assert_eq!(qp.uar(256, 64), qp.sq_bytes(64, 64));
+    assert_eq!(qp.sq.bf_offset, 0);
+    // A 1-segment WQE (ds 1: SEND with only zero-length SGEs) is never
+    // BlueFlamed: an 8-byte doorbell at the current half.
+    let empty = [Sge::default()];
+    qp.sq.post(&[SendWr::send(3, &empty)]).unwrap();
+    assert_eq!(qp.sq_bytes(128, 8), ctrl(2, 0x0a, 1, 0, 0)[..8]);
+    assert_eq!(qp.uar(0, 8), ctrl(2, 0x0a, 1, 0, 0)[..8]);
+    assert_eq!(qp.uar(8, 8), qp.sq_bytes(8, 8), "rest of half 0 untouched");
+    assert_eq!(qp.sq.bf_offset, 256);
+
+    // Shared register: 8-byte doorbells, always at offset 0.
+    let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, false);
+    qp.sq.set_state(State::Rts);
+    for i in 0..3 {
+        qp.sq.post(&[SendWr::send(i, &sge)]).unwrap();
+        assert_eq!(qp.uar(0, 8), ctrl(i as u32, 0x0a, 2, 0, 0)[..8]);
+        assert_eq!(qp.uar(8, 8), [0; 8]);
+        assert_eq!(qp.uar(256, 8), [0; 8]);
+        assert_eq!(qp.sq.bf_offset, 0);
+    }
+
+    // buf_size 0 (bfreg 0): never BlueFlame, offset stays 0.
+    let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 0, true);
+    qp.sq.set_state(State::Rts);
+    qp.sq.post(&[SendWr::send(1, &sge)]).unwrap();
+    qp.sq.post(&[SendWr::send(2, &sge)]).unwrap();
+    assert_eq!(qp.uar(0, 8), ctrl(1, 0x0a, 2, 0, 0)[..8]);
+    assert_eq!(qp.uar(8, 8), [0; 8]);
+    assert_eq!(qp.sq.bf_offset, 0);
+
+    // A WQE larger than the half: 8-byte doorbell. 12 SGEs: ds 13 = 208
+    // bytes > 128.
+    let mut qp = TestQp::new(&req(qp_type::RC, 2, 12, 0), false, 128, true);
+    qp.sq.set_state(State::Rts);
+    let sges = [sge[0]; 12];
+    qp.sq.post(&[SendWr::send(1, &sges)]).unwrap();
+    assert_eq!(qp.uar(0, 8), ctrl(0, 0x0a, 13, 0, 0)[..8]);
+    assert_eq!(qp.uar(8, 8), [0; 8]);
+    assert_eq!(qp.sq.bf_offset, 128);
+}
+
+#[test]
+fn inline_wraps_byte_exactly() {
+    // 320-byte slots (inline 124), 512-byte ring of 8 BBs, 1 WR.
+    let payload: Vec<u8> = (0..100u8)
+        .map(|i| i.wrapping_mul(7).wrapping_add(1))
+        .collect();
+    for split in [None, Some(30usize)] {
+        let mut qp = TestQp::new(&req(qp_type::RC, 1, 1, 100), false, 256, true);
+        qp.sq.set_state(State::Rts);
+        qp.sq.cur_post = 7;
+        let whole = [IoSlice::new(&payload)];
+        let parts = split.map(|s| [IoSlice::new(&payload[..s]), IoSlice::new(&payload[s..])]);
+        let bufs: &[IoSlice<'_>] = match &parts {
+            Some(p) => p,
+            None => &whole,
+        };
+        let wr = SendWr::send_inline(9, bufs).with_imm(0x1122_3344);
+        qp.sq.post(&[wr]).unwrap();
+        // ds = 1 + ceil(104 / 16) = 8: two BBs, 7 and 0.
+        let mut want = ctrl(7, 0x0b, 8, 0, 0x1122_3344);
+        want.extend(be32(100 | 0x8000_0000));
+        want.extend(&payload[..44]);
+        assert_eq!(qp.sq_bytes(7 * 64, 64), want);
+        assert_eq!(qp.sq_bytes(0, 56), payload[44..]);
+        assert_eq!(qp.sq_bytes(0x38, 8), [0; 8], "padding not written");
+        assert_eq!(qp.sq.cur_post, 9);
+        assert_eq!(qp.db(1), [0, 0, 0, 9]);
+        // BlueFlame: BB 7 then BB 0 (the source wraps).
+        assert_eq!(qp.uar(0, 64), qp.sq_bytes(7 * 64, 64));
+        assert_eq!(qp.uar(64, 64), qp.sq_bytes(0, 64));
+    }
+}
+
+#[test]
+fn inline_sizes() {
+    let mut qp = rc(10, 1, 0);
+    // 60 bytes (the maximum): 4 + 60 = 64 -> 4 units, ds 5.
+    let data = [0xabu8; 61];
+    qp.sq
+        .post(&[SendWr::send_inline(1, &[IoSlice::new(&data[..60])])])
+        .unwrap();
+    let mut want = ctrl(0, 0x0a, 5, 0, 0);
+    want.extend(be32(60 | 0x8000_0000));
+    want.extend([0xab; 60]);
+    assert_eq!(qp.sq_bytes(0, 80), want);
+    assert_eq!(qp.sq.cur_post, 2);
+    // 12 bytes: 16 -> 1 unit.
+    qp.sq
+        .post(&[SendWr::send_inline(2, &[IoSlice::new(&data[..12])])])
+        .unwrap();
+    assert_eq!(qp.sq_bytes(128, 16), ctrl(2, 0x0a, 2, 0, 0));
+    // Empty: no header, ds 1.
+    qp.sq.post(&[SendWr::send_inline(3, &[])]).unwrap();
+    assert_eq!(qp.sq_bytes(192, 16), ctrl(3, 0x0a, 1, 0, 0));
+    assert_eq!(qp.sq_bytes(208, 4), [0; 4]);
+    // One byte over: refused, nothing posted.
+    assert_eq!(
+        qp.sq
+            .post(&[SendWr::send_inline(4, &[IoSlice::new(&data)])]),
+        Err((0, PostError::InlineTooLarge { len: 61, max: 60 }))
+    );
+    assert_eq!(qp.sq.cur_post, 4);
+    // Inline RDMA WRITE: raddr, then inline.
+    let five = [IoSlice::new(&data[..5])];
+    let mut wr = SendWr::send_inline(5, &five).remote(0xdead_beef_0000, 7);
+    wr.opcode = WrOpcode::RdmaWrite;
+    qp.sq.post(&[wr]).unwrap();
+    let mut want = ctrl(4, 0x08, 3, 0, 0);
+    want.extend(0xdead_beef_0000u64.to_be_bytes());
+    want.extend(be32(7));
+    want.extend([0; 4]);
+    want.extend(be32(5 | 0x8000_0000));
+    want.extend([0xab; 5]);
+    assert_eq!(qp.sq_bytes(256, 41), want);
+}
+
+#[test]
+fn rdma_and_flags() {
+    let mut qp = TestQp::new(&req(qp_type::RC, 10, 2, 0), true, 0, false);
+    qp.sq.set_state(State::Rts);
+    let sge = [Sge {
+        addr: 0x1111_2222_3333_4444,
+        length: 0x1000,
+        lkey: 0xaabbccdd,
+    }];
+    let write = SendWr::rdma_write(1, &sge, 0x5555_6666_7777_8888, 0x99)
+        .with_imm(0xcafe_f00d)
+        .flags(SendFlags::SOLICITED | SendFlags::FENCE);
+    let read = SendWr::rdma_read(2, &sge, 0x10, 0x20);
+    qp.sq.post(&[write, read]).unwrap();
+    let mut want = ctrl(0, 0x09, 3, 0x08 | 0x02 | 0x80, 0xcafe_f00d);
+    want.extend(0x5555_6666_7777_8888u64.to_be_bytes());
+    want.extend(be32(0x99));
+    want.extend([0; 4]);
+    want.extend(data_seg(0x1000, 0xaabbccdd, 0x1111_2222_3333_4444));
+    assert_eq!(qp.sq_bytes(0, 48), want);
+    let mut want = ctrl(1, 0x10, 3, 0x08, 0);
+    want.extend(0x10u64.to_be_bytes());
+    want.extend(be32(0x20));
+    want.extend([0; 4]);
+    want.extend(data_seg(0x1000, 0xaabbccdd, 0x1111_2222_3333_4444));
+    assert_eq!(qp.sq_bytes(64, 48), want);
+}
+
+#[test]
+fn atomics() {
+    let mut qp = rc(10, 1, 0);
+    // Stale bytes everywhere: every written byte is checked.
+    match &*qp.mem {
+        Backing::Test(m) => m.ring.fill(0xee),
+        _ => unreachable!(),
+    }
+    let sge = [Sge {
+        addr: 0x7000,
+        length: 8,
+        lkey: 0x42,
+    }];
+    let cas = SendWr::cmp_swap(
+        1,
+        &sge,
+        0x8000,
+        0x77,
+        0x0102_0304_0506_0708,
+        0x1112_1314_1516_1718,
+    )
+    .signaled();
+    let faa = SendWr::fetch_add(2, &sge, 0x8008, 0x77, 0x2122_2324_2526_2728);
+    qp.sq.post(&[cas, faa]).unwrap();
+    let mut want = ctrl(0, 0x11, 4, 0x08, 0);
+    want.extend(0x8000u64.to_be_bytes());
+    want.extend(be32(0x77));
+    want.extend([0; 4]);
+    want.extend(0x1112_1314_1516_1718u64.to_be_bytes());
+    want.extend(0x0102_0304_0506_0708u64.to_be_bytes());
+    want.extend(data_seg(8, 0x42, 0x7000));
+    assert_eq!(qp.sq_bytes(0, 64), want);
+    let mut want = ctrl(1, 0x12, 4, 0, 0);
+    want.extend(0x8008u64.to_be_bytes());
+    want.extend(be32(0x77));
+    want.extend([0; 4]);
+    want.extend(0x2122_2324_2526_2728u64.to_be_bytes());
+    want.extend([0; 8]);
+    want.extend(data_seg(8, 0x42, 0x7000));
+    assert_eq!(qp.sq_bytes(64, 64), want);
+    assert_eq!(qp.sq.cur_post, 2);
+}
+
+#[test]
+fn zero_length_sges_skipped() {
+    let mut qp = rc(10, 4, 0);
+    let sges = [
+        Sge {
+            addr: 0xa000,
+            length: 10,
+            lkey: 1,
+        },
+        Sge {
+            addr: 0xb000,
+            length: 0,
+            lkey: 2,
+        },
+        Sge {
+            addr: 0xc000,
+            length: 20,
+            lkey: 3,
+        },
+        Sge {
+            addr: 0xd000,
+            length: 0,
+            lkey: 4,
+        },
+    ];
+    qp.sq.post(&[SendWr::send(1, &sges)]).unwrap();
+    let mut want = ctrl(0, 0x0a, 3, 0, 0);
+    want.extend(data_seg(10, 1, 0xa000));
+    want.extend(data_seg(20, 3, 0xc000));
+    assert_eq!(qp.sq_bytes(0, 48), want);
+    assert_eq!(qp.sq_bytes(48, 16), [0; 16], "no terminator in send WQEs");
+    assert_eq!(qp.sq.cur_post, 1);
+}
+
+#[test]
+fn data_segments_wrap() {
+    // 4 SGEs: 192 + 64 = 256-byte slots; 1 WR -> 256 bytes, 4 BBs.
+    let mut qp = rc(1, 4, 0);
+    qp.sq.cur_post = 3;
+    let sges: Vec<Sge> = (0..4)
+        .map(|i| Sge {
+            addr: 0x1000 * (i + 1),
+            length: 100 + i as u32,
+            lkey: i as u32,
+        })
+        .collect();
+    qp.sq.post(&[SendWr::send(1, &sges)]).unwrap();
+    let mut want = ctrl(3, 0x0a, 5, 0, 0);
+    for s in &sges[..3] {
+        want.extend(data_seg(s.length, s.lkey, s.addr));
+    }
+    assert_eq!(qp.sq_bytes(192, 64), want);
+    assert_eq!(qp.sq_bytes(0, 16), data_seg(103, 3, 0x4000));
+    assert_eq!(qp.sq.cur_post, 5);
+    assert_eq!(qp.db(1), [0, 0, 0, 5]);
+}
+
+fn av() -> [u8; 48] {
+    let mut av = [0u8; 48];
+    for (i, b) in av.iter_mut().enumerate() {
+        *b = 0x40 + i as u8;
+    }
+    av
+}
+
+#[test]
+fn ud_datagram() {
+    // UD 1 SGE: 128-byte slots; 2 WRs -> 256 bytes, 4 BBs.
+    let mut qp = TestQp::new(&req(qp_type::UD, 2, 1, 0), false, 256, true);
+    qp.sq.set_state(State::Rts);
+    let av = av();
+    let dest = UdDest {
+        ah_num: 1,
+        av: Some(&av),
+        remote_qpn: 0x00_0abc,
+        remote_qkey: 0x1111_2222,
+    };
+    let sge = [Sge {
+        addr: 0x9000,
+        length: 256,
+        lkey: 0x55,
+    }];
+    let mut wr = SendWr::send(1, &sge).signaled();
+    wr.ud = Some(dest);
+    // Start at the last BB: the data segment wraps to BB 0.
+    qp.sq.cur_post = 3;
+    qp.sq.post(&[wr]).unwrap();
+    let mut want = ctrl(3, 0x0a, 5, 0x08, 0);
+    want.extend(be32(0x1111_2222));
+    want.extend(&av[4..8]);
+    want.extend(be32(0x8000_0abc));
+    want.extend(&av[12..]);
+    assert_eq!(qp.sq_bytes(192, 64), want);
+    assert_eq!(qp.sq_bytes(0, 16), data_seg(256, 0x55, 0x9000));
+    assert_eq!(qp.sq.cur_post, 5);
+    // BlueFlame of BB 3 then BB 0.
+    assert_eq!(qp.uar(0, 64), qp.sq_bytes(192, 64));
+    assert_eq!(qp.uar(64, 64), qp.sq_bytes(0, 64));
+
+    // UD inline: header right after the AV.
+    let data = [0x5au8; 20];
+    let bufs = [IoSlice::new(&data)];
+    let mut wr = SendWr::send_inline(2, &bufs).with_imm(7);
+    wr.ud = Some(dest);
+    qp.sq.post(&[wr]).unwrap();
+    let mut want = ctrl(5, 0x0b, 6, 0, 7);
+    want.extend(be32(0x1111_2222));
+    want.extend(&av[4..8]);
+    want.extend(be32(0x8000_0abc));
+    want.extend(&av[12..]);
+    want.extend(be32(20 | 0x8000_0000));
+    want.extend(data);
+    assert_eq!(qp.sq_bytes(64, 88), want);
+}
+
+#[test]
+fn chain_one_doorbell() {
+    let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, true);
+    qp.sq.set_state(State::Rts);
+    let sge = [Sge {
+        addr: 0x2000,
+        length: 16,
+        lkey: 9,
+    }];
+    let wrs = [
+        SendWr::send(10, &sge),
+        SendWr::send(11, &sge).signaled(),
+        SendWr::send(12, &sge),
+    ];
+    qp.sq.post(&wrs).unwrap();
+    for i in 0..3 {
+        let mut want = ctrl(i as u32, 0x0a, 2, if i == 1 { 0x08 } else { 0 }, 0);
+        want.extend(data_seg(16, 9, 0x2000));
+        assert_eq!(qp.sq_bytes(i * 64, 32), want);
+        assert_eq!(qp.sq.shared.wrid[i].load(Ordering::Relaxed), 10 + i as u64);
+        assert_eq!(qp.sq.shared.wqe_head[i].load(Ordering::Relaxed), i as u32);
+    }
+    assert_eq!(qp.db(1), [0, 0, 0, 3]);
+    // One 8-byte doorbell (no BlueFlame for a chain): the last WQE's ctrl.
+    assert_eq!(qp.uar(0, 8), ctrl(2, 0x0a, 2, 0, 0)[..8]);
+    assert_eq!(qp.uar(8, 8), [0; 8]);
+    assert_eq!(qp.sq.bf_offset, 256);
+    assert_eq!((qp.sq.head, qp.sq.outstanding()), (3, 3));
+    // The next chain records the running WR counter.
+    qp.sq.post(&wrs[..2]).unwrap();
+    assert_eq!(qp.sq.shared.wqe_head[3].load(Ordering::Relaxed), 3);
+    assert_eq!(qp.sq.shared.wqe_head[4].load(Ordering::Relaxed), 4);
+    assert_eq!(qp.uar(256, 8), ctrl(4, 0x0a, 2, 0, 0)[..8]);
+}
+
+#[test]
+fn send_overflow_and_retire() {
+    let mut qp = rc(10, 1, 0);
+    assert_eq!(qp.sq.capacity(), 16);
+    let sge = [Sge {
+        addr: 0x2000,
+        length: 16,
+        lkey: 9,
+    }];
+    let wrs: Vec<SendWr<'_>> = (0..20).map(|i| SendWr::send(i, &sge)).collect();
+    assert_eq!(qp.sq.post(&wrs), Err((16, PostError::QueueFull)));
+    assert_eq!(
+        (qp.sq.head, qp.sq.cur_post, qp.sq.outstanding()),
+        (16, 16, 16)
+    );
+    assert_eq!(qp.db(1), [0, 0, 0, 16]);
+    assert_eq!(qp.sq.post(&wrs[..1]), Err((0, PostError::QueueFull)));
+    // The CQ retires WRs up to wqe_head[4] + 1 = 5.
+    qp.sq.shared.tail.store(5, Ordering::Release);
+    assert_eq!(qp.sq.outstanding(), 11);
+    assert_eq!(qp.sq.post(&wrs[..6]), Err((5, PostError::QueueFull)));
+    assert_eq!(qp.sq.outstanding(), 16);
+    // The ring wrapped: WR 20 is at BB 20 & 63 = 20; the 16-bit counter
+    // keeps going.
+    assert_eq!(qp.db(1), [0, 0, 0, 21]);
+}
+
+#[test]
+fn send_error_indices() {
+    let mut qp = rc(10, 1, 0);
+    let sge = [Sge {
+        addr: 0x2000,
+        length: 16,
+        lkey: 9,
+    }];
+    let two = [sge[0], sge[0]];
+    // Refused first WR: nothing posted, no doorbell.
+    assert_eq!(
+        qp.sq.post(&[SendWr::send(1, &two)]),
+        Err((0, PostError::TooManySge { given: 2, max: 1 }))
+    );
+    assert_eq!((qp.sq.head, qp.sq.cur_post), (0, 0));
+    assert_eq!(qp.db(1), [0; 4]);
+    assert_eq!(qp.uar(0, 8), [0; 8]);
+    // Refused third: two posted and rung.
+    let wrs = [
+        SendWr::send(1, &sge),
+        SendWr::send(2, &sge),
+        SendWr::send(3, &two),
+    ];
+    assert_eq!(
+        qp.sq.post(&wrs),
+        Err((2, PostError::TooManySge { given: 2, max: 1 }))
+    );
+    assert_eq!((qp.sq.head, qp.sq.cur_post), (2, 2));
+    assert_eq!(qp.db(1), [0, 0, 0, 2]);
+    assert_eq!(qp.uar(0, 8), ctrl(1, 0x0a, 2, 0, 0)[..8]);
+}
+
+#[test]
+fn send_refusals() {
+    let sge = [Sge {
+        addr: 0x2000,
+        length: 8,
+        lkey: 9,
+    }];
+    let big = [
+        Sge {
+            addr: 0,
+            length: u32::MAX,
+            lkey: 1,
+        },
+        Sge {
+            addr: 0,
+            length: 2,
+            lkey: 1,
+        },
+    ];
+    let av = av();
+    let dest = UdDest {
+        ah_num: 1,
+        av: Some(&av),
+        remote_qpn: 2,
+        remote_qkey: 3,
+    };
+    let no_av = UdDest { av: None, ..dest };
+    let op = |op| SendWr::new(1, op, Payload::Sge(&sge));
+    let mut ud_send = op(WrOpcode::Send);
+    ud_send.ud = Some(dest);
+    let mut ud_no_av = op(WrOpcode::Send);
+    ud_no_av.ud = Some(no_av);
+    let mut ud_write = op(WrOpcode::RdmaWrite);
+    ud_write.ud = Some(dest);
+    let long_sge = [Sge {
+        addr: 0,
+        length: 1025,
+        lkey: 1,
+    }];
+    let mut ud_long = SendWr::send(1, &long_sge);
+    ud_long.ud = Some(dest);
+    let four = [Sge {
+        addr: 0,
+        length: 4,
+        lkey: 1,
+    }];
+    let bytes = [0u8; 8];
+    let inl = [IoSlice::new(&bytes)];
+    let mut inline_read = SendWr::send_inline(1, &inl);
+    inline_read.opcode = WrOpcode::RdmaRead;
+    let cases: Vec<(u8, SendWr<'_>, PostError)> = vec![
+        (
+            qp_type::RC,
+            op(WrOpcode::LocalInv),
+            PostError::InvalidateUnsupported,
+        ),
+        (
+            qp_type::RC,
+            op(WrOpcode::SendWithInv),
+            PostError::InvalidateUnsupported,
+        ),
+        (
+            qp_type::UC,
+            op(WrOpcode::RdmaRead),
+            PostError::InvalidOpcode,
+        ),
+        (
+            qp_type::UC,
+            op(WrOpcode::AtomicFetchAndAdd),
+            PostError::InvalidOpcode,
+        ),
+        (qp_type::UD, ud_write, PostError::InvalidOpcode),
+        (qp_type::RC, inline_read, PostError::InvalidOpcode),
+        (
+            qp_type::RC,
+            SendWr::fetch_add(1, &four, 0x1000, 1, 1),
+            PostError::BadAtomic,
+        ),
+        (
+            qp_type::RC,
+            SendWr::cmp_swap(1, &sge, 0x1004, 1, 1, 2),
+            PostError::BadAtomic,
+        ),
+        (qp_type::UD, op(WrOpcode::Send), PostError::MissingAddress),
+        (qp_type::UD, ud_no_av, PostError::MissingAddress),
+        (qp_type::RC, ud_send, PostError::UnexpectedAddress),
+        (
+            qp_type::UD,
+            ud_long,
+            PostError::UdTooLong {
+                len: 1025,
+                mtu: 1024,
+            },
+        ),
+        (
+            qp_type::RC,
+            SendWr::send(1, &big),
+            PostError::MessageTooLong,
+        ),
+    ];
+    for (qpt, wr, want) in cases {
+        let mut qp = TestQp::new(&req(qpt, 4, 2, 16), false, 0, false);
+        qp.sq.set_state(State::Rts);
+        qp.sq.set_ud_mtu(1024);
+        assert_eq!(qp.sq.post(&[wr]), Err((0, want)), "{qpt} {wr:?}");
+        assert_eq!((qp.sq.cur_post, qp.db(1)), (0, [0; 4]));
+    }
+    // And the UD send itself is fine, as is a 1024-byte one.
+    let mut qp = TestQp::new(&req(qp_type::UD, 4, 2, 16), false, 0, false);
+    qp.sq.set_state(State::Rts);
+    qp.sq.set_ud_mtu(1025);
+    qp.sq.post(&[ud_send, ud_long]).unwrap();
+}
+
+#[test]
+fn send_states() {
+    let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 0, false);
+    let sge = [Sge {
+        addr: 0x2000,
+        length: 16,
+        lkey: 9,
+    }];
+    let wr = [SendWr::send(1, &sge)];
+    assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
+    qp.sq.set_state(State::Init);
+    assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
+    qp.sq.set_state(State::Rts);
+    qp.sq.post(&wr).unwrap();
+    qp.sq.post(&wr).unwrap();
+    assert_eq!(qp.db(1), [0, 0, 0, 2]);
+    qp.sq.shared.tail.store(1, Ordering::Release);
+    // RESET: counters and the doorbell record start over.
+    qp.sq.set_state(State::Reset);
+    assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
+    assert_eq!((qp.sq.cur_post, qp.sq.head, qp.sq.outstanding()), (0, 0, 0));
+    assert_eq!(qp.db(1), [0; 4]);
+    qp.sq.set_state(State::Init);
+    qp.sq.set_state(State::Rts);
+    qp.sq.post(&wr).unwrap();
+    assert_eq!(qp.sq_bytes(0, 16), ctrl(0, 0x0a, 2, 0, 0));
+    assert_eq!(qp.db(1), [0, 0, 0, 1]);
+}
+
+#[test]
+fn no_send_queue() {
+    let mut r = rq_req(4, 1);
+    r.qp_type = qp_type::RC;
+    let mut qp = TestQp::new(&r, false, 0, false);
+    qp.sq.set_state(State::Rts);
+    assert_eq!(qp.sq.capacity(), 0);
+    let wr = [SendWr::send(1, &[])];
+    assert_eq!(qp.sq.post(&wr), Err((0, PostError::QueueFull)));
+    assert_eq!(qp.db(1), [0; 4]);
+}
+
+// ---------------------------------------------------------- receive WQEs
+
+#[test]
+fn recv_wqes() {
+    // 3 SGEs -> 64-byte WQEs with 4 entries; 2 WRs -> 128 bytes, 2 WQEs.
+    let mut qp = TestQp::new(&rq_req(2, 3), false, 0, false);
+    let rq = qp.rq.as_mut().unwrap();
+    assert_eq!(rq.capacity(), 2);
+    let sges = [
+        Sge {
+            addr: 0xa000,
+            length: 10,
+            lkey: 1,
+        },
+        Sge {
+            addr: 0xb000,
+            length: 0,
+            lkey: 2,
+        },
+        Sge {
+            addr: 0xc000,
+            length: 20,
+            lkey: 3,
+        },
+    ];
+    let wrs = [RecvWr::new(5, &sges), RecvWr::new(6, &sges[..1])];
+    assert_eq!(rq.post(&wrs), Err((0, PostError::InvalidState)));
+    rq.set_state(State::Init);
+    rq.post(&wrs).unwrap();
+    assert_eq!(rq.shared.wrid[0].load(Ordering::Relaxed), 5);
+    assert_eq!(rq.shared.wrid[1].load(Ordering::Relaxed), 6);
+    assert_eq!(rq.outstanding(), 2);
+    let mut want = data_seg(10, 1, 0xa000);
+    want.extend(data_seg(20, 3, 0xc000));
+    want.extend(data_seg(0, 0x100, 0));
+    want.extend([0; 16]);
+    assert_eq!(qp.rq_bytes(0, 64), want);
+    let mut want = data_seg(10, 1, 0xa000);
+    want.extend(data_seg(0, 0x100, 0));
+    assert_eq!(qp.rq_bytes(64, 32), want);
+    assert_eq!(qp.db(0), [0, 0, 0, 2]);
+    assert_eq!(qp.db(1), [0; 4]);
+    // Full: the third waits for the CQ.
+    let rq = qp.rq.as_mut().unwrap();
+    assert_eq!(rq.post(&wrs[..1]), Err((0, PostError::QueueFull)));
+    rq.shared.tail.store(1, Ordering::Release);
+    let more = [RecvWr::new(8, &sges[..1]), RecvWr::new(9, &sges[..1])];
+    assert_eq!(rq.post(&more), Err((1, PostError::QueueFull)));
+    assert_eq!(rq.shared.wrid[0].load(Ordering::Relaxed), 8);
+    assert_eq!(qp.db(0), [0, 0, 0, 3]);
+    // Too many SGEs.
+    let five = [sges[0]; 5];
+    let rq = qp.rq.as_mut().unwrap();
+    rq.shared.tail.store(3, Ordering::Release);
+    assert_eq!(
+        rq.post(&[RecvWr::new(1, &sges), RecvWr::new(1, &five)]),
+        Err((1, PostError::TooManySge { given: 5, max: 4 }))
+    );
+    assert_eq!(qp.db(0), [0, 0, 0, 4]);
+    // RESET starts over.
+    let rq = qp.rq.as_mut().unwrap();
+    rq.set_state(State::Reset);
+    assert_eq!(rq.outstanding(), 0);
+    assert_eq!(qp.db(0), [0; 4]);
+    let rq = qp.rq.as_mut().unwrap();
+    assert_eq!(rq.post(&wrs), Err((0, PostError::InvalidState)));
+    rq.set_state(State::Init);
+    rq.post(&wrs[1..]).unwrap();
+    assert_eq!(qp.db(0), [0, 0, 0, 1]);
+}
+
+#[test]
+fn recv_full_wqe_has_no_terminator() {
+    // 1 SGE: 16-byte WQEs, 4 of them.
+    let mut qp = TestQp::new(&rq_req(1, 1), false, 0, false);
+    let rq = qp.rq.as_mut().unwrap();
+    rq.set_state(State::Init);
+    let sge = [Sge {
+        addr: 0x1234_5678_9abc,
+        length: 0x40,
+        lkey: 0x77,
+    }];
+    let empty = [Sge::default()];
+    rq.post(&[
+        RecvWr::new(1, &sge),
+        RecvWr::new(2, &empty),
+        RecvWr::new(3, &[]),
+    ])
+    .unwrap();
+    assert_eq!(qp.rq_bytes(0, 16), data_seg(0x40, 0x77, 0x1234_5678_9abc));
+    assert_eq!(qp.rq_bytes(16, 16), data_seg(0, 0x100, 0));
+    assert_eq!(qp.rq_bytes(32, 16), data_seg(0, 0x100, 0));
+    assert_eq!(qp.rq_bytes(48, 16), [0; 16]);
+    assert_eq!(qp.db(0), [0, 0, 0, 3]);
+}
+
+/// Parses a hex dump.
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A UD ring of 8 BBs (192-byte slots, 2 WRs, sq_sig_all) driven around
+/// the end: inline payloads split across the end and a data segment that
+/// wraps after an AV in the last BB. The expected bytes are what
+/// Debian's libmlx5 44.0 wrote for the same requests on the emulator
+/// (QPN normalised to 0x123; AV of an AH with dlid 1, SL 3).
+#[test]
+fn ud_wrap_matches_libmlx5() {
+    let mut qp = TestQp::new(&req(qp_type::UD, 2, 1, 100), true, 0, false);
+    assert_eq!(
+        (qp.g.sq_wqe_size, qp.g.sq_wqe_cnt, qp.g.sq_max_post),
+        (192, 8, 2)
+    );
+    assert_eq!(qp.g.max_inline_data, Some(124));
+    qp.sq.set_state(State::Rts);
+    let mut av = [0u8; 48];
+    av[12] = 0x03;
+    av[15] = 0x01;
+    let dest = UdDest {
+        ah_num: 1,
+        av: Some(&av),
+        remote_qpn: 0xabc,
+        remote_qkey: 0x1111_2222,
+    };
+    let payload: Vec<u8> = (0..100u8)
+        .map(|i| i.wrapping_mul(7).wrapping_add(1))
+        .collect();
+    let bufs = [IoSlice::new(&payload)];
+    // Five inline sends of 3 BBs each (ds 1 + 3 + 7 = 11), each retired
+    // by the CQ before the next; the third starts at BB 6.
+    for k in 0..5 {
+        let mut wr = SendWr::send_inline(k, &bufs).with_imm(0x1122_3344);
+        wr.ud = Some(dest);
+        qp.sq.post(&[wr]).unwrap();
+        qp.sq.shared.tail.store(qp.sq.head, Ordering::Release);
+        if k == 2 {
+            assert_eq!(qp.db(1), [0, 0, 0, 9]);
+            assert_eq!(
+                qp.sq_bytes(6 * 64, 64),
+                unhex(
+                    "0000060b0001230b0000000811223344111122220000000080000abc03000001\
+                     0000000000000000000000000000000000000000000000000000000000000000"
+                )
+            );
+            assert_eq!(
+                qp.sq_bytes(7 * 64, 64),
+                unhex(
+                    "8000006401080f161d242b323940474e555c636a71787f868d949ba2a9b0b7be\
+                     c5ccd3dae1e8eff6fd040b121920272e353c434a51585f666d747b828990979e"
+                )
+            );
+            assert_eq!(
+                qp.sq_bytes(0, 64),
+                unhex(
+                    "a5acb3bac1c8cfd6dde4ebf2f900070e151c232a31383f464d545b626970777e\
+                     858c939aa1a8afb6000000000000000000000000000000000000000000000000"
+                )
+            );
+        }
+    }
+    // cur_post 15: ctrl + AV fill BB 7, the data segment wraps to BB 0.
+    let sge = [Sge {
+        addr: 0x9000,
+        length: 256,
+        lkey: 0x55,
+    }];
+    let mut wr = SendWr::send(9, &sge);
+    wr.ud = Some(dest);
+    qp.sq.post(&[wr]).unwrap();
+    assert_eq!(
+        qp.sq_bytes(7 * 64, 64),
+        unhex(
+            "00000f0a000123050000000800000000111122220000000080000abc03000001\
+             0000000000000000000000000000000000000000000000000000000000000000"
+        )
+    );
+    assert_eq!(
+        qp.sq_bytes(0, 16),
+        unhex("00000100000000550000000000009000")
+    );
+    assert_eq!(qp.db(1), [0, 0, 0, 0x11]);
+}
