@@ -21,7 +21,7 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
 use crate::uctx::Uctx;
-use crate::wq::{lookup, QpEntry, Row};
+use crate::wq::{QpEntry, Row};
 
 /// Bytes per CQE.
 const CQE_SIZE: usize = 64;
@@ -185,6 +185,8 @@ pub struct Cq {
     cqe_version: u8,
     /// The table rows as of `generation`.
     rows: Vec<Row>,
+    /// The row of the last CQE's QP.
+    last: usize,
     generation: u64,
     uctx: Arc<Uctx>,
     mem: Arc<Mem>,
@@ -213,6 +215,7 @@ impl Cq {
             arm_sn: AtomicU32::new(0),
             cqe_version: uctx.cqe_version(),
             rows,
+            last: 0,
             generation,
             uctx: Arc::clone(uctx),
             mem,
@@ -236,8 +239,7 @@ impl Cq {
                 break;
             };
             self.cons_index = self.cons_index.wrapping_add(1);
-            if let Some(w) = self.complete(&cqe) {
-                wc[n] = w;
+            if self.complete(cqe, &mut wc[n]) {
                 n += 1;
             }
         }
@@ -247,9 +249,10 @@ impl Cq {
     }
 
     /// The CQE for counter `i` if the device has written it (opcode valid,
-    /// owner bit matching the lap), read after an acquire fence.
+    /// owner bit matching the lap), after an acquire fence: its 64 bytes
+    /// are then ours to read until the consumer index passes it.
     #[inline]
-    fn sw_cqe(&self, i: u32) -> Option<[u8; CQE_SIZE]> {
+    fn sw_cqe(&self, i: u32) -> Option<Cqe> {
         let slot = (i & (self.ncqe - 1)) as usize;
         // SAFETY: the entry lies inside the ring (`slot < ncqe`).
         let p = unsafe { self.base.add(slot * CQE_SIZE) };
@@ -261,9 +264,7 @@ impl Cq {
         }
         // The body was written before the owner byte.
         fence(Ordering::Acquire);
-        // SAFETY: the 64 bytes of the entry, ours until the consumer index
-        // passes it; volatile because the device wrote them.
-        Some(unsafe { std::ptr::read_volatile(p.cast::<[u8; CQE_SIZE]>()) })
+        Some(Cqe(p))
     }
 
     /// Issues RESIZE_CQ for at least `cqe` entries and moves the CQEs not
@@ -312,8 +313,8 @@ impl Cq {
         let new = buf.as_ptr();
         let mut i = self.cons_index;
         let mut found = false;
-        while let Some(mut c) = self.sw_cqe(i) {
-            if c[63] >> 4 == cqe_op::RESIZE {
+        while let Some(cqe) = self.sw_cqe(i) {
+            if cqe.u8(63) >> 4 == cqe_op::RESIZE {
                 found = true;
                 break;
             }
@@ -323,6 +324,7 @@ impl Cq {
                 break;
             }
             i = i.wrapping_add(1);
+            let mut c = cqe.bytes();
             c[63] = (c[63] & !1) | u8::from(i & ncqe != 0);
             let slot = (i & (ncqe - 1)) as usize;
             // SAFETY: the entry lies inside the new ring, which nobody
@@ -345,26 +347,50 @@ impl Cq {
 
     /// Resolves the CQE's QP and parses it.
     #[inline]
-    fn complete(&mut self, cqe: &[u8; CQE_SIZE]) -> Option<Wc> {
-        let (key, by_qpn) = if self.cqe_version == 1 {
-            (be32(cqe, 32) & 0xFF_FFFF, false)
+    fn complete(&mut self, cqe: Cqe, out: &mut Wc) -> bool {
+        let key = if self.cqe_version == 1 {
+            cqe.be32(32) & 0xFF_FFFF
         } else {
-            (be32(cqe, 56) & 0xFF_FFFF, true)
+            cqe.be32(56) & 0xFF_FFFF
         };
-        if find(&self.rows, key, by_qpn).is_none() {
-            if self.uctx.table().generation() == self.generation {
-                return None;
+        let by_qpn = self.cqe_version != 1;
+        // Most CQs serve one QP, or a few in turn: try the last hit first.
+        let hit = match self.rows.get(self.last) {
+            Some(r) if (if by_qpn { r.1.qpn } else { r.0 }) == key => Some(self.last),
+            _ => self.find(key, by_qpn),
+        };
+        let i = match hit {
+            Some(i) => i,
+            None => {
+                if self.uctx.table().generation() == self.generation {
+                    return false;
+                }
+                self.refresh();
+                match self.find(key, by_qpn) {
+                    Some(i) => i,
+                    None => return false,
+                }
             }
-            self.refresh();
+        };
+        self.last = i;
+        parse(cqe, &self.rows[i].1, out)
+    }
+
+    /// The row of `key` (a user index, or a QPN for CQE version 0).
+    #[inline]
+    fn find(&self, key: u32, by_qpn: bool) -> Option<usize> {
+        if by_qpn {
+            self.rows.iter().position(|r| r.1.qpn == key)
+        } else {
+            self.rows.binary_search_by_key(&key, |r| r.0).ok()
         }
-        let e = find(&self.rows, key, by_qpn)?;
-        parse(cqe, e)
     }
 
     /// Takes a new snapshot of the QP table (after a lookup miss).
     #[cold]
     fn refresh(&mut self) {
         self.generation = self.uctx.table().snapshot_into(&mut self.rows);
+        self.last = 0;
     }
 
     /// Arms the CQ (no system call: doorbell record, then the UAR's CQ
@@ -421,23 +447,42 @@ fn store_fence() {
     fence(Ordering::SeqCst);
 }
 
-#[inline]
-fn find(rows: &[Row], key: u32, by_qpn: bool) -> Option<&Arc<QpEntry>> {
-    if by_qpn {
-        rows.iter().find(|r| r.1.qpn == key).map(|r| &r.1)
-    } else {
-        lookup(rows, key)
+/// A CQE in the ring that [`Cq::sw_cqe`] handed out: 64 readable bytes,
+/// 8-byte aligned.
+#[derive(Clone, Copy)]
+struct Cqe(*const u8);
+
+impl Cqe {
+    #[inline]
+    fn u8(self, off: usize) -> u8 {
+        debug_assert!(off < CQE_SIZE);
+        // SAFETY: `off` is inside the CQE (callers pass constants < 64).
+        unsafe { *self.0.add(off) }
     }
-}
-
-#[inline]
-fn be32(c: &[u8; CQE_SIZE], off: usize) -> u32 {
-    u32::from_be_bytes([c[off], c[off + 1], c[off + 2], c[off + 3]])
-}
-
-#[inline]
-fn be16(c: &[u8; CQE_SIZE], off: usize) -> u16 {
-    u16::from_be_bytes([c[off], c[off + 1]])
+    #[inline]
+    fn be16(self, off: usize) -> u16 {
+        debug_assert!(off + 2 <= CQE_SIZE && off % 2 == 0);
+        // SAFETY: an aligned 2-byte field inside the CQE.
+        u16::from_be(unsafe { self.0.add(off).cast::<u16>().read() })
+    }
+    #[inline]
+    fn be32(self, off: usize) -> u32 {
+        debug_assert!(off + 4 <= CQE_SIZE && off % 4 == 0);
+        // SAFETY: an aligned 4-byte field inside the CQE.
+        u32::from_be(unsafe { self.0.add(off).cast::<u32>().read() })
+    }
+    /// A copy of the whole CQE.
+    fn bytes(self) -> [u8; CQE_SIZE] {
+        // SAFETY: the CQE's 64 readable bytes.
+        unsafe { self.0.cast::<[u8; CQE_SIZE]>().read() }
+    }
+    /// The 4 bytes at `off` as they lie in memory.
+    #[inline]
+    fn raw32(self, off: usize) -> u32 {
+        debug_assert!(off + 4 <= CQE_SIZE && off % 4 == 0);
+        // SAFETY: an aligned 4-byte field inside the CQE.
+        unsafe { self.0.add(off).cast::<u32>().read() }
+    }
 }
 
 /// The work-completion status for an error CQE's syndrome.
@@ -463,80 +508,93 @@ fn status_of(syndrome: u8) -> u32 {
 /// Parses one CQE of QP `e` (retiring its WQE); `None` for CQEs that
 /// report nothing (resize, tag matching, signature errors, or a queue the
 /// QP does not have).
-fn parse(c: &[u8; CQE_SIZE], e: &QpEntry) -> Option<Wc> {
-    let opcode = c[63] >> 4;
-    let wqe_counter = be16(c, 60);
-    let mut wc = Wc {
-        qp_num: e.qpn,
-        ..Wc::default()
-    };
+fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
+    let opcode = c.u8(63) >> 4;
+    let wqe_counter = c.be16(60);
     match opcode {
         cqe_op::REQ => {
-            wc.wr_id = e.sq.as_ref()?.complete(wqe_counter)?;
-            wc.status = wc_status::SUCCESS;
-            let (op, flags, len) = match c[56] {
+            let Some(wr_id) = e.sq.as_ref().and_then(|sq| sq.complete(wqe_counter)) else {
+                return false;
+            };
+            let (op, flags, len) = match c.u8(56) {
                 wqe_op::RDMA_WRITE => (wc_opcode::RDMA_WRITE, 0, 0),
                 wqe_op::RDMA_WRITE_IMM => (wc_opcode::RDMA_WRITE, wc_flags::WITH_IMM, 0),
                 wqe_op::SEND | wqe_op::SEND_INVAL => (wc_opcode::SEND, 0, 0),
                 wqe_op::SEND_IMM => (wc_opcode::SEND, wc_flags::WITH_IMM, 0),
-                wqe_op::RDMA_READ => (wc_opcode::RDMA_READ, 0, be32(c, 44)),
+                wqe_op::RDMA_READ => (wc_opcode::RDMA_READ, 0, c.be32(44)),
                 wqe_op::ATOMIC_CS => (wc_opcode::COMP_SWAP, 0, 8),
                 wqe_op::ATOMIC_FA => (wc_opcode::FETCH_ADD, 0, 8),
                 wqe_op::UMR => (wc_opcode::BIND_MW, 0, 0),
                 wqe_op::LOCAL_INV_OLD => (wc_opcode::LOCAL_INV, 0, 0),
                 _ => (wc_opcode::SEND, 0, 0),
             };
-            wc.opcode = op;
-            wc.wc_flags = flags;
-            wc.byte_len = len;
+            *out = Wc {
+                wr_id,
+                status: wc_status::SUCCESS,
+                opcode: op,
+                byte_len: len,
+                qp_num: e.qpn,
+                wc_flags: flags,
+                ..Wc::default()
+            };
         }
         cqe_op::RESP_WR_IMM..=cqe_op::RESP_SEND_INV => {
-            wc.wr_id = recv_wr_id(e, wqe_counter)?;
-            wc.status = wc_status::SUCCESS;
-            wc.byte_len = be32(c, 44);
-            let imm = [c[36], c[37], c[38], c[39]];
-            match opcode {
-                cqe_op::RESP_WR_IMM => {
-                    wc.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
-                    wc.wc_flags = wc_flags::WITH_IMM;
-                    // Kept in wire (big-endian) order, as `ib_uverbs_wc`.
-                    wc.ex = u32::from_ne_bytes(imm);
-                }
-                cqe_op::RESP_SEND => wc.opcode = wc_opcode::RECV,
-                cqe_op::RESP_SEND_IMM => {
-                    wc.opcode = wc_opcode::RECV;
-                    wc.wc_flags = wc_flags::WITH_IMM;
-                    wc.ex = u32::from_ne_bytes(imm);
-                }
-                _ => {
-                    wc.opcode = wc_opcode::RECV;
-                    wc.wc_flags = wc_flags::WITH_INVALIDATE;
-                    wc.ex = u32::from_be_bytes(imm);
-                }
-            }
-            let flags_rqpn = be32(c, 24);
-            wc.src_qp = flags_rqpn & 0xFF_FFFF;
-            wc.sl = ((flags_rqpn >> 24) & 0xF) as u8;
+            let Some(wr_id) = recv_wr_id(e, wqe_counter) else {
+                return false;
+            };
+            // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
+            let imm = c.raw32(36);
+            let (op, mut flags, ex) = match opcode {
+                cqe_op::RESP_WR_IMM => (wc_opcode::RECV_RDMA_WITH_IMM, wc_flags::WITH_IMM, imm),
+                cqe_op::RESP_SEND => (wc_opcode::RECV, 0, 0),
+                cqe_op::RESP_SEND_IMM => (wc_opcode::RECV, wc_flags::WITH_IMM, imm),
+                _ => (
+                    wc_opcode::RECV,
+                    wc_flags::WITH_INVALIDATE,
+                    u32::from_be(imm),
+                ),
+            };
+            let flags_rqpn = c.be32(24);
             if (flags_rqpn >> 28) & 3 != 0 {
-                wc.wc_flags |= wc_flags::GRH;
+                flags |= wc_flags::GRH;
             }
-            wc.slid = be16(c, 22);
-            wc.dlid_path_bits = c[17] & 0x7F;
-            wc.pkey_index = (u32::from_be_bytes(imm) & 0xFFFF) as u16;
+            *out = Wc {
+                wr_id,
+                status: wc_status::SUCCESS,
+                opcode: op,
+                vendor_err: 0,
+                byte_len: c.be32(44),
+                ex,
+                qp_num: e.qpn,
+                src_qp: flags_rqpn & 0xFF_FFFF,
+                wc_flags: flags,
+                pkey_index: (u32::from_be(imm) & 0xFFFF) as u16,
+                slid: c.be16(22),
+                sl: ((flags_rqpn >> 24) & 0xF) as u8,
+                dlid_path_bits: c.u8(17) & 0x7F,
+                ..Wc::default()
+            };
         }
-        cqe_op::REQ_ERR => {
-            wc.wr_id = e.sq.as_ref()?.complete(wqe_counter)?;
-            wc.status = status_of(c[55]);
-            wc.vendor_err = c[54].into();
+        cqe_op::REQ_ERR | cqe_op::RESP_ERR => {
+            let wr_id = if opcode == cqe_op::REQ_ERR {
+                e.sq.as_ref().and_then(|sq| sq.complete(wqe_counter))
+            } else {
+                recv_wr_id(e, wqe_counter)
+            };
+            let Some(wr_id) = wr_id else {
+                return false;
+            };
+            *out = Wc {
+                wr_id,
+                status: status_of(c.u8(55)),
+                vendor_err: c.u8(54).into(),
+                qp_num: e.qpn,
+                ..Wc::default()
+            };
         }
-        cqe_op::RESP_ERR => {
-            wc.wr_id = recv_wr_id(e, wqe_counter)?;
-            wc.status = status_of(c[55]);
-            wc.vendor_err = c[54].into();
-        }
-        _ => return None,
+        _ => return false,
     }
-    Some(wc)
+    true
 }
 
 /// The `wr_id` of a receive completion: from the SRQ by WQE index, or the
@@ -556,6 +614,15 @@ mod tests {
     use crate::wq::{RqShared, SqShared, SrqShared};
 
     const QPN: u32 = 0x12_3456;
+
+    /// [`parse`] of a CQE given as bytes (8-byte aligned copy).
+    fn parse_bytes(c: &[u8; 64], e: &QpEntry) -> Option<Wc> {
+        #[repr(align(8))]
+        struct Aligned([u8; 64]);
+        let a = Aligned(*c);
+        let mut w = Wc::default();
+        parse(Cqe(a.0.as_ptr()), e, &mut w).then_some(w)
+    }
     const UIDX: u32 = 7;
 
     struct Fixture {
@@ -627,7 +694,7 @@ mod tests {
             f.sq.wqe_head[idx as usize].store(i as u32 * 3, Ordering::Relaxed);
             let mut c = cqe(cqe_op::REQ, wop, idx + 8, false);
             c[44..48].copy_from_slice(&4000u32.to_be_bytes());
-            let w = parse(&c, &e).unwrap();
+            let w = parse_bytes(&c, &e).unwrap();
             assert_eq!(
                 (w.wr_id, w.status, w.opcode, w.wc_flags, w.byte_len, w.qp_num),
                 (1000 + i as u64, wc_status::SUCCESS, op, flags, len, QPN),
@@ -650,7 +717,7 @@ mod tests {
         c[24..28].copy_from_slice(&(0x1 << 28 | 0x5 << 24 | 0xABCDEF_u32).to_be_bytes());
         c[36..40].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
         c[44..48].copy_from_slice(&77u32.to_be_bytes());
-        let w = parse(&c, &e).unwrap();
+        let w = parse_bytes(&c, &e).unwrap();
         assert_eq!(w.wr_id, 50);
         assert_eq!(w.opcode, wc_opcode::RECV_RDMA_WITH_IMM);
         assert_eq!(w.wc_flags, wc_flags::WITH_IMM | wc_flags::GRH);
@@ -663,12 +730,12 @@ mod tests {
         assert_eq!(w.pkey_index, 0xbeef);
         assert_eq!(w.status, wc_status::SUCCESS);
 
-        let w = parse(&cqe(cqe_op::RESP_SEND, 0, 0, false), &e).unwrap();
+        let w = parse_bytes(&cqe(cqe_op::RESP_SEND, 0, 0, false), &e).unwrap();
         assert_eq!((w.wr_id, w.opcode, w.wc_flags), (51, wc_opcode::RECV, 0));
 
         c[63] = cqe_op::RESP_SEND_IMM << 4;
         c[24..28].copy_from_slice(&0u32.to_be_bytes());
-        let w = parse(&c, &e).unwrap();
+        let w = parse_bytes(&c, &e).unwrap();
         assert_eq!(
             (w.wr_id, w.opcode, w.wc_flags),
             (52, wc_opcode::RECV, wc_flags::WITH_IMM)
@@ -676,7 +743,7 @@ mod tests {
         assert_eq!(u32::from_be(w.ex), 0xdeadbeef);
 
         c[63] = cqe_op::RESP_SEND_INV << 4;
-        let w = parse(&c, &e).unwrap();
+        let w = parse_bytes(&c, &e).unwrap();
         assert_eq!(
             (w.wr_id, w.opcode, w.wc_flags),
             (53, wc_opcode::RECV, wc_flags::WITH_INVALIDATE)
@@ -691,12 +758,12 @@ mod tests {
         let srq = Arc::new(SrqShared::new(16));
         srq.wrid[9].store(909, Ordering::Relaxed);
         let e = entry(&f.sq, &f.rq, Some(Arc::clone(&srq)));
-        let w = parse(&cqe(cqe_op::RESP_SEND, 0, 9, false), &e).unwrap();
+        let w = parse_bytes(&cqe(cqe_op::RESP_SEND, 0, 9, false), &e).unwrap();
         assert_eq!(w.wr_id, 909);
         assert_eq!(srq.freed[0].load(Ordering::Acquire), 1 << 9);
         let mut c = cqe(cqe_op::RESP_ERR, 0, 9, false);
         c[55] = 0x05;
-        let w = parse(&c, &e).unwrap();
+        let w = parse_bytes(&c, &e).unwrap();
         assert_eq!((w.wr_id, w.status), (909, wc_status::WR_FLUSH_ERR));
         // RQ untouched.
         assert_eq!(f.rq.tail.load(Ordering::Acquire), 0);
@@ -732,7 +799,7 @@ mod tests {
             let mut c = cqe(cqe_op::REQ_ERR, wqe_op::SEND, 3, false);
             c[54] = 0x42;
             c[55] = syn;
-            let w = parse(&c, &e).unwrap();
+            let w = parse_bytes(&c, &e).unwrap();
             assert_eq!(
                 (w.wr_id, w.status, w.vendor_err, w.qp_num),
                 (33, status, 0x42, QPN)
@@ -740,11 +807,11 @@ mod tests {
             assert_eq!((w.opcode, w.byte_len, w.wc_flags), (0, 0, 0));
             assert_eq!(f.sq.tail.load(Ordering::Acquire), 11);
             c[63] = cqe_op::RESP_ERR << 4;
-            let w = parse(&c, &e).unwrap();
+            let w = parse_bytes(&c, &e).unwrap();
             assert_eq!((w.wr_id, w.status, w.vendor_err), (44, status, 0x42));
         }
         // Resize / unknown CQEs report nothing.
-        assert!(parse(&cqe(5, 0, 0, false), &e).is_none());
+        assert!(parse_bytes(&cqe(5, 0, 0, false), &e).is_none());
     }
 
     #[test]

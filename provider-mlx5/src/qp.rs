@@ -19,13 +19,13 @@ mod tests;
 
 use std::io::IoSlice;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use uverbs_abi::cmd::{nr, write_cmd};
 use uverbs_abi::mlx5;
 use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
-use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+use uverbs_abi::wr::{send_flags, Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
 use uverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -361,6 +361,14 @@ pub struct SendQueue {
     bf: BlueFlame,
     /// Which BlueFlame half the next doorbell uses (dedicated registers).
     bf_offset: u32,
+    /// Opcodes (bit `1 << opcode`) that, on this QP type and without a UD
+    /// destination, pass every check of [`check_op`]; the others (and
+    /// every UD send) take the full checks.
+    simple_ops: u32,
+    /// `shared.wrid`'s first entry (`wqe_cnt` of them).
+    wrid: *const AtomicU64,
+    /// `shared.wqe_head`'s first entry (`wqe_cnt` of them).
+    wqe_head: *const AtomicU32,
     /// `wr_id`s and retirement, shared with the CQ.
     shared: Arc<SqShared>,
     /// Frees the user index on drop (before `mem`).
@@ -428,6 +436,9 @@ impl SendQueue {
             ud_mtu: MAX_MTU,
             bf: init.bf,
             bf_offset: 0,
+            simple_ops: simple_ops(init.qp_type),
+            wrid: init.shared.wrid.as_ptr(),
+            wqe_head: init.shared.wqe_head.as_ptr(),
             shared: init.shared,
             _reg: init.reg,
             _mem: init.mem,
@@ -450,6 +461,11 @@ impl SendQueue {
             if self.full(nreq) {
                 result = Err((i, PostError::QueueFull));
                 break;
+            }
+            if let Some(l) = self.try_fast(wr, nreq) {
+                last = l;
+                nreq += 1;
+                continue;
             }
             let data = match self.check(wr) {
                 Ok(d) => d,
@@ -480,6 +496,75 @@ impl SendQueue {
         // Acquire: the CQ retired the WQEs before it published `tail`.
         self.tail = self.shared.tail.load(Ordering::Acquire);
         used(self.tail) >= self.max_post
+    }
+
+    /// The common request in one straight line: a simple opcode (see
+    /// [`simple_ops`]) with one SGE and no UD destination, which passes
+    /// every check and fits one basic block (control, at most a remote
+    /// address and one data segment: no wrap inside it). `None`, with
+    /// nothing written, for anything else: [`SendQueue::check`] and
+    /// [`SendQueue::write_wqe`] take it. Same bytes as `write_wqe`.
+    #[inline(always)]
+    fn try_fast(&mut self, wr: &SendWr<'_>, nreq: u32) -> Option<(*const u8, u32)> {
+        let op = wr.opcode as u32;
+        let Payload::Sge([sge]) = wr.payload else {
+            return None;
+        };
+        if self.simple_ops & (1 << op) == 0
+            || wr.ud.is_some()
+            || self.max_gs == 0
+            || u64::from(sge.length) > MAX_MSG
+        {
+            return None;
+        }
+        // `simple_ops` has bits 0..=4 only.
+        let (mop, raddr) = FAST_OPS[op as usize];
+        let idx = self.cur_post & (self.wqe_cnt - 1);
+        let imm = if op == WrOpcode::RdmaWriteWithImm as u32 || op == WrOpcode::SendWithImm as u32 {
+            wr.imm_data
+        } else {
+            0
+        };
+        let flags = self.sig_bits | FAST_FLAGS[(wr.send_flags.bits() & 7) as usize];
+        let mut ds = 1;
+        // SAFETY: `idx < wqe_cnt`, so the BB is inside the ring, free
+        // (`full` said so) and unread by the device until the doorbell
+        // record covers it; the at most 48 bytes of segments after the
+        // 16-byte control segment stay inside this one 64-byte BB.
+        let ctrl = unsafe {
+            let ctrl = self.start.add(idx as usize * SEND_WQE_BB as usize);
+            let mut seg = ctrl.add(SEG);
+            if raddr {
+                put64(seg, wr.remote_addr);
+                put32(seg.add(8), wr.rkey);
+                put32(seg.add(12), 0);
+                seg = seg.add(SEG);
+                ds = 2;
+            }
+            if sge.length != 0 {
+                put32(seg, sge.length);
+                put32(seg.add(4), sge.lkey);
+                put64(seg.add(8), sge.addr);
+                ds += 1;
+            }
+            put32(ctrl, (self.cur_post & 0xffff) << 8 | mop as u32);
+            put32(ctrl.add(4), self.qpn << 8 | ds);
+            ctrl.add(8).cast::<[u8; 4]>().write([0, 0, 0, flags]);
+            put32(ctrl.add(12), imm);
+            ctrl
+        };
+        // SAFETY: `idx < wqe_cnt`, the length of both arrays, which
+        // `shared` keeps alive.
+        let (wrid, head) = unsafe {
+            (
+                &*self.wrid.add(idx as usize),
+                &*self.wqe_head.add(idx as usize),
+            )
+        };
+        wrid.store(wr.wr_id, Ordering::Relaxed);
+        head.store(self.head.wrapping_add(nreq), Ordering::Relaxed);
+        self.cur_post = self.cur_post.wrapping_add(1);
+        Some((ctrl, ds))
     }
 
     /// Every check a send request must pass before a byte of it is
@@ -524,7 +609,9 @@ impl SendQueue {
         if length > MAX_MSG {
             return Err(PostError::MessageTooLong);
         }
-        check_op(self.qp_type, self.ud_mtu, wr, length)?;
+        if self.simple_ops & (1 << (wr.opcode as u32)) == 0 || wr.ud.is_some() {
+            check_op(self.qp_type, self.ud_mtu, wr, length)?;
+        }
         Ok(data)
     }
 
@@ -635,8 +722,11 @@ impl SendQueue {
             put32(ctrl.add(12), imm);
         }
         let slot = idx as usize;
-        self.shared.wrid[slot].store(wr.wr_id, Ordering::Relaxed);
-        self.shared.wqe_head[slot].store(self.head.wrapping_add(nreq), Ordering::Relaxed);
+        // SAFETY: `slot < wqe_cnt`, the length of both arrays, which
+        // `shared` keeps alive.
+        let (wrid, head) = unsafe { (&*self.wrid.add(slot), &*self.wqe_head.add(slot)) };
+        wrid.store(wr.wr_id, Ordering::Relaxed);
+        head.store(self.head.wrapping_add(nreq), Ordering::Relaxed);
         self.cur_post = self
             .cur_post
             .wrapping_add(ds.div_ceil(SEND_WQE_BB / SEG as u32));
@@ -799,6 +889,53 @@ unsafe fn put32(p: *mut u8, v: u32) {
 unsafe fn put64(p: *mut u8, v: u64) {
     // SAFETY: as the caller guarantees.
     unsafe { p.cast::<u64>().write(v.to_be()) }
+}
+
+/// For the simple opcodes (work-request opcodes 0..=4): the WQE opcode,
+/// and whether a remote-address segment follows the control segment.
+const FAST_OPS: [(u8, bool); 5] = [
+    (opcode::RDMA_WRITE, true),
+    (opcode::RDMA_WRITE_IMM, true),
+    (opcode::SEND, false),
+    (opcode::SEND_IMM, false),
+    (opcode::RDMA_READ, true),
+];
+
+/// `fm_ce_se` bits for the low three send flags (FENCE, SIGNALED,
+/// SOLICITED), indexed by those bits.
+const FAST_FLAGS: [u8; 8] = {
+    let mut t = [0u8; 8];
+    let mut f = 0;
+    while f < 8 {
+        let mut v = 0;
+        if f & send_flags::FENCE as usize != 0 {
+            v |= ctrl_flags::FENCE;
+        }
+        if f & send_flags::SIGNALED as usize != 0 {
+            v |= ctrl_flags::CQ_UPDATE;
+        }
+        if f & send_flags::SOLICITED as usize != 0 {
+            v |= ctrl_flags::SOLICITED;
+        }
+        t[f] = v;
+        f += 1;
+    }
+    t
+};
+
+/// [`SendQueue::simple_ops`] for a QP of type `qp_type`: SEND,
+/// SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), and on RC also RDMA_READ.
+fn simple_ops(qp_type: u8) -> u32 {
+    let bit = |op: WrOpcode| 1u32 << (op as u32);
+    let connected = bit(WrOpcode::Send)
+        | bit(WrOpcode::SendWithImm)
+        | bit(WrOpcode::RdmaWrite)
+        | bit(WrOpcode::RdmaWriteWithImm);
+    match qp_type {
+        qp_type::RC => connected | bit(WrOpcode::RdmaRead),
+        qp_type::UC => connected,
+        _ => 0,
+    }
 }
 
 /// The opcode, QP type and destination checks of a send request on a QP

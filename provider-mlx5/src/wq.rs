@@ -240,6 +240,7 @@ impl Table {
 
 /// Looks `uidx` up in a sorted snapshot.
 #[inline]
+#[cfg(test)]
 pub(crate) fn lookup(rows: &[Row], uidx: u32) -> Option<&Arc<QpEntry>> {
     rows.binary_search_by_key(&uidx, |r| r.0)
         .ok()

@@ -1120,3 +1120,56 @@ fn ud_wrap_matches_libmlx5() {
     );
     assert_eq!(qp.db(1), [0, 0, 0, 0x11]);
 }
+
+/// The post path skips `check_op` exactly for the opcodes in
+/// `simple_ops` without a UD destination: for every QP type, opcode,
+/// payload shape and destination, `check_op` must then accept.
+#[test]
+fn simple_ops_pass_every_check() {
+    use super::{check_op, simple_ops};
+    let ops = [
+        WrOpcode::RdmaWrite,
+        WrOpcode::RdmaWriteWithImm,
+        WrOpcode::Send,
+        WrOpcode::SendWithImm,
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicCmpAndSwp,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::LocalInv,
+        WrOpcode::SendWithInv,
+    ];
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: 1,
+    }];
+    let av = [0u8; 48];
+    let dest = UdDest {
+        ah_num: 0,
+        av: Some(&av),
+        remote_qpn: 2,
+        remote_qkey: 3,
+    };
+    let mut skipped = 0;
+    for qpt in [qp_type::RC, qp_type::UC, qp_type::UD] {
+        for op in ops {
+            for ud in [None, Some(dest)] {
+                for length in [64u64, 8, 0, 5000] {
+                    let mut wr = SendWr::new(1, op, Payload::Sge(&sge));
+                    wr.ud = ud;
+                    wr.remote_addr = 0x2001;
+                    if simple_ops(qpt) & (1 << (op as u32)) != 0 && ud.is_none() {
+                        skipped += 1;
+                        assert_eq!(
+                            check_op(qpt, 4096, &wr, length),
+                            Ok(()),
+                            "qp type {qpt}, {op:?}, {length} bytes"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // RC: 5 opcodes, UC: 4, UD: none; 4 lengths each.
+    assert_eq!(skipped, (5 + 4) * 4);
+}
