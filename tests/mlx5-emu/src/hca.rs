@@ -533,6 +533,7 @@ impl Hw {
         self.qps.retain(|h, _| e.qps.contains_key(h));
         self.srqs.retain(|h, _| e.srqs.contains_key(h));
         self.cqs.retain(|h, _| e.cqs.contains_key(h));
+        crate::record::note_objects(e);
         let mut busy = self.arms(e);
         let handles: Vec<u32> = e.qps.keys().copied().collect();
         for h in handles {
@@ -675,6 +676,9 @@ impl Hw {
             };
             let pi = (st.sq_pc & 0xffff) as u16;
             let opcode = wqe.as_ref().map_or(0, |w| w.opcode);
+            if !matches!(result, Err(Fail::Stall)) {
+                crate::record::wqe(crate::record::Kind::Sq, h, u32::from(pi), db, &bytes);
+            }
             match result {
                 Err(Fail::Stall) => break,
                 Ok(byte_cnt) => {
@@ -1039,6 +1043,8 @@ impl Hw {
             let idx = u32::from(st.head) & (wq.wqe_cnt - 1);
             let bytes = read_user(wq.buf + (u64::from(idx) << wq.wqe_shift), 1 << wq.wqe_shift);
             let segs = decode_recv(&bytes[16..], max_gs);
+            let used = (16 + (segs.len() + usize::from(segs.len() < max_gs)) * 16).min(bytes.len());
+            crate::record::wqe(crate::record::Kind::Srq, sh, idx, count, &bytes[..used]);
             st.head = be16(&bytes, 2);
             st.consumed = st.consumed.wrapping_add(1);
             return Some(Recv {
@@ -1060,6 +1066,8 @@ impl Hw {
         let skip = if d.sig { 16 } else { 0 };
         let segs = decode_recv(&bytes[skip..], (size - skip) / 16);
         let counter = (st.rq_cons & 0xffff) as u16;
+        let used = (skip + (segs.len() + 1) * 16).min(bytes.len());
+        crate::record::wqe(crate::record::Kind::Rq, d.h, idx, count, &bytes[..used]);
         st.rq_cons = st.rq_cons.wrapping_add(1);
         Some(Recv { segs, counter })
     }

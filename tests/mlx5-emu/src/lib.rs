@@ -41,7 +41,9 @@
 //!   events.
 //!
 //! Environment: `MLX5_EMU_LOG=1` prints one line per command to stderr;
-//! `MLX5_EMU_SYSFS=<dir>` chooses where the sysfs tree is written.
+//! `MLX5_EMU_SYSFS=<dir>` chooses where the sysfs tree is written;
+//! `MLX5_EMU_WQE_LOG=<path>` records every WQE the HCA executes or
+//! consumes (module `record`).
 
 #![warn(missing_docs)]
 
@@ -67,5 +69,7 @@ pub mod mem;
 pub mod qp_fsm;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod real;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod record;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod sysfs;

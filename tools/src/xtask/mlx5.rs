@@ -10,6 +10,14 @@
 //! `ibv_devinfo -v` and every compiled program. A program passes when it
 //! exits 0, printed at least one `PASS ` line and no `FAIL ` line. Logs go
 //! to `target/mlx5/logs/`. `cargo xtask test` runs the same items.
+//!
+//! Then our provider: every `mlx5_*` program of `verbs-tests`
+//! (`tests/src/bin/mlx5_*.rs`, built here) runs the same way; its `PASS`/
+//! `FAIL` lines count in the summary. Last, the WQE comparison: `wqe_seq.c`
+//! (libmlx5) and `mlx5_wqe_seq` (ours) post the same fixed sequence with
+//! `MLX5_EMU_WQE_LOG` set, and [`wqe_compare`] compares the two logs byte
+//! for byte after the normalisations it lists (report:
+//! `logs/wqe_compare.log`). The closing line counts all three.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -19,6 +27,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::util::{self, cargo_bin, describe, workspace_root};
+
+#[path = "wqe_compare.rs"]
+pub mod wqe_compare;
 
 /// The emulator's package.
 pub const EMU_PACKAGE: &str = "mlx5-emu";
@@ -34,6 +45,33 @@ pub struct Outcome {
     pub ok: bool,
     /// One line saying why (or how many steps passed).
     pub detail: String,
+    /// Which count of the summary line it belongs to.
+    pub group: Group,
+}
+
+/// The part of the summary line an outcome counts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// rdma-core (tools and libmlx5 programs) against the emulator: one
+    /// item each.
+    RdmaCore,
+    /// One of our `mlx5_*` programs: its `PASS`/`FAIL` lines (a program
+    /// that is missing, does not build or dies counts one more failure).
+    Ours {
+        /// `PASS` lines.
+        passed: usize,
+        /// `FAIL` lines (plus one if the program itself failed otherwise).
+        failed: usize,
+    },
+    /// The WQE comparison of libmlx5 against our provider.
+    Compare {
+        /// WQEs compared.
+        compared: usize,
+        /// Identical after normalisation.
+        identical: usize,
+        /// Differing.
+        differing: usize,
+    },
 }
 
 /// Runs `cmd` with its output in `log`, killed after `limit`. Returns the
@@ -139,26 +177,39 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     // cannot interfere.
     let sysfs = out_dir.join("sysfs");
     let _ = fs::remove_dir_all(&sysfs);
+    // The WQE logs of the same sequence (wqe_compare.rs).
+    let theirs_wqes = logs.join("wqe_seq.rdma-core.wqe");
+    let ours_wqes = logs.join("wqe_seq.ours.wqe");
 
     let mut outcomes = Vec::new();
-    let mut record = |name: String, verdict: std::result::Result<String, String>, log: &Path| {
-        let (ok, detail) = match verdict {
-            Ok(d) => (true, d),
-            Err(d) => (false, format!("{d} (log: {})", log.display())),
+    let mut record_in =
+        |group: Group, name: String, verdict: std::result::Result<String, String>, log: &Path| {
+            let (ok, detail) = match verdict {
+                Ok(d) => (true, d),
+                Err(d) => (false, format!("{d} (log: {})", log.display())),
+            };
+            util::print_line(&format!(
+                "mlx5: {:<40} {} {detail}",
+                name,
+                if ok { "ok  " } else { "FAIL" }
+            ));
+            outcomes.push(Outcome {
+                name,
+                ok,
+                detail,
+                group,
+            });
         };
-        util::print_line(&format!(
-            "mlx5: {:<40} {} {detail}",
-            name,
-            if ok { "ok  " } else { "FAIL" }
-        ));
-        outcomes.push(Outcome { name, ok, detail });
+    let mut record = |name: String, verdict: std::result::Result<String, String>, log: &Path| {
+        record_in(Group::RdmaCore, name, verdict, log)
     };
 
     let preload = |c: &mut Command| {
         c.env("LD_PRELOAD", &lib)
             .env("MLX5_EMU_SYSFS", &sysfs)
             .env("SYSFS_PATH", &sysfs)
-            .env_remove("MLX5_EMU_LOG");
+            .env_remove("MLX5_EMU_LOG")
+            .env_remove("MLX5_EMU_WQE_LOG");
     };
 
     // rdma-core's own tools.
@@ -223,21 +274,249 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         }
         let mut c = Command::new(&exe);
         preload(&mut c);
+        if stem == WQE_SEQ_C {
+            let _ = fs::remove_file(&theirs_wqes);
+            c.env("MLX5_EMU_WQE_LOG", &theirs_wqes);
+        }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         record(name, check_program(&out, code), &log);
     }
+
+    // The same scenarios through our own provider.
+    for (group, name, verdict, log) in run_ours(&ws, target_dir, &preload, &logs, &ours_wqes)? {
+        record_in(group, name, verdict, &log);
+    }
+
+    // The WQEs both wrote for the same sequence.
+    let (group, verdict, log) = compare_wqes(&theirs_wqes, &ours_wqes, &logs);
+    record_in(
+        group,
+        "WQE bytes: libmlx5 against our provider".into(),
+        verdict,
+        &log,
+    );
     Ok(outcomes)
+}
+
+// ---- Our provider: the `mlx5_*` programs of verbs-tests -----------------
+
+/// The C program whose WQEs are recorded (tests/mlx5-emu/c/wqe_seq.c).
+const WQE_SEQ_C: &str = "wqe_seq";
+/// Our program posting the same sequence (tests/src/bin/mlx5_wqe_seq.rs).
+const WQE_SEQ_OURS: &str = "mlx5_wqe_seq";
+/// Our programs expected even if their source went missing.
+const OURS_EXPECTED: &[&str] = &["mlx5_scenarios", WQE_SEQ_OURS];
+
+/// Time limit of building our programs (a cold build of the workspace on
+/// a small machine takes minutes).
+const BUILD_LIMIT: Duration = Duration::from_secs(900);
+
+/// One outcome before it is recorded: group, name, verdict, log.
+type Item = (Group, String, std::result::Result<String, String>, PathBuf);
+
+/// Counts `PASS `/`FAIL ` lines; a failing verdict without any `FAIL` line
+/// (missing, does not build, crashed, killed) counts one failure more.
+fn ours_group(out: &str, verdict: &std::result::Result<String, String>) -> Group {
+    let passed = out.lines().filter(|l| l.starts_with("PASS ")).count();
+    let mut failed = out.lines().filter(|l| l.starts_with("FAIL ")).count();
+    if verdict.is_err() && failed == 0 {
+        failed = 1;
+    }
+    Group::Ours { passed, failed }
+}
+
+/// Builds and runs every `mlx5_*` binary of `verbs-tests` (sources
+/// `tests/src/bin/mlx5_*.rs`, plus [`OURS_EXPECTED`]) under the emulator
+/// like the C programs, each bounded by [`ITEM_LIMIT`] and logging to
+/// `logs/<name>.log`; [`WQE_SEQ_OURS`] records its WQEs to `ours_wqes`.
+/// A program that is expected but missing or does not build fails.
+fn run_ours(
+    ws: &Path,
+    target_dir: &Path,
+    preload: &dyn Fn(&mut Command),
+    logs: &Path,
+    ours_wqes: &Path,
+) -> Result<Vec<Item>> {
+    let bin_dir = ws.join("tests").join("src").join("bin");
+    let mut names: Vec<String> = OURS_EXPECTED.iter().map(|s| s.to_string()).collect();
+    if let Ok(rd) = fs::read_dir(&bin_dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            let stem = p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if stem.starts_with("mlx5_") && p.extension().is_some_and(|x| x == "rs") {
+                names.push(stem);
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    let _ = fs::remove_file(ours_wqes);
+    let present: Vec<&String> = names
+        .iter()
+        .filter(|n| bin_dir.join(format!("{n}.rs")).is_file())
+        .collect();
+    let build_log = logs.join("mlx5_ours-build.log");
+    let mut built = String::new();
+    if !present.is_empty() {
+        let mut cmd = Command::new(cargo_bin());
+        cmd.args(["build", "-p", "verbs-tests"]).current_dir(ws);
+        for n in &present {
+            cmd.args(["--bin", n.as_str()]);
+        }
+        say!("building our mlx5 programs: {}", describe(&cmd));
+        let (code, out) = run_bounded(&mut cmd, &build_log, BUILD_LIMIT)?;
+        if code != Some(0) {
+            built = out
+                .lines()
+                .find(|l| l.starts_with("error"))
+                .unwrap_or("cargo build failed")
+                .to_string();
+        }
+    }
+    let mut items = Vec::new();
+    for n in &names {
+        let name = format!("our provider (verbs): {n}");
+        let exe = target_dir.join("debug").join(n);
+        if !bin_dir.join(format!("{n}.rs")).is_file() {
+            let v = Err(format!("tests/src/bin/{n}.rs is missing"));
+            items.push((ours_group("", &v), name, v, build_log.clone()));
+            continue;
+        }
+        if !built.is_empty() {
+            let v = Err(format!("does not build: {built}"));
+            items.push((ours_group("", &v), name, v, build_log.clone()));
+            continue;
+        }
+        if !exe.is_file() {
+            let v = Err(format!("{} was not built", exe.display()));
+            items.push((ours_group("", &v), name, v, build_log.clone()));
+            continue;
+        }
+        let log = logs.join(format!("{n}.log"));
+        let mut c = Command::new(&exe);
+        preload(&mut c);
+        if n == WQE_SEQ_OURS {
+            c.env("MLX5_EMU_WQE_LOG", ours_wqes);
+        }
+        let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
+        let v = check_program(&out, code);
+        items.push((ours_group(&out, &v), name, v, log));
+    }
+    Ok(items)
+}
+
+/// Compares the two WQE logs, writing the full report (the rules, then
+/// every mismatch) to `logs/wqe_compare.log`. Fails when a log is missing
+/// or empty, or anything differs.
+fn compare_wqes(
+    theirs: &Path,
+    ours: &Path,
+    logs: &Path,
+) -> (Group, std::result::Result<String, String>, PathBuf) {
+    let log = logs.join("wqe_compare.log");
+    let none = Group::Compare {
+        compared: 0,
+        identical: 0,
+        differing: 0,
+    };
+    let read = |p: &Path, who: &str| -> std::result::Result<wqe_compare::Log, String> {
+        let text = fs::read_to_string(p)
+            .map_err(|e| format!("no WQE log from {who} ({}: {e})", p.display()))?;
+        let l = wqe_compare::parse(&text).map_err(|e| format!("{who}'s WQE log: {e:#}"))?;
+        if l.wqes.is_empty() {
+            return Err(format!("{who}'s WQE log records no WQE"));
+        }
+        Ok(l)
+    };
+    let (t, o) = match (read(theirs, "rdma-core"), read(ours, "our provider")) {
+        (Ok(t), Ok(o)) => (t, o),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = fs::write(
+                &log,
+                format!(
+                    "{e}
+"
+                ),
+            );
+            return (none, Err(e), log);
+        }
+    };
+    let r = wqe_compare::compare(&t, &o);
+    let mut text = String::from(
+        "normalisation rules (what may legitimately differ):
+",
+    );
+    for (n, why) in wqe_compare::RULES {
+        text += &format!(
+            "  {n}: {why}
+"
+        );
+    }
+    text += &wqe_compare::render(&r, usize::MAX);
+    let _ = fs::write(&log, &text);
+    let group = Group::Compare {
+        compared: r.compared,
+        identical: r.identical,
+        differing: r.differing,
+    };
+    let verdict = if r.ok() {
+        Ok(format!(
+            "{} WQEs identical after normalisation",
+            r.identical
+        ))
+    } else {
+        let first = r
+            .geometry
+            .first()
+            .or(r.mismatches.first())
+            .cloned()
+            .unwrap_or_default();
+        Err(format!(
+            "{} of {} WQEs differ, {} geometry differences; first: {first}",
+            r.differing,
+            r.compared,
+            r.geometry.len()
+        ))
+    };
+    (group, verdict, log)
 }
 
 /// Prints the closing summary and returns whether everything passed.
 pub fn summary(outcomes: &[Outcome]) -> bool {
-    let passed = outcomes.iter().filter(|o| o.ok).count();
-    let failed = outcomes.len() - passed;
-    util::print_line(&format!(
-        "mlx5: rdma-core against the emulated ConnectX-5: {passed} passed, {failed} failed; \
-         our provider: not built yet (issue 5, part 2); WQEs compared: 0"
-    ));
-    failed == 0
+    util::print_line(&summary_line(outcomes));
+    outcomes.iter().all(|o| o.ok)
+}
+
+/// The closing summary line.
+fn summary_line(outcomes: &[Outcome]) -> String {
+    let (mut n, mut m, mut p, mut q, mut w, mut x, mut y) = (0, 0, 0, 0, 0, 0, 0);
+    for o in outcomes {
+        match o.group {
+            Group::RdmaCore if o.ok => n += 1,
+            Group::RdmaCore => m += 1,
+            Group::Ours { passed, failed } => {
+                p += passed;
+                q += failed;
+            }
+            Group::Compare {
+                compared,
+                identical,
+                differing,
+            } => {
+                w += compared;
+                x += identical;
+                y += differing;
+            }
+        }
+    }
+    format!(
+        "mlx5: rdma-core against the emulated ConnectX-5: {n} passed, {m} failed; \
+         our provider: {p} passed, {q} failed; WQEs compared: {w} ({x} identical after \
+         normalisation, {y} differing)"
+    )
 }
 
 /// `cargo xtask mlx5`.
@@ -258,6 +537,75 @@ mod tests {
         assert!(check_program("", Some(0)).is_err());
         assert!(check_program("PASS open\n", Some(1)).is_err());
         assert!(check_program("PASS open\n", None).is_err());
+    }
+
+    #[test]
+    fn summary_counts_each_group() {
+        let o = |group, ok| Outcome {
+            name: String::new(),
+            ok,
+            detail: String::new(),
+            group,
+        };
+        let all = [
+            o(Group::RdmaCore, true),
+            o(Group::RdmaCore, true),
+            o(Group::RdmaCore, false),
+            o(
+                Group::Ours {
+                    passed: 5,
+                    failed: 1,
+                },
+                false,
+            ),
+            o(
+                Group::Ours {
+                    passed: 3,
+                    failed: 0,
+                },
+                true,
+            ),
+            o(
+                Group::Compare {
+                    compared: 10,
+                    identical: 9,
+                    differing: 1,
+                },
+                false,
+            ),
+        ];
+        assert_eq!(
+            summary_line(&all),
+            "mlx5: rdma-core against the emulated ConnectX-5: 2 passed, 1 failed; our provider: \
+             8 passed, 1 failed; WQEs compared: 10 (9 identical after normalisation, 1 differing)"
+        );
+    }
+
+    #[test]
+    fn ours_counts_a_silent_failure() {
+        let v = Err("killed".to_string());
+        assert_eq!(
+            ours_group("PASS a\nPASS b\n", &v),
+            Group::Ours {
+                passed: 2,
+                failed: 1
+            }
+        );
+        let v = Err("FAIL b: x".to_string());
+        assert_eq!(
+            ours_group("PASS a\nFAIL b: x\n", &v),
+            Group::Ours {
+                passed: 1,
+                failed: 1
+            }
+        );
+        assert_eq!(
+            ours_group("PASS a\n", &Ok(String::new())),
+            Group::Ours {
+                passed: 1,
+                failed: 0
+            }
+        );
     }
 
     #[test]
