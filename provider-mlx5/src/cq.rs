@@ -22,6 +22,7 @@ use zerocopy::{FromZeros, IntoBytes};
 use crate::buf::{Buf, DbRec};
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, Row};
+use crate::wqe_op;
 
 /// Bytes per CQE.
 const CQE_SIZE: usize = 64;
@@ -42,21 +43,6 @@ mod cqe_op {
     pub const RESIZE: u8 = 5;
     pub const REQ_ERR: u8 = 13;
     pub const RESP_ERR: u8 = 14;
-}
-
-/// Send WQE opcodes a requester CQE reports (bits 31..24 of
-/// `sop_drop_qpn`).
-mod wqe_op {
-    pub const SEND_INVAL: u8 = 0x01;
-    pub const RDMA_WRITE: u8 = 0x08;
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    pub const SEND: u8 = 0x0a;
-    pub const SEND_IMM: u8 = 0x0b;
-    pub const RDMA_READ: u8 = 0x10;
-    pub const ATOMIC_CS: u8 = 0x11;
-    pub const ATOMIC_FA: u8 = 0x12;
-    pub const UMR: u8 = 0x25;
-    pub const LOCAL_INV_OLD: u8 = 0x27;
 }
 
 /// What CREATE_CQ returned. The ring and doorbell record live as long as

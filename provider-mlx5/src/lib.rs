@@ -28,6 +28,31 @@ pub mod wq;
 
 pub use uverbs_abi::wr::PostError;
 
+/// Send WQE opcodes (`MLX5_OPCODE_*`): what a control segment carries and
+/// what a requester CQE reports back (bits 31..24 of `sop_drop_qpn`).
+pub(crate) mod wqe_op {
+    /// SEND_WITH_INV.
+    pub const SEND_INVAL: u8 = 0x01;
+    /// RDMA WRITE.
+    pub const RDMA_WRITE: u8 = 0x08;
+    /// RDMA WRITE with immediate data.
+    pub const RDMA_WRITE_IMM: u8 = 0x09;
+    /// SEND.
+    pub const SEND: u8 = 0x0a;
+    /// SEND with immediate data.
+    pub const SEND_IMM: u8 = 0x0b;
+    /// RDMA READ.
+    pub const RDMA_READ: u8 = 0x10;
+    /// Atomic compare and swap.
+    pub const ATOMIC_CS: u8 = 0x11;
+    /// Atomic fetch and add.
+    pub const ATOMIC_FA: u8 = 0x12;
+    /// UMR (memory-window bind, LOCAL_INV).
+    pub const UMR: u8 = 0x25;
+    /// LOCAL_INV on older devices.
+    pub const LOCAL_INV_OLD: u8 = 0x27;
+}
+
 /// The driver ABI versions (the per-device sysfs `abi_version`) this
 /// provider speaks: `MLX5_IB_UVERBS_ABI_VERSION`.
 pub const DRIVER_ABI: std::ops::RangeInclusive<u32> = 1..=1;

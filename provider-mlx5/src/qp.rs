@@ -34,7 +34,7 @@ use crate::cq::Cq;
 use crate::srq::Srq;
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, RqShared, SqShared};
-use crate::PostError;
+use crate::{wqe_op, PostError};
 
 use geom::SEND_WQE_BB;
 
@@ -44,17 +44,6 @@ const MAX_MSG: u64 = 1 << 31;
 /// Largest IB MTU: the UD message bound until [`SendQueue::set_ud_mtu`]
 /// gives the port's.
 const MAX_MTU: u32 = 4096;
-
-/// Send WQE opcodes (`MLX5_OPCODE_*`).
-mod opcode {
-    pub const RDMA_WRITE: u8 = 0x08;
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    pub const SEND: u8 = 0x0a;
-    pub const SEND_IMM: u8 = 0x0b;
-    pub const RDMA_READ: u8 = 0x10;
-    pub const ATOMIC_CS: u8 = 0x11;
-    pub const ATOMIC_FA: u8 = 0x12;
-}
 
 /// `fm_ce_se` bits of the control segment.
 mod ctrl_flags {
@@ -635,13 +624,13 @@ impl SendQueue {
         unsafe {
             let mut seg = ctrl.add(SEG);
             let op = match wr.opcode {
-                WrOpcode::Send => opcode::SEND,
-                WrOpcode::SendWithImm => opcode::SEND_IMM,
-                WrOpcode::RdmaWrite => opcode::RDMA_WRITE,
-                WrOpcode::RdmaWriteWithImm => opcode::RDMA_WRITE_IMM,
-                WrOpcode::RdmaRead => opcode::RDMA_READ,
-                WrOpcode::AtomicCmpAndSwp => opcode::ATOMIC_CS,
-                WrOpcode::AtomicFetchAndAdd => opcode::ATOMIC_FA,
+                WrOpcode::Send => wqe_op::SEND,
+                WrOpcode::SendWithImm => wqe_op::SEND_IMM,
+                WrOpcode::RdmaWrite => wqe_op::RDMA_WRITE,
+                WrOpcode::RdmaWriteWithImm => wqe_op::RDMA_WRITE_IMM,
+                WrOpcode::RdmaRead => wqe_op::RDMA_READ,
+                WrOpcode::AtomicCmpAndSwp => wqe_op::ATOMIC_CS,
+                WrOpcode::AtomicFetchAndAdd => wqe_op::ATOMIC_FA,
                 // Refused by `check_op`.
                 WrOpcode::LocalInv | WrOpcode::SendWithInv => 0,
             };
@@ -894,11 +883,11 @@ unsafe fn put64(p: *mut u8, v: u64) {
 /// For the simple opcodes (work-request opcodes 0..=4): the WQE opcode,
 /// and whether a remote-address segment follows the control segment.
 const FAST_OPS: [(u8, bool); 5] = [
-    (opcode::RDMA_WRITE, true),
-    (opcode::RDMA_WRITE_IMM, true),
-    (opcode::SEND, false),
-    (opcode::SEND_IMM, false),
-    (opcode::RDMA_READ, true),
+    (wqe_op::RDMA_WRITE, true),
+    (wqe_op::RDMA_WRITE_IMM, true),
+    (wqe_op::SEND, false),
+    (wqe_op::SEND_IMM, false),
+    (wqe_op::RDMA_READ, true),
 ];
 
 /// `fm_ce_se` bits for the low three send flags (FENCE, SIGNALED,

@@ -434,26 +434,14 @@ fn compare_wqes(
     let (t, o) = match (read(theirs, "rdma-core"), read(ours, "our provider")) {
         (Ok(t), Ok(o)) => (t, o),
         (Err(e), _) | (_, Err(e)) => {
-            let _ = fs::write(
-                &log,
-                format!(
-                    "{e}
-"
-                ),
-            );
+            let _ = fs::write(&log, format!("{e}\n"));
             return (none, Err(e), log);
         }
     };
     let r = wqe_compare::compare(&t, &o);
-    let mut text = String::from(
-        "normalisation rules (what may legitimately differ):
-",
-    );
+    let mut text = String::from("normalisation rules (what may legitimately differ):\n");
     for (n, why) in wqe_compare::RULES {
-        text += &format!(
-            "  {n}: {why}
-"
-        );
+        text += &format!("  {n}: {why}\n");
     }
     text += &wqe_compare::render(&r, usize::MAX);
     let _ = fs::write(&log, &text);
