@@ -53,8 +53,11 @@ pub struct Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Group {
     /// rdma-core (tools and libmlx5 programs) against the emulator: one
-    /// item each.
-    RdmaCore,
+    /// item each, with the `PASS` lines of a program (0 for a tool).
+    RdmaCore {
+        /// `PASS` lines.
+        steps: usize,
+    },
     /// One of our `mlx5_*` programs: its `PASS`/`FAIL` lines (a program
     /// that is missing, does not build or dies counts one more failure).
     Ours {
@@ -200,9 +203,10 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
                 group,
             });
         };
-    let mut record = |name: String, verdict: std::result::Result<String, String>, log: &Path| {
-        record_in(Group::RdmaCore, name, verdict, log)
-    };
+    let mut record =
+        |name: String, steps: usize, verdict: std::result::Result<String, String>, log: &Path| {
+            record_in(Group::RdmaCore { steps }, name, verdict, log)
+        };
 
     let preload = |c: &mut Command| {
         c.env("LD_PRELOAD", &lib)
@@ -238,6 +242,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         record(
             name.trim_end().to_string(),
+            0,
             check_tool(&out, code, needles),
             &log,
         );
@@ -269,7 +274,12 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             .arg("-libverbs");
         let (code, out) = run_bounded(&mut cc, &log, ITEM_LIMIT)?;
         if code != Some(0) {
-            record(name, Err(format!("does not compile: {}", out.trim())), &log);
+            record(
+                name,
+                0,
+                Err(format!("does not compile: {}", out.trim())),
+                &log,
+            );
             continue;
         }
         let mut c = Command::new(&exe);
@@ -279,7 +289,8 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             c.env("MLX5_EMU_WQE_LOG", &theirs_wqes);
         }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
-        record(name, check_program(&out, code), &log);
+        let steps = out.lines().filter(|l| l.starts_with("PASS ")).count();
+        record(name, steps, check_program(&out, code), &log);
     }
 
     // The same scenarios through our own provider.
@@ -480,11 +491,17 @@ pub fn summary(outcomes: &[Outcome]) -> bool {
 
 /// The closing summary line.
 fn summary_line(outcomes: &[Outcome]) -> String {
-    let (mut n, mut m, mut p, mut q, mut w, mut x, mut y) = (0, 0, 0, 0, 0, 0, 0);
+    let (mut n, mut m, mut s, mut p, mut q, mut w, mut x, mut y) = (0, 0, 0, 0, 0, 0, 0, 0);
     for o in outcomes {
         match o.group {
-            Group::RdmaCore if o.ok => n += 1,
-            Group::RdmaCore => m += 1,
+            Group::RdmaCore { steps } => {
+                if o.ok {
+                    n += 1;
+                } else {
+                    m += 1;
+                }
+                s += steps;
+            }
             Group::Ours { passed, failed } => {
                 p += passed;
                 q += failed;
@@ -501,9 +518,9 @@ fn summary_line(outcomes: &[Outcome]) -> String {
         }
     }
     format!(
-        "mlx5: rdma-core against the emulated ConnectX-5: {n} passed, {m} failed; \
-         our provider: {p} passed, {q} failed; WQEs compared: {w} ({x} identical after \
-         normalisation, {y} differing)"
+        "mlx5: rdma-core against the emulated ConnectX-5: {n} items passed, {m} failed \
+         ({s} scenario steps passed); our provider: {p} scenario steps passed, {q} failed; \
+         WQEs compared: {w} ({x} identical after normalisation, {y} differing)"
     )
 }
 
@@ -536,9 +553,9 @@ mod tests {
             group,
         };
         let all = [
-            o(Group::RdmaCore, true),
-            o(Group::RdmaCore, true),
-            o(Group::RdmaCore, false),
+            o(Group::RdmaCore { steps: 0 }, true),
+            o(Group::RdmaCore { steps: 7 }, true),
+            o(Group::RdmaCore { steps: 2 }, false),
             o(
                 Group::Ours {
                     passed: 5,
@@ -564,8 +581,9 @@ mod tests {
         ];
         assert_eq!(
             summary_line(&all),
-            "mlx5: rdma-core against the emulated ConnectX-5: 2 passed, 1 failed; our provider: \
-             8 passed, 1 failed; WQEs compared: 10 (9 identical after normalisation, 1 differing)"
+            "mlx5: rdma-core against the emulated ConnectX-5: 2 items passed, 1 failed (9 \
+             scenario steps passed); our provider: 8 scenario steps passed, 1 failed; WQEs \
+             compared: 10 (9 identical after normalisation, 1 differing)"
         );
     }
 
