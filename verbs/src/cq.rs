@@ -335,9 +335,9 @@ impl Cq {
 
     /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.
     ///
-    /// Not implemented for mlx5 yet (the provider would have to allocate a
-    /// new ring and copy unpolled CQEs across): refused there with
-    /// [`Error::Kernel`] `EOPNOTSUPP`, the CQ unchanged.
+    /// On mlx5 the provider allocates a new ring and moves the unpolled
+    /// CQEs into it; the previous ring stays mapped (owned by the CQ's
+    /// shared memory) until the next resize or the CQ's destruction.
     pub fn resize(&mut self, cqe: u32) -> Result<()> {
         if cqe == 0 {
             return Err(Error::invalid("a CQ needs at least one entry"));
@@ -348,12 +348,9 @@ impl Cq {
             Ring::Rxe(r) => r
                 .resize(fd, handle, cqe)
                 .map_err(Error::kernel("resize_cq"))?,
-            Ring::Mlx5(_) => {
-                return Err(Error::Kernel {
-                    op: "resize_cq (not implemented by the mlx5 provider)",
-                    errno: Errno::EOPNOTSUPP,
-                })
-            }
+            Ring::Mlx5(r) => r
+                .resize(fd, handle, cqe)
+                .map_err(Error::kernel("resize_cq"))?,
         };
         Ok(())
     }

@@ -962,6 +962,64 @@ int main(void)
 	}
 	pass("rnr_retry_exceeded");
 
+	/*
+	 * ibv_resize_cq grows a CQ holding unpolled completions (past its
+	 * first lap): they survive with their wr_ids, and later ones land in
+	 * the new ring after them.
+	 */
+	{
+		struct ibv_cq *rcq = check_ptr("cq_resize", ibv_create_cq(ctx, 4, NULL, NULL, 0));
+		struct ibv_qp *z1 = make_qp(IBV_QPT_RC, rcq, NULL);
+		struct ibv_qp *z2 = make_qp(IBV_QPT_RC, cqb, NULL);
+		long end;
+		int k;
+
+		expect("cq_resize", rcq->cqe == 7, "a 4-entry CQ does not have 8 entries");
+		connect_rc(z1, z2->qp_num, 7);
+		connect_rc(z2, z1->qp_num, 7);
+		s[0] = sge(SRC, 64);
+		for (k = 0; k < 6; k++) {
+			wr = write_wr(800 + k, s, DST, IBV_SEND_SIGNALED);
+			post_send("cq_resize", z1, &wr);
+			poll_one("cq_resize", rcq, &wc);
+			expect_wc("cq_resize", &wc, IBV_WC_SUCCESS, 800 + k);
+		}
+		/* Three completions left unpolled, the last in the second lap. */
+		for (k = 0; k < 3; k++) {
+			fill(buf + SRC + 4096 * k, 64, 40 + k);
+			s[0] = sge(SRC + 4096 * k, 64);
+			wr = write_wr(900 + k, s, DST + 4096 * k, IBV_SEND_SIGNALED);
+			post_send("cq_resize", z1, &wr);
+		}
+		/* The CQE is written under the lock RESIZE_CQ takes, with the data. */
+		end = now_ms() + TIMEOUT_MS;
+		while (memcmp(buf + DST + 8192, buf + SRC + 8192, 64))
+			if (now_ms() > end)
+				fail("cq_resize", "the writes did not arrive");
+		check_ret("cq_resize", ibv_resize_cq(rcq, 40));
+		expect("cq_resize", rcq->cqe == 63, "resized CQ does not have 64 entries");
+		for (k = 0; k < 3; k++) {
+			poll_one("cq_resize", rcq, &wc);
+			expect_wc("cq_resize", &wc, IBV_WC_SUCCESS, 900 + k);
+			expect("cq_resize", wc.opcode == IBV_WC_RDMA_WRITE, "opcode is not RDMA_WRITE");
+		}
+		expect_quiet("cq_resize", rcq);
+		for (k = 0; k < 12; k++) {
+			s[0] = sge(SRC, 64);
+			wr = write_wr(1000 + k, s, DST, IBV_SEND_SIGNALED);
+			post_send("cq_resize", z1, &wr);
+		}
+		for (k = 0; k < 12; k++) {
+			poll_one("cq_resize", rcq, &wc);
+			expect_wc("cq_resize", &wc, IBV_WC_SUCCESS, 1000 + k);
+		}
+		expect_quiet("cq_resize", rcq);
+		check_ret("cq_resize", ibv_destroy_qp(z1));
+		check_ret("cq_resize", ibv_destroy_qp(z2));
+		check_ret("cq_resize", ibv_destroy_cq(rcq));
+	}
+	pass("cq_resize");
+
 	/* Teardown. */
 	check_ret("teardown", ibv_destroy_qp(qa));
 	check_ret("teardown", ibv_destroy_qp(qb));

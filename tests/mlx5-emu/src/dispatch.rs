@@ -769,6 +769,7 @@ fn create_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
                 cqe_size: ucmd.cqe_size,
             },
             resize_from: None,
+            hw_pi: 0,
             db_addr: ucmd.db_addr,
             uar_page: 0,
             users: 0,
@@ -813,12 +814,19 @@ fn resize_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         check_cqe_size(u32::from(ucmd.cqe_size))?;
         mem::check(ucmd.buf_addr, entries as usize * usize::from(ucmd.cqe_size))?;
         let cq = emu.cqs.get_mut(&h).ok_or(Errno::EINVAL)?;
+        // Like the HW: the RESIZE CQE ends the old ring at the producer
+        // counter and production continues at the next counter in the new
+        // ring. The HCA thread writes CQEs only under the emulator lock,
+        // which this command holds, so the switch is atomic for it.
         cq.resize_from = Some(cur);
+        crate::hca::write_resize_cqe(cur, cq.hw_pi);
+        cq.hw_pi = cq.hw_pi.wrapping_add(1);
         cq.ring = CqRing {
             buf: ucmd.buf_addr,
             entries,
             cqe_size: u32::from(ucmd.cqe_size),
         };
+        cq.resize_from = None;
     }
     call.out.put(
         &ResizeCqResp {

@@ -296,9 +296,13 @@ pub struct Cq {
     pub(crate) channel: Option<u64>,
     pub(crate) comp_vector: u32,
     pub(crate) ring: CqRing,
-    /// The ring before the last RESIZE_CQ, until the HCA has written the
-    /// resize CQE into it and moved on.
+    /// The ring before the last RESIZE_CQ, until the RESIZE CQE is in it
+    /// and production has moved to the new ring (RESIZE_CQ does both under
+    /// the lock, so this is `None` between commands).
     pub(crate) resize_from: Option<CqRing>,
+    /// The HCA's producer counter (mirrored by the HCA thread after every
+    /// CQE; RESIZE_CQ writes the RESIZE CQE at it and advances it).
+    pub(crate) hw_pi: u32,
     /// 8-byte doorbell record: word 0 consumer index, word 1 arm.
     pub(crate) db_addr: u64,
     /// UAR page receiving this CQ's arm doorbells (offset 0x20).

@@ -10,8 +10,10 @@
 //! otherwise); the error state with flush CQEs; CQ arming and completion
 //! events. UD receives start with the 40-byte GRH area: written (and the
 //! CQE's GRH bits set) when the address vector carries a GRH, else left
-//! untouched but counted in the byte count. Not executed: SEND_WITH_INV, LOCAL_INV/BIND_MW (UMR), TSO (they
-//! complete with a local QP operation error), CQ resize, scatter-to-CQE.
+//! untouched but counted in the byte count. Not executed: SEND_WITH_INV,
+//! LOCAL_INV/BIND_MW (UMR), TSO (they complete with a local QP operation
+//! error), scatter-to-CQE. CQ resize is done by the RESIZE_CQ command
+//! itself, under the lock (`write_resize_cqe`).
 //!
 //! Locking: each pass takes the [`crate::emu::EMU`] lock, checks that
 //! every object it touches still exists, executes a bounded number of WQEs,
@@ -243,6 +245,26 @@ fn write_user(addr: u64, bytes: &[u8]) {
         // memory region of this process with local write access.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
     }
+}
+
+/// Writes the RESIZE CQE (opcode 5, owner bit of counter `pi`) that ends
+/// `ring` at producer counter `pi` (called by RESIZE_CQ under the lock).
+pub(crate) fn write_resize_cqe(ring: emu::CqRing, pi: u32) {
+    // Unit tests drive commands with fake buffer addresses.
+    if cfg!(test) || ring.entries == 0 || ring.cqe_size < 64 {
+        return;
+    }
+    let idx = u64::from(pi & (ring.entries - 1));
+    let addr = ring.buf + idx * u64::from(ring.cqe_size) + u64::from(ring.cqe_size - 64);
+    let cqe = Cqe::new(5);
+    let owner = u8::from(pi & ring.entries != 0);
+    write_user(addr, &cqe.0[..63]);
+    fence(Ordering::Release);
+    // SAFETY: `addr + 63` is the op_own byte of a CQE inside the ring
+    // being replaced, checked when it was installed; the application keeps
+    // it mapped until RESIZE_CQ returns (it copies CQEs out of it after),
+    // and the caller holds the emulator lock.
+    unsafe { (*((addr + 63) as *const AtomicU8)).store(cqe.0[63] | owner, Ordering::Release) };
 }
 
 /// Reads `len` bytes of a work queue from byte offset `off`, wrapping at
@@ -533,6 +555,10 @@ impl Hw {
         self.qps.retain(|h, _| e.qps.contains_key(h));
         self.srqs.retain(|h, _| e.srqs.contains_key(h));
         self.cqs.retain(|h, _| e.cqs.contains_key(h));
+        // RESIZE_CQ may have advanced a producer counter.
+        for (h, cq) in &e.cqs {
+            self.cqs.entry(*h).or_default().pi = cq.hw_pi;
+        }
         crate::record::note_objects(e);
         let mut busy = self.arms(e);
         let handles: Vec<u32> = e.qps.keys().copied().collect();
@@ -616,6 +642,9 @@ impl Hw {
         // of CQ `h` (checked to exist under the lock).
         unsafe { (*((addr + 63) as *const AtomicU8)).store(cqe.0[63] | owner, Ordering::Release) };
         st.pi = st.pi.wrapping_add(1);
+        if let Some(c) = e.cqs.get_mut(&h) {
+            c.hw_pi = st.pi;
+        }
         if let Some(sol) = st.armed {
             if !sol || event {
                 st.armed = None;
