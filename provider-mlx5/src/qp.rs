@@ -25,7 +25,9 @@ use std::sync::Arc;
 use uverbs_abi::cmd::{nr, write_cmd};
 use uverbs_abi::mlx5;
 use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
-use uverbs_abi::wr::{send_flags, Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode};
+use uverbs_abi::wr::{
+    check_send, send_flags, simple_send_ops, Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode,
+};
 use uverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -351,7 +353,7 @@ pub struct SendQueue {
     /// Which BlueFlame half the next doorbell uses (dedicated registers).
     bf_offset: u32,
     /// Opcodes (bit `1 << opcode`) that, on this QP type and without a UD
-    /// destination, pass every check of [`check_op`]; the others (and
+    /// destination, pass every check of [`check_send`]; the others (and
     /// every UD send) take the full checks.
     simple_ops: u32,
     /// `shared.wrid`'s first entry (`wqe_cnt` of them).
@@ -425,7 +427,7 @@ impl SendQueue {
             ud_mtu: MAX_MTU,
             bf: init.bf,
             bf_offset: 0,
-            simple_ops: simple_ops(init.qp_type),
+            simple_ops: simple_send_ops(init.qp_type),
             wrid: init.shared.wrid.as_ptr(),
             wqe_head: init.shared.wqe_head.as_ptr(),
             shared: init.shared,
@@ -488,7 +490,7 @@ impl SendQueue {
     }
 
     /// The common request in one straight line: a simple opcode (see
-    /// [`simple_ops`]) with one SGE and no UD destination, which passes
+    /// [`simple_send_ops`]) with one SGE and no UD destination, which passes
     /// every check and fits one basic block (control, at most a remote
     /// address and one data segment: no wrap inside it). `None`, with
     /// nothing written, for anything else: [`SendQueue::check`] and
@@ -599,7 +601,8 @@ impl SendQueue {
             return Err(PostError::MessageTooLong);
         }
         if self.simple_ops & (1 << (wr.opcode as u32)) == 0 || wr.ud.is_some() {
-            check_op(self.qp_type, self.ud_mtu, wr, length)?;
+            let has_dest = matches!(wr.ud, Some(d) if d.av.is_some());
+            check_send(self.qp_type, self.ud_mtu, wr, length, has_dest)?;
         }
         Ok(data)
     }
@@ -631,12 +634,12 @@ impl SendQueue {
                 WrOpcode::RdmaRead => wqe_op::RDMA_READ,
                 WrOpcode::AtomicCmpAndSwp => wqe_op::ATOMIC_CS,
                 WrOpcode::AtomicFetchAndAdd => wqe_op::ATOMIC_FA,
-                // Refused by `check_op`.
+                // Refused by `check_send`.
                 WrOpcode::LocalInv | WrOpcode::SendWithInv => 0,
             };
             match self.qp_type {
                 qp_type::UD => {
-                    // `check_op` made sure there is an AV.
+                    // `check_send` made sure there is an AV.
                     if let Some(d) = wr.ud {
                         if let Some(av) = d.av {
                             std::ptr::copy_nonoverlapping(av.as_ptr(), seg, AV);
@@ -648,7 +651,7 @@ impl SendQueue {
                     ds += (AV / SEG) as u32;
                 }
                 _ => {
-                    // RC: RDMA and atomics; UC: writes (`check_op`
+                    // RC: RDMA and atomics; UC: writes (`check_send`
                     // refused the rest).
                     if wr.opcode.is_rdma() || wr.opcode.is_atomic() {
                         put64(seg, wr.remote_addr);
@@ -911,56 +914,6 @@ const FAST_FLAGS: [u8; 8] = {
     }
     t
 };
-
-/// [`SendQueue::simple_ops`] for a QP of type `qp_type`: SEND,
-/// SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), and on RC also RDMA_READ.
-fn simple_ops(qp_type: u8) -> u32 {
-    let bit = |op: WrOpcode| 1u32 << (op as u32);
-    let connected = bit(WrOpcode::Send)
-        | bit(WrOpcode::SendWithImm)
-        | bit(WrOpcode::RdmaWrite)
-        | bit(WrOpcode::RdmaWriteWithImm);
-    match qp_type {
-        qp_type::RC => connected | bit(WrOpcode::RdmaRead),
-        qp_type::UC => connected,
-        _ => 0,
-    }
-}
-
-/// The opcode, QP type and destination checks of a send request on a QP
-/// of type `qpt` (UD messages limited to `ud_mtu` bytes) whose payload
-/// checks passed (`length` bytes).
-fn check_op(qpt: u8, ud_mtu: u32, wr: &SendWr<'_>, length: u64) -> Result<(), PostError> {
-    if matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
-        return Err(PostError::InvalidateUnsupported);
-    }
-    if qpt != qp_type::RC && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic()) {
-        return Err(PostError::InvalidOpcode);
-    }
-    if qpt == qp_type::UD && wr.opcode.is_rdma() {
-        return Err(PostError::InvalidOpcode);
-    }
-    if wr.opcode.is_atomic() {
-        let one_sge = matches!(wr.payload, Payload::Sge([_]));
-        if length != 8 || wr.remote_addr % 8 != 0 || !one_sge {
-            return Err(PostError::BadAtomic);
-        }
-    }
-    if qpt == qp_type::UD {
-        if !matches!(wr.ud, Some(d) if d.av.is_some()) {
-            return Err(PostError::MissingAddress);
-        }
-        if length > ud_mtu as u64 {
-            return Err(PostError::UdTooLong {
-                len: length,
-                mtu: ud_mtu,
-            });
-        }
-    } else if wr.ud.is_some() {
-        return Err(PostError::UnexpectedAddress);
-    }
-    Ok(())
-}
 
 /// A QP's receive queue.
 #[derive(Debug)]

@@ -5,10 +5,11 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
 use uverbs_abi::cmd::{nr, write_cmd, write_cmd_fixed, write_ex_cmd};
-use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, ExCreateQp, ExCreateQpResp};
+use uverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp, ExCreateQpResp};
 use uverbs_abi::rxe::{self, DmaInfo, RecvWqe, SendWqe};
 use uverbs_abi::wr::{
-    Payload, PostSend, PostSendResp, RecvWr, SendFlags, SendWr, Sge, WrOpcode, UVERBS_SEND_WR_SIZE,
+    check_send, simple_send_ops, Payload, PostSend, PostSendResp, RecvWr, SendFlags, SendWr, Sge,
+    WrOpcode, UVERBS_SEND_WR_SIZE,
 };
 use uverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
@@ -117,25 +118,11 @@ pub struct SendQueue {
     max_inline: u32,
     ud_mtu: u32,
     /// Opcodes (bit `1 << opcode`) that, on this QP type and without a UD
-    /// destination, pass every check of [`check_op`]: SEND,
+    /// destination, pass every check of [`check_send`]: SEND,
     /// SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), and on RC also RDMA_READ.
     /// Atomics (alignment and length rules), the invalidate opcodes and
     /// every UD send always take the full checks.
     simple_ops: u32,
-}
-
-/// [`SendQueue::simple_ops`] for a QP of type `qp_type`.
-fn simple_ops(qp_type: u8) -> u32 {
-    let bit = |op: WrOpcode| 1u32 << (op as u32);
-    let connected = bit(WrOpcode::Send)
-        | bit(WrOpcode::SendWithImm)
-        | bit(WrOpcode::RdmaWrite)
-        | bit(WrOpcode::RdmaWriteWithImm);
-    match qp_type {
-        qp_type::RC => connected | bit(WrOpcode::RdmaRead),
-        qp_type::UC => connected,
-        _ => 0,
-    }
 }
 
 impl SendQueue {
@@ -160,7 +147,7 @@ impl SendQueue {
             max_sge,
             max_inline,
             ud_mtu: MAX_MTU,
-            simple_ops: simple_ops(qp_type),
+            simple_ops: simple_send_ops(qp_type),
         })
     }
 
@@ -291,10 +278,13 @@ impl SendQueue {
             return Err(PostError::MessageTooLong);
         }
         // Fast path: an opcode in `simple_ops` without a UD destination
-        // passes every check of `check_op` (see `simple_ops`); anything
+        // passes every check of `check_send` (see `simple_send_ops`); anything
         // else gets the full checks.
         if !(self.simple_ops & (1 << (wr.opcode as u32)) != 0 && wr.ud.is_none()) {
-            check_op(self.qp_type, self.ud_mtu, wr, length, num_sge)?;
+            // ah_num 0 is how old kernels said "the AV is in the WQE",
+            // which this provider does not build.
+            let has_dest = matches!(wr.ud, Some(d) if d.ah_num != 0);
+            check_send(self.qp_type, self.ud_mtu, wr, length, has_dest)?;
         }
 
         let slot = self.ring.slot(index);
@@ -377,48 +367,6 @@ impl SendQueue {
         };
         write_cmd_fixed::<_, PostSendResp>(fd, nr::POST_SEND, &cmd).map(|_| ())
     }
-}
-
-/// The opcode, QP type and destination checks of a send request on a QP of
-/// type `qpt` (UD messages limited to `ud_mtu` bytes) whose payload
-/// checks passed (`length` bytes in `num_sge` SGEs).
-fn check_op(
-    qpt: u8,
-    ud_mtu: u32,
-    wr: &SendWr<'_>,
-    length: u64,
-    num_sge: usize,
-) -> Result<(), PostError> {
-    if qpt != qp_type::RC && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic()) {
-        return Err(PostError::InvalidOpcode);
-    }
-    if qpt == qp_type::UD && wr.opcode.is_rdma() {
-        return Err(PostError::InvalidOpcode);
-    }
-    if wr.opcode.is_atomic() && (length != 8 || wr.remote_addr % 8 != 0 || num_sge != 1) {
-        return Err(PostError::BadAtomic);
-    }
-    if matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
-        return Err(PostError::InvalidateUnsupported);
-    }
-    if qpt == qp_type::UD {
-        if !matches!(wr.opcode, WrOpcode::Send | WrOpcode::SendWithImm) {
-            return Err(PostError::InvalidOpcode);
-        }
-        // ah_num 0 is how old providers said "the AV is in the WQE".
-        if !matches!(wr.ud, Some(d) if d.ah_num != 0) {
-            return Err(PostError::MissingAddress);
-        }
-        if length > ud_mtu as u64 {
-            return Err(PostError::UdTooLong {
-                len: length,
-                mtu: ud_mtu,
-            });
-        }
-    } else if wr.ud.is_some() {
-        return Err(PostError::UnexpectedAddress);
-    }
-    Ok(())
 }
 
 /// A receive ring (a QP's RQ or an SRQ's).
@@ -513,107 +461,5 @@ impl RecvQueue {
             q.producer().store(prod, Ordering::Release);
         }
         result
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use uverbs_abi::wr::UdDest;
-
-    const OPCODES: [WrOpcode; 9] = [
-        WrOpcode::RdmaWrite,
-        WrOpcode::RdmaWriteWithImm,
-        WrOpcode::Send,
-        WrOpcode::SendWithImm,
-        WrOpcode::RdmaRead,
-        WrOpcode::AtomicCmpAndSwp,
-        WrOpcode::AtomicFetchAndAdd,
-        WrOpcode::LocalInv,
-        WrOpcode::SendWithInv,
-    ];
-
-    /// The fast path of `write_wqe` skips `check_op` exactly for the
-    /// opcodes in `simple_ops` without a UD destination: for every QP type,
-    /// opcode, payload shape and destination, `check_op` must then accept.
-    #[test]
-    fn simple_ops_pass_every_check() {
-        let sge = [Sge {
-            addr: 0x1000,
-            length: 64,
-            lkey: 1,
-        }];
-        let dest = UdDest {
-            ah_num: 1,
-            av: None,
-            remote_qpn: 2,
-            remote_qkey: 3,
-        };
-        let mut skipped = 0;
-        for qpt in [qp_type::RC, qp_type::UC, qp_type::UD] {
-            for op in OPCODES {
-                for ud in [None, Some(dest)] {
-                    for (length, num_sge) in [(64u64, 1usize), (8, 1), (0, 0), (5000, 3)] {
-                        let mut wr = SendWr::new(1, op, Payload::Sge(&sge));
-                        wr.ud = ud;
-                        wr.remote_addr = 0x2001;
-                        let fast = simple_ops(qpt) & (1 << (op as u32)) != 0 && ud.is_none();
-                        if fast {
-                            skipped += 1;
-                            assert_eq!(
-                                check_op(qpt, MAX_MTU, &wr, length, num_sge),
-                                Ok(()),
-                                "qp type {qpt}, {op:?}, {length} bytes in {num_sge} SGEs"
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        // RC: 5 opcodes, UC: 4, UD: none; 4 payload shapes each.
-        assert_eq!(skipped, (5 + 4) * 4);
-    }
-
-    /// And the full checks do refuse what the fast path must never let
-    /// through: one example per refusal.
-    #[test]
-    fn check_op_refusals() {
-        let sge = [Sge::default()];
-        let wr = |op| SendWr::new(1, op, Payload::Sge(&sge));
-        let ud = SendWr::send(1, &sge).ud(1, 2, 3);
-        let cases = [
-            (
-                qp_type::UC,
-                wr(WrOpcode::RdmaRead),
-                PostError::InvalidOpcode,
-            ),
-            (
-                qp_type::UD,
-                wr(WrOpcode::RdmaWrite),
-                PostError::InvalidOpcode,
-            ),
-            (
-                qp_type::RC,
-                wr(WrOpcode::AtomicFetchAndAdd).remote(0x1001, 1),
-                PostError::BadAtomic,
-            ),
-            (
-                qp_type::RC,
-                wr(WrOpcode::SendWithInv),
-                PostError::InvalidateUnsupported,
-            ),
-            (qp_type::UD, wr(WrOpcode::Send), PostError::MissingAddress),
-            (qp_type::RC, ud, PostError::UnexpectedAddress),
-        ];
-        for (qpt, wr, want) in cases {
-            assert_eq!(check_op(qpt, MAX_MTU, &wr, 8, 1), Err(want), "{wr:?}");
-        }
-        assert_eq!(
-            check_op(qp_type::UD, 1024, &ud, 1025, 1),
-            Err(PostError::UdTooLong {
-                len: 1025,
-                mtu: 1024
-            })
-        );
     }
 }

@@ -489,3 +489,183 @@ impl std::fmt::Display for PostError {
 }
 
 impl std::error::Error for PostError {}
+
+/// Opcodes (bit `1 << opcode`) that, on a QP of type `qp_type` and without
+/// a UD destination, pass every check of [`check_send`] whatever the
+/// payload: SEND, SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), and on RC also
+/// RDMA_READ. Providers skip [`check_send`] for them on the data path.
+pub fn simple_send_ops(qp_type: u8) -> u32 {
+    let bit = |op: WrOpcode| 1u32 << (op as u32);
+    let connected = bit(WrOpcode::Send)
+        | bit(WrOpcode::SendWithImm)
+        | bit(WrOpcode::RdmaWrite)
+        | bit(WrOpcode::RdmaWriteWithImm);
+    match qp_type {
+        crate::qp::qp_type::RC => connected | bit(WrOpcode::RdmaRead),
+        crate::qp::qp_type::UC => connected,
+        _ => 0,
+    }
+}
+
+/// The opcode, QP type and destination rules every provider applies to a
+/// send request on a QP of type `qpt` whose payload checks passed
+/// (`length` bytes): READ and atomics on RC only, no RDMA on UD, atomics
+/// 8 bytes in one SGE to an 8-byte aligned address, no invalidation (no
+/// fast-registration MRs or memory windows here), and a UD destination
+/// exactly on UD QPs (`has_dest`: the provider found in `wr.ud` what its
+/// WQE needs), UD messages at most `ud_mtu` bytes (one packet).
+pub fn check_send(
+    qpt: u8,
+    ud_mtu: u32,
+    wr: &SendWr<'_>,
+    length: u64,
+    has_dest: bool,
+) -> Result<(), PostError> {
+    use crate::qp::qp_type;
+    if matches!(wr.opcode, WrOpcode::LocalInv | WrOpcode::SendWithInv) {
+        return Err(PostError::InvalidateUnsupported);
+    }
+    if qpt != qp_type::RC && (wr.opcode == WrOpcode::RdmaRead || wr.opcode.is_atomic()) {
+        return Err(PostError::InvalidOpcode);
+    }
+    if qpt == qp_type::UD && wr.opcode.is_rdma() {
+        return Err(PostError::InvalidOpcode);
+    }
+    if wr.opcode.is_atomic() {
+        let one_sge = matches!(wr.payload, Payload::Sge([_]));
+        if length != 8 || wr.remote_addr % 8 != 0 || !one_sge {
+            return Err(PostError::BadAtomic);
+        }
+    }
+    if qpt == qp_type::UD {
+        if !has_dest {
+            return Err(PostError::MissingAddress);
+        }
+        if length > ud_mtu as u64 {
+            return Err(PostError::UdTooLong {
+                len: length,
+                mtu: ud_mtu,
+            });
+        }
+    } else if wr.ud.is_some() {
+        return Err(PostError::UnexpectedAddress);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod send_check_tests {
+    use super::*;
+    use crate::qp::qp_type;
+
+    const OPCODES: [WrOpcode; 9] = [
+        WrOpcode::RdmaWrite,
+        WrOpcode::RdmaWriteWithImm,
+        WrOpcode::Send,
+        WrOpcode::SendWithImm,
+        WrOpcode::RdmaRead,
+        WrOpcode::AtomicCmpAndSwp,
+        WrOpcode::AtomicFetchAndAdd,
+        WrOpcode::LocalInv,
+        WrOpcode::SendWithInv,
+    ];
+
+    /// Providers skip `check_send` exactly for the opcodes in
+    /// `simple_send_ops` without a UD destination: for every QP type,
+    /// opcode, payload shape and destination, `check_send` must then
+    /// accept.
+    #[test]
+    fn simple_ops_pass_every_check() {
+        let one = [Sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 1,
+        }];
+        let three = [one[0]; 3];
+        let av = [0u8; 48];
+        let dest = UdDest {
+            ah_num: 1,
+            av: Some(&av),
+            remote_qpn: 2,
+            remote_qkey: 3,
+        };
+        let mut skipped = 0;
+        for qpt in [qp_type::RC, qp_type::UC, qp_type::UD] {
+            for op in OPCODES {
+                for ud in [None, Some(dest)] {
+                    for (length, sges) in [
+                        (64u64, &one[..]),
+                        (8, &one[..]),
+                        (0, &[][..]),
+                        (5000, &three[..]),
+                    ] {
+                        let mut wr = SendWr::new(1, op, Payload::Sge(sges));
+                        wr.ud = ud;
+                        wr.remote_addr = 0x2001;
+                        if simple_send_ops(qpt) & (1 << (op as u32)) != 0 && ud.is_none() {
+                            skipped += 1;
+                            for has_dest in [false, true] {
+                                assert_eq!(
+                                    check_send(qpt, 4096, &wr, length, has_dest),
+                                    Ok(()),
+                                    "qp type {qpt}, {op:?}, {length} bytes in {} SGEs",
+                                    sges.len()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // RC: 5 opcodes, UC: 4, UD: none; 4 payload shapes each.
+        assert_eq!(skipped, (5 + 4) * 4);
+    }
+
+    /// And the full checks refuse what the fast path must never let
+    /// through: one example per refusal.
+    #[test]
+    fn check_send_refusals() {
+        let sge = [Sge::default()];
+        let wr = |op| SendWr::new(1, op, Payload::Sge(&sge));
+        let ud = SendWr::send(1, &sge).ud(1, 2, 3);
+        let cases = [
+            (
+                qp_type::UC,
+                wr(WrOpcode::RdmaRead),
+                PostError::InvalidOpcode,
+            ),
+            (
+                qp_type::UD,
+                wr(WrOpcode::RdmaWrite),
+                PostError::InvalidOpcode,
+            ),
+            (
+                qp_type::UD,
+                wr(WrOpcode::AtomicCmpAndSwp),
+                PostError::InvalidOpcode,
+            ),
+            (
+                qp_type::RC,
+                wr(WrOpcode::AtomicFetchAndAdd).remote(0x1001, 1),
+                PostError::BadAtomic,
+            ),
+            (
+                qp_type::RC,
+                wr(WrOpcode::SendWithInv),
+                PostError::InvalidateUnsupported,
+            ),
+            (qp_type::UD, wr(WrOpcode::Send), PostError::MissingAddress),
+            (qp_type::RC, ud, PostError::UnexpectedAddress),
+        ];
+        for (qpt, wr, want) in cases {
+            assert_eq!(check_send(qpt, 4096, &wr, 8, false), Err(want), "{wr:?}");
+        }
+        assert_eq!(
+            check_send(qp_type::UD, 1024, &ud, 1025, true),
+            Err(PostError::UdTooLong {
+                len: 1025,
+                mtu: 1024
+            })
+        );
+    }
+}
