@@ -21,49 +21,11 @@
 
 #include <infiniband/verbs.h>
 
+#include "scenario.h"
+
 #define BUF_SIZE (1 << 20)
 #define TIMEOUT_MS 2000
 #define UD_QKEY 0x11111111u
-
-static void pass(const char *step)
-{
-	printf("PASS %s\n", step);
-	fflush(stdout);
-}
-
-static void fail(const char *step, const char *why)
-{
-	printf("FAIL %s: %s\n", step, why);
-	fflush(stdout);
-	exit(1);
-}
-
-static void check_ret(const char *step, int ret)
-{
-	if (ret)
-		fail(step, strerror(ret));
-}
-
-static void *check_ptr(const char *step, void *p)
-{
-	if (!p)
-		fail(step, strerror(errno ? errno : EIO));
-	return p;
-}
-
-static void expect(const char *step, int ok, const char *what)
-{
-	if (!ok)
-		fail(step, what);
-}
-
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 /* Polls one completion, failing the step after TIMEOUT_MS. */
 static void poll_one(const char *step, struct ibv_cq *cq, struct ibv_wc *wc)
@@ -160,65 +122,6 @@ static struct ibv_qp *make_qp(enum ibv_qp_type type, struct ibv_cq *cq,
 	return check_ptr("create_qp", ibv_create_qp(pd, &init));
 }
 
-/* RESET -> INIT -> RTR -> RTS for an RC or UC QP. */
-static void connect_rc(struct ibv_qp *qp, uint32_t dest, int rnr_retry)
-{
-	int rc = qp->qp_type == IBV_QPT_RC;
-	struct ibv_qp_attr a;
-	int mask;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-	if (rc)
-		a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-	check_ret("to_init", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-						   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.rq_psn = 0;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-	       IBV_QP_RQ_PSN;
-	if (rc)
-		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-	check_ret("to_rtr", ibv_modify_qp(qp, &a, mask));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = rnr_retry;
-	a.max_rd_atomic = 4;
-	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (rc)
-		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			IBV_QP_MAX_QP_RD_ATOMIC;
-	check_ret("to_rts", ibv_modify_qp(qp, &a, mask));
-}
-
-static void connect_ud(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qkey = UD_QKEY;
-	check_ret("ud_to_init", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-						      IBV_QP_PORT | IBV_QP_QKEY));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	check_ret("ud_to_rtr", ibv_modify_qp(qp, &a, IBV_QP_STATE));
-	a.qp_state = IBV_QPS_RTS;
-	check_ret("ud_to_rts", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN));
-}
-
 static struct ibv_sge sge(size_t off, uint32_t len)
 {
 	struct ibv_sge s = {
@@ -303,8 +206,8 @@ int main(void)
 	cqb = check_ptr("setup", ibv_create_cq(ctx, 256, NULL, NULL, 0));
 	qa = make_qp(IBV_QPT_RC, cqa, NULL);
 	qb = make_qp(IBV_QPT_RC, cqb, NULL);
-	connect_rc(qa, qb->qp_num, 7);
-	connect_rc(qb, qa->qp_num, 7);
+	connect_rc(qa, qb->qp_num, lid, 7);
+	connect_rc(qb, qa->qp_num, lid, 7);
 	pass("setup");
 
 	/* SEND / RECV. */
@@ -565,10 +468,10 @@ int main(void)
 		s2 = make_qp(IBV_QPT_RC, cqa, NULL);
 		r1 = make_qp(IBV_QPT_RC, cqs, srq);
 		r2 = make_qp(IBV_QPT_RC, cqs, srq);
-		connect_rc(s1, r1->qp_num, 7);
-		connect_rc(r1, s1->qp_num, 7);
-		connect_rc(s2, r2->qp_num, 7);
-		connect_rc(r2, s2->qp_num, 7);
+		connect_rc(s1, r1->qp_num, lid, 7);
+		connect_rc(r1, s1->qp_num, lid, 7);
+		connect_rc(s2, r2->qp_num, lid, 7);
+		connect_rc(r2, s2->qp_num, lid, 7);
 		for (i = 0; i < 4; i++) {
 			r[0] = sge(AUX + 256 * i, 256);
 			memset(&rw, 0, sizeof(rw));
@@ -649,8 +552,8 @@ int main(void)
 		struct ibv_ah_attr aa = { .dlid = lid, .port_num = 1 };
 		struct ibv_ah *ah;
 
-		connect_ud(u1);
-		connect_ud(u2);
+		connect_ud(u1, UD_QKEY);
+		connect_ud(u2, UD_QKEY);
 		ah = check_ptr("ud", ibv_create_ah(pd, &aa));
 		memset(buf + AUX, 0x5a, 40);
 		fill(buf + SRC, 200, 20);
@@ -729,8 +632,8 @@ int main(void)
 		struct ibv_qp *c1 = check_ptr("uc", ibv_create_qp(pd, &ui));
 		struct ibv_qp *c2 = check_ptr("uc", ibv_create_qp(pd, &ui));
 
-		connect_rc(c1, c2->qp_num, 7);
-		connect_rc(c2, c1->qp_num, 7);
+		connect_rc(c1, c2->qp_num, lid, 7);
+		connect_rc(c2, c1->qp_num, lid, 7);
 		fill(buf + SRC, 300, 40);
 		s[0] = sge(SRC, 300);
 		wr = write_wr(800, s, DST, IBV_SEND_SIGNALED);
@@ -763,8 +666,8 @@ int main(void)
 		cqe_ev = check_ptr("comp_channel", ibv_create_cq(ctx, 16, (void *)0x77, chan, 0));
 		e1 = make_qp(IBV_QPT_RC, cqa, NULL);
 		e2 = make_qp(IBV_QPT_RC, cqe_ev, NULL);
-		connect_rc(e1, e2->qp_num, 7);
-		connect_rc(e2, e1->qp_num, 7);
+		connect_rc(e1, e2->qp_num, lid, 7);
+		connect_rc(e2, e1->qp_num, lid, 7);
 		check_ret("comp_channel", ibv_req_notify_cq(cqe_ev, 0));
 		r[0] = sge(AUX, 64);
 		post_recv("comp_channel", e2, 401, r, 1);
@@ -836,8 +739,8 @@ int main(void)
 		struct ibv_qp *b1 = make_qp(IBV_QPT_RC, cqa, NULL);
 		struct ibv_qp *b2 = make_qp(IBV_QPT_RC, cqb, NULL);
 
-		connect_rc(b1, b2->qp_num, 7);
-		connect_rc(b2, b1->qp_num, 7);
+		connect_rc(b1, b2->qp_num, lid, 7);
+		connect_rc(b2, b1->qp_num, lid, 7);
 		s[0] = sge(SRC, 8);
 		wr = write_wr(500, s, DST, IBV_SEND_SIGNALED);
 		wr.wr.rdma.rkey = mr->rkey ^ 0x5500;
@@ -858,8 +761,8 @@ int main(void)
 			check_ret("bad_lkey", ibv_modify_qp(b1, &a, IBV_QP_STATE));
 			check_ret("bad_lkey", ibv_modify_qp(b2, &a, IBV_QP_STATE));
 		}
-		connect_rc(b1, b2->qp_num, 7);
-		connect_rc(b2, b1->qp_num, 7);
+		connect_rc(b1, b2->qp_num, lid, 7);
+		connect_rc(b2, b1->qp_num, lid, 7);
 		s[0] = sge(SRC, 8);
 		s[0].lkey ^= 0x5500;
 		wr = write_wr(503, s, DST, IBV_SEND_SIGNALED);
@@ -876,8 +779,8 @@ int main(void)
 			check_ret("reset_reuse", ibv_modify_qp(b1, &a, IBV_QP_STATE));
 			check_ret("reset_reuse", ibv_modify_qp(b2, &a, IBV_QP_STATE));
 		}
-		connect_rc(b1, b2->qp_num, 7);
-		connect_rc(b2, b1->qp_num, 7);
+		connect_rc(b1, b2->qp_num, lid, 7);
+		connect_rc(b2, b1->qp_num, lid, 7);
 		buf[SRC] = 0x3c;
 		wr = write_wr(502, s, DST, IBV_SEND_SIGNALED);
 		post_send("reset_reuse", b1, &wr);
@@ -916,8 +819,8 @@ int main(void)
 		struct ibv_qp *n1 = make_qp(IBV_QPT_RC, cqa, NULL);
 		struct ibv_qp *n2 = make_qp(IBV_QPT_RC, cqb, NULL);
 
-		connect_rc(n1, n2->qp_num, 7);
-		connect_rc(n2, n1->qp_num, 7);
+		connect_rc(n1, n2->qp_num, lid, 7);
+		connect_rc(n2, n1->qp_num, lid, 7);
 		fill(buf + SRC, 32, 30);
 		s[0] = sge(SRC, 32);
 		memset(&wr, 0, sizeof(wr));
@@ -945,8 +848,8 @@ int main(void)
 		struct ibv_qp *n1 = make_qp(IBV_QPT_RC, cqa, NULL);
 		struct ibv_qp *n2 = make_qp(IBV_QPT_RC, cqb, NULL);
 
-		connect_rc(n1, n2->qp_num, 0);
-		connect_rc(n2, n1->qp_num, 0);
+		connect_rc(n1, n2->qp_num, lid, 0);
+		connect_rc(n2, n1->qp_num, lid, 0);
 		s[0] = sge(SRC, 8);
 		memset(&wr, 0, sizeof(wr));
 		wr.wr_id = 600;
@@ -975,8 +878,8 @@ int main(void)
 		int k;
 
 		expect("cq_resize", rcq->cqe == 7, "a 4-entry CQ does not have 8 entries");
-		connect_rc(z1, z2->qp_num, 7);
-		connect_rc(z2, z1->qp_num, 7);
+		connect_rc(z1, z2->qp_num, lid, 7);
+		connect_rc(z2, z1->qp_num, lid, 7);
 		s[0] = sge(SRC, 64);
 		for (k = 0; k < 6; k++) {
 			wr = write_wr(800 + k, s, DST, IBV_SEND_SIGNALED);

@@ -19,47 +19,27 @@
 
 #include <infiniband/verbs.h>
 
+#include "scenario.h"
+
 #define BUF_SIZE 65536
 #define RC_RQ_PSN 0x123
 #define RC_SQ_PSN 0x456
 #define UD_QKEY 0x11111111u
 #define SRQ_LIMIT 4
 
-static void pass(const char *step)
+/* check_ret, and the step passed. */
+static void step_ret(const char *step, int ret)
 {
-	printf("PASS %s\n", step);
-	fflush(stdout);
-}
-
-static void fail(const char *step, const char *why)
-{
-	printf("FAIL %s: %s\n", step, why);
-	fflush(stdout);
-	exit(1);
-}
-
-/* A call returning 0 or an errno value. */
-static void check_ret(const char *step, int ret)
-{
-	if (ret)
-		fail(step, strerror(ret));
+	check_ret(step, ret);
 	pass(step);
 }
 
-/* A call returning a pointer, NULL with errno on failure. */
-static void *check_ptr(const char *step, void *p)
+/* check_ptr, and the step passed. */
+static void *step_ptr(const char *step, void *p)
 {
-	if (!p)
-		fail(step, strerror(errno ? errno : EIO));
+	check_ptr(step, p);
 	pass(step);
 	return p;
-}
-
-/* A condition on returned values. */
-static void expect(const char *step, int ok, const char *what)
-{
-	if (!ok)
-		fail(step, what);
 }
 
 static struct ibv_qp *create_qp(struct ibv_pd *pd, enum ibv_qp_type type,
@@ -97,7 +77,7 @@ static void connect_qp(const char *name, struct ibv_qp *qp, int rc,
 	a.port_num = 1;
 	a.qp_access_flags = access;
 	snprintf(step, sizeof(step), "%s_to_init", name);
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+	step_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
 					      IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
 
 	memset(&a, 0, sizeof(a));
@@ -115,7 +95,7 @@ static void connect_qp(const char *name, struct ibv_qp *qp, int rc,
 		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 	}
 	snprintf(step, sizeof(step), "%s_to_rtr", name);
-	check_ret(step, ibv_modify_qp(qp, &a, mask));
+	step_ret(step, ibv_modify_qp(qp, &a, mask));
 
 	memset(&a, 0, sizeof(a));
 	a.qp_state = IBV_QPS_RTS;
@@ -130,7 +110,7 @@ static void connect_qp(const char *name, struct ibv_qp *qp, int rc,
 			IBV_QP_MAX_QP_RD_ATOMIC;
 	}
 	snprintf(step, sizeof(step), "%s_to_rts", name);
-	check_ret(step, ibv_modify_qp(qp, &a, mask));
+	step_ret(step, ibv_modify_qp(qp, &a, mask));
 }
 
 int main(void)
@@ -176,36 +156,36 @@ int main(void)
 	}
 	pass("devices");
 
-	ctx = check_ptr("open", ibv_open_device(dev));
+	ctx = step_ptr("open", ibv_open_device(dev));
 
-	check_ret("query_device", ibv_query_device(ctx, &dattr));
+	step_ret("query_device", ibv_query_device(ctx, &dattr));
 	expect("query_device", dattr.vendor_id == 0x02c9, "vendor_id is not 0x02c9");
 	expect("query_device", dattr.vendor_part_id == 4119, "vendor_part_id is not 4119");
 	expect("query_device", dattr.phys_port_cnt == 1, "phys_port_cnt is not 1");
 	expect("query_device", dattr.node_guid == ibv_get_device_guid(dev),
 	       "node GUID differs between QUERY_DEVICE and sysfs");
 
-	check_ret("query_port", ibv_query_port(ctx, 1, &pattr));
+	step_ret("query_port", ibv_query_port(ctx, 1, &pattr));
 	expect("query_port", pattr.state == IBV_PORT_ACTIVE, "port 1 is not active");
 	expect("query_port", pattr.link_layer == IBV_LINK_LAYER_INFINIBAND,
 	       "link layer is not InfiniBand");
 	expect("query_port", pattr.lid != 0, "port 1 has no LID");
 	lid = pattr.lid;
 
-	check_ret("query_gid", ibv_query_gid(ctx, 1, 0, &gid));
+	step_ret("query_gid", ibv_query_gid(ctx, 1, 0, &gid));
 	expect("query_gid", gid.global.subnet_prefix == htobe64(0xfe80000000000000ull),
 	       "GID 0 is not link-local");
 	expect("query_gid", gid.global.interface_id == dattr.node_guid,
 	       "GID 0 interface ID is not the node GUID");
 
 	/* PD and MR. */
-	pd = check_ptr("alloc_pd", ibv_alloc_pd(ctx));
+	pd = step_ptr("alloc_pd", ibv_alloc_pd(ctx));
 
 	buf = aligned_alloc(4096, BUF_SIZE);
 	if (!buf)
 		fail("reg_mr", "out of memory");
 	memset(buf, 0, BUF_SIZE);
-	mr = check_ptr("reg_mr", ibv_reg_mr(pd, buf, BUF_SIZE, rc_access));
+	mr = step_ptr("reg_mr", ibv_reg_mr(pd, buf, BUF_SIZE, rc_access));
 	expect("reg_mr", mr->lkey != 0x100 && mr->rkey != 0x100,
 	       "lkey or rkey is 0x100 (libmlx5's end-of-list key)");
 
@@ -218,25 +198,25 @@ int main(void)
 	pass("reg_mr_remote_write_without_local_write");
 
 	/* Completion channel, CQs, SRQ. */
-	chan = check_ptr("create_comp_channel", ibv_create_comp_channel(ctx));
+	chan = step_ptr("create_comp_channel", ibv_create_comp_channel(ctx));
 	expect("create_comp_channel", chan->fd >= 0, "no channel fd");
 
-	cq_a = check_ptr("create_cq_with_channel", ibv_create_cq(ctx, 16, NULL, chan, 0));
+	cq_a = step_ptr("create_cq_with_channel", ibv_create_cq(ctx, 16, NULL, chan, 0));
 	expect("create_cq_with_channel", cq_a->cqe >= 16, "fewer CQEs than asked for");
-	cq_b = check_ptr("create_cq", ibv_create_cq(ctx, 16, NULL, NULL, 0));
+	cq_b = step_ptr("create_cq", ibv_create_cq(ctx, 16, NULL, NULL, 0));
 	expect("create_cq", cq_b->cqe >= 16, "fewer CQEs than asked for");
 	/* Arming writes the UAR page mapped at context creation. */
-	check_ret("req_notify_cq", ibv_req_notify_cq(cq_a, 0));
+	step_ret("req_notify_cq", ibv_req_notify_cq(cq_a, 0));
 
 	memset(&srq_init, 0, sizeof(srq_init));
 	srq_init.attr.max_wr = 16;
 	srq_init.attr.max_sge = 1;
-	srq = check_ptr("create_srq", ibv_create_srq(pd, &srq_init));
+	srq = step_ptr("create_srq", ibv_create_srq(pd, &srq_init));
 
 	/* QPs. */
-	rc = check_ptr("create_qp_rc", create_qp(pd, IBV_QPT_RC, cq_a, cq_b, NULL));
-	uc = check_ptr("create_qp_uc", create_qp(pd, IBV_QPT_UC, cq_a, cq_b, srq));
-	ud = check_ptr("create_qp_ud", create_qp(pd, IBV_QPT_UD, cq_b, cq_b, NULL));
+	rc = step_ptr("create_qp_rc", create_qp(pd, IBV_QPT_RC, cq_a, cq_b, NULL));
+	uc = step_ptr("create_qp_uc", create_qp(pd, IBV_QPT_UC, cq_a, cq_b, srq));
+	ud = step_ptr("create_qp_ud", create_qp(pd, IBV_QPT_UD, cq_b, cq_b, NULL));
 	expect("create_qp", rc->qp_num && uc->qp_num && ud->qp_num &&
 			    rc->qp_num != uc->qp_num && uc->qp_num != ud->qp_num &&
 			    rc->qp_num != ud->qp_num,
@@ -255,7 +235,7 @@ int main(void)
 				     IBV_QP_MAX_QP_RD_ATOMIC);
 	expect("illegal_reset_to_rts", ret == EINVAL,
 	       ret ? strerror(ret) : "unexpectedly succeeded");
-	check_ret("illegal_reset_to_rts_query", ibv_query_qp(rc, &qa, IBV_QP_STATE, &qinit));
+	step_ret("illegal_reset_to_rts_query", ibv_query_qp(rc, &qa, IBV_QP_STATE, &qinit));
 	expect("illegal_reset_to_rts_query", qa.qp_state == IBV_QPS_RESET,
 	       "QP left RESET after a rejected transition");
 	pass("illegal_reset_to_rts");
@@ -269,19 +249,19 @@ int main(void)
 	qa.pkey_index = 0;
 	qa.port_num = 1;
 	qa.qkey = UD_QKEY;
-	check_ret("ud_to_init", ibv_modify_qp(ud, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+	step_ret("ud_to_init", ibv_modify_qp(ud, &qa, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
 						       IBV_QP_PORT | IBV_QP_QKEY));
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_state = IBV_QPS_RTR;
-	check_ret("ud_to_rtr", ibv_modify_qp(ud, &qa, IBV_QP_STATE));
+	step_ret("ud_to_rtr", ibv_modify_qp(ud, &qa, IBV_QP_STATE));
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_state = IBV_QPS_RTS;
 	qa.sq_psn = 0;
-	check_ret("ud_to_rts", ibv_modify_qp(ud, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN));
+	step_ret("ud_to_rts", ibv_modify_qp(ud, &qa, IBV_QP_STATE | IBV_QP_SQ_PSN));
 
 	/* Attributes read back. */
 	memset(&qa, 0, sizeof(qa));
-	check_ret("query_qp_rc", ibv_query_qp(rc, &qa, IBV_QP_STATE | IBV_QP_DEST_QPN |
+	step_ret("query_qp_rc", ibv_query_qp(rc, &qa, IBV_QP_STATE | IBV_QP_DEST_QPN |
 						       IBV_QP_SQ_PSN | IBV_QP_RQ_PSN |
 						       IBV_QP_ACCESS_FLAGS | IBV_QP_AV |
 						       IBV_QP_PATH_MTU | IBV_QP_TIMEOUT,
@@ -297,19 +277,19 @@ int main(void)
 	expect("query_qp_rc", qa.timeout == 14, "timeout differs");
 
 	memset(&qa, 0, sizeof(qa));
-	check_ret("query_qp_ud", ibv_query_qp(ud, &qa, IBV_QP_STATE | IBV_QP_QKEY, &qinit));
+	step_ret("query_qp_ud", ibv_query_qp(ud, &qa, IBV_QP_STATE | IBV_QP_QKEY, &qinit));
 	expect("query_qp_ud", qa.qp_state == IBV_QPS_RTS, "state is not RTS");
 	expect("query_qp_ud", qa.qkey == UD_QKEY, "qkey differs");
 
 	/* CQ resize, SRQ limit. */
-	check_ret("resize_cq", ibv_resize_cq(cq_b, 64));
+	step_ret("resize_cq", ibv_resize_cq(cq_b, 64));
 	expect("resize_cq", cq_b->cqe >= 64, "fewer CQEs than asked for");
 
 	memset(&srq_attr, 0, sizeof(srq_attr));
 	srq_attr.srq_limit = SRQ_LIMIT;
-	check_ret("modify_srq", ibv_modify_srq(srq, &srq_attr, IBV_SRQ_LIMIT));
+	step_ret("modify_srq", ibv_modify_srq(srq, &srq_attr, IBV_SRQ_LIMIT));
 	memset(&srq_attr, 0, sizeof(srq_attr));
-	check_ret("query_srq", ibv_query_srq(srq, &srq_attr));
+	step_ret("query_srq", ibv_query_srq(srq, &srq_attr));
 	expect("query_srq", srq_attr.srq_limit == SRQ_LIMIT, "srq_limit differs");
 	expect("query_srq", srq_attr.max_wr >= 16, "max_wr below what was asked for");
 
@@ -317,8 +297,8 @@ int main(void)
 	memset(&ah_attr, 0, sizeof(ah_attr));
 	ah_attr.dlid = lid;
 	ah_attr.port_num = 1;
-	ah = check_ptr("create_ah", ibv_create_ah(pd, &ah_attr));
-	check_ret("destroy_ah", ibv_destroy_ah(ah));
+	ah = step_ptr("create_ah", ibv_create_ah(pd, &ah_attr));
+	step_ret("destroy_ah", ibv_destroy_ah(ah));
 
 	/* Objects in use cannot go. */
 	ret = ibv_dealloc_pd(pd);
@@ -329,16 +309,16 @@ int main(void)
 	pass("destroy_cq_in_use");
 
 	/* Teardown, children first. */
-	check_ret("destroy_qp_ud", ibv_destroy_qp(ud));
-	check_ret("destroy_qp_uc", ibv_destroy_qp(uc));
-	check_ret("destroy_qp_rc", ibv_destroy_qp(rc));
-	check_ret("destroy_srq", ibv_destroy_srq(srq));
-	check_ret("destroy_cq", ibv_destroy_cq(cq_b));
-	check_ret("destroy_cq_with_channel", ibv_destroy_cq(cq_a));
-	check_ret("destroy_comp_channel", ibv_destroy_comp_channel(chan));
-	check_ret("dereg_mr", ibv_dereg_mr(mr));
-	check_ret("dealloc_pd", ibv_dealloc_pd(pd));
-	check_ret("close", ibv_close_device(ctx));
+	step_ret("destroy_qp_ud", ibv_destroy_qp(ud));
+	step_ret("destroy_qp_uc", ibv_destroy_qp(uc));
+	step_ret("destroy_qp_rc", ibv_destroy_qp(rc));
+	step_ret("destroy_srq", ibv_destroy_srq(srq));
+	step_ret("destroy_cq", ibv_destroy_cq(cq_b));
+	step_ret("destroy_cq_with_channel", ibv_destroy_cq(cq_a));
+	step_ret("destroy_comp_channel", ibv_destroy_comp_channel(chan));
+	step_ret("dereg_mr", ibv_dereg_mr(mr));
+	step_ret("dealloc_pd", ibv_dealloc_pd(pd));
+	step_ret("close", ibv_close_device(ctx));
 	ibv_free_device_list(list);
 	free(buf);
 	pass("all");

@@ -22,6 +22,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "scenario.h"
+
 #define BUF_SIZE (1 << 20)
 #define TIMEOUT_MS 2000
 #define UD_QKEY 0x11111111u
@@ -31,40 +33,6 @@
 #define DST 0x40000
 #define RCV 0x80000
 #define ATOM 0xF0000
-
-static void pass(const char *step)
-{
-	printf("PASS %s\n", step);
-	fflush(stdout);
-}
-
-static void fail(const char *step, const char *why)
-{
-	printf("FAIL %s: %s\n", step, why);
-	fflush(stdout);
-	exit(1);
-}
-
-static void check_ret(const char *step, int ret)
-{
-	if (ret)
-		fail(step, strerror(ret));
-}
-
-static void *check_ptr(const char *step, void *p)
-{
-	if (!p)
-		fail(step, strerror(errno ? errno : EIO));
-	return p;
-}
-
-static long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -121,64 +89,6 @@ static struct ibv_qp *make_qp(enum ibv_qp_type type, struct ibv_srq *srq)
 	};
 
 	return check_ptr("create_qp", ibv_create_qp(pd, &init));
-}
-
-/* RESET -> INIT -> RTR -> RTS for an RC or UC QP. */
-static void connect_rc(struct ibv_qp *qp, uint32_t dest)
-{
-	int rc = qp->qp_type == IBV_QPT_RC;
-	struct ibv_qp_attr a;
-	int mask;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-	if (rc)
-		a.qp_access_flags |= IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-	check_ret("to_init", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-						   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	a.max_dest_rd_atomic = 4;
-	a.min_rnr_timer = 1;
-	mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-	       IBV_QP_RQ_PSN;
-	if (rc)
-		mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-	check_ret("to_rtr", ibv_modify_qp(qp, &a, mask));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.max_rd_atomic = 4;
-	mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (rc)
-		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			IBV_QP_MAX_QP_RD_ATOMIC;
-	check_ret("to_rts", ibv_modify_qp(qp, &a, mask));
-}
-
-static void connect_ud(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qkey = UD_QKEY;
-	check_ret("ud_to_init", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-						      IBV_QP_PORT | IBV_QP_QKEY));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	check_ret("ud_to_rtr", ibv_modify_qp(qp, &a, IBV_QP_STATE));
-	a.qp_state = IBV_QPS_RTS;
-	check_ret("ud_to_rts", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN));
 }
 
 static struct ibv_sge sge(size_t off, uint32_t len)
@@ -298,14 +208,14 @@ int main(void)
 	}
 	sa = make_qp(IBV_QPT_RC, srq);
 	sb = make_qp(IBV_QPT_RC, srq);
-	connect_rc(qa, qb->qp_num);
-	connect_rc(qb, qa->qp_num);
-	connect_rc(ua, ub->qp_num);
-	connect_rc(ub, ua->qp_num);
-	connect_ud(da);
-	connect_ud(db);
-	connect_rc(sa, sb->qp_num);
-	connect_rc(sb, sa->qp_num);
+	connect_rc(qa, qb->qp_num, lid, 7);
+	connect_rc(qb, qa->qp_num, lid, 7);
+	connect_rc(ua, ub->qp_num, lid, 7);
+	connect_rc(ub, ua->qp_num, lid, 7);
+	connect_ud(da, UD_QKEY);
+	connect_ud(db, UD_QKEY);
+	connect_rc(sa, sb->qp_num, lid, 7);
+	connect_rc(sb, sa->qp_num, lid, 7);
 	{
 		struct ibv_ah_attr aa = { .dlid = lid, .port_num = 1 };
 
