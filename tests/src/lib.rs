@@ -1,10 +1,33 @@
 //! Shared helpers for the conformance suites in `tests/tests/`. The suites
 //! need a real rxe device and run inside the VM (`cargo xtask test`); on a
-//! machine without one they fail loudly rather than skip.
+//! machine without one they fail loudly rather than skip. Also the device
+//! choice of the `mlx5_*` programs (`src/bin/`), which run on the host
+//! against the emulated ConnectX-5.
 
 use std::time::Duration;
 
 use verbs::{AccessFlags, ConnectOpts, Context, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Wc};
+
+/// The device an `mlx5_*` program runs on: the one named `name` (its
+/// `argv[1]`), else the first mlx5 device; otherwise a message listing
+/// the devices there are.
+pub fn mlx5_device(name: Option<&str>) -> Result<verbs::Device, String> {
+    let devs = verbs::devices().map_err(|e| format!("listing devices: {e}"))?;
+    let found = devs.iter().find(|d| match name {
+        Some(n) => d.name == n,
+        None => d.driver == verbs::Driver::Mlx5,
+    });
+    found.cloned().ok_or_else(|| {
+        let list: Vec<String> = devs
+            .iter()
+            .map(|d| format!("{} ({})", d.name, d.driver))
+            .collect();
+        match name {
+            Some(n) => format!("no device named {n} among {list:?}"),
+            None => format!("no mlx5 device among {} device(s): {list:?}", devs.len()),
+        }
+    })
+}
 
 /// How long a test waits for completions before failing.
 pub const TIMEOUT: Duration = Duration::from_secs(10);

@@ -161,28 +161,6 @@ fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
 
-/// The device to run on: `argv[1]`, else the first mlx5 one.
-fn pick_device() -> Result<Device, String> {
-    let devs = verbs::devices().map_err(|e| format!("listing devices: {e}"))?;
-    let want = std::env::args().nth(1);
-    let found = devs.iter().find(|d| match &want {
-        Some(n) => &d.name == n,
-        // By name of the driver, so this works whatever variant the
-        // routing gives mlx5 ("mlx5", or the PCI driver "mlx5_core").
-        None => d.driver.to_string().starts_with("mlx5"),
-    });
-    found.cloned().ok_or_else(|| {
-        let list: Vec<String> = devs
-            .iter()
-            .map(|d| format!("{} ({})", d.name, d.driver))
-            .collect();
-        match &want {
-            Some(n) => format!("no device named {n} among {list:?}"),
-            None => format!("no mlx5 device among {} device(s): {list:?}", devs.len()),
-        }
-    })
-}
-
 // ---------------------------------------------------------------------
 // objects.c
 // ---------------------------------------------------------------------
@@ -1775,7 +1753,7 @@ fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
 
 fn main() -> ExitCode {
     let start = Instant::now();
-    let dev = pick_device();
+    let dev = verbs_tests::mlx5_device(std::env::args().nth(1).as_deref());
 
     let mut rep = Report::new("objects", OBJECT_STEPS, start);
     if let Err(f) = objects(&mut rep, &dev) {

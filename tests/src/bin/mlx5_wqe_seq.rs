@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr,
-    QpType, RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr, UdSendWr, Wc, WcStatus, WrOpcode,
+    AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Mr, Pd, Qp, QpCap, QpInitAttr, QpType,
+    RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr, UdSendWr, Wc, WcStatus, WrOpcode,
 };
 
 /// The registered buffer (wqe_seq.c `BUF_SIZE`).
@@ -211,19 +211,6 @@ impl Seq {
     }
 }
 
-/// The device to run on: `argv[1]`, else the first mlx5 one.
-fn pick_device() -> R<Device> {
-    let devs = verbs::devices().at("open")?;
-    let want = std::env::args().nth(1);
-    devs.iter()
-        .find(|d| match &want {
-            Some(n) => &d.name == n,
-            None => d.driver.to_string().starts_with("mlx5"),
-        })
-        .cloned()
-        .ok_or_else(|| Fail("open".into(), "no mlx5 device".into()))
-}
-
 fn make_qp(pd: &Pd, cq: &Cq, qp_type: QpType, srq: Option<&Srq>) -> R<Qp> {
     let attr = QpInitAttr {
         send_cq: cq,
@@ -265,7 +252,8 @@ fn connect(a: &mut Qp, b: &Qp, rc: bool) -> R {
 }
 
 fn run() -> R {
-    let dev = pick_device()?;
+    let dev = verbs_tests::mlx5_device(std::env::args().nth(1).as_deref())
+        .map_err(|e| Fail("open".into(), e))?;
     let ctx: Context = dev.open().at("open")?;
     let lid = ctx.query_port(1).at("open")?.lid;
     let pd = ctx.alloc_pd().at("pd")?;
