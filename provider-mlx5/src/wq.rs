@@ -164,7 +164,7 @@ impl QpEntry {
     }
 
     /// An entry with only some queues (e.g. a send-only QP).
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub(crate) fn with_queues(
         qpn: u32,
         sq: Option<Arc<SqShared>>,
@@ -223,7 +223,7 @@ impl Table {
     }
 
     /// A fresh snapshot: (generation, rows sorted by user index).
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub(crate) fn snapshot(&self) -> (u64, Vec<Row>) {
         let mut v = Vec::new();
         let g = self.snapshot_into(&mut v);
@@ -231,7 +231,7 @@ impl Table {
     }
 
     /// Whether `uidx` has an entry.
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub(crate) fn contains(&self, uidx: u32) -> bool {
         let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
         rows.binary_search_by_key(&uidx, |r| r.0).is_ok()
