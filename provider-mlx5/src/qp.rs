@@ -32,7 +32,6 @@ use uverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
-use crate::cq::Cq;
 use crate::srq::Srq;
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, RqShared, SqShared};
@@ -93,7 +92,8 @@ pub struct Created {
 /// Computes the queue geometry for `cmd` (rewriting its capacities the
 /// way the device needs them), allocates the buffer and doorbell record,
 /// issues CREATE_QP with the driver data and registers the QP with the
-/// context's table so `send_cq` and `recv_cq` can resolve its CQEs.
+/// context's table, through which its CQs (whichever they are: the core
+/// command names them) resolve its CQEs.
 ///
 /// If anything fails after the kernel created the QP, the QP is destroyed
 /// here before the error is returned: on `Err` there is nothing to clean.
@@ -101,13 +101,8 @@ pub fn create(
     fd: BorrowedFd<'_>,
     uctx: &Arc<Uctx>,
     cmd: &CreateQp,
-    send_cq: &Cq,
-    recv_cq: &Cq,
     srq: Option<&Srq>,
 ) -> Result<Created, Errno> {
-    // The CQs find the QP through the context's table (by user index), so
-    // nothing of theirs is needed here.
-    let _ = (send_cq, recv_cq);
     if (cmd.is_srq != 0) != srq.is_some() {
         return Err(Errno::EINVAL);
     }

@@ -256,14 +256,6 @@ impl Cq {
         &self.inner
     }
 
-    /// The mlx5 ring, which QP creation registers with (`None` on rxe).
-    pub(crate) fn mlx5_ring(&self) -> Option<&provider_mlx5::cq::Cq> {
-        match &self.ring {
-            Ring::Mlx5(r) => Some(r),
-            Ring::Rxe(_) => None,
-        }
-    }
-
     /// The number of entries the kernel granted.
     pub fn cqe(&self) -> u32 {
         self.cqe

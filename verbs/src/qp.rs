@@ -569,10 +569,6 @@ impl Pd {
                     errno: Errno::EOPNOTSUPP,
                 });
             }
-            let (Some(scq), Some(rcq)) = (attr.send_cq.mlx5_ring(), attr.recv_cq.mlx5_ring())
-            else {
-                return Err(Error::invalid("the CQs are not mlx5 CQs of this context"));
-            };
             let srq_ring = match srq {
                 Some(s) => Some(
                     s.mlx5_ring()
@@ -581,12 +577,13 @@ impl Pd {
                 None => None,
             };
             // On error the provider has destroyed any kernel QP it created.
-            let created = provider_mlx5::qp::create(ctx.fd(), uctx, &cmd, scq, rcq, srq_ring)
-                .map_err(Error::kernel(if ex_flags.is_some() {
+            let created = provider_mlx5::qp::create(ctx.fd(), uctx, &cmd, srq_ring).map_err(
+                Error::kernel(if ex_flags.is_some() {
                     "create_qp_ex"
                 } else {
                     "create_qp"
-                }))?;
+                }),
+            )?;
             let r = created.resp;
             return Ok(self.new_qp(
                 attr,
