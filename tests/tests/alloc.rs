@@ -102,14 +102,14 @@ fn expect<const N: usize>(cq: &mut Cq, ops: [WcOpcode; N]) -> [Wc; N] {
     wc
 }
 
-fn check(mr: &Mr<'_>, offset: usize, expected: &[u8]) {
+fn check(mr: &Mr, offset: usize, expected: &[u8]) {
     let mut got = [0u8; 256];
     let got = &mut got[..expected.len()];
     mr.read_at(offset, got).expect("read_at");
     assert_eq!(got, expected, "bytes at offset {offset}");
 }
 
-fn mrs(p: &Pair) -> (Mr<'static>, Mr<'static>) {
+fn mrs(p: &Pair) -> (Mr, Mr) {
     let src = p.pd.alloc_mr(8192, all_access()).expect("alloc_mr");
     let dst = p.pd.alloc_mr(8192, all_access()).expect("alloc_mr");
     (src, dst)

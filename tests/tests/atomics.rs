@@ -10,7 +10,7 @@ use verbs::{
 };
 use verbs_tests::{assert_quiet, wait, wait_ok, Pair, PairOpts};
 
-fn read_u64(mr: &verbs::Mr<'_>, offset: usize) -> u64 {
+fn read_u64(mr: &verbs::Mr, offset: usize) -> u64 {
     let mut b = [0u8; 8];
     mr.read_at(offset, &mut b).unwrap();
     u64::from_ne_bytes(b)

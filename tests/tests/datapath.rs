@@ -293,18 +293,84 @@ fn large_message_spans_many_mtus() {
 #[test]
 fn caller_buffer_registration_round_trip() {
     let mut p = Pair::new();
-    let mut mine = pattern(2048, 12);
+    let mine = pattern(2048, 12);
+    let expected = mine.clone();
+    let src = p.pd.register(mine, verbs_tests::all_access()).unwrap();
+    let dst =
+        p.pd.register(
+            vec![0u8; 2048].into_boxed_slice(),
+            verbs_tests::all_access(),
+        )
+        .unwrap();
+    let s = [src.sge(..).unwrap()];
+    let rm = dst.remote();
+    p.a.post_send(&[SendWr::rdma_write(1, &s, rm.addr, rm.rkey).signaled()])
+        .unwrap();
+    wait_ok(&mut p.cq_a);
+    // Deregistered: the caller's buffers are plain memory again.
+    let back: Box<[u8]> = dst.into_inner().unwrap();
+    assert_eq!(&back[..], &expected[..]);
+    assert_eq!(src.into_inner().unwrap(), expected);
+}
+
+#[test]
+fn scoped_registration_of_a_caller_buffer() {
+    let mut p = Pair::new();
+    let mut mine = pattern(2048, 13);
     let expected = mine.clone();
     let mut back = vec![0u8; 2048];
-    {
-        let src = p.pd.register(&mut mine, verbs_tests::all_access()).unwrap();
-        let dst = p.pd.register(&mut back, verbs_tests::all_access()).unwrap();
-        let s = [src.sge(..).unwrap()];
-        let rm = dst.remote();
-        p.a.post_send(&[SendWr::rdma_write(1, &s, rm.addr, rm.rkey).signaled()])
-            .unwrap();
-        wait_ok(&mut p.cq_a);
-    }
-    // The MRs are gone, the borrows ended: the caller's buffers are theirs again.
+    let mut rkey_seen = 0;
+    p.pd.register_scoped(&mut mine, verbs_tests::all_access(), |src| {
+        p.pd.register_scoped(&mut back, verbs_tests::all_access(), |dst| {
+            let s = [src.sge(..).unwrap()];
+            let rm = dst.remote();
+            rkey_seen = rm.rkey;
+            p.a.post_send(&[SendWr::rdma_write(1, &s, rm.addr, rm.rkey).signaled()])
+                .unwrap();
+            wait_ok(&mut p.cq_a);
+        })
+        .unwrap();
+    })
+    .unwrap();
     assert_eq!(back, expected);
+    // The scope deregistered the region: its rkey is dead, and a WRITE
+    // through it fails on the device instead of reaching `back`.
+    let src = p.pd.alloc_mr(2048, verbs_tests::all_access()).unwrap();
+    let s = [src.sge(..).unwrap()];
+    let addr = back.as_ptr() as u64;
+    p.a.post_send(&[SendWr::rdma_write(2, &s, addr, rkey_seen).signaled()])
+        .unwrap();
+    let wc = verbs_tests::wait(&mut p.cq_a, 1)[0];
+    assert_eq!(wc.status(), verbs::WcStatus::REM_ACCESS_ERR);
+    assert_eq!(back, expected, "a dead registration reached the buffer");
+}
+
+#[test]
+fn forgetting_an_mr_leaks_its_memory_instead_of_freeing_it() {
+    // `mem::forget` is safe: a forgotten MR must keep owning its memory, so
+    // the registration can never reach memory the allocator hands out again.
+    let mut p = Pair::new();
+    let dst =
+        p.pd.register(vec![0u8; 1 << 16], verbs_tests::all_access())
+            .unwrap();
+    let rm = dst.remote();
+    std::mem::forget(dst);
+    // Allocations of the same size now get other addresses.
+    let fresh: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; 1 << 16]).collect();
+    let registered = rm.addr..rm.addr + rm.len;
+    for v in &fresh {
+        assert!(!registered.contains(&(v.as_ptr() as u64)));
+    }
+    let mut src = p.pd.alloc_mr(1 << 16, verbs_tests::all_access()).unwrap();
+    src.fill(.., 0xa5).unwrap();
+    let s = [src.sge(..).unwrap()];
+    p.a.post_send(&[SendWr::rdma_write(1, &s, rm.addr, rm.rkey).signaled()])
+        .unwrap();
+    wait_ok(&mut p.cq_a);
+    for v in &fresh {
+        assert!(
+            v.iter().all(|&b| b == 0),
+            "the device wrote a fresh allocation"
+        );
+    }
 }

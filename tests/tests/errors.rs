@@ -298,9 +298,15 @@ fn zero_sized_and_unaligned_requests_are_rejected() {
         p.pd.alloc_mr(0, AccessFlags::LOCAL_WRITE),
         Err(Error::InvalidArgument(_))
     ));
+    // A refused registration hands the buffer back, unregistered.
+    let e =
+        p.pd.register(Vec::with_capacity(64), AccessFlags::LOCAL_WRITE)
+            .unwrap_err();
+    assert!(matches!(e.error, Error::InvalidArgument(_)));
+    assert_eq!(e.buf.capacity(), 64);
     let mut empty: [u8; 0] = [];
     assert!(matches!(
-        p.pd.register(&mut empty, AccessFlags::LOCAL_WRITE),
+        p.pd.register_scoped(&mut empty, AccessFlags::LOCAL_WRITE, |_| ()),
         Err(Error::InvalidArgument(_))
     ));
     assert!(matches!(p.ctx.create_cq(0), Err(Error::InvalidArgument(_))));

@@ -328,19 +328,22 @@ fn dontfork_marks_follow_registrations_of_caller_buffers() {
     let buf = &mut v[off..off + 4 * ps];
     let (first, rest) = buf.split_at_mut(ps + 100);
     // MR 1 covers page 0 and part of page 1; MR 2 the rest of page 1 and
-    // page 2. Page 1 is shared; page 3 is not registered.
-    let mr1 = pd
-        .register(&mut first[50..], verbs_tests::all_access())
-        .unwrap();
-    let mr2 = pd
-        .register(&mut rest[..2 * ps - 200], verbs_tests::all_access())
-        .unwrap();
-    assert!(dontcopy(page(0)) && dontcopy(page(1)) && dontcopy(page(2)));
-    assert!(!dontcopy(page(3)));
-    drop(mr1);
-    assert!(!dontcopy(page(0)), "page 0 unmarked with its last MR");
-    assert!(dontcopy(page(1)), "page 1 still registered by MR 2");
-    drop(mr2);
+    // page 2. Page 1 is shared; page 3 is not registered. Both are scoped
+    // registrations of parts of one caller buffer; MR 1's scope ends first.
+    pd.register_scoped(
+        &mut rest[..2 * ps - 200],
+        verbs_tests::all_access(),
+        |_mr2| {
+            pd.register_scoped(&mut first[50..], verbs_tests::all_access(), |_mr1| {
+                assert!(dontcopy(page(0)) && dontcopy(page(1)) && dontcopy(page(2)));
+                assert!(!dontcopy(page(3)));
+            })
+            .unwrap();
+            assert!(!dontcopy(page(0)), "page 0 unmarked with its last MR");
+            assert!(dontcopy(page(1)), "page 1 still registered by MR 2");
+        },
+    )
+    .unwrap();
     for i in 0..4 {
         assert!(!dontcopy(page(i)), "page {i} still marked");
     }

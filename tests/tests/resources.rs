@@ -244,8 +244,9 @@ fn every_resource_created_and_destroyed_without_leaks() {
         let pd = ctx.alloc_pd().unwrap();
         let ch = ctx.create_comp_channel().unwrap();
         let cq = ctx.create_cq_with(16 + round, Some(&ch), 0).unwrap();
-        let mut buf = vec![0u8; 4096];
-        let mr1 = pd.register(&mut buf, AccessFlags::LOCAL_WRITE).unwrap();
+        let mr1 = pd
+            .register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
+            .unwrap();
         let mr2 = pd
             .alloc_mr(8192, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
             .unwrap();

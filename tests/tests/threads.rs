@@ -26,8 +26,8 @@ const _: () = {
     sync::<Device>();
     send::<Pd>();
     sync::<Pd>();
-    send::<Mr<'static>>();
-    sync::<Mr<'static>>();
+    send::<Mr>();
+    sync::<Mr>();
     send::<Cq>();
     sync::<Cq>();
     send::<Qp>();
@@ -50,8 +50,8 @@ const RECV_BIT: u64 = 1 << 31;
 struct Worker {
     a: Qp,
     b: Qp,
-    src: Mr<'static>,
-    dst: Mr<'static>,
+    src: Mr,
+    dst: Mr,
 }
 
 fn qp(pd: &Pd, cq: &Cq) -> Qp {

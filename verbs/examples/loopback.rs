@@ -38,7 +38,7 @@ fn wait(cq: &mut Cq, what: &str, opcode: WcOpcode) -> Result<Wc, String> {
     Ok(wc)
 }
 
-fn check(what: &str, mr: &Mr<'_>, expected: &[u8]) -> Result<(), String> {
+fn check(what: &str, mr: &Mr, expected: &[u8]) -> Result<(), String> {
     let got = mr.to_vec();
     match got[..expected.len()]
         .iter()

@@ -269,7 +269,7 @@ fn run() -> Res<()> {
     Ok(())
 }
 
-fn check_bytes(mr: &Mr<'_>, expected: &[u8]) -> Res<()> {
+fn check_bytes(mr: &Mr, expected: &[u8]) -> Res<()> {
     let mut got = vec![0u8; expected.len()];
     mr.read_at(0, &mut got)?;
     if got != expected {

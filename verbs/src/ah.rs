@@ -348,7 +348,7 @@ impl Grh {
 
     /// Reads and decodes the GRH at `offset` of `mr` (where the UD receive
     /// buffer started). No receive may be outstanding on that range.
-    pub fn read(mr: &Mr<'_>, offset: usize) -> Result<Grh> {
+    pub fn read<B>(mr: &Mr<B>, offset: usize) -> Result<Grh> {
         let mut b = [0u8; Self::LEN];
         mr.read_at(offset, &mut b)?;
         Grh::parse(&b)

@@ -60,7 +60,7 @@ pub use error::{Errno, Error, PostError, Result};
 pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
 pub use fork::{fork_safety, ForkSafety};
 pub use gid::{Gid, GidEntry, GidType};
-pub use mr::{AccessFlags, Mr, RemoteMr};
+pub use mr::{AccessFlags, Mr, MrBuf, PageBuf, Raw, RegisterError, RemoteMr, Scoped};
 pub use pd::Pd;
 pub use qp::{
     AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr,

@@ -1,17 +1,32 @@
-//! Memory regions: registering a caller's buffer (borrowed for the MR's
-//! lifetime, so the MR cannot outlive it) or a buffer the MR allocates and
-//! owns; SGEs and remote descriptors derived from it with bounds checks.
+//! Memory regions, built around ownership: an [`Mr`] owns the memory it
+//! registers (a `Vec<u8>`, `Box<[u8]>`, `memmap2::MmapMut`, a [`PageBuf`],
+//! or any type implementing the `unsafe` [`MrBuf`] contract) and gives it
+//! back only once deregistration succeeded ([`Mr::into_inner`]). Forgetting
+//! an MR (`std::mem::forget` is safe) leaks the memory together with its
+//! registration, so the device can never write memory that safe code got
+//! back. Borrowed memory is registered only where forgetting cannot break
+//! that: [`Pd::register_scoped`] deregisters before it returns, and
+//! [`Pd::register_raw`] is `unsafe`, with its contract written down.
 //!
 //! While memory is registered the device may write it at any time, so an MR
 //! never hands out a plain `&[u8]`/`&mut [u8]` to it: data moves in and out
 //! through [`Mr::write_at`] and [`Mr::read_at`] (or the `unsafe` slice views,
 //! for callers who know no work request is outstanding on the range).
+//!
+//! What is checked where: [`Mr::sge`] and [`RemoteMr::at`] check ranges on
+//! the host, but an [`Sge`] or a remote address is a plain value that anyone
+//! can build; the device checks every key, range and access right when it
+//! executes a request, and fails the request (a completion with an error
+//! status) rather than touch memory outside a registration.
+
+mod buf;
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 use std::ops::{Bound, RangeBounds};
 
-use memmap2::MmapMut;
+pub use buf::{MrBuf, PageBuf};
 use uverbs_abi::cmd::{nr, write_cmd, NoResp};
 pub use uverbs_abi::mr::AccessFlags;
 use uverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
@@ -20,9 +35,14 @@ use uverbs_abi::wr::Sge;
 use crate::error::{Errno, Error, Result};
 use crate::pd::Pd;
 
-/// A registered memory region over memory of lifetime `'a` (`'static` when
-/// the MR owns its buffer). Dropping it deregisters it.
-pub struct Mr<'a> {
+/// A registered memory region that owns its memory `B` (a [`PageBuf`] by
+/// default: what [`Pd::alloc_mr`] returns). Dropping it deregisters the
+/// region, then drops `B`; [`Mr::into_inner`] deregisters and hands `B`
+/// back.
+///
+/// `B` is [`Scoped`] for a region of [`Pd::register_scoped`] and [`Raw`] for
+/// one of [`Pd::register_raw`]: those borrow memory rather than own it.
+pub struct Mr<B = PageBuf> {
     pd: Pd,
     handle: u32,
     lkey: u32,
@@ -30,20 +50,42 @@ pub struct Mr<'a> {
     addr: *mut u8,
     len: usize,
     access: AccessFlags,
-    // Dropped after DEREG_MR (in Drop) and before the owned mapping goes.
-    _fork: crate::fork::Guard,
-    _owned: Option<MmapMut>,
-    _borrow: PhantomData<&'a mut [u8]>,
+    // Dropped after DEREG_MR (in Drop), before the buffer goes.
+    fork: crate::fork::Guard,
+    // The owner of `addr..addr+len`. Kept in a `MaybeUninit` (a union), so
+    // that moving the MR never asserts uniqueness of the owner (a `Box`'s
+    // pointer, say) over memory the device and `addr` still reach; it is
+    // always initialised, and read out exactly once: in `Drop` or in
+    // `into_inner`.
+    buf: MaybeUninit<B>,
+    // The memory is borrowed ([`Scoped`], [`Raw`]): if deregistration fails,
+    // it cannot be kept away from its owner, so the process aborts.
+    borrowed: bool,
+    // `into_inner` has run: the region is deregistered (or leaked) and
+    // `buf` is moved out or deliberately leaked.
+    finished: bool,
 }
+
+/// The buffer type of an MR made by [`Pd::register_scoped`]: the memory is
+/// borrowed for the call, and `'s` brands the MR so that it cannot leave the
+/// closure nor be swapped with another scope's MR.
+pub struct Scoped<'s>(PhantomData<fn(&'s ()) -> &'s ()>);
+
+/// The buffer type of an MR made by [`Pd::register_raw`]: memory the caller
+/// keeps valid by contract.
+#[derive(Debug)]
+pub struct Raw(());
 
 // SAFETY: the MR's memory is only reached through `&self` reads and `&mut
 // self` writes (or unsafe views whose contract covers sharing); the raw
-// pointer is not tied to any thread.
-unsafe impl Send for Mr<'_> {}
-// SAFETY: `&Mr` only allows reads of the memory and of plain fields.
-unsafe impl Sync for Mr<'_> {}
+// pointer is not tied to any thread, and the owner `B` moves with the MR
+// (hence `B: Send`).
+unsafe impl<B: Send> Send for Mr<B> {}
+// SAFETY: `&Mr` allows reads of the memory and of plain fields only; it
+// never hands out `&B`, but `B: Sync` is asked for all the same.
+unsafe impl<B: Send + Sync> Sync for Mr<B> {}
 
-impl fmt::Debug for Mr<'_> {
+impl<B> fmt::Debug for Mr<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mr")
             .field("addr", &self.addr)
@@ -67,17 +109,22 @@ pub struct RemoteMr {
 }
 
 impl RemoteMr {
+    /// Length of the encoding of [`RemoteMr::to_bytes`].
+    pub const WIRE_LEN: usize = 20;
+
     /// Encodes as 20 bytes (addr, len, rkey; big-endian).
-    pub fn to_bytes(&self) -> [u8; 20] {
-        let mut b = [0u8; 20];
+    pub fn to_bytes(&self) -> [u8; Self::WIRE_LEN] {
+        let mut b = [0u8; Self::WIRE_LEN];
         b[..8].copy_from_slice(&self.addr.to_be_bytes());
         b[8..16].copy_from_slice(&self.len.to_be_bytes());
         b[16..].copy_from_slice(&self.rkey.to_be_bytes());
         b
     }
 
-    /// Decodes [`RemoteMr::to_bytes`]'s form.
-    pub fn from_bytes(b: &[u8; 20]) -> RemoteMr {
+    /// Decodes [`RemoteMr::to_bytes`]'s form. Any 20 bytes decode: the
+    /// values are the peer's word, checked by [`RemoteMr::at`] and, in the
+    /// end, by the peer's device.
+    pub fn from_bytes(b: &[u8; Self::WIRE_LEN]) -> RemoteMr {
         let (a, rest) = b.split_at(8);
         let (l, k) = rest.split_at(8);
         RemoteMr {
@@ -87,15 +134,53 @@ impl RemoteMr {
         }
     }
 
-    /// The address `offset` bytes in, checked against the length.
+    /// The address `offset` bytes in, for `len` bytes, checked against the
+    /// length and the address space (a peer's descriptor may hold any
+    /// numbers).
     pub fn at(&self, offset: u64, len: u64) -> Result<u64> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(self.addr + offset),
+        match (offset.checked_add(len), self.addr.checked_add(offset)) {
+            (Some(end), Some(addr)) if end <= self.len => Ok(addr),
             _ => Err(Error::invalid(format!(
-                "remote range {offset}+{len} outside the peer's {}-byte MR",
-                self.len
+                "remote range {offset}+{len} outside the peer's {}-byte MR at {:#x}",
+                self.len, self.addr
             ))),
         }
+    }
+}
+
+/// A registration refused by [`Pd::register`]: the error, and the buffer,
+/// handed back unregistered. Converts into [`Error`] (dropping the buffer),
+/// so `?` works in functions returning [`Result`].
+pub struct RegisterError<B> {
+    /// Why the registration failed.
+    pub error: Error,
+    /// The buffer, never registered.
+    pub buf: B,
+}
+
+impl<B> fmt::Debug for RegisterError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisterError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> fmt::Display for RegisterError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<B> std::error::Error for RegisterError<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<B> From<RegisterError<B>> for Error {
+    fn from(e: RegisterError<B>) -> Error {
+        e.error
     }
 }
 
@@ -103,20 +188,6 @@ impl RemoteMr {
 const REREG_PD: u32 = 1 << 1;
 /// `IB_MR_REREG_ACCESS`: REREG_MR changes the access flags.
 const REREG_ACCESS: u32 = 1 << 2;
-
-/// The default huge page size (`Hugepagesize` in /proc/meminfo).
-fn default_huge_page_size() -> Result<usize> {
-    let info = std::fs::read_to_string("/proc/meminfo").map_err(|source| Error::Io {
-        what: "/proc/meminfo".into(),
-        source,
-    })?;
-    info.lines()
-        .find_map(|l| l.strip_prefix("Hugepagesize:"))
-        .and_then(|v| v.trim().strip_suffix("kB"))
-        .and_then(|kb| kb.trim().parse::<usize>().ok())
-        .map(|kb| kb * 1024)
-        .ok_or_else(|| Error::invalid("this kernel reports no huge page size"))
-}
 
 fn check_access(access: AccessFlags) -> Result<()> {
     let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
@@ -129,75 +200,137 @@ fn check_access(access: AccessFlags) -> Result<()> {
 }
 
 impl Pd {
-    /// Registers the caller's `buf`, which stays borrowed until the MR is
-    /// dropped. A zero-length buffer is refused.
-    pub fn register<'a>(&self, buf: &'a mut [u8], access: AccessFlags) -> Result<Mr<'a>> {
-        // SAFETY: `buf` is valid for its length and exclusively borrowed for 'a.
-        unsafe { self.reg(buf.as_mut_ptr(), buf.len(), access, None) }
+    /// Registers `buf` and takes ownership of it: the MR gives it back from
+    /// [`Mr::into_inner`] after deregistration, or drops it after
+    /// deregistering when it is dropped. A zero-length buffer is refused; on
+    /// any failure the buffer comes back in the error, unregistered.
+    ///
+    /// ```no_run
+    /// # fn main() -> verbs::Result<()> {
+    /// # let pd = verbs::devices()?.first().unwrap().open()?.alloc_pd()?;
+    /// use verbs::AccessFlags;
+    /// let mr = pd.register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
+    /// // ... post work requests with mr.sge(..) ...
+    /// let buf: Vec<u8> = mr.into_inner()?; // deregistered: plain memory again
+    /// # let _ = buf; Ok(()) }
+    /// ```
+    pub fn register<B: MrBuf>(
+        &self,
+        mut buf: B,
+        access: AccessFlags,
+    ) -> Result<Mr<B>, RegisterError<B>> {
+        let (addr, len) = (buf.mr_ptr(), buf.mr_len());
+        // SAFETY: by `MrBuf`'s contract `addr..addr+len` is valid, owned by
+        // `buf` alone and stable while `buf` lives; the MR keeps `buf` until
+        // DEREG_MR succeeded, and leaks it otherwise.
+        unsafe { self.reg(addr, len, access, buf, false) }
+            .map_err(|(error, buf)| RegisterError { error, buf })
     }
 
-    /// Allocates `len` zeroed, page-aligned bytes and registers them.
-    pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<Mr<'static>> {
-        if len == 0 {
-            return Err(Error::invalid(
-                "cannot register a zero-length memory region",
-            ));
+    /// Allocates `len` zeroed, page-aligned bytes (a [`PageBuf`]) and
+    /// registers them.
+    pub fn alloc_mr(&self, len: usize, access: AccessFlags) -> Result<Mr<PageBuf>> {
+        Ok(self.register(PageBuf::new(len)?, access)?)
+    }
+
+    /// Allocates `len` zeroed bytes backed by huge pages ([`PageBuf::huge`])
+    /// and registers them. Fails with a clear error (ENOMEM) when the system
+    /// has no free huge pages: reserve them with `vm.nr_hugepages`.
+    pub fn alloc_mr_huge(&self, len: usize, access: AccessFlags) -> Result<Mr<PageBuf>> {
+        Ok(self.register(PageBuf::huge(len)?, access)?)
+    }
+
+    /// Registers memory the caller already has, borrowed for the duration of
+    /// `f` only: the region is deregistered before this returns (also when
+    /// `f` panics), so the borrow can end safely whatever `f` does. The MR
+    /// cannot leave `f` (its type is branded with a lifetime of this call).
+    /// Work requests still outstanding on it when `f` returns fail on the
+    /// device with a protection error; they never reach the memory again.
+    ///
+    /// If the kernel refuses to deregister (which only a failing kernel
+    /// does), the process aborts: the borrow cannot be kept from ending.
+    ///
+    /// ```no_run
+    /// # fn main() -> verbs::Result<()> {
+    /// # let pd = verbs::devices()?.first().unwrap().open()?.alloc_pd()?;
+    /// let mut header = [0u8; 64];
+    /// let lkey = pd.register_scoped(&mut header, verbs::AccessFlags::LOCAL_WRITE, |mr| {
+    ///     // post and complete work requests on mr.sge(..) here
+    ///     mr.lkey()
+    /// })?;
+    /// # let _ = lkey; Ok(()) }
+    /// ```
+    pub fn register_scoped<R>(
+        &self,
+        buf: &mut [u8],
+        access: AccessFlags,
+        f: impl for<'s> FnOnce(&mut Mr<Scoped<'s>>) -> R,
+    ) -> Result<R> {
+        // SAFETY: `buf` is valid and exclusively borrowed for this whole
+        // call; the MR is a local of this frame that `f` only borrows, so it
+        // is dropped (DEREG_MR, or abort if that fails) before the borrow
+        // ends, on return and on unwinding alike.
+        let mut mr = unsafe {
+            self.reg(
+                buf.as_mut_ptr(),
+                buf.len(),
+                access,
+                Scoped(PhantomData),
+                true,
+            )
         }
-        let mut map = MmapMut::map_anon(len).map_err(|source| Error::Io {
-            what: "anonymous mmap".into(),
-            source,
-        })?;
-        let ptr = map.as_mut_ptr();
-        // SAFETY: the mapping is owned by the MR and outlives the registration.
-        unsafe { self.reg(ptr, len, access, Some(map)) }
+        .map_err(|(e, _)| e)?;
+        Ok(f(&mut mr))
     }
 
-    /// Allocates `len` zeroed bytes backed by huge pages (`MAP_HUGETLB`, the
-    /// system's default huge page size) and registers them. Fails with a
-    /// clear error (ENOMEM) when the system has no free huge pages: reserve
-    /// them with `vm.nr_hugepages`.
-    pub fn alloc_mr_huge(&self, len: usize, access: AccessFlags) -> Result<Mr<'static>> {
-        if len == 0 {
-            return Err(Error::invalid(
-                "cannot register a zero-length memory region",
-            ));
-        }
-        let huge = default_huge_page_size()?;
-        // hugetlb mappings are made and unmapped in whole huge pages.
-        let map_len = len
-            .checked_next_multiple_of(huge)
-            .ok_or_else(|| Error::invalid("length overflows when rounded to huge pages"))?;
-        let mut map = memmap2::MmapOptions::new()
-            .len(map_len)
-            .huge(None)
-            .map_anon()
-            .map_err(|source| Error::Io {
-                what: format!("mapping {map_len} bytes of huge pages ({huge}-byte pages)"),
-                source,
-            })?;
-        let ptr = map.as_mut_ptr();
-        // SAFETY: the mapping is owned by the MR and outlives the registration.
-        unsafe { self.reg(ptr, len, access, Some(map)) }
-    }
-
+    /// Registers `len` bytes at `addr`, which the caller keeps valid: for
+    /// memory no owning type describes (a device-shared mapping, a region
+    /// inside a larger allocation managed elsewhere).
+    ///
     /// # Safety
-    /// `addr..addr+len` must stay valid, and untouched except through the MR,
-    /// for the MR's lifetime.
-    unsafe fn reg<'a>(
+    /// Until the returned MR has been dropped, `addr..addr+len` must stay
+    /// mapped and valid for reads and writes, and nothing but the MR may
+    /// read or write it in a way that assumes exclusive access (no Rust
+    /// reference to it may be live while the device can write it).
+    /// Forgetting the MR (`std::mem::forget`) keeps the region registered
+    /// forever: the memory must then never be freed or reused. If
+    /// deregistration fails when the MR drops, the process aborts.
+    pub unsafe fn register_raw(
         &self,
         addr: *mut u8,
         len: usize,
         access: AccessFlags,
-        owned: Option<MmapMut>,
-    ) -> Result<Mr<'a>> {
+    ) -> Result<Mr<Raw>> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.reg(addr, len, access, Raw(()), true) }.map_err(|(e, _)| e)
+    }
+
+    /// # Safety
+    /// `addr..addr+len` must stay valid, and untouched except through the MR,
+    /// until the MR is dropped or unwrapped by `into_inner` (`buf` owning it,
+    /// or, for `borrowed`, the caller guaranteeing it).
+    unsafe fn reg<B>(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: AccessFlags,
+        buf: B,
+        borrowed: bool,
+    ) -> std::result::Result<Mr<B>, (Error, B)> {
         if len == 0 {
-            return Err(Error::invalid(
-                "cannot register a zero-length memory region",
+            return Err((
+                Error::invalid("cannot register a zero-length memory region"),
+                buf,
             ));
         }
-        check_access(access)?;
+        if let Err(e) = check_access(access) {
+            return Err((e, buf));
+        }
         // Marked before pinning (see crate::fork); unmarked if this fails.
-        let fork = crate::fork::protect(addr, len)?;
+        let fork = match crate::fork::protect(addr, len) {
+            Ok(fork) => fork,
+            Err(e) => return Err((e, buf)),
+        };
         let cmd = RegMr {
             response: 0,
             start: addr as u64,
@@ -206,8 +339,10 @@ impl Pd {
             pd_handle: self.inner.handle,
             access_flags: access.bits(),
         };
-        let resp: RegMrResp = write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut [])
-            .map_err(Error::kernel("reg_mr"))?;
+        let resp: RegMrResp = match write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut []) {
+            Ok(resp) => resp,
+            Err(errno) => return Err((Error::kernel("reg_mr")(errno), buf)),
+        };
         Ok(Mr {
             pd: self.clone(),
             handle: resp.mr_handle,
@@ -216,14 +351,51 @@ impl Pd {
             addr,
             len,
             access,
-            _fork: fork,
-            _owned: owned,
-            _borrow: PhantomData,
+            fork,
+            buf: MaybeUninit::new(buf),
+            borrowed,
+            finished: false,
         })
     }
 }
 
-impl Mr<'_> {
+impl<B: MrBuf> Mr<B> {
+    /// Deregisters the region and gives its memory back, now plain memory
+    /// that no work request or peer can reach. If the kernel refuses to
+    /// deregister, the error is returned and the memory is leaked (kept out
+    /// of the allocator's hands, since the device may still write it).
+    pub fn into_inner(mut self) -> Result<B> {
+        let result = self.deregister();
+        // Whatever happened, Drop must not deregister again nor touch `buf`.
+        self.finished = true;
+        result?;
+        // SAFETY: `buf` is initialised, and read out only here or in Drop,
+        // which skips it now that `finished` is set.
+        Ok(unsafe { self.buf.assume_init_read() })
+    }
+}
+
+impl<B> Mr<B> {
+    /// DEREG_MR. On success the device no longer touches the memory. EIO and
+    /// ENODEV mean the device is gone and the kernel already tore the
+    /// registration down. On any other failure the pages stay marked
+    /// against fork (the registration may live on) and the error is
+    /// returned: the caller must keep the memory from being reused.
+    fn deregister(&mut self) -> Result<()> {
+        let cmd = DeregMr {
+            mr_handle: self.handle,
+        };
+        match write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut []) {
+            Ok(_) | Err(Errno::EIO | Errno::ENODEV) => Ok(()),
+            Err(errno) => {
+                self.fork.keep();
+                Err(Error::kernel("dereg_mr")(errno))
+            }
+        }
+    }
+}
+
+impl<B> Mr<B> {
     /// Local key, for SGEs.
     pub fn lkey(&self) -> u32 {
         self.lkey
@@ -385,25 +557,23 @@ impl Mr<'_> {
     }
 }
 
-impl Drop for Mr<'_> {
+impl<B> Drop for Mr<B> {
     fn drop(&mut self) {
-        let cmd = DeregMr {
-            mr_handle: self.handle,
-        };
-        // After DEREG_MR returns the device no longer touches the memory, so
-        // the borrow (or owned mapping) may end. EIO/ENODEV mean the device
-        // is gone and the kernel already tore the registration down.
-        match write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut []) {
-            Ok(_) | Err(Errno::EIO | Errno::ENODEV) => {}
-            Err(_) => {
-                // The registration may still be live (e.g. EBUSY): never
-                // hand memory the device may still write back to the
-                // allocator, and keep its pages out of forked children.
-                // A caller's borrowed buffer cannot be kept.
-                self._fork.keep();
-                if let Some(map) = self._owned.take() {
-                    std::mem::forget(map);
-                }
+        if self.finished {
+            return;
+        }
+        match self.deregister() {
+            // SAFETY: `buf` is initialised and read out only here or in
+            // `into_inner`, which sets `finished` so that this is skipped.
+            Ok(()) => drop(unsafe { self.buf.assume_init_read() }),
+            // The device may still write the memory: an owned buffer is
+            // leaked (it stays in the MaybeUninit, never dropped).
+            Err(_) if !self.borrowed => {}
+            Err(e) => {
+                // A borrowed range cannot be kept from its owner once this
+                // frame returns: stop before anything can reuse it.
+                eprintln!("verbs: cannot deregister a borrowed memory region ({e}); aborting");
+                std::process::abort();
             }
         }
     }

@@ -740,7 +740,7 @@ fn expect_wc(step: &'static str, wc: &Wc, status: WcStatus, wr_id: u64) -> R {
     Ok(())
 }
 
-fn read(mr: &Mr<'_>, off: usize, n: usize) -> Vec<u8> {
+fn read(mr: &Mr, off: usize, n: usize) -> Vec<u8> {
     let mut v = vec![0u8; n];
     // In bounds: every offset here is inside the 1 MiB buffer.
     let _ = mr.read_at(off, &mut v);
@@ -765,7 +765,7 @@ fn expect_bytes(step: &'static str, got: &[u8], want: &[u8]) -> R {
 struct Dp {
     ctx: Context,
     pd: Pd,
-    mr: Mr<'static>,
+    mr: Mr,
     lid: u16,
     cqa: Cq,
     cqb: Cq,

@@ -78,7 +78,7 @@ struct Desc {
 
 /// Everything the sequence uses.
 struct Seq {
-    mr: Mr<'static>,
+    mr: Mr,
     cq: Cq,
 }
 

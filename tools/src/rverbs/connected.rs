@@ -112,7 +112,7 @@ pub fn run(c: &Common, o: &Opts) -> Result<()> {
         None
     };
     let pd = dev.ctx.alloc_pd().context("couldn't allocate a PD")?;
-    let mut mr: Mr<'static> = pd
+    let mut mr: Mr = pd
         .alloc_mr(size, AccessFlags::LOCAL_WRITE)
         .context("couldn't register the MR")?;
     // The server of `-c` starts from bytes no peer sends, so any byte that

@@ -108,7 +108,7 @@ pub fn run(c: &Common, size: u32) -> Result<()> {
         None
     };
     let pd = dev.ctx.alloc_pd().context("couldn't allocate a PD")?;
-    let mut mr: Mr<'static> = pd
+    let mut mr: Mr = pd
         .alloc_mr(size + Grh::LEN, AccessFlags::LOCAL_WRITE)
         .context("couldn't register the MR")?;
     let server_check = c.chk && c.host.is_none();

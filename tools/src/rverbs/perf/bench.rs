@@ -40,7 +40,7 @@ pub struct Res {
     /// The buffer: the first half is the source of our messages (and what
     /// the peer READs), the second half where the peer's land (WRITE,
     /// SEND) and where READ and atomic results go.
-    pub mr: Mr<'static>,
+    pub mr: Mr,
     /// Offset of the second half.
     pub half: usize,
     /// Source of inline sends (not registered).
