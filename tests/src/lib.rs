@@ -4,6 +4,8 @@
 //! choice of the `mlx5_*` programs (`src/bin/`), which run on the host
 //! against the emulated ConnectX-5.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use verbs::{AccessFlags, ConnectOpts, Context, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Wc};

@@ -3,6 +3,8 @@
 //! access checks that guard them, and the invalidate opcodes rxe cannot
 //! perform on plain MRs.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use verbs::{

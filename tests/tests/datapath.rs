@@ -2,6 +2,8 @@
 //! and several SGEs, inline and not, chained, and signaled every N. Every
 //! test checks the bytes that arrived, not only the completion.
 
+#![forbid(unsafe_code)]
+
 use std::io::IoSlice;
 
 use verbs::{RecvWr, SendFlags, SendWr, Sge, WcOpcode};

@@ -3,6 +3,8 @@
 //! corruption, the kernel's errno for invalid transitions, and arguments
 //! refused before they reach the kernel.
 
+#![forbid(unsafe_code)]
+
 use std::io::IoSlice;
 use std::time::Duration;
 

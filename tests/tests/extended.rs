@@ -2,6 +2,8 @@
 //! on a real rxe device: what works moves verified data, what rxe does not
 //! support fails with the exact error the kernel (or our pre-check) gives.
 
+#![forbid(unsafe_code)]
+
 use std::time::Duration;
 
 use verbs::{

@@ -5,6 +5,8 @@
 //! request behind it (and every posted receive) is flushed, all within a
 //! time bounded by the QP's own timeout settings: no hang.
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
 use verbs::{ConnectOpts, QpState, RecvWr, SendWr, Wc, WcStatus};

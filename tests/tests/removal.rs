@@ -7,6 +7,8 @@
 //! are unaffected. Tests run in name order with --test-threads=1; the
 //! removal test is named to run last.
 
+#![forbid(unsafe_code)]
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,8 @@
 //! and GID queries compared field by field with what rdma-core's
 //! `ibv_devinfo -v` reports for the same device.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 use std::process::Command;
 

@@ -4,6 +4,8 @@
 //! `rnr_retry` 7 it retries forever and the SEND lands once a receive shows
 //! up, however late.
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
 use verbs::{ConnectOpts, QpState, RecvWr, SendWr, WcOpcode, WcStatus};

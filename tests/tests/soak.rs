@@ -19,6 +19,8 @@
 //!
 //! (`cargo xtask` passes every `RVERBS_*` variable into the VM).
 
+#![forbid(unsafe_code)]
+
 use std::time::{Duration, Instant};
 
 use verbs::{QpCap, RecvWr, SendWr, Wc, WcOpcode};

@@ -3,6 +3,8 @@
 //! it), the SRQ outliving its handle while a QP uses it, resizing with
 //! receives queued, the limit event, and the errors for misuse.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashSet;
 use std::time::Duration;
 

@@ -5,6 +5,8 @@
 //! thread that posted it. Every completion arrives exactly once, on the
 //! right QP, with the right `wr_id`, and every byte arrives intact.
 
+#![forbid(unsafe_code)]
+
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 

@@ -4,6 +4,8 @@
 //! the sender still succeeds), the opcodes it lacks; and, for every QP
 //! type, the granted `max_inline_data` against QUERY_QP.
 
+#![forbid(unsafe_code)]
+
 use std::io::IoSlice;
 use std::time::Duration;
 

@@ -2,6 +2,8 @@
 //! sends addressed with them, the 40-byte GRH at the start of every
 //! receive, Q_Key filtering, the MTU bound, and the post-time refusals.
 
+#![forbid(unsafe_code)]
+
 use std::io::IoSlice;
 use std::time::Duration;
 

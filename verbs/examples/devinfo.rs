@@ -3,6 +3,8 @@
 //!
 //! Usage: `devinfo [-d DEVICE]`.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 fn run() -> verbs::Result<()> {

@@ -4,6 +4,8 @@
 //!
 //! Usage: `loopback [DEVICE]` (default: the first device).
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 use std::time::Duration;
 

@@ -8,6 +8,8 @@
 //! Usage: server `rc_client_server [-d DEV] [-p TCP_PORT] [-g GID_INDEX] [-s SIZE]`,
 //! client the same plus the server's host name.
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
