@@ -26,6 +26,19 @@ fn uc_with(access: AccessFlags) -> Pair {
     })
 }
 
+/// Proves that everything `a` sent before was processed by `b`'s responder.
+/// On UC a send completion says nothing about the responder (there is no
+/// ACK): a WRITE may complete at the requester before its data is placed.
+/// The responder handles packets in order, so once a zero-length SEND that
+/// follows has been received, every earlier packet was placed or dropped.
+fn responder_caught_up(p: &mut Pair, id: u64) {
+    p.b.post_recv(&[RecvWr::new(id, &[])]).unwrap();
+    p.a.post_send(&[SendWr::send(id, &[]).signaled()]).unwrap();
+    assert_eq!(wait_ok(&mut p.cq_a).wr_id(), id);
+    let wc = wait_ok(&mut p.cq_b);
+    assert_eq!((wc.wr_id(), wc.byte_len()), (id, 0));
+}
+
 #[test]
 fn uc_pair_reaches_rts() {
     let p = uc();
@@ -100,8 +113,10 @@ fn uc_rdma_write_and_write_with_imm() {
     p.a.post_send(&[SendWr::rdma_write(1, &s, rm.at(100, 5000).unwrap(), rm.rkey).signaled()])
         .unwrap();
     assert_eq!(wait_ok(&mut p.cq_a).opcode(), WcOpcode::RDMA_WRITE);
-    assert_eq!(&dst.to_vec()[100..5100], &data[..5000]);
+    // A WRITE without immediate completes nothing at the responder.
     assert_quiet(&mut p.cq_b, Duration::from_millis(50));
+    responder_caught_up(&mut p, 50);
+    assert_eq!(&dst.to_vec()[100..5100], &data[..5000]);
 
     p.b.post_recv(&[RecvWr::new(9, &[])]).unwrap();
     let s = [src.sge(8000..16384).unwrap()];
@@ -142,6 +157,7 @@ fn uc_inline_send_and_write() {
     wr.payload = verbs::Payload::Inline(&bufs);
     p.a.post_send(&[wr]).unwrap();
     wait_ok(&mut p.cq_a);
+    responder_caught_up(&mut p, 51);
     assert_eq!(&dst.to_vec()[2000..2000 + max], &y[..]);
 }
 
@@ -182,9 +198,10 @@ fn uc_write_without_remote_write_access_is_dropped() {
     p.a.post_send(&[SendWr::rdma_write(1, &s, rm.addr, rm.rkey).signaled()])
         .unwrap();
     assert!(wait_ok(&mut p.cq_a).is_success());
-    std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(dst.to_vec(), vec![0x5a; 64]);
     assert_quiet(&mut p.cq_b, Duration::from_millis(50));
+    // Dropped, not merely late: the responder has handled it.
+    responder_caught_up(&mut p, 52);
+    assert_eq!(dst.to_vec(), vec![0x5a; 64]);
     // Sends still work (they need no remote access).
     let r = [dst.sge(..).unwrap()];
     p.b.post_recv(&[RecvWr::new(4, &r)]).unwrap();

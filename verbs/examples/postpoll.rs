@@ -22,7 +22,6 @@
 //! Usage: `postpoll send|recv|write32 ITERS [DEVICE [GID_INDEX]]`
 //! (defaults: rxe0, GID index 1).
 
-
 use std::process::ExitCode;
 use std::time::Duration;
 

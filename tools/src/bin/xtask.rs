@@ -82,7 +82,7 @@ enum Cmd {
     /// Boot the soft-RoCE VM (rxe0 ready) and run CMD in it, in the
     /// workspace, as root; exits with CMD's exit status.
     Vm {
-        /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
+        /// Kernel series: "6.1" (Debian 12's kernel), "6.12" (Debian 13's) or "7" (the newest in backports).
         #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
         kernel: String,
         /// Kill the VM after this many seconds.
@@ -103,7 +103,7 @@ enum Cmd {
     /// folders in the shared workspace). `ip link set eth0 down` in a
     /// guest cuts the link.
     Vm2 {
-        /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
+        /// Kernel series: "6.1" (Debian 12's kernel), "6.12" (Debian 13's) or "7" (the newest in backports).
         #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
         kernel: String,
         /// Kill both VMs after this many seconds.
@@ -122,7 +122,7 @@ enum Cmd {
     /// Build the examples and run the rc_client_server demo (server and
     /// client processes, RDMA WRITE/READ and SEND/RECV) in the rxe VM.
     Demo {
-        /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
+        /// Kernel series: "6.1" (Debian 12's kernel), "6.12" (Debian 13's) or "7" (the newest in backports).
         #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
         kernel: String,
         /// Kill the VM after this many seconds.
@@ -133,7 +133,7 @@ enum Cmd {
     /// (callgrind) and, with `rverbs perf`, bandwidth, message rate and
     /// latency against perftest. Writes target/bench/BENCHMARKS.md.
     Bench {
-        /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
+        /// Kernel series: "6.1" (Debian 12's kernel), "6.12" (Debian 13's) or "7" (the newest in backports).
         #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
         kernel: String,
         /// Kill the VM after this many seconds.
@@ -160,8 +160,12 @@ enum Cmd {
     Mlx5,
     /// Run the host tests, then the VM suite (package verbs-tests) in one VM.
     Test {
-        /// Kernel series: "6.1" (Debian 12's kernel) or "6.12".
-        #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
+        /// Kernel series to run the VM suite on, one after the other: "6.1"
+        /// (Debian 12's kernel), "6.12" (Debian 13's), "7" (the newest in
+        /// backports), a comma-separated list, or "all" (all three; the
+        /// million-message soak runs on the first, a shorter one on the
+        /// others).
+        #[arg(long, value_name = "SERIES", default_value = "all")]
         kernel: String,
         /// Kill the VM after this many seconds.
         #[arg(long, value_name = "SECS", default_value_t = 1200)]
@@ -258,11 +262,12 @@ fn main() -> ExitCode {
             timeout,
             no_host,
             args,
-        } => vm_options(kernel, timeout)
-            .map_err(anyhow::Error::msg)
-            .and_then(|vm| {
+        } => kernel::parse_series_list(&kernel)
+            .and_then(|kernels| {
+                let vm = vm_options(kernels[0].clone(), timeout).map_err(anyhow::Error::msg)?;
                 testrun::test_command(&testrun::TestOptions {
                     vm,
+                    kernels,
                     extra_args: args,
                     no_host,
                 })

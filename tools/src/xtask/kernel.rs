@@ -14,6 +14,29 @@ use crate::util::{self, cache_dir, ensure_tool, mkdir_p, output, run};
 /// The default kernel series: Debian 12 (bookworm)'s own kernel.
 pub const DEFAULT_SERIES: &str = "6.1";
 
+/// The series `cargo xtask test` covers by default (`--kernel all`):
+/// Debian 12's, Debian 13's, and the newest in Debian's backports.
+pub const ALL_SERIES: &[&str] = &["6.1", "6.12", "7"];
+
+/// Parses `--kernel`'s value: one series, a comma-separated list, or `all`
+/// ([`ALL_SERIES`]).
+pub fn parse_series_list(value: &str) -> Result<Vec<String>> {
+    if value == "all" {
+        return Ok(ALL_SERIES.iter().map(|s| s.to_string()).collect());
+    }
+    let list: Vec<String> = value.split(',').map(|s| s.trim().to_string()).collect();
+    for s in &list {
+        if s.is_empty()
+            || !s
+                .split('.')
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            bail!("bad kernel series {s:?} in {value:?}: expected e.g. 6.1, 6.12, 7, a list 6.1,7, or all");
+        }
+    }
+    Ok(list)
+}
+
 /// A kernel extracted into the cache.
 #[derive(Debug, Clone)]
 pub struct Kernel {
@@ -33,6 +56,14 @@ struct ImagePackage {
 }
 
 impl ImagePackage {
+    /// `NAME=VERSION` (or `NAME`) for apt.
+    fn spec(&self) -> String {
+        match &self.version {
+            Some(v) => format!("{}={v}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
     /// The kernel release the package ships (`linux-image-REL` → `REL`).
     fn release(&self) -> &str {
         self.name.trim_start_matches("linux-image-")
@@ -93,18 +124,28 @@ fn load(dir: &Path) -> Result<Kernel> {
             modules.display()
         ),
     };
-    let vmlinuz = dir.join("boot").join(format!("vmlinuz-{release}"));
-    if !vmlinuz.exists() {
-        bail!(
-            "kernel image {} missing from the extracted package",
-            vmlinuz.display()
-        );
-    }
+    let vmlinuz = vmlinuz_path(dir, &release).with_context(|| {
+        format!(
+            "kernel image of {release} missing from the extracted packages in {}",
+            dir.display()
+        )
+    })?;
     Ok(Kernel {
         release,
         root: dir.to_path_buf(),
         vmlinuz,
     })
+}
+
+/// The kernel image in an extracted tree: `boot/vmlinuz-REL` (Debian up to
+/// 6.x), or `usr/lib/modules/REL/vmlinuz` (7.x, from `linux-binary-*`).
+fn vmlinuz_path(dir: &Path, release: &str) -> Option<PathBuf> {
+    [
+        dir.join("boot").join(format!("vmlinuz-{release}")),
+        dir.join("usr/lib/modules").join(release).join("vmlinuz"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
 }
 
 /// `lib/modules` of an extracted tree. Packages that ship `usr/lib/modules`
@@ -211,26 +252,27 @@ fn resolve(series: &str) -> Result<ImagePackage> {
         return Ok(pkg);
     }
     if newer_than_default(series) && util::is_root() {
-        if let Some(codename) = os_codename() {
-            let suite = format!("{codename}-backports");
-            if !apt_sources_mention(&suite) {
-                let file = format!("/etc/apt/sources.list.d/{suite}.sources");
-                step!("kernel {series} not in apt's sources: adding {suite} in {file}");
-                let text = format!(
-                    "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {suite}\n\
-                     Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-                );
-                std::fs::write(&file, text).with_context(|| format!("cannot write {file}"))?;
-                util::apt_update()?;
-                if let Some(pkg) = find_image(series)? {
-                    return Ok(pkg);
-                }
+        for suite in backports_suites() {
+            if apt_sources_mention(&suite) {
+                continue;
+            }
+            let file = format!("/etc/apt/sources.list.d/{suite}.sources");
+            step!("kernel {series} not in apt's sources: adding {suite} in {file}");
+            let text = format!(
+                "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: {suite}\n\
+                 Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+            );
+            std::fs::write(&file, text).with_context(|| format!("cannot write {file}"))?;
+            util::apt_update()?;
+            if let Some(pkg) = find_image(series)? {
+                return Ok(pkg);
             }
         }
     }
     bail!(
         "no Debian kernel package of series {series} found with apt-cache \
-         (tried linux-image-{series}-amd64 and linux-image-amd64; known series: 6.1, 6.12)"
+         (tried linux-image-{series}-amd64 and linux-image-amd64 with backports; \
+         known series: 6.1, 6.12, 7)"
     )
 }
 
@@ -239,6 +281,25 @@ fn resolve(series: &str) -> Result<ImagePackage> {
 fn newer_than_default(series: &str) -> bool {
     let parse = |s: &str| -> Vec<u32> { s.split('.').map(|p| p.parse().unwrap_or(0)).collect() };
     parse(series) > parse(DEFAULT_SERIES)
+}
+
+/// Debian's releases in order, for finding newer kernels in backports.
+const CODENAMES: &[&str] = &["bullseye", "bookworm", "trixie", "forky"];
+
+/// The backports suites that may carry newer kernels than the host's
+/// release: its own (6.12 for bookworm), then the next release's (the
+/// newest series, 7.x, is in trixie-backports).
+fn backports_suites() -> Vec<String> {
+    let Some(codename) = os_codename() else {
+        return Vec::new();
+    };
+    let mut suites = vec![format!("{codename}-backports")];
+    if let Some(i) = CODENAMES.iter().position(|c| *c == codename) {
+        if let Some(next) = CODENAMES.get(i + 1) {
+            suites.push(format!("{next}-backports"));
+        }
+    }
+    suites
 }
 
 /// `VERSION_CODENAME` from /etc/os-release.
@@ -265,6 +326,87 @@ fn apt_sources_mention(suite: &str) -> bool {
         })
 }
 
+/// `apt-get download`s one package into `downloads` and returns its .deb.
+fn download(pkg: &ImagePackage, downloads: &Path) -> Result<PathBuf> {
+    let spec = pkg.spec();
+    step!("downloading {spec} ...");
+    let before: Vec<PathBuf> = debs_in(downloads)?;
+    let mut cmd = Command::new("apt-get");
+    cmd.arg("download").arg("-q");
+    if util::is_root() {
+        // The cache is usually not readable by apt's sandbox user.
+        cmd.args(["-o", "APT::Sandbox::User=root"]);
+    }
+    run(cmd.arg(&spec).current_dir(downloads).stdin(Stdio::null()))
+        .with_context(|| format!("cannot download {spec}"))?;
+    let deb = debs_in(downloads)?
+        .into_iter()
+        .find(|p| !before.contains(p))
+        .with_context(|| {
+            format!(
+                "apt-get download left no new .deb in {}",
+                downloads.display()
+            )
+        })?;
+    let size = std::fs::metadata(&deb).map(|m| m.len()).unwrap_or(0);
+    step!(
+        "downloaded {} ({:.1} MB)",
+        deb.file_name().unwrap_or_default().to_string_lossy(),
+        size as f64 / 1e6
+    );
+    Ok(deb)
+}
+
+/// The .deb files in a folder.
+fn debs_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    Ok(std::fs::read_dir(dir)
+        .with_context(|| format!("cannot read {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "deb"))
+        .collect())
+}
+
+/// The `linux-binary-REL` (vmlinuz), `linux-modules-REL` and, where it is
+/// named, `linux-base-REL` (modules.order, modules.builtin) packages a split
+/// image package (7.x) depends on.
+fn split_parts(pkg: &ImagePackage) -> Result<Vec<ImagePackage>> {
+    let text = output(Command::new("apt-cache").args(["show", &pkg.spec()]))?;
+    let depends = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Depends:"))
+        .with_context(|| format!("{} has no kernel image and no Depends", pkg.name))?;
+    let parts = parse_split_parts(depends, pkg.release());
+    let named = |prefix: &str| parts.iter().any(|p| p.name.starts_with(prefix));
+    if !named("linux-binary-") || !named("linux-modules-") {
+        bail!(
+            "{} has no kernel image, and its Depends do not name linux-binary-{rel} \
+             and linux-modules-{rel}: {depends}",
+            pkg.name,
+            rel = pkg.release()
+        );
+    }
+    Ok(parts)
+}
+
+/// Picks `linux-{base,binary,modules}-REL` out of a Depends field.
+fn parse_split_parts(depends: &str, release: &str) -> Vec<ImagePackage> {
+    let wanted = ["base", "binary", "modules"].map(|p| format!("linux-{p}-{release}"));
+    depends
+        .split([',', '|'])
+        .map(str::trim)
+        .filter_map(|alt| {
+            let name = alt.split_whitespace().next()?;
+            wanted.iter().any(|w| w == name).then(|| ImagePackage {
+                name: name.to_string(),
+                version: alt
+                    .split_once("(=")
+                    .map(|(_, v)| v.trim().trim_end_matches(')').trim().to_string()),
+            })
+        })
+        .collect()
+}
+
 /// Downloads the package, extracts it into `dir` and runs depmod there.
 fn download_and_extract(pkg: &ImagePackage, dir: &Path) -> Result<()> {
     let downloads = cache_dir().join("downloads");
@@ -273,30 +415,8 @@ fn download_and_extract(pkg: &ImagePackage, dir: &Path) -> Result<()> {
             .with_context(|| format!("cannot clean {}", downloads.display()))?;
     }
     mkdir_p(&downloads)?;
-    let spec = match &pkg.version {
-        Some(v) => format!("{}={v}", pkg.name),
-        None => pkg.name.clone(),
-    };
-    step!("downloading {spec} ...");
-    let mut cmd = Command::new("apt-get");
-    cmd.arg("download").arg("-q");
-    if util::is_root() {
-        // The cache is usually not readable by apt's sandbox user.
-        cmd.args(["-o", "APT::Sandbox::User=root"]);
-    }
-    run(cmd.arg(&spec).current_dir(&downloads).stdin(Stdio::null()))
-        .with_context(|| format!("cannot download {spec}"))?;
-    let deb = std::fs::read_dir(&downloads)?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|x| x == "deb"))
-        .with_context(|| format!("apt-get download left no .deb in {}", downloads.display()))?;
-    let size = std::fs::metadata(&deb).map(|m| m.len()).unwrap_or(0);
-    step!(
-        "downloaded {} ({:.1} MB); extracting ...",
-        deb.file_name().unwrap_or_default().to_string_lossy(),
-        size as f64 / 1e6
-    );
+    let deb = download(pkg, &downloads)?;
+    let spec = pkg.spec();
 
     let tmp = dir.with_extension("partial");
     if tmp.exists() {
@@ -304,8 +424,16 @@ fn download_and_extract(pkg: &ImagePackage, dir: &Path) -> Result<()> {
     }
     mkdir_p(&tmp)?;
     run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp))?;
-    modules_root(&tmp)?;
     let release = pkg.release();
+    if vmlinuz_path(&tmp, release).is_none() {
+        // From 7.x linux-image-REL is a meta package: the image and the
+        // modules are in linux-binary-REL and linux-modules-REL.
+        for part in split_parts(pkg)? {
+            let deb = download(&part, &downloads)?;
+            run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp))?;
+        }
+    }
+    modules_root(&tmp)?;
     step!("running depmod for {release} ...");
     run(Command::new("depmod").arg("-b").arg(&tmp).arg(release))?;
     if dir.exists() {
@@ -320,10 +448,19 @@ fn download_and_extract(pkg: &ImagePackage, dir: &Path) -> Result<()> {
 }
 
 /// The module files to insmod, dependencies first, without duplicates.
-/// Built-in modules are skipped.
-pub fn module_load_order(kernel: &Kernel, modules: &[&str]) -> Result<Vec<PathBuf>> {
+/// Built-in modules are skipped, and so are modules of `optional` that the
+/// kernel does not have at all.
+pub fn module_load_order(
+    kernel: &Kernel,
+    modules: &[&str],
+    optional: &[&str],
+) -> Result<Vec<PathBuf>> {
     let mut order: Vec<PathBuf> = Vec::new();
     for module in modules {
+        if optional.contains(module) && !has_module(kernel, module) {
+            step!("kernel {} has no module {module}: skipped", kernel.release);
+            continue;
+        }
         let text = output(
             Command::new("modprobe")
                 .arg("-C")
@@ -353,6 +490,21 @@ pub fn module_load_order(kernel: &Kernel, modules: &[&str]) -> Result<Vec<PathBu
     Ok(order)
 }
 
+/// Whether the kernel has `module`, as a loadable module or built in
+/// (`modules.builtin`).
+fn has_module(kernel: &Kernel, module: &str) -> bool {
+    let dir = kernel.root.join("lib/modules").join(&kernel.release);
+    let want = |name: &str| {
+        let base = name.rsplit('/').next().unwrap_or(name);
+        let base = base.split(".ko").next().unwrap_or(base);
+        base.replace('-', "_") == module.replace('-', "_")
+    };
+    ["modules.dep", "modules.builtin"].iter().any(|f| {
+        std::fs::read_to_string(dir.join(f))
+            .is_ok_and(|t| t.lines().any(|l| want(l.split(':').next().unwrap_or(""))))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,5 +526,41 @@ mod tests {
         assert!(newer_than_default("6.12"));
         assert!(!newer_than_default("6.1"));
         assert!(!newer_than_default("5.10"));
+        assert!(newer_than_default("7"));
+        let p = parse_image_dependency(
+            " linux-base-amd64 (= 7.3.4-1~bpo13+1), linux-image-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1)",
+            "7",
+        )
+        .unwrap();
+        assert_eq!(p.release(), "7.3.4+deb13-amd64");
+    }
+
+    #[test]
+    fn series_lists() {
+        assert_eq!(parse_series_list("all").unwrap(), ["6.1", "6.12", "7"]);
+        assert_eq!(parse_series_list("6.12").unwrap(), ["6.12"]);
+        assert_eq!(parse_series_list("6.1,7").unwrap(), ["6.1", "7"]);
+        assert!(parse_series_list("6.1,,7").is_err());
+        assert!(parse_series_list("latest").is_err());
+    }
+
+    #[test]
+    fn split_image_names_binary_and_modules() {
+        let parts = parse_split_parts(
+            "dracut | initramfs-tools (>= 0.120+deb8u2) | linux-initramfs-tool, \
+             linux-base-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1), \
+             linux-binary-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1), \
+             linux-modules-7.3.4+deb13-amd64 (= 7.3.4-1~bpo13+1)",
+            "7.3.4+deb13-amd64",
+        );
+        let names: Vec<_> = parts.iter().map(|p| p.spec()).collect();
+        assert_eq!(
+            names,
+            [
+                "linux-base-7.3.4+deb13-amd64=7.3.4-1~bpo13+1",
+                "linux-binary-7.3.4+deb13-amd64=7.3.4-1~bpo13+1",
+                "linux-modules-7.3.4+deb13-amd64=7.3.4-1~bpo13+1"
+            ]
+        );
     }
 }

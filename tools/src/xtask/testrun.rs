@@ -40,8 +40,11 @@ const EXAMPLES_PACKAGE: &str = "verbs";
 
 /// Options of `cargo xtask test`.
 pub struct TestOptions {
-    /// VM settings (kernel series, timeout).
+    /// VM settings (the timeout; the series is each of `kernels`).
     pub vm: VmOptions,
+    /// The kernel series to run the VM suite on, in order (the first gets
+    /// the full soak).
+    pub kernels: Vec<String>,
     /// Extra arguments for every VM test binary.
     pub extra_args: Vec<OsString>,
     /// Skip the host test phase.
@@ -327,7 +330,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
     let has = |name: &str| packages.iter().any(|p| p.name == name);
     let mut total = Counts::default();
     let mut problems: Vec<String> = Vec::new();
-    let mut matrix: Vec<InteropRow> = Vec::new();
+    let mut matrix: Vec<(String, Vec<InteropRow>)> = Vec::new();
 
     // (a) Host tests.
     if opts.no_host {
@@ -447,15 +450,85 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         }
     }
 
-    // (c) One VM for all of them.
+    // (c) + (e) for each kernel series, one after the other.
     if let Some(binaries) = binaries {
+        for (k, series) in opts.kernels.iter().enumerate() {
+            let vm = VmOptions {
+                series: series.clone(),
+                ..opts.vm.clone()
+            };
+            let mut rows = Vec::new();
+            let before = problems.len();
+            let counts = run_kernel(
+                opts,
+                &vm,
+                k == 0,
+                &binaries,
+                &packages,
+                &target_dir,
+                &mut problems,
+                &mut rows,
+            )?;
+            for p in &mut problems[before..] {
+                *p = format!("[{series}] {p}");
+            }
+            say!(
+                "kernel {series}: {} passed, {} failed",
+                counts.passed,
+                counts.failed
+            );
+            total.add(counts);
+            matrix.push((series.clone(), rows));
+        }
+    }
+
+    for (series, rows) in &matrix {
+        say!("kernel {series}:");
+        print_interop(rows);
+    }
+    if problems.is_empty() {
+        say!("all passed");
+    } else {
+        say!("failed: {}", problems.join(", "));
+    }
+    print_line(&format!("{} passed, {} failed", total.passed, total.failed));
+    Ok(problems.is_empty() && total.failed == 0)
+}
+
+/// Messages of the soak on every kernel but the first, unless the caller
+/// set `RVERBS_SOAK_MESSAGES`: the million-message soak runs once.
+const SOAK_MESSAGES_SECONDARY: u32 = 100_000;
+
+/// The VM suite and the two-guest items on one kernel series: returns
+/// their counts, adds failed items to `problems` and interop rows to
+/// `matrix`. `primary`: the first series, the one the full soak runs on.
+#[allow(clippy::too_many_arguments)]
+fn run_kernel(
+    opts: &TestOptions,
+    vm_opts: &VmOptions,
+    primary: bool,
+    binaries: &[TestBinary],
+    packages: &[Package],
+    target_dir: &Path,
+    problems: &mut Vec<String>,
+    matrix: &mut Vec<InteropRow>,
+) -> Result<Counts> {
+    let ws = workspace_root();
+    let mut total = Counts::default();
+    say!("kernel series {}: the VM suite", vm_opts.series);
+    let soak_env = if primary || std::env::var_os("RVERBS_SOAK_MESSAGES").is_some() {
+        String::new()
+    } else {
+        format!(" RVERBS_SOAK_MESSAGES={SOAK_MESSAGES_SECONDARY}")
+    };
+    {
         let suite_dir = packages
             .iter()
             .find(|p| p.name == VM_SUITE)
             .map(|p| p.dir.clone())
             .unwrap_or_else(|| ws.clone());
         let mut items = Vec::new();
-        for b in &binaries {
+        for b in binaries {
             let mut words = vec![util::shell_quote_os(b.path.as_os_str())?];
             words.push("--test-threads=1".into());
             for a in &opts.extra_args {
@@ -471,7 +544,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
                 command: words.join(" "),
                 dir: suite_dir.clone(),
                 env: format!(
-                    "CARGO_MANIFEST_DIR={} CARGO_PKG_NAME={VM_SUITE}",
+                    "CARGO_MANIFEST_DIR={} CARGO_PKG_NAME={VM_SUITE}{soak_env}",
                     util::shell_quote_os(suite_dir.as_os_str())?
                 ),
             });
@@ -495,8 +568,8 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
             items.len() - binaries.len()
         );
         let run_dir = vm::new_run_dir()?;
-        let payload = payload_script(&items, &run_dir, &target_dir)?;
-        match vm::run(&opts.vm, &run_dir, &payload) {
+        let payload = payload_script(&items, &run_dir, target_dir)?;
+        match vm::run(vm_opts, &run_dir, &payload) {
             Ok(outcome) => {
                 if let Some(secs) = outcome.boot_secs {
                     say!("VM boot took {secs:.1} s");
@@ -566,7 +639,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
                 .unwrap_or(script)
                 .display()
                 .to_string();
-            let ok = run_pair_item(opts, &name, script, &target_dir, &mut matrix)?;
+            let ok = run_pair_item(vm_opts, &name, script, target_dir, matrix)?;
             if ok {
                 pair_total.passed += 1;
             } else {
@@ -581,15 +654,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         );
         total.add(pair_total);
     }
-
-    print_interop(&matrix);
-    if problems.is_empty() {
-        say!("all passed");
-    } else {
-        say!("failed: {}", problems.join(", "));
-    }
-    print_line(&format!("{} passed, {} failed", total.passed, total.failed));
-    Ok(problems.is_empty() && total.failed == 0)
+    Ok(total)
 }
 
 /// File (in a run directory, named to scripts by `RVERBS_REPORT`) where
@@ -673,7 +738,7 @@ fn print_interop(rows: &[InteropRow]) {
 /// Runs one `tests/vm2` script in both guests of a linked pair. Returns
 /// whether both exited 0; errors only for failures outside the item.
 fn run_pair_item(
-    opts: &TestOptions,
+    vm_opts: &VmOptions,
     name: &str,
     script: &Path,
     target_dir: &Path,
@@ -689,8 +754,8 @@ fn run_pair_item(
         util::shell_quote_os(script.as_os_str())?,
     );
     let vm = VmOptions {
-        timeout: opts.vm.timeout.min(VM2_ITEM_TIMEOUT),
-        ..opts.vm.clone()
+        timeout: vm_opts.timeout.min(VM2_ITEM_TIMEOUT),
+        ..vm_opts.clone()
     };
     say!("two-guest item {name}");
     let pair_dir = vm::new_run_dir()?;
