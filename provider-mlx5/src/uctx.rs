@@ -57,13 +57,18 @@ pub fn open(fd: BorrowedFd<'_>) -> Result<Opened, Errno> {
         ..Default::default()
     };
     let mut drv = AllocUcontextResp::new_zeroed();
-    let resp: GetContextResp = write_cmd(
-        fd,
-        nr::GET_CONTEXT,
-        &GetContext { response: 0 },
-        req.as_bytes(),
-        drv.as_mut_bytes(),
-    )?;
+    // SAFETY: GET_CONTEXT carries no user address but its response
+    // pointer, which write_cmd supplies; mlx5's driver data
+    // (alloc_ucontext_req_v2) holds counts and flags only.
+    let resp: GetContextResp = unsafe {
+        write_cmd(
+            fd,
+            nr::GET_CONTEXT,
+            &GetContext { response: 0 },
+            req.as_bytes(),
+            drv.as_mut_bytes(),
+        )?
+    };
     match Uctx::from_resp(fd, &drv) {
         Ok(uctx) => Ok(Opened {
             resp,

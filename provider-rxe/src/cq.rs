@@ -32,7 +32,10 @@ pub struct Created {
 /// Issues CREATE_CQ for `cmd` (its `response` is filled in) and maps the ring.
 pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateCqResp::new_zeroed();
-    let resp: CreateCqResp = write_cmd(fd, nr::CREATE_CQ, cmd, &[], drv.as_mut_bytes())?;
+    // SAFETY: CREATE_CQ carries no user address but its response pointer,
+    // which write_cmd supplies; rxe takes no driver data in (its ring is
+    // the kernel's, mapped below).
+    let resp: CreateCqResp = unsafe { write_cmd(fd, nr::CREATE_CQ, cmd, &[], drv.as_mut_bytes())? };
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
     Ok(Created { resp, cq })
 }
@@ -41,7 +44,10 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
 /// carries creation flags) and maps the ring.
 pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateCqResp::new_zeroed();
-    let resp: ExCreateCqResp = write_ex_cmd(fd, nr::EX_CREATE_CQ, cmd, &[], drv.as_mut_bytes())?;
+    // SAFETY: the extended CREATE_CQ carries no user address (write_ex_cmd
+    // supplies the response buffer); rxe takes no driver data in.
+    let resp: ExCreateCqResp =
+        unsafe { write_ex_cmd(fd, nr::EX_CREATE_CQ, cmd, &[], drv.as_mut_bytes())? };
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
     Ok(Created {
         resp: resp.base,
@@ -103,7 +109,10 @@ impl Cq {
             cq_handle,
             cqe,
         };
-        let resp: ResizeCqResp = write_cmd(fd, nr::RESIZE_CQ, &cmd, &[], drv.as_mut_bytes())?;
+        // SAFETY: RESIZE_CQ carries no user address but its response
+        // pointer, which write_cmd supplies; rxe takes no driver data in.
+        let resp: ResizeCqResp =
+            unsafe { write_cmd(fd, nr::RESIZE_CQ, &cmd, &[], drv.as_mut_bytes())? };
         self.ring = Queue::map(fd, &drv.mi)?;
         Ok(resp.cqe)
     }

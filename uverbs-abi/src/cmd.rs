@@ -110,7 +110,25 @@ fn do_write(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<(), Errno> {
 /// command with a response); it is filled in here. The kernel writes the core
 /// response, returned, followed by `drv_out.len()` bytes of driver response.
 /// All lengths must be multiples of 4 (the kernel counts 4-byte words).
-pub fn write_cmd<Q, R>(
+///
+/// # Safety
+///
+/// The kernel acts on every user address the command carries, in `req` or
+/// in `drv_in`, other than the response buffer this function supplies
+/// itself: it reads or writes through it, and the device may DMA to or from
+/// it, during the call and for as long as the object the command creates
+/// or modifies can use it (REG_MR's `start..start + length` until DEREG_MR;
+/// mlx5's `buf_addr` and `db_addr` until the CQ, QP or SRQ is destroyed; a
+/// `response` field left in a command sent with [`NoResp`]). The caller
+/// must ensure every such range is valid for those reads and writes for
+/// that long, and that no Rust reference relies on memory the kernel or
+/// device may write there staying unchanged. A command that carries no user
+/// address (destroy, query, most modifies) has nothing to uphold here.
+///
+/// `fd` should be a uverbs command fd: the bytes mean nothing to anything
+/// else. On any other file they are merely written to it, as `File::write`
+/// would do, and the answer is meaningless.
+pub unsafe fn write_cmd<Q, R>(
     fd: BorrowedFd<'_>,
     command: u32,
     req: &Q,
@@ -164,8 +182,14 @@ struct Framed<Q> {
 /// [`NoResp`], `req`'s first field must be its `response` pointer; it is
 /// filled in here with the address of the returned value's storage. The
 /// size rules of [`write_cmd`] are checked at compile time.
+///
+/// # Safety
+///
+/// As [`write_cmd`]: every user address `req` carries must be valid for
+/// what the command makes the kernel and device do with it, for as long
+/// as they may do it.
 #[inline]
-pub fn write_cmd_fixed<Q, R>(fd: BorrowedFd<'_>, command: u32, req: &Q) -> Result<R, Errno>
+pub unsafe fn write_cmd_fixed<Q, R>(fd: BorrowedFd<'_>, command: u32, req: &Q) -> Result<R, Errno>
 where
     Q: IntoBytes + Immutable + Copy,
     R: FromBytes + IntoBytes,
@@ -208,7 +232,14 @@ where
 /// Sends an extended `write()` command (`IB_USER_VERBS_CMD_FLAG_EXTENDED`):
 /// the core command `req` and driver data `drv_in`; returns the core
 /// response and fills `drv_out`. Lengths must be multiples of 8.
-pub fn write_ex_cmd<Q, R>(
+///
+/// # Safety
+///
+/// As [`write_cmd`]: every user address `req` or `drv_in` carries (other
+/// than the response buffer this function supplies) must be valid for what
+/// the command makes the kernel and device do with it, for as long as they
+/// may do it.
+pub unsafe fn write_ex_cmd<Q, R>(
     fd: BorrowedFd<'_>,
     command: u32,
     req: &Q,

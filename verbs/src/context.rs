@@ -77,13 +77,18 @@ impl Context {
                 (opened.resp, ProviderCtx::Mlx5(opened.uctx))
             }
             Driver::Rxe => {
-                let resp: GetContextResp = write_cmd(
-                    fd.as_fd(),
-                    nr::GET_CONTEXT,
-                    &GetContext::new_zeroed(),
-                    &[],
-                    &mut [],
-                )
+                // SAFETY: GET_CONTEXT carries no user address but its
+                // response pointer, which write_cmd supplies; rxe sends no
+                // driver data.
+                let resp: GetContextResp = unsafe {
+                    write_cmd(
+                        fd.as_fd(),
+                        nr::GET_CONTEXT,
+                        &GetContext::new_zeroed(),
+                        &[],
+                        &mut [],
+                    )
+                }
                 .map_err(Error::kernel("get_context"))?;
                 (resp, ProviderCtx::Rxe)
             }
@@ -149,13 +154,17 @@ impl Context {
     /// otherwise.
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let mut ex = ExQueryDeviceResp::new_zeroed();
-        match write_ex_cmd::<_, ExQueryDeviceResp>(
-            self.fd(),
-            nr::EX_QUERY_DEVICE,
-            &ExQueryDevice::default(),
-            &[],
-            &mut [],
-        ) {
+        // SAFETY: the extended QUERY_DEVICE carries no user address
+        // (write_ex_cmd supplies the response buffer).
+        match unsafe {
+            write_ex_cmd::<_, ExQueryDeviceResp>(
+                self.fd(),
+                nr::EX_QUERY_DEVICE,
+                &ExQueryDevice::default(),
+                &[],
+                &mut [],
+            )
+        } {
             Ok(r) => {
                 ex = r;
                 Ok(DeviceAttr {
@@ -164,13 +173,17 @@ impl Context {
                 })
             }
             Err(Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
-                let base: QueryDeviceResp = write_cmd(
-                    self.fd(),
-                    nr::QUERY_DEVICE,
-                    &QueryDevice::default(),
-                    &[],
-                    &mut [],
-                )
+                // SAFETY: QUERY_DEVICE carries no user address but its
+                // response pointer, which write_cmd supplies.
+                let base: QueryDeviceResp = unsafe {
+                    write_cmd(
+                        self.fd(),
+                        nr::QUERY_DEVICE,
+                        &QueryDevice::default(),
+                        &[],
+                        &mut [],
+                    )
+                }
                 .map_err(Error::kernel("query_device"))?;
                 ex.base = base;
                 Ok(DeviceAttr {
@@ -188,8 +201,11 @@ impl Context {
             port_num: port,
             ..Default::default()
         };
-        let raw: QueryPortResp = write_cmd(self.fd(), nr::QUERY_PORT, &cmd, &[], &mut [])
-            .map_err(Error::kernel("query_port"))?;
+        // SAFETY: QUERY_PORT carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let raw: QueryPortResp =
+            unsafe { write_cmd(self.fd(), nr::QUERY_PORT, &cmd, &[], &mut []) }
+                .map_err(Error::kernel("query_port"))?;
         Ok(PortAttr(raw))
     }
 
@@ -213,13 +229,16 @@ impl Context {
         let mut n: u64 = 0;
         let res = {
             let bytes = zerocopy::IntoBytes::as_mut_bytes(raw.as_mut_slice());
-            IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_TABLE)
-                .driver_id(self.inner.device.driver.id().unwrap_or(0))
+            let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_TABLE);
+            call.driver_id(self.inner.device.driver.id().unwrap_or(0))
                 .in_u64(gt::ENTRY_SIZE, size_of::<RawGidEntry>() as u64)
                 .in_u32(gt::FLAGS, 0)
                 .out_bytes(gt::RESP_ENTRIES, bytes)
-                .out_value(gt::RESP_NUM_ENTRIES, &mut n)
-                .execute(self.fd())
+                .out_value(gt::RESP_NUM_ENTRIES, &mut n);
+            // SAFETY: the inline values are a size and flags, no address;
+            // the outputs are borrowed buffers. The fd is this context's,
+            // opened on the device's uverbs node.
+            unsafe { call.execute(self.fd()) }
         };
         match res {
             Ok(()) => {}

@@ -39,7 +39,11 @@ impl Drop for CqInner {
         };
         // Every QP using the CQ is gone (they hold this Arc). On failure
         // (device removed) the kernel frees it with the context.
-        let _ = write_cmd::<_, DestroyCqResp>(self.ctx.fd(), nr::DESTROY_CQ, &cmd, &[], &mut []);
+        // SAFETY: DESTROY_CQ carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let _ = unsafe {
+            write_cmd::<_, DestroyCqResp>(self.ctx.fd(), nr::DESTROY_CQ, &cmd, &[], &mut [])
+        };
     }
 }
 
@@ -89,13 +93,17 @@ pub struct CompChannel {
 impl Context {
     /// Creates a completion channel.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        let resp: CreateCompChannelResp = write_cmd(
-            self.fd(),
-            nr::CREATE_COMP_CHANNEL,
-            &CreateCompChannel::new_zeroed(),
-            &[],
-            &mut [],
-        )
+        // SAFETY: CREATE_COMP_CHANNEL carries no user address but its
+        // response pointer, which write_cmd supplies.
+        let resp: CreateCompChannelResp = unsafe {
+            write_cmd(
+                self.fd(),
+                nr::CREATE_COMP_CHANNEL,
+                &CreateCompChannel::new_zeroed(),
+                &[],
+                &mut [],
+            )
+        }
         .map_err(Error::kernel("create_comp_channel"))?;
         // SAFETY: the kernel just created this fd for us.
         let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
@@ -320,9 +328,12 @@ impl Cq {
             cq_handle: self.inner.handle,
             solicited_only: solicited_only as u32,
         };
-        write_cmd::<_, NoResp>(self.inner.ctx.fd(), nr::REQ_NOTIFY_CQ, &cmd, &[], &mut [])
-            .map(|_| ())
-            .map_err(Error::kernel("req_notify_cq"))
+        // SAFETY: REQ_NOTIFY_CQ carries no user address.
+        unsafe {
+            write_cmd::<_, NoResp>(self.inner.ctx.fd(), nr::REQ_NOTIFY_CQ, &cmd, &[], &mut [])
+        }
+        .map(|_| ())
+        .map_err(Error::kernel("req_notify_cq"))
     }
 
     /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.

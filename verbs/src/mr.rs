@@ -206,8 +206,13 @@ impl Pd {
             pd_handle: self.inner.handle,
             access_flags: access.bits(),
         };
-        let resp: RegMrResp = write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut [])
-            .map_err(Error::kernel("reg_mr"))?;
+        // SAFETY: REG_MR's start..start+length is addr..addr+len, which this
+        // function's caller keeps valid, and untouched but through the MR,
+        // for the MR's life (ended by DEREG_MR in Drop); the response
+        // pointer is write_cmd's own.
+        let resp: RegMrResp =
+            unsafe { write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut []) }
+                .map_err(Error::kernel("reg_mr"))?;
         Ok(Mr {
             pd: self.clone(),
             handle: resp.mr_handle,
@@ -313,8 +318,12 @@ impl Mr<'_> {
             pd_handle: pd.handle(),
             access_flags: access.bits(),
         };
-        let resp: ReregMrResp = write_cmd(self.pd.context().fd(), nr::REREG_MR, &cmd, &[], &mut [])
-            .map_err(Error::kernel("rereg_mr"))?;
+        // SAFETY: REREG_MR's start..start+length is the MR's own memory,
+        // already registered and held by `self` until DEREG_MR; the
+        // response pointer is write_cmd's own.
+        let resp: ReregMrResp =
+            unsafe { write_cmd(self.pd.context().fd(), nr::REREG_MR, &cmd, &[], &mut []) }
+                .map_err(Error::kernel("rereg_mr"))?;
         self.lkey = resp.lkey;
         self.rkey = resp.rkey;
         self.access = access;
@@ -393,7 +402,10 @@ impl Drop for Mr<'_> {
         // After DEREG_MR returns the device no longer touches the memory, so
         // the borrow (or owned mapping) may end. EIO/ENODEV mean the device
         // is gone and the kernel already tore the registration down.
-        match write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut []) {
+        // SAFETY: DEREG_MR carries no user address.
+        match unsafe {
+            write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut [])
+        } {
             Ok(_) | Err(Errno::EIO | Errno::ENODEV) => {}
             Err(_) => {
                 // The registration may still be live (e.g. EBUSY): never

@@ -152,24 +152,29 @@ fn port_cap_flags2(dev: &Device, port: u8) -> Option<u16> {
         .open(&dev.dev_path)
         .ok()?;
     let fd = OwnedFd::from(file);
-    let resp: GetContextResp = write_cmd(
-        fd.as_fd(),
-        nr::GET_CONTEXT,
-        &GetContext::default(),
-        &[],
-        &mut [],
-    )
+    // SAFETY: GET_CONTEXT carries no user address but its response
+    // pointer, which write_cmd supplies; no driver data.
+    let resp: GetContextResp = unsafe {
+        write_cmd(
+            fd.as_fd(),
+            nr::GET_CONTEXT,
+            &GetContext::default(),
+            &[],
+            &mut [],
+        )
+    }
     .ok()?;
     // SAFETY: the kernel just opened this descriptor for us and nothing
     // else owns it; owning it closes it.
     let _async_fd = unsafe { OwnedFd::from_raw_fd(resp.async_fd as i32) };
     let mut buf = [0u8; QUERY_PORT_RESP_EX_LEN];
-    IoctlCmd::new(object::DEVICE, device_method::QUERY_PORT)
-        .driver_id(dev.driver.id().unwrap_or(0))
+    let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_PORT);
+    call.driver_id(dev.driver.id().unwrap_or(0))
         .in_u64(QUERY_PORT_PORT_NUM, u64::from(port))
-        .out_bytes(QUERY_PORT_RESP, &mut buf)
-        .execute(fd.as_fd())
-        .ok()?;
+        .out_bytes(QUERY_PORT_RESP, &mut buf);
+    // SAFETY: the inline value is a port number, no address; the output is
+    // a borrowed buffer; `fd` is the device's uverbs node.
+    unsafe { call.execute(fd.as_fd()) }.ok()?;
     Some(u16::from_ne_bytes([
         buf[PORT_CAP_FLAGS2_OFFSET],
         buf[PORT_CAP_FLAGS2_OFFSET + 1],
