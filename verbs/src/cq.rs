@@ -5,7 +5,7 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd, NoResp};
+use uverbs_abi::cmd::{nr, write_cmd, write_cmd_prefilled, NoResp, NO_FD};
 use uverbs_abi::cq::{
     CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq, DestroyCqResp,
     ExCreateCq, ReqNotifyCq,
@@ -93,20 +93,27 @@ pub struct CompChannel {
 impl Context {
     /// Creates a completion channel.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        // The fd field starts as -1: a response the kernel did not write
+        // must not name fd 0.
+        let mut resp = CreateCompChannelResp { fd: NO_FD };
         // SAFETY: CREATE_COMP_CHANNEL carries no user address but its
-        // response pointer, which write_cmd supplies.
-        let resp: CreateCompChannelResp = unsafe {
-            write_cmd(
+        // response pointer, which write_cmd_prefilled supplies.
+        unsafe {
+            write_cmd_prefilled(
                 self.fd(),
                 nr::CREATE_COMP_CHANNEL,
                 &CreateCompChannel::new_zeroed(),
+                &mut resp,
                 &[],
                 &mut [],
             )
         }
         .map_err(Error::kernel("create_comp_channel"))?;
-        // SAFETY: the kernel just created this fd for us.
-        let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
+        let raw = crate::context::kernel_fd("create_comp_channel", "fd", resp.fd)?;
+        // SAFETY: the kernel wrote this fd number over the -1 prefilled
+        // above: it opened it for us in this call on the context's checked
+        // uverbs node, and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         crate::event::set_nonblocking(fd.as_fd())
             .map_err(Error::kernel("comp channel O_NONBLOCK"))?;
         Ok(CompChannel { fd: Arc::new(fd) })
@@ -150,7 +157,7 @@ impl Context {
             if dev.ex().is_none_or(|ex| ex.timestamp_mask == 0) {
                 return Err(Error::invalid(format!(
                     "{} has no completion timestamps (its timestamp_mask is 0)",
-                    self.device().name
+                    self.device().name()
                 )));
             }
         }
