@@ -285,12 +285,17 @@ impl Cq {
     /// Never blocks and never allocates. A completion the CQ had no room
     /// for is not here: the kernel reports that loss only as an
     /// [`crate::AsyncEventKind::CqErr`] async event naming this CQ.
+    ///
+    /// Fails with [`Error::Unusable`] after a failed rxe resize lost the
+    /// ring (see [`Cq::resize`]).
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize> {
         // SAFETY: Wc is repr(transparent) over the ABI's Wc.
         let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [uverbs_abi::wr::Wc]) };
         match &mut self.ring {
-            Ring::Rxe(r) => Ok(r.poll(raw)),
+            Ring::Rxe(r) => r
+                .poll(raw)
+                .map_err(|e| Error::Unusable(format!("poll_cq: {e}"))),
             Ring::Mlx5(r) => Ok(r.poll(raw)),
         }
     }
@@ -348,6 +353,12 @@ impl Cq {
     /// On mlx5 the provider allocates a new ring and moves the unpolled
     /// CQEs into it; the previous ring stays mapped (owned by the CQ's
     /// shared memory) until the next resize or the CQ's destruction.
+    ///
+    /// On rxe the kernel replaces the ring and this maps the new one. If
+    /// the kernel resized but the new ring cannot be mapped, the error is
+    /// returned and the CQ is unusable: every later [`Cq::poll`] fails
+    /// with [`Error::Unusable`] (the old ring is no longer filled, so
+    /// polling it would lose completions silently).
     pub fn resize(&mut self, cqe: u32) -> Result<()> {
         if cqe == 0 {
             return Err(Error::invalid("a CQ needs at least one entry"));

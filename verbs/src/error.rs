@@ -81,6 +81,10 @@ pub enum Error {
         /// What it held.
         value: i32,
     },
+    /// The object can no longer be used: an earlier failure left it out of
+    /// step with the kernel. Only dropping it remains.
+    #[error("{0}")]
+    Unusable(String),
     /// An argument was refused before anything reached the kernel.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
