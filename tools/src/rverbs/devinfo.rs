@@ -157,8 +157,8 @@ fn port_cap_flags2(dev: &Device, port: u8) -> Option<u16> {
         num_comp_vectors: 0,
     };
     // SAFETY: GET_CONTEXT carries no user address but its response
-    // pointer, which write_cmd_prefilled supplies; no driver data (the
-    // kernel accepts a context without it for this query).
+    // pointer, which write_cmd_prefilled supplies; no driver data is sent
+    // (a driver that requires some refuses, and 0 is printed, as before).
     unsafe {
         write_cmd_prefilled(
             fd.as_fd(),
