@@ -80,20 +80,30 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateCq) -> Result<Cr
         ..Default::default()
     };
     let mut drv_resp = mlx5::CreateCqResp::new_zeroed();
-    let resp: CreateCqResp = write_cmd(
-        fd,
-        nr::CREATE_CQ,
-        &core,
-        drv.as_bytes(),
-        drv_resp.as_mut_bytes(),
-    )?;
+    // SAFETY: the user addresses are the driver data's `buf_addr` and
+    // `db_addr`: this CQ's ring and doorbell record in `mem` (mappings of
+    // our own that no Rust reference covers, read and written only through
+    // raw pointers), which the returned Cq and its CqMemory keep until
+    // DESTROY_CQ; the kernel pins their pages for the CQ's life. The core
+    // command carries only its response pointer, which write_cmd supplies.
+    let resp: CreateCqResp = unsafe {
+        write_cmd(
+            fd,
+            nr::CREATE_CQ,
+            &core,
+            drv.as_bytes(),
+            drv_resp.as_mut_bytes(),
+        )?
+    };
     if resp.cqe != ncqe - 1 {
         let d = DestroyCq {
             response: 0,
             cq_handle: resp.cq_handle,
             reserved: 0,
         };
-        let _ = write_cmd::<_, DestroyCqResp>(fd, nr::DESTROY_CQ, &d, &[], &mut []);
+        // SAFETY: DESTROY_CQ carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let _ = unsafe { write_cmd::<_, DestroyCqResp>(fd, nr::DESTROY_CQ, &d, &[], &mut []) };
         return Err(Errno::EPROTO);
     }
     Ok(Created {
@@ -286,7 +296,14 @@ impl Cq {
             cqe_size: CQE_SIZE as u16,
             ..Default::default()
         };
-        let _: ResizeCqResp = write_cmd(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut [])?;
+        // SAFETY: the one user address is the driver data's `buf_addr`:
+        // `buf`, a fresh mapping no Rust reference covers, which
+        // switch_ring makes this CQ's ring, kept until the next resize but
+        // one or DESTROY_CQ (the kernel pins its pages meanwhile). The core
+        // command carries only its response pointer, which write_cmd
+        // supplies.
+        let _: ResizeCqResp =
+            unsafe { write_cmd(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut [])? };
         self.switch_ring(buf, ncqe);
         Ok(ncqe - 1)
     }

@@ -157,13 +157,22 @@ pub fn create(
     };
     let mut drv_resp = mlx5::CreateQpResp::new_zeroed();
     // On error `reg` drops here and frees the user index.
-    let mut resp: CreateQpResp = write_cmd(
-        fd,
-        nr::CREATE_QP,
-        &core,
-        drv.as_bytes(),
-        drv_resp.as_mut_bytes(),
-    )?;
+    // SAFETY: the user addresses are the driver data's `buf_addr` and
+    // `db_addr` (`sq_buf_addr` is 0): the QP's work queue buffer and
+    // doorbell record, mappings of our own that no Rust reference covers
+    // (accessed through raw pointers only), owned by the returned queues'
+    // shared `mem`, which the caller keeps until DESTROY_QP; the kernel
+    // pins their pages for the QP's life. The core command carries only
+    // its response pointer, which write_cmd supplies.
+    let mut resp: CreateQpResp = unsafe {
+        write_cmd(
+            fd,
+            nr::CREATE_QP,
+            &core,
+            drv.as_bytes(),
+            drv_resp.as_mut_bytes(),
+        )?
+    };
     let destroy = |e: Errno| {
         destroy_qp(fd, resp.qp_handle);
         e
@@ -229,7 +238,9 @@ fn destroy_qp(fd: BorrowedFd<'_>, handle: u32) {
         qp_handle: handle,
         reserved: 0,
     };
-    let _ = write_cmd::<_, DestroyQpResp>(fd, nr::DESTROY_QP, &cmd, &[], &mut []);
+    // SAFETY: DESTROY_QP carries no user address but its response pointer,
+    // which write_cmd supplies.
+    let _ = unsafe { write_cmd::<_, DestroyQpResp>(fd, nr::DESTROY_QP, &cmd, &[], &mut []) };
 }
 
 /// The QP's slot in the context's user-index table; dropping it frees

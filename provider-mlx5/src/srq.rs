@@ -103,13 +103,22 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateSrq) -> Result<C
         reserved1: 0,
     };
     let mut drv_resp = mlx5::CreateSrqResp::new_zeroed();
-    let mut resp: CreateSrqResp = write_cmd(
-        fd,
-        nr::CREATE_SRQ,
-        &core,
-        drv.as_bytes(),
-        drv_resp.as_mut_bytes(),
-    )?;
+    // SAFETY: the user addresses are the driver data's `buf_addr` and
+    // `db_addr`: the SRQ's WQE buffer and doorbell record in `mem`
+    // (mappings of our own that no Rust reference covers, accessed through
+    // raw pointers only), which the returned Srq and its SrqMemory keep
+    // until DESTROY_SRQ; the kernel pins their pages for the SRQ's life.
+    // The core command carries only its response pointer, which write_cmd
+    // supplies.
+    let mut resp: CreateSrqResp = unsafe {
+        write_cmd(
+            fd,
+            nr::CREATE_SRQ,
+            &core,
+            drv.as_bytes(),
+            drv_resp.as_mut_bytes(),
+        )?
+    };
     resp.max_wr = g.tail;
     resp.max_sge = g.max_gs;
     Ok(Created {

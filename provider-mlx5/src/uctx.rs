@@ -1,16 +1,14 @@
-//! The mlx5 user context: GET_CONTEXT with mlx5's driver data, the UAR
-//! pages mapped from the command fd (doorbell and BlueFlame registers),
-//! the doorbell-record allocator and the QP table CQs resolve CQEs with.
+//! The mlx5 user context: the driver data of GET_CONTEXT (which the caller
+//! issues, owning the async fd it opens), the UAR pages mapped from the
+//! command fd (doorbell and BlueFlame registers), the doorbell-record
+//! allocator and the QP table CQs resolve CQEs with.
 
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 
-use uverbs_abi::cmd::{nr, write_cmd};
-use uverbs_abi::device::{GetContext, GetContextResp};
 use uverbs_abi::mlx5::{self, AllocUcontextReqV2, AllocUcontextResp};
 use uverbs_abi::Errno;
-use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{page_size, DbPool, DbRec};
 use crate::wq::{QpEntry, Table};
@@ -32,22 +30,13 @@ const CQ_DOORBELL: usize = 0x20;
 /// User indexes are 24 bits; this one means "none" to the kernel.
 const UIDX_INVALID: u32 = 0xFF_FFFF;
 
-/// What GET_CONTEXT returned: the core answer (async fd, completion
-/// vectors) and the provider's context. On error after the command
-/// succeeded, the async fd has been closed.
-#[derive(Debug)]
-pub struct Opened {
-    /// Core response; `async_fd` is the caller's to own.
-    pub resp: GetContextResp,
-    /// The provider context, shared by every object of this device.
-    pub uctx: Arc<Uctx>,
-}
-
-/// Issues GET_CONTEXT with `mlx5_ib_alloc_ucontext_req_v2` (static
-/// bfregs, CQE version 1, 4K UARs, no dynamic UARs: those need ioctl
-/// methods) and maps the static UAR pages.
-pub fn open(fd: BorrowedFd<'_>) -> Result<Opened, Errno> {
-    let req = AllocUcontextReqV2 {
+/// The driver data mlx5's GET_CONTEXT sends
+/// (`mlx5_ib_alloc_ucontext_req_v2`): static bfregs, CQE version 1, 4K
+/// UARs, no dynamic UARs (those need ioctl methods). The caller issues
+/// GET_CONTEXT with it, owns the async fd of the core response, and builds
+/// the provider context from the driver response with [`Uctx::from_resp`].
+pub fn alloc_ucontext_req() -> AllocUcontextReqV2 {
+    AllocUcontextReqV2 {
         total_num_bfregs: TOTAL_BFREGS,
         num_low_latency_bfregs: LOW_LAT_BFREGS,
         flags: 0,
@@ -55,26 +44,6 @@ pub fn open(fd: BorrowedFd<'_>) -> Result<Opened, Errno> {
         max_cqe_version: 1,
         lib_caps: mlx5::MLX5_LIB_CAP_4K_UAR,
         ..Default::default()
-    };
-    let mut drv = AllocUcontextResp::new_zeroed();
-    let resp: GetContextResp = write_cmd(
-        fd,
-        nr::GET_CONTEXT,
-        &GetContext { response: 0 },
-        req.as_bytes(),
-        drv.as_mut_bytes(),
-    )?;
-    match Uctx::from_resp(fd, &drv) {
-        Ok(uctx) => Ok(Opened {
-            resp,
-            uctx: Arc::new(uctx),
-        }),
-        Err(e) => {
-            // SAFETY: the kernel just opened this fd for us and nothing
-            // else knows it.
-            unsafe { libc::close(resp.async_fd as i32) };
-            Err(e)
-        }
     }
 }
 
@@ -157,7 +126,11 @@ pub(crate) struct Bfreg {
 unsafe impl Send for Bfreg {}
 
 impl Uctx {
-    fn from_resp(fd: BorrowedFd<'_>, r: &AllocUcontextResp) -> Result<Uctx, Errno> {
+    /// The provider context of the GET_CONTEXT (sent with
+    /// [`alloc_ucontext_req`]) on the command fd `fd` whose driver response
+    /// is `r`: checks it and maps the static UAR pages. `EPROTO` if the
+    /// response is unusable.
+    pub fn from_resp(fd: BorrowedFd<'_>, r: &AllocUcontextResp) -> Result<Uctx, Errno> {
         if r.tot_bfregs == 0 || r.cache_line_size == 0 || r.cqe_version > 1 {
             return Err(Errno::EPROTO);
         }

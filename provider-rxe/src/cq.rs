@@ -16,8 +16,27 @@ use crate::queue::Queue;
 /// A CQ's completion ring.
 #[derive(Debug)]
 pub struct Cq {
-    ring: Queue,
+    /// `None` after a resize whose new ring could not be mapped.
+    ring: Option<Queue>,
 }
+
+/// [`Cq::poll`]'s error: the CQ has no ring any more. RESIZE_CQ succeeded,
+/// so the kernel produces into its new ring only, but that ring could not
+/// be mapped; polling the old one would report nothing while completions
+/// pile up unseen. The CQ can only be destroyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingLost;
+
+impl std::fmt::Display for RingLost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the CQ's ring is lost: the kernel resized it but the new ring could not be \
+             mapped, so its completions cannot be read",
+        )
+    }
+}
+
+impl std::error::Error for RingLost {}
 
 /// What CREATE_CQ returned: the kernel's answer and the mapped ring. If
 /// mapping fails the caller must destroy `resp.cq_handle`.
@@ -32,7 +51,10 @@ pub struct Created {
 /// Issues CREATE_CQ for `cmd` (its `response` is filled in) and maps the ring.
 pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateCqResp::new_zeroed();
-    let resp: CreateCqResp = write_cmd(fd, nr::CREATE_CQ, cmd, &[], drv.as_mut_bytes())?;
+    // SAFETY: CREATE_CQ carries no user address but its response pointer,
+    // which write_cmd supplies; rxe takes no driver data in (its ring is
+    // the kernel's, mapped below).
+    let resp: CreateCqResp = unsafe { write_cmd(fd, nr::CREATE_CQ, cmd, &[], drv.as_mut_bytes())? };
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
     Ok(Created { resp, cq })
 }
@@ -41,7 +63,10 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
 /// carries creation flags) and maps the ring.
 pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateCqResp::new_zeroed();
-    let resp: ExCreateCqResp = write_ex_cmd(fd, nr::EX_CREATE_CQ, cmd, &[], drv.as_mut_bytes())?;
+    // SAFETY: the extended CREATE_CQ carries no user address (write_ex_cmd
+    // supplies the response buffer); rxe takes no driver data in.
+    let resp: ExCreateCqResp =
+        unsafe { write_ex_cmd(fd, nr::EX_CREATE_CQ, cmd, &[], drv.as_mut_bytes())? };
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
     Ok(Created {
         resp: resp.base,
@@ -49,19 +74,29 @@ pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno>
     })
 }
 
+/// `ring` if its slots hold a completion each.
+fn checked(ring: Queue) -> Result<Queue, Errno> {
+    if ring.elem_size() < size_of::<Wc>() {
+        return Err(Errno::EPROTO);
+    }
+    Ok(ring)
+}
+
 impl Cq {
     fn from_ring(ring: Queue) -> Result<Self, Errno> {
-        if ring.elem_size() < size_of::<Wc>() {
-            return Err(Errno::EPROTO);
-        }
-        Ok(Cq { ring })
+        Ok(Cq {
+            ring: Some(checked(ring)?),
+        })
     }
 
     /// Polls up to `wc.len()` completions into `wc`, returning how many were
     /// written. One acquire load and at most one release store per call.
+    /// Fails, every time, once a resize lost the ring ([`RingLost`]).
     #[inline]
-    pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
-        let q = &self.ring;
+    pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
+        let Some(q) = &self.ring else {
+            return Err(RingLost);
+        };
         // The kernel is the only producer; we are the only consumer (`&mut`).
         let mut cons = q.consumer().load(Ordering::Relaxed);
         // Acquire: the kernel's CQE writes happen-before its release store of
@@ -70,7 +105,7 @@ impl Cq {
         let mut n = 0;
         while n < wc.len() && cons != prod {
             // SAFETY: the slot lies inside the ring, holds at least
-            // size_of::<Wc>() bytes (checked in `from_ring`), is 8-aligned, and
+            // size_of::<Wc>() bytes (checked in `checked`), is 8-aligned, and
             // the kernel will not rewrite it until we move the consumer past it.
             wc[n] = unsafe { std::ptr::read(q.slot(cons).cast::<Wc>()) };
             cons = (cons + 1) & q.mask();
@@ -81,21 +116,27 @@ impl Cq {
             // reuse them.
             q.consumer().store(cons, Ordering::Release);
         }
-        n
+        Ok(n)
     }
 
-    /// Completions waiting in the ring.
+    /// Completions waiting in the ring (0 once the ring is lost).
     pub fn pending(&self) -> u32 {
-        self.ring.fill()
+        self.ring.as_ref().map_or(0, Queue::fill)
     }
 
-    /// Ring capacity.
+    /// Ring capacity (0 once the ring is lost).
     pub fn capacity(&self) -> u32 {
-        self.ring.mask()
+        self.ring.as_ref().map_or(0, Queue::mask)
     }
 
     /// Issues RESIZE_CQ and swaps in the new ring. Completions not yet polled
     /// are carried over by the kernel. Returns the new depth.
+    ///
+    /// If the kernel resized but the new ring cannot be mapped, the error
+    /// is returned and the CQ is left without a ring: every later
+    /// [`Cq::poll`] fails with [`RingLost`]. The old mapping still shows
+    /// the old buffer, but the kernel no longer produces into it, so
+    /// polling it would lose completions silently. (As the SRQ's resize.)
     pub fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
         let mut drv = rxe::ResizeCqResp::new_zeroed();
         let cmd = ResizeCq {
@@ -103,8 +144,87 @@ impl Cq {
             cq_handle,
             cqe,
         };
-        let resp: ResizeCqResp = write_cmd(fd, nr::RESIZE_CQ, &cmd, &[], drv.as_mut_bytes())?;
-        self.ring = Queue::map(fd, &drv.mi)?;
+        // SAFETY: RESIZE_CQ carries no user address but its response
+        // pointer, which write_cmd supplies; rxe takes no driver data in.
+        let resp: ResizeCqResp =
+            unsafe { write_cmd(fd, nr::RESIZE_CQ, &cmd, &[], drv.as_mut_bytes())? };
+        // The kernel has swapped rings: from here on only the new one is
+        // produced into.
+        self.ring = None;
+        self.ring = Some(Queue::map(fd, &drv.mi).and_then(checked)?);
         Ok(resp.cqe)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::File;
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+
+    use uverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
+
+    use super::*;
+
+    const SLOTS: u32 = 8;
+    const LOG2_ELEM: u32 = 6; // 64-byte slots, as rxe's CQEs
+
+    /// A CQ over a ring in a memfd laid out as rxe lays out its rings,
+    /// with one completion (`wr_id` 7) produced.
+    fn memfd_cq() -> (OwnedFd, Cq) {
+        // SAFETY: a valid C string; memfd_create has no other preconditions.
+        let raw = unsafe { libc::memfd_create(c"rxe-cq-test".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(raw >= 0, "memfd_create: {}", Errno::last());
+        // SAFETY: memfd_create just returned this fd; nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let size = QUEUE_DATA_OFFSET + ((SLOTS as usize) << LOG2_ELEM);
+        let f = File::from(fd.try_clone().unwrap());
+        f.set_len(size as u64).unwrap();
+        let mut hdr = uverbs_abi::rxe::QueueBuf::new_zeroed();
+        hdr.log2_elem_size = LOG2_ELEM;
+        hdr.index_mask = SLOTS - 1;
+        hdr.producer_index = 1;
+        let wc = Wc {
+            wr_id: 7,
+            ..Wc::new_zeroed()
+        };
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(hdr.as_bytes(), 0).unwrap();
+        f.write_all_at(wc.as_bytes(), QUEUE_DATA_OFFSET as u64)
+            .unwrap();
+        let mi = MmInfo {
+            offset: 0,
+            size: size as u32,
+            pad: 0,
+        };
+        let cq = Queue::map(fd.as_fd(), &mi).and_then(Cq::from_ring).unwrap();
+        (fd, cq)
+    }
+
+    #[test]
+    fn poll_reads_the_ring() {
+        let (_fd, mut cq) = memfd_cq();
+        assert_eq!(cq.pending(), 1);
+        let mut wc = [Wc::new_zeroed(); 4];
+        assert_eq!(cq.poll(&mut wc), Ok(1));
+        assert_eq!(wc[0].wr_id, 7);
+        assert_eq!(cq.poll(&mut wc), Ok(0));
+    }
+
+    /// RESIZE_CQ succeeds but the new ring cannot be mapped: the CQ must
+    /// not go on polling the old ring (which the kernel no longer fills).
+    /// `/dev/null` stands in for the kernel: it accepts the command and
+    /// answers nothing, so the new ring's description is all zeros and
+    /// mapping it fails.
+    #[test]
+    fn resize_whose_ring_cannot_be_mapped_loses_the_ring_loudly() {
+        let (_fd, mut cq) = memfd_cq();
+        let null = File::options().write(true).open("/dev/null").unwrap();
+        assert_eq!(cq.resize(null.as_fd(), 1, 64), Err(Errno::EINVAL));
+        let mut wc = [Wc::new_zeroed(); 4];
+        // Before the fix the stale ring was still polled: Ok(1) here.
+        assert_eq!(cq.poll(&mut wc), Err(RingLost));
+        assert_eq!(cq.poll(&mut wc), Err(RingLost));
+        assert_eq!((cq.pending(), cq.capacity()), (0, 0));
+        assert!(RingLost.to_string().contains("cannot be read"));
     }
 }

@@ -39,7 +39,10 @@ pub struct Created {
 /// Issues CREATE_QP for `cmd` and maps its rings.
 pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
     let mut drv = rxe::CreateQpResp::new_zeroed();
-    let resp: CreateQpResp = write_cmd(fd, nr::CREATE_QP, cmd, &[], drv.as_mut_bytes())?;
+    // SAFETY: CREATE_QP carries no user address but its response pointer,
+    // which write_cmd supplies; rxe takes no driver data in (its rings are
+    // the kernel's, mapped below).
+    let resp: CreateQpResp = unsafe { write_cmd(fd, nr::CREATE_QP, cmd, &[], drv.as_mut_bytes())? };
     Ok(map_rings(fd, resp, &drv, cmd.qp_type, cmd.is_srq != 0))
 }
 
@@ -47,7 +50,10 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
 /// carries creation flags) and maps the rings.
 pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateQp) -> Result<Created, Errno> {
     let mut drv = rxe::CreateQpResp::new_zeroed();
-    let resp: ExCreateQpResp = write_ex_cmd(fd, nr::EX_CREATE_QP, cmd, &[], drv.as_mut_bytes())?;
+    // SAFETY: the extended CREATE_QP carries no user address (write_ex_cmd
+    // supplies the response buffer); rxe takes no driver data in.
+    let resp: ExCreateQpResp =
+        unsafe { write_ex_cmd(fd, nr::EX_CREATE_QP, cmd, &[], drv.as_mut_bytes())? };
     Ok(map_rings(fd, resp.base, &drv, cmd.qp_type, cmd.is_srq != 0))
 }
 
@@ -365,7 +371,10 @@ impl SendQueue {
             sge_count: 0,
             wqe_size: UVERBS_SEND_WR_SIZE,
         };
-        write_cmd_fixed::<_, PostSendResp>(fd, nr::POST_SEND, &cmd).map(|_| ())
+        // SAFETY: with `wr_count` 0 POST_SEND carries no work request, hence
+        // no user address but its response pointer, which write_cmd_fixed
+        // supplies.
+        unsafe { write_cmd_fixed::<_, PostSendResp>(fd, nr::POST_SEND, &cmd) }.map(|_| ())
     }
 }
 

@@ -40,7 +40,11 @@ pub struct Created {
 /// receive ring.
 pub fn create(fd: BorrowedFd<'_>, cmd: &CreateSrq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateSrqResp::new_zeroed();
-    let resp: CreateSrqResp = write_cmd(fd, nr::CREATE_SRQ, cmd, &[], drv.as_mut_bytes())?;
+    // SAFETY: CREATE_SRQ carries no user address but its response pointer,
+    // which write_cmd supplies; rxe takes no driver data in (its ring is
+    // the kernel's, mapped below).
+    let resp: CreateSrqResp =
+        unsafe { write_cmd(fd, nr::CREATE_SRQ, cmd, &[], drv.as_mut_bytes())? };
     let srq = Queue::map(fd, &drv.mi)
         .and_then(|ring| RecvQueue::new(ring, resp.max_wr, resp.max_sge))
         .map(|rq| Srq {
@@ -145,7 +149,10 @@ fn modify(
     let drv = ModifySrqCmd {
         mmap_info_addr: addr,
     };
-    write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, drv.as_bytes(), &mut [])?;
+    // SAFETY: the one user address is the driver data's `mmap_info_addr`:
+    // 0, or `mi`, an exclusive borrow live for this call, which rxe writes
+    // (an `MmInfo`, exactly its size) during the command and never after.
+    unsafe { write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, drv.as_bytes(), &mut [])? };
     Ok(())
 }
 
@@ -157,7 +164,9 @@ pub fn query(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<QuerySrqResp, Errno>
         srq_handle,
         reserved: 0,
     };
-    write_cmd(fd, nr::QUERY_SRQ, &cmd, &[], &mut [])
+    // SAFETY: QUERY_SRQ carries no user address but its response pointer,
+    // which write_cmd supplies.
+    unsafe { write_cmd(fd, nr::QUERY_SRQ, &cmd, &[], &mut []) }
 }
 
 /// DESTROY_SRQ. Fails with EBUSY while a QP still uses the SRQ. Returns the
@@ -168,6 +177,8 @@ pub fn destroy(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<u32, Errno> {
         srq_handle,
         reserved: 0,
     };
-    let r: DestroySrqResp = write_cmd(fd, nr::DESTROY_SRQ, &cmd, &[], &mut [])?;
+    // SAFETY: DESTROY_SRQ carries no user address but its response
+    // pointer, which write_cmd supplies.
+    let r: DestroySrqResp = unsafe { write_cmd(fd, nr::DESTROY_SRQ, &cmd, &[], &mut [])? };
     Ok(r.events_reported)
 }

@@ -16,13 +16,13 @@ use verbs::{AccessFlags, ConnectOpts, Context, Cq, Pd, Qp, QpCap, QpInitAttr, Qp
 pub fn mlx5_device(name: Option<&str>) -> Result<verbs::Device, String> {
     let devs = verbs::devices().map_err(|e| format!("listing devices: {e}"))?;
     let found = devs.iter().find(|d| match name {
-        Some(n) => d.name == n,
-        None => d.driver == verbs::Driver::Mlx5,
+        Some(n) => d.name() == n,
+        None => *d.driver() == verbs::Driver::Mlx5,
     });
     found.cloned().ok_or_else(|| {
         let list: Vec<String> = devs
             .iter()
-            .map(|d| format!("{} ({})", d.name, d.driver))
+            .map(|d| format!("{} ({})", d.name(), d.driver()))
             .collect();
         match name {
             Some(n) => format!("no device named {n} among {list:?}"),
@@ -42,13 +42,13 @@ pub fn open_rxe() -> Context {
     let dev = devs
         .iter()
         .find(|d| match &want {
-            Some(n) => &d.name == n,
-            None => d.driver == verbs::Driver::Rxe,
+            Some(n) => d.name() == n,
+            None => *d.driver() == verbs::Driver::Rxe,
         })
         .unwrap_or_else(|| {
             panic!(
                 "no rxe device found (devices: {:?}); this suite runs in the VM: `cargo xtask test`",
-                devs.iter().map(|d| &d.name).collect::<Vec<_>>()
+                devs.iter().map(|d| d.name()).collect::<Vec<_>>()
             )
         });
     dev.open().expect("opening the rxe device")

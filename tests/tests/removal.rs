@@ -44,7 +44,7 @@ fn sysfs(path: &str) -> String {
 /// ACTIVE, IPv4 GID at index 1.
 fn device_ready() -> bool {
     let listed = verbs::devices()
-        .map(|d| d.iter().any(|d| d.name == DEV && d.dev_path.exists()))
+        .map(|d| d.iter().any(|d| d.name() == DEV && d.dev_path().exists()))
         .unwrap_or(false);
     listed
         && sysfs("/sys/class/infiniband/rxe0/ports/1/state").contains("ACTIVE")
@@ -267,7 +267,7 @@ fn zz_device_removed_while_in_use() {
     // The device node is gone at once: the device is no longer listed
     // and cannot be opened again.
     assert!(p.ctx.removal_pending());
-    assert!(!verbs::devices().unwrap().iter().any(|d| d.name == DEV));
+    assert!(!verbs::devices().unwrap().iter().any(|d| d.name() == DEV));
     // No event on either fd (poll with a timeout, so nothing can hang).
     assert_eq!(
         p.ctx

@@ -83,7 +83,7 @@ fn get<'a>(m: &'a HashMap<String, String>, k: &str) -> &'a str {
 #[test]
 fn device_attributes_match_ibv_devinfo() {
     let ctx = open_rxe();
-    let name = ctx.device().name.clone();
+    let name = ctx.device().name().to_string();
     let info = ibv_devinfo(&name);
     let a = ctx.query_device().unwrap();
     let d = &info.device;
@@ -93,7 +93,7 @@ fn device_attributes_match_ibv_devinfo() {
     assert_eq!(get(d, "sys_image_guid"), a.sys_image_guid().to_string());
     assert_eq!(
         a.node_guid(),
-        ctx.device().node_guid,
+        ctx.device().node_guid(),
         "sysfs and QUERY_DEVICE agree"
     );
     let fields: &[(&str, u64)] = &[
@@ -154,7 +154,7 @@ fn device_attributes_match_ibv_devinfo() {
 #[test]
 fn port_attributes_and_gid_table_match_ibv_devinfo() {
     let ctx = open_rxe();
-    let info = ibv_devinfo(&ctx.device().name);
+    let info = ibv_devinfo(ctx.device().name());
     let nports = ctx.query_device().unwrap().phys_port_cnt;
     assert_eq!(info.ports.len(), nports as usize);
     let table = ctx.query_gid_table().unwrap();
@@ -334,12 +334,12 @@ fn unknown_device_is_a_clear_error() {
     assert!(matches!(e, verbs::Error::NoSuchDevice(_)), "{e}");
     let list = verbs::devices().unwrap();
     assert!(
-        list.iter().any(|d| d.driver == verbs::Driver::Rxe),
+        list.iter().any(|d| *d.driver() == verbs::Driver::Rxe),
         "{list:?}"
     );
     for d in &list {
-        assert_eq!(d.abi_version, 6);
-        assert_eq!(d.driver_abi_version, 2, "rxe's ring ABI");
-        assert!(d.dev_path.exists(), "{}", d.dev_path.display());
+        assert_eq!(d.abi_version(), 6);
+        assert_eq!(d.driver_abi_version(), 2, "rxe's ring ABI");
+        assert!(d.dev_path().exists(), "{}", d.dev_path().display());
     }
 }

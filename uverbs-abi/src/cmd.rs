@@ -104,19 +104,84 @@ fn do_write(fd: BorrowedFd<'_>, buf: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
+/// What a response's file-descriptor field is prefilled with (-1): the
+/// kernel overwrites it with the fd it opened; a response that still holds
+/// it (or any negative value) names no fd, and must not be adopted. See
+/// [`response_fd`].
+pub const NO_FD: u32 = u32::MAX;
+
+/// The fd number in a response field prefilled with [`NO_FD`]: `None` if
+/// the kernel did not write one (the field still holds -1, or holds another
+/// negative value), which happens when the command went to something that
+/// is not a uverbs device (`/dev/null` accepts every write and answers
+/// nothing). A `Some` is only as trustworthy as the fd the command went to.
+pub fn response_fd(raw: u32) -> Option<std::os::fd::RawFd> {
+    let fd = raw as i32;
+    (fd >= 0).then_some(fd)
+}
+
 /// Sends a legacy `write()` command: `req` is the core command, `drv_in` the
 /// provider's driver data appended to it. When `R` is not [`NoResp`] the
 /// command's first field must be its `response` pointer (as in every uverbs
 /// command with a response); it is filled in here. The kernel writes the core
 /// response, returned, followed by `drv_out.len()` bytes of driver response.
 /// All lengths must be multiples of 4 (the kernel counts 4-byte words).
-pub fn write_cmd<Q, R>(
+///
+/// The response starts zeroed; [`write_cmd_prefilled`] starts it from a
+/// given value (to tell a field the kernel wrote from one it left alone).
+///
+/// # Safety
+///
+/// The kernel acts on every user address the command carries, in `req` or
+/// in `drv_in`, other than the response buffer this function supplies
+/// itself: it reads or writes through it, and the device may DMA to or from
+/// it, during the call and for as long as the object the command creates
+/// or modifies can use it (REG_MR's `start..start + length` until DEREG_MR;
+/// mlx5's `buf_addr` and `db_addr` until the CQ, QP or SRQ is destroyed; a
+/// `response` field left in a command sent with [`NoResp`]). The caller
+/// must ensure every such range is valid for those reads and writes for
+/// that long, and that no Rust reference relies on memory the kernel or
+/// device may write there staying unchanged. A command that carries no user
+/// address (destroy, query, most modifies) has nothing to uphold here.
+///
+/// `fd` should be a uverbs command fd: the bytes mean nothing to anything
+/// else. On any other file they are merely written to it, as `File::write`
+/// would do, and the answer is meaningless (see [`NO_FD`]).
+pub unsafe fn write_cmd<Q, R>(
     fd: BorrowedFd<'_>,
     command: u32,
     req: &Q,
     drv_in: &[u8],
     drv_out: &mut [u8],
 ) -> Result<R, Errno>
+where
+    Q: IntoBytes + Immutable,
+    R: FromBytes + IntoBytes + KnownLayout + Immutable,
+{
+    let mut resp = R::new_zeroed();
+    // SAFETY: the caller upholds this function's contract, which is
+    // write_cmd_prefilled's.
+    unsafe { write_cmd_prefilled(fd, command, req, &mut resp, drv_in, drv_out)? };
+    Ok(resp)
+}
+
+/// [`write_cmd`] with the core response starting as `*resp` instead of
+/// zeros: what the kernel does not write keeps the value given. Prefill a
+/// file-descriptor field with [`NO_FD`] and check it with
+/// [`response_fd`]. On success `*resp` holds the response; on error its
+/// contents are unspecified.
+///
+/// # Safety
+///
+/// As [`write_cmd`].
+pub unsafe fn write_cmd_prefilled<Q, R>(
+    fd: BorrowedFd<'_>,
+    command: u32,
+    req: &Q,
+    resp: &mut R,
+    drv_in: &[u8],
+    drv_out: &mut [u8],
+) -> Result<(), Errno>
 where
     Q: IntoBytes + Immutable,
     R: FromBytes + IntoBytes + KnownLayout + Immutable,
@@ -143,9 +208,11 @@ where
         let ptr = outb.as_mut_ptr() as u64;
         inb[hdr_len..hdr_len + 8].copy_from_slice(&ptr.to_ne_bytes());
     }
+    outb[..resp_len].copy_from_slice(resp.as_bytes());
     do_write(fd, &inb[..in_len])?;
     drv_out.copy_from_slice(&outb[resp_len..out_len]);
-    R::read_from_bytes(&outb[..resp_len]).map_err(|_| Errno::EIO)
+    resp.as_mut_bytes().copy_from_slice(&outb[..resp_len]);
+    Ok(())
 }
 
 /// A legacy command at its exact size: the header, then the core command.
@@ -164,8 +231,14 @@ struct Framed<Q> {
 /// [`NoResp`], `req`'s first field must be its `response` pointer; it is
 /// filled in here with the address of the returned value's storage. The
 /// size rules of [`write_cmd`] are checked at compile time.
+///
+/// # Safety
+///
+/// As [`write_cmd`]: every user address `req` carries must be valid for
+/// what the command makes the kernel and device do with it, for as long
+/// as they may do it.
 #[inline]
-pub fn write_cmd_fixed<Q, R>(fd: BorrowedFd<'_>, command: u32, req: &Q) -> Result<R, Errno>
+pub unsafe fn write_cmd_fixed<Q, R>(fd: BorrowedFd<'_>, command: u32, req: &Q) -> Result<R, Errno>
 where
     Q: IntoBytes + Immutable + Copy,
     R: FromBytes + IntoBytes,
@@ -208,7 +281,14 @@ where
 /// Sends an extended `write()` command (`IB_USER_VERBS_CMD_FLAG_EXTENDED`):
 /// the core command `req` and driver data `drv_in`; returns the core
 /// response and fills `drv_out`. Lengths must be multiples of 8.
-pub fn write_ex_cmd<Q, R>(
+///
+/// # Safety
+///
+/// As [`write_cmd`]: every user address `req` or `drv_in` carries (other
+/// than the response buffer this function supplies) must be valid for what
+/// the command makes the kernel and device do with it, for as long as they
+/// may do it.
+pub unsafe fn write_ex_cmd<Q, R>(
     fd: BorrowedFd<'_>,
     command: u32,
     req: &Q,

@@ -176,7 +176,22 @@ impl<'a> IoctlCmd<'a> {
     }
 
     /// Sends the call on `fd`.
-    pub fn execute(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    ///
+    /// # Safety
+    ///
+    /// The buffers given to [`out_bytes`](Self::out_bytes) and
+    /// [`out_value`](Self::out_value) are borrowed and need nothing more.
+    /// But an inline value ([`in_u64`](Self::in_u64)) may be a user
+    /// address to the method (the address of memory to register, of a
+    /// queue buffer): the caller must ensure every such address is valid
+    /// for what the method makes the kernel and device do with it, reads
+    /// or writes, for as long as the object the method creates or modifies
+    /// can use it.
+    ///
+    /// `fd` must be a uverbs command fd: another driver may give
+    /// `RDMA_VERBS_IOCTL`'s number a meaning of its own, under which the
+    /// attribute array's values (pointers among them) do something else.
+    pub unsafe fn execute(&mut self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
         if self.overflow {
             return Err(Errno::E2BIG);
         }
@@ -189,7 +204,9 @@ impl<'a> IoctlCmd<'a> {
         buf[..HDR].copy_from_slice(self.hdr.as_bytes());
         buf[HDR..len].copy_from_slice(self.attrs[..self.n].as_bytes());
         // SAFETY: `buf` holds a complete ioctl header and `n` attributes;
-        // every pointer in them is borrowed for `'a`, which outlives this call.
+        // every pointer attribute is borrowed for `'a`, which outlives this
+        // call, and the caller vouches for `fd` and for any address among
+        // the inline values (this function's contract).
         let rc = unsafe { libc::ioctl(fd.as_raw_fd(), RDMA_VERBS_IOCTL as _, buf.as_mut_ptr()) };
         if rc < 0 {
             return Err(Errno::last());

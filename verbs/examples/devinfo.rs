@@ -25,13 +25,13 @@ fn run() -> verbs::Result<()> {
     }
     for dev in devs
         .iter()
-        .filter(|d| want.as_ref().is_none_or(|w| &d.name == w))
+        .filter(|d| want.as_ref().is_none_or(|w| d.name() == w))
     {
         let ctx = dev.open()?;
         let a = ctx.query_device()?;
-        println!("hca_id:\t{}", dev.name);
-        println!("\tdriver:\t\t\t\t{}", dev.driver);
-        println!("\tuverbs:\t\t\t\t{}", dev.uverbs);
+        println!("hca_id:\t{}", dev.name());
+        println!("\tdriver:\t\t\t\t{}", dev.driver());
+        println!("\tuverbs:\t\t\t\t{}", dev.uverbs());
         println!("\tfw_ver:\t\t\t\t{}", a.fw_ver());
         println!("\tnode_guid:\t\t\t{}", a.node_guid());
         println!("\tsys_image_guid:\t\t\t{}", a.sys_image_guid());

@@ -64,7 +64,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let dev = match &name {
         Some(n) => devs
             .iter()
-            .find(|d| &d.name == n)
+            .find(|d| d.name() == n)
             .ok_or(format!("no device {n}"))?,
         None => devs.first().ok_or("no RDMA device found")?,
     };
@@ -99,7 +99,10 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let ep_b = qp_b.endpoint(&opts_b)?;
     println!(
         "{}: QP {:#x} <-> QP {:#x}, GID {} (index {gid_index})",
-        dev.name, ep_a.qpn, ep_b.qpn, ep_a.gid
+        dev.name(),
+        ep_a.qpn,
+        ep_b.qpn,
+        ep_a.gid
     );
     qp_a.connect(&ep_b, access, &opts_a)?;
     qp_b.connect(&ep_a, access, &opts_b)?;

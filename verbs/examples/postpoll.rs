@@ -127,7 +127,7 @@ fn run() -> Res<()> {
     let devs = verbs::devices()?;
     let dev = devs
         .iter()
-        .find(|d| d.name == dev_name)
+        .find(|d| d.name() == dev_name)
         .ok_or_else(|| format!("no device {dev_name}"))?;
     let ctx = dev.open()?;
     let pd = ctx.alloc_pd()?;

@@ -89,7 +89,7 @@ fn run() -> Res<()> {
     let dev = match &a.dev {
         Some(n) => devs
             .iter()
-            .find(|d| &d.name == n)
+            .find(|d| d.name() == n)
             .ok_or(format!("no device {n}"))?,
         None => devs.first().ok_or("no RDMA device found")?,
     };
@@ -129,7 +129,10 @@ fn run() -> Res<()> {
             let listener = TcpListener::bind(("0.0.0.0", a.port))?;
             println!(
                 "server: {} QPN {:#08x} PSN {psn:#08x} GID {}; waiting on TCP port {}",
-                dev.name, me.qpn, me.gid, a.port
+                dev.name(),
+                me.qpn,
+                me.gid,
+                a.port
             );
             let (mut s, peer) = listener.accept()?;
             let (remote, _) = exchange(&mut s, &me, &mr.remote())?;

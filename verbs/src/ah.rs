@@ -116,7 +116,8 @@ fn to_raw(a: &AhAttr) -> RawAhAttr {
 fn destroy_ah(ctx: &Context, handle: u32) {
     let cmd = DestroyAh { ah_handle: handle };
     // On failure (device removed) the kernel frees the AH with the context.
-    let _ = write_cmd::<_, NoResp>(ctx.fd(), nr::DESTROY_AH, &cmd, &[], &mut []);
+    // SAFETY: DESTROY_AH carries no user address.
+    let _ = unsafe { write_cmd::<_, NoResp>(ctx.fd(), nr::DESTROY_AH, &cmd, &[], &mut []) };
 }
 
 impl Pd {
@@ -179,8 +180,12 @@ impl Pd {
             });
         }
         let mut drv = uverbs_abi::rxe::CreateAhResp::new_zeroed();
-        let resp: CreateAhResp = write_cmd(ctx.fd(), nr::CREATE_AH, &cmd, &[], drv.as_mut_bytes())
-            .map_err(Error::kernel("create_ah"))?;
+        // SAFETY: CREATE_AH carries an address vector and handles, no user
+        // address but its response pointer, which write_cmd supplies; rxe
+        // takes no driver data in.
+        let resp: CreateAhResp =
+            unsafe { write_cmd(ctx.fd(), nr::CREATE_AH, &cmd, &[], drv.as_mut_bytes()) }
+                .map_err(Error::kernel("create_ah"))?;
         if drv.ah_num == 0 {
             // Kernels before 5.10 leave it 0 and expect the address vector
             // in every WQE, which this provider does not build.

@@ -8,20 +8,21 @@
 
 use std::ffi::CString;
 use std::fmt;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::ops::Deref;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd, write_ex_cmd};
+use uverbs_abi::cmd::{nr, response_fd, write_cmd, write_cmd_prefilled, write_ex_cmd, NO_FD};
 use uverbs_abi::device::{
     ExQueryDevice, ExQueryDeviceResp, GetContext, GetContextResp, GidEntry as RawGidEntry,
     QueryDevice, QueryDeviceResp, QueryPort, QueryPortResp,
 };
 use uverbs_abi::ioctl::{device_method, object, query_gid_table_attr as gt, IoctlCmd};
+use uverbs_abi::mlx5::AllocUcontextResp;
 use uverbs_abi::Errno;
-use zerocopy::FromZeros;
+use zerocopy::{FromZeros, IntoBytes};
 
 use crate::device::{Device, Driver, Guid};
 use crate::error::{Error, Result};
@@ -54,48 +55,76 @@ pub struct Context {
 impl fmt::Debug for Context {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Context")
-            .field("device", &self.inner.device.name)
+            .field("device", &self.inner.device.name())
             .finish()
     }
 }
 
 impl Context {
     pub(crate) fn open(device: Device) -> Result<Context> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&device.dev_path)
-            .map_err(|source| Error::Io {
-                what: device.dev_path.display().to_string(),
-                source,
-            })?;
-        let fd = OwnedFd::from(file);
-        let (resp, provider) = match device.driver {
+        let fd = OwnedFd::from(device.open_node()?);
+        // The async fd field starts as -1: a response the kernel did not
+        // write (the node answered nothing) must not name fd 0.
+        let mut resp = GetContextResp {
+            async_fd: NO_FD,
+            num_comp_vectors: 0,
+        };
+        let mut mlx5_resp = AllocUcontextResp::new_zeroed();
+        match device.driver() {
             Driver::Mlx5 => {
-                let opened =
-                    provider_mlx5::uctx::open(fd.as_fd()).map_err(Error::kernel("get_context"))?;
-                (opened.resp, ProviderCtx::Mlx5(opened.uctx))
+                let req = provider_mlx5::uctx::alloc_ucontext_req();
+                // SAFETY: GET_CONTEXT carries no user address but its
+                // response pointer, which write_cmd_prefilled supplies;
+                // mlx5's driver data (alloc_ucontext_req_v2) holds counts
+                // and flags only. `fd` passed open_node's check.
+                unsafe {
+                    write_cmd_prefilled(
+                        fd.as_fd(),
+                        nr::GET_CONTEXT,
+                        &GetContext::new_zeroed(),
+                        &mut resp,
+                        req.as_bytes(),
+                        mlx5_resp.as_mut_bytes(),
+                    )
+                }
+                .map_err(Error::kernel("get_context"))?;
             }
             Driver::Rxe => {
-                let resp: GetContextResp = write_cmd(
-                    fd.as_fd(),
-                    nr::GET_CONTEXT,
-                    &GetContext::new_zeroed(),
-                    &[],
-                    &mut [],
-                )
+                // SAFETY: GET_CONTEXT carries no user address but its
+                // response pointer, which write_cmd_prefilled supplies; rxe
+                // sends no driver data. `fd` passed open_node's check.
+                unsafe {
+                    write_cmd_prefilled(
+                        fd.as_fd(),
+                        nr::GET_CONTEXT,
+                        &GetContext::new_zeroed(),
+                        &mut resp,
+                        &[],
+                        &mut [],
+                    )
+                }
                 .map_err(Error::kernel("get_context"))?;
-                (resp, ProviderCtx::Rxe)
             }
-            Driver::Other(ref d) => {
+            Driver::Other(d) => {
                 return Err(Error::UnsupportedDriver {
-                    device: device.name.clone(),
+                    device: device.name().to_string(),
                     driver: d.clone(),
                 })
             }
+        }
+        let raw = kernel_fd("get_context", "async_fd", resp.async_fd)?;
+        // SAFETY: the kernel wrote this fd number over the -1 prefilled
+        // above: GET_CONTEXT opened it for us on a checked uverbs node, and
+        // nothing else owns it.
+        let async_fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // On error from here on, `async_fd` closes as it drops.
+        let provider = match device.driver() {
+            Driver::Mlx5 => ProviderCtx::Mlx5(Arc::new(
+                provider_mlx5::uctx::Uctx::from_resp(fd.as_fd(), &mlx5_resp)
+                    .map_err(Error::kernel("get_context"))?,
+            )),
+            _ => ProviderCtx::Rxe,
         };
-        // SAFETY: the kernel just created this fd for us and nothing else owns it.
-        let async_fd = unsafe { OwnedFd::from_raw_fd(resp.async_fd as i32) };
         crate::event::set_nonblocking(async_fd.as_fd())
             .map_err(Error::kernel("async fd O_NONBLOCK"))?;
         Ok(Context {
@@ -149,13 +178,17 @@ impl Context {
     /// otherwise.
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let mut ex = ExQueryDeviceResp::new_zeroed();
-        match write_ex_cmd::<_, ExQueryDeviceResp>(
-            self.fd(),
-            nr::EX_QUERY_DEVICE,
-            &ExQueryDevice::default(),
-            &[],
-            &mut [],
-        ) {
+        // SAFETY: the extended QUERY_DEVICE carries no user address
+        // (write_ex_cmd supplies the response buffer).
+        match unsafe {
+            write_ex_cmd::<_, ExQueryDeviceResp>(
+                self.fd(),
+                nr::EX_QUERY_DEVICE,
+                &ExQueryDevice::default(),
+                &[],
+                &mut [],
+            )
+        } {
             Ok(r) => {
                 ex = r;
                 Ok(DeviceAttr {
@@ -164,13 +197,17 @@ impl Context {
                 })
             }
             Err(Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
-                let base: QueryDeviceResp = write_cmd(
-                    self.fd(),
-                    nr::QUERY_DEVICE,
-                    &QueryDevice::default(),
-                    &[],
-                    &mut [],
-                )
+                // SAFETY: QUERY_DEVICE carries no user address but its
+                // response pointer, which write_cmd supplies.
+                let base: QueryDeviceResp = unsafe {
+                    write_cmd(
+                        self.fd(),
+                        nr::QUERY_DEVICE,
+                        &QueryDevice::default(),
+                        &[],
+                        &mut [],
+                    )
+                }
                 .map_err(Error::kernel("query_device"))?;
                 ex.base = base;
                 Ok(DeviceAttr {
@@ -188,8 +225,11 @@ impl Context {
             port_num: port,
             ..Default::default()
         };
-        let raw: QueryPortResp = write_cmd(self.fd(), nr::QUERY_PORT, &cmd, &[], &mut [])
-            .map_err(Error::kernel("query_port"))?;
+        // SAFETY: QUERY_PORT carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let raw: QueryPortResp =
+            unsafe { write_cmd(self.fd(), nr::QUERY_PORT, &cmd, &[], &mut []) }
+                .map_err(Error::kernel("query_port"))?;
         Ok(PortAttr(raw))
     }
 
@@ -213,18 +253,21 @@ impl Context {
         let mut n: u64 = 0;
         let res = {
             let bytes = zerocopy::IntoBytes::as_mut_bytes(raw.as_mut_slice());
-            IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_TABLE)
-                .driver_id(self.inner.device.driver.id().unwrap_or(0))
+            let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_TABLE);
+            call.driver_id(self.inner.device.driver().id().unwrap_or(0))
                 .in_u64(gt::ENTRY_SIZE, size_of::<RawGidEntry>() as u64)
                 .in_u32(gt::FLAGS, 0)
                 .out_bytes(gt::RESP_ENTRIES, bytes)
-                .out_value(gt::RESP_NUM_ENTRIES, &mut n)
-                .execute(self.fd())
+                .out_value(gt::RESP_NUM_ENTRIES, &mut n);
+            // SAFETY: the inline values are a size and flags, no address;
+            // the outputs are borrowed buffers. The fd is this context's,
+            // a uverbs node that passed Device::open_node's check.
+            unsafe { call.execute(self.fd()) }
         };
         match res {
             Ok(()) => {}
             Err(Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EPROTONOSUPPORT) => {
-                let dir = crate::device::ibdev_dir(&self.inner.device.name);
+                let dir = crate::device::ibdev_dir(self.inner.device.name());
                 return gid_table_from_sysfs(&dir, &ports);
             }
             Err(e) => return Err(Error::kernel("query_gid_table")(e)),
@@ -273,6 +316,17 @@ impl Context {
             .map(|e| e.gid)
             .ok_or_else(|| Error::invalid(format!("port {port} has no GID at index {index}")))
     }
+}
+
+/// The fd number `raw` that `op`'s response holds in `field`, which was
+/// prefilled with [`NO_FD`]: refused with a clear error when the kernel did
+/// not overwrite it (or wrote a negative value).
+pub(crate) fn kernel_fd(op: &'static str, field: &'static str, raw: u32) -> Result<RawFd> {
+    response_fd(raw).ok_or(Error::NoFdInResponse {
+        op,
+        field,
+        value: raw as i32,
+    })
 }
 
 /// Parses a GID as sysfs prints it: eight groups of four hex digits
@@ -505,7 +559,64 @@ impl PortAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_util::TempTree;
+    use crate::test_util::{fd0_state, TempTree};
+
+    /// A context whose command fd is `/dev/null`, which takes every
+    /// command and answers none: as if a forged node had been opened.
+    fn null_context() -> Context {
+        let null = |write| {
+            OwnedFd::from(
+                fs::File::options()
+                    .read(true)
+                    .write(write)
+                    .open("/dev/null")
+                    .unwrap(),
+            )
+        };
+        Context {
+            inner: Arc::new(ContextInner {
+                provider: ProviderCtx::Rxe,
+                fd: null(true),
+                async_fd: null(false),
+                device: Device::for_tests("null0", Driver::Rxe, Path::new("/dev/null")),
+                num_comp_vectors: 1,
+            }),
+        }
+    }
+
+    /// CREATE_COMP_CHANNEL's fd field is prefilled with -1; an answer that
+    /// leaves it (nothing wrote it) is refused instead of adopting fd 0,
+    /// which the channel would then close (or the process abort, with Rust's
+    /// I/O safety check, as a second owner of fd 0 goes).
+    #[test]
+    fn comp_channel_without_an_fd_is_refused() {
+        let before = fd0_state();
+        let ctx = null_context();
+        let e = ctx.create_comp_channel().unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::NoFdInResponse {
+                    op: "create_comp_channel",
+                    field: "fd",
+                    value: -1
+                }
+            ),
+            "{e}"
+        );
+        drop(ctx);
+        assert_eq!(fd0_state(), before);
+    }
+
+    #[test]
+    fn kernel_fd_refuses_negative_numbers() {
+        assert_eq!(kernel_fd("op", "fd", 5).unwrap(), 5);
+        assert_eq!(kernel_fd("op", "fd", 0).unwrap(), 0);
+        for raw in [NO_FD, 0x8000_0000, (-2i32) as u32] {
+            let e = kernel_fd("op", "fd", raw).unwrap_err();
+            assert!(e.to_string().contains("holds no file descriptor"), "{e}");
+        }
+    }
 
     #[test]
     fn sysfs_gid_parse() {

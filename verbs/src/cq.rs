@@ -5,7 +5,7 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd, NoResp};
+use uverbs_abi::cmd::{nr, write_cmd, write_cmd_prefilled, NoResp, NO_FD};
 use uverbs_abi::cq::{
     CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq, DestroyCqResp,
     ExCreateCq, ReqNotifyCq,
@@ -39,7 +39,11 @@ impl Drop for CqInner {
         };
         // Every QP using the CQ is gone (they hold this Arc). On failure
         // (device removed) the kernel frees it with the context.
-        let _ = write_cmd::<_, DestroyCqResp>(self.ctx.fd(), nr::DESTROY_CQ, &cmd, &[], &mut []);
+        // SAFETY: DESTROY_CQ carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let _ = unsafe {
+            write_cmd::<_, DestroyCqResp>(self.ctx.fd(), nr::DESTROY_CQ, &cmd, &[], &mut [])
+        };
     }
 }
 
@@ -89,16 +93,27 @@ pub struct CompChannel {
 impl Context {
     /// Creates a completion channel.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        let resp: CreateCompChannelResp = write_cmd(
-            self.fd(),
-            nr::CREATE_COMP_CHANNEL,
-            &CreateCompChannel::new_zeroed(),
-            &[],
-            &mut [],
-        )
+        // The fd field starts as -1: a response the kernel did not write
+        // must not name fd 0.
+        let mut resp = CreateCompChannelResp { fd: NO_FD };
+        // SAFETY: CREATE_COMP_CHANNEL carries no user address but its
+        // response pointer, which write_cmd_prefilled supplies.
+        unsafe {
+            write_cmd_prefilled(
+                self.fd(),
+                nr::CREATE_COMP_CHANNEL,
+                &CreateCompChannel::new_zeroed(),
+                &mut resp,
+                &[],
+                &mut [],
+            )
+        }
         .map_err(Error::kernel("create_comp_channel"))?;
-        // SAFETY: the kernel just created this fd for us.
-        let fd = unsafe { OwnedFd::from_raw_fd(resp.fd as i32) };
+        let raw = crate::context::kernel_fd("create_comp_channel", "fd", resp.fd)?;
+        // SAFETY: the kernel wrote this fd number over the -1 prefilled
+        // above: it opened it for us in this call on the context's checked
+        // uverbs node, and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         crate::event::set_nonblocking(fd.as_fd())
             .map_err(Error::kernel("comp channel O_NONBLOCK"))?;
         Ok(CompChannel { fd: Arc::new(fd) })
@@ -142,7 +157,7 @@ impl Context {
             if dev.ex().is_none_or(|ex| ex.timestamp_mask == 0) {
                 return Err(Error::invalid(format!(
                     "{} has no completion timestamps (its timestamp_mask is 0)",
-                    self.device().name
+                    self.device().name()
                 )));
             }
         }
@@ -270,12 +285,17 @@ impl Cq {
     /// Never blocks and never allocates. A completion the CQ had no room
     /// for is not here: the kernel reports that loss only as an
     /// [`crate::AsyncEventKind::CqErr`] async event naming this CQ.
+    ///
+    /// Fails with [`Error::Unusable`] after a failed rxe resize lost the
+    /// ring (see [`Cq::resize`]).
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize> {
         // SAFETY: Wc is repr(transparent) over the ABI's Wc.
         let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [uverbs_abi::wr::Wc]) };
         match &mut self.ring {
-            Ring::Rxe(r) => Ok(r.poll(raw)),
+            Ring::Rxe(r) => r
+                .poll(raw)
+                .map_err(|e| Error::Unusable(format!("poll_cq: {e}"))),
             Ring::Mlx5(r) => Ok(r.poll(raw)),
         }
     }
@@ -320,9 +340,12 @@ impl Cq {
             cq_handle: self.inner.handle,
             solicited_only: solicited_only as u32,
         };
-        write_cmd::<_, NoResp>(self.inner.ctx.fd(), nr::REQ_NOTIFY_CQ, &cmd, &[], &mut [])
-            .map(|_| ())
-            .map_err(Error::kernel("req_notify_cq"))
+        // SAFETY: REQ_NOTIFY_CQ carries no user address.
+        unsafe {
+            write_cmd::<_, NoResp>(self.inner.ctx.fd(), nr::REQ_NOTIFY_CQ, &cmd, &[], &mut [])
+        }
+        .map(|_| ())
+        .map_err(Error::kernel("req_notify_cq"))
     }
 
     /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.
@@ -330,6 +353,12 @@ impl Cq {
     /// On mlx5 the provider allocates a new ring and moves the unpolled
     /// CQEs into it; the previous ring stays mapped (owned by the CQ's
     /// shared memory) until the next resize or the CQ's destruction.
+    ///
+    /// On rxe the kernel replaces the ring and this maps the new one. If
+    /// the kernel resized but the new ring cannot be mapped, the error is
+    /// returned and the CQ is unusable: every later [`Cq::poll`] fails
+    /// with [`Error::Unusable`] (the old ring is no longer filled, so
+    /// polling it would lose completions silently).
     pub fn resize(&mut self, cqe: u32) -> Result<()> {
         if cqe == 0 {
             return Err(Error::invalid("a CQ needs at least one entry"));

@@ -9,7 +9,8 @@
 //! `device/modalias`), and for soft-RoCE its name.
 
 use std::fmt;
-use std::fs;
+use std::fs::{self, File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use uverbs_abi::netlink;
@@ -103,26 +104,27 @@ impl fmt::Debug for Guid {
     }
 }
 
-/// An RDMA device with a uverbs character device.
+/// An RDMA device with a uverbs character device, as discovery
+/// ([`devices`], [`device`]) found it. Only discovery makes one: the fields
+/// are private, so a `Device` always names a uverbs node sysfs listed, and
+/// [`Device::open`] checks that the node it opens is that character device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
-    /// The ibdev name (`rxe0`, `mlx5_0`).
-    pub name: String,
-    /// The uverbs node name (`uverbs0`).
-    pub uverbs: String,
-    /// The character device to open (`/dev/infiniband/uverbs0`).
-    pub dev_path: PathBuf,
-    /// Node GUID from sysfs.
-    pub node_guid: Guid,
-    /// The driver, from the kernel's RDMA netlink (or sysfs).
-    pub driver: Driver,
-    /// The uverbs ABI version the kernel speaks
-    /// (`/sys/class/infiniband_verbs/abi_version`).
-    pub abi_version: u32,
-    /// The driver's ABI version for this device (its uverbs node's
-    /// `abi_version`), which the provider must speak.
-    pub driver_abi_version: u32,
+    name: String,
+    uverbs: String,
+    dev_path: PathBuf,
+    /// The uverbs node's sysfs directory
+    /// (`<root>/class/infiniband_verbs/uverbs0`), whose `dev` file holds
+    /// the character device's number.
+    sysfs_node: PathBuf,
+    node_guid: Guid,
+    driver: Driver,
+    abi_version: u32,
+    driver_abi_version: u32,
 }
+
+/// Where discovery looks for the uverbs character devices.
+const DEV_DIR: &str = "/dev/infiniband";
 
 fn read_trim(path: &Path) -> Result<String> {
     fs::read_to_string(path)
@@ -145,11 +147,12 @@ pub fn devices() -> Result<Vec<Device>> {
     // The netlink list carries the driver ids; failure (old kernel, no
     // permission, an emulated device) falls back to sysfs.
     let nl = netlink::devices().unwrap_or_default();
-    devices_in(&sysfs_root(), &nl)
+    devices_in(&sysfs_root(), Path::new(DEV_DIR), &nl)
 }
 
-/// [`devices`] over the sysfs tree at `root`, with `nl` the netlink list.
-fn devices_in(root: &Path, nl: &[netlink::RdmaDev]) -> Result<Vec<Device>> {
+/// [`devices`] over the sysfs tree at `root`, with `nl` the netlink list
+/// and the character devices in `dev_dir`.
+fn devices_in(root: &Path, dev_dir: &Path, nl: &[netlink::RdmaDev]) -> Result<Vec<Device>> {
     let dir = root.join("class/infiniband_verbs");
     let io_err = |source| Error::Io {
         what: dir.display().to_string(),
@@ -177,7 +180,8 @@ fn devices_in(root: &Path, nl: &[netlink::RdmaDev]) -> Result<Vec<Device>> {
             .unwrap_or_default();
         let driver = driver_of(&name, &ib, nl);
         out.push(Device {
-            dev_path: PathBuf::from("/dev/infiniband").join(&uverbs),
+            dev_path: dev_dir.join(&uverbs),
+            sysfs_node: p,
             name,
             uverbs,
             node_guid,
@@ -267,7 +271,127 @@ pub fn device(name: &str) -> Result<Device> {
         .ok_or_else(|| Error::NoSuchDevice(name.to_string()))
 }
 
+/// Parses a sysfs `dev` file's `MAJOR:MINOR`.
+fn parse_dev_number(s: &str) -> Option<(u32, u32)> {
+    let (major, minor) = s.split_once(':')?;
+    let num = |t: &str| {
+        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            t.parse().ok()
+        } else {
+            None
+        }
+    };
+    Some((num(major)?, num(minor)?))
+}
+
 impl Device {
+    /// A device as discovery would list it, for unit tests that need one
+    /// without a sysfs tree.
+    #[cfg(test)]
+    pub(crate) fn for_tests(name: &str, driver: Driver, dev_path: &Path) -> Device {
+        Device {
+            name: name.into(),
+            uverbs: "uverbs9".into(),
+            dev_path: dev_path.into(),
+            sysfs_node: "/nonexistent/sys/class/infiniband_verbs/uverbs9".into(),
+            node_guid: Guid::default(),
+            driver,
+            abi_version: uverbs_abi::IB_USER_VERBS_ABI_VERSION,
+            driver_abi_version: 2,
+        }
+    }
+
+    /// The ibdev name (`rxe0`, `mlx5_0`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The uverbs node name (`uverbs0`).
+    pub fn uverbs(&self) -> &str {
+        &self.uverbs
+    }
+
+    /// The character device [`Device::open`] opens
+    /// (`/dev/infiniband/uverbs0`).
+    pub fn dev_path(&self) -> &Path {
+        &self.dev_path
+    }
+
+    /// Node GUID from sysfs.
+    pub fn node_guid(&self) -> Guid {
+        self.node_guid
+    }
+
+    /// The driver, from the kernel's RDMA netlink (or sysfs).
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    /// The uverbs ABI version the kernel speaks
+    /// (`/sys/class/infiniband_verbs/abi_version`).
+    pub fn abi_version(&self) -> u32 {
+        self.abi_version
+    }
+
+    /// The driver's ABI version for this device (its uverbs node's
+    /// `abi_version`), which the provider must speak.
+    pub fn driver_abi_version(&self) -> u32 {
+        self.driver_abi_version
+    }
+
+    /// Opens the device's uverbs character device for commands, checking
+    /// that what opened is that device: a character device whose number is
+    /// the one in its uverbs node's sysfs `dev` file (`MAJOR:MINOR`), as
+    /// rdma-core checks. [`Device::open`] does this before anything else;
+    /// it is public for tools that need a second, raw command fd.
+    pub fn open_node(&self) -> Result<File> {
+        let dev_file = self.sysfs_node.join("dev");
+        let text = read_trim(&dev_file)?;
+        let not_uverbs = |reason: String| Error::NotUverbsDevice {
+            device: self.name.clone(),
+            path: self.dev_path.display().to_string(),
+            reason,
+        };
+        let (major, minor) = parse_dev_number(&text).ok_or_else(|| {
+            not_uverbs(format!(
+                "{} holds {text:?}, not MAJOR:MINOR",
+                dev_file.display()
+            ))
+        })?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.dev_path)
+            .map_err(|source| Error::Io {
+                what: self.dev_path.display().to_string(),
+                source,
+            })?;
+        // libc's fstat, not std's metadata (statx): the mlx5 emulator
+        // interposes fstat to describe its device fds.
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: `file` is an open fd and `st` is writable storage for one
+        // `struct stat`, which fstat fills on success.
+        if unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+            return Err(Error::Io {
+                what: format!("fstat {}", self.dev_path.display()),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: fstat succeeded, so it initialised `st`.
+        let st = unsafe { st.assume_init() };
+        if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+            return Err(not_uverbs("not a character device".into()));
+        }
+        let (found_major, found_minor) = (libc::major(st.st_rdev), libc::minor(st.st_rdev));
+        if (found_major, found_minor) != (major, minor) {
+            return Err(not_uverbs(format!(
+                "character device {found_major}:{found_minor}, but {} says {major}:{minor}",
+                dev_file.display()
+            )));
+        }
+        Ok(file)
+    }
+
     /// The device's sysfs directory, `<root>/class/infiniband/<name>`
     /// (`<root>` is `$SYSFS_PATH` when set, as in libibverbs, else
     /// `/sys`): where `node_type`, `board_id`, `fw_ver` and `ports/` are.
@@ -276,7 +400,8 @@ impl Device {
     }
 
     /// Opens the device: checks the ABI version and the driver, opens the
-    /// character device and creates a user context (GET_CONTEXT).
+    /// character device (checked as [`Device::open_node`] says) and creates
+    /// a user context (GET_CONTEXT).
     pub fn open(&self) -> Result<Context> {
         if self.abi_version != uverbs_abi::IB_USER_VERBS_ABI_VERSION {
             return Err(Error::AbiVersion {
@@ -394,13 +519,14 @@ mod tests {
         // Not a uverbs node.
         t.file("class/infiniband_verbs/other/ibdev", "x\n");
 
-        let list = devices_in(&t.0, &[]).unwrap();
+        let list = devices_in(&t.0, Path::new(DEV_DIR), &[]).unwrap();
         let by = |n: &str| list.iter().find(|d| d.name == n).unwrap().clone();
         assert_eq!(list.len(), 7, "{list:?}");
         let m0 = by("mlx5_0");
         assert_eq!(m0.driver, Driver::Mlx5);
         assert_eq!(m0.uverbs, "uverbs0");
         assert_eq!(m0.dev_path, PathBuf::from("/dev/infiniband/uverbs0"));
+        assert_eq!(m0.sysfs_node, t.0.join("class/infiniband_verbs/uverbs0"));
         assert_eq!(m0.node_guid.to_string(), "0c42:a103:00fb:1234");
         assert_eq!((m0.abi_version, m0.driver_abi_version), (6, 1));
         assert_eq!(by("mlx5_1").driver, Driver::Mlx5);
@@ -423,13 +549,15 @@ mod tests {
             protocol: None,
             port_count: None,
         }];
-        let list = devices_in(&t.0, &nl).unwrap();
+        let list = devices_in(&t.0, Path::new(DEV_DIR), &nl).unwrap();
         let odd = list.iter().find(|d| d.name == "odd0").unwrap();
         assert_eq!(odd.driver, Driver::Mlx5);
 
         // No class directory: no devices, not an error.
         let empty = TempTree::new("empty");
-        assert!(devices_in(&empty.0, &[]).unwrap().is_empty());
+        assert!(devices_in(&empty.0, Path::new(DEV_DIR), &[])
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
@@ -438,6 +566,7 @@ mod tests {
             name: "mlx5_9".into(),
             uverbs: "uverbs9".into(),
             dev_path: "/nonexistent/uverbs9".into(),
+            sysfs_node: "/nonexistent/sys/class/infiniband_verbs/uverbs9".into(),
             node_guid: Guid::default(),
             driver: Driver::Mlx5,
             abi_version: 6,
@@ -461,6 +590,7 @@ mod tests {
             name: "fake0".into(),
             uverbs: "uverbs9".into(),
             dev_path: "/dev/null".into(),
+            sysfs_node: "/nonexistent/sys/class/infiniband_verbs/uverbs9".into(),
             node_guid: Guid::default(),
             driver: Driver::Other("fakedrv".into()),
             abi_version: 6,
@@ -490,5 +620,115 @@ mod tests {
             rxe_v9.open().unwrap_err(),
             Error::DriverAbiVersion { found: 9, .. }
         ));
+    }
+
+    #[test]
+    fn dev_number_parse() {
+        assert_eq!(parse_dev_number("231:192"), Some((231, 192)));
+        assert_eq!(parse_dev_number("1:3"), Some((1, 3)));
+        assert_eq!(parse_dev_number("231"), None);
+        assert_eq!(parse_dev_number("231:"), None);
+        assert_eq!(parse_dev_number(":1"), None);
+        assert_eq!(parse_dev_number("-1:3"), None);
+        assert_eq!(parse_dev_number("1:3:4"), None);
+        assert_eq!(parse_dev_number("99999999999:0"), None);
+    }
+
+    /// `/dev/null`'s device number, `MAJOR:MINOR` (1:3 on Linux).
+    fn null_rdev() -> String {
+        use std::os::unix::fs::MetadataExt;
+        let rdev = fs::metadata("/dev/null").unwrap().rdev();
+        format!("{}:{}", libc::major(rdev), libc::minor(rdev))
+    }
+
+    /// A sysfs tree listing `rxe0` (uverbs0) and `mlx5_0` (uverbs1) whose
+    /// `dev` files say `dev`, and a device directory whose nodes are
+    /// links to `/dev/null`.
+    fn null_device_tree(dev: &str) -> (TempTree, Vec<Device>) {
+        let t = TempTree::new("nulldev");
+        t.file("sys/class/infiniband_verbs/abi_version", "6\n");
+        t.file("sys/class/infiniband_verbs/uverbs0/ibdev", "rxe0\n");
+        t.file(
+            "sys/class/infiniband_verbs/uverbs0/abi_version",
+            &format!("{}\n", provider_rxe::DRIVER_ABI.start()),
+        );
+        t.file(
+            "sys/class/infiniband_verbs/uverbs0/dev",
+            &format!("{dev}\n"),
+        );
+        t.dir("sys/class/infiniband/rxe0");
+        t.file("sys/class/infiniband_verbs/uverbs1/ibdev", "mlx5_0\n");
+        t.file(
+            "sys/class/infiniband_verbs/uverbs1/abi_version",
+            &format!("{}\n", provider_mlx5::DRIVER_ABI.start()),
+        );
+        t.file(
+            "sys/class/infiniband_verbs/uverbs1/dev",
+            &format!("{dev}\n"),
+        );
+        t.file(
+            "sys/class/infiniband/mlx5_0/device/modalias",
+            "pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00\n",
+        );
+        t.dir("dev");
+        for uv in ["uverbs0", "uverbs1"] {
+            std::os::unix::fs::symlink("/dev/null", t.0.join("dev").join(uv)).unwrap();
+        }
+        let list = devices_in(&t.0.join("sys"), &t.0.join("dev"), &[]).unwrap();
+        assert_eq!(list.len(), 2);
+        (t, list)
+    }
+
+    /// A node that is not the uverbs character device sysfs names (here
+    /// `/dev/null`, 1:3, where sysfs says 231:192) is refused before any
+    /// command, with an error naming the mismatch; fd 0 is untouched.
+    /// Before the check, the open "succeeded": GET_CONTEXT's response was
+    /// never written, read as zeros, and the context adopted fd 0.
+    #[test]
+    fn a_node_that_is_not_the_uverbs_device_is_refused() {
+        let before = crate::test_util::fd0_state();
+        let null = null_rdev();
+        assert_ne!(null, "231:192");
+        let (_t, list) = null_device_tree("231:192");
+        for d in &list {
+            let e = d.open().unwrap_err();
+            assert!(matches!(e, Error::NotUverbsDevice { .. }), "{e}");
+            let msg = e.to_string();
+            assert!(msg.contains(&format!("character device {null}")), "{msg}");
+            assert!(msg.contains("231:192"), "{msg}");
+            assert!(matches!(
+                d.open_node().unwrap_err(),
+                Error::NotUverbsDevice { .. }
+            ));
+        }
+        assert_eq!(crate::test_util::fd0_state(), before);
+    }
+
+    /// Even when sysfs agrees with the node (a forged sysfs tree through
+    /// SYSFS_PATH can say anything), a GET_CONTEXT answer without an async
+    /// fd is refused: the field was prefilled with -1 and nothing wrote it.
+    /// fd 0 is neither adopted nor closed.
+    #[test]
+    fn get_context_without_an_async_fd_is_refused() {
+        let before = crate::test_util::fd0_state();
+        let (_t, list) = null_device_tree(&null_rdev());
+        for d in &list {
+            assert!(d.open_node().is_ok(), "{}", d.name());
+            let e = d.open().unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::NoFdInResponse {
+                        op: "get_context",
+                        field: "async_fd",
+                        value: -1
+                    }
+                ),
+                "{}: {e}",
+                d.name()
+            );
+            assert!(e.to_string().contains("not a uverbs device"), "{e}");
+        }
+        assert_eq!(crate::test_util::fd0_state(), before);
     }
 }

@@ -57,6 +57,34 @@ pub enum Error {
         /// Versions the provider implements.
         supported: std::ops::RangeInclusive<u32>,
     },
+    /// The device node did not check out as the uverbs character device
+    /// discovery found (see [`crate::Device::open_node`]).
+    #[error("device {device}: {path} is not its uverbs character device: {reason}")]
+    NotUverbsDevice {
+        /// The ibdev name.
+        device: String,
+        /// The node opened.
+        path: String,
+        /// What did not match.
+        reason: String,
+    },
+    /// A command's response lacks a file descriptor the kernel must have
+    /// written: the field still holds the -1 it was prefilled with (or
+    /// another negative value). What answered is not a uverbs device, and
+    /// no fd number from it is trusted.
+    #[error("{op}: the response holds no file descriptor in {field} ({value}): not a uverbs device's answer")]
+    NoFdInResponse {
+        /// The command.
+        op: &'static str,
+        /// The response field.
+        field: &'static str,
+        /// What it held.
+        value: i32,
+    },
+    /// The object can no longer be used: an earlier failure left it out of
+    /// step with the kernel. Only dropping it remains.
+    #[error("{0}")]
+    Unusable(String),
     /// An argument was refused before anything reached the kernel.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

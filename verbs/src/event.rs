@@ -517,7 +517,7 @@ impl Context {
             }
             st.assume_init().st_rdev
         };
-        match std::fs::metadata(&self.device().dev_path) {
+        match std::fs::metadata(self.device().dev_path()) {
             Ok(m) => m.rdev() != ours,
             Err(_) => true,
         }

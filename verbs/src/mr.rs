@@ -339,7 +339,12 @@ impl Pd {
             pd_handle: self.inner.handle,
             access_flags: access.bits(),
         };
-        let resp: RegMrResp = match write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut []) {
+        // SAFETY: REG_MR's start..start+length is addr..addr+len, which this
+        // function's caller keeps valid, and untouched but through the MR,
+        // until the MR is deregistered (Drop or into_inner), or forever if
+        // deregistration fails; the response pointer is write_cmd's own.
+        let resp = unsafe { write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut []) };
+        let resp: RegMrResp = match resp {
             Ok(resp) => resp,
             Err(errno) => return Err((Error::kernel("reg_mr")(errno), buf)),
         };
@@ -385,7 +390,11 @@ impl<B> Mr<B> {
         let cmd = DeregMr {
             mr_handle: self.handle,
         };
-        match write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut []) {
+        // SAFETY: DEREG_MR carries no user address.
+        let done = unsafe {
+            write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut [])
+        };
+        match done {
             Ok(_) | Err(Errno::EIO | Errno::ENODEV) => Ok(()),
             Err(errno) => {
                 self.fork.keep();
@@ -485,8 +494,12 @@ impl<B> Mr<B> {
             pd_handle: pd.handle(),
             access_flags: access.bits(),
         };
-        let resp: ReregMrResp = write_cmd(self.pd.context().fd(), nr::REREG_MR, &cmd, &[], &mut [])
-            .map_err(Error::kernel("rereg_mr"))?;
+        // SAFETY: REREG_MR's start..start+length is the MR's own memory,
+        // already registered and held by `self` until DEREG_MR; the
+        // response pointer is write_cmd's own.
+        let resp: ReregMrResp =
+            unsafe { write_cmd(self.pd.context().fd(), nr::REREG_MR, &cmd, &[], &mut []) }
+                .map_err(Error::kernel("rereg_mr"))?;
         self.lkey = resp.lkey;
         self.rkey = resp.rkey;
         self.access = access;

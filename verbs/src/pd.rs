@@ -24,7 +24,9 @@ impl Drop for PdInner {
         };
         // Nothing can use the PD any more (all holders are gone); a failure
         // here (device removed) leaves the kernel to free it with the context.
-        let _ = write_cmd::<_, NoResp>(self.ctx.fd(), nr::DEALLOC_PD, &cmd, &[], &mut []);
+        // SAFETY: DEALLOC_PD carries no user address.
+        let _ =
+            unsafe { write_cmd::<_, NoResp>(self.ctx.fd(), nr::DEALLOC_PD, &cmd, &[], &mut []) };
     }
 }
 
@@ -45,13 +47,17 @@ impl fmt::Debug for Pd {
 impl Context {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let resp: AllocPdResp = write_cmd(
-            self.fd(),
-            nr::ALLOC_PD,
-            &AllocPd::new_zeroed(),
-            &[],
-            &mut [],
-        )
+        // SAFETY: ALLOC_PD carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let resp: AllocPdResp = unsafe {
+            write_cmd(
+                self.fd(),
+                nr::ALLOC_PD,
+                &AllocPd::new_zeroed(),
+                &[],
+                &mut [],
+            )
+        }
         .map_err(Error::kernel("alloc_pd"))?;
         Ok(Pd {
             inner: Arc::new(PdInner {

@@ -675,7 +675,9 @@ fn destroy_qp(ctx: &crate::Context, handle: u32) {
         qp_handle: handle,
         reserved: 0,
     };
-    let _ = write_cmd::<_, DestroyQpResp>(ctx.fd(), nr::DESTROY_QP, &cmd, &[], &mut []);
+    // SAFETY: DESTROY_QP carries no user address but its response pointer,
+    // which write_cmd supplies.
+    let _ = unsafe { write_cmd::<_, DestroyQpResp>(ctx.fd(), nr::DESTROY_QP, &cmd, &[], &mut []) };
 }
 
 impl Qp {
@@ -724,8 +726,11 @@ impl Qp {
                 .and_then(|p| p.active_mtu()),
             _ => None,
         };
-        write_cmd::<_, NoResp>(self.pd.context().fd(), nr::MODIFY_QP, &cmd, &[], &mut [])
-            .map_err(Error::kernel("modify_qp"))?;
+        // SAFETY: MODIFY_QP carries attributes and handles, no user address.
+        unsafe {
+            write_cmd::<_, NoResp>(self.pd.context().fd(), nr::MODIFY_QP, &cmd, &[], &mut [])
+        }
+        .map_err(Error::kernel("modify_qp"))?;
         if let Some(s) = attr.qp_state {
             self.state = s;
             // The mlx5 queues follow the state (RESET clears them).
@@ -800,8 +805,11 @@ impl Qp {
             qp_handle: self.handle,
             attr_mask: 0x1f_ffff,
         };
-        let r: QueryQpResp = write_cmd(self.pd.context().fd(), nr::QUERY_QP, &cmd, &[], &mut [])
-            .map_err(Error::kernel("query_qp"))?;
+        // SAFETY: QUERY_QP carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let r: QueryQpResp =
+            unsafe { write_cmd(self.pd.context().fd(), nr::QUERY_QP, &cmd, &[], &mut []) }
+                .map_err(Error::kernel("query_qp"))?;
         let attr = QpAttr {
             qp_state: QpState::from_raw(r.qp_state),
             cur_qp_state: QpState::from_raw(r.cur_qp_state),

@@ -230,7 +230,10 @@ impl Srq {
                     max_wr: 0,
                     srq_limit: limit,
                 };
-                write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, &[], &mut []).map(|_| ())
+                // SAFETY: MODIFY_SRQ without driver data carries no user
+                // address.
+                unsafe { write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, &[], &mut []) }
+                    .map(|_| ())
             }
         }
         .map_err(Error::kernel("modify_srq"))

@@ -313,7 +313,7 @@ fn objects(rep: &mut Report, dev: &Result<Device, String>) -> R {
         step: "devices",
         why: e.clone(),
     })?;
-    rep.pass_note("devices", &format!("{} ({})", dev.name, dev.driver));
+    rep.pass_note("devices", &format!("{} ({})", dev.name(), dev.driver()));
     let fds_before = open_fds();
 
     let ctx = dev.open().at("open")?;
@@ -337,11 +337,11 @@ fn objects(rep: &mut Report, dev: &Result<Device, String>) -> R {
     )?;
     expect(
         "query_device",
-        dattr.node_guid() == dev.node_guid,
+        dattr.node_guid() == dev.node_guid(),
         &format!(
             "node GUID differs between QUERY_DEVICE ({}) and sysfs ({})",
             dattr.node_guid(),
-            dev.node_guid
+            dev.node_guid()
         ),
     )?;
     rep.pass("query_device");

@@ -150,7 +150,7 @@ pub fn open(c: &Common) -> Result<Device> {
     };
     let ctx = dev
         .open()
-        .with_context(|| format!("couldn't get a context for {}", dev.name))?;
+        .with_context(|| format!("couldn't get a context for {}", dev.name()))?;
     let port = ctx
         .query_port(c.ib_port)
         .with_context(|| format!("couldn't get info of port {}", c.ib_port))?;

@@ -14,14 +14,13 @@
 //!   them) reports.
 
 use std::fmt::Write as _;
-use std::fs::OpenOptions;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use anyhow::{anyhow, bail, Result};
-use uverbs_abi::cmd::{nr, write_cmd};
+use uverbs_abi::cmd::{nr, response_fd, write_cmd_prefilled, NO_FD};
 use uverbs_abi::device::{ExQueryDeviceResp, GetContext, GetContextResp};
 use uverbs_abi::ioctl::{device_method, object, IoctlCmd};
-use verbs::{Device, GidType, LinkLayer};
+use verbs::{Device, GidType, Guid, LinkLayer};
 
 use crate::common::num;
 
@@ -53,17 +52,20 @@ fn parse_port(s: &str) -> std::result::Result<u8, String> {
 /// prints them (the GUID as 16 hex digits in wire order).
 pub fn run_devices() -> Result<()> {
     let devs = verbs::devices()?;
-    print!("{}", devices_text(&devs));
+    print!(
+        "{}",
+        devices_text(devs.iter().map(|d| (d.name(), d.node_guid())))
+    );
     Ok(())
 }
 
-fn devices_text(devs: &[Device]) -> String {
+/// The `ibv_devices` table of `(name, node GUID)` pairs.
+fn devices_text<'a>(devs: impl IntoIterator<Item = (&'a str, Guid)>) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "    {:<16}\t   node GUID", "device");
     let _ = writeln!(s, "    {:<16}\t----------------", "------");
-    for d in devs {
-        let g = d.node_guid.0;
-        let _ = writeln!(s, "    {:<16}\t{:016x}", d.name, u64::from_be_bytes(g));
+    for (name, guid) in devs {
+        let _ = writeln!(s, "    {:<16}\t{:016x}", name, u64::from_be_bytes(guid.0));
     }
     s
 }
@@ -76,7 +78,7 @@ pub fn run_devinfo(a: &DevinfoArgs) -> Result<()> {
         let n = devs.len();
         println!("{n} HCA{} found:", if n == 1 { "" } else { "s" });
         for d in &devs {
-            println!("\t{}", d.name);
+            println!("\t{}", d.name());
         }
         println!();
         return Ok(());
@@ -84,7 +86,7 @@ pub fn run_devinfo(a: &DevinfoArgs) -> Result<()> {
     let chosen: Vec<&Device> = match &a.dev {
         Some(name) => vec![devs
             .iter()
-            .find(|d| &d.name == name)
+            .find(|d| d.name() == name)
             .ok_or_else(|| anyhow!("IB device '{name}' wasn't found"))?],
         None if devs.is_empty() => bail!("No IB devices found"),
         None => devs.iter().collect(),
@@ -146,30 +148,41 @@ const _: () = assert!(size_of::<uverbs_abi::device::QueryPortResp>() == PORT_CAP
 /// kernel refuses; the caller then prints 0, as rdma-core does when it
 /// falls back to the write() command.
 fn port_cap_flags2(dev: &Device, port: u8) -> Option<u16> {
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&dev.dev_path)
-        .ok()?;
-    let fd = OwnedFd::from(file);
-    let resp: GetContextResp = write_cmd(
-        fd.as_fd(),
-        nr::GET_CONTEXT,
-        &GetContext::default(),
-        &[],
-        &mut [],
-    )
+    // The node checked as verbs checks it: the uverbs character device
+    // sysfs names.
+    let fd = OwnedFd::from(dev.open_node().ok()?);
+    // -1 until the kernel writes the fd it opened.
+    let mut resp = GetContextResp {
+        async_fd: NO_FD,
+        num_comp_vectors: 0,
+    };
+    // SAFETY: GET_CONTEXT carries no user address but its response
+    // pointer, which write_cmd_prefilled supplies; no driver data is sent
+    // (a driver that requires some refuses, and 0 is printed, as before).
+    unsafe {
+        write_cmd_prefilled(
+            fd.as_fd(),
+            nr::GET_CONTEXT,
+            &GetContext::default(),
+            &mut resp,
+            &[],
+            &mut [],
+        )
+    }
     .ok()?;
-    // SAFETY: the kernel just opened this descriptor for us and nothing
-    // else owns it; owning it closes it.
-    let _async_fd = unsafe { OwnedFd::from_raw_fd(resp.async_fd as i32) };
+    let raw = response_fd(resp.async_fd)?;
+    // SAFETY: the kernel wrote this fd number over the -1 prefilled above:
+    // it opened it for us in this call on a checked uverbs node, and
+    // nothing else owns it; owning it closes it.
+    let _async_fd = unsafe { OwnedFd::from_raw_fd(raw) };
     let mut buf = [0u8; QUERY_PORT_RESP_EX_LEN];
-    IoctlCmd::new(object::DEVICE, device_method::QUERY_PORT)
-        .driver_id(dev.driver.id().unwrap_or(0))
+    let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_PORT);
+    call.driver_id(dev.driver().id().unwrap_or(0))
         .in_u64(QUERY_PORT_PORT_NUM, u64::from(port))
-        .out_bytes(QUERY_PORT_RESP, &mut buf)
-        .execute(fd.as_fd())
-        .ok()?;
+        .out_bytes(QUERY_PORT_RESP, &mut buf);
+    // SAFETY: the inline value is a port number, no address; the output
+    // is a borrowed buffer; `fd` is a checked uverbs node.
+    unsafe { call.execute(fd.as_fd()) }.ok()?;
     Some(u16::from_ne_bytes([
         buf[PORT_CAP_FLAGS2_OFFSET],
         buf[PORT_CAP_FLAGS2_OFFSET + 1],
@@ -219,7 +232,7 @@ fn device_text(dev: &Device, ib_port: Option<u8>, verbose: bool) -> Result<Strin
     let (tname, tnum) = transport(dev);
     let mut s = String::new();
     let o = &mut s;
-    let _ = writeln!(o, "hca_id:\t{}", dev.name);
+    let _ = writeln!(o, "hca_id:\t{}", dev.name());
     let _ = writeln!(o, "\ttransport:\t\t\t{tname} ({tnum})");
     let fw = a.fw_ver();
     if !fw.is_empty() {
@@ -853,17 +866,9 @@ mod tests {
 
     #[test]
     fn devices_table() {
-        let dev = Device {
-            name: "rxe0".into(),
-            uverbs: "uverbs0".into(),
-            dev_path: "/dev/infiniband/uverbs0".into(),
-            node_guid: verbs::Guid([0xb8, 0x68, 0x06, 0xff, 0xfe, 0x3d, 0x3d, 0xfd]),
-            driver: verbs::Driver::Rxe,
-            abi_version: 6,
-            driver_abi_version: 2,
-        };
+        let guid = verbs::Guid([0xb8, 0x68, 0x06, 0xff, 0xfe, 0x3d, 0x3d, 0xfd]);
         assert_eq!(
-            devices_text(&[dev]),
+            devices_text([("rxe0", guid)]),
             "    device          \t   node GUID\n    ------          \t----------------\n    rxe0            \tb86806fffe3d3dfd\n"
         );
     }

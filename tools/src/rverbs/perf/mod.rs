@@ -555,7 +555,7 @@ fn open(p: &Plan) -> Result<Opened> {
             .next()
             .context("no RDMA devices found")?,
     };
-    let name = dev.name.clone();
+    let name = dev.name().to_string();
     let ctx = dev
         .open()
         .with_context(|| format!("couldn't get a context for {name}"))?;

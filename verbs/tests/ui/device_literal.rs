@@ -1,0 +1,15 @@
+// A `Device` comes from discovery only: building one by hand (pointing it
+// at `/dev/null`, say) does not compile.
+use std::path::PathBuf;
+
+fn main() {
+    let _forged = verbs::Device {
+        name: "rxe0".into(),
+        uverbs: "uverbs0".into(),
+        dev_path: PathBuf::from("/dev/null"),
+        node_guid: verbs::Guid::default(),
+        driver: verbs::Driver::Rxe,
+        abi_version: 6,
+        driver_abi_version: 2,
+    };
+}
