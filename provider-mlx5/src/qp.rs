@@ -26,7 +26,8 @@ use uverbs_abi::cmd::{nr, write_cmd};
 use uverbs_abi::mlx5;
 use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
 use uverbs_abi::wr::{
-    check_send, send_flags, simple_send_ops, Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode,
+    check_send, inline_len, send_flags, sge_len, simple_send_ops, Payload, RecvWr, SendFlags,
+    SendWr, Sge, WrOpcode, MAX_MSG,
 };
 use uverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
@@ -38,9 +39,6 @@ use crate::wq::{QpEntry, RqShared, SqShared};
 use crate::{wqe_op, PostError};
 
 use geom::SEND_WQE_BB;
-
-/// Largest message IB allows (2^31 bytes).
-const MAX_MSG: u64 = 1 << 31;
 
 /// Largest IB MTU: the UD message bound until [`SendQueue::set_ud_mtu`]
 /// gives the port's.
@@ -565,31 +563,11 @@ impl SendQueue {
                         max: self.max_gs,
                     });
                 }
-                let length = match sges {
-                    [one] => one.length as u64,
-                    _ => sges.iter().map(|s| s.length as u64).sum::<u64>(),
-                };
-                (Data::Sges(sges), length)
+                (Data::Sges(sges), sge_len(sges))
             }
             Payload::Inline(bufs) => {
-                let len: usize = bufs.iter().map(|b| b.len()).sum();
-                if len > self.max_inline as usize {
-                    return Err(PostError::InlineTooLarge {
-                        len,
-                        max: self.max_inline,
-                    });
-                }
-                if !matches!(
-                    wr.opcode,
-                    WrOpcode::Send
-                        | WrOpcode::SendWithImm
-                        | WrOpcode::RdmaWrite
-                        | WrOpcode::RdmaWriteWithImm
-                ) {
-                    return Err(PostError::InvalidOpcode);
-                }
-                // `len <= max_inline`, which is below 2^32.
-                (Data::Inline(bufs, len as u32), len as u64)
+                let len = inline_len(wr.opcode, bufs, self.max_inline)?;
+                (Data::Inline(bufs, len), u64::from(len))
             }
         };
         if length > MAX_MSG {
