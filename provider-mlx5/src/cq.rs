@@ -9,7 +9,7 @@
 //! tell the device how far with the consumer index in doorbell word 0.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use uverbs_abi::cmd::{nr, write_cmd};
@@ -22,7 +22,7 @@ use zerocopy::{FromZeros, IntoBytes};
 use crate::buf::{Buf, DbRec};
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, Row};
-use crate::wqe_op;
+use crate::{mmio, wqe_op};
 
 /// Bytes per CQE.
 const CQE_SIZE: usize = 64;
@@ -249,7 +249,7 @@ impl Cq {
             return None;
         }
         // The body was written before the owner byte.
-        fence(Ordering::Acquire);
+        mmio::from_device();
         Some(Cqe(p))
     }
 
@@ -394,12 +394,15 @@ impl Cq {
         if self.uar.is_null() {
             return;
         }
-        store_fence();
+        // The doorbell record reaches memory before the UAR write.
+        mmio::wc_start();
         let db = (u64::from(v) << 32 | u64::from(self.cqn)).to_be();
         // SAFETY: `uar` is the CQ doorbell of a UAR page the context maps
-        // for its life (held through `uctx`); one aligned 8-byte store.
-        unsafe { std::ptr::write_volatile(self.uar, db) };
-        store_fence();
+        // for its life (held through `uctx`), 8-byte aligned, written only
+        // through `mmio::write64`: CQs arm from `&self`, so from several
+        // threads, and each doorbell must reach the register whole.
+        unsafe { mmio::write64(self.uar, db) };
+        mmio::flush_writes();
     }
 
     /// Entries in the ring minus one: the depth reported to the user.
@@ -418,19 +421,6 @@ impl Cq {
             _mem: Arc::clone(&self.mem),
         }
     }
-}
-
-/// Orders earlier stores (including write-combining ones) before later
-/// ones: `sfence` on x86-64.
-#[inline]
-fn store_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `sfence` only orders stores; it touches no memory or flags.
-    unsafe {
-        std::arch::asm!("sfence", options(nostack, preserves_flags))
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    fence(Ordering::SeqCst);
 }
 
 /// A CQE in the ring that [`Cq::sw_cqe`] handed out: 64 readable bytes,
@@ -928,5 +918,45 @@ mod tests {
             // SAFETY: inside the ring.
             assert_eq!(unsafe { *f.cq.base.add(i * 64 + 63) }, 0xF0);
         }
+    }
+
+    /// Threads arming one CQ at once write its UAR doorbell whole: a
+    /// reader watching the (fake) register only ever sees one of the
+    /// 64-bit values an arm can write, never halves of two.
+    #[test]
+    fn concurrent_arms_write_whole_doorbells() {
+        let mut f = fixture(4);
+        let reg = Box::new(std::sync::atomic::AtomicU64::new(0));
+        f.cq.uar = reg.as_ptr();
+        let cq = &f.cq;
+        let valid = |raw: u64| {
+            let v = u64::from_be(raw);
+            let (hi, lo) = ((v >> 32) as u32, v as u32);
+            v == 0 || (lo == 0x99 && hi & 0x0FFF_FFFF & !ARM_SOLICITED == 0)
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                s.spawn(move || {
+                    for _ in 0..20_000 {
+                        cq.arm(t % 2 == 1);
+                    }
+                });
+            }
+            let watcher = s.spawn(|| {
+                let mut seen = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let v = reg.load(Ordering::Relaxed);
+                    assert!(valid(v), "torn doorbell {:#018x}", u64::from_be(v));
+                    seen += 1;
+                }
+                seen
+            });
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            stop.store(true, Ordering::Relaxed);
+            assert!(watcher.join().unwrap() > 0);
+        });
+        assert!(valid(reg.load(Ordering::Relaxed)));
+        assert_ne!(reg.load(Ordering::Relaxed), 0);
     }
 }

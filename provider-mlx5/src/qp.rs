@@ -36,7 +36,7 @@ use crate::buf::{Buf, DbRec};
 use crate::srq::Srq;
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, RqShared, SqShared};
-use crate::{wqe_op, PostError};
+use crate::{mmio, wqe_op, PostError};
 
 use geom::SEND_WQE_BB;
 
@@ -745,18 +745,22 @@ impl SendQueue {
         self.head = self.head.wrapping_add(nreq);
         // SAFETY: `db` is this QP's doorbell send word, alive with `_mem`.
         let db = unsafe { &*self.db };
-        // Release: the WQEs are written before the device can see the
-        // counter that covers them.
-        db.store((self.cur_post & 0xffff).to_be(), Ordering::Release);
+        // The WQEs are written before the device can see the counter that
+        // covers them.
+        mmio::to_device();
+        db.store((self.cur_post & 0xffff).to_be(), Ordering::Relaxed);
         // The doorbell record reaches memory before the UAR write.
-        wc_fence();
+        mmio::wc_start();
         let bf = self.bf;
         // SAFETY: `reg + bf_offset` is this QP's register (offset 0, or
         // the second half of a dedicated BlueFlame register, which is
-        // `buf_size` bytes into it), in a UAR page mapped for the
-        // context's life. BlueFlame copies at most `buf_size` bytes. The
-        // source BBs are the WQE just built, inside the ring (wrapping at
-        // `qend`), initialised memory (the buffer starts zeroed).
+        // `buf_size` bytes into it), 8-byte aligned, in a UAR page mapped
+        // for the context's life; every write to it goes through
+        // `mmio::write64` (atomic 64-bit stores: QPs sharing a bfreg write
+        // its doorbell from several threads). BlueFlame copies at most
+        // `buf_size` bytes. The source BBs are the WQE just built, inside
+        // the ring (wrapping at `qend`), initialised memory (the buffer
+        // starts zeroed).
         unsafe {
             let mut dst = bf.reg.add(self.bf_offset as usize).cast::<u64>();
             if nreq == 1 && bf.dedicated && bf.buf_size != 0 && ds > 1 && ds * 16 <= bf.buf_size {
@@ -764,7 +768,7 @@ impl SendQueue {
                 let mut left = (ds * 16).next_multiple_of(SEND_WQE_BB);
                 loop {
                     for i in 0..8 {
-                        dst.add(i).write_volatile(src.add(i).read());
+                        mmio::write64(dst.add(i), src.add(i).read());
                     }
                     left -= SEND_WQE_BB;
                     dst = dst.add(8);
@@ -777,11 +781,11 @@ impl SendQueue {
                     }
                 }
             } else {
-                dst.write_volatile(ctrl.cast::<u64>().read());
+                mmio::write64(dst, ctrl.cast::<u64>().read());
             }
         }
         // Flush the write-combining buffer before another doorbell.
-        wc_fence();
+        mmio::flush_writes();
         if bf.dedicated {
             self.bf_offset ^= bf.buf_size;
         }
@@ -819,21 +823,6 @@ impl SendQueue {
         self.head
             .wrapping_sub(self.shared.tail.load(Ordering::Acquire))
     }
-}
-
-/// Orders stores to write-combining memory (the UAR) with other stores:
-/// `sfence` on x86-64, a full fence elsewhere.
-#[inline(always)]
-fn wc_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `sfence` only orders stores; it touches no memory, stack or
-    // flags. (Inline assembly rather than `_mm_sfence`, which is an
-    // `unsafe fn` on some toolchains and safe on others.)
-    unsafe {
-        std::arch::asm!("sfence", options(nostack, preserves_flags));
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Stores `v` big-endian at `p`.
@@ -999,9 +988,10 @@ impl RecvQueue {
             self.head = self.head.wrapping_add(nreq);
             // SAFETY: this QP's doorbell receive word, alive with `_mem`.
             let db = unsafe { &*self.db };
-            // Release: the WQEs are written before the device can see
-            // the counter that covers them.
-            db.store((self.head & 0xffff).to_be(), Ordering::Release);
+            // The WQEs are written before the device can see the counter
+            // that covers them.
+            mmio::to_device();
+            db.store((self.head & 0xffff).to_be(), Ordering::Relaxed);
         }
         result
     }

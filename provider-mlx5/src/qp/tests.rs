@@ -1205,3 +1205,62 @@ fn inline_length_overflow_is_refused() {
     assert_eq!(qp.sq.cur_post, 0);
     assert_eq!(qp.db(1), [0; 4]);
 }
+
+/// QPs on one shared (non-dedicated) bfreg ring its doorbell from several
+/// threads: a reader watching the register only ever sees whole 8-byte
+/// doorbells (QP k's number with one of QP k's counters, which start at
+/// k << 12), never halves of two.
+#[test]
+fn shared_bfreg_doorbells_are_whole() {
+    let reg = Box::new(std::sync::atomic::AtomicU64::new(0));
+    let mut qps: Vec<TestQp> = (1..=4u32)
+        .map(|k| {
+            let mut qp = rc(16, 1, 0);
+            qp.sq.bf.reg = reg.as_ptr().cast();
+            qp.sq.qpn = k;
+            qp.sq.cur_post = k << 12;
+            qp
+        })
+        .collect();
+    let valid = |raw: u64| {
+        if raw == 0 {
+            return true;
+        }
+        let b = raw.to_ne_bytes();
+        let w0 = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let w1 = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let (pi, op, qpn, ds) = (w0 >> 8, w0 & 0xff, w1 >> 8, w1 & 0xff);
+        op == 0x0a && ds == 2 && (1..=4).contains(&qpn) && pi >> 12 == qpn
+    };
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for qp in qps.iter_mut() {
+            s.spawn(move || {
+                let sge = [Sge {
+                    addr: 0x1000,
+                    length: 8,
+                    lkey: 1,
+                }];
+                for _ in 0..2000 {
+                    qp.sq.post(&[SendWr::send(1, &sge)]).unwrap();
+                    // Retire it, as a CQ would.
+                    qp.sq.shared.tail.store(qp.sq.head, Ordering::Release);
+                }
+            });
+        }
+        let watcher = s.spawn(|| {
+            let mut seen = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let v = reg.load(Ordering::Relaxed);
+                assert!(valid(v), "torn doorbell {v:#018x}");
+                seen += 1;
+            }
+            seen
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        stop.store(true, Ordering::Relaxed);
+        assert!(watcher.join().unwrap() > 0);
+    });
+    let last = reg.load(Ordering::Relaxed);
+    assert!(last != 0 && valid(last), "{last:#018x}");
+}
