@@ -9,7 +9,7 @@
 //! tell the device how far with the consumer index in doorbell word 0.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use uverbs_abi::cmd::{nr, write_cmd};
@@ -21,7 +21,7 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
 use crate::uctx::Uctx;
-use crate::wq::{QpEntry, Row};
+use crate::wq::{QpEntry, Row, SrqShared};
 use crate::{mmio, wqe_op};
 
 /// Bytes per CQE.
@@ -114,13 +114,30 @@ fn new_ring(ncqe: u32) -> Result<Buf, Errno> {
 }
 
 /// The CQE ring(s) and doorbell record of a CQ. Normally one ring; during
-/// a resize the old and the new one (the lock is taken on the control
-/// path only: creation and resize).
+/// a resize the old and the new one (the `rings` lock is taken on the
+/// control path only: creation and resize).
+///
+/// It also holds what a QP needs to remove its CQEs from the CQ
+/// ([`CqMemory::clean`]) while the [`Cq`] itself is owned, and polled,
+/// elsewhere: the consumer state, guarded by `busy`.
 #[derive(Debug)]
 struct Mem {
     /// The current ring is the last.
     rings: Mutex<Vec<Buf>>,
     db: DbRec,
+    /// Taken by whoever consumes or moves CQEs: a poll, a resize, a QP
+    /// cleaning its CQEs out. The fields below are read and written only
+    /// while holding it.
+    busy: AtomicBool,
+    /// CQEs consumed (the poller works on its copy, [`Cq::cons_index`],
+    /// and loads and stores this one around each poll).
+    cons_index: AtomicU32,
+    /// The current ring's first CQE.
+    base: AtomicPtr<u8>,
+    /// Entries in the current ring.
+    ncqe: AtomicU32,
+    /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
+    cqe_version: u8,
 }
 
 impl Mem {
@@ -128,9 +145,15 @@ impl Mem {
     fn new(uctx: &Arc<Uctx>, ncqe: u32) -> Result<Mem, Errno> {
         let buf = new_ring(ncqe)?;
         let db = uctx.alloc_dbrec()?;
+        let base = buf.as_ptr();
         Ok(Mem {
             rings: Mutex::new(vec![buf]),
             db,
+            busy: AtomicBool::new(false),
+            cons_index: AtomicU32::new(0),
+            base: AtomicPtr::new(base),
+            ncqe: AtomicU32::new(ncqe),
+            cqe_version: uctx.cqe_version(),
         })
     }
 
@@ -139,13 +162,141 @@ impl Mem {
         let rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
         rings.last().map_or(std::ptr::null_mut(), Buf::as_ptr)
     }
+
+    /// Takes `busy` (a spin lock: its holders do bounded work and never
+    /// block while holding it). Uncontended, one atomic swap.
+    #[inline(always)]
+    fn lock(&self) {
+        while self.busy.swap(true, Ordering::Acquire) {
+            while self.busy.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Releases `busy`.
+    #[inline(always)]
+    fn unlock(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+
+    /// Removes every CQE of one QP (user index `uidx` with CQE version 1,
+    /// else QP number `qpn`) from the unpolled part of the ring, moving
+    /// the later CQEs of other QPs down over them in order, and advances
+    /// the consumer index past the gap; the SRQ WQE of each removed
+    /// receive CQE goes back to `srq`'s free list. (What libmlx5's
+    /// `__mlx5_cq_clean` does.) Returns how many CQEs were removed.
+    ///
+    /// Call it only once the device writes no more CQEs for that QP (after
+    /// MODIFY_QP to RESET or DESTROY_QP returned): CQEs of other QPs may
+    /// still arrive, past the producer index seen here, and are left
+    /// alone.
+    fn clean(&self, uidx: u32, qpn: u32, srq: Option<&SrqShared>) -> u32 {
+        self.lock();
+        let base = self.base.load(Ordering::Relaxed).cast_const();
+        let ncqe = self.ncqe.load(Ordering::Relaxed);
+        let ci = self.cons_index.load(Ordering::Relaxed);
+        // The producer index: the first entry the device has not written,
+        // at most one lap ahead.
+        let mut prod = ci;
+        while prod.wrapping_sub(ci) < ncqe && sw_cqe_at(base, ncqe, prod).is_some() {
+            prod = prod.wrapping_add(1);
+        }
+        let (key, by_qpn) = if self.cqe_version == 1 {
+            (uidx, false)
+        } else {
+            (qpn, true)
+        };
+        // Backwards from the newest, so every CQE moves at most once.
+        let mut nfreed: u32 = 0;
+        let mut i = prod;
+        while i != ci {
+            i = i.wrapping_sub(1);
+            let slot = |n: u32| {
+                // SAFETY: the entry lies inside the current ring
+                // (`n & (ncqe - 1) < ncqe`).
+                unsafe { base.add((n & (ncqe - 1)) as usize * CQE_SIZE) }
+            };
+            let c = Cqe(slot(i));
+            let op = c.u8(63) >> 4;
+            let mine = op != cqe_op::RESIZE
+                && (if by_qpn { c.be32(56) } else { c.be32(32) }) & 0xFF_FFFF == key;
+            if mine {
+                let responder = matches!(
+                    op,
+                    cqe_op::RESP_WR_IMM..=cqe_op::RESP_SEND_INV | cqe_op::RESP_ERR
+                );
+                if let (true, Some(srq)) = (responder, srq) {
+                    srq.complete(c.be16(60));
+                }
+                nfreed += 1;
+            } else if nfreed != 0 {
+                let to = i.wrapping_add(nfreed);
+                let mut bytes = c.bytes();
+                // The owner bit the device would have given `to`.
+                bytes[CQE_SIZE - 1] = (bytes[CQE_SIZE - 1] & !1) | u8::from(to & ncqe != 0);
+                // SAFETY: `to` is before `prod`, an entry the device
+                // wrote and will not write again until the consumer index
+                // passes it; the poller is locked out (`busy`), so nobody
+                // else reads or writes it.
+                unsafe {
+                    std::ptr::write_volatile(slot(to).cast_mut().cast::<[u8; CQE_SIZE]>(), bytes)
+                };
+            }
+        }
+        if nfreed != 0 {
+            let ci = ci.wrapping_add(nfreed);
+            self.cons_index.store(ci, Ordering::Relaxed);
+            // The moved CQEs are in place before the device may reuse the
+            // entries the consumer index now passes.
+            mmio::to_device();
+            self.db
+                .word(0)
+                .store((ci & 0xFF_FFFF).to_be(), Ordering::Release);
+        }
+        self.unlock();
+        nfreed
+    }
+}
+
+/// The CQE for counter `i` in a ring of `ncqe` entries at `base`, if the
+/// device has written it (opcode valid, owner bit matching the lap), after
+/// the barrier that makes its body readable.
+#[inline(always)]
+fn sw_cqe_at(base: *const u8, ncqe: u32, i: u32) -> Option<Cqe> {
+    let slot = (i & (ncqe - 1)) as usize;
+    // SAFETY: the entry lies inside the ring (`slot < ncqe`).
+    let p = unsafe { base.add(slot * CQE_SIZE) };
+    // SAFETY: the last byte of the entry; the device writes it
+    // concurrently, so read it atomically.
+    let op_own = unsafe { &*p.add(CQE_SIZE - 1).cast::<AtomicU8>() }.load(Ordering::Relaxed);
+    if op_own >> 4 == OP_INVALID || (op_own & 1 != 0) != (i & ncqe != 0) {
+        return None;
+    }
+    // The body was written before the owner byte.
+    mmio::from_device();
+    Some(Cqe(p))
 }
 
 /// Keeps a CQ's ring and doorbell record alive (the kernel object may
-/// outlive the [`Cq`] value: hold this until it is destroyed).
+/// outlive the [`Cq`] value: hold this until it is destroyed), and lets a
+/// QP on the CQ remove its CQEs from it.
 #[derive(Debug, Clone)]
 pub struct CqMemory {
-    _mem: Arc<Mem>,
+    mem: Arc<Mem>,
+}
+
+impl CqMemory {
+    /// Removes the CQEs of the QP with user index `uidx` and number `qpn`
+    /// not yet polled (see [`Mem::clean`]); returns how many.
+    pub(crate) fn clean(&self, uidx: u32, qpn: u32, srq: Option<&SrqShared>) -> u32 {
+        self.mem.clean(uidx, qpn, srq)
+    }
+
+    /// Whether both name the same CQ.
+    pub(crate) fn same(&self, other: &CqMemory) -> bool {
+        Arc::ptr_eq(&self.mem, &other.mem)
+    }
 }
 
 /// An mlx5 CQ: the CQE ring and doorbell record, the consumer index, and
@@ -156,7 +307,9 @@ pub struct Cq {
     base: *const u8,
     /// Entries (a power of two).
     ncqe: u32,
-    /// CQEs consumed.
+    /// CQEs consumed: the poller's copy of `mem.cons_index`, loaded and
+    /// stored back under `mem`'s lock (a QP cleaning its CQEs out may
+    /// advance it between polls).
     cons_index: u32,
     cqn: u32,
     /// Doorbell word 0: consumer index (BE, 24 bits).
@@ -180,8 +333,9 @@ pub struct Cq {
 
 // SAFETY: the raw pointers point into `mem` (owned through the Arc) and
 // into a UAR page the context (held through `uctx`) maps for its whole
-// life. Consuming takes `&mut self`; `arm` only does atomic and volatile
-// doorbell stores, which the device tolerates from any thread.
+// life. Consuming takes `&mut self` and `mem`'s lock (QPs cleaning their
+// CQEs out take it too); `arm` only does atomic doorbell stores, which the
+// device tolerates from any thread.
 unsafe impl Send for Cq {}
 // SAFETY: as above.
 unsafe impl Sync for Cq {}
@@ -219,6 +373,10 @@ impl Cq {
         if self.uctx.table().generation() != self.generation {
             self.refresh();
         }
+        // A QP may be removing its CQEs (moving the others, advancing the
+        // consumer index): wait for it, and keep it out while we consume.
+        self.mem.lock();
+        self.cons_index = self.mem.cons_index.load(Ordering::Relaxed);
         let mut n = 0;
         while n < wc.len() {
             let Some(cqe) = self.sw_cqe(self.cons_index) else {
@@ -229,28 +387,21 @@ impl Cq {
                 n += 1;
             }
         }
+        self.mem
+            .cons_index
+            .store(self.cons_index, Ordering::Relaxed);
         // SAFETY: `set_ci` points into the doorbell record `mem` keeps alive.
         unsafe { &*self.set_ci }.store((self.cons_index & 0xFF_FFFF).to_be(), Ordering::Release);
+        self.mem.unlock();
         n
     }
 
     /// The CQE for counter `i` if the device has written it (opcode valid,
     /// owner bit matching the lap), after an acquire fence: its 64 bytes
     /// are then ours to read until the consumer index passes it.
-    #[inline]
+    #[inline(always)]
     fn sw_cqe(&self, i: u32) -> Option<Cqe> {
-        let slot = (i & (self.ncqe - 1)) as usize;
-        // SAFETY: the entry lies inside the ring (`slot < ncqe`).
-        let p = unsafe { self.base.add(slot * CQE_SIZE) };
-        // SAFETY: the last byte of the entry; the device writes it
-        // concurrently, so read it atomically.
-        let op_own = unsafe { &*p.add(CQE_SIZE - 1).cast::<AtomicU8>() }.load(Ordering::Relaxed);
-        if op_own >> 4 == OP_INVALID || (op_own & 1 != 0) != (i & self.ncqe != 0) {
-            return None;
-        }
-        // The body was written before the owner byte.
-        mmio::from_device();
-        Some(Cqe(p))
+        sw_cqe_at(self.base, self.ncqe, i)
     }
 
     /// Issues RESIZE_CQ for at least `cqe` entries and moves the CQEs not
@@ -286,13 +437,21 @@ impl Cq {
             cqe_size: CQE_SIZE as u16,
             ..Default::default()
         };
-        let _: ResizeCqResp = write_cmd(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut [])?;
-        self.switch_ring(buf, ncqe);
-        Ok(ncqe - 1)
+        // No QP may clean the old ring while the device switches rings and
+        // the unpolled CQEs move.
+        self.mem.lock();
+        self.cons_index = self.mem.cons_index.load(Ordering::Relaxed);
+        let r = write_cmd::<_, ResizeCqResp>(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut []);
+        if r.is_ok() {
+            self.switch_ring(buf, ncqe);
+        }
+        self.mem.unlock();
+        r.map(|_| ncqe - 1)
     }
 
     /// Moves the unpolled CQEs into `buf` (a fresh ring of `ncqe`) and
-    /// makes it current. The previous ring stays mapped until the next
+    /// makes it current (for [`CqMemory::clean`] too: call it holding
+    /// `mem`'s lock, with `cons_index` loaded from it). The previous ring stays mapped until the next
     /// resize (a late device write to it must not hit unmapped memory);
     /// older ones are released.
     fn switch_ring(&mut self, buf: Buf, ncqe: u32) {
@@ -325,6 +484,11 @@ impl Cq {
         }
         self.base = new;
         self.ncqe = ncqe;
+        self.mem.base.store(new, Ordering::Relaxed);
+        self.mem.ncqe.store(ncqe, Ordering::Relaxed);
+        self.mem
+            .cons_index
+            .store(self.cons_index, Ordering::Relaxed);
         let mut rings = self.mem.rings.lock().unwrap_or_else(|p| p.into_inner());
         rings.push(buf);
         let old = rings.len().saturating_sub(2);
@@ -418,7 +582,7 @@ impl Cq {
     /// Keeps the ring and doorbell record alive after this value drops.
     pub fn memory(&self) -> CqMemory {
         CqMemory {
-            _mem: Arc::clone(&self.mem),
+            mem: Arc::clone(&self.mem),
         }
     }
 }
@@ -958,5 +1122,59 @@ mod tests {
         });
         assert!(valid(reg.load(Ordering::Relaxed)));
         assert_ne!(reg.load(Ordering::Relaxed), 0);
+    }
+
+    /// Cleaning one QP's CQEs out of the unpolled part of the ring (across
+    /// a lap boundary) removes exactly those, returns the SRQ WQEs of its
+    /// receive CQEs, keeps the other QP's CQEs in order with the owner
+    /// bits of their new entries, and advances the consumer index and its
+    /// doorbell word past the gap.
+    #[test]
+    fn clean_removes_one_qps_cqes() {
+        let mut f = fixture(4);
+        let sq2 = Arc::new(SqShared::new(4));
+        for i in 0..4 {
+            sq2.wrid[i].store(800 + i as u64, Ordering::Relaxed);
+        }
+        f.uctx.register_qp(
+            8,
+            Arc::new(QpEntry::with_queues(5, Some(Arc::clone(&sq2)), None, None)),
+        );
+        let other = |n: u16, owner| {
+            let mut c = cqe(cqe_op::REQ, wqe_op::SEND, n, owner);
+            c[32..36].copy_from_slice(&8u32.to_be_bytes());
+            c[56..60].copy_from_slice(&((wqe_op::SEND as u32) << 24 | 5).to_be_bytes());
+            c
+        };
+        let mut wc = [Wc::default(); 4];
+        for n in 0..2u32 {
+            put(&f.cq, n, &cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false));
+        }
+        assert_eq!(f.cq.poll(&mut wc), 2);
+        put(&f.cq, 2, &other(0, false));
+        put(&f.cq, 3, &cqe(cqe_op::RESP_SEND, 0, 5, false));
+        put(&f.cq, 4, &other(1, true));
+        put(&f.cq, 5, &cqe(cqe_op::REQ_ERR, wqe_op::SEND, 2, true));
+        let srq = SrqShared::new(8);
+        let mem = f.cq.memory();
+        assert_eq!(mem.clean(UIDX, QPN, Some(&srq)), 2);
+        assert_eq!(srq.freed[0].load(Ordering::Acquire), 1 << 5);
+        assert_eq!(srq.completed.load(Ordering::Acquire), 1);
+        assert_eq!(u32::from_be(f.cq.mem.db.word(0).load(Ordering::Acquire)), 4);
+        // Nothing left of that QP; a second cleaning finds nothing.
+        assert_eq!(mem.clean(UIDX, QPN, Some(&srq)), 0);
+        // A CQE the device writes later is found after the moved ones.
+        put(&f.cq, 6, &other(2, true));
+        assert_eq!(f.cq.poll(&mut wc), 3);
+        assert_eq!(
+            wc[..3]
+                .iter()
+                .map(|w| (w.wr_id, w.qp_num))
+                .collect::<Vec<_>>(),
+            [(800, 5), (801, 5), (802, 5)]
+        );
+        assert_eq!(f.cq.cons_index, 7);
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        assert_eq!(u32::from_be(f.cq.mem.db.word(0).load(Ordering::Acquire)), 7);
     }
 }

@@ -33,9 +33,10 @@ use uverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
+use crate::cq::CqMemory;
 use crate::srq::Srq;
 use crate::uctx::Uctx;
-use crate::wq::{QpEntry, RqShared, SqShared};
+use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
 use crate::{mmio, wqe_op, PostError};
 
 use geom::SEND_WQE_BB;
@@ -95,11 +96,16 @@ pub struct Created {
 ///
 /// If anything fails after the kernel created the QP, the QP is destroyed
 /// here before the error is returned: on `Err` there is nothing to clean.
+/// `send_cq` and `recv_cq` are the CQs the command names (by handle): on
+/// RESET and on destruction the QP removes its CQEs not yet polled from
+/// them (see [`SendQueue::set_state`]).
 pub fn create(
     fd: BorrowedFd<'_>,
     uctx: &Arc<Uctx>,
     cmd: &CreateQp,
     srq: Option<&Srq>,
+    send_cq: &CqMemory,
+    recv_cq: &CqMemory,
 ) -> Result<Created, Errno> {
     if (cmd.is_srq != 0) != srq.is_some() {
         return Err(Errno::EINVAL);
@@ -128,9 +134,10 @@ pub fn create(
     } else {
         UIDX_NONE
     };
-    let reg = Registration {
+    let mut reg = Registration {
         uctx: Arc::clone(uctx),
         uidx,
+        cleaner: None,
     };
 
     let mut core = *cmd;
@@ -178,6 +185,17 @@ pub fn create(
         srq.map(|s| s.shared()),
     );
     uctx.register_qp(uidx, Arc::new(entry));
+    let mut cqs = vec![send_cq.clone()];
+    if !recv_cq.same(send_cq) {
+        cqs.push(recv_cq.clone());
+    }
+    let cleaner = Arc::new(Cleaner {
+        uidx,
+        qpn: resp.qpn,
+        cqs,
+        srq: srq.map(|s| s.shared()),
+    });
+    reg.cleaner = Some(Arc::clone(&cleaner));
 
     let mem = Arc::new(Backing::Device { buf, db });
     let base = mem.base();
@@ -188,6 +206,7 @@ pub fn create(
             mem.db_word(0),
             &g,
             Arc::clone(&rq_shared),
+            Some(Arc::clone(&cleaner)),
         )
     });
     // SAFETY: the SQ starts `sq_offset` bytes into the buffer, which is
@@ -196,6 +215,7 @@ pub fn create(
     let sq = SendQueue::new(SqInit {
         mem: Arc::clone(&mem),
         reg: Some(reg),
+        cleaner: Some(cleaner),
         start: sq_start,
         db: mem.db_word(1),
         geometry: g,
@@ -230,18 +250,51 @@ fn destroy_qp(fd: BorrowedFd<'_>, handle: u32) {
     let _ = write_cmd::<_, DestroyQpResp>(fd, nr::DESTROY_QP, &cmd, &[], &mut []);
 }
 
-/// The QP's slot in the context's user-index table; dropping it frees
+/// The QP's slot in the context's user-index table; dropping it removes
+/// the QP's CQEs still in its CQs (returning their SRQ WQEs) and frees
 /// the slot (after the kernel QP is gone: the verbs layer destroys it
 /// before the queues drop).
 #[derive(Debug)]
 struct Registration {
     uctx: Arc<Uctx>,
     uidx: u32,
+    /// Set once the kernel QP exists.
+    cleaner: Option<Arc<Cleaner>>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        if let Some(c) = &self.cleaner {
+            c.clean();
+        }
         self.uctx.unregister_qp(self.uidx);
+    }
+}
+
+/// What removes a QP's CQEs from its CQs, as libmlx5 does on RESET and on
+/// destruction: CQEs the device wrote for the QP's previous life must not
+/// complete the work of its next one (a flushed receive reported for the
+/// receive that got the data, its ring retired past what is posted), and
+/// the SRQ WQEs they consumed must go back to the SRQ.
+#[derive(Debug)]
+pub(crate) struct Cleaner {
+    /// The QP's user index (how CQE version 1 names it).
+    uidx: u32,
+    /// The QP number (how CQE version 0 names it).
+    qpn: u32,
+    /// Its send CQ, and its receive CQ if that is another.
+    cqs: Vec<CqMemory>,
+    /// The SRQ it receives from.
+    srq: Option<Arc<SrqShared>>,
+}
+
+impl Cleaner {
+    /// Removes the QP's CQEs not yet polled from its CQs. Only once the
+    /// device writes none for it any more (in RESET, or destroyed).
+    fn clean(&self) {
+        for cq in &self.cqs {
+            cq.clean(self.uidx, self.qpn, self.srq.as_deref());
+        }
     }
 }
 
@@ -298,6 +351,7 @@ struct BlueFlame {
 struct SqInit {
     mem: Arc<Backing>,
     reg: Option<Registration>,
+    cleaner: Option<Arc<Cleaner>>,
     start: *mut u8,
     db: *const AtomicU32,
     geometry: geom::Geometry,
@@ -355,7 +409,9 @@ pub struct SendQueue {
     wqe_head: *const AtomicU32,
     /// `wr_id`s and retirement, shared with the CQ.
     shared: Arc<SqShared>,
-    /// Frees the user index on drop (before `mem`).
+    /// Removes the QP's CQEs from its CQs on RESET (`None` in unit tests).
+    cleaner: Option<Arc<Cleaner>>,
+    /// Cleans the CQs and frees the user index on drop (before `mem`).
     _reg: Option<Registration>,
     /// Keeps the ring and doorbell record alive.
     _mem: Arc<Backing>,
@@ -424,6 +480,7 @@ impl SendQueue {
             wrid: init.shared.wrid.as_ptr(),
             wqe_head: init.shared.wqe_head.as_ptr(),
             shared: init.shared,
+            cleaner: init.cleaner,
             _reg: init.reg,
             _mem: init.mem,
         }
@@ -791,10 +848,16 @@ impl SendQueue {
         }
     }
 
-    /// Follows the QP's state (after MODIFY_QP succeeded).
+    /// Follows the QP's state (after MODIFY_QP succeeded). RESET first
+    /// removes the QP's CQEs not yet polled from its CQs (the device
+    /// writes no more for it), then starts the ring's counters over, so
+    /// that no CQE of the QP's previous life retires work of the next.
     pub fn set_state(&mut self, state: State) {
         match state {
             State::Reset => {
+                if let Some(c) = &self.cleaner {
+                    c.clean();
+                }
                 self.enabled = false;
                 self.cur_post = 0;
                 self.head = 0;
@@ -898,6 +961,8 @@ pub struct RecvQueue {
     enabled: bool,
     /// `wr_id`s and retirement, shared with the CQ.
     shared: Arc<RqShared>,
+    /// Removes the QP's CQEs from its CQs on RESET (`None` in unit tests).
+    cleaner: Option<Arc<Cleaner>>,
     /// Keeps the ring and doorbell record alive.
     _mem: Arc<Backing>,
 }
@@ -915,6 +980,7 @@ impl RecvQueue {
         db: *const AtomicU32,
         g: &geom::Geometry,
         shared: Arc<RqShared>,
+        cleaner: Option<Arc<Cleaner>>,
     ) -> Self {
         RecvQueue {
             start,
@@ -926,6 +992,7 @@ impl RecvQueue {
             tail: 0,
             enabled: false,
             shared,
+            cleaner,
             _mem: mem,
         }
     }
@@ -996,10 +1063,16 @@ impl RecvQueue {
         result
     }
 
-    /// Follows the QP's state (after MODIFY_QP succeeded).
+    /// Follows the QP's state (after MODIFY_QP succeeded). RESET first
+    /// removes the QP's CQEs not yet polled from its CQs (as the send
+    /// queue does: whichever is told first cleans), then starts the
+    /// ring's counters over: it then holds exactly its capacity again.
     pub fn set_state(&mut self, state: State) {
         match state {
             State::Reset => {
+                if let Some(c) = &self.cleaner {
+                    c.clean();
+                }
                 self.enabled = false;
                 self.head = 0;
                 self.tail = 0;

@@ -135,11 +135,13 @@ impl TestQp {
                 mem.db_word(0),
                 &g,
                 Arc::new(RqShared::new(g.rq_wqe_cnt)),
+                None,
             )
         });
         let sq = SendQueue::new(SqInit {
             mem: Arc::clone(&mem),
             reg: None,
+            cleaner: None,
             // SAFETY: within the ring buffer (`total()` bytes).
             start: unsafe { base.add(g.sq_offset()) },
             db: mem.db_word(1),
