@@ -129,8 +129,7 @@ struct Mem {
     /// cleaning its CQEs out. The fields below are read and written only
     /// while holding it.
     busy: AtomicBool,
-    /// CQEs consumed (the poller works on its copy, [`Cq::cons_index`],
-    /// and loads and stores this one around each poll).
+    /// CQEs consumed.
     cons_index: AtomicU32,
     /// The current ring's first CQE.
     base: AtomicPtr<u8>,
@@ -167,9 +166,21 @@ impl Mem {
     /// block while holding it). Uncontended, one atomic swap.
     #[inline(always)]
     fn lock(&self) {
-        while self.busy.swap(true, Ordering::Acquire) {
+        if self.busy.swap(true, Ordering::Acquire) {
+            self.lock_contended();
+        }
+    }
+
+    /// [`Mem::lock`] when another holder has it.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        loop {
             while self.busy.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
+            }
+            if !self.busy.swap(true, Ordering::Acquire) {
+                return;
             }
         }
     }
@@ -259,6 +270,20 @@ impl Mem {
     }
 }
 
+/// Copies the context's QP table into `rows` (reusing its allocation),
+/// keyed by QP number instead of user index if `by_qpn`, sorted by key;
+/// returns the table's generation.
+fn snapshot(uctx: &Uctx, by_qpn: bool, rows: &mut Vec<Row>) -> u64 {
+    let generation = uctx.table().snapshot_into(rows);
+    if by_qpn {
+        for r in rows.iter_mut() {
+            r.0 = r.1.qpn;
+        }
+        rows.sort_unstable_by_key(|r| r.0);
+    }
+    generation
+}
+
 /// The CQE for counter `i` in a ring of `ncqe` entries at `base`, if the
 /// device has written it (opcode valid, owner bit matching the lap), after
 /// the barrier that makes its body readable.
@@ -307,10 +332,6 @@ pub struct Cq {
     base: *const u8,
     /// Entries (a power of two).
     ncqe: u32,
-    /// CQEs consumed: the poller's copy of `mem.cons_index`, loaded and
-    /// stored back under `mem`'s lock (a QP cleaning its CQEs out may
-    /// advance it between polls).
-    cons_index: u32,
     cqn: u32,
     /// Doorbell word 0: consumer index (BE, 24 bits).
     set_ci: *const AtomicU32,
@@ -320,9 +341,13 @@ pub struct Cq {
     uar: *mut u64,
     /// Arm sequence number (low 2 bits used).
     arm_sn: AtomicU32,
-    /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
-    cqe_version: u8,
-    /// The table rows as of `generation`.
+    /// Where a CQE names its QP: the user index (`srqn_uidx`, CQE version
+    /// 1) or the QP number (`sop_drop_qpn`, version 0).
+    key_off: usize,
+    /// Whether `key_off` is the QP number (CQE version 0).
+    by_qpn: bool,
+    /// The table rows as of `generation`, keyed (and sorted) by what CQEs
+    /// name QPs by.
     rows: Vec<Row>,
     /// The row of the last CQE's QP.
     last: usize,
@@ -343,17 +368,18 @@ unsafe impl Sync for Cq {}
 impl Cq {
     fn new(uctx: &Arc<Uctx>, mem: Arc<Mem>, base: *mut u8, ncqe: u32, cqn: u32) -> Cq {
         let mut rows = Vec::new();
-        let generation = uctx.table().snapshot_into(&mut rows);
+        let by_qpn = uctx.cqe_version() != 1;
+        let generation = snapshot(uctx, by_qpn, &mut rows);
         Cq {
             base,
             ncqe,
-            cons_index: 0,
             cqn,
             set_ci: mem.db.word(0),
             arm_db: mem.db.word(1),
             uar: uctx.cq_doorbell(),
             arm_sn: AtomicU32::new(0),
-            cqe_version: uctx.cqe_version(),
+            key_off: if uctx.cqe_version() == 1 { 32 } else { 56 },
+            by_qpn,
             rows,
             last: 0,
             generation,
@@ -376,22 +402,20 @@ impl Cq {
         // A QP may be removing its CQEs (moving the others, advancing the
         // consumer index): wait for it, and keep it out while we consume.
         self.mem.lock();
-        self.cons_index = self.mem.cons_index.load(Ordering::Relaxed);
+        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
         let mut n = 0;
         while n < wc.len() {
-            let Some(cqe) = self.sw_cqe(self.cons_index) else {
+            let Some(cqe) = self.sw_cqe(ci) else {
                 break;
             };
-            self.cons_index = self.cons_index.wrapping_add(1);
+            ci = ci.wrapping_add(1);
             if self.complete(cqe, &mut wc[n]) {
                 n += 1;
             }
         }
-        self.mem
-            .cons_index
-            .store(self.cons_index, Ordering::Relaxed);
+        self.mem.cons_index.store(ci, Ordering::Relaxed);
         // SAFETY: `set_ci` points into the doorbell record `mem` keeps alive.
-        unsafe { &*self.set_ci }.store((self.cons_index & 0xFF_FFFF).to_be(), Ordering::Release);
+        unsafe { &*self.set_ci }.store((ci & 0xFF_FFFF).to_be(), Ordering::Release);
         self.mem.unlock();
         n
     }
@@ -440,7 +464,6 @@ impl Cq {
         // No QP may clean the old ring while the device switches rings and
         // the unpolled CQEs move.
         self.mem.lock();
-        self.cons_index = self.mem.cons_index.load(Ordering::Relaxed);
         let r = write_cmd::<_, ResizeCqResp>(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut []);
         if r.is_ok() {
             self.switch_ring(buf, ncqe);
@@ -451,19 +474,20 @@ impl Cq {
 
     /// Moves the unpolled CQEs into `buf` (a fresh ring of `ncqe`) and
     /// makes it current (for [`CqMemory::clean`] too: call it holding
-    /// `mem`'s lock, with `cons_index` loaded from it). The previous ring stays mapped until the next
+    /// `mem`'s lock). The previous ring stays mapped until the next
     /// resize (a late device write to it must not hit unmapped memory);
     /// older ones are released.
     fn switch_ring(&mut self, buf: Buf, ncqe: u32) {
         let new = buf.as_ptr();
-        let mut i = self.cons_index;
+        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
+        let mut i = ci;
         let mut found = false;
         while let Some(cqe) = self.sw_cqe(i) {
             if cqe.u8(63) >> 4 == cqe_op::RESIZE {
                 found = true;
                 break;
             }
-            if i.wrapping_sub(self.cons_index) >= ncqe - 1 {
+            if i.wrapping_sub(ci) >= ncqe - 1 {
                 // More unpolled CQEs than the new ring holds: the device
                 // refuses such a resize; stop rather than overwrite.
                 break;
@@ -480,15 +504,13 @@ impl Cq {
             };
         }
         if found {
-            self.cons_index = self.cons_index.wrapping_add(1);
+            ci = ci.wrapping_add(1);
         }
         self.base = new;
         self.ncqe = ncqe;
         self.mem.base.store(new, Ordering::Relaxed);
         self.mem.ncqe.store(ncqe, Ordering::Relaxed);
-        self.mem
-            .cons_index
-            .store(self.cons_index, Ordering::Relaxed);
+        self.mem.cons_index.store(ci, Ordering::Relaxed);
         let mut rings = self.mem.rings.lock().unwrap_or_else(|p| p.into_inner());
         rings.push(buf);
         let old = rings.len().saturating_sub(2);
@@ -498,16 +520,11 @@ impl Cq {
     /// Resolves the CQE's QP and parses it.
     #[inline]
     fn complete(&mut self, cqe: Cqe, out: &mut Wc) -> bool {
-        let key = if self.cqe_version == 1 {
-            cqe.be32(32) & 0xFF_FFFF
-        } else {
-            cqe.be32(56) & 0xFF_FFFF
-        };
-        let by_qpn = self.cqe_version != 1;
+        let key = cqe.be32(self.key_off) & 0xFF_FFFF;
         // Most CQs serve one QP, or a few in turn: try the last hit first.
         let hit = match self.rows.get(self.last) {
-            Some(r) if (if by_qpn { r.1.qpn } else { r.0 }) == key => Some(self.last),
-            _ => self.find(key, by_qpn),
+            Some(r) if r.0 == key => Some(self.last),
+            _ => self.find(key),
         };
         let i = match hit {
             Some(i) => i,
@@ -516,7 +533,7 @@ impl Cq {
                     return false;
                 }
                 self.refresh();
-                match self.find(key, by_qpn) {
+                match self.find(key) {
                     Some(i) => i,
                     None => return false,
                 }
@@ -526,20 +543,18 @@ impl Cq {
         parse(cqe, &self.rows[i].1, out)
     }
 
-    /// The row of `key` (a user index, or a QPN for CQE version 0).
+    /// The row of `key` (what CQEs name QPs by: see [`Cq::refresh`]).
     #[inline]
-    fn find(&self, key: u32, by_qpn: bool) -> Option<usize> {
-        if by_qpn {
-            self.rows.iter().position(|r| r.1.qpn == key)
-        } else {
-            self.rows.binary_search_by_key(&key, |r| r.0).ok()
-        }
+    fn find(&self, key: u32) -> Option<usize> {
+        self.rows.binary_search_by_key(&key, |r| r.0).ok()
     }
 
-    /// Takes a new snapshot of the QP table (after a lookup miss).
+    /// Takes a new snapshot of the QP table (after a lookup miss), keyed
+    /// and sorted by what this CQ's CQEs name a QP by: the user index
+    /// (CQE version 1, as the table is) or the QP number (version 0).
     #[cold]
     fn refresh(&mut self) {
-        self.generation = self.uctx.table().snapshot_into(&mut self.rows);
+        self.generation = snapshot(&self.uctx, self.by_qpn, &mut self.rows);
         self.last = 0;
     }
 
@@ -577,6 +592,12 @@ impl Cq {
     /// The CQ number (for diagnostics).
     pub fn cqn(&self) -> u32 {
         self.cqn
+    }
+
+    /// CQEs consumed so far.
+    #[cfg(test)]
+    fn cons_index(&self) -> u32 {
+        self.mem.cons_index.load(Ordering::Relaxed)
     }
 
     /// Keeps the ring and doorbell record alive after this value drops.
@@ -978,7 +999,7 @@ mod tests {
         put(&f.cq, 3, &cqe(cqe_op::REQ, wqe_op::SEND, 3, false)); // wrong owner
         assert_eq!(f.cq.poll(&mut wc), 1);
         assert_eq!(wc[0].wr_id, 2);
-        assert_eq!(f.cq.cons_index, 3);
+        assert_eq!(f.cq.cons_index(), 3);
         assert_eq!(f.cq.cqe(), 1);
     }
 
@@ -991,7 +1012,7 @@ mod tests {
         c[32..36].copy_from_slice(&99u32.to_be_bytes());
         put(&f.cq, 0, &c);
         assert_eq!(f.cq.poll(&mut wc), 0);
-        assert_eq!(f.cq.cons_index, 1);
+        assert_eq!(f.cq.cons_index(), 1);
         // A QP registered after the CQ's snapshot is found on refresh.
         let sq2 = Arc::new(SqShared::new(2));
         sq2.wrid[1].store(4242, Ordering::Relaxed);
@@ -1008,7 +1029,7 @@ mod tests {
         f.uctx.unregister_qp(99);
         put(&f.cq, 2, &c);
         assert_eq!(f.cq.poll(&mut wc), 0);
-        assert_eq!(f.cq.cons_index, 3);
+        assert_eq!(f.cq.cons_index(), 3);
     }
 
     #[test]
@@ -1045,7 +1066,7 @@ mod tests {
         let old = f.cq.base;
         f.cq.switch_ring(new_ring(8).unwrap(), 8);
         assert_ne!(f.cq.base, old);
-        assert_eq!((f.cq.cons_index, f.cq.cqe()), (2, 7));
+        assert_eq!((f.cq.cons_index(), f.cq.cqe()), (2, 7));
         // The device continues at counter 4 of the new ring.
         put(&f.cq, 4, &cqe(cqe_op::REQ, wqe_op::SEND, 5, false));
         assert_eq!(f.cq.poll(&mut wc), 3);
@@ -1065,14 +1086,14 @@ mod tests {
         put(&f.cq, 9, &cqe(cqe_op::RESIZE, 0, 0, true));
         assert_eq!(f.cq.poll(&mut wc[..3]), 3); // counters 5..7
         f.cq.switch_ring(new_ring(2).unwrap(), 2);
-        assert_eq!(f.cq.cons_index, 9);
+        assert_eq!(f.cq.cons_index(), 9);
         assert_eq!(f.cq.mem.rings.lock().unwrap().len(), 2);
         // Counter 8 moved to counter 9: slot 1, owner (9 & 2 != 0) = 0.
         assert_eq!(f.cq.poll(&mut wc), 1);
         assert_eq!(wc[0].wr_id, 100);
         put(&f.cq, 10, &cqe(cqe_op::REQ, wqe_op::SEND, 1, true));
         assert_eq!(f.cq.poll(&mut wc), 1);
-        assert_eq!((wc[0].wr_id, f.cq.cons_index), (101, 11));
+        assert_eq!((wc[0].wr_id, f.cq.cons_index()), (101, 11));
     }
 
     #[test]
@@ -1173,8 +1194,57 @@ mod tests {
                 .collect::<Vec<_>>(),
             [(800, 5), (801, 5), (802, 5)]
         );
-        assert_eq!(f.cq.cons_index, 7);
+        assert_eq!(f.cq.cons_index(), 7);
         assert_eq!(f.cq.poll(&mut wc), 0);
         assert_eq!(u32::from_be(f.cq.mem.db.word(0).load(Ordering::Acquire)), 7);
+    }
+
+    /// CQE version 0 names QPs by number: polling finds each QP by the
+    /// number in `sop_drop_qpn` (whatever the order of user indexes and
+    /// numbers), and cleaning removes one QP's CQEs by number.
+    #[test]
+    fn version0_looks_up_by_qpn() {
+        let uctx = Uctx::for_tests(Limits {
+            cqe_version: 0,
+            ..Default::default()
+        });
+        let sqs: Vec<Arc<SqShared>> = (0..2).map(|_| Arc::new(SqShared::new(2))).collect();
+        for (k, (uidx, qpn)) in [(1u32, 0x300u32), (2, 0x200)].into_iter().enumerate() {
+            sqs[k].wrid[0].store(10 + k as u64, Ordering::Relaxed);
+            uctx.register_qp(
+                uidx,
+                Arc::new(QpEntry::with_queues(
+                    qpn,
+                    Some(Arc::clone(&sqs[k])),
+                    None,
+                    None,
+                )),
+            );
+        }
+        let mem = Arc::new(Mem::new(&uctx, 4).unwrap());
+        let base = mem.current();
+        let mut cq = Cq::new(&uctx, mem, base, 4, 1);
+        let by = |qpn: u32| {
+            let mut c = [0u8; 64];
+            c[56..60].copy_from_slice(&((wqe_op::SEND as u32) << 24 | qpn).to_be_bytes());
+            c[63] = cqe_op::REQ << 4;
+            c
+        };
+        put(&cq, 0, &by(0x200));
+        put(&cq, 1, &by(0x300));
+        put(&cq, 2, &by(0x200));
+        assert_eq!(cq.memory().clean(2, 0x300, None), 1);
+        let mut wc = [Wc::default(); 4];
+        assert_eq!(cq.poll(&mut wc), 2);
+        assert_eq!(
+            wc[..2]
+                .iter()
+                .map(|w| (w.wr_id, w.qp_num))
+                .collect::<Vec<_>>(),
+            [(11, 0x200), (11, 0x200)]
+        );
+        put(&cq, 3, &by(0x300));
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, wc[0].qp_num), (10, 0x300));
     }
 }
