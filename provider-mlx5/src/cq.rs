@@ -1119,27 +1119,26 @@ mod tests {
             let (hi, lo) = ((v >> 32) as u32, v as u32);
             v == 0 || (lo == 0x99 && hi & 0x0FFF_FFFF & !ARM_SOLICITED == 0)
         };
-        let stop = std::sync::atomic::AtomicBool::new(false);
+        let done = AtomicU32::new(0);
         std::thread::scope(|s| {
             for t in 0..4 {
+                let done = &done;
                 s.spawn(move || {
                     for _ in 0..20_000 {
                         cq.arm(t % 2 == 1);
                     }
+                    done.fetch_add(1, Ordering::Release);
                 });
             }
-            let watcher = s.spawn(|| {
-                let mut seen = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let v = reg.load(Ordering::Relaxed);
-                    assert!(valid(v), "torn doorbell {:#018x}", u64::from_be(v));
-                    seen += 1;
+            // Watches until every thread is done (at least one look).
+            loop {
+                let finished = done.load(Ordering::Acquire) == 4;
+                let v = reg.load(Ordering::Relaxed);
+                assert!(valid(v), "torn doorbell {:#018x}", u64::from_be(v));
+                if finished {
+                    break;
                 }
-                seen
-            });
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            stop.store(true, Ordering::Relaxed);
-            assert!(watcher.join().unwrap() > 0);
+            }
         });
         assert!(valid(reg.load(Ordering::Relaxed)));
         assert_ne!(reg.load(Ordering::Relaxed), 0);

@@ -1234,9 +1234,10 @@ fn shared_bfreg_doorbells_are_whole() {
         let (pi, op, qpn, ds) = (w0 >> 8, w0 & 0xff, w1 >> 8, w1 & 0xff);
         op == 0x0a && ds == 2 && (1..=4).contains(&qpn) && pi >> 12 == qpn
     };
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    let done = std::sync::atomic::AtomicU32::new(0);
     std::thread::scope(|s| {
         for qp in qps.iter_mut() {
+            let done = &done;
             s.spawn(move || {
                 let sge = [Sge {
                     addr: 0x1000,
@@ -1248,20 +1249,18 @@ fn shared_bfreg_doorbells_are_whole() {
                     // Retire it, as a CQ would.
                     qp.sq.shared.tail.store(qp.sq.head, Ordering::Release);
                 }
+                done.fetch_add(1, Ordering::Release);
             });
         }
-        let watcher = s.spawn(|| {
-            let mut seen = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let v = reg.load(Ordering::Relaxed);
-                assert!(valid(v), "torn doorbell {v:#018x}");
-                seen += 1;
+        // Watches until every poster is done (at least one look).
+        loop {
+            let finished = done.load(Ordering::Acquire) == 4;
+            let v = reg.load(Ordering::Relaxed);
+            assert!(valid(v), "torn doorbell {v:#018x}");
+            if finished {
+                break;
             }
-            seen
-        });
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        stop.store(true, Ordering::Relaxed);
-        assert!(watcher.join().unwrap() > 0);
+        }
     });
     let last = reg.load(Ordering::Relaxed);
     assert!(last != 0 && valid(last), "{last:#018x}");
