@@ -1246,4 +1246,67 @@ mod tests {
         assert_eq!(cq.poll(&mut wc), 1);
         assert_eq!((wc[0].wr_id, wc[0].qp_num), (10, 0x300));
     }
+
+    /// A QP cleaning its CQEs while another thread polls the CQ: every CQE
+    /// of the other QP is reported exactly once and in order, and each of
+    /// the cleaned QP's CQEs is either reported (before the cleaning) or
+    /// removed, never both.
+    #[test]
+    fn clean_races_with_poll() {
+        for round in 0..20usize {
+            let mut f = fixture(64);
+            let sq2 = Arc::new(SqShared::new(64));
+            for i in 0..64 {
+                f.sq.wrid[i % 8].store(0, Ordering::Relaxed);
+                sq2.wrid[i].store(1000 + i as u64, Ordering::Relaxed);
+            }
+            f.uctx.register_qp(
+                8,
+                Arc::new(QpEntry::with_queues(5, Some(Arc::clone(&sq2)), None, None)),
+            );
+            for n in 0..60u32 {
+                let mut c = cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false);
+                if n % 2 == 1 {
+                    c[32..36].copy_from_slice(&8u32.to_be_bytes());
+                    c[56..60].copy_from_slice(&((wqe_op::SEND as u32) << 24 | 5).to_be_bytes());
+                }
+                put(&f.cq, n, &c);
+            }
+            let mem = f.cq.memory();
+            let cq = &mut f.cq;
+            let progress = std::sync::atomic::AtomicUsize::new(0);
+            let (seen, removed) = std::thread::scope(|s| {
+                let progress = &progress;
+                let poller = s.spawn(move || {
+                    let mut seen = Vec::new();
+                    let mut wc = [Wc::default(); 1];
+                    while seen.iter().filter(|&&(_, q)| q == 5).count() < 30 {
+                        if cq.poll(&mut wc) == 1 {
+                            seen.push((wc[0].wr_id, wc[0].qp_num));
+                            progress.store(seen.len(), Ordering::Release);
+                        }
+                    }
+                    seen
+                });
+                // Clean at a different point of the polling each round.
+                while progress.load(Ordering::Acquire) < round * 2 {
+                    std::hint::spin_loop();
+                }
+                let removed = mem.clean(UIDX, QPN, None);
+                (poller.join().unwrap(), removed)
+            });
+            let other: Vec<u64> = seen.iter().filter(|w| w.1 == 5).map(|w| w.0).collect();
+            assert_eq!(other, (0..30).map(|k| 1001 + 2 * k).collect::<Vec<_>>());
+            let mine = seen.iter().filter(|w| w.1 == QPN).count() as u32;
+            assert_eq!(
+                mine + removed,
+                30,
+                "reported {mine}, removed {removed}: {seen:?}"
+            );
+            let mut wc = [Wc::default(); 1];
+            assert_eq!(f.cq.poll(&mut wc), 0);
+            // Polled or removed, every entry is consumed.
+            assert_eq!(f.cq.cons_index(), 60);
+        }
+    }
 }
