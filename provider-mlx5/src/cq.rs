@@ -9,7 +9,7 @@
 //! tell the device how far with the consumer index in doorbell word 0.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{fence, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use uverbs_abi::cmd::{nr, write_cmd};
@@ -21,8 +21,8 @@ use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
 use crate::uctx::Uctx;
-use crate::wq::{QpEntry, Row};
-use crate::wqe_op;
+use crate::wq::{QpEntry, Row, SrqShared};
+use crate::{mmio, wqe_op};
 
 /// Bytes per CQE.
 const CQE_SIZE: usize = 64;
@@ -124,13 +124,29 @@ fn new_ring(ncqe: u32) -> Result<Buf, Errno> {
 }
 
 /// The CQE ring(s) and doorbell record of a CQ. Normally one ring; during
-/// a resize the old and the new one (the lock is taken on the control
-/// path only: creation and resize).
+/// a resize the old and the new one (the `rings` lock is taken on the
+/// control path only: creation and resize).
+///
+/// It also holds what a QP needs to remove its CQEs from the CQ
+/// ([`CqMemory::clean`]) while the [`Cq`] itself is owned, and polled,
+/// elsewhere: the consumer state, guarded by `busy`.
 #[derive(Debug)]
 struct Mem {
     /// The current ring is the last.
     rings: Mutex<Vec<Buf>>,
     db: DbRec,
+    /// Taken by whoever consumes or moves CQEs: a poll, a resize, a QP
+    /// cleaning its CQEs out. The fields below are read and written only
+    /// while holding it.
+    busy: AtomicBool,
+    /// CQEs consumed.
+    cons_index: AtomicU32,
+    /// The current ring's first CQE.
+    base: AtomicPtr<u8>,
+    /// Entries in the current ring.
+    ncqe: AtomicU32,
+    /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
+    cqe_version: u8,
 }
 
 impl Mem {
@@ -138,9 +154,15 @@ impl Mem {
     fn new(uctx: &Arc<Uctx>, ncqe: u32) -> Result<Mem, Errno> {
         let buf = new_ring(ncqe)?;
         let db = uctx.alloc_dbrec()?;
+        let base = buf.as_ptr();
         Ok(Mem {
             rings: Mutex::new(vec![buf]),
             db,
+            busy: AtomicBool::new(false),
+            cons_index: AtomicU32::new(0),
+            base: AtomicPtr::new(base),
+            ncqe: AtomicU32::new(ncqe),
+            cqe_version: uctx.cqe_version(),
         })
     }
 
@@ -149,13 +171,167 @@ impl Mem {
         let rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
         rings.last().map_or(std::ptr::null_mut(), Buf::as_ptr)
     }
+
+    /// Takes `busy` (a spin lock: its holders do bounded work and never
+    /// block while holding it). Uncontended, one atomic swap.
+    #[inline(always)]
+    fn lock(&self) {
+        if self.busy.swap(true, Ordering::Acquire) {
+            self.lock_contended();
+        }
+    }
+
+    /// [`Mem::lock`] when another holder has it.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        loop {
+            while self.busy.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+            if !self.busy.swap(true, Ordering::Acquire) {
+                return;
+            }
+        }
+    }
+
+    /// Releases `busy`.
+    #[inline(always)]
+    fn unlock(&self) {
+        self.busy.store(false, Ordering::Release);
+    }
+
+    /// Removes every CQE of one QP (user index `uidx` with CQE version 1,
+    /// else QP number `qpn`) from the unpolled part of the ring, moving
+    /// the later CQEs of other QPs down over them in order, and advances
+    /// the consumer index past the gap; the SRQ WQE of each removed
+    /// receive CQE goes back to `srq`'s free list. (What libmlx5's
+    /// `__mlx5_cq_clean` does.) Returns how many CQEs were removed.
+    ///
+    /// Call it only once the device writes no more CQEs for that QP (after
+    /// MODIFY_QP to RESET or DESTROY_QP returned): CQEs of other QPs may
+    /// still arrive, past the producer index seen here, and are left
+    /// alone.
+    fn clean(&self, uidx: u32, qpn: u32, srq: Option<&SrqShared>) -> u32 {
+        self.lock();
+        let base = self.base.load(Ordering::Relaxed).cast_const();
+        let ncqe = self.ncqe.load(Ordering::Relaxed);
+        let ci = self.cons_index.load(Ordering::Relaxed);
+        // The producer index: the first entry the device has not written,
+        // at most one lap ahead.
+        let mut prod = ci;
+        while prod.wrapping_sub(ci) < ncqe && sw_cqe_at(base, ncqe, prod).is_some() {
+            prod = prod.wrapping_add(1);
+        }
+        let (key, by_qpn) = if self.cqe_version == 1 {
+            (uidx, false)
+        } else {
+            (qpn, true)
+        };
+        // Backwards from the newest, so every CQE moves at most once.
+        let mut nfreed: u32 = 0;
+        let mut i = prod;
+        while i != ci {
+            i = i.wrapping_sub(1);
+            let slot = |n: u32| {
+                // SAFETY: the entry lies inside the current ring
+                // (`n & (ncqe - 1) < ncqe`).
+                unsafe { base.add((n & (ncqe - 1)) as usize * CQE_SIZE) }
+            };
+            let c = Cqe(slot(i));
+            let op = c.u8(63) >> 4;
+            let mine = op != cqe_op::RESIZE
+                && (if by_qpn { c.be32(56) } else { c.be32(32) }) & 0xFF_FFFF == key;
+            if mine {
+                let responder = matches!(
+                    op,
+                    cqe_op::RESP_WR_IMM..=cqe_op::RESP_SEND_INV | cqe_op::RESP_ERR
+                );
+                if let (true, Some(srq)) = (responder, srq) {
+                    srq.complete(c.be16(60));
+                }
+                nfreed += 1;
+            } else if nfreed != 0 {
+                let to = i.wrapping_add(nfreed);
+                let mut bytes = c.bytes();
+                // The owner bit the device would have given `to`.
+                bytes[CQE_SIZE - 1] = (bytes[CQE_SIZE - 1] & !1) | u8::from(to & ncqe != 0);
+                // SAFETY: `to` is before `prod`, an entry the device
+                // wrote and will not write again until the consumer index
+                // passes it; the poller is locked out (`busy`), so nobody
+                // else reads or writes it.
+                unsafe {
+                    std::ptr::write_volatile(slot(to).cast_mut().cast::<[u8; CQE_SIZE]>(), bytes)
+                };
+            }
+        }
+        if nfreed != 0 {
+            let ci = ci.wrapping_add(nfreed);
+            self.cons_index.store(ci, Ordering::Relaxed);
+            // The moved CQEs are in place before the device may reuse the
+            // entries the consumer index now passes.
+            mmio::to_device();
+            self.db
+                .word(0)
+                .store((ci & 0xFF_FFFF).to_be(), Ordering::Release);
+        }
+        self.unlock();
+        nfreed
+    }
+}
+
+/// Copies the context's QP table into `rows` (reusing its allocation),
+/// keyed by QP number instead of user index if `by_qpn`, sorted by key;
+/// returns the table's generation.
+fn snapshot(uctx: &Uctx, by_qpn: bool, rows: &mut Vec<Row>) -> u64 {
+    let generation = uctx.table().snapshot_into(rows);
+    if by_qpn {
+        for r in rows.iter_mut() {
+            r.0 = r.1.qpn;
+        }
+        rows.sort_unstable_by_key(|r| r.0);
+    }
+    generation
+}
+
+/// The CQE for counter `i` in a ring of `ncqe` entries at `base`, if the
+/// device has written it (opcode valid, owner bit matching the lap), after
+/// the barrier that makes its body readable.
+#[inline(always)]
+fn sw_cqe_at(base: *const u8, ncqe: u32, i: u32) -> Option<Cqe> {
+    let slot = (i & (ncqe - 1)) as usize;
+    // SAFETY: the entry lies inside the ring (`slot < ncqe`).
+    let p = unsafe { base.add(slot * CQE_SIZE) };
+    // SAFETY: the last byte of the entry; the device writes it
+    // concurrently, so read it atomically.
+    let op_own = unsafe { &*p.add(CQE_SIZE - 1).cast::<AtomicU8>() }.load(Ordering::Relaxed);
+    if op_own >> 4 == OP_INVALID || (op_own & 1 != 0) != (i & ncqe != 0) {
+        return None;
+    }
+    // The body was written before the owner byte.
+    mmio::from_device();
+    Some(Cqe(p))
 }
 
 /// Keeps a CQ's ring and doorbell record alive (the kernel object may
-/// outlive the [`Cq`] value: hold this until it is destroyed).
+/// outlive the [`Cq`] value: hold this until it is destroyed), and lets a
+/// QP on the CQ remove its CQEs from it.
 #[derive(Debug, Clone)]
 pub struct CqMemory {
-    _mem: Arc<Mem>,
+    mem: Arc<Mem>,
+}
+
+impl CqMemory {
+    /// Removes the CQEs of the QP with user index `uidx` and number `qpn`
+    /// not yet polled (see [`Mem::clean`]); returns how many.
+    pub(crate) fn clean(&self, uidx: u32, qpn: u32, srq: Option<&SrqShared>) -> u32 {
+        self.mem.clean(uidx, qpn, srq)
+    }
+
+    /// Whether both name the same CQ.
+    pub(crate) fn same(&self, other: &CqMemory) -> bool {
+        Arc::ptr_eq(&self.mem, &other.mem)
+    }
 }
 
 /// An mlx5 CQ: the CQE ring and doorbell record, the consumer index, and
@@ -166,8 +342,6 @@ pub struct Cq {
     base: *const u8,
     /// Entries (a power of two).
     ncqe: u32,
-    /// CQEs consumed.
-    cons_index: u32,
     cqn: u32,
     /// Doorbell word 0: consumer index (BE, 24 bits).
     set_ci: *const AtomicU32,
@@ -177,9 +351,13 @@ pub struct Cq {
     uar: *mut u64,
     /// Arm sequence number (low 2 bits used).
     arm_sn: AtomicU32,
-    /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
-    cqe_version: u8,
-    /// The table rows as of `generation`.
+    /// Where a CQE names its QP: the user index (`srqn_uidx`, CQE version
+    /// 1) or the QP number (`sop_drop_qpn`, version 0).
+    key_off: usize,
+    /// Whether `key_off` is the QP number (CQE version 0).
+    by_qpn: bool,
+    /// The table rows as of `generation`, keyed (and sorted) by what CQEs
+    /// name QPs by.
     rows: Vec<Row>,
     /// The row of the last CQE's QP.
     last: usize,
@@ -190,8 +368,9 @@ pub struct Cq {
 
 // SAFETY: the raw pointers point into `mem` (owned through the Arc) and
 // into a UAR page the context (held through `uctx`) maps for its whole
-// life. Consuming takes `&mut self`; `arm` only does atomic and volatile
-// doorbell stores, which the device tolerates from any thread.
+// life. Consuming takes `&mut self` and `mem`'s lock (QPs cleaning their
+// CQEs out take it too); `arm` only does atomic doorbell stores, which the
+// device tolerates from any thread.
 unsafe impl Send for Cq {}
 // SAFETY: as above.
 unsafe impl Sync for Cq {}
@@ -199,17 +378,18 @@ unsafe impl Sync for Cq {}
 impl Cq {
     fn new(uctx: &Arc<Uctx>, mem: Arc<Mem>, base: *mut u8, ncqe: u32, cqn: u32) -> Cq {
         let mut rows = Vec::new();
-        let generation = uctx.table().snapshot_into(&mut rows);
+        let by_qpn = uctx.cqe_version() != 1;
+        let generation = snapshot(uctx, by_qpn, &mut rows);
         Cq {
             base,
             ncqe,
-            cons_index: 0,
             cqn,
             set_ci: mem.db.word(0),
             arm_db: mem.db.word(1),
             uar: uctx.cq_doorbell(),
             arm_sn: AtomicU32::new(0),
-            cqe_version: uctx.cqe_version(),
+            key_off: if uctx.cqe_version() == 1 { 32 } else { 56 },
+            by_qpn,
             rows,
             last: 0,
             generation,
@@ -229,38 +409,33 @@ impl Cq {
         if self.uctx.table().generation() != self.generation {
             self.refresh();
         }
+        // A QP may be removing its CQEs (moving the others, advancing the
+        // consumer index): wait for it, and keep it out while we consume.
+        self.mem.lock();
+        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
         let mut n = 0;
         while n < wc.len() {
-            let Some(cqe) = self.sw_cqe(self.cons_index) else {
+            let Some(cqe) = self.sw_cqe(ci) else {
                 break;
             };
-            self.cons_index = self.cons_index.wrapping_add(1);
+            ci = ci.wrapping_add(1);
             if self.complete(cqe, &mut wc[n]) {
                 n += 1;
             }
         }
+        self.mem.cons_index.store(ci, Ordering::Relaxed);
         // SAFETY: `set_ci` points into the doorbell record `mem` keeps alive.
-        unsafe { &*self.set_ci }.store((self.cons_index & 0xFF_FFFF).to_be(), Ordering::Release);
+        unsafe { &*self.set_ci }.store((ci & 0xFF_FFFF).to_be(), Ordering::Release);
+        self.mem.unlock();
         n
     }
 
     /// The CQE for counter `i` if the device has written it (opcode valid,
     /// owner bit matching the lap), after an acquire fence: its 64 bytes
     /// are then ours to read until the consumer index passes it.
-    #[inline]
+    #[inline(always)]
     fn sw_cqe(&self, i: u32) -> Option<Cqe> {
-        let slot = (i & (self.ncqe - 1)) as usize;
-        // SAFETY: the entry lies inside the ring (`slot < ncqe`).
-        let p = unsafe { self.base.add(slot * CQE_SIZE) };
-        // SAFETY: the last byte of the entry; the device writes it
-        // concurrently, so read it atomically.
-        let op_own = unsafe { &*p.add(CQE_SIZE - 1).cast::<AtomicU8>() }.load(Ordering::Relaxed);
-        if op_own >> 4 == OP_INVALID || (op_own & 1 != 0) != (i & self.ncqe != 0) {
-            return None;
-        }
-        // The body was written before the owner byte.
-        fence(Ordering::Acquire);
-        Some(Cqe(p))
+        sw_cqe_at(self.base, self.ncqe, i)
     }
 
     /// Issues RESIZE_CQ for at least `cqe` entries and moves the CQEs not
@@ -296,32 +471,41 @@ impl Cq {
             cqe_size: CQE_SIZE as u16,
             ..Default::default()
         };
+        // No QP may clean the old ring while the device switches rings and
+        // the unpolled CQEs move.
+        self.mem.lock();
         // SAFETY: the one user address is the driver data's `buf_addr`:
         // `buf`, a fresh mapping no Rust reference covers, which
         // switch_ring makes this CQ's ring, kept until the next resize but
         // one or DESTROY_CQ (the kernel pins its pages meanwhile). The core
         // command carries only its response pointer, which write_cmd
         // supplies.
-        let _: ResizeCqResp =
-            unsafe { write_cmd(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut [])? };
-        self.switch_ring(buf, ncqe);
-        Ok(ncqe - 1)
+        let r = unsafe {
+            write_cmd::<_, ResizeCqResp>(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut [])
+        };
+        if r.is_ok() {
+            self.switch_ring(buf, ncqe);
+        }
+        self.mem.unlock();
+        r.map(|_| ncqe - 1)
     }
 
     /// Moves the unpolled CQEs into `buf` (a fresh ring of `ncqe`) and
-    /// makes it current. The previous ring stays mapped until the next
+    /// makes it current (for [`CqMemory::clean`] too: call it holding
+    /// `mem`'s lock). The previous ring stays mapped until the next
     /// resize (a late device write to it must not hit unmapped memory);
     /// older ones are released.
     fn switch_ring(&mut self, buf: Buf, ncqe: u32) {
         let new = buf.as_ptr();
-        let mut i = self.cons_index;
+        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
+        let mut i = ci;
         let mut found = false;
         while let Some(cqe) = self.sw_cqe(i) {
             if cqe.u8(63) >> 4 == cqe_op::RESIZE {
                 found = true;
                 break;
             }
-            if i.wrapping_sub(self.cons_index) >= ncqe - 1 {
+            if i.wrapping_sub(ci) >= ncqe - 1 {
                 // More unpolled CQEs than the new ring holds: the device
                 // refuses such a resize; stop rather than overwrite.
                 break;
@@ -338,10 +522,13 @@ impl Cq {
             };
         }
         if found {
-            self.cons_index = self.cons_index.wrapping_add(1);
+            ci = ci.wrapping_add(1);
         }
         self.base = new;
         self.ncqe = ncqe;
+        self.mem.base.store(new, Ordering::Relaxed);
+        self.mem.ncqe.store(ncqe, Ordering::Relaxed);
+        self.mem.cons_index.store(ci, Ordering::Relaxed);
         let mut rings = self.mem.rings.lock().unwrap_or_else(|p| p.into_inner());
         rings.push(buf);
         let old = rings.len().saturating_sub(2);
@@ -351,16 +538,11 @@ impl Cq {
     /// Resolves the CQE's QP and parses it.
     #[inline]
     fn complete(&mut self, cqe: Cqe, out: &mut Wc) -> bool {
-        let key = if self.cqe_version == 1 {
-            cqe.be32(32) & 0xFF_FFFF
-        } else {
-            cqe.be32(56) & 0xFF_FFFF
-        };
-        let by_qpn = self.cqe_version != 1;
+        let key = cqe.be32(self.key_off) & 0xFF_FFFF;
         // Most CQs serve one QP, or a few in turn: try the last hit first.
         let hit = match self.rows.get(self.last) {
-            Some(r) if (if by_qpn { r.1.qpn } else { r.0 }) == key => Some(self.last),
-            _ => self.find(key, by_qpn),
+            Some(r) if r.0 == key => Some(self.last),
+            _ => self.find(key),
         };
         let i = match hit {
             Some(i) => i,
@@ -369,7 +551,7 @@ impl Cq {
                     return false;
                 }
                 self.refresh();
-                match self.find(key, by_qpn) {
+                match self.find(key) {
                     Some(i) => i,
                     None => return false,
                 }
@@ -379,20 +561,18 @@ impl Cq {
         parse(cqe, &self.rows[i].1, out)
     }
 
-    /// The row of `key` (a user index, or a QPN for CQE version 0).
+    /// The row of `key` (what CQEs name QPs by: see [`Cq::refresh`]).
     #[inline]
-    fn find(&self, key: u32, by_qpn: bool) -> Option<usize> {
-        if by_qpn {
-            self.rows.iter().position(|r| r.1.qpn == key)
-        } else {
-            self.rows.binary_search_by_key(&key, |r| r.0).ok()
-        }
+    fn find(&self, key: u32) -> Option<usize> {
+        self.rows.binary_search_by_key(&key, |r| r.0).ok()
     }
 
-    /// Takes a new snapshot of the QP table (after a lookup miss).
+    /// Takes a new snapshot of the QP table (after a lookup miss), keyed
+    /// and sorted by what this CQ's CQEs name a QP by: the user index
+    /// (CQE version 1, as the table is) or the QP number (version 0).
     #[cold]
     fn refresh(&mut self) {
-        self.generation = self.uctx.table().snapshot_into(&mut self.rows);
+        self.generation = snapshot(&self.uctx, self.by_qpn, &mut self.rows);
         self.last = 0;
     }
 
@@ -411,12 +591,15 @@ impl Cq {
         if self.uar.is_null() {
             return;
         }
-        store_fence();
+        // The doorbell record reaches memory before the UAR write.
+        mmio::wc_start();
         let db = (u64::from(v) << 32 | u64::from(self.cqn)).to_be();
         // SAFETY: `uar` is the CQ doorbell of a UAR page the context maps
-        // for its life (held through `uctx`); one aligned 8-byte store.
-        unsafe { std::ptr::write_volatile(self.uar, db) };
-        store_fence();
+        // for its life (held through `uctx`), 8-byte aligned, written only
+        // through `mmio::write64`: CQs arm from `&self`, so from several
+        // threads, and each doorbell must reach the register whole.
+        unsafe { mmio::write64(self.uar, db) };
+        mmio::flush_writes();
     }
 
     /// Entries in the ring minus one: the depth reported to the user.
@@ -429,25 +612,18 @@ impl Cq {
         self.cqn
     }
 
+    /// CQEs consumed so far.
+    #[cfg(test)]
+    fn cons_index(&self) -> u32 {
+        self.mem.cons_index.load(Ordering::Relaxed)
+    }
+
     /// Keeps the ring and doorbell record alive after this value drops.
     pub fn memory(&self) -> CqMemory {
         CqMemory {
-            _mem: Arc::clone(&self.mem),
+            mem: Arc::clone(&self.mem),
         }
     }
-}
-
-/// Orders earlier stores (including write-combining ones) before later
-/// ones: `sfence` on x86-64.
-#[inline]
-fn store_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `sfence` only orders stores; it touches no memory or flags.
-    unsafe {
-        std::arch::asm!("sfence", options(nostack, preserves_flags))
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    fence(Ordering::SeqCst);
 }
 
 /// A CQE in the ring that [`Cq::sw_cqe`] handed out: 64 readable bytes,
@@ -841,7 +1017,7 @@ mod tests {
         put(&f.cq, 3, &cqe(cqe_op::REQ, wqe_op::SEND, 3, false)); // wrong owner
         assert_eq!(f.cq.poll(&mut wc), 1);
         assert_eq!(wc[0].wr_id, 2);
-        assert_eq!(f.cq.cons_index, 3);
+        assert_eq!(f.cq.cons_index(), 3);
         assert_eq!(f.cq.cqe(), 1);
     }
 
@@ -854,7 +1030,7 @@ mod tests {
         c[32..36].copy_from_slice(&99u32.to_be_bytes());
         put(&f.cq, 0, &c);
         assert_eq!(f.cq.poll(&mut wc), 0);
-        assert_eq!(f.cq.cons_index, 1);
+        assert_eq!(f.cq.cons_index(), 1);
         // A QP registered after the CQ's snapshot is found on refresh.
         let sq2 = Arc::new(SqShared::new(2));
         sq2.wrid[1].store(4242, Ordering::Relaxed);
@@ -871,7 +1047,7 @@ mod tests {
         f.uctx.unregister_qp(99);
         put(&f.cq, 2, &c);
         assert_eq!(f.cq.poll(&mut wc), 0);
-        assert_eq!(f.cq.cons_index, 3);
+        assert_eq!(f.cq.cons_index(), 3);
     }
 
     #[test]
@@ -908,7 +1084,7 @@ mod tests {
         let old = f.cq.base;
         f.cq.switch_ring(new_ring(8).unwrap(), 8);
         assert_ne!(f.cq.base, old);
-        assert_eq!((f.cq.cons_index, f.cq.cqe()), (2, 7));
+        assert_eq!((f.cq.cons_index(), f.cq.cqe()), (2, 7));
         // The device continues at counter 4 of the new ring.
         put(&f.cq, 4, &cqe(cqe_op::REQ, wqe_op::SEND, 5, false));
         assert_eq!(f.cq.poll(&mut wc), 3);
@@ -928,14 +1104,14 @@ mod tests {
         put(&f.cq, 9, &cqe(cqe_op::RESIZE, 0, 0, true));
         assert_eq!(f.cq.poll(&mut wc[..3]), 3); // counters 5..7
         f.cq.switch_ring(new_ring(2).unwrap(), 2);
-        assert_eq!(f.cq.cons_index, 9);
+        assert_eq!(f.cq.cons_index(), 9);
         assert_eq!(f.cq.mem.rings.lock().unwrap().len(), 2);
         // Counter 8 moved to counter 9: slot 1, owner (9 & 2 != 0) = 0.
         assert_eq!(f.cq.poll(&mut wc), 1);
         assert_eq!(wc[0].wr_id, 100);
         put(&f.cq, 10, &cqe(cqe_op::REQ, wqe_op::SEND, 1, true));
         assert_eq!(f.cq.poll(&mut wc), 1);
-        assert_eq!((wc[0].wr_id, f.cq.cons_index), (101, 11));
+        assert_eq!((wc[0].wr_id, f.cq.cons_index()), (101, 11));
     }
 
     #[test]
@@ -944,6 +1120,211 @@ mod tests {
         for i in 0..4 {
             // SAFETY: inside the ring.
             assert_eq!(unsafe { *f.cq.base.add(i * 64 + 63) }, 0xF0);
+        }
+    }
+
+    /// Threads arming one CQ at once write its UAR doorbell whole: a
+    /// reader watching the (fake) register only ever sees one of the
+    /// 64-bit values an arm can write, never halves of two.
+    #[test]
+    fn concurrent_arms_write_whole_doorbells() {
+        let mut f = fixture(4);
+        let reg = Box::new(std::sync::atomic::AtomicU64::new(0));
+        f.cq.uar = reg.as_ptr();
+        let cq = &f.cq;
+        let valid = |raw: u64| {
+            let v = u64::from_be(raw);
+            let (hi, lo) = ((v >> 32) as u32, v as u32);
+            v == 0 || (lo == 0x99 && hi & 0x0FFF_FFFF & !ARM_SOLICITED == 0)
+        };
+        let done = AtomicU32::new(0);
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let done = &done;
+                s.spawn(move || {
+                    for _ in 0..20_000 {
+                        cq.arm(t % 2 == 1);
+                    }
+                    done.fetch_add(1, Ordering::Release);
+                });
+            }
+            // Watches until every thread is done (at least one look).
+            loop {
+                let finished = done.load(Ordering::Acquire) == 4;
+                let v = reg.load(Ordering::Relaxed);
+                assert!(valid(v), "torn doorbell {:#018x}", u64::from_be(v));
+                if finished {
+                    break;
+                }
+            }
+        });
+        assert!(valid(reg.load(Ordering::Relaxed)));
+        assert_ne!(reg.load(Ordering::Relaxed), 0);
+    }
+
+    /// Cleaning one QP's CQEs out of the unpolled part of the ring (across
+    /// a lap boundary) removes exactly those, returns the SRQ WQEs of its
+    /// receive CQEs, keeps the other QP's CQEs in order with the owner
+    /// bits of their new entries, and advances the consumer index and its
+    /// doorbell word past the gap.
+    #[test]
+    fn clean_removes_one_qps_cqes() {
+        let mut f = fixture(4);
+        let sq2 = Arc::new(SqShared::new(4));
+        for i in 0..4 {
+            sq2.wrid[i].store(800 + i as u64, Ordering::Relaxed);
+        }
+        f.uctx.register_qp(
+            8,
+            Arc::new(QpEntry::with_queues(5, Some(Arc::clone(&sq2)), None, None)),
+        );
+        let other = |n: u16, owner| {
+            let mut c = cqe(cqe_op::REQ, wqe_op::SEND, n, owner);
+            c[32..36].copy_from_slice(&8u32.to_be_bytes());
+            c[56..60].copy_from_slice(&((wqe_op::SEND as u32) << 24 | 5).to_be_bytes());
+            c
+        };
+        let mut wc = [Wc::default(); 4];
+        for n in 0..2u32 {
+            put(&f.cq, n, &cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false));
+        }
+        assert_eq!(f.cq.poll(&mut wc), 2);
+        put(&f.cq, 2, &other(0, false));
+        put(&f.cq, 3, &cqe(cqe_op::RESP_SEND, 0, 5, false));
+        put(&f.cq, 4, &other(1, true));
+        put(&f.cq, 5, &cqe(cqe_op::REQ_ERR, wqe_op::SEND, 2, true));
+        let srq = SrqShared::new(8);
+        let mem = f.cq.memory();
+        assert_eq!(mem.clean(UIDX, QPN, Some(&srq)), 2);
+        assert_eq!(srq.freed[0].load(Ordering::Acquire), 1 << 5);
+        assert_eq!(srq.completed.load(Ordering::Acquire), 1);
+        assert_eq!(u32::from_be(f.cq.mem.db.word(0).load(Ordering::Acquire)), 4);
+        // Nothing left of that QP; a second cleaning finds nothing.
+        assert_eq!(mem.clean(UIDX, QPN, Some(&srq)), 0);
+        // A CQE the device writes later is found after the moved ones.
+        put(&f.cq, 6, &other(2, true));
+        assert_eq!(f.cq.poll(&mut wc), 3);
+        assert_eq!(
+            wc[..3]
+                .iter()
+                .map(|w| (w.wr_id, w.qp_num))
+                .collect::<Vec<_>>(),
+            [(800, 5), (801, 5), (802, 5)]
+        );
+        assert_eq!(f.cq.cons_index(), 7);
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        assert_eq!(u32::from_be(f.cq.mem.db.word(0).load(Ordering::Acquire)), 7);
+    }
+
+    /// CQE version 0 names QPs by number: polling finds each QP by the
+    /// number in `sop_drop_qpn` (whatever the order of user indexes and
+    /// numbers), and cleaning removes one QP's CQEs by number.
+    #[test]
+    fn version0_looks_up_by_qpn() {
+        let uctx = Uctx::for_tests(Limits {
+            cqe_version: 0,
+            ..Default::default()
+        });
+        let sqs: Vec<Arc<SqShared>> = (0..2).map(|_| Arc::new(SqShared::new(2))).collect();
+        for (k, (uidx, qpn)) in [(1u32, 0x300u32), (2, 0x200)].into_iter().enumerate() {
+            sqs[k].wrid[0].store(10 + k as u64, Ordering::Relaxed);
+            uctx.register_qp(
+                uidx,
+                Arc::new(QpEntry::with_queues(
+                    qpn,
+                    Some(Arc::clone(&sqs[k])),
+                    None,
+                    None,
+                )),
+            );
+        }
+        let mem = Arc::new(Mem::new(&uctx, 4).unwrap());
+        let base = mem.current();
+        let mut cq = Cq::new(&uctx, mem, base, 4, 1);
+        let by = |qpn: u32| {
+            let mut c = [0u8; 64];
+            c[56..60].copy_from_slice(&((wqe_op::SEND as u32) << 24 | qpn).to_be_bytes());
+            c[63] = cqe_op::REQ << 4;
+            c
+        };
+        put(&cq, 0, &by(0x200));
+        put(&cq, 1, &by(0x300));
+        put(&cq, 2, &by(0x200));
+        assert_eq!(cq.memory().clean(2, 0x300, None), 1);
+        let mut wc = [Wc::default(); 4];
+        assert_eq!(cq.poll(&mut wc), 2);
+        assert_eq!(
+            wc[..2]
+                .iter()
+                .map(|w| (w.wr_id, w.qp_num))
+                .collect::<Vec<_>>(),
+            [(11, 0x200), (11, 0x200)]
+        );
+        put(&cq, 3, &by(0x300));
+        assert_eq!(cq.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, wc[0].qp_num), (10, 0x300));
+    }
+
+    /// A QP cleaning its CQEs while another thread polls the CQ: every CQE
+    /// of the other QP is reported exactly once and in order, and each of
+    /// the cleaned QP's CQEs is either reported (before the cleaning) or
+    /// removed, never both.
+    #[test]
+    fn clean_races_with_poll() {
+        for round in 0..20usize {
+            let mut f = fixture(64);
+            let sq2 = Arc::new(SqShared::new(64));
+            for i in 0..64 {
+                f.sq.wrid[i % 8].store(0, Ordering::Relaxed);
+                sq2.wrid[i].store(1000 + i as u64, Ordering::Relaxed);
+            }
+            f.uctx.register_qp(
+                8,
+                Arc::new(QpEntry::with_queues(5, Some(Arc::clone(&sq2)), None, None)),
+            );
+            for n in 0..60u32 {
+                let mut c = cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false);
+                if n % 2 == 1 {
+                    c[32..36].copy_from_slice(&8u32.to_be_bytes());
+                    c[56..60].copy_from_slice(&((wqe_op::SEND as u32) << 24 | 5).to_be_bytes());
+                }
+                put(&f.cq, n, &c);
+            }
+            let mem = f.cq.memory();
+            let cq = &mut f.cq;
+            let progress = std::sync::atomic::AtomicUsize::new(0);
+            let (seen, removed) = std::thread::scope(|s| {
+                let progress = &progress;
+                let poller = s.spawn(move || {
+                    let mut seen = Vec::new();
+                    let mut wc = [Wc::default(); 1];
+                    while seen.iter().filter(|&&(_, q)| q == 5).count() < 30 {
+                        if cq.poll(&mut wc) == 1 {
+                            seen.push((wc[0].wr_id, wc[0].qp_num));
+                            progress.store(seen.len(), Ordering::Release);
+                        }
+                    }
+                    seen
+                });
+                // Clean at a different point of the polling each round.
+                while progress.load(Ordering::Acquire) < round * 2 {
+                    std::hint::spin_loop();
+                }
+                let removed = mem.clean(UIDX, QPN, None);
+                (poller.join().unwrap(), removed)
+            });
+            let other: Vec<u64> = seen.iter().filter(|w| w.1 == 5).map(|w| w.0).collect();
+            assert_eq!(other, (0..30).map(|k| 1001 + 2 * k).collect::<Vec<_>>());
+            let mine = seen.iter().filter(|w| w.1 == QPN).count() as u32;
+            assert_eq!(
+                mine + removed,
+                30,
+                "reported {mine}, removed {removed}: {seen:?}"
+            );
+            let mut wc = [Wc::default(); 1];
+            assert_eq!(f.cq.poll(&mut wc), 0);
+            // Polled or removed, every entry is consumed.
+            assert_eq!(f.cq.cons_index(), 60);
         }
     }
 }

@@ -21,6 +21,7 @@
 pub mod ah;
 pub mod buf;
 pub mod cq;
+mod mmio;
 pub mod qp;
 pub mod srq;
 pub mod uctx;

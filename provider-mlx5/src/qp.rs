@@ -26,21 +26,20 @@ use uverbs_abi::cmd::{nr, write_cmd};
 use uverbs_abi::mlx5;
 use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
 use uverbs_abi::wr::{
-    check_send, send_flags, simple_send_ops, Payload, RecvWr, SendFlags, SendWr, Sge, WrOpcode,
+    check_send, inline_len, send_flags, sge_len, simple_send_ops, Payload, RecvWr, SendFlags,
+    SendWr, Sge, WrOpcode, MAX_MSG,
 };
 use uverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
+use crate::cq::CqMemory;
 use crate::srq::Srq;
 use crate::uctx::Uctx;
-use crate::wq::{QpEntry, RqShared, SqShared};
-use crate::{wqe_op, PostError};
+use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
+use crate::{mmio, wqe_op, PostError};
 
 use geom::SEND_WQE_BB;
-
-/// Largest message IB allows (2^31 bytes).
-const MAX_MSG: u64 = 1 << 31;
 
 /// Largest IB MTU: the UD message bound until [`SendQueue::set_ud_mtu`]
 /// gives the port's.
@@ -97,11 +96,16 @@ pub struct Created {
 ///
 /// If anything fails after the kernel created the QP, the QP is destroyed
 /// here before the error is returned: on `Err` there is nothing to clean.
+/// `send_cq` and `recv_cq` are the CQs the command names (by handle): on
+/// RESET and on destruction the QP removes its CQEs not yet polled from
+/// them (see [`SendQueue::set_state`]).
 pub fn create(
     fd: BorrowedFd<'_>,
     uctx: &Arc<Uctx>,
     cmd: &CreateQp,
     srq: Option<&Srq>,
+    send_cq: &CqMemory,
+    recv_cq: &CqMemory,
 ) -> Result<Created, Errno> {
     if (cmd.is_srq != 0) != srq.is_some() {
         return Err(Errno::EINVAL);
@@ -130,9 +134,10 @@ pub fn create(
     } else {
         UIDX_NONE
     };
-    let reg = Registration {
+    let mut reg = Registration {
         uctx: Arc::clone(uctx),
         uidx,
+        cleaner: None,
     };
 
     let mut core = *cmd;
@@ -189,6 +194,17 @@ pub fn create(
         srq.map(|s| s.shared()),
     );
     uctx.register_qp(uidx, Arc::new(entry));
+    let mut cqs = vec![send_cq.clone()];
+    if !recv_cq.same(send_cq) {
+        cqs.push(recv_cq.clone());
+    }
+    let cleaner = Arc::new(Cleaner {
+        uidx,
+        qpn: resp.qpn,
+        cqs,
+        srq: srq.map(|s| s.shared()),
+    });
+    reg.cleaner = Some(Arc::clone(&cleaner));
 
     let mem = Arc::new(Backing::Device { buf, db });
     let base = mem.base();
@@ -199,6 +215,7 @@ pub fn create(
             mem.db_word(0),
             &g,
             Arc::clone(&rq_shared),
+            Some(Arc::clone(&cleaner)),
         )
     });
     // SAFETY: the SQ starts `sq_offset` bytes into the buffer, which is
@@ -207,6 +224,7 @@ pub fn create(
     let sq = SendQueue::new(SqInit {
         mem: Arc::clone(&mem),
         reg: Some(reg),
+        cleaner: Some(cleaner),
         start: sq_start,
         db: mem.db_word(1),
         geometry: g,
@@ -243,18 +261,51 @@ fn destroy_qp(fd: BorrowedFd<'_>, handle: u32) {
     let _ = unsafe { write_cmd::<_, DestroyQpResp>(fd, nr::DESTROY_QP, &cmd, &[], &mut []) };
 }
 
-/// The QP's slot in the context's user-index table; dropping it frees
+/// The QP's slot in the context's user-index table; dropping it removes
+/// the QP's CQEs still in its CQs (returning their SRQ WQEs) and frees
 /// the slot (after the kernel QP is gone: the verbs layer destroys it
 /// before the queues drop).
 #[derive(Debug)]
 struct Registration {
     uctx: Arc<Uctx>,
     uidx: u32,
+    /// Set once the kernel QP exists.
+    cleaner: Option<Arc<Cleaner>>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
+        if let Some(c) = &self.cleaner {
+            c.clean();
+        }
         self.uctx.unregister_qp(self.uidx);
+    }
+}
+
+/// What removes a QP's CQEs from its CQs, as libmlx5 does on RESET and on
+/// destruction: CQEs the device wrote for the QP's previous life must not
+/// complete the work of its next one (a flushed receive reported for the
+/// receive that got the data, its ring retired past what is posted), and
+/// the SRQ WQEs they consumed must go back to the SRQ.
+#[derive(Debug)]
+pub(crate) struct Cleaner {
+    /// The QP's user index (how CQE version 1 names it).
+    uidx: u32,
+    /// The QP number (how CQE version 0 names it).
+    qpn: u32,
+    /// Its send CQ, and its receive CQ if that is another.
+    cqs: Vec<CqMemory>,
+    /// The SRQ it receives from.
+    srq: Option<Arc<SrqShared>>,
+}
+
+impl Cleaner {
+    /// Removes the QP's CQEs not yet polled from its CQs. Only once the
+    /// device writes none for it any more (in RESET, or destroyed).
+    fn clean(&self) {
+        for cq in &self.cqs {
+            cq.clean(self.uidx, self.qpn, self.srq.as_deref());
+        }
     }
 }
 
@@ -311,6 +362,7 @@ struct BlueFlame {
 struct SqInit {
     mem: Arc<Backing>,
     reg: Option<Registration>,
+    cleaner: Option<Arc<Cleaner>>,
     start: *mut u8,
     db: *const AtomicU32,
     geometry: geom::Geometry,
@@ -368,7 +420,9 @@ pub struct SendQueue {
     wqe_head: *const AtomicU32,
     /// `wr_id`s and retirement, shared with the CQ.
     shared: Arc<SqShared>,
-    /// Frees the user index on drop (before `mem`).
+    /// Removes the QP's CQEs from its CQs on RESET (`None` in unit tests).
+    cleaner: Option<Arc<Cleaner>>,
+    /// Cleans the CQs and frees the user index on drop (before `mem`).
     _reg: Option<Registration>,
     /// Keeps the ring and doorbell record alive.
     _mem: Arc<Backing>,
@@ -437,6 +491,7 @@ impl SendQueue {
             wrid: init.shared.wrid.as_ptr(),
             wqe_head: init.shared.wqe_head.as_ptr(),
             shared: init.shared,
+            cleaner: init.cleaner,
             _reg: init.reg,
             _mem: init.mem,
         }
@@ -576,31 +631,11 @@ impl SendQueue {
                         max: self.max_gs,
                     });
                 }
-                let length = match sges {
-                    [one] => one.length as u64,
-                    _ => sges.iter().map(|s| s.length as u64).sum::<u64>(),
-                };
-                (Data::Sges(sges), length)
+                (Data::Sges(sges), sge_len(sges))
             }
             Payload::Inline(bufs) => {
-                let len: usize = bufs.iter().map(|b| b.len()).sum();
-                if len > self.max_inline as usize {
-                    return Err(PostError::InlineTooLarge {
-                        len,
-                        max: self.max_inline,
-                    });
-                }
-                if !matches!(
-                    wr.opcode,
-                    WrOpcode::Send
-                        | WrOpcode::SendWithImm
-                        | WrOpcode::RdmaWrite
-                        | WrOpcode::RdmaWriteWithImm
-                ) {
-                    return Err(PostError::InvalidOpcode);
-                }
-                // `len <= max_inline`, which is below 2^32.
-                (Data::Inline(bufs, len as u32), len as u64)
+                let len = inline_len(wr.opcode, bufs, self.max_inline)?;
+                (Data::Inline(bufs, len), u64::from(len))
             }
         };
         if length > MAX_MSG {
@@ -778,18 +813,22 @@ impl SendQueue {
         self.head = self.head.wrapping_add(nreq);
         // SAFETY: `db` is this QP's doorbell send word, alive with `_mem`.
         let db = unsafe { &*self.db };
-        // Release: the WQEs are written before the device can see the
-        // counter that covers them.
-        db.store((self.cur_post & 0xffff).to_be(), Ordering::Release);
+        // The WQEs are written before the device can see the counter that
+        // covers them.
+        mmio::to_device();
+        db.store((self.cur_post & 0xffff).to_be(), Ordering::Relaxed);
         // The doorbell record reaches memory before the UAR write.
-        wc_fence();
+        mmio::wc_start();
         let bf = self.bf;
         // SAFETY: `reg + bf_offset` is this QP's register (offset 0, or
         // the second half of a dedicated BlueFlame register, which is
-        // `buf_size` bytes into it), in a UAR page mapped for the
-        // context's life. BlueFlame copies at most `buf_size` bytes. The
-        // source BBs are the WQE just built, inside the ring (wrapping at
-        // `qend`), initialised memory (the buffer starts zeroed).
+        // `buf_size` bytes into it), 8-byte aligned, in a UAR page mapped
+        // for the context's life; every write to it goes through
+        // `mmio::write64` (atomic 64-bit stores: QPs sharing a bfreg write
+        // its doorbell from several threads). BlueFlame copies at most
+        // `buf_size` bytes. The source BBs are the WQE just built, inside
+        // the ring (wrapping at `qend`), initialised memory (the buffer
+        // starts zeroed).
         unsafe {
             let mut dst = bf.reg.add(self.bf_offset as usize).cast::<u64>();
             if nreq == 1 && bf.dedicated && bf.buf_size != 0 && ds > 1 && ds * 16 <= bf.buf_size {
@@ -797,7 +836,7 @@ impl SendQueue {
                 let mut left = (ds * 16).next_multiple_of(SEND_WQE_BB);
                 loop {
                     for i in 0..8 {
-                        dst.add(i).write_volatile(src.add(i).read());
+                        mmio::write64(dst.add(i), src.add(i).read());
                     }
                     left -= SEND_WQE_BB;
                     dst = dst.add(8);
@@ -810,20 +849,26 @@ impl SendQueue {
                     }
                 }
             } else {
-                dst.write_volatile(ctrl.cast::<u64>().read());
+                mmio::write64(dst, ctrl.cast::<u64>().read());
             }
         }
         // Flush the write-combining buffer before another doorbell.
-        wc_fence();
+        mmio::flush_writes();
         if bf.dedicated {
             self.bf_offset ^= bf.buf_size;
         }
     }
 
-    /// Follows the QP's state (after MODIFY_QP succeeded).
+    /// Follows the QP's state (after MODIFY_QP succeeded). RESET first
+    /// removes the QP's CQEs not yet polled from its CQs (the device
+    /// writes no more for it), then starts the ring's counters over, so
+    /// that no CQE of the QP's previous life retires work of the next.
     pub fn set_state(&mut self, state: State) {
         match state {
             State::Reset => {
+                if let Some(c) = &self.cleaner {
+                    c.clean();
+                }
                 self.enabled = false;
                 self.cur_post = 0;
                 self.head = 0;
@@ -852,21 +897,6 @@ impl SendQueue {
         self.head
             .wrapping_sub(self.shared.tail.load(Ordering::Acquire))
     }
-}
-
-/// Orders stores to write-combining memory (the UAR) with other stores:
-/// `sfence` on x86-64, a full fence elsewhere.
-#[inline(always)]
-fn wc_fence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `sfence` only orders stores; it touches no memory, stack or
-    // flags. (Inline assembly rather than `_mm_sfence`, which is an
-    // `unsafe fn` on some toolchains and safe on others.)
-    unsafe {
-        std::arch::asm!("sfence", options(nostack, preserves_flags));
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Stores `v` big-endian at `p`.
@@ -942,6 +972,8 @@ pub struct RecvQueue {
     enabled: bool,
     /// `wr_id`s and retirement, shared with the CQ.
     shared: Arc<RqShared>,
+    /// Removes the QP's CQEs from its CQs on RESET (`None` in unit tests).
+    cleaner: Option<Arc<Cleaner>>,
     /// Keeps the ring and doorbell record alive.
     _mem: Arc<Backing>,
 }
@@ -959,6 +991,7 @@ impl RecvQueue {
         db: *const AtomicU32,
         g: &geom::Geometry,
         shared: Arc<RqShared>,
+        cleaner: Option<Arc<Cleaner>>,
     ) -> Self {
         RecvQueue {
             start,
@@ -970,6 +1003,7 @@ impl RecvQueue {
             tail: 0,
             enabled: false,
             shared,
+            cleaner,
             _mem: mem,
         }
     }
@@ -1032,17 +1066,24 @@ impl RecvQueue {
             self.head = self.head.wrapping_add(nreq);
             // SAFETY: this QP's doorbell receive word, alive with `_mem`.
             let db = unsafe { &*self.db };
-            // Release: the WQEs are written before the device can see
-            // the counter that covers them.
-            db.store((self.head & 0xffff).to_be(), Ordering::Release);
+            // The WQEs are written before the device can see the counter
+            // that covers them.
+            mmio::to_device();
+            db.store((self.head & 0xffff).to_be(), Ordering::Relaxed);
         }
         result
     }
 
-    /// Follows the QP's state (after MODIFY_QP succeeded).
+    /// Follows the QP's state (after MODIFY_QP succeeded). RESET first
+    /// removes the QP's CQEs not yet polled from its CQs (as the send
+    /// queue does: whichever is told first cleans), then starts the
+    /// ring's counters over: it then holds exactly its capacity again.
     pub fn set_state(&mut self, state: State) {
         match state {
             State::Reset => {
+                if let Some(c) = &self.cleaner {
+                    c.clean();
+                }
                 self.enabled = false;
                 self.head = 0;
                 self.tail = 0;

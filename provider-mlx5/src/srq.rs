@@ -22,7 +22,7 @@ use zerocopy::{FromZeros, IntoBytes};
 use crate::buf::{Buf, DbRec};
 use crate::uctx::{Limits, Uctx};
 use crate::wq::SrqShared;
-use crate::PostError;
+use crate::{mmio, PostError};
 
 /// lkey of the data segment that ends a shorter-than-maximum list.
 const INVALID_LKEY: u32 = 0x100;
@@ -295,10 +295,11 @@ impl Srq {
         }
         if n > 0 {
             self.counter = self.counter.wrapping_add(n);
-            // Release: the WQEs (and wr_ids) are written before the device
-            // can see the new counter.
+            // The WQEs (and wr_ids) are written before the device can see
+            // the new counter.
+            mmio::to_device();
             // SAFETY: `db` points into the doorbell record `mem` keeps alive.
-            unsafe { &*self.db }.store((self.counter & 0xFFFF).to_be(), Ordering::Release);
+            unsafe { &*self.db }.store((self.counter & 0xFFFF).to_be(), Ordering::Relaxed);
         }
         result
     }

@@ -175,7 +175,8 @@ impl QpEntry {
     }
 }
 
-/// One table row: user index and entry.
+/// One table row: user index (or, in a CQ of CQE version 0, QP number)
+/// and entry.
 pub(crate) type Row = (u32, Arc<QpEntry>);
 
 /// The context's user-index table. Rows are kept sorted by user index;

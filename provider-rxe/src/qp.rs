@@ -8,17 +8,14 @@ use uverbs_abi::cmd::{nr, write_cmd, write_cmd_fixed, write_ex_cmd};
 use uverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp, ExCreateQpResp};
 use uverbs_abi::rxe::{self, DmaInfo, RecvWqe, SendWqe};
 use uverbs_abi::wr::{
-    check_send, simple_send_ops, Payload, PostSend, PostSendResp, RecvWr, SendFlags, SendWr, Sge,
-    WrOpcode, UVERBS_SEND_WR_SIZE,
+    check_send, inline_len, sge_len, simple_send_ops, Payload, PostSend, PostSendResp, RecvWr,
+    SendFlags, SendWr, Sge, WrOpcode, MAX_MSG, UVERBS_SEND_WR_SIZE,
 };
 use uverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::queue::Queue;
 use crate::PostError;
-
-/// Largest message IB allows (2^31 bytes).
-const MAX_MSG: u64 = 1 << 31;
 
 /// Largest IB MTU: the UD message bound until [`SendQueue::set_ud_mtu`]
 /// gives the port's.
@@ -140,9 +137,12 @@ impl SendQueue {
         max_sge: u32,
         max_inline: u32,
     ) -> Result<Self, Errno> {
-        let room =
-            size_of::<SendWqe>() + (max_sge as usize * size_of::<Sge>()).max(max_inline as usize);
-        if ring.elem_size() < room || max_wr > ring.mask() {
+        // Checked: the sizes come from the kernel.
+        let room = (max_sge as usize)
+            .checked_mul(size_of::<Sge>())
+            .map(|sges| sges.max(max_inline as usize))
+            .and_then(|body| body.checked_add(size_of::<SendWqe>()));
+        if room.is_none_or(|room| ring.elem_size() < room) || max_wr > ring.mask() {
             return Err(Errno::EPROTO);
         }
         Ok(SendQueue {
@@ -253,31 +253,12 @@ impl SendQueue {
                     });
                 }
                 flags.remove(SendFlags::INLINE);
-                let length = match sges {
-                    [one] => one.length as u64,
-                    _ => sges.iter().map(|s| s.length as u64).sum::<u64>(),
-                };
-                (sges.len(), length)
+                (sges.len(), sge_len(sges))
             }
             Payload::Inline(bufs) => {
-                let len: usize = bufs.iter().map(|b| b.len()).sum();
-                if len > self.max_inline as usize {
-                    return Err(PostError::InlineTooLarge {
-                        len,
-                        max: self.max_inline,
-                    });
-                }
-                if !matches!(
-                    wr.opcode,
-                    WrOpcode::Send
-                        | WrOpcode::SendWithImm
-                        | WrOpcode::RdmaWrite
-                        | WrOpcode::RdmaWriteWithImm
-                ) {
-                    return Err(PostError::InvalidOpcode);
-                }
+                let len = inline_len(wr.opcode, bufs, self.max_inline)?;
                 flags.insert(SendFlags::INLINE);
-                (0, len as u64)
+                (0, u64::from(len))
             }
         };
         if length > MAX_MSG {
@@ -390,9 +371,11 @@ impl RecvQueue {
     /// Wraps a mapped receive ring of granted depth `max_wr` whose elements
     /// hold `max_sge` SGEs.
     pub fn new(ring: Queue, max_wr: u32, max_sge: u32) -> Result<Self, Errno> {
-        if ring.elem_size() < size_of::<RecvWqe>() + max_sge as usize * size_of::<Sge>()
-            || max_wr > ring.mask()
-        {
+        // Checked: the sizes come from the kernel.
+        let room = (max_sge as usize)
+            .checked_mul(size_of::<Sge>())
+            .and_then(|sges| sges.checked_add(size_of::<RecvWqe>()));
+        if room.is_none_or(|room| ring.elem_size() < room) || max_wr > ring.mask() {
             return Err(Errno::EPROTO);
         }
         Ok(RecvQueue {
@@ -438,7 +421,7 @@ impl RecvQueue {
                 ));
                 break;
             }
-            let length: u64 = wr.sg_list.iter().map(|s| s.length as u64).sum();
+            let length = sge_len(wr.sg_list);
             if length > MAX_MSG {
                 result = Err((i, PostError::MessageTooLong));
                 break;
@@ -470,5 +453,133 @@ impl RecvQueue {
             q.producer().store(prod, Ordering::Release);
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::IoSlice;
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+    use uverbs_abi::qp::qp_type;
+    use uverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
+
+    use super::*;
+
+    /// A ring of 8 slots of 2^log2 bytes in a memfd, mapped as the kernel's
+    /// would be (the header says so), and the memfd.
+    fn ring(log2: u32) -> (Queue, OwnedFd) {
+        // SAFETY: creates a new fd that nothing else owns.
+        let fd = unsafe { libc::memfd_create(c"rxe-ring".as_ptr(), 0) };
+        assert!(fd >= 0);
+        // SAFETY: `fd` was just opened and is owned from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let size = QUEUE_DATA_OFFSET + (8 << log2);
+        let mut hdr = [0u8; 8];
+        hdr[..4].copy_from_slice(&log2.to_ne_bytes());
+        hdr[4..].copy_from_slice(&7u32.to_ne_bytes());
+        nix::unistd::ftruncate(&fd, size as i64).unwrap();
+        // SAFETY: writes `hdr` (8 readable bytes) at offset 0 of our fd.
+        let n = unsafe { libc::pwrite(fd.as_raw_fd(), hdr.as_ptr().cast(), hdr.len(), 0) };
+        assert_eq!(n, 8);
+        let mi = MmInfo {
+            offset: 0,
+            size: size as u32,
+            pad: 0,
+        };
+        (Queue::map(fd.as_fd(), &mi).unwrap(), fd)
+    }
+
+    /// A read-only anonymous mapping of a power of two of bytes (up to 64
+    /// TiB) that is never written: no memory is committed for it. It makes
+    /// real `&[u8]`s long enough that a few hundred thousand of them add up
+    /// past `usize::MAX` without unsafe slices over memory that does not
+    /// exist.
+    struct Reserved {
+        ptr: *mut u8,
+        len: usize,
+    }
+
+    impl Reserved {
+        fn new() -> Reserved {
+            for shift in (40..=46).rev() {
+                let len = 1usize << shift;
+                // SAFETY: a fresh private mapping at an address of the
+                // kernel's choosing; nothing existing is touched.
+                let p = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                        -1,
+                        0,
+                    )
+                };
+                if p != libc::MAP_FAILED {
+                    return Reserved { ptr: p.cast(), len };
+                }
+            }
+            panic!("no room for a 1 TiB read-only mapping");
+        }
+
+        /// Slices whose lengths add up to 2^64 + `extra.len()`.
+        fn overflowing<'a>(&'a self, extra: &'a [u8]) -> Vec<IoSlice<'a>> {
+            // SAFETY: `len` readable (zero) bytes mapped at `ptr` until
+            // `self` drops; nothing writes them.
+            let big = unsafe { std::slice::from_raw_parts(self.ptr, self.len) };
+            let n = (1u128 << 64) / self.len as u128;
+            let mut v: Vec<IoSlice<'a>> = (0..n).map(|_| IoSlice::new(big)).collect();
+            v.push(IoSlice::new(extra));
+            v
+        }
+    }
+
+    impl Drop for Reserved {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made in `new`; no slice of it outlives
+            // `self`.
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+
+    /// Inline slices whose lengths sum past `usize::MAX` (wrapping to 16,
+    /// which fits `max_inline`) are refused as too large, before anything
+    /// is copied or published.
+    #[test]
+    fn inline_length_overflow_is_refused() {
+        let (q, fd) = ring(10);
+        let mut sq = SendQueue::new(q, 1, qp_type::RC, 4, 1, 64).unwrap();
+        let big = Reserved::new();
+        let extra = [0x5au8; 16];
+        let bufs = big.overflowing(&extra);
+        let wrapped = bufs.iter().fold(0usize, |a, b| a.wrapping_add(b.len()));
+        assert_eq!(wrapped, 16, "the lengths wrap to 16 bytes");
+        let wr = SendWr::send_inline(1, &bufs);
+        let want = PostError::InlineTooLarge {
+            len: usize::MAX,
+            max: 64,
+        };
+        assert_eq!(sq.post(fd.as_fd(), &[wr]), Err((0, want)));
+        assert_eq!(sq.post(fd.as_fd(), &[wr, wr]), Err((0, want)));
+        assert_eq!(sq.outstanding(), 0);
+    }
+
+    /// Receive scatter lists whose lengths sum past 2^31 are refused.
+    #[test]
+    fn recv_length_is_checked() {
+        let (q, _fd) = ring(8);
+        let mut rq = RecvQueue::new(q, 4, 4).unwrap();
+        let sge = Sge {
+            addr: 0,
+            length: u32::MAX,
+            lkey: 1,
+        };
+        let sges = [sge; 4];
+        assert_eq!(
+            rq.post(&[RecvWr::new(1, &sges)]),
+            Err((0, PostError::MessageTooLong))
+        );
+        assert_eq!(rq.outstanding(), 0);
     }
 }

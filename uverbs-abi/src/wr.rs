@@ -507,6 +507,62 @@ pub fn simple_send_ops(qp_type: u8) -> u32 {
     }
 }
 
+/// The largest message IB allows: 2^31 bytes.
+pub const MAX_MSG: u64 = 1 << 31;
+
+/// Total bytes of the scatter/gather list `sges`, saturating at
+/// `u64::MAX` (so an impossible total still compares as too long, never
+/// wraps to a small one).
+#[inline(always)]
+pub fn sge_len(sges: &[Sge]) -> u64 {
+    match sges {
+        [one] => u64::from(one.length),
+        _ => sges
+            .iter()
+            .fold(0u64, |acc, s| acc.saturating_add(u64::from(s.length))),
+    }
+}
+
+/// The checks every provider applies to an inline payload `bufs` of a send
+/// with `opcode` on a QP taking at most `max_inline` inline bytes: the
+/// total fits `max_inline` ([`PostError::InlineTooLarge`]) and the opcode
+/// carries local data to the peer (SEND and RDMA WRITE, with or without
+/// immediate; else [`PostError::InvalidOpcode`]). Returns the total.
+///
+/// The caller's slice lengths are summed with saturating arithmetic: a
+/// set of slices whose lengths add up past `usize::MAX` reports
+/// `len: usize::MAX` rather than wrapping to a small total that would
+/// pass the check while the slices themselves are copied in full.
+#[inline(always)]
+pub fn inline_len(
+    opcode: WrOpcode,
+    bufs: &[std::io::IoSlice<'_>],
+    max_inline: u32,
+) -> Result<u32, PostError> {
+    let len = bufs
+        .iter()
+        .fold(0usize, |acc, b| acc.saturating_add(b.len()));
+    let Ok(len32) = u32::try_from(len) else {
+        return Err(PostError::InlineTooLarge {
+            len,
+            max: max_inline,
+        });
+    };
+    if len32 > max_inline {
+        return Err(PostError::InlineTooLarge {
+            len,
+            max: max_inline,
+        });
+    }
+    if !matches!(
+        opcode,
+        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+    ) {
+        return Err(PostError::InvalidOpcode);
+    }
+    Ok(len32)
+}
+
 /// The opcode, QP type and destination rules every provider applies to a
 /// send request on a QP of type `qpt` whose payload checks passed
 /// (`length` bytes): READ and atomics on RC only, no RDMA on UD, atomics
@@ -666,6 +722,50 @@ mod send_check_tests {
                 len: 1025,
                 mtu: 1024
             })
+        );
+    }
+
+    /// The shared payload checks: inline totals up to the maximum pass,
+    /// one byte more or a READ/atomic opcode does not; SGE totals add up.
+    #[test]
+    fn payload_lengths() {
+        use std::io::IoSlice;
+        let a = [1u8; 40];
+        let b = [2u8; 20];
+        let bufs = [IoSlice::new(&a), IoSlice::new(&b)];
+        assert_eq!(inline_len(WrOpcode::Send, &bufs, 60), Ok(60));
+        assert_eq!(
+            inline_len(WrOpcode::RdmaWriteWithImm, &bufs[..1], 60),
+            Ok(40)
+        );
+        assert_eq!(inline_len(WrOpcode::Send, &[], 0), Ok(0));
+        assert_eq!(
+            inline_len(WrOpcode::Send, &bufs, 59),
+            Err(PostError::InlineTooLarge { len: 60, max: 59 })
+        );
+        for op in [
+            WrOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp,
+            WrOpcode::AtomicFetchAndAdd,
+            WrOpcode::LocalInv,
+            WrOpcode::SendWithInv,
+        ] {
+            assert_eq!(
+                inline_len(op, &bufs, 60),
+                Err(PostError::InvalidOpcode),
+                "{op:?}"
+            );
+        }
+        let sge = |length| Sge {
+            addr: 0,
+            length,
+            lkey: 0,
+        };
+        assert_eq!(sge_len(&[]), 0);
+        assert_eq!(sge_len(&[sge(7)]), 7);
+        assert_eq!(
+            sge_len(&[sge(u32::MAX), sge(u32::MAX), sge(2)]),
+            2 * u64::from(u32::MAX) + 2
         );
     }
 }

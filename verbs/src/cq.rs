@@ -26,8 +26,9 @@ pub(crate) struct CqInner {
     /// An mlx5 CQ's ring and doorbell record: the device writes CQEs there
     /// for as long as the kernel CQ exists (QPs on it keep it, after the
     /// [`Cq`] handle may be gone), so they are freed only after
-    /// DESTROY_CQ (fields drop after [`Drop::drop`]'s body).
-    _mlx5_mem: Option<provider_mlx5::cq::CqMemory>,
+    /// DESTROY_CQ (fields drop after [`Drop::drop`]'s body). QPs on the
+    /// CQ also clean their CQEs out of it through this.
+    pub(crate) mlx5_mem: Option<provider_mlx5::cq::CqMemory>,
 }
 
 impl Drop for CqInner {
@@ -188,7 +189,7 @@ impl Context {
                 handle,
                 event_id,
                 _channel: channel.map(|c| c.fd.clone()),
-                _mlx5_mem: mem,
+                mlx5_mem: mem,
             })
         };
         let cmd = CreateCq {

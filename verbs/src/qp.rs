@@ -576,14 +576,21 @@ impl Pd {
                 ),
                 None => None,
             };
+            let mem = |cq: &Cq| {
+                cq.inner()
+                    .mlx5_mem
+                    .clone()
+                    .ok_or_else(|| Error::invalid("the CQ is not an mlx5 CQ"))
+            };
+            let (send_cq, recv_cq) = (mem(attr.send_cq)?, mem(attr.recv_cq)?);
             // On error the provider has destroyed any kernel QP it created.
-            let created = provider_mlx5::qp::create(ctx.fd(), uctx, &cmd, srq_ring).map_err(
-                Error::kernel(if ex_flags.is_some() {
-                    "create_qp_ex"
-                } else {
-                    "create_qp"
-                }),
-            )?;
+            let created =
+                provider_mlx5::qp::create(ctx.fd(), uctx, &cmd, srq_ring, &send_cq, &recv_cq)
+                    .map_err(Error::kernel(if ex_flags.is_some() {
+                        "create_qp_ex"
+                    } else {
+                        "create_qp"
+                    }))?;
             let r = created.resp;
             return Ok(self.new_qp(
                 attr,

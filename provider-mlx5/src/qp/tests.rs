@@ -135,11 +135,13 @@ impl TestQp {
                 mem.db_word(0),
                 &g,
                 Arc::new(RqShared::new(g.rq_wqe_cnt)),
+                None,
             )
         });
         let sq = SendQueue::new(SqInit {
             mem: Arc::clone(&mem),
             reg: None,
+            cleaner: None,
             // SAFETY: within the ring buffer (`total()` bytes).
             start: unsafe { base.add(g.sq_offset()) },
             db: mem.db_word(1),
@@ -1119,4 +1121,147 @@ fn ud_wrap_matches_libmlx5() {
         unhex("00000100000000550000000000009000")
     );
     assert_eq!(qp.db(1), [0, 0, 0, 0x11]);
+}
+
+/// A read-only anonymous mapping of a power of two of bytes (up to 64 TiB)
+/// that is never written: the kernel commits no memory for it and every
+/// read would see zeros. It makes real `&[u8]`s long enough that a few
+/// hundred thousand of them add up past `usize::MAX` without unsafe
+/// slices over memory that does not exist.
+pub(crate) struct Reserved {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Reserved {
+    pub(crate) fn new() -> Reserved {
+        for shift in (40..=46).rev() {
+            let len = 1usize << shift;
+            // SAFETY: a fresh private mapping at an address of the
+            // kernel's choosing; nothing existing is touched.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                return Reserved { ptr: p.cast(), len };
+            }
+        }
+        panic!("no room for a 1 TiB read-only mapping");
+    }
+
+    /// The whole mapping: readable, initialised (zero) memory.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes mapped at `ptr` until `self` drops;
+        // nothing writes them.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// Slices whose lengths add up to 2^64 + `extra.len()`: in wrapping
+    /// `usize` arithmetic, just `extra.len()`.
+    pub(crate) fn overflowing<'a>(&'a self, extra: &'a [u8]) -> Vec<IoSlice<'a>> {
+        let n = (1u128 << 64) / self.len as u128;
+        let mut v: Vec<IoSlice<'a>> = (0..n).map(|_| IoSlice::new(self.bytes())).collect();
+        v.push(IoSlice::new(extra));
+        v
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`; no slice of it outlives `self`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Inline slices whose lengths sum past `usize::MAX` (wrapping to 16, which
+/// fits `max_inline`) are refused as too large, before a byte is copied.
+#[test]
+fn inline_length_overflow_is_refused() {
+    let mut qp = rc(10, 1, 0);
+    let big = Reserved::new();
+    let extra = [0x5au8; 16];
+    let bufs = big.overflowing(&extra);
+    let wrapped = bufs.iter().fold(0usize, |a, b| a.wrapping_add(b.len()));
+    assert_eq!(wrapped, 16, "the lengths wrap to 16 bytes");
+    for op in [WrOpcode::Send, WrOpcode::RdmaWrite] {
+        let mut wr = SendWr::send_inline(1, &bufs);
+        wr.opcode = op;
+        assert_eq!(
+            qp.sq.post(&[wr]),
+            Err((
+                0,
+                PostError::InlineTooLarge {
+                    len: usize::MAX,
+                    max: 60
+                }
+            ))
+        );
+    }
+    assert_eq!(qp.sq.cur_post, 0);
+    assert_eq!(qp.db(1), [0; 4]);
+}
+
+/// QPs on one shared (non-dedicated) bfreg ring its doorbell from several
+/// threads: a reader watching the register only ever sees whole 8-byte
+/// doorbells (QP k's number with one of QP k's counters, which start at
+/// k << 12), never halves of two.
+#[test]
+fn shared_bfreg_doorbells_are_whole() {
+    let reg = Box::new(std::sync::atomic::AtomicU64::new(0));
+    let mut qps: Vec<TestQp> = (1..=4u32)
+        .map(|k| {
+            let mut qp = rc(16, 1, 0);
+            qp.sq.bf.reg = reg.as_ptr().cast();
+            qp.sq.qpn = k;
+            qp.sq.cur_post = k << 12;
+            qp
+        })
+        .collect();
+    let valid = |raw: u64| {
+        if raw == 0 {
+            return true;
+        }
+        let b = raw.to_ne_bytes();
+        let w0 = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        let w1 = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        let (pi, op, qpn, ds) = (w0 >> 8, w0 & 0xff, w1 >> 8, w1 & 0xff);
+        op == 0x0a && ds == 2 && (1..=4).contains(&qpn) && pi >> 12 == qpn
+    };
+    let done = std::sync::atomic::AtomicU32::new(0);
+    std::thread::scope(|s| {
+        for qp in qps.iter_mut() {
+            let done = &done;
+            s.spawn(move || {
+                let sge = [Sge {
+                    addr: 0x1000,
+                    length: 8,
+                    lkey: 1,
+                }];
+                for _ in 0..2000 {
+                    qp.sq.post(&[SendWr::send(1, &sge)]).unwrap();
+                    // Retire it, as a CQ would.
+                    qp.sq.shared.tail.store(qp.sq.head, Ordering::Release);
+                }
+                done.fetch_add(1, Ordering::Release);
+            });
+        }
+        // Watches until every poster is done (at least one look).
+        loop {
+            let finished = done.load(Ordering::Acquire) == 4;
+            let v = reg.load(Ordering::Relaxed);
+            assert!(valid(v), "torn doorbell {v:#018x}");
+            if finished {
+                break;
+            }
+        }
+    });
+    let last = reg.load(Ordering::Relaxed);
+    assert!(last != 0 && valid(last), "{last:#018x}");
 }

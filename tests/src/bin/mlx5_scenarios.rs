@@ -694,6 +694,9 @@ const DATAPATH_STEPS: &[&str] = &[
     "rnr_retry",
     "rnr_retry_exceeded",
     "cq_resize",
+    "reset_clean",
+    "reset_rq_capacity",
+    "srq_destroy_unpolled",
     "teardown",
 ];
 
@@ -1619,6 +1622,202 @@ fn cq_resize(d: &mut Dp, _: &mut Report) -> R {
     expect_quiet(s, &mut rcq)
 }
 
+/// How long the emulated HCA gets to write the flush CQEs of a QP moved to
+/// ERR (its thread passes every few hundred microseconds at most).
+const FLUSH_WAIT: Duration = Duration::from_millis(200);
+
+/// reset_clean and reset_rq_capacity (no C twin: libmlx5 does this in
+/// `__mlx5_cq_clean`): a QP moved to ERR with receives posted gets flush
+/// CQEs; moved to RESET before they are polled, they must vanish from its
+/// CQ, so that after reconnecting only the new work completes, and the
+/// receive ring must take exactly its capacity again.
+fn reset_clean(d: &mut Dp, rep: &mut Report) -> R {
+    let s = "reset_clean";
+    let mut cq1 = d.ctx.create_cq(256).at(s)?;
+    let mut cq2 = d.ctx.create_cq(256).at(s)?;
+    let mut p1 = d.make_qp(s, QpType::Rc, &cq1, None)?;
+    let mut p2 = d.make_qp(s, QpType::Rc, &cq2, None)?;
+    connect_rc(s, &mut p1, p2.qp_num(), d.lid, 7)?;
+    connect_rc(s, &mut p2, p1.qp_num(), d.lid, 7)?;
+    let to = |st| QpAttr {
+        qp_state: Some(st),
+        ..Default::default()
+    };
+    // Receives flushed by ERR, their CQEs left in cq2; then RESET and
+    // reconnect both ends.
+    let flush_and_reset = |s: &'static str, d: &Dp, p1: &mut Qp, p2: &mut Qp, n: u64| -> R {
+        for i in 0..n {
+            let r = [d.sge(AUX + 64 * i as usize, 64)];
+            p2.post_recv(&[RecvWr::new(3000 + i, &r)]).at(s)?;
+        }
+        p2.modify(&to(QpState::Err)).at(s)?;
+        std::thread::sleep(FLUSH_WAIT);
+        p1.modify(&to(QpState::Reset)).at(s)?;
+        p2.modify(&to(QpState::Reset)).at(s)?;
+        connect_rc(s, p1, p2.qp_num(), d.lid, 7)?;
+        connect_rc(s, p2, p1.qp_num(), d.lid, 7)
+    };
+    flush_and_reset(s, d, &mut p1, &mut p2, 3)?;
+    d.put(s, SRC, &pattern(100, 50))?;
+    d.mr.fill(DST..DST + 4096, 0).at(s)?;
+    let r = [d.sge(DST, 4096)];
+    p2.post_recv(&[RecvWr::new(3100, &r)]).at(s)?;
+    let sg = [d.sge(SRC, 100)];
+    p1.post_send(&[SendWr::send(3101, &sg).signaled()]).at(s)?;
+    let wc = poll_one(s, &mut cq1)?;
+    expect_wc(s, &wc, WcStatus::SUCCESS, 3101)?;
+    let wc = poll_one(s, &mut cq2)?;
+    expect_wc(s, &wc, WcStatus::SUCCESS, 3100)?;
+    expect(s, wc.byte_len() == 100, "byte_len is not 100")?;
+    expect(
+        s,
+        wc.qp_num() == p2.qp_num(),
+        "qp_num is not the receiver's",
+    )?;
+    expect_bytes(s, &d.get(DST, 100), &pattern(100, 50))?;
+    expect_quiet(s, &mut cq2)?;
+    rep.pass(s);
+
+    let s = "reset_rq_capacity";
+    flush_and_reset(s, d, &mut p1, &mut p2, 5)?;
+    // Nothing of the old connection may complete (and polling must not
+    // retire receives that are not posted).
+    expect_quiet(s, &mut cq2)?;
+    let cap = p2.cap().max_recv_wr;
+    let r = [d.sge(DST, 4096)];
+    let mut accepted = 0u32;
+    let err = loop {
+        match p2.post_recv(&[RecvWr::new(4000 + u64::from(accepted), &r)]) {
+            Ok(()) => accepted += 1,
+            Err(e) => break e,
+        }
+        if accepted > cap + 8 {
+            return fail(s, format!("accepted {accepted} receives, capacity {cap}"));
+        }
+    };
+    expect(
+        s,
+        accepted == cap,
+        &format!("accepted {accepted} receives, capacity {cap}"),
+    )?;
+    expect(
+        s,
+        matches!(
+            err,
+            Error::Post {
+                error: verbs::PostError::QueueFull,
+                ..
+            }
+        ),
+        &format!("the receive past the capacity failed with {err}, not QueueFull"),
+    )?;
+    // The oldest of them takes the next message.
+    d.put(s, SRC, &pattern(40, 51))?;
+    let sg = [d.sge(SRC, 40)];
+    p1.post_send(&[SendWr::send(4500, &sg).signaled()]).at(s)?;
+    let wc = poll_one(s, &mut cq1)?;
+    expect_wc(s, &wc, WcStatus::SUCCESS, 4500)?;
+    let wc = poll_one(s, &mut cq2)?;
+    expect_wc(s, &wc, WcStatus::SUCCESS, 4000)?;
+    expect(s, wc.byte_len() == 40, "byte_len is not 40")?;
+    expect_bytes(s, &d.get(DST, 40), &pattern(40, 51))?;
+    expect_quiet(s, &mut cq2)?;
+    rep.pass(s);
+    drop((p1, p2));
+    Ok(())
+}
+
+/// srq_destroy_unpolled (no C twin: libmlx5 frees the SRQ WQEs of the
+/// CQEs it cleans when a QP is destroyed): rounds of a QP on an SRQ that
+/// receives messages whose CQEs are never polled before it is destroyed.
+/// The SRQ must get those WQEs back: after every round it takes as many
+/// receives as were consumed, and in the end its full capacity, and data
+/// still flows.
+fn srq_destroy_unpolled(d: &mut Dp, _: &mut Report) -> R {
+    let s = "srq_destroy_unpolled";
+    let mut srq =
+        d.pd.create_srq(&SrqInitAttr {
+            max_wr: 7,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .at(s)?;
+    let cap = srq.max_wr();
+    let mut scq = d.ctx.create_cq(64).at(s)?;
+    let mut rcq = d.ctx.create_cq(64).at(s)?;
+    let r = [d.sge(AUX, 256)];
+    let mut next_id = 5000u64;
+    for _ in 0..cap {
+        srq.post_srq_recv(&[RecvWr::new(next_id, &r)]).at(s)?;
+        next_id += 1;
+    }
+    const PER_ROUND: u64 = 3;
+    for round in 0..4 {
+        let mut tx = d.make_qp(s, QpType::Rc, &scq, None)?;
+        let mut rx = d.make_qp(s, QpType::Rc, &rcq, Some(&srq))?;
+        connect_rc(s, &mut tx, rx.qp_num(), d.lid, 7)?;
+        connect_rc(s, &mut rx, tx.qp_num(), d.lid, 7)?;
+        let sg = [d.sge(SRC, 32)];
+        for k in 0..PER_ROUND {
+            tx.post_send(&[SendWr::send(6000 + k, &sg).signaled()])
+                .at(s)?;
+            let wc = poll_one(s, &mut scq)?;
+            expect_wc(s, &wc, WcStatus::SUCCESS, 6000 + k)?;
+        }
+        // The receive CQEs stay in rcq while the QP is destroyed.
+        drop((tx, rx));
+        expect_quiet(s, &mut rcq)?;
+        for _ in 0..PER_ROUND {
+            srq.post_srq_recv(&[RecvWr::new(next_id, &r)])
+                .map_err(|e| Fail {
+                    step: s,
+                    why: format!(
+                        "round {round}: the SRQ refused a receive ({e}); {} of {cap} outstanding",
+                        srq.outstanding()
+                    ),
+                })?;
+            next_id += 1;
+        }
+    }
+    expect(
+        s,
+        srq.outstanding() == cap,
+        &format!("{} of {cap} receives outstanding", srq.outstanding()),
+    )?;
+    match srq.post_srq_recv(&[RecvWr::new(next_id, &r)]) {
+        Err(Error::Post {
+            error: verbs::PostError::QueueFull,
+            ..
+        }) => {}
+        other => return fail(s, format!("a receive past the capacity gave {other:?}")),
+    }
+    // Data still flows through the SRQ.
+    let mut tx = d.make_qp(s, QpType::Rc, &scq, None)?;
+    let mut rx = d.make_qp(s, QpType::Rc, &rcq, Some(&srq))?;
+    connect_rc(s, &mut tx, rx.qp_num(), d.lid, 7)?;
+    connect_rc(s, &mut rx, tx.qp_num(), d.lid, 7)?;
+    d.put(s, SRC, &pattern(77, 60))?;
+    let sg = [d.sge(SRC, 77)];
+    tx.post_send(&[SendWr::send(6100, &sg).signaled()]).at(s)?;
+    let wc = poll_one(s, &mut scq)?;
+    expect_wc(s, &wc, WcStatus::SUCCESS, 6100)?;
+    let wc = poll_one(s, &mut rcq)?;
+    expect(
+        s,
+        wc.status() == WcStatus::SUCCESS && (5000..next_id).contains(&wc.wr_id()),
+        &format!("receive completion {wc:?}"),
+    )?;
+    expect(
+        s,
+        wc.qp_num() == rx.qp_num(),
+        "qp_num is not the receiver's",
+    )?;
+    expect(s, wc.byte_len() == 77, "byte_len is not 77")?;
+    expect_bytes(s, &d.get(AUX, 77), &pattern(77, 60))?;
+    drop((tx, rx, srq));
+    Ok(())
+}
+
 /// datapath.c's `connect_rc`: RESET -> INIT -> RTR -> RTS for RC or UC.
 fn connect_rc(step: &'static str, qp: &mut Qp, dest: u32, lid: u16, rnr_retry: u8) -> R {
     let rc = qp.qp_type() == QpType::Rc;
@@ -1717,6 +1916,8 @@ fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
         (&["rnr_retry"], |d, _| d.rnr_retry()),
         (&["rnr_retry_exceeded"], |d, _| d.rnr_retry_exceeded()),
         (&["cq_resize"], cq_resize),
+        (&["reset_clean", "reset_rq_capacity"], reset_clean),
+        (&["srq_destroy_unpolled"], srq_destroy_unpolled),
     ];
     for (names, run) in scenarios {
         if rep.over_budget() {
