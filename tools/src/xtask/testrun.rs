@@ -172,6 +172,67 @@ fn run_teed(cmd: &mut Command) -> Result<(bool, String)> {
     Ok((status.success(), captured))
 }
 
+/// The target whose type check stands in for the aarch64 machines mlx5 runs
+/// on (BlueField, Grace, Graviton): the barriers differ there.
+const AARCH64_TARGET: &str = "aarch64-unknown-linux-gnu";
+
+/// `cargo fmt --check`, clippy with warnings denied, and `cargo check` of
+/// the workspace for aarch64 (the target's standard library is added with
+/// rustup when missing). Returns each check's name and verdict.
+fn static_checks(ws: &Path) -> Vec<(String, bool)> {
+    let mut results = Vec::new();
+    let mut check = |name: &str, cmd: &mut Command| {
+        cmd.current_dir(ws).stdin(Stdio::null());
+        say!("{name}: {}", describe(cmd));
+        let ok = match util::run(cmd) {
+            Ok(()) => true,
+            Err(e) => {
+                say!("{name}: FAILED: {e:#}");
+                false
+            }
+        };
+        say!("{name}: {}", if ok { "ok" } else { "FAILED" });
+        results.push((name.to_string(), ok));
+    };
+    check(
+        "cargo fmt --check",
+        Command::new(cargo_bin()).args(["fmt", "--all", "--check"]),
+    );
+    check(
+        "clippy -D warnings",
+        Command::new(cargo_bin()).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--quiet",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    );
+    let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]))
+        .map(|t| t.lines().any(|l| l.trim() == AARCH64_TARGET))
+        .unwrap_or(false);
+    if !installed {
+        check(
+            "rustup target add aarch64",
+            Command::new("rustup").args(["target", "add", AARCH64_TARGET]),
+        );
+    }
+    check(
+        "aarch64 type check",
+        Command::new(cargo_bin()).args([
+            "check",
+            "--workspace",
+            "--all-targets",
+            "--quiet",
+            "--target",
+            AARCH64_TARGET,
+        ]),
+    );
+    results
+}
+
 /// A test executable of the VM suite.
 struct TestBinary {
     name: String,
@@ -355,6 +416,18 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
             problems.push("host tests".into());
         }
         total.add(counts);
+    }
+
+    // Formatting, lints, and the aarch64 type check (host).
+    if !opts.no_host {
+        for (name, ok) in static_checks(&ws) {
+            if ok {
+                total.passed += 1;
+            } else {
+                total.failed += 1;
+                problems.push(name);
+            }
+        }
     }
 
     // The emulated mlx5 device and rdma-core's scenarios on it (host).
