@@ -7,30 +7,14 @@
 //! server; with it, the client. Any error, error completion or (with `-c`)
 //! data mismatch exits with status 1.
 
-#[path = "../rverbs/common.rs"]
-mod common;
-#[path = "../rverbs/connected.rs"]
-mod connected;
-#[path = "../rverbs/devinfo.rs"]
-mod devinfo;
-#[path = "../rverbs/inspect.rs"]
-mod inspect;
-#[path = "../rverbs/perf/mod.rs"]
-mod perf;
-#[path = "../rverbs/srq.rs"]
-mod srq;
-#[path = "../rverbs/ud.rs"]
-mod ud;
-#[path = "../rverbs/wire.rs"]
-mod wire;
-
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use verbs::{Mtu, QpType};
 
-use common::{num, Common};
+use tools::common::{num, Common};
+use tools::{connected, devinfo, inspect, perf, srq, ud};
 
 #[derive(Parser)]
 #[command(

@@ -12,7 +12,7 @@
 mod bench;
 mod clock;
 mod stats;
-mod wire;
+pub mod wire;
 
 use std::time::{Duration, Instant};
 
