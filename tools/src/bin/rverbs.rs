@@ -313,4 +313,23 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn an_rx_depth_the_cq_cannot_hold_is_refused() {
+        // The CQ holds rx_depth + 1 (rx_depth + num_qp for srq) entries:
+        // 2^32 - 1 used to overflow (a panic) once a device was open.
+        for args in [
+            &["rc-pingpong", "-r", "4294967295"][..],
+            &["uc-pingpong", "-r", "0xffffffff"],
+            &["ud-pingpong", "-r", "4294967295"],
+            &["srq-pingpong", "-q", "4", "-r", "4294967293"],
+        ] {
+            let cmd = parse(args).unwrap();
+            let err = format!("{:#}", run(cmd).unwrap_err());
+            assert!(
+                err.contains("-r/--rx-depth") && err.contains("too large"),
+                "{args:?}: {err}"
+            );
+        }
+    }
 }

@@ -47,21 +47,42 @@ pub struct Res {
     pub inline_src: Vec<u8>,
 }
 
-/// The peer's buffer.
+/// The peer's buffer, as its [`super::wire::Hello`] announced it.
 #[derive(Debug, Clone, Copy)]
 pub struct Peer {
     /// Its address.
-    pub addr: u64,
+    addr: u64,
     /// Its rkey.
-    pub rkey: u32,
+    rkey: u32,
     /// Its length (two halves).
-    pub len: u64,
+    len: u64,
+    /// Address of its second half.
+    dest: u64,
 }
 
 impl Peer {
+    /// The peer's buffer of `len` bytes at `addr` with `rkey`; refused if
+    /// it would run past the end of the address space (the numbers come
+    /// from the peer).
+    pub fn new(addr: u64, rkey: u32, len: u64) -> Result<Peer> {
+        if addr.checked_add(len).is_none() {
+            bail!(
+                "the peer announced a {len}-byte buffer at {addr:#x}: \
+                 it runs past the end of the address space"
+            );
+        }
+        Ok(Peer {
+            addr,
+            rkey,
+            len,
+            // Cannot overflow: addr + len does not.
+            dest: addr + len / 2,
+        })
+    }
+
     /// Address of the peer's second half.
     fn dest(&self) -> u64 {
-        self.addr + self.len / 2
+        self.dest
     }
 }
 
@@ -974,5 +995,20 @@ fn wait_msg(
                 bail!("out of step with the peer: it ended a -D run");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_buffer_past_the_address_space_is_refused() {
+        let e = Peer::new(u64::MAX - 10, 1, 4096).unwrap_err().to_string();
+        assert!(e.contains("past the end of the address space"), "{e}");
+        let p = Peer::new(0x1000, 7, 8192).unwrap();
+        assert_eq!((p.dest(), p.rkey, p.addr, p.len), (0x2000, 7, 0x1000, 8192));
+        let p = Peer::new(u64::MAX - 8192, 7, 8192).unwrap();
+        assert_eq!(p.dest(), u64::MAX - 4096);
     }
 }
