@@ -114,10 +114,10 @@ pub fn done_line(output: &str) -> Option<&str> {
 
 /// Runs every target; true if none crashed.
 pub fn fuzz_command(opts: &FuzzOptions) -> Result<bool> {
-    check_tools()?;
     let dir = fuzz_dir();
     let names = targets(&dir)?;
     let secs = per_target_secs(opts.seconds, names.len())?;
+    check_tools()?;
     let dir_arg = dir.to_string_lossy().into_owned();
     say!(
         "fuzz: building {} targets in {} (nightly, debug assertions, ASan)",
