@@ -341,6 +341,18 @@ fn check_wc(w: &Wc, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The number of the last request a send completion retires: its
+/// `wr_id` (requests are numbered from 1 in posting order), checked
+/// against the `posted` ones (the kernel or device wrote it).
+#[inline]
+fn retired(w: &Wc, posted: u64) -> Result<u64> {
+    let n = w.wr_id();
+    if n > posted {
+        bail!("a send completion names request {n}, only {posted} were posted");
+    }
+    Ok(n)
+}
+
 /// Posts `wrs`, returning how many were taken: a full send queue (the
 /// device has not yet released the slots of requests whose completion we
 /// already saw) takes fewer; anything else is an error.
@@ -556,7 +568,7 @@ impl Bench {
                 let t = Instant::now();
                 for w in &wc[..ne] {
                     check_wc(w, "send")?;
-                    ccnt = w.wr_id();
+                    ccnt = retired(w, scnt)?;
                     if peak {
                         self.comps.push((ccnt, nanos(t0, t)));
                     }
@@ -761,11 +773,11 @@ impl Bench {
             }
             // Send message `sent + 1`, once the send queue has room.
             let idx = sent + 1;
-            while idx - 1 - done >= tx {
+            while sent - done >= tx {
                 let ne = res.scq.poll(wc).context("poll CQ failed")?;
                 for w in &wc[..ne] {
                     check_wc(w, "send")?;
-                    done = w.wr_id();
+                    done = retired(w, sent)?;
                 }
                 if ne == 0 {
                     if let Some(t) = watch.spin() {
@@ -821,7 +833,7 @@ impl Bench {
             let ne = res.scq.poll(wc).context("poll CQ failed")?;
             for w in &wc[..ne] {
                 check_wc(w, "send")?;
-                done = w.wr_id();
+                done = retired(w, sent)?;
             }
             if client {
                 if !wait_msg(
@@ -864,7 +876,7 @@ impl Bench {
             let ne = res.scq.poll(wc).context("poll CQ failed")?;
             for w in &wc[..ne] {
                 check_wc(w, "send")?;
-                done = w.wr_id();
+                done = retired(w, sent)?;
             }
             if ne == 0 {
                 if let Some(t) = watch.spin() {
@@ -1001,6 +1013,22 @@ fn wait_msg(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_send_completion_past_the_posted_requests_is_an_error() {
+        let wc = |wr_id| Wc(uverbs_abi_wc(wr_id));
+        assert_eq!(retired(&wc(5), 5).unwrap(), 5);
+        assert_eq!(retired(&wc(0), 0).unwrap(), 0);
+        let e = retired(&wc(6), 5).unwrap_err().to_string();
+        assert!(e.contains("names request 6, only 5 were posted"), "{e}");
+    }
+
+    fn uverbs_abi_wc(wr_id: u64) -> uverbs_abi::wr::Wc {
+        uverbs_abi::wr::Wc {
+            wr_id,
+            ..Default::default()
+        }
+    }
 
     #[test]
     fn a_peer_buffer_past_the_address_space_is_refused() {
