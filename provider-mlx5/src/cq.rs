@@ -24,6 +24,10 @@ use crate::uctx::Uctx;
 use crate::wq::{QpEntry, Row, SrqShared};
 use crate::{mmio, wqe_op};
 
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub mod fuzz;
+
 /// Bytes per CQE.
 const CQE_SIZE: usize = 64;
 /// Largest ring (`1 << 24` entries).

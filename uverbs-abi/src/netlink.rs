@@ -21,6 +21,10 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
+pub mod fuzz;
+
 use nix::errno::Errno;
 
 /// `RDMA_NL_NLDEV`: the netlink client of the RDMA device interface.
@@ -652,6 +656,35 @@ fn classify<'a>(msg: &NlMsg<'a>, seq: u32) -> Step<'a> {
     }
 }
 
+/// Walks one reply datagram of the exchange with sequence number `seq`,
+/// handing the attributes of each data message to `f` until it fails (its
+/// first error is kept in `cb_err`). `Some` with the exchange's result once
+/// a message ends it, `None` while more datagrams are to come.
+fn feed(
+    datagram: &[u8],
+    seq: u32,
+    cb_err: &mut Option<Errno>,
+    f: &mut impl FnMut(&[u8]) -> Result<(), Errno>,
+) -> Option<Result<(), Errno>> {
+    for msg in (Messages { rest: datagram }) {
+        let step = match msg {
+            Ok(ref m) => classify(m, seq),
+            Err(e) => Step::Fail(e),
+        };
+        match step {
+            Step::Skip => {}
+            Step::Data(attrs) => {
+                if cb_err.is_none() {
+                    *cb_err = f(attrs).err();
+                }
+            }
+            Step::Done => return Some(cb_err.map_or(Ok(()), Err)),
+            Step::Fail(e) => return Some(Err(cb_err.unwrap_or(e))),
+        }
+    }
+    None
+}
+
 /// A `NETLINK_RDMA` socket bound to a kernel-assigned port.
 ///
 /// Requests carry increasing sequence numbers; replies with another
@@ -766,23 +799,8 @@ impl NlSocket {
                 Ok(n) => n,
                 Err(e) => return Err(cb_err.unwrap_or(e)),
             };
-            for msg in (Messages {
-                rest: &self.buf[..n],
-            }) {
-                let step = match msg {
-                    Ok(ref m) => classify(m, seq),
-                    Err(e) => Step::Fail(e),
-                };
-                match step {
-                    Step::Skip => {}
-                    Step::Data(attrs) => {
-                        if cb_err.is_none() {
-                            cb_err = f(attrs).err();
-                        }
-                    }
-                    Step::Done => return cb_err.map_or(Ok(()), Err),
-                    Step::Fail(e) => return Err(cb_err.unwrap_or(e)),
-                }
+            if let Some(end) = feed(&self.buf[..n], seq, &mut cb_err, &mut f) {
+                return end;
             }
         }
     }

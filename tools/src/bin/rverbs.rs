@@ -7,30 +7,14 @@
 //! server; with it, the client. Any error, error completion or (with `-c`)
 //! data mismatch exits with status 1.
 
-#[path = "../rverbs/common.rs"]
-mod common;
-#[path = "../rverbs/connected.rs"]
-mod connected;
-#[path = "../rverbs/devinfo.rs"]
-mod devinfo;
-#[path = "../rverbs/inspect.rs"]
-mod inspect;
-#[path = "../rverbs/perf/mod.rs"]
-mod perf;
-#[path = "../rverbs/srq.rs"]
-mod srq;
-#[path = "../rverbs/ud.rs"]
-mod ud;
-#[path = "../rverbs/wire.rs"]
-mod wire;
-
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use verbs::{Mtu, QpType};
 
-use common::{num, Common};
+use tools::common::{num, Common};
+use tools::{connected, devinfo, inspect, perf, srq, ud};
 
 #[derive(Parser)]
 #[command(
@@ -325,6 +309,25 @@ mod tests {
             let err = format!("{:#}", run(cmd).unwrap_err());
             assert!(
                 err.contains("must") || err.contains("too small"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_rx_depth_the_cq_cannot_hold_is_refused() {
+        // The CQ holds rx_depth + 1 (rx_depth + num_qp for srq) entries:
+        // 2^32 - 1 used to overflow (a panic) once a device was open.
+        for args in [
+            &["rc-pingpong", "-r", "4294967295"][..],
+            &["uc-pingpong", "-r", "0xffffffff"],
+            &["ud-pingpong", "-r", "4294967295"],
+            &["srq-pingpong", "-q", "4", "-r", "4294967293"],
+        ] {
+            let cmd = parse(args).unwrap();
+            let err = format!("{:#}", run(cmd).unwrap_err());
+            assert!(
+                err.contains("-r/--rx-depth") && err.contains("too large"),
                 "{args:?}: {err}"
             );
         }

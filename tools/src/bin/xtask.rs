@@ -43,6 +43,12 @@
 //!   the scenario programs of `tests/mlx5-emu/c/` against it, on the host
 //!   (see `tools/src/xtask/mlx5.rs`); `test` runs the same items.
 //!
+//! - `cargo xtask fuzz [--seconds N]` runs every cargo-fuzz target of
+//!   `tests/fuzz` for N seconds each (default: about 90 s in all) and
+//!   fails on any crash, printing the crashing input's path (see
+//!   `tools/src/xtask/fuzz.rs`). Needs the nightly toolchain and
+//!   cargo-fuzz; installs neither.
+//!
 //! Downloads and builds are cached in `<workspace>/.vm-cache/`.
 
 #[macro_use]
@@ -50,6 +56,8 @@
 mod util;
 #[path = "../xtask/bench.rs"]
 mod bench;
+#[path = "../xtask/fuzz.rs"]
+mod fuzz;
 #[path = "../xtask/initramfs.rs"]
 mod initramfs;
 #[path = "../xtask/kernel.rs"]
@@ -158,6 +166,14 @@ enum Cmd {
     /// against the emulated mlx5 device (on the host, no VM) and print a
     /// summary.
     Mlx5,
+    /// Run every cargo-fuzz target of tests/fuzz for N seconds each and
+    /// fail on any crash, naming the crashing inputs. Needs the nightly
+    /// toolchain and cargo-fuzz (`cargo install cargo-fuzz --locked`).
+    Fuzz {
+        /// Seconds per target (default: 90 s shared among the targets).
+        #[arg(long, value_name = "N")]
+        seconds: Option<u64>,
+    },
     /// Run the host tests, then the VM suite (package verbs-tests) in one VM.
     Test {
         /// Kernel series to run the VM suite on, one after the other: "6.1"
@@ -257,6 +273,9 @@ fn main() -> ExitCode {
         Cmd::Mlx5 => testrun::target_dir()
             .and_then(|t| mlx5::mlx5_command(&t))
             .map(|ok| if ok { 0 } else { 1 }),
+        Cmd::Fuzz { seconds } => {
+            fuzz::fuzz_command(&fuzz::FuzzOptions { seconds }).map(|ok| if ok { 0 } else { 1 })
+        }
         Cmd::Test {
             kernel,
             timeout,

@@ -98,6 +98,16 @@ impl Common {
         }
         Ok(())
     }
+    /// The CQ depth: the `-r` receives plus `extra` entries (the sends);
+    /// refused when the sum does not fit 32 bits.
+    pub fn cq_depth(&self, extra: u32) -> Result<u32> {
+        self.rx_depth.checked_add(extra).ok_or_else(|| {
+            anyhow!(
+                "-r/--rx-depth {} is too large: the CQ must hold it plus {extra} entries",
+                self.rx_depth
+            )
+        })
+    }
     /// The GID index to send from: `-g`, or 0 (unused without a GRH).
     pub fn sgid_index(&self) -> u8 {
         self.gid_idx.unwrap_or(0)
@@ -200,20 +210,30 @@ pub fn needs_grh(g: &Gid) -> bool {
     g.interface_id() != 0
 }
 
+/// The two summary lines.
+pub fn summary_lines(size: u32, iters: u32, elapsed: Duration) -> (String, String) {
+    let usec = elapsed.as_secs_f64() * 1e6;
+    // u32 * u32 * 2 may exceed u64.
+    let bytes = u128::from(size) * u128::from(iters) * 2;
+    (
+        format!(
+            "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
+            usec / 1e6,
+            bytes as f64 * 8.0 / usec
+        ),
+        format!(
+            "{iters} iters in {:.2} seconds = {:.2} usec/iter",
+            usec / 1e6,
+            usec / iters as f64
+        ),
+    )
+}
+
 /// Prints the two summary lines.
 pub fn print_summary(size: u32, iters: u32, elapsed: Duration) {
-    let usec = elapsed.as_secs_f64() * 1e6;
-    let bytes = size as u64 * iters as u64 * 2;
-    println!(
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        usec / 1e6,
-        bytes as f64 * 8.0 / usec
-    );
-    println!(
-        "{iters} iters in {:.2} seconds = {:.2} usec/iter",
-        usec / 1e6,
-        usec / iters as f64
-    );
+    let (bytes, iters) = summary_lines(size, iters, elapsed);
+    println!("{bytes}");
+    println!("{iters}");
 }
 
 /// Compares `got` with `want`, prints an `invalid data in page N` line for
@@ -363,15 +383,17 @@ pub fn run_loop(pp: &mut impl PingPong, p: &LoopParams<'_>) -> Result<Duration> 
                     .qp_index(w.qp_num())
                     .ok_or_else(|| anyhow!("couldn't find QPN {:06x}", w.qp_num()))?;
                 match w.wr_id() {
-                    SEND_WRID => scnt += 1,
+                    SEND_WRID => scnt = scnt.saturating_add(1),
                     RECV_WRID => {
-                        routs -= 1;
+                        routs = routs
+                            .checked_sub(1)
+                            .ok_or_else(|| anyhow!("a receive completed with none posted"))?;
                         if routs <= p.refill_at {
                             pp.post_recv(p.rx_depth - routs)
                                 .context("couldn't post receive")?;
                             routs = p.rx_depth;
                         }
-                        rcnt += 1;
+                        rcnt = rcnt.saturating_add(1);
                     }
                     other => bail!("completion for unknown wr_id {other}"),
                 }
@@ -423,6 +445,20 @@ mod tests {
         assert_eq!(gid_text(&g), "::ffff:10.0.0.1");
         assert!(!needs_grh(&Gid::ZERO));
         assert_eq!(gid_text(&Gid::ZERO), "::");
+    }
+
+    #[test]
+    fn summary_of_the_largest_run_does_not_overflow() {
+        // -s and -n both 2^32 - 1: size * iters * 2 exceeds u64.
+        let (bytes, iters) = summary_lines(u32::MAX, u32::MAX, Duration::from_secs(1));
+        assert!(
+            bytes.starts_with("36893488130239234050 bytes in 1.00 seconds"),
+            "{bytes}"
+        );
+        assert!(
+            iters.starts_with("4294967295 iters in 1.00 seconds"),
+            "{iters}"
+        );
     }
 
     #[test]

@@ -99,6 +99,7 @@ pub fn run(c: &Common, o: &Opts) -> Result<()> {
     if o.size == 0 {
         bail!("-s/--size must be at least 1");
     }
+    let cq_depth = c.cq_depth(1)?;
     let size = o.size as usize;
     let page = common::page_size();
     let dev = common::open(c)?;
@@ -121,7 +122,7 @@ pub fn run(c: &Common, o: &Opts) -> Result<()> {
     mr.fill(.., if server_check { 0xa5 } else { 0x7b })?;
     let cq = dev
         .ctx
-        .create_cq_with(c.rx_depth + 1, channel.as_ref(), 0)
+        .create_cq_with(cq_depth, channel.as_ref(), 0)
         .context("couldn't create the CQ")?;
     let mut qp = pd
         .create_qp(&QpInitAttr {

@@ -9,9 +9,9 @@
 //! not the library's private state.
 
 #[path = "inspect/res.rs"]
-mod res;
+pub mod res;
 #[path = "inspect/rings.rs"]
-mod rings;
+pub mod rings;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;

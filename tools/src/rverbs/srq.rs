@@ -68,6 +68,7 @@ pub fn run(c: &Common, size: u32, mtu: Mtu, num_qp: u32) -> Result<()> {
     if num_qp as usize >= SRQ_LINES {
         bail!("num_qp {num_qp} must be less than {SRQ_LINES}");
     }
+    let cq_depth = c.cq_depth(num_qp)?;
     let nq = num_qp as usize;
     let size_b = size as usize;
     let page = common::page_size();
@@ -91,7 +92,7 @@ pub fn run(c: &Common, size: u32, mtu: Mtu, num_qp: u32) -> Result<()> {
     }
     let cq = dev
         .ctx
-        .create_cq_with(c.rx_depth + num_qp, channel.as_ref(), 0)
+        .create_cq_with(cq_depth, channel.as_ref(), 0)
         .context("couldn't create the CQ")?;
     let srq = pd
         .create_srq(&SrqInitAttr {
@@ -180,7 +181,7 @@ pub fn run(c: &Common, size: u32, mtu: Mtu, num_qp: u32) -> Result<()> {
             client: c.host.is_some(),
             channel: channel.as_ref(),
             limit: c.limit(),
-            batch: nq + c.rx_depth as usize,
+            batch: cq_depth as usize,
         },
     )?;
     common::print_summary(size, c.iters, elapsed);

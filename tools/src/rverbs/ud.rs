@@ -91,6 +91,7 @@ pub fn run(c: &Common, size: u32) -> Result<()> {
     if size == 0 {
         bail!("-s/--size must be at least 1");
     }
+    let cq_depth = c.cq_depth(1)?;
     let page = common::page_size();
     let dev = common::open(c)?;
     let mtu = dev.port.active_mtu().map_or(0, |m| m.bytes());
@@ -115,7 +116,7 @@ pub fn run(c: &Common, size: u32) -> Result<()> {
     mr.fill(.., if server_check { 0xa5 } else { 0x7b })?;
     let cq = dev
         .ctx
-        .create_cq_with(c.rx_depth + 1, channel.as_ref(), 0)
+        .create_cq_with(cq_depth, channel.as_ref(), 0)
         .context("couldn't create the CQ")?;
     let mut qp = pd
         .create_qp(&QpInitAttr {

@@ -344,81 +344,85 @@ impl Snapshot {
         dev: &str,
         kind: ResKind,
     ) -> Result<(), Errno> {
-        let dev = dev.to_string();
-        netlink::dump_res(sock, index, kind, |entry| {
-            let f = Fields::new(entry)?;
-            match kind {
-                ResKind::Qp => self.qps.push(QpRes {
-                    dev: dev.clone(),
-                    port: f.u32(attr::PORT_INDEX),
-                    lqpn: f.u32(attr::RES_LQPN).ok_or(Errno::EPROTO)?,
-                    rqpn: f.u32(attr::RES_RQPN),
-                    qp_type: f.u8(attr::RES_TYPE),
-                    state: f.u8(attr::RES_STATE),
-                    sq_psn: f.u32(attr::RES_SQ_PSN),
-                    rq_psn: f.u32(attr::RES_RQ_PSN),
-                    path_mig: f.u8(attr::RES_PATH_MIG_STATE),
-                    pdn: f.u32(attr::RES_PDN),
-                    owner: f.owner(),
-                }),
-                ResKind::Cq => self.cqs.push(CqRes {
-                    dev: dev.clone(),
-                    cqn: f.u32(attr::RES_CQN),
-                    cqe: f.u32(attr::RES_CQE),
-                    users: f.u64(attr::RES_USECNT),
-                    poll_ctx: f.u8(attr::RES_POLL_CTX),
-                    dim: f.u8(attr::DEV_DIM),
-                    ctxn: f.u32(attr::RES_CTXN),
-                    owner: f.owner(),
-                }),
-                ResKind::Mr => self.mrs.push(MrRes {
-                    dev: dev.clone(),
-                    mrn: f.u32(attr::RES_MRN),
-                    rkey: f.u32(attr::RES_RKEY),
-                    lkey: f.u32(attr::RES_LKEY),
-                    iova: f.u64(attr::RES_IOVA),
-                    len: f.u64(attr::RES_MRLEN),
-                    pdn: f.u32(attr::RES_PDN),
-                    owner: f.owner(),
-                }),
-                ResKind::Pd => self.pds.push(PdRes {
-                    dev: dev.clone(),
-                    pdn: f.u32(attr::RES_PDN),
-                    local_dma_lkey: f.u32(attr::RES_LOCAL_DMA_LKEY),
-                    unsafe_global_rkey: f.u32(attr::RES_UNSAFE_GLOBAL_RKEY),
-                    users: f.u64(attr::RES_USECNT),
-                    ctxn: f.u32(attr::RES_CTXN),
-                    owner: f.owner(),
-                }),
-                ResKind::CmId => self.cm_ids.push(CmIdRes {
-                    dev: dev.clone(),
-                    port: f.u32(attr::PORT_INDEX),
-                    cm_idn: f.u32(attr::RES_CM_IDN),
-                    lqpn: f.u32(attr::RES_LQPN),
-                    ps: f.u32(attr::RES_PS),
-                    qp_type: f.u8(attr::RES_TYPE),
-                    state: f.u8(attr::RES_STATE),
-                    src: f.addr(attr::RES_SRC_ADDR),
-                    dst: f.addr(attr::RES_DST_ADDR),
-                    owner: f.owner(),
-                }),
-                ResKind::Srq => self.srqs.push(SrqRes {
-                    dev: dev.clone(),
-                    srqn: f.u32(attr::RES_SRQN),
-                    srq_type: f.u8(attr::RES_TYPE),
-                    pdn: f.u32(attr::RES_PDN),
-                    cqn: f.u32(attr::RES_CQN),
-                    qpns: srq_qpns(&f)?,
-                    owner: f.owner(),
-                }),
-                ResKind::Ctx => self.ctxs.push(CtxRes {
-                    dev: dev.clone(),
-                    ctxn: f.u32(attr::RES_CTXN),
-                    owner: f.owner(),
-                }),
-            }
-            Ok(())
-        })
+        netlink::dump_res(sock, index, kind, |entry| self.add_entry(dev, kind, entry))
+    }
+
+    /// Adds one entry of a `kind` resource dump of device `dev` (the
+    /// kernel's attributes, decoded here); [`Errno::EPROTO`] if they are
+    /// malformed or a QP has no number.
+    pub fn add_entry(&mut self, dev: &str, kind: ResKind, entry: Attrs<'_>) -> Result<(), Errno> {
+        let f = Fields::new(entry)?;
+        match kind {
+            ResKind::Qp => self.qps.push(QpRes {
+                dev: dev.to_string(),
+                port: f.u32(attr::PORT_INDEX),
+                lqpn: f.u32(attr::RES_LQPN).ok_or(Errno::EPROTO)?,
+                rqpn: f.u32(attr::RES_RQPN),
+                qp_type: f.u8(attr::RES_TYPE),
+                state: f.u8(attr::RES_STATE),
+                sq_psn: f.u32(attr::RES_SQ_PSN),
+                rq_psn: f.u32(attr::RES_RQ_PSN),
+                path_mig: f.u8(attr::RES_PATH_MIG_STATE),
+                pdn: f.u32(attr::RES_PDN),
+                owner: f.owner(),
+            }),
+            ResKind::Cq => self.cqs.push(CqRes {
+                dev: dev.to_string(),
+                cqn: f.u32(attr::RES_CQN),
+                cqe: f.u32(attr::RES_CQE),
+                users: f.u64(attr::RES_USECNT),
+                poll_ctx: f.u8(attr::RES_POLL_CTX),
+                dim: f.u8(attr::DEV_DIM),
+                ctxn: f.u32(attr::RES_CTXN),
+                owner: f.owner(),
+            }),
+            ResKind::Mr => self.mrs.push(MrRes {
+                dev: dev.to_string(),
+                mrn: f.u32(attr::RES_MRN),
+                rkey: f.u32(attr::RES_RKEY),
+                lkey: f.u32(attr::RES_LKEY),
+                iova: f.u64(attr::RES_IOVA),
+                len: f.u64(attr::RES_MRLEN),
+                pdn: f.u32(attr::RES_PDN),
+                owner: f.owner(),
+            }),
+            ResKind::Pd => self.pds.push(PdRes {
+                dev: dev.to_string(),
+                pdn: f.u32(attr::RES_PDN),
+                local_dma_lkey: f.u32(attr::RES_LOCAL_DMA_LKEY),
+                unsafe_global_rkey: f.u32(attr::RES_UNSAFE_GLOBAL_RKEY),
+                users: f.u64(attr::RES_USECNT),
+                ctxn: f.u32(attr::RES_CTXN),
+                owner: f.owner(),
+            }),
+            ResKind::CmId => self.cm_ids.push(CmIdRes {
+                dev: dev.to_string(),
+                port: f.u32(attr::PORT_INDEX),
+                cm_idn: f.u32(attr::RES_CM_IDN),
+                lqpn: f.u32(attr::RES_LQPN),
+                ps: f.u32(attr::RES_PS),
+                qp_type: f.u8(attr::RES_TYPE),
+                state: f.u8(attr::RES_STATE),
+                src: f.addr(attr::RES_SRC_ADDR),
+                dst: f.addr(attr::RES_DST_ADDR),
+                owner: f.owner(),
+            }),
+            ResKind::Srq => self.srqs.push(SrqRes {
+                dev: dev.to_string(),
+                srqn: f.u32(attr::RES_SRQN),
+                srq_type: f.u8(attr::RES_TYPE),
+                pdn: f.u32(attr::RES_PDN),
+                cqn: f.u32(attr::RES_CQN),
+                qpns: srq_qpns(&f)?,
+                owner: f.owner(),
+            }),
+            ResKind::Ctx => self.ctxs.push(CtxRes {
+                dev: dev.to_string(),
+                ctxn: f.u32(attr::RES_CTXN),
+                owner: f.owner(),
+            }),
+        }
+        Ok(())
     }
 }
 
@@ -699,7 +703,7 @@ pub fn table(out: &mut String, title: &str, header: &[&str], rows: &[Vec<String>
             if i + 1 == cells.len() {
                 s.push_str(c);
             } else {
-                let _ = write!(s, "{c:<width$}  ", width = w[i]);
+                let _ = write!(s, "{c:<width$}  ", width = w.get(i).copied().unwrap_or(0));
             }
         }
         s.trim_end().to_string()

@@ -60,7 +60,11 @@ pub struct Mapping {
 impl Mapping {
     /// Length in bytes.
     pub fn len(&self) -> u64 {
-        self.end - self.start
+        self.end.saturating_sub(self.start)
+    }
+    /// Whether the mapping is empty (never, for [`parse_maps`]'s).
+    pub fn is_empty(&self) -> bool {
+        self.end <= self.start
     }
 }
 
@@ -159,6 +163,15 @@ pub fn mappings(pid: u32) -> Result<Vec<Mapping>, Refused> {
 
 /// Read `len` bytes at `addr` of process `pid` with `process_vm_readv`.
 pub fn read_mem(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, Refused> {
+    if addr.checked_add(len as u64).is_none() {
+        return Err(Refused::Other(
+            pid,
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{len} bytes at {addr:#x} run past the end of the address space"),
+            ),
+        ));
+    }
     let mut buf = vec![0u8; len];
     let mut done = 0usize;
     while done < len {
@@ -167,6 +180,7 @@ pub fn read_mem(pid: u32, addr: u64, len: usize) -> Result<Vec<u8>, Refused> {
             iov_len: len - done,
         };
         let remote = libc::iovec {
+            // Cannot overflow: addr + len does not (checked above).
             iov_base: (addr + done as u64) as *mut libc::c_void,
             iov_len: len - done,
         };
@@ -363,8 +377,11 @@ impl Ring {
     pub fn elem(&self, slot: u32) -> Option<&[u8]> {
         let h = self.header.as_ref().ok()?;
         let d = self.data.as_ref()?;
-        let start = QUEUE_DATA_OFFSET + slot as usize * h.elem_size();
-        d.get(start..start + h.elem_size())
+        let es = h.elem_size();
+        let start = (slot as usize)
+            .checked_mul(es)?
+            .checked_add(QUEUE_DATA_OFFSET)?;
+        d.get(start..start.checked_add(es)?)
     }
 
     fn elems(&self) -> impl Iterator<Item = &[u8]> {

@@ -47,21 +47,42 @@ pub struct Res {
     pub inline_src: Vec<u8>,
 }
 
-/// The peer's buffer.
+/// The peer's buffer, as its [`super::wire::Hello`] announced it.
 #[derive(Debug, Clone, Copy)]
 pub struct Peer {
     /// Its address.
-    pub addr: u64,
+    addr: u64,
     /// Its rkey.
-    pub rkey: u32,
+    rkey: u32,
     /// Its length (two halves).
-    pub len: u64,
+    len: u64,
+    /// Address of its second half.
+    dest: u64,
 }
 
 impl Peer {
+    /// The peer's buffer of `len` bytes at `addr` with `rkey`; refused if
+    /// it would run past the end of the address space (the numbers come
+    /// from the peer).
+    pub fn new(addr: u64, rkey: u32, len: u64) -> Result<Peer> {
+        if addr.checked_add(len).is_none() {
+            bail!(
+                "the peer announced a {len}-byte buffer at {addr:#x}: \
+                 it runs past the end of the address space"
+            );
+        }
+        Ok(Peer {
+            addr,
+            rkey,
+            len,
+            // Cannot overflow: addr + len does not.
+            dest: addr + len / 2,
+        })
+    }
+
     /// Address of the peer's second half.
     fn dest(&self) -> u64 {
-        self.addr + self.len / 2
+        self.dest
     }
 }
 
@@ -320,6 +341,18 @@ fn check_wc(w: &Wc, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// The number of the last request a send completion retires: its
+/// `wr_id` (requests are numbered from 1 in posting order), checked
+/// against the `posted` ones (the kernel or device wrote it).
+#[inline]
+fn retired(w: &Wc, posted: u64) -> Result<u64> {
+    let n = w.wr_id();
+    if n > posted {
+        bail!("a send completion names request {n}, only {posted} were posted");
+    }
+    Ok(n)
+}
+
 /// Posts `wrs`, returning how many were taken: a full send queue (the
 /// device has not yet released the slots of requests whose completion we
 /// already saw) takes fewer; anything else is an error.
@@ -535,7 +568,7 @@ impl Bench {
                 let t = Instant::now();
                 for w in &wc[..ne] {
                     check_wc(w, "send")?;
-                    ccnt = w.wr_id();
+                    ccnt = retired(w, scnt)?;
                     if peak {
                         self.comps.push((ccnt, nanos(t0, t)));
                     }
@@ -740,11 +773,11 @@ impl Bench {
             }
             // Send message `sent + 1`, once the send queue has room.
             let idx = sent + 1;
-            while idx - 1 - done >= tx {
+            while sent - done >= tx {
                 let ne = res.scq.poll(wc).context("poll CQ failed")?;
                 for w in &wc[..ne] {
                     check_wc(w, "send")?;
-                    done = w.wr_id();
+                    done = retired(w, sent)?;
                 }
                 if ne == 0 {
                     if let Some(t) = watch.spin() {
@@ -800,7 +833,7 @@ impl Bench {
             let ne = res.scq.poll(wc).context("poll CQ failed")?;
             for w in &wc[..ne] {
                 check_wc(w, "send")?;
-                done = w.wr_id();
+                done = retired(w, sent)?;
             }
             if client {
                 if !wait_msg(
@@ -843,7 +876,7 @@ impl Bench {
             let ne = res.scq.poll(wc).context("poll CQ failed")?;
             for w in &wc[..ne] {
                 check_wc(w, "send")?;
-                done = w.wr_id();
+                done = retired(w, sent)?;
             }
             if ne == 0 {
                 if let Some(t) = watch.spin() {
@@ -974,5 +1007,36 @@ fn wait_msg(
                 bail!("out of step with the peer: it ended a -D run");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_send_completion_past_the_posted_requests_is_an_error() {
+        let wc = |wr_id| Wc(uverbs_abi_wc(wr_id));
+        assert_eq!(retired(&wc(5), 5).unwrap(), 5);
+        assert_eq!(retired(&wc(0), 0).unwrap(), 0);
+        let e = retired(&wc(6), 5).unwrap_err().to_string();
+        assert!(e.contains("names request 6, only 5 were posted"), "{e}");
+    }
+
+    fn uverbs_abi_wc(wr_id: u64) -> uverbs_abi::wr::Wc {
+        uverbs_abi::wr::Wc {
+            wr_id,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_peer_buffer_past_the_address_space_is_refused() {
+        let e = Peer::new(u64::MAX - 10, 1, 4096).unwrap_err().to_string();
+        assert!(e.contains("past the end of the address space"), "{e}");
+        let p = Peer::new(0x1000, 7, 8192).unwrap();
+        assert_eq!((p.dest(), p.rkey, p.addr, p.len), (0x2000, 7, 0x1000, 8192));
+        let p = Peer::new(u64::MAX - 8192, 7, 8192).unwrap();
+        assert_eq!(p.dest(), u64::MAX - 4096);
     }
 }

@@ -12,7 +12,7 @@
 mod bench;
 mod clock;
 mod stats;
-mod wire;
+pub mod wire;
 
 use std::time::{Duration, Instant};
 
@@ -651,6 +651,14 @@ fn check_match(p: &Plan, mine: &Hello, theirs: &Hello) -> Result<()> {
             describe(mine)
         );
     }
+    if theirs.addr.checked_add(theirs.len).is_none() {
+        bail!(
+            "the peer announced a {}-byte buffer at {:#x}: it runs past the end \
+             of the address space",
+            theirs.len,
+            theirs.addr
+        );
+    }
     if theirs.len / 2 < p.max_size() {
         bail!(
             "the peer's buffer is too small for {}-byte messages",
@@ -895,11 +903,7 @@ pub fn run(a: &PerfArgs) -> Result<()> {
                 progress: !p.json,
                 label: format!("perf {} {}", p.verb.name(), p.kind.name()),
             },
-            Peer {
-                addr: peer.addr,
-                rkey: peer.rkey,
-                len: peer.len,
-            },
+            Peer::new(peer.addr, peer.rkey, peer.len)?,
         );
         let lat_hdr = p.kind == Kind::Lat;
         if !p.json {
@@ -1236,5 +1240,32 @@ mod tests {
         };
         let e = check_match(&p, &mine, &theirs).unwrap_err().to_string();
         assert!(e.contains("perf read bw"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_buffer_that_wraps_the_address_space_is_refused() {
+        // A server's Hello whose buffer ends past 2^64: `addr + len / 2`
+        // used to overflow (a panic) once the test started.
+        let p = plan(&["write", "bw", "-s", "4096"]).unwrap();
+        let mine = Hello {
+            verb: Verb::Write.code(),
+            kind: Kind::Bw.code(),
+            size: 4096,
+            iters: 5000,
+            addr: 0x7f00_0000_0000,
+            len: 8192,
+            ..Default::default()
+        };
+        let theirs = Hello {
+            addr: u64::MAX - 100,
+            ..mine
+        };
+        let e = check_match(&p, &mine, &theirs).unwrap_err().to_string();
+        assert!(e.contains("past the end of the address space"), "{e}");
+        let theirs = Hello {
+            addr: u64::MAX - 8192,
+            ..mine
+        };
+        assert!(check_match(&p, &mine, &theirs).is_ok());
     }
 }

@@ -280,6 +280,45 @@ pub enum Msg {
 
 const MAX_FAIL_TEXT: usize = 1024;
 
+/// Decodes the control message at the start of `buf` (bytes from the
+/// peer): the message and how many bytes it took, `None` if `buf` holds
+/// only part of one, an error for an unknown tag.
+pub fn parse_msg(buf: &[u8]) -> Result<Option<(Msg, usize)>> {
+    let Some(&tag) = buf.first() else {
+        return Ok(None);
+    };
+    let need = match tag {
+        b'S' => 1,
+        b'P' | b'D' => 9,
+        b'R' => 1 + REPORT_LEN,
+        b'X' => match buf.get(1..3) {
+            Some(&[hi, lo]) => 3 + usize::from(u16::from_be_bytes([hi, lo])),
+            _ => return Ok(None),
+        },
+        other => bail!("unexpected control message {other:#04x} from the peer"),
+    };
+    let Some(body) = buf.get(1..need) else {
+        return Ok(None);
+    };
+    let u64_of = |b: &[u8]| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        u64::from_be_bytes(a)
+    };
+    let m = match tag {
+        b'S' => Msg::Sync,
+        b'P' => Msg::Progress(u64_of(body)),
+        b'D' => Msg::Done(u64_of(body)),
+        b'R' => {
+            let mut r = [0u8; REPORT_LEN];
+            r.copy_from_slice(body);
+            Msg::Report(Report::decode(&r))
+        }
+        _ => Msg::Failed(String::from_utf8_lossy(&body[2..]).into_owned()),
+    };
+    Ok(Some((m, need)))
+}
+
 /// The control connection: blocking reads bounded by the `--timeout`
 /// (each read), non-blocking polls for the run loops.
 pub struct Ctrl {
@@ -437,41 +476,10 @@ impl Ctrl {
 
     /// Takes one complete message off the buffer, if there is one.
     fn parse(&mut self) -> Result<Option<Msg>> {
-        let Some(&tag) = self.buf.first() else {
+        let Some((m, used)) = parse_msg(&self.buf)? else {
             return Ok(None);
         };
-        let need = match tag {
-            b'S' => 1,
-            b'P' | b'D' => 9,
-            b'R' => 1 + REPORT_LEN,
-            b'X' => {
-                if self.buf.len() < 3 {
-                    return Ok(None);
-                }
-                3 + u16::from_be_bytes([self.buf[1], self.buf[2]]) as usize
-            }
-            other => bail!("unexpected control message {other:#04x} from the peer"),
-        };
-        if self.buf.len() < need {
-            return Ok(None);
-        }
-        let u64_at = |b: &[u8]| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(&b[1..9]);
-            u64::from_be_bytes(a)
-        };
-        let m = match tag {
-            b'S' => Msg::Sync,
-            b'P' => Msg::Progress(u64_at(&self.buf)),
-            b'D' => Msg::Done(u64_at(&self.buf)),
-            b'R' => {
-                let mut r = [0u8; REPORT_LEN];
-                r.copy_from_slice(&self.buf[1..need]);
-                Msg::Report(Report::decode(&r))
-            }
-            _ => Msg::Failed(String::from_utf8_lossy(&self.buf[3..need]).into_owned()),
-        };
-        self.buf.drain(..need);
+        self.buf.drain(..used);
         Ok(Some(m))
     }
 
@@ -595,6 +603,26 @@ mod tests {
         };
         assert_eq!(Report::decode(&r.encode()), r);
         assert!(r.is_lat() && r.has_peak() && !r.is_duration());
+    }
+
+    #[test]
+    fn control_messages_parse_whole_or_not_at_all() {
+        assert_eq!(parse_msg(b"").unwrap(), None);
+        assert_eq!(parse_msg(b"S").unwrap(), Some((Msg::Sync, 1)));
+        assert_eq!(parse_msg(b"P\0\0\0\0\0\0\0").unwrap(), None);
+        assert_eq!(
+            parse_msg(b"D\0\0\0\0\0\0\x01\x02S").unwrap(),
+            Some((Msg::Done(0x102), 9))
+        );
+        assert_eq!(parse_msg(b"X").unwrap(), None);
+        assert_eq!(parse_msg(b"X\0\x03ab").unwrap(), None);
+        assert_eq!(
+            parse_msg(b"X\0\x03ab\xff").unwrap(),
+            Some((Msg::Failed("ab\u{fffd}".into()), 6))
+        );
+        assert_eq!(parse_msg(&[b'R'; REPORT_LEN]).unwrap(), None);
+        let e = parse_msg(b"?").unwrap_err().to_string();
+        assert!(e.contains("unexpected control message 0x3f"), "{e}");
     }
 
     #[test]

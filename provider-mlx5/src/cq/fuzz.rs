@@ -1,0 +1,45 @@
+//! Entry point of the mlx5 CQE fuzz target (feature `fuzz`, not part of
+//! the API): [`super::parse`], the decode of a 64-byte CQE the device
+//! wrote, on arbitrary bytes, against QPs of every shape.
+
+use std::sync::Arc;
+
+use uverbs_abi::wr::Wc;
+
+use super::{parse, Cqe, CQE_SIZE};
+use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
+
+/// A 64-byte CQE, 8-byte aligned as in the ring.
+#[repr(C, align(8))]
+struct Aligned([u8; CQE_SIZE]);
+
+/// `data[0]` picks the QP's queues (bit 0: a send queue, bit 1: a receive
+/// queue, bit 2: an SRQ; bits 3..7: their sizes, 0 or a power of two),
+/// `data[1..4]` its number; the rest is a sequence of CQEs, each parsed
+/// in turn (completions retire the QP's WQEs, so later CQEs see the
+/// effect of earlier ones). Must never panic.
+pub fn cqes(data: &[u8]) {
+    let Some((head, rest)) = data.split_first_chunk::<4>() else {
+        return;
+    };
+    let shape = head[0];
+    let size = |bits: u8| if bits == 0 { 0 } else { 1u32 << bits };
+    let sq = (shape & 1 != 0).then(|| Arc::new(SqShared::new(size((shape >> 3) & 7))));
+    let rq = (shape & 2 != 0).then(|| Arc::new(RqShared::new(size((shape >> 5) & 7))));
+    let srq = (shape & 4 != 0).then(|| Arc::new(SrqShared::new(u32::from(shape) * 3)));
+    let e = QpEntry {
+        qpn: u32::from_be_bytes([0, head[1], head[2], head[3]]),
+        sq,
+        rq,
+        srq,
+    };
+    for c in rest.chunks(CQE_SIZE) {
+        let mut a = Aligned([0; CQE_SIZE]);
+        a.0[..c.len()].copy_from_slice(c);
+        let mut w = Wc::default();
+        if parse(Cqe(a.0.as_ptr()), &e, &mut w) {
+            // A completion reports the QP it belongs to.
+            assert_eq!(w.qp_num, e.qpn);
+        }
+    }
+}
