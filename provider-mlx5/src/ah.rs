@@ -6,7 +6,7 @@
 //! `rlid` (or the RoCE v2 UDP source port), 20..26 `rmac`, 26 `tclass`,
 //! 27 `hop_limit`, 28..32 `grh_gid_fl`, 32..48 `rgid`.
 
-use uverbs_abi::ah::AhAttr;
+use rverbs_abi::ah::AhAttr;
 
 /// Flow labels are 20 bits.
 const FLOW_LABEL_MASK: u32 = 0xF_FFFF;
@@ -92,7 +92,7 @@ pub fn set_rmac(av: &mut [u8; 48], mac: [u8; 6]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uverbs_abi::ah::GlobalRoute;
+    use rverbs_abi::ah::GlobalRoute;
 
     fn attr() -> AhAttr {
         AhAttr {

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 
-use uverbs_abi::Errno;
+use rverbs_abi::Errno;
 
 /// The system page size (queue buffers and doorbell pages are multiples).
 pub(crate) fn page_size() -> usize {

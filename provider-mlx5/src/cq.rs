@@ -12,11 +12,11 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use uverbs_abi::cmd::{nr, write_cmd};
-use uverbs_abi::cq::{CreateCq, CreateCqResp, DestroyCq, DestroyCqResp, ResizeCq, ResizeCqResp};
-use uverbs_abi::mlx5;
-use uverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
-use uverbs_abi::Errno;
+use rverbs_abi::cmd::{nr, write_cmd};
+use rverbs_abi::cq::{CreateCq, CreateCqResp, DestroyCq, DestroyCqResp, ResizeCq, ResizeCqResp};
+use rverbs_abi::mlx5;
+use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
+use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};

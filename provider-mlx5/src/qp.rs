@@ -22,14 +22,14 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd};
-use uverbs_abi::mlx5;
-use uverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
-use uverbs_abi::wr::{
+use rverbs_abi::cmd::{nr, write_cmd};
+use rverbs_abi::mlx5;
+use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
+use rverbs_abi::wr::{
     check_send, inline_len, send_flags, sge_len, simple_send_ops, Payload, RecvWr, SendFlags,
     SendWr, Sge, WrOpcode, MAX_MSG,
 };
-use uverbs_abi::Errno;
+use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};

@@ -12,11 +12,11 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd};
-use uverbs_abi::mlx5;
-use uverbs_abi::srq::{CreateSrq, CreateSrqResp};
-use uverbs_abi::wr::RecvWr;
-use uverbs_abi::Errno;
+use rverbs_abi::cmd::{nr, write_cmd};
+use rverbs_abi::mlx5;
+use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
+use rverbs_abi::wr::RecvWr;
+use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
@@ -346,7 +346,7 @@ unsafe fn write_seg(p: *mut u8, len: u32, lkey: u32, addr: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uverbs_abi::wr::Sge;
+    use rverbs_abi::wr::Sge;
 
     fn limits() -> Limits {
         Limits {

@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::{Arc, Mutex};
 
-use uverbs_abi::mlx5::{self, AllocUcontextReqV2, AllocUcontextResp};
-use uverbs_abi::Errno;
+use rverbs_abi::mlx5::{self, AllocUcontextReqV2, AllocUcontextResp};
+use rverbs_abi::Errno;
 
 use crate::buf::{page_size, DbPool, DbRec};
 use crate::wq::{QpEntry, Table};

@@ -4,11 +4,11 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
-use uverbs_abi::cmd::{nr, write_cmd, write_ex_cmd};
-use uverbs_abi::cq::{CreateCq, CreateCqResp, ExCreateCq, ExCreateCqResp, ResizeCq, ResizeCqResp};
-use uverbs_abi::rxe;
-use uverbs_abi::wr::Wc;
-use uverbs_abi::Errno;
+use rverbs_abi::cmd::{nr, write_cmd, write_ex_cmd};
+use rverbs_abi::cq::{CreateCq, CreateCqResp, ExCreateCq, ExCreateCqResp, ResizeCq, ResizeCqResp};
+use rverbs_abi::rxe;
+use rverbs_abi::wr::Wc;
+use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::queue::Queue;
@@ -161,7 +161,7 @@ mod tests {
     use std::fs::File;
     use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
-    use uverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
+    use rverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
 
     use super::*;
 
@@ -179,7 +179,7 @@ mod tests {
         let size = QUEUE_DATA_OFFSET + ((SLOTS as usize) << LOG2_ELEM);
         let f = File::from(fd.try_clone().unwrap());
         f.set_len(size as u64).unwrap();
-        let mut hdr = uverbs_abi::rxe::QueueBuf::new_zeroed();
+        let mut hdr = rverbs_abi::rxe::QueueBuf::new_zeroed();
         hdr.log2_elem_size = LOG2_ELEM;
         hdr.index_mask = SLOTS - 1;
         hdr.producer_index = 1;

@@ -2,7 +2,7 @@
 //!
 //! rxe keeps its work and completion queues in kernel memory that user space
 //! maps from the uverbs command fd ([`queue::Queue`]). Posting a send writes a
-//! [`uverbs_abi::rxe::SendWqe`] into the send ring and rings the doorbell with
+//! [`rverbs_abi::rxe::SendWqe`] into the send ring and rings the doorbell with
 //! an empty POST_SEND command; posting a receive only writes the receive ring;
 //! polling reads `ib_uverbs_wc` entries straight from the completion ring.
 //! This crate owns those rings ([`cq::Cq`], [`qp::SendQueue`],
@@ -21,4 +21,4 @@ pub mod srq;
 /// only on 32-bit hosts.
 pub const DRIVER_ABI: std::ops::RangeInclusive<u32> = 1..=2;
 
-pub use uverbs_abi::wr::PostError;
+pub use rverbs_abi::wr::PostError;

@@ -4,14 +4,14 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
-use uverbs_abi::cmd::{nr, write_cmd, write_cmd_fixed, write_ex_cmd};
-use uverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp, ExCreateQpResp};
-use uverbs_abi::rxe::{self, DmaInfo, RecvWqe, SendWqe};
-use uverbs_abi::wr::{
+use rverbs_abi::cmd::{nr, write_cmd, write_cmd_fixed, write_ex_cmd};
+use rverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp, ExCreateQpResp};
+use rverbs_abi::rxe::{self, DmaInfo, RecvWqe, SendWqe};
+use rverbs_abi::wr::{
     check_send, inline_len, sge_len, simple_send_ops, Payload, PostSend, PostSendResp, RecvWr,
     SendFlags, SendWr, Sge, WrOpcode, MAX_MSG, UVERBS_SEND_WR_SIZE,
 };
-use uverbs_abi::Errno;
+use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::queue::Queue;
@@ -293,7 +293,7 @@ impl SendQueue {
                 _ => wr.imm_data.to_be(),
             };
             // The `wr` union's words are 8-byte aligned and at least as large
-            // as each arm (asserted in uverbs_abi::rxe), so each arm may be
+            // as each arm (asserted in rverbs_abi::rxe), so each arm may be
             // written through a cast of the union's start.
             let union = hdr.wr.wr.as_mut_ptr();
             if wr.opcode.is_rdma() {
@@ -461,8 +461,8 @@ mod tests {
     use std::io::IoSlice;
     use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-    use uverbs_abi::qp::qp_type;
-    use uverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
+    use rverbs_abi::qp::qp_type;
+    use rverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
 
     use super::*;
 

@@ -13,8 +13,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use uverbs_abi::rxe::{MmInfo, QueueBuf, QUEUE_DATA_OFFSET};
-use uverbs_abi::Errno;
+use rverbs_abi::rxe::{MmInfo, QueueBuf, QUEUE_DATA_OFFSET};
+use rverbs_abi::Errno;
 
 const PRODUCER_OFFSET: usize = std::mem::offset_of!(QueueBuf, producer_index);
 const CONSUMER_OFFSET: usize = std::mem::offset_of!(QueueBuf, consumer_index);

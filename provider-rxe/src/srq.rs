@@ -5,13 +5,13 @@
 
 use std::os::fd::BorrowedFd;
 
-use uverbs_abi::cmd::{nr, write_cmd, NoResp};
-use uverbs_abi::rxe::{self, MmInfo, ModifySrqCmd};
-use uverbs_abi::srq::{
+use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::rxe::{self, MmInfo, ModifySrqCmd};
+use rverbs_abi::srq::{
     CreateSrq, CreateSrqResp, DestroySrq, DestroySrqResp, ModifySrq, QuerySrq, QuerySrqResp,
 };
-use uverbs_abi::wr::RecvWr;
-use uverbs_abi::Errno;
+use rverbs_abi::wr::RecvWr;
+use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::qp::RecvQueue;

@@ -8,16 +8,16 @@
 
 use std::time::Duration;
 
-use verbs::{AccessFlags, ConnectOpts, Context, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Wc};
+use rverbs::{AccessFlags, ConnectOpts, Context, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Wc};
 
 /// The device an `mlx5_*` program runs on: the one named `name` (its
 /// `argv[1]`), else the first mlx5 device; otherwise a message listing
 /// the devices there are.
-pub fn mlx5_device(name: Option<&str>) -> Result<verbs::Device, String> {
-    let devs = verbs::devices().map_err(|e| format!("listing devices: {e}"))?;
+pub fn mlx5_device(name: Option<&str>) -> Result<rverbs::Device, String> {
+    let devs = rverbs::devices().map_err(|e| format!("listing devices: {e}"))?;
     let found = devs.iter().find(|d| match name {
         Some(n) => d.name() == n,
-        None => *d.driver() == verbs::Driver::Mlx5,
+        None => *d.driver() == rverbs::Driver::Mlx5,
     });
     found.cloned().ok_or_else(|| {
         let list: Vec<String> = devs
@@ -37,13 +37,13 @@ pub const TIMEOUT: Duration = Duration::from_secs(10);
 /// Opens the rxe device the suite runs on: `$RVERBS_TEST_DEVICE`, else the
 /// first rxe device. Panics with a clear message if there is none.
 pub fn open_rxe() -> Context {
-    let devs = verbs::devices().expect("listing RDMA devices");
+    let devs = rverbs::devices().expect("listing RDMA devices");
     let want = std::env::var("RVERBS_TEST_DEVICE").ok();
     let dev = devs
         .iter()
         .find(|d| match &want {
             Some(n) => d.name() == n,
-            None => *d.driver() == verbs::Driver::Rxe,
+            None => *d.driver() == rverbs::Driver::Rxe,
         })
         .unwrap_or_else(|| {
             panic!(

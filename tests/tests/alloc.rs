@@ -14,7 +14,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::IoSlice;
 
-use verbs::{
+use rverbs::{
     AccessFlags, Ah, AhAttr, ConnectOpts, Cq, Error, GlobalRoute, Grh, Mr, PostError, Qp, QpCap,
     QpInitAttr, QpType, RecvWr, SendFlags, SendWr, Sge, SrqInitAttr, UdSendWr, Wc, WcOpcode,
 };
@@ -161,9 +161,13 @@ fn rc_inline_send_and_write() {
         p.b.post_recv(&[RecvWr::new(i as u64, &r)]).unwrap();
         p.a.post_send(&[
             SendWr::send_inline(1, &bufs),
-            SendWr::new(2, verbs::WrOpcode::RdmaWrite, verbs::Payload::Inline(&bufs))
-                .remote(rb.addr + 4096, rb.rkey)
-                .signaled(),
+            SendWr::new(
+                2,
+                rverbs::WrOpcode::RdmaWrite,
+                rverbs::Payload::Inline(&bufs),
+            )
+            .remote(rb.addr + 4096, rb.rkey)
+            .signaled(),
         ])
         .unwrap();
         // RC completes in order: the signaled WRITE's completion follows
@@ -324,7 +328,7 @@ fn poll_of_an_empty_cq_and_refused_posts() {
 }
 
 /// Connects `a` and `b` (RC, on one device) as `Pair` does.
-fn connect(ctx: &verbs::Context, a: &mut Qp, b: &mut Qp) {
+fn connect(ctx: &rverbs::Context, a: &mut Qp, b: &mut Qp) {
     let gid = ctx.default_gid_index(1).expect("gid index");
     let oa = ConnectOpts {
         sgid_index: gid,

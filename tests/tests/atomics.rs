@@ -7,12 +7,12 @@
 
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AccessFlags, Error, Payload, PostError, QpState, RecvWr, SendWr, WcOpcode, WcStatus, WrOpcode,
 };
 use verbs_tests::{assert_quiet, wait, wait_ok, Pair, PairOpts};
 
-fn read_u64(mr: &verbs::Mr, offset: usize) -> u64 {
+fn read_u64(mr: &rverbs::Mr, offset: usize) -> u64 {
     let mut b = [0u8; 8];
     mr.read_at(offset, &mut b).unwrap();
     u64::from_ne_bytes(b)
@@ -88,7 +88,7 @@ fn cmp_swap_swaps_only_on_a_match() {
 #[test]
 fn chained_atomics_execute_in_order() {
     let mut p = Pair::with(PairOpts {
-        connect: verbs::ConnectOpts {
+        connect: rverbs::ConnectOpts {
             max_rd_atomic: 4,
             max_dest_rd_atomic: 4,
             ..Default::default()
@@ -98,7 +98,7 @@ fn chained_atomics_execute_in_order() {
     let remote = p.pd.alloc_mr(8, verbs_tests::all_access()).unwrap();
     let local = p.pd.alloc_mr(8 * 16, verbs_tests::all_access()).unwrap();
     let rm = remote.remote();
-    let sges: Vec<[verbs::Sge; 1]> = (0..16)
+    let sges: Vec<[rverbs::Sge; 1]> = (0..16)
         .map(|i| [local.sge(i * 8..i * 8 + 8).unwrap()])
         .collect();
     let wrs: Vec<SendWr<'_>> = sges

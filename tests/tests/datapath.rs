@@ -6,7 +6,7 @@
 
 use std::io::IoSlice;
 
-use verbs::{RecvWr, SendFlags, SendWr, Sge, WcOpcode};
+use rverbs::{RecvWr, SendFlags, SendWr, Sge, WcOpcode};
 use verbs_tests::{assert_quiet, pattern, wait, wait_ok, Pair};
 
 #[test]
@@ -185,7 +185,7 @@ fn inline_send_and_write_from_unregistered_memory() {
         let bufs = [IoSlice::new(&z)];
         let mut wr =
             SendWr::rdma_write(3, &[], rm.at(1000, max as u64).unwrap(), rm.rkey).signaled();
-        wr.payload = verbs::Payload::Inline(&bufs);
+        wr.payload = rverbs::Payload::Inline(&bufs);
         p.a.post_send(&[wr]).unwrap();
         drop(z);
         wait_ok(&mut p.cq_a);
@@ -343,7 +343,7 @@ fn scoped_registration_of_a_caller_buffer() {
     p.a.post_send(&[SendWr::rdma_write(2, &s, addr, rkey_seen).signaled()])
         .unwrap();
     let wc = verbs_tests::wait(&mut p.cq_a, 1)[0];
-    assert_eq!(wc.status(), verbs::WcStatus::REM_ACCESS_ERR);
+    assert_eq!(wc.status(), rverbs::WcStatus::REM_ACCESS_ERR);
     assert_eq!(back, expected, "a dead registration reached the buffer");
 }
 

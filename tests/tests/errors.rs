@@ -8,14 +8,14 @@
 use std::io::IoSlice;
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AccessFlags, Errno, Error, PostError, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr,
     SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
 };
 use verbs_tests::{open_rxe, pattern, wait, wait_ok, Pair};
 
 /// RDMA WRITE from `sge` and return the error completion.
-fn write_from(p: &mut Pair, sge: Sge) -> verbs::Wc {
+fn write_from(p: &mut Pair, sge: Sge) -> rverbs::Wc {
     let dst = p.pd.alloc_mr(256, verbs_tests::all_access()).unwrap();
     let rm = dst.remote();
     let s = [sge];
@@ -321,7 +321,7 @@ fn zero_sized_and_unaligned_requests_are_rejected() {
     let remote = p.pd.alloc_mr(64, verbs_tests::all_access()).unwrap();
     let s8 = [local.sge(0..8).unwrap()];
     let rm = remote.remote();
-    let mut wr = SendWr::new(1, WrOpcode::AtomicFetchAndAdd, verbs::Payload::Sge(&s8))
+    let mut wr = SendWr::new(1, WrOpcode::AtomicFetchAndAdd, rverbs::Payload::Sge(&s8))
         .remote(rm.addr + 3, rm.rkey);
     let e = p.a.post_send(&[wr]).unwrap_err();
     assert!(
@@ -335,7 +335,7 @@ fn zero_sized_and_unaligned_requests_are_rejected() {
         "{e}"
     );
     let s4 = [local.sge(0..4).unwrap()];
-    wr.payload = verbs::Payload::Sge(&s4);
+    wr.payload = rverbs::Payload::Sge(&s4);
     wr.remote_addr = rm.addr;
     let e = p.a.post_send(&[wr]).unwrap_err();
     assert!(

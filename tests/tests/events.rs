@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AsyncEvent, AsyncEventKind, CompChannel, ConnectOpts, Context, Cq, EventElement, Mr, Pd, Qp,
     QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, WcStatus,
 };
@@ -321,7 +321,7 @@ fn resize_cq_holding_completions_keeps_them_all_in_order() {
     }
     std::thread::sleep(Duration::from_millis(50));
     let e = cq.resize(n as u32 / 2).unwrap_err();
-    assert_eq!(e.errno(), Some(verbs::Errno::EINVAL), "{e}");
+    assert_eq!(e.errno(), Some(rverbs::Errno::EINVAL), "{e}");
     let wcs = wait(&mut cq, n);
     assert_eq!(wcs[0].wr_id(), 3 * n as u64);
     let written = (4 * n * 64).min(4096);
@@ -449,12 +449,14 @@ fn sq_drained_event_when_moving_to_sqd() {
     let dst = l.pd.alloc_mr(64, all_access()).unwrap();
     let rm = dst.remote();
     let msg = [std::io::IoSlice::new(b"drain me")];
-    l.a.post_send(&[
-        SendWr::new(2, verbs::WrOpcode::RdmaWrite, verbs::Payload::Inline(&msg))
-            .remote(rm.addr, rm.rkey)
-            .signaled(),
-    ])
-    .unwrap();
+    l.a.post_send(&[SendWr::new(
+        2,
+        rverbs::WrOpcode::RdmaWrite,
+        rverbs::Payload::Inline(&msg),
+    )
+    .remote(rm.addr, rm.rkey)
+    .signaled()])
+        .unwrap();
     wait_ok(&mut cq);
     assert_eq!(ctx.try_get_async_event().unwrap(), None);
     l.a.modify(&QpAttr {

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AccessFlags, ConnectOpts, CqFlags, CqInitAttr, Errno, Error, QpCap, QpCreateFlags, QpInitAttr,
     QpType, RecvWr, SendWr, WcStatus,
 };

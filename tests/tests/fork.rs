@@ -19,8 +19,8 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use verbs::fork::{enable_dontfork, fork_safety, kernel_copies_on_fork, ForkSafety};
-use verbs::{RecvWr, SendWr, WcOpcode};
+use rverbs::fork::{enable_dontfork, fork_safety, kernel_copies_on_fork, ForkSafety};
+use rverbs::{RecvWr, SendWr, WcOpcode};
 use verbs_tests::{pattern, wait_ok, Pair};
 
 // The few libc calls the test needs (std links libc; pid_t is i32 on Linux).

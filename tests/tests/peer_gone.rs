@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use verbs::{ConnectOpts, QpState, RecvWr, SendWr, Wc, WcStatus};
+use rverbs::{ConnectOpts, QpState, RecvWr, SendWr, Wc, WcStatus};
 use verbs_tests::{assert_quiet, pattern, Pair, PairOpts};
 
 /// Local ACK timeout code: 4.096 us * 2^10 = ~4.2 ms per attempt.
@@ -41,7 +41,7 @@ fn pair() -> Pair {
 }
 
 /// Waits up to `limit` for `n` completions on `cq`.
-fn collect(cq: &mut verbs::Cq, n: usize, limit: Duration) -> Vec<Wc> {
+fn collect(cq: &mut rverbs::Cq, n: usize, limit: Duration) -> Vec<Wc> {
     let mut wc = vec![Wc::default(); n];
     cq.poll_until(&mut wc, n, limit)
         .unwrap_or_else(|e| panic!("waiting for {n} completions after the peer went away: {e}"));

@@ -12,7 +12,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use verbs::{
+use rverbs::{
     AsyncEventKind, EventElement, PortState, QpAttr, QpState, RecvWr, SendFlags, SendWr,
     SrqInitAttr,
 };
@@ -43,7 +43,7 @@ fn sysfs(path: &str) -> String {
 /// Whether rxe0 is as the harness left it: listed with a uverbs node, port
 /// ACTIVE, IPv4 GID at index 1.
 fn device_ready() -> bool {
-    let listed = verbs::devices()
+    let listed = rverbs::devices()
         .map(|d| d.iter().any(|d| d.name() == DEV && d.dev_path().exists()))
         .unwrap_or(false);
     listed
@@ -222,7 +222,7 @@ fn zz_device_removed_while_in_use() {
             (ev.kind, ev.element),
             (AsyncEventKind::DeviceFatal, EventElement::Device)
         );
-        let eio = Some(verbs::Errno::EIO);
+        let eio = Some(rverbs::Errno::EIO);
         assert_eq!(
             ch.get_event_timeout(Duration::from_millis(100))
                 .unwrap_err()
@@ -235,7 +235,7 @@ fn zz_device_removed_while_in_use() {
             p.a.post_send(&[SendWr::rdma_write(2, &s, rm.addr + 1024, rm.rkey).signaled()])
                 .unwrap_err();
         assert_eq!(e.errno(), eio, "{e}");
-        let mut wc = [verbs::Wc::default(); 4];
+        let mut wc = [rverbs::Wc::default(); 4];
         assert_eq!(p.cq_a.poll(&mut wc).unwrap(), 0);
         assert_eq!(p.cq_b.poll(&mut wc).unwrap(), 0);
         assert_eq!(p.ctx.alloc_pd().unwrap_err().errno(), eio);
@@ -267,7 +267,7 @@ fn zz_device_removed_while_in_use() {
     // The device node is gone at once: the device is no longer listed
     // and cannot be opened again.
     assert!(p.ctx.removal_pending());
-    assert!(!verbs::devices().unwrap().iter().any(|d| d.name() == DEV));
+    assert!(!rverbs::devices().unwrap().iter().any(|d| d.name() == DEV));
     // No event on either fd (poll with a timeout, so nothing can hang).
     assert_eq!(
         p.ctx

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::process::Command;
 
-use verbs::{
+use rverbs::{
     AccessFlags, ConnectOpts, GidType, LinkLayer, Mtu, PortState, QpCap, QpInitAttr, QpState,
     QpType,
 };
@@ -164,10 +164,7 @@ fn port_attributes_and_gid_table_match_ibv_devinfo() {
         assert_eq!(p.state(), PortState::Active, "rxe0 is up in the VM");
         assert_eq!(p.link_layer(), LinkLayer::Ethernet);
         assert_eq!(get(theirs, "link_layer"), p.link_layer().to_string());
-        assert_eq!(
-            get(theirs, "state"),
-            format!("{} ({})", p.state(), p.0.state)
-        );
+        assert_eq!(get(theirs, "state"), format!("{} ({})", p.state(), p.state));
         assert!(p.active_mtu().is_some() && p.max_mtu() >= p.active_mtu());
         let fields: &[(&str, u64)] = &[
             ("state", p.state.into()),
@@ -330,11 +327,11 @@ fn query_qp_reports_what_was_set() {
 
 #[test]
 fn unknown_device_is_a_clear_error() {
-    let e = verbs::device("no_such_dev0").unwrap_err();
-    assert!(matches!(e, verbs::Error::NoSuchDevice(_)), "{e}");
-    let list = verbs::devices().unwrap();
+    let e = rverbs::device("no_such_dev0").unwrap_err();
+    assert!(matches!(e, rverbs::Error::NoSuchDevice(_)), "{e}");
+    let list = rverbs::devices().unwrap();
     assert!(
-        list.iter().any(|d| *d.driver() == verbs::Driver::Rxe),
+        list.iter().any(|d| *d.driver() == rverbs::Driver::Rxe),
         "{list:?}"
     );
     for d in &list {

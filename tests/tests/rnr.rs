@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use verbs::{ConnectOpts, QpState, RecvWr, SendWr, WcOpcode, WcStatus};
+use rverbs::{ConnectOpts, QpState, RecvWr, SendWr, WcOpcode, WcStatus};
 use verbs_tests::{assert_quiet, pattern, wait, wait_ok, Pair, PairOpts};
 
 fn pair(rnr_retry: u8, min_rnr_timer: u8) -> Pair {

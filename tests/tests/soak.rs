@@ -23,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use verbs::{QpCap, RecvWr, SendWr, Wc, WcOpcode};
+use rverbs::{QpCap, RecvWr, SendWr, Wc, WcOpcode};
 use verbs_tests::{pattern, Pair, PairOpts, TIMEOUT};
 
 /// Messages when `RVERBS_SOAK_MESSAGES` is unset.
@@ -129,7 +129,7 @@ fn soak_mixed_sizes_no_loss_no_corruption_no_leak() {
     let slots = p.pd.alloc_mr(WINDOW * slot, acc).unwrap();
     let pool_copy = pool.to_vec();
 
-    let recv_sges: Vec<[verbs::Sge; 1]> = (0..WINDOW)
+    let recv_sges: Vec<[rverbs::Sge; 1]> = (0..WINDOW)
         .map(|i| [slots.sge(i * slot..(i + 1) * slot).unwrap()])
         .collect();
     for (i, s) in recv_sges.iter().enumerate() {

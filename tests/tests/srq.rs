@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AsyncEvent, AsyncEventKind, ConnectOpts, Context, Cq, Errno, Error, EventElement, Pd,
     PostError, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Srq, SrqInitAttr, WcOpcode,
 };
@@ -502,8 +502,8 @@ fn last_wqe_reached_when_an_srq_qp_fails_depends_on_the_kernel() {
     let r = [dst.sge(..).unwrap()];
     f.srq.post_srq_recv(&[RecvWr::new(1, &r)]).unwrap();
     f.receivers[0]
-        .modify(&verbs::QpAttr {
-            qp_state: Some(verbs::QpState::Err),
+        .modify(&rverbs::QpAttr {
+            qp_state: Some(rverbs::QpState::Err),
             ..Default::default()
         })
         .unwrap();

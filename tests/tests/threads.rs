@@ -10,7 +10,7 @@
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use verbs::{
+use rverbs::{
     CompChannel, ConnectOpts, Context, Cq, Device, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr,
     SendWr, Wc, WcOpcode,
 };
@@ -38,8 +38,8 @@ const _: () = {
     sync::<CompChannel>();
     send::<Wc>();
     sync::<Wc>();
-    send::<verbs::Error>();
-    sync::<verbs::Error>();
+    send::<rverbs::Error>();
+    sync::<rverbs::Error>();
 };
 
 const THREADS: usize = 4;
@@ -90,7 +90,7 @@ fn work(t: usize, w: &mut Worker, rx: &mpsc::Receiver<Wc>) {
                 .write_at(at, &pattern(MSG, seed(t, base + j)))
                 .unwrap();
         }
-        let rsg: Vec<[verbs::Sge; 1]> = (0..BATCH as usize)
+        let rsg: Vec<[rverbs::Sge; 1]> = (0..BATCH as usize)
             .map(|j| [w.dst.sge(j * MSG..(j + 1) * MSG).unwrap()])
             .collect();
         let recvs: Vec<RecvWr> = rsg
@@ -99,7 +99,7 @@ fn work(t: usize, w: &mut Worker, rx: &mpsc::Receiver<Wc>) {
             .map(|(j, s)| RecvWr::new(tag | RECV_BIT | (base + j as u64), s))
             .collect();
         w.b.post_recv(&recvs).unwrap();
-        let ssg: Vec<[verbs::Sge; 1]> = (0..BATCH as usize)
+        let ssg: Vec<[rverbs::Sge; 1]> = (0..BATCH as usize)
             .map(|j| [w.src.sge(j * MSG..(j + 1) * MSG).unwrap()])
             .collect();
         let sends: Vec<SendWr> = ssg
@@ -257,7 +257,7 @@ fn objects_move_to_and_are_dropped_on_other_threads() {
         for _ in 0..3 {
             s.spawn(|| {
                 assert!(ctx.query_port(1).is_ok());
-                assert_eq!(q.query().unwrap().0.qp_state, Some(verbs::QpState::Reset));
+                assert_eq!(q.query().unwrap().0.qp_state, Some(rverbs::QpState::Reset));
                 assert_eq!(mr.to_vec().len(), 4096);
                 cq.req_notify(false).unwrap();
             });

@@ -9,7 +9,7 @@
 use std::io::IoSlice;
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AccessFlags, Error, PostError, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, WcOpcode,
 };
 use verbs_tests::{assert_quiet, pattern, wait, wait_ok, Pair, PairOpts};
@@ -78,8 +78,8 @@ fn uc_multi_packet_send_and_send_with_imm() {
             .map(|w| (w.wr_id(), w.status(), w.opcode()))
             .collect::<Vec<_>>(),
         [
-            (10, verbs::WcStatus::SUCCESS, WcOpcode::SEND),
-            (11, verbs::WcStatus::SUCCESS, WcOpcode::SEND)
+            (10, rverbs::WcStatus::SUCCESS, WcOpcode::SEND),
+            (11, rverbs::WcStatus::SUCCESS, WcOpcode::SEND)
         ]
     );
     let wcs = wait(&mut p.cq_b, 2);
@@ -154,7 +154,7 @@ fn uc_inline_send_and_write() {
     let y = pattern(max, 24);
     let bufs = [IoSlice::new(&y)];
     let mut wr = SendWr::rdma_write(2, &[], rm.at(2000, max as u64).unwrap(), rm.rkey).signaled();
-    wr.payload = verbs::Payload::Inline(&bufs);
+    wr.payload = rverbs::Payload::Inline(&bufs);
     p.a.post_send(&[wr]).unwrap();
     wait_ok(&mut p.cq_a);
     responder_caught_up(&mut p, 51);

@@ -7,7 +7,7 @@
 use std::io::IoSlice;
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AccessFlags, Ah, AhAttr, Context, Cq, Error, Gid, GlobalRoute, Grh, NetworkHeader, Pd,
     PostError, Qp, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, UdSendWr, WcOpcode,
     WcStatus, WrOpcode,

@@ -11,13 +11,15 @@ if [ -z "${BASH_VERSION:-}" ]; then
 fi
 set -u
 
-ours="${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs"
+# RVERBS_BIN: the rverbs binary to test (tests/vm/static.sh passes the
+# static build); by default the debug build of the workspace.
+ours="${RVERBS_BIN:-${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs}"
 dev=rxe0
 work=$(mktemp -d /tmp/devinfo_compare.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 if [ ! -x "$ours" ]; then
-    echo "devinfo_compare: $ours is missing (cargo build -p tools --bin rverbs)" >&2
+    echo "devinfo_compare: $ours is missing (cargo build -p rverbs-cli --bin rverbs)" >&2
     exit 1
 fi
 for tool in ibv_devinfo ibv_devices; do

@@ -52,7 +52,7 @@ cleanup() {
 trap cleanup EXIT
 
 if [ ! -x "$ours" ]; then
-    echo "inspect: $ours is missing (cargo build -p tools --bin rverbs)" >&2
+    echo "inspect: $ours is missing (cargo build -p rverbs-cli --bin rverbs)" >&2
     exit 1
 fi
 failed=0

@@ -20,7 +20,7 @@ work=$(mktemp -d /tmp/interop.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 if [ ! -x "$ours" ]; then
-    echo "interop: $ours is missing (cargo build -p tools --bin rverbs)" >&2
+    echo "interop: $ours is missing (cargo build -p rverbs-cli --bin rverbs)" >&2
     exit 1
 fi
 

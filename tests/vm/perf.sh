@@ -26,7 +26,7 @@ work=$(mktemp -d /tmp/perf.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
 if [ ! -x "$ours" ]; then
-    echo "perf: $ours is missing (cargo build -p tools --bin rverbs)" >&2
+    echo "perf: $ours is missing (cargo build -p rverbs-cli --bin rverbs)" >&2
     exit 1
 fi
 # Starting a program from the 9p share costs seconds under TCG; from the

@@ -49,7 +49,7 @@ wait_file() {
 }
 
 [ -x "$RVERBS" ] || {
-    echo "FAIL: $RVERBS is not built (cargo build -p tools)"
+    echo "FAIL: $RVERBS is not built (cargo build -p rverbs-cli)"
     exit 1
 }
 

@@ -37,7 +37,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use uverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, pd, qp, rxe, srq, wr};
+use rverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, pd, qp, rxe, srq, wr};
 
 /// Per-entry options; the macro sets the named ones, so a misspelt option
 /// is a compile error.
@@ -443,7 +443,7 @@ fn constants() -> Vec<Const> {
     use mr::AccessFlags as A;
     use wr::{wc_opcode as wc, wr_opcode as op};
     consts! {
-        "IB_USER_VERBS_ABI_VERSION" => uverbs_abi::IB_USER_VERBS_ABI_VERSION,
+        "IB_USER_VERBS_ABI_VERSION" => rverbs_abi::IB_USER_VERBS_ABI_VERSION,
 
         // cmd.rs
         "IB_USER_VERBS_CMD_FLAG_EXTENDED" => cmd::IB_USER_VERBS_CMD_FLAG_EXTENDED,
@@ -751,8 +751,12 @@ fn layouts_and_constants_match_kernel_headers() {
             }
         }
         if let Some(flex) = e.opts.flex {
-            let msg = format_args!("{what}: flexible `{flex}` must start at the Rust size");
-            ck.eq("E", r, msg, e.size as u64);
+            ck.eq(
+                "E",
+                r,
+                format_args!("{what}: flexible `{flex}` must start at the Rust size"),
+                e.size as u64,
+            );
         }
         for f in &e.fields {
             let Some(path) = f.c else { continue };
@@ -794,8 +798,12 @@ fn layouts_and_constants_match_kernel_headers() {
         }
     }
     for k in &consts {
-        let what = format_args!("{} (C `{}`): value", k.rust, k.c);
-        ck.eq("K", k.c, what, k.value);
+        ck.eq(
+            "K",
+            k.c,
+            format_args!("{} (C `{}`): value", k.rust, k.c),
+            k.value,
+        );
     }
 
     println!(

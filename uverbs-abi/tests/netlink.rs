@@ -4,11 +4,11 @@
 //! this only checks that the call answers cleanly: an empty list, or an
 //! errno meaning "no RDMA here". The real check (rxe0 listed with
 //! `driver_id == RDMA_DRIVER_RXE`) runs in the soft-RoCE VM, e.g.
-//! `cargo build -p uverbs-abi --example nldev &&
+//! `cargo build -p rverbs-abi --example nldev &&
 //! cargo xtask vm -- target/debug/examples/nldev --expect-rxe`.
 
-use uverbs_abi::netlink::{self, NlSocket};
-use uverbs_abi::Errno;
+use rverbs_abi::netlink::{self, NlSocket};
+use rverbs_abi::Errno;
 
 /// Errnos that mean the kernel has no (usable) RDMA netlink here.
 const NO_RDMA: &[Errno] = &[

@@ -7,18 +7,18 @@
 
 use std::process::ExitCode;
 
-fn run() -> verbs::Result<()> {
+fn run() -> rverbs::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = match args.as_slice() {
         [] => None,
         [d, name] if d == "-d" => Some(name.clone()),
         _ => {
-            return Err(verbs::Error::InvalidArgument(
+            return Err(rverbs::Error::InvalidArgument(
                 "usage: devinfo [-d DEVICE]".into(),
             ))
         }
     };
-    let devs = verbs::devices()?;
+    let devs = rverbs::devices()?;
     if devs.is_empty() {
         println!("No IB devices found");
         return Ok(());
@@ -77,7 +77,7 @@ fn run() -> verbs::Result<()> {
             println!("\t\tport:\t{port}");
             println!("\t\t\tstate:\t\t\t{} ({})", p.state(), p.state);
             let mtu =
-                |m: Option<verbs::Mtu>, raw: u8| format!("{} ({raw})", m.map_or(0, |m| m.bytes()));
+                |m: Option<rverbs::Mtu>, raw: u8| format!("{} ({raw})", m.map_or(0, |m| m.bytes()));
             println!("\t\t\tmax_mtu:\t\t{}", mtu(p.max_mtu(), p.max_mtu));
             println!("\t\t\tactive_mtu:\t\t{}", mtu(p.active_mtu(), p.active_mtu));
             println!("\t\t\tsm_lid:\t\t\t{}", p.sm_lid);

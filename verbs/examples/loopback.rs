@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AccessFlags, ConnectOpts, Cq, Mr, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Wc, WcOpcode,
 };
 
@@ -60,7 +60,7 @@ fn check(what: &str, mr: &Mr, expected: &[u8]) -> Result<(), String> {
 
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     let name = std::env::args().nth(1);
-    let devs = verbs::devices()?;
+    let devs = rverbs::devices()?;
     let dev = match &name {
         Some(n) => devs
             .iter()

@@ -25,7 +25,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AccessFlags, CompChannel, ConnectOpts, Cq, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
     Sge, Wc, WcOpcode,
 };
@@ -41,21 +41,21 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// Measured: one post_send call (a single WR or a chain).
 #[no_mangle]
 #[inline(never)]
-pub fn rverbs_measured_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> verbs::Result<()> {
+pub fn rverbs_measured_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rverbs::Result<()> {
     qp.post_send(wrs)
 }
 
 /// Measured: one post_recv call.
 #[no_mangle]
 #[inline(never)]
-pub fn rverbs_measured_post_recv(qp: &mut Qp, wrs: &[RecvWr<'_>]) -> verbs::Result<()> {
+pub fn rverbs_measured_post_recv(qp: &mut Qp, wrs: &[RecvWr<'_>]) -> rverbs::Result<()> {
     qp.post_recv(wrs)
 }
 
 /// Measured: one poll call.
 #[no_mangle]
 #[inline(never)]
-pub fn rverbs_measured_poll(cq: &mut Cq, wc: &mut [Wc]) -> verbs::Result<usize> {
+pub fn rverbs_measured_poll(cq: &mut Cq, wc: &mut [Wc]) -> rverbs::Result<usize> {
     cq.poll(wc)
 }
 
@@ -124,7 +124,7 @@ fn run() -> Res<()> {
         None => 1,
     };
 
-    let devs = verbs::devices()?;
+    let devs = rverbs::devices()?;
     let dev = devs
         .iter()
         .find(|d| d.name() == dev_name)
@@ -177,7 +177,7 @@ fn run() -> Res<()> {
     let rb = mr_b.remote();
     let wsge: Vec<[Sge; 1]> = (0..CHAIN)
         .map(|k| mr_a.sge(k * MSG..(k + 1) * MSG).map(|s| [s]))
-        .collect::<verbs::Result<_>>()?;
+        .collect::<rverbs::Result<_>>()?;
     let mut chain: Vec<SendWr<'_>> = wsge
         .iter()
         .enumerate()

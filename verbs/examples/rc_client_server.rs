@@ -15,7 +15,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use verbs::{
+use rverbs::{
     AccessFlags, ConnectOpts, Cq, Endpoint, QpCap, QpInitAttr, QpType, RecvWr, RemoteMr, SendWr,
     Wc, WcOpcode,
 };
@@ -85,7 +85,7 @@ fn exchange(s: &mut TcpStream, me: &Endpoint, mr: &RemoteMr) -> Res<(Endpoint, R
 
 fn run() -> Res<()> {
     let a = parse()?;
-    let devs = verbs::devices()?;
+    let devs = rverbs::devices()?;
     let dev = match &a.dev {
         Some(n) => devs
             .iter()

@@ -52,11 +52,11 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use uverbs_abi::ah::{
+use rverbs_abi::ah::{
     AhAttr as RawAhAttr, CreateAh, CreateAhResp, DestroyAh, GlobalRoute as RawGrh,
 };
-use uverbs_abi::cmd::{nr, write_cmd, NoResp};
-use uverbs_abi::wr::{SendWr, UdDest};
+use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::wr::{SendWr, UdDest};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::context::{Context, LinkLayer};
@@ -176,10 +176,10 @@ impl Pd {
                 handle: None,
                 ah_num: 0,
                 attr: *attr,
-                av: Some(provider_mlx5::ah::av(&cmd.attr, false)),
+                av: Some(rverbs_mlx5::ah::av(&cmd.attr, false)),
             });
         }
-        let mut drv = uverbs_abi::rxe::CreateAhResp::new_zeroed();
+        let mut drv = rverbs_abi::rxe::CreateAhResp::new_zeroed();
         // SAFETY: CREATE_AH carries an address vector and handles, no user
         // address but its response pointer, which write_cmd supplies; rxe
         // takes no driver data in.

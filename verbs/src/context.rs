@@ -4,7 +4,7 @@
 //!
 //! The user context is the provider's: rxe needs nothing beyond the core
 //! GET_CONTEXT, mlx5 sends its driver data and maps UAR pages
-//! ([`provider_mlx5::uctx`]), which every mlx5 object then uses.
+//! ([`rverbs_mlx5::uctx`]), which every mlx5 object then uses.
 
 use std::ffi::CString;
 use std::fmt;
@@ -14,14 +14,14 @@ use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, response_fd, write_cmd, write_cmd_prefilled, write_ex_cmd, NO_FD};
-use uverbs_abi::device::{
+use rverbs_abi::cmd::{nr, response_fd, write_cmd, write_cmd_prefilled, write_ex_cmd, NO_FD};
+use rverbs_abi::device::{
     ExQueryDevice, ExQueryDeviceResp, GetContext, GetContextResp, GidEntry as RawGidEntry,
     QueryDevice, QueryDeviceResp, QueryPort, QueryPortResp,
 };
-use uverbs_abi::ioctl::{device_method, object, query_gid_table_attr as gt, IoctlCmd};
-use uverbs_abi::mlx5::AllocUcontextResp;
-use uverbs_abi::Errno;
+use rverbs_abi::ioctl::{device_method, object, query_gid_table_attr as gt, IoctlCmd};
+use rverbs_abi::mlx5::AllocUcontextResp;
+use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::device::{Device, Driver, Guid};
@@ -33,7 +33,7 @@ pub(crate) enum ProviderCtx {
     /// rxe keeps no per-context state.
     Rxe,
     /// mlx5: UAR pages, doorbell records and the QP table.
-    Mlx5(Arc<provider_mlx5::uctx::Uctx>),
+    Mlx5(Arc<rverbs_mlx5::uctx::Uctx>),
 }
 
 pub(crate) struct ContextInner {
@@ -72,7 +72,7 @@ impl Context {
         let mut mlx5_resp = AllocUcontextResp::new_zeroed();
         match device.driver() {
             Driver::Mlx5 => {
-                let req = provider_mlx5::uctx::alloc_ucontext_req();
+                let req = rverbs_mlx5::uctx::alloc_ucontext_req();
                 // SAFETY: GET_CONTEXT carries no user address but its
                 // response pointer, which write_cmd_prefilled supplies;
                 // mlx5's driver data (alloc_ucontext_req_v2) holds counts
@@ -120,7 +120,7 @@ impl Context {
         // On error from here on, `async_fd` closes as it drops.
         let provider = match device.driver() {
             Driver::Mlx5 => ProviderCtx::Mlx5(Arc::new(
-                provider_mlx5::uctx::Uctx::from_resp(fd.as_fd(), &mlx5_resp)
+                rverbs_mlx5::uctx::Uctx::from_resp(fd.as_fd(), &mlx5_resp)
                     .map_err(Error::kernel("get_context"))?,
             )),
             _ => ProviderCtx::Rxe,
@@ -159,7 +159,7 @@ impl Context {
     }
 
     /// The mlx5 user context, if this is an mlx5 device.
-    pub(crate) fn mlx5(&self) -> Option<&Arc<provider_mlx5::uctx::Uctx>> {
+    pub(crate) fn mlx5(&self) -> Option<&Arc<rverbs_mlx5::uctx::Uctx>> {
         match &self.inner.provider {
             ProviderCtx::Mlx5(u) => Some(u),
             ProviderCtx::Rxe => None,
@@ -419,7 +419,8 @@ fn gid_table_from_sysfs(dir: &Path, ports: &[(u8, PortAttr)]) -> Result<Vec<GidE
 }
 
 /// Device attributes (`ibv_device_attr` and its extension). Dereferences to
-/// the kernel's `ib_uverbs_query_device_resp` fields.
+/// the kernel's `ib_uverbs_query_device_resp` fields
+/// ([`abi::QueryDeviceResp`](crate::abi::QueryDeviceResp)).
 #[derive(Debug, Clone, Copy)]
 pub struct DeviceAttr {
     raw: ExQueryDeviceResp,
@@ -459,9 +460,11 @@ impl DeviceAttr {
 }
 
 /// Port attributes (`ibv_port_attr`). Dereferences to the kernel's
-/// `ib_uverbs_query_port_resp` fields; the methods decode the enums.
+/// `ib_uverbs_query_port_resp` fields
+/// ([`abi::QueryPortResp`](crate::abi::QueryPortResp)); the methods decode
+/// the enums.
 #[derive(Debug, Clone, Copy)]
-pub struct PortAttr(pub QueryPortResp);
+pub struct PortAttr(QueryPortResp);
 
 impl Deref for PortAttr {
     type Target = QueryPortResp;
@@ -549,8 +552,8 @@ impl PortAttr {
     /// Link layer.
     pub fn link_layer(&self) -> LinkLayer {
         match self.0.link_layer {
-            uverbs_abi::device::IB_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
-            uverbs_abi::device::IB_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
+            rverbs_abi::device::IB_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
+            rverbs_abi::device::IB_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
             _ => LinkLayer::Unspecified,
         }
     }
@@ -643,7 +646,7 @@ mod tests {
 
     #[test]
     fn gid_table_from_a_sysfs_tree() {
-        use uverbs_abi::device::{IB_LINK_LAYER_ETHERNET, IB_LINK_LAYER_INFINIBAND};
+        use rverbs_abi::device::{IB_LINK_LAYER_ETHERNET, IB_LINK_LAYER_INFINIBAND};
         let t = TempTree::new("gids");
         // Port 1: InfiniBand, no gid_attrs (as the mlx5 emulator's tree).
         t.file(

@@ -5,12 +5,12 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd, write_cmd_prefilled, NoResp, NO_FD};
-use uverbs_abi::cq::{
+use rverbs_abi::cmd::{nr, write_cmd, write_cmd_prefilled, NoResp, NO_FD};
+use rverbs_abi::cq::{
     CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq, DestroyCqResp,
     ExCreateCq, ReqNotifyCq,
 };
-use uverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
+use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
 use zerocopy::{FromBytes, FromZeros};
 
 use crate::context::Context;
@@ -28,7 +28,7 @@ pub(crate) struct CqInner {
     /// [`Cq`] handle may be gone), so they are freed only after
     /// DESTROY_CQ (fields drop after [`Drop::drop`]'s body). QPs on the
     /// CQ also clean their CQEs out of it through this.
-    pub(crate) mlx5_mem: Option<provider_mlx5::cq::CqMemory>,
+    pub(crate) mlx5_mem: Option<rverbs_mlx5::cq::CqMemory>,
 }
 
 impl Drop for CqInner {
@@ -49,8 +49,8 @@ impl Drop for CqInner {
 }
 
 enum Ring {
-    Rxe(provider_rxe::cq::Cq),
-    Mlx5(provider_mlx5::cq::Cq),
+    Rxe(rverbs_rxe::cq::Cq),
+    Mlx5(rverbs_mlx5::cq::Cq),
 }
 
 /// A completion queue. Polling needs `&mut`: one consumer at a time, no
@@ -209,7 +209,7 @@ impl Context {
             }
             // The provider destroys the kernel CQ itself if it fails after
             // creating it.
-            let created = provider_mlx5::cq::create(self.fd(), uctx, &cmd)
+            let created = rverbs_mlx5::cq::create(self.fd(), uctx, &cmd)
                 .map_err(Error::kernel("create_cq"))?;
             return Ok(Cq {
                 inner: new_inner(created.resp.cq_handle, Some(created.cq.memory())),
@@ -227,9 +227,9 @@ impl Context {
                 flags: flags.bits(),
                 reserved: 0,
             };
-            provider_rxe::cq::create_ex(self.fd(), &cmd).map_err(Error::kernel("create_cq_ex"))?
+            rverbs_rxe::cq::create_ex(self.fd(), &cmd).map_err(Error::kernel("create_cq_ex"))?
         } else {
-            provider_rxe::cq::create(self.fd(), &cmd).map_err(Error::kernel("create_cq"))?
+            rverbs_rxe::cq::create(self.fd(), &cmd).map_err(Error::kernel("create_cq"))?
         };
         let inner = new_inner(created.resp.cq_handle, None);
         // If mapping failed, dropping `inner` destroys the kernel CQ.
@@ -292,7 +292,7 @@ impl Cq {
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize> {
         // SAFETY: Wc is repr(transparent) over the ABI's Wc.
-        let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [uverbs_abi::wr::Wc]) };
+        let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [rverbs_abi::wr::Wc]) };
         match &mut self.ring {
             Ring::Rxe(r) => r
                 .poll(raw)
@@ -421,13 +421,21 @@ impl AsFd for CompChannel {
     }
 }
 
-/// A work completion: the 48-byte `ib_uverbs_wc` the device wrote, with
-/// typed accessors.
+/// A work completion: the 48-byte `ib_uverbs_wc` the device wrote
+/// ([`abi::RawWc`](crate::abi::RawWc)), with typed accessors.
 #[repr(transparent)]
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
-pub struct Wc(pub uverbs_abi::wr::Wc);
+pub struct Wc(rverbs_abi::wr::Wc);
 
 impl Wc {
+    /// A completion from its raw form (for tests and replay tools).
+    pub fn from_raw(raw: crate::abi::RawWc) -> Wc {
+        Wc(raw)
+    }
+    /// The raw `ib_uverbs_wc`.
+    pub fn raw(&self) -> &crate::abi::RawWc {
+        &self.0
+    }
     /// The completed request's `wr_id`.
     pub fn wr_id(&self) -> u64 {
         self.0.wr_id
@@ -490,7 +498,7 @@ impl Wc {
     }
     /// Builds a completion from its 48 raw bytes.
     pub fn from_bytes(b: &[u8; 48]) -> Wc {
-        Wc(uverbs_abi::wr::Wc::read_from_bytes(b).unwrap_or_default())
+        Wc(rverbs_abi::wr::Wc::read_from_bytes(b).unwrap_or_default())
     }
 }
 

@@ -13,7 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use uverbs_abi::netlink;
+use rverbs_abi::netlink;
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -214,8 +214,7 @@ fn driver_of(name: &str, ib: &Path, nl: &[netlink::RdmaDev]) -> Driver {
     }
     // No driver link: match the PCI ids, as libibverbs matches modaliases.
     if let Some((vendor, device)) = pci_ids(&ib.join("device")) {
-        if vendor == provider_mlx5::PCI_VENDOR_MELLANOX && provider_mlx5::is_mlx5_pci_device(device)
-        {
+        if vendor == rverbs_mlx5::PCI_VENDOR_MELLANOX && rverbs_mlx5::is_mlx5_pci_device(device) {
             return Driver::Mlx5;
         }
         return Driver::Other(format!("pci {vendor:04x}:{device:04x}"));
@@ -296,7 +295,7 @@ impl Device {
             sysfs_node: "/nonexistent/sys/class/infiniband_verbs/uverbs9".into(),
             node_guid: Guid::default(),
             driver,
-            abi_version: uverbs_abi::IB_USER_VERBS_ABI_VERSION,
+            abi_version: rverbs_abi::IB_USER_VERBS_ABI_VERSION,
             driver_abi_version: 2,
         }
     }
@@ -403,16 +402,16 @@ impl Device {
     /// character device (checked as [`Device::open_node`] says) and creates
     /// a user context (GET_CONTEXT).
     pub fn open(&self) -> Result<Context> {
-        if self.abi_version != uverbs_abi::IB_USER_VERBS_ABI_VERSION {
+        if self.abi_version != rverbs_abi::IB_USER_VERBS_ABI_VERSION {
             return Err(Error::AbiVersion {
                 device: self.name.clone(),
                 found: self.abi_version,
-                expected: uverbs_abi::IB_USER_VERBS_ABI_VERSION,
+                expected: rverbs_abi::IB_USER_VERBS_ABI_VERSION,
             });
         }
         let supported = match self.driver {
-            Driver::Rxe => provider_rxe::DRIVER_ABI,
-            Driver::Mlx5 => provider_mlx5::DRIVER_ABI,
+            Driver::Rxe => rverbs_rxe::DRIVER_ABI,
+            Driver::Mlx5 => rverbs_mlx5::DRIVER_ABI,
             Driver::Other(_) => {
                 return Err(Error::UnsupportedDriver {
                     device: self.name.clone(),
@@ -650,7 +649,7 @@ mod tests {
         t.file("sys/class/infiniband_verbs/uverbs0/ibdev", "rxe0\n");
         t.file(
             "sys/class/infiniband_verbs/uverbs0/abi_version",
-            &format!("{}\n", provider_rxe::DRIVER_ABI.start()),
+            &format!("{}\n", rverbs_rxe::DRIVER_ABI.start()),
         );
         t.file(
             "sys/class/infiniband_verbs/uverbs0/dev",
@@ -660,7 +659,7 @@ mod tests {
         t.file("sys/class/infiniband_verbs/uverbs1/ibdev", "mlx5_0\n");
         t.file(
             "sys/class/infiniband_verbs/uverbs1/abi_version",
-            &format!("{}\n", provider_mlx5::DRIVER_ABI.start()),
+            &format!("{}\n", rverbs_mlx5::DRIVER_ABI.start()),
         );
         t.file(
             "sys/class/infiniband_verbs/uverbs1/dev",

@@ -36,8 +36,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use uverbs_abi::cq::AsyncEventDesc;
-use uverbs_abi::Errno;
+use rverbs_abi::cq::AsyncEventDesc;
+use rverbs_abi::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::context::Context;

@@ -67,8 +67,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use uverbs_abi::netlink::{self, NlSocket};
-use uverbs_abi::Errno;
+use rverbs_abi::netlink::{self, NlSocket};
+use rverbs_abi::Errno;
 
 use crate::error::{Error, Result};
 

@@ -88,7 +88,7 @@ pub enum GidType {
 
 impl GidType {
     pub(crate) fn from_raw(v: u32) -> GidType {
-        use uverbs_abi::device::*;
+        use rverbs_abi::device::*;
         match v {
             IB_UVERBS_GID_TYPE_IB => GidType::Ib,
             IB_UVERBS_GID_TYPE_ROCE_V1 => GidType::RoceV1,

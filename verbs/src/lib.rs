@@ -5,9 +5,9 @@
 //! one:
 //!
 //! ```no_run
-//! use verbs::{AccessFlags, ConnectOpts, QpCap, QpInitAttr, QpType, RecvWr, SendWr};
-//! # fn main() -> verbs::Result<()> {
-//! let ctx = verbs::devices()?.first().expect("no RDMA device").open()?;
+//! use rverbs::{AccessFlags, ConnectOpts, QpCap, QpInitAttr, QpType, RecvWr, SendWr};
+//! # fn main() -> rverbs::Result<()> {
+//! let ctx = rverbs::devices()?.first().expect("no RDMA device").open()?;
 //! let pd = ctx.alloc_pd()?;
 //! let mut cq = ctx.create_cq(16)?;
 //! let mut mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
@@ -21,7 +21,7 @@
 //! mr.write_at(0, b"hello")?;
 //! let sge = [mr.sge(0..5)?];
 //! qp.post_send(&[SendWr::send(1, &sge).signaled()])?;
-//! let mut wc = [verbs::Wc::default(); 4];
+//! let mut wc = [rverbs::Wc::default(); 4];
 //! let n = cq.poll(&mut wc)?;
 //! # let _ = (n, RecvWr::new(0, &sge)); Ok(()) }
 //! ```
@@ -52,6 +52,16 @@ pub mod srq;
 #[cfg(test)]
 mod test_util;
 
+/// The kernel's structures behind the attribute and completion types:
+/// [`DeviceAttr`] and [`PortAttr`] dereference to these, and [`Wc`] wraps
+/// the raw completion.
+pub mod abi {
+    #[doc(inline)]
+    pub use rverbs_abi::device::{ExQueryDeviceResp, QueryDeviceResp, QueryPortResp};
+    #[doc(inline)]
+    pub use rverbs_abi::wr::Wc as RawWc;
+}
+
 pub use ah::{Ah, Grh, NetworkHeader, UdSendWr};
 pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompChannel, Cq, CqFlags, CqInitAttr, Wc, WcOpcode, WcStatus};
@@ -66,5 +76,5 @@ pub use qp::{
     AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr,
     QpState, QpType,
 };
+pub use rverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
-pub use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};

@@ -27,10 +27,10 @@ use std::mem::MaybeUninit;
 use std::ops::{Bound, RangeBounds};
 
 pub use buf::{MrBuf, PageBuf};
-use uverbs_abi::cmd::{nr, write_cmd, NoResp};
-pub use uverbs_abi::mr::AccessFlags;
-use uverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
-use uverbs_abi::wr::Sge;
+use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+pub use rverbs_abi::mr::AccessFlags;
+use rverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
+use rverbs_abi::wr::Sge;
 
 use crate::error::{Errno, Error, Result};
 use crate::pd::Pd;
@@ -206,9 +206,9 @@ impl Pd {
     /// any failure the buffer comes back in the error, unregistered.
     ///
     /// ```no_run
-    /// # fn main() -> verbs::Result<()> {
-    /// # let pd = verbs::devices()?.first().unwrap().open()?.alloc_pd()?;
-    /// use verbs::AccessFlags;
+    /// # fn main() -> rverbs::Result<()> {
+    /// # let pd = rverbs::devices()?.first().unwrap().open()?.alloc_pd()?;
+    /// use rverbs::AccessFlags;
     /// let mr = pd.register(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
     /// // ... post work requests with mr.sge(..) ...
     /// let buf: Vec<u8> = mr.into_inner()?; // deregistered: plain memory again
@@ -251,10 +251,10 @@ impl Pd {
     /// does), the process aborts: the borrow cannot be kept from ending.
     ///
     /// ```no_run
-    /// # fn main() -> verbs::Result<()> {
-    /// # let pd = verbs::devices()?.first().unwrap().open()?.alloc_pd()?;
+    /// # fn main() -> rverbs::Result<()> {
+    /// # let pd = rverbs::devices()?.first().unwrap().open()?.alloc_pd()?;
     /// let mut header = [0u8; 64];
-    /// let lkey = pd.register_scoped(&mut header, verbs::AccessFlags::LOCAL_WRITE, |mr| {
+    /// let lkey = pd.register_scoped(&mut header, rverbs::AccessFlags::LOCAL_WRITE, |mr| {
     ///     // post and complete work requests on mr.sge(..) here
     ///     mr.lkey()
     /// })?;

@@ -5,8 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd, NoResp};
-use uverbs_abi::pd::{AllocPd, AllocPdResp, DeallocPd};
+use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::pd::{AllocPd, AllocPdResp, DeallocPd};
 use zerocopy::FromZeros;
 
 use crate::context::Context;

@@ -5,13 +5,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd, NoResp};
-pub use uverbs_abi::qp::QpCreateFlags;
-use uverbs_abi::qp::{
+use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+pub use rverbs_abi::qp::QpCreateFlags;
+use rverbs_abi::qp::{
     attr_mask as m, qp_state, qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp,
     ExCreateQp, ModifyQp, QpDest, QueryQp, QueryQpResp,
 };
-use uverbs_abi::wr::{RecvWr, SendWr};
+use rverbs_abi::wr::{RecvWr, SendWr};
 
 use crate::cq::{Cq, CqInner};
 use crate::error::{Errno, Error, PostError, Result};
@@ -438,19 +438,19 @@ impl Endpoint {
 }
 
 enum SendRing {
-    Rxe(provider_rxe::qp::SendQueue),
-    Mlx5(provider_mlx5::qp::SendQueue),
+    Rxe(rverbs_rxe::qp::SendQueue),
+    Mlx5(rverbs_mlx5::qp::SendQueue),
 }
 
 enum RecvRing {
-    Rxe(provider_rxe::qp::RecvQueue),
-    Mlx5(provider_mlx5::qp::RecvQueue),
+    Rxe(rverbs_rxe::qp::RecvQueue),
+    Mlx5(rverbs_mlx5::qp::RecvQueue),
 }
 
 impl QpState {
     /// What the mlx5 queues need to know of the state.
-    fn mlx5(self) -> provider_mlx5::qp::State {
-        use provider_mlx5::qp::State;
+    fn mlx5(self) -> rverbs_mlx5::qp::State {
+        use rverbs_mlx5::qp::State;
         match self {
             QpState::Reset => State::Reset,
             QpState::Init | QpState::Rtr => State::Init,
@@ -585,7 +585,7 @@ impl Pd {
             let (send_cq, recv_cq) = (mem(attr.send_cq)?, mem(attr.recv_cq)?);
             // On error the provider has destroyed any kernel QP it created.
             let created =
-                provider_mlx5::qp::create(ctx.fd(), uctx, &cmd, srq_ring, &send_cq, &recv_cq)
+                rverbs_mlx5::qp::create(ctx.fd(), uctx, &cmd, srq_ring, &send_cq, &recv_cq)
                     .map_err(Error::kernel(if ex_flags.is_some() {
                         "create_qp_ex"
                     } else {
@@ -602,7 +602,7 @@ impl Pd {
             ));
         }
         let created = match ex_flags {
-            None => provider_rxe::qp::create(ctx.fd(), &cmd).map_err(Error::kernel("create_qp"))?,
+            None => rverbs_rxe::qp::create(ctx.fd(), &cmd).map_err(Error::kernel("create_qp"))?,
             Some(flags) => {
                 let ex = ExCreateQp {
                     user_handle: cmd.user_handle,
@@ -624,7 +624,7 @@ impl Pd {
                     rwq_ind_tbl_handle: 0,
                     source_qpn: 0,
                 };
-                provider_rxe::qp::create_ex(ctx.fd(), &ex).map_err(Error::kernel("create_qp_ex"))?
+                rverbs_rxe::qp::create_ex(ctx.fd(), &ex).map_err(Error::kernel("create_qp_ex"))?
             }
         };
         let r = created.resp;
@@ -991,7 +991,7 @@ impl Drop for Qp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use provider_mlx5::qp::State;
+    use rverbs_mlx5::qp::State;
 
     #[test]
     fn mlx5_queues_follow_the_state() {

@@ -10,9 +10,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use uverbs_abi::cmd::{nr, write_cmd, NoResp};
-use uverbs_abi::srq::{CreateSrq, ModifySrq};
-use uverbs_abi::wr::RecvWr;
+use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::srq::{CreateSrq, ModifySrq};
+use rverbs_abi::wr::RecvWr;
 
 use crate::error::{Errno, Error, Result};
 use crate::event::{EventId, ObjectKind};
@@ -26,20 +26,20 @@ pub(crate) struct SrqInner {
     /// the kernel object (after the [`Srq`] handle may be gone) and the
     /// device uses this memory until DESTROY_SRQ (fields drop after
     /// [`Drop::drop`]'s body).
-    _mlx5_mem: Option<provider_mlx5::srq::SrqMemory>,
+    _mlx5_mem: Option<rverbs_mlx5::srq::SrqMemory>,
 }
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
         // Every QP on the SRQ is gone (they hold this Arc). On failure
         // (device removed) the kernel frees it with the context.
-        let _ = provider_rxe::srq::destroy(self.pd.context().fd(), self.handle);
+        let _ = rverbs_rxe::srq::destroy(self.pd.context().fd(), self.handle);
     }
 }
 
 enum Ring {
-    Rxe(provider_rxe::srq::Srq),
-    Mlx5(provider_mlx5::srq::Srq),
+    Rxe(rverbs_rxe::srq::Srq),
+    Mlx5(rverbs_mlx5::srq::Srq),
 }
 
 /// `IB_SRQ_LIMIT` in MODIFY_SRQ's attribute mask.
@@ -131,7 +131,7 @@ impl Pd {
             })
         };
         if let Some(uctx) = ctx.mlx5() {
-            let created = provider_mlx5::srq::create(ctx.fd(), uctx, &cmd)
+            let created = rverbs_mlx5::srq::create(ctx.fd(), uctx, &cmd)
                 .map_err(Error::kernel("create_srq"))?;
             return Ok(Srq {
                 inner: new_inner(created.resp.srq_handle, Some(created.srq.memory())),
@@ -142,7 +142,7 @@ impl Pd {
             });
         }
         let created =
-            provider_rxe::srq::create(ctx.fd(), &cmd).map_err(Error::kernel("create_srq"))?;
+            rverbs_rxe::srq::create(ctx.fd(), &cmd).map_err(Error::kernel("create_srq"))?;
         let inner = new_inner(created.resp.srq_handle, None);
         // If mapping failed, dropping `inner` destroys the kernel SRQ.
         let ring = created.srq.map_err(Error::kernel("mmap srq"))?;
@@ -162,7 +162,7 @@ impl Srq {
     }
 
     /// The mlx5 ring, which QP creation registers with (`None` on rxe).
-    pub(crate) fn mlx5_ring(&self) -> Option<&provider_mlx5::srq::Srq> {
+    pub(crate) fn mlx5_ring(&self) -> Option<&rverbs_mlx5::srq::Srq> {
         match &self.ring {
             Ring::Mlx5(r) => Some(r),
             Ring::Rxe(_) => None,
@@ -270,7 +270,7 @@ impl Srq {
 
     /// Queries the kernel's view of the SRQ.
     pub fn query(&self) -> Result<SrqAttr> {
-        let r = provider_rxe::srq::query(self.inner.pd.context().fd(), self.inner.handle)
+        let r = rverbs_rxe::srq::query(self.inner.pd.context().fd(), self.inner.handle)
             .map_err(Error::kernel("query_srq"))?;
         Ok(SrqAttr {
             max_wr: r.max_wr,

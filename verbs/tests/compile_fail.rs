@@ -1,7 +1,7 @@
 //! Programs that must not compile: misuses of the safe API that would be
 //! undefined behaviour if they were accepted. Every `tests/ui/*.rs` must fail
 //! to compile with the error in its `.stderr` (regenerate those with
-//! `TRYBUILD=overwrite cargo test -p verbs --test compile_fail` after
+//! `TRYBUILD=overwrite cargo test -p rverbs --test compile_fail` after
 //! checking the new errors are the intended ones).
 
 #[test]

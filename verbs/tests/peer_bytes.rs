@@ -1,7 +1,7 @@
 //! Bytes a peer sends (an MR descriptor, a QP endpoint) decoded through
 //! the public API: anything is an error or a value, never a panic.
 
-use verbs::{Endpoint, RemoteMr};
+use rverbs::{Endpoint, RemoteMr};
 
 #[test]
 fn remote_mr_at_near_the_end_of_the_address_space_is_an_error() {

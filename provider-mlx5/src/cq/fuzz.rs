@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use uverbs_abi::wr::Wc;
+use rverbs_abi::wr::Wc;
 
 use super::{parse, Cqe, CQE_SIZE};
 use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};

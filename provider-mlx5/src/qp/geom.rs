@@ -2,8 +2,8 @@
 //! capacities, computed exactly as libmlx5 computes them so that rings,
 //! capacities and wrap points are the same as with the C provider.
 
-use uverbs_abi::qp::qp_type;
-use uverbs_abi::Errno;
+use rverbs_abi::qp::qp_type;
+use rverbs_abi::Errno;
 
 use crate::uctx::Limits;
 

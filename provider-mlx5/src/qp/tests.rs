@@ -6,9 +6,9 @@ use std::io::IoSlice;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use uverbs_abi::qp::qp_type;
-use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
-use uverbs_abi::Errno;
+use rverbs_abi::qp::qp_type;
+use rverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
+use rverbs_abi::Errno;
 
 use super::geom::{geometry, Geometry, Request};
 use super::{Backing, BlueFlame, RecvQueue, SendQueue, SqInit, State};

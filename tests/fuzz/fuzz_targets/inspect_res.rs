@@ -4,8 +4,8 @@
 //! then the JSON and text renderings.
 #![no_main]
 
-use tools::inspect::res::{self, Snapshot};
-use uverbs_abi::netlink::{for_each_res_entry, Attrs, ResKind};
+use rverbs_cli::inspect::res::{self, Snapshot};
+use rverbs_abi::netlink::{for_each_res_entry, Attrs, ResKind};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let mut snap = Snapshot::default();

@@ -8,9 +8,9 @@
 #![no_main]
 
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
-use tools::inspect::res::{CqRes, Owner, QpRes, Snapshot, SrqRes};
-use tools::inspect::rings::{self, Header, Kind, Mapping, Ring};
-use uverbs_abi::rxe::QUEUE_DATA_OFFSET;
+use rverbs_cli::inspect::res::{CqRes, Owner, QpRes, Snapshot, SrqRes};
+use rverbs_cli::inspect::rings::{self, Header, Kind, Mapping, Ring};
+use rverbs_abi::rxe::QUEUE_DATA_OFFSET;
 
 /// The inspected process.
 const PID: u32 = 4242;

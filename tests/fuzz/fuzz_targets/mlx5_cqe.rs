@@ -4,5 +4,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    provider_mlx5::cq::fuzz::cqes(data);
+    rverbs_mlx5::cq::fuzz::cqes(data);
 });

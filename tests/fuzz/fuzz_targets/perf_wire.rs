@@ -3,7 +3,7 @@
 //! one by one as `Ctrl` does.
 #![no_main]
 
-use tools::perf::wire::{parse_msg, Hello, Msg, Report, HELLO_LEN, REPORT_LEN};
+use rverbs_cli::perf::wire::{parse_msg, Hello, Msg, Report, HELLO_LEN, REPORT_LEN};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Some(h) = data.first_chunk::<HELLO_LEN>() {

@@ -3,7 +3,7 @@
 //! destination that encodes back to the same fields.
 #![no_main]
 
-use tools::wire::{gid_from_wire, Dest};
+use rverbs_cli::wire::{gid_from_wire, Dest};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Ok(d) = Dest::decode(data) {

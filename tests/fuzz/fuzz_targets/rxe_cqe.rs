@@ -1,12 +1,12 @@
 //! The rxe completion decode: provider-rxe copies each 48-byte
-//! `ib_uverbs_wc` the kernel wrote in the CQ ring as is; `verbs::Wc` then
+//! `ib_uverbs_wc` the kernel wrote in the CQ ring as is; `rverbs::Wc` then
 //! decodes it (`Wc::from_bytes` and every accessor). Any bytes must give
 //! a completion, never a panic.
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     for b in data.chunks_exact(48) {
-        let wc = verbs::Wc::from_bytes(b.try_into().unwrap());
+        let wc = rverbs::Wc::from_bytes(b.try_into().unwrap());
         let _ = (
             wc.wr_id(),
             wc.status().as_str(),

@@ -1,7 +1,7 @@
-//! `verbs::Endpoint::from_bytes`: a peer's QP address.
+//! `rverbs::Endpoint::from_bytes`: a peer's QP address.
 #![no_main]
 
-use verbs::Endpoint;
+use rverbs::Endpoint;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     if let Some(b) = data.first_chunk::<{ Endpoint::WIRE_LEN }>() {

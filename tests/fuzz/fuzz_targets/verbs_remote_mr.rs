@@ -1,9 +1,9 @@
-//! `verbs::RemoteMr::from_bytes` (a peer's MR descriptor) and `at`, with
+//! `rverbs::RemoteMr::from_bytes` (a peer's MR descriptor) and `at`, with
 //! an offset and length as a caller would take them from the peer too:
 //! `at` is an error or an address inside the MR, never a panic or a wrap.
 #![no_main]
 
-use verbs::RemoteMr;
+use rverbs::RemoteMr;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Some((b, rest)) = data.split_first_chunk::<20>() else {

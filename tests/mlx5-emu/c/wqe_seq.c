@@ -4,7 +4,7 @@
  * (libibverbs + libmlx5). Run with MLX5_EMU_WQE_LOG=<path>, the emulator
  * records every WQE libmlx5 wrote; tests/src/bin/mlx5_wqe_seq.rs posts
  * the same sequence through our provider and `cargo xtask mlx5` compares
- * both logs byte for byte (tools/src/xtask/wqe_compare.rs). Any change
+ * both logs byte for byte (tools/xtask/src/wqe_compare.rs). Any change
  * here must be mirrored there, in the same order.
  *
  * After every post it waits for the completions it causes, so the HCA has

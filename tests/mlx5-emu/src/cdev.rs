@@ -9,8 +9,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{c_int, c_void, off_t, size_t};
-use uverbs_abi::mlx5::mmap_cmd;
-use uverbs_abi::Errno;
+use rverbs_abi::mlx5::mmap_cmd;
+use rverbs_abi::Errno;
 
 use crate::emu::{self, UarMap};
 use crate::fdtable::{self, FdKind};

@@ -8,8 +8,8 @@
 
 use std::ffi::CStr;
 
-use uverbs_abi::device::{ExQueryDeviceResp, QueryDeviceResp, QueryPortResp};
-use uverbs_abi::mlx5::{
+use rverbs_abi::device::{ExQueryDeviceResp, QueryDeviceResp, QueryPortResp};
+use rverbs_abi::mlx5::{
     AllocUcontextResp, MLX5_USER_CMDS_SUPP_UHW_CREATE_AH, MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE,
 };
 
@@ -73,7 +73,7 @@ pub const ACTIVE_WIDTH_4X: u8 = 2;
 /// Active speed: EDR (25 Gb/s per lane).
 pub const ACTIVE_SPEED_EDR: u8 = 32;
 /// Link layer: InfiniBand.
-pub const LINK_LAYER: u8 = uverbs_abi::device::IB_LINK_LAYER_INFINIBAND;
+pub const LINK_LAYER: u8 = rverbs_abi::device::IB_LINK_LAYER_INFINIBAND;
 
 /// Completion vectors.
 pub const NUM_COMP_VECTORS: u32 = 1;

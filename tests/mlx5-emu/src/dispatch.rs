@@ -16,26 +16,26 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use libc::c_int;
-use uverbs_abi::ah::{CreateAh, CreateAhResp, DestroyAh};
-use uverbs_abi::cmd::{nr, CmdHdr, ExCmdHdr, IB_USER_VERBS_CMD_FLAG_EXTENDED};
-use uverbs_abi::cq::{
+use rverbs_abi::ah::{CreateAh, CreateAhResp, DestroyAh};
+use rverbs_abi::cmd::{nr, CmdHdr, ExCmdHdr, IB_USER_VERBS_CMD_FLAG_EXTENDED};
+use rverbs_abi::cq::{
     CreateCompChannel, CreateCompChannelResp, CreateCq, CreateCqResp, DestroyCq, DestroyCqResp,
     ResizeCq, ResizeCqResp,
 };
-use uverbs_abi::device::{
+use rverbs_abi::device::{
     ExQueryDevice, ExQueryDeviceResp, GetContext, GetContextResp, QueryDevice, QueryPort,
 };
-use uverbs_abi::mlx5;
-use uverbs_abi::mr::{AccessFlags, DeregMr, RegMr, RegMrResp};
-use uverbs_abi::pd::{AllocPd, AllocPdResp, DeallocPd};
-use uverbs_abi::qp::{
+use rverbs_abi::mlx5;
+use rverbs_abi::mr::{AccessFlags, DeregMr, RegMr, RegMrResp};
+use rverbs_abi::pd::{AllocPd, AllocPdResp, DeallocPd};
+use rverbs_abi::qp::{
     attr_mask as am, qp_state, qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp,
     QueryQp, QueryQpResp,
 };
-use uverbs_abi::srq::{
+use rverbs_abi::srq::{
     CreateSrq, CreateSrqResp, DestroySrq, DestroySrqResp, ModifySrq, QuerySrq, QuerySrqResp,
 };
-use uverbs_abi::Errno;
+use rverbs_abi::Errno;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::emu::{
@@ -1120,7 +1120,7 @@ fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     if !qp_fsm::transition_ok(cur, next, qp.qp_type, mask) {
         return Err(Errno::EINVAL);
     }
-    let sgid_ok = |d: &uverbs_abi::qp::QpDest| {
+    let sgid_ok = |d: &rverbs_abi::qp::QpDest| {
         d.is_global == 0 || u32::from(d.sgid_index) < device::GID_TBL_LEN
     };
     if (mask & am::PORT != 0 && !device::port_valid(req.port_num))
@@ -1557,11 +1557,11 @@ mod tests {
         let ah = |port: u8, global: u8, sgid: u8| CreateAh {
             response: rp,
             pd_handle: pd,
-            attr: uverbs_abi::ah::AhAttr {
+            attr: rverbs_abi::ah::AhAttr {
                 dlid: 1,
                 port_num: port,
                 is_global: global,
-                grh: uverbs_abi::ah::GlobalRoute {
+                grh: rverbs_abi::ah::GlobalRoute {
                     sgid_index: sgid,
                     ..Default::default()
                 },

@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use libc::c_int;
-use uverbs_abi::ah::AhAttr;
-use uverbs_abi::qp::QpDest;
-use uverbs_abi::Errno;
+use rverbs_abi::ah::AhAttr;
+use rverbs_abi::qp::QpDest;
+use rverbs_abi::Errno;
 
 use crate::device;
 

@@ -26,8 +26,8 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use uverbs_abi::cq::CompEventDesc;
-use uverbs_abi::qp::{qp_state, qp_type};
+use rverbs_abi::cq::CompEventDesc;
+use rverbs_abi::qp::{qp_state, qp_type};
 use zerocopy::IntoBytes;
 
 use crate::emu::{self, Emu, WorkQueue};

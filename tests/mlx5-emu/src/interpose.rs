@@ -20,7 +20,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, off_t, size_t, ssize_t};
-use uverbs_abi::Errno;
+use rverbs_abi::Errno;
 
 use crate::fdtable::{self, FdKind};
 use crate::{cdev, device, dispatch, log, real, sysfs};

@@ -8,7 +8,7 @@
 //! otherwise) before touching it. A range that is mapped but not readable
 //! or writable would still fault, as a plain `memcpy` would.
 
-use uverbs_abi::Errno;
+use rverbs_abi::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// Lowest address past the x86-64 user address space (47-bit).

@@ -3,8 +3,8 @@
 //! MODIFY_QP must and may carry), for the transports the emulator creates:
 //! RC, UC and UD.
 
-use uverbs_abi::qp::attr_mask as m;
-use uverbs_abi::qp::{qp_state as s, qp_type as t};
+use rverbs_abi::qp::attr_mask as m;
+use rverbs_abi::qp::{qp_state as s, qp_type as t};
 
 /// Attributes that must and may accompany a transition, or `None` if the
 /// transition is illegal (or the transport unsupported).

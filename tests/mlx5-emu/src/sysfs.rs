@@ -30,12 +30,12 @@ pub fn files() -> Vec<(String, String)> {
     let mut f = vec![
         (
             "class/infiniband_verbs/abi_version".to_string(),
-            format!("{}\n", uverbs_abi::IB_USER_VERBS_ABI_VERSION),
+            format!("{}\n", rverbs_abi::IB_USER_VERBS_ABI_VERSION),
         ),
         (format!("{uv}/ibdev"), format!("{}\n", device::IBDEV)),
         (
             format!("{uv}/abi_version"),
-            format!("{}\n", uverbs_abi::mlx5::MLX5_IB_UVERBS_ABI_VERSION),
+            format!("{}\n", rverbs_abi::mlx5::MLX5_IB_UVERBS_ABI_VERSION),
         ),
         (
             format!("{uv}/dev"),

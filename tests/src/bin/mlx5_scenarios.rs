@@ -31,7 +31,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use verbs::{
+use rverbs::{
     AccessFlags, AhAttr, CompChannel, Context, Cq, Device, Errno, Error, GlobalRoute, Mr, Mtu, Pd,
     Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Srq,
     SrqInitAttr, UdSendWr, Wc, WcOpcode, WcStatus,
@@ -76,7 +76,7 @@ trait Ctx<T> {
     fn at(self, step: &'static str) -> R<T>;
 }
 
-impl<T> Ctx<T> for verbs::Result<T> {
+impl<T> Ctx<T> for rverbs::Result<T> {
     fn at(self, step: &'static str) -> R<T> {
         self.map_err(|e| Fail {
             step,
@@ -349,12 +349,12 @@ fn objects(rep: &mut Report, dev: &Result<Device, String>) -> R {
     let pattr = ctx.query_port(1).at("query_port")?;
     expect(
         "query_port",
-        pattr.state() == verbs::PortState::Active,
+        pattr.state() == rverbs::PortState::Active,
         "port 1 is not active",
     )?;
     expect(
         "query_port",
-        pattr.link_layer() == verbs::LinkLayer::InfiniBand,
+        pattr.link_layer() == rverbs::LinkLayer::InfiniBand,
         "link layer is not InfiniBand",
     )?;
     expect("query_port", pattr.lid != 0, "port 1 has no LID")?;
@@ -1705,7 +1705,7 @@ fn reset_clean(d: &mut Dp, rep: &mut Report) -> R {
         matches!(
             err,
             Error::Post {
-                error: verbs::PostError::QueueFull,
+                error: rverbs::PostError::QueueFull,
                 ..
             }
         ),
@@ -1786,7 +1786,7 @@ fn srq_destroy_unpolled(d: &mut Dp, _: &mut Report) -> R {
     )?;
     match srq.post_srq_recv(&[RecvWr::new(next_id, &r)]) {
         Err(Error::Post {
-            error: verbs::PostError::QueueFull,
+            error: rverbs::PostError::QueueFull,
             ..
         }) => {}
         other => return fail(s, format!("a receive past the capacity gave {other:?}")),

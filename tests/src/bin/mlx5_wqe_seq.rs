@@ -4,7 +4,7 @@
 //! same fields. Run by `cargo xtask mlx5` under the mlx5 emulator with
 //! `MLX5_EMU_WQE_LOG=<path>`, which records every WQE the emulated HCA
 //! executes; the xtask then compares that log with the one of wqe_seq.c
-//! byte for byte (tools/src/xtask/wqe_compare.rs). Any change here must be
+//! byte for byte (tools/xtask/src/wqe_compare.rs). Any change here must be
 //! mirrored in wqe_seq.c, in the same order.
 //!
 //! After every post it waits for exactly the completions the post causes
@@ -18,7 +18,7 @@ use std::io::IoSlice;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use verbs::{
+use rverbs::{
     AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Mr, Pd, Qp, QpCap, QpInitAttr, QpType,
     RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr, UdSendWr, Wc, WcStatus, WrOpcode,
 };
@@ -46,7 +46,7 @@ trait At<T> {
     fn at(self, step: &str) -> R<T>;
 }
 
-impl<T> At<T> for verbs::Result<T> {
+impl<T> At<T> for rverbs::Result<T> {
     fn at(self, step: &str) -> R<T> {
         self.map_err(|e| Fail(step.to_string(), e.to_string()))
     }
@@ -179,9 +179,9 @@ impl Seq {
         for (k, d) in descs.iter().enumerate() {
             let opcode = d.opcode.unwrap_or(WrOpcode::Send);
             let payload = if d.flags.contains(SendFlags::INLINE) {
-                verbs::Payload::Inline(&slices[k])
+                rverbs::Payload::Inline(&slices[k])
             } else {
-                verbs::Payload::Sge(&sges[k][..d.nsge])
+                rverbs::Payload::Sge(&sges[k][..d.nsge])
             };
             let mut wr = SendWr::new(d.wr_id, opcode, payload).flags(d.flags);
             wr.imm_data = d.imm;

@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 
 fn main() {
-    let _forged = verbs::Device {
+    let _forged = rverbs::Device {
         name: "rxe0".into(),
         uverbs: "uverbs0".into(),
         dev_path: PathBuf::from("/dev/null"),
-        node_guid: verbs::Guid::default(),
-        driver: verbs::Driver::Rxe,
+        node_guid: rverbs::Guid::default(),
+        driver: rverbs::Driver::Rxe,
         abi_version: 6,
         driver_abi_version: 2,
     };

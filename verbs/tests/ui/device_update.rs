@@ -1,7 +1,7 @@
 // Nor can a discovered `Device` be copied with another node path.
 fn main() {
-    let real = verbs::devices().unwrap().remove(0);
-    let _forged = verbs::Device {
+    let real = rverbs::devices().unwrap().remove(0);
+    let _forged = rverbs::Device {
         dev_path: "/dev/null".into(),
         ..real
     };

@@ -10,9 +10,9 @@ fn main() {
     // A REG_MR-shaped command whose `start` points at read-only memory.
     static RODATA: [u8; 4096] = [0; 4096];
     let cmd = [0u64, RODATA.as_ptr() as u64, 4096, RODATA.as_ptr() as u64, 0];
-    let _ = uverbs_abi::cmd::write_cmd::<_, uverbs_abi::cmd::NoResp>(
+    let _ = rverbs_abi::cmd::write_cmd::<_, rverbs_abi::cmd::NoResp>(
         f.as_fd(),
-        uverbs_abi::cmd::nr::REG_MR,
+        rverbs_abi::cmd::nr::REG_MR,
         &cmd,
         &[],
         &mut [],

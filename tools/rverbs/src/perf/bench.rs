@@ -15,7 +15,7 @@ use std::io::{IoSlice, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use verbs::{Cq, Error, Mr, Payload, PostError, Qp, RecvWr, SendFlags, SendWr, Sge, Wc, WrOpcode};
+use rverbs::{Cq, Error, Mr, Payload, PostError, Qp, RecvWr, SendFlags, SendWr, Sge, Wc, WrOpcode};
 
 use super::clock::Clock;
 use super::stats;
@@ -1016,15 +1016,15 @@ mod tests {
 
     #[test]
     fn a_send_completion_past_the_posted_requests_is_an_error() {
-        let wc = |wr_id| Wc(uverbs_abi_wc(wr_id));
+        let wc = |wr_id| Wc::from_raw(uverbs_abi_wc(wr_id));
         assert_eq!(retired(&wc(5), 5).unwrap(), 5);
         assert_eq!(retired(&wc(0), 0).unwrap(), 0);
         let e = retired(&wc(6), 5).unwrap_err().to_string();
         assert!(e.contains("names request 6, only 5 were posted"), "{e}");
     }
 
-    fn uverbs_abi_wc(wr_id: u64) -> uverbs_abi::wr::Wc {
-        uverbs_abi::wr::Wc {
+    fn uverbs_abi_wc(wr_id: u64) -> rverbs_abi::wr::Wc {
+        rverbs_abi::wr::Wc {
             wr_id,
             ..Default::default()
         }

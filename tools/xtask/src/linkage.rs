@@ -94,9 +94,48 @@ pub fn check(target_dir: &Path) -> Result<(usize, Vec<String>)> {
     Ok((files.len(), problems))
 }
 
+/// Whether an ELF64 executable is fully static: no `PT_INTERP` (no
+/// dynamic loader) and no `PT_DYNAMIC` (no dynamic section) among its
+/// program headers. Errors on a file that is not a well-formed ELF64.
+pub fn fully_static(path: &Path) -> Result<bool> {
+    let b = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let field = |off: usize, n: usize| -> Result<u64> {
+        let s = b
+            .get(off..off + n)
+            .with_context(|| format!("{}: truncated ELF header", path.display()))?;
+        Ok(s.iter().rev().fold(0u64, |v, &x| (v << 8) | u64::from(x)))
+    };
+    if b.get(..5) != Some(b"\x7fELF\x02".as_slice()) || b.get(5) != Some(&1) {
+        anyhow::bail!("{}: not a little-endian ELF64 file", path.display());
+    }
+    let phoff = usize::try_from(field(0x20, 8)?)?;
+    let phentsize = usize::try_from(field(0x36, 2)?)?;
+    let phnum = usize::try_from(field(0x38, 2)?)?;
+    const PT_DYNAMIC: u64 = 2;
+    const PT_INTERP: u64 = 3;
+    for i in 0..phnum {
+        let at = i
+            .checked_mul(phentsize)
+            .and_then(|o| o.checked_add(phoff))
+            .context("program header offset overflows")?;
+        if matches!(field(at, 4)?, PT_DYNAMIC | PT_INTERP) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dynamic_executable_is_not_static() {
+        // This test binary itself is linked dynamically against glibc.
+        let me = std::env::current_exe().unwrap();
+        assert!(!fully_static(&me).unwrap());
+        assert!(fully_static(Path::new("/etc/hostname")).is_err());
+    }
 
     #[test]
     fn flags_a_binary_linked_to_libibverbs_and_passes_a_clean_one() {

@@ -2,7 +2,7 @@
 //! SENDs of `-s` bytes bounced back and forth `-n` times.
 
 use anyhow::{bail, Context as _, Result};
-use verbs::{
+use rverbs::{
     AccessFlags, AhAttr, Cq, GlobalRoute, Mr, Mtu, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
     RecvWr, SendWr, Sge,
 };
@@ -29,7 +29,7 @@ pub fn connect_qp(
     mtu: Mtu,
     my_psn: u32,
     dest: &Dest,
-    grh_gid: &verbs::Gid,
+    grh_gid: &rverbs::Gid,
 ) -> Result<()> {
     let rc = qp.qp_type() == QpType::Rc;
     let grh = common::needs_grh(grh_gid).then_some(GlobalRoute {

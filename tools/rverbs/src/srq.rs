@@ -4,7 +4,7 @@
 //! carries [`wire::SRQ_LINES`] messages each way (unused ones zero).
 
 use anyhow::{bail, Context as _, Result};
-use verbs::{
+use rverbs::{
     AccessFlags, Cq, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Sge, Srq, SrqInitAttr,
 };
 

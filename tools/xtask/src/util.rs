@@ -31,11 +31,13 @@ pub fn print_line(line: &str) {
     let _ = out.flush();
 }
 
-/// The workspace root: the parent of this package's manifest directory.
+/// The workspace root: two levels above this package's manifest directory
+/// (`<root>/tools/xtask`).
 pub fn workspace_root() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     manifest
-        .parent()
+        .ancestors()
+        .nth(2)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| manifest.to_path_buf())
 }

@@ -5,9 +5,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use rverbs_abi::netlink::{self, attr, Attr, Attrs, NlSocket, ResKind};
+use rverbs_abi::Errno;
 use serde_json::{json, Map, Value};
-use uverbs_abi::netlink::{self, attr, Attr, Attrs, NlSocket, ResKind};
-use uverbs_abi::Errno;
 
 /// Who owns a resource: a user process (pid, and its comm if still there)
 /// or a kernel module.

@@ -5,7 +5,7 @@
 //!    Then the emulated mlx5 items (`mlx5::run_all`, as `cargo xtask
 //!    mlx5`): rdma-core's tools and scenario programs against the
 //!    `mlx5-emu` library, each one test. `--no-host` skips both.
-//! 2. `cargo build -p verbs --examples` and `cargo build -p tools --bin rverbs`.
+//! 2. `cargo build -p rverbs --examples` and `cargo build -p rverbs-cli --bin rverbs`.
 //! 3. `cargo test -p verbs-tests --no-run --message-format=json`, collecting
 //!    the test executables.
 //! 4. One VM boot runs a generated `payload.sh` that runs every executable
@@ -36,7 +36,7 @@ const VM_SUITE: &str = "verbs-tests";
 /// Time limit of one two-guest item (boot of both guests included).
 const VM2_ITEM_TIMEOUT: Duration = Duration::from_secs(300);
 /// The package whose examples are built for the VM run.
-const EXAMPLES_PACKAGE: &str = "verbs";
+const EXAMPLES_PACKAGE: &str = "rverbs";
 
 /// Options of `cargo xtask test`.
 pub struct TestOptions {
@@ -220,6 +220,18 @@ fn static_checks(ws: &Path) -> Vec<(String, bool)> {
         );
     }
     check(
+        "cargo doc -D warnings",
+        Command::new(cargo_bin())
+            .args(["doc", "--no-deps", "--workspace", "--quiet"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    );
+    let mut package = Command::new(cargo_bin());
+    package.args(["package", "--quiet", "--allow-dirty"]);
+    for p in PUBLISHED {
+        package.args(["-p", p]);
+    }
+    check("cargo package (published crates)", &mut package);
+    check(
         "aarch64 type check",
         Command::new(cargo_bin()).args([
             "check",
@@ -230,7 +242,143 @@ fn static_checks(ws: &Path) -> Vec<(String, bool)> {
             AARCH64_TARGET,
         ]),
     );
+    match msrv_command(ws) {
+        Ok(mut cmd) => check("MSRV check", &mut cmd),
+        Err(e) => {
+            say!("MSRV check: FAILED: {e:#}");
+            results.push(("MSRV check".to_string(), false));
+        }
+    }
     results
+}
+
+/// The target of the static `rverbs` (`.cargo/config.toml` makes it
+/// non-PIE and statically linked).
+const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+
+/// Builds `rverbs` for [`STATIC_TARGET`] (adding the target with rustup
+/// when missing) and checks the result is fully static and names no
+/// rdma-core library. Returns its path.
+fn static_rverbs(ws: &Path, target_dir: &Path) -> Result<PathBuf> {
+    let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]))
+        .map(|t| t.lines().any(|l| l.trim() == STATIC_TARGET))
+        .unwrap_or(false);
+    if !installed {
+        say!("static rverbs: adding the {STATIC_TARGET} target with rustup");
+        util::run(
+            Command::new("rustup")
+                .args(["target", "add", STATIC_TARGET])
+                .stdin(Stdio::null()),
+        )?;
+    }
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args([
+        "build",
+        "-p",
+        "rverbs-cli",
+        "--bin",
+        "rverbs",
+        "--target",
+        STATIC_TARGET,
+    ])
+    .current_dir(ws)
+    .stdin(Stdio::null());
+    say!("static rverbs: {}", describe(&cmd));
+    util::run(&mut cmd)?;
+    let path = target_dir.join(STATIC_TARGET).join("debug/rverbs");
+    if !crate::linkage::fully_static(&path)? {
+        anyhow::bail!("{} has an interpreter or a dynamic section", path.display());
+    }
+    let names = crate::linkage::inspect(&path)?;
+    if !names.is_empty() {
+        anyhow::bail!("{}: {}", path.display(), names.join("; "));
+    }
+    Ok(path)
+}
+
+/// The packages published to crates.io, in dependency order.
+const PUBLISHED: &[&str] = &[
+    "rverbs-abi",
+    "rverbs-rxe",
+    "rverbs-mlx5",
+    "rverbs",
+    "rverbs-cli",
+];
+
+/// The workspace's declared `rust-version` (`[workspace.package]`).
+fn declared_msrv(ws: &Path) -> Result<String> {
+    let manifest = std::fs::read_to_string(ws.join("Cargo.toml"))?;
+    manifest
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("rust-version = "))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+        .context("no rust-version in the workspace's Cargo.toml")
+}
+
+/// Prepares the MSRV check: installs the declared toolchain with rustup
+/// when missing, copies the workspace's files (tracked and untracked, not
+/// ignored) to `target/msrv/ws`, resolves its dependencies there for that
+/// Rust version (cargo's `fallback` resolver, so a dependency whose newest
+/// release needs a newer Rust is taken at an older release; the real
+/// Cargo.lock is untouched), and returns the `cargo +MSRV check` to run.
+fn msrv_command(ws: &Path) -> Result<Command> {
+    let msrv = declared_msrv(ws)?;
+    let has = util::output(Command::new("rustup").args(["toolchain", "list"]))
+        .map(|t| t.lines().any(|l| l.starts_with(&format!("{msrv}-"))))
+        .unwrap_or(false);
+    if !has {
+        say!("MSRV check: installing Rust {msrv} with rustup");
+        util::run(
+            Command::new("rustup")
+                .args(["toolchain", "install", &msrv, "--profile", "minimal"])
+                .stdin(Stdio::null()),
+        )?;
+    }
+    let base = ws.join("target/msrv");
+    let copy = base.join("ws");
+    if copy.exists() {
+        std::fs::remove_dir_all(&copy)?;
+    }
+    let files = util::output(
+        Command::new("git")
+            .args(["ls-files", "-co", "--exclude-standard"])
+            .current_dir(ws),
+    )?;
+    for f in files.lines().filter(|f| !f.is_empty()) {
+        let (from, to) = (ws.join(f), copy.join(f));
+        if !from.is_file() {
+            continue;
+        }
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::copy(&from, &to).with_context(|| format!("copying {f}"))?;
+    }
+    util::run(
+        Command::new(cargo_bin())
+            .args(["update", "--quiet"])
+            .env("CARGO_RESOLVER_INCOMPATIBLE_RUST_VERSIONS", "fallback")
+            .current_dir(&copy)
+            .stdin(Stdio::null()),
+    )?;
+    let mut cmd = Command::new("cargo");
+    cmd.arg(format!("+{msrv}"))
+        .args([
+            "check",
+            "--workspace",
+            "--all-targets",
+            "--quiet",
+            "--target-dir",
+        ])
+        .arg(base.join("target"))
+        .current_dir(&copy)
+        // rustup's proxy picks the toolchain from `+MSRV`, not from the
+        // cargo that runs xtask.
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO")
+        .env_remove("RUSTC");
+    Ok(cmd)
 }
 
 /// A test executable of the VM suite.
@@ -473,7 +621,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
 
     // The rverbs tool, for the interop script (tests/vm/interop.sh).
     let mut cmd = Command::new(cargo_bin());
-    cmd.args(["build", "-p", "tools", "--bin", "rverbs"])
+    cmd.args(["build", "-p", "rverbs-cli", "--bin", "rverbs"])
         .current_dir(&ws)
         .stdin(Stdio::null());
     say!("building rverbs: {}", describe(&cmd));
@@ -481,6 +629,24 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         say!("error: {e:#}");
         problems.push("rverbs build".into());
         total.failed += 1;
+    }
+
+    // The fully static rverbs the README promises (musl, non-PIE), for
+    // tests/vm/static.sh: built, then checked to have no interpreter, no
+    // dynamic section and no rdma-core name in it.
+    match static_rverbs(&ws, &target_dir) {
+        Ok(path) => {
+            say!(
+                "static rverbs: {} has no interpreter and no dynamic section: ok",
+                path.display()
+            );
+            total.passed += 1;
+        }
+        Err(e) => {
+            say!("static rverbs: FAILED: {e:#}");
+            problems.push("static rverbs".into());
+            total.failed += 1;
+        }
     }
 
     // (b) The VM suite's test executables.

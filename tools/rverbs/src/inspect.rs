@@ -8,9 +8,7 @@
 //! libibverbs or this stack): it reads what the kernel and the rings say,
 //! not the library's private state.
 
-#[path = "inspect/res.rs"]
 pub mod res;
-#[path = "inspect/rings.rs"]
 pub mod rings;
 
 use std::collections::{BTreeSet, HashMap};

@@ -30,11 +30,11 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io;
 
-use serde_json::{json, Map, Value};
-use uverbs_abi::rxe::{
+use rverbs_abi::rxe::{
     DmaInfo, QueueBuf, RecvWqe, SendWqe, WrAtomic, WrRdma, WrUd, QUEUE_DATA_OFFSET,
 };
-use uverbs_abi::wr::{Sge, Wc};
+use rverbs_abi::wr::{Sge, Wc};
+use serde_json::{json, Map, Value};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::res::Snapshot;
@@ -429,7 +429,7 @@ pub fn plausible_send(e: &[u8]) -> bool {
     let Ok((w, rest)) = SendWqe::read_from_prefix(e) else {
         return false;
     };
-    let inline = w.wr.send_flags & uverbs_abi::wr::send_flags::INLINE != 0;
+    let inline = w.wr.send_flags & rverbs_abi::wr::send_flags::INLINE != 0;
     w.wr.reserved == 0
         && (w.wr.opcode <= 15 || (0x20..=0x22).contains(&w.wr.opcode))
         && w.wr.send_flags < 32
@@ -838,7 +838,7 @@ pub fn send_entry(slot: u32, e: &[u8], qp_type: Option<u8>) -> Value {
         m.insert("first_psn".into(), json!(w.first_psn));
         m.insert("last_psn".into(), json!(w.last_psn));
     }
-    if w.wr.send_flags & uverbs_abi::wr::send_flags::INLINE != 0 {
+    if w.wr.send_flags & rverbs_abi::wr::send_flags::INLINE != 0 {
         let n = (w.dma.length as usize).min(rest.len());
         m.insert("inline".into(), json!(hex(&rest[..n])));
     } else {
@@ -881,10 +881,10 @@ pub fn cq_entry(slot: u32, e: &[u8]) -> Value {
     m.insert("qp_num".into(), json!(c.qp_num));
     m.insert("src_qp".into(), json!(c.src_qp));
     m.insert("wc_flags".into(), json!(c.wc_flags));
-    if c.wc_flags & uverbs_abi::wr::wc_flags::WITH_IMM != 0 {
+    if c.wc_flags & rverbs_abi::wr::wc_flags::WITH_IMM != 0 {
         m.insert("imm_data".into(), json!(u32::from_be(c.ex)));
     }
-    if c.wc_flags & uverbs_abi::wr::wc_flags::WITH_INVALIDATE != 0 {
+    if c.wc_flags & rverbs_abi::wr::wc_flags::WITH_INVALIDATE != 0 {
         m.insert("invalidated_rkey".into(), json!(c.ex));
     }
     if c.vendor_err != 0 {

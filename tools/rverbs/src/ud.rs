@@ -3,7 +3,7 @@
 //! Receive buffers leave room for the 40-byte GRH in front of the payload.
 
 use anyhow::{bail, Context as _, Result};
-use verbs::{
+use rverbs::{
     AccessFlags, Ah, AhAttr, Cq, GlobalRoute, Grh, Mr, Qp, QpAttr, QpCap, QpInitAttr, QpState,
     QpType, RecvWr, SendWr, Sge, UdSendWr,
 };

@@ -16,7 +16,7 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use verbs::Gid;
+use rverbs::Gid;
 
 /// First bytes of every [`Hello`]: name and version of the format.
 pub const MAGIC: &[u8; 8] = b"RVPERF\x00\x01";

@@ -17,10 +17,10 @@ use std::fmt::Write as _;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use anyhow::{anyhow, bail, Result};
-use uverbs_abi::cmd::{nr, response_fd, write_cmd_prefilled, NO_FD};
-use uverbs_abi::device::{ExQueryDeviceResp, GetContext, GetContextResp};
-use uverbs_abi::ioctl::{device_method, object, IoctlCmd};
-use verbs::{Device, GidType, Guid, LinkLayer};
+use rverbs::{Device, GidType, Guid, LinkLayer};
+use rverbs_abi::cmd::{nr, response_fd, write_cmd_prefilled, NO_FD};
+use rverbs_abi::device::{ExQueryDeviceResp, GetContext, GetContextResp};
+use rverbs_abi::ioctl::{device_method, object, IoctlCmd};
 
 use crate::common::num;
 
@@ -51,7 +51,7 @@ fn parse_port(s: &str) -> std::result::Result<u8, String> {
 /// `rverbs devices`: every device's name and node GUID, as `ibv_devices`
 /// prints them (the GUID as 16 hex digits in wire order).
 pub fn run_devices() -> Result<()> {
-    let devs = verbs::devices()?;
+    let devs = rverbs::devices()?;
     print!(
         "{}",
         devices_text(devs.iter().map(|d| (d.name(), d.node_guid())))
@@ -73,7 +73,7 @@ fn devices_text<'a>(devs: impl IntoIterator<Item = (&'a str, Guid)>) -> String {
 /// `rverbs devinfo`: what `ibv_devinfo` prints, for one device (`-d`) or
 /// all of them.
 pub fn run_devinfo(a: &DevinfoArgs) -> Result<()> {
-    let devs = verbs::devices()?;
+    let devs = rverbs::devices()?;
     if a.list {
         let n = devs.len();
         println!("{n} HCA{} found:", if n == 1 { "" } else { "s" });
@@ -140,7 +140,7 @@ const QUERY_PORT_RESP_EX_LEN: usize = 48;
 /// `offsetof(struct ib_uverbs_query_port_resp_ex, port_cap_flags2)`: right
 /// after the 40-byte legacy response.
 const PORT_CAP_FLAGS2_OFFSET: usize = 40;
-const _: () = assert!(size_of::<uverbs_abi::device::QueryPortResp>() == PORT_CAP_FLAGS2_OFFSET);
+const _: () = assert!(size_of::<rverbs_abi::device::QueryPortResp>() == PORT_CAP_FLAGS2_OFFSET);
 
 /// `port_cap_flags2` of `port`, which only `UVERBS_METHOD_QUERY_PORT`
 /// reports. That method needs a user context, so one is opened here (a
@@ -866,7 +866,7 @@ mod tests {
 
     #[test]
     fn devices_table() {
-        let guid = verbs::Guid([0xb8, 0x68, 0x06, 0xff, 0xfe, 0x3d, 0x3d, 0xfd]);
+        let guid = rverbs::Guid([0xb8, 0x68, 0x06, 0xff, 0xfe, 0x3d, 0x3d, 0xfd]);
         assert_eq!(
             devices_text([("rxe0", guid)]),
             "    device          \t   node GUID\n    ------          \t----------------\n    rxe0            \tb86806fffe3d3dfd\n"

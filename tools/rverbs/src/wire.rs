@@ -15,7 +15,7 @@ use std::net::{TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use verbs::Gid;
+use rverbs::Gid;
 
 /// Size of one destination message, NUL included.
 pub const MSG_LEN: usize = 52;

@@ -774,7 +774,7 @@ mod tests {
 
     /// Compares two real logs named by `WQE_LOG_A` and `WQE_LOG_B` (e.g.
     /// two runs of wqe_seq.c, which must be identical after
-    /// normalisation): `WQE_LOG_A=.. WQE_LOG_B=.. cargo test -p tools
+    /// normalisation): `WQE_LOG_A=.. WQE_LOG_B=.. cargo test -p xtask
     /// --bin xtask real_logs -- --ignored`.
     #[test]
     #[ignore = "needs two recorded logs named by WQE_LOG_A and WQE_LOG_B"]

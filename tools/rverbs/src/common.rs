@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use verbs::{CompChannel, Context, Cq, Gid, LinkLayer, PortAttr, Wc};
+use rverbs::{CompChannel, Context, Cq, Gid, LinkLayer, PortAttr, Wc};
 
 use crate::wire::{Dest, Limits};
 
@@ -151,8 +151,10 @@ pub struct Device {
 /// Opens `-d` (or the first device), queries `-i` and the GID of `-g`.
 pub fn open(c: &Common) -> Result<Device> {
     let dev = match &c.dev {
-        Some(name) => verbs::device(name).with_context(|| format!("IB device {name} not found"))?,
-        None => verbs::devices()
+        Some(name) => {
+            rverbs::device(name).with_context(|| format!("IB device {name} not found"))?
+        }
+        None => rverbs::devices()
             .context("failed to get the RDMA device list")?
             .into_iter()
             .next()

@@ -17,11 +17,11 @@ pub mod wire;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use serde_json::{json, Value};
-use verbs::{
+use rverbs::{
     AccessFlags, ConnectOpts, Context, Endpoint, Errno, Gid, LinkLayer, Mtu, QpCap, QpInitAttr,
     QpType,
 };
+use serde_json::{json, Value};
 
 use crate::common::{gid_text, num, page_size, random_psn};
 use bench::{Bench, Params, Peer, Res, Ticker};
@@ -484,7 +484,7 @@ impl Plan {
 
     /// Checks the plan against the device and port; a `-a` sweep without
     /// `--max-size` stops at the port's largest message.
-    pub fn fit_device(&mut self, dev: &verbs::DeviceAttr, port: &verbs::PortAttr) -> Result<()> {
+    pub fn fit_device(&mut self, dev: &rverbs::DeviceAttr, port: &rverbs::PortAttr) -> Result<()> {
         let max_msg = port.max_msg_sz as u64;
         if self.max_size() > max_msg {
             if self.all && !self.max_size_given {
@@ -539,8 +539,8 @@ impl Plan {
 /// The opened device and the port's figures.
 struct Opened {
     ctx: Context,
-    attr: verbs::DeviceAttr,
-    port: verbs::PortAttr,
+    attr: rverbs::DeviceAttr,
+    port: rverbs::PortAttr,
     gid_index: Option<u8>,
     gid: Gid,
     name: String,
@@ -548,8 +548,10 @@ struct Opened {
 
 fn open(p: &Plan) -> Result<Opened> {
     let dev = match &p.dev {
-        Some(name) => verbs::device(name).with_context(|| format!("IB device {name} not found"))?,
-        None => verbs::devices()
+        Some(name) => {
+            rverbs::device(name).with_context(|| format!("IB device {name} not found"))?
+        }
+        None => rverbs::devices()
             .context("failed to get the RDMA device list")?
             .into_iter()
             .next()

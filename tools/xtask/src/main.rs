@@ -22,7 +22,7 @@
 //!   (RETRY_EXC_ERR), provided their retry_cnt is below 7: rxe retries
 //!   forever at 7, the value ibv_*_pingpong and perftest use unless told
 //!   otherwise (see tests/vm2/link_cut.sh).
-//! - `cargo xtask test [--kernel SERIES] [--timeout SECS] [--no-host] [-- ARGS...]`
+//! - `cargo xtask test [--kernel SERIES] [--timeout SECS] [--no-host | --no-vm] [-- ARGS...]`
 //!   runs the host tests, builds the VM suite (package `verbs-tests`) and
 //!   the `verbs` examples, runs every VM test executable in one VM, then
 //!   every `tests/vm2/*.sh` script in a linked pair (see `vm2`; the same
@@ -36,39 +36,30 @@
 //!   user-space instructions per post+poll (callgrind) and, with
 //!   `rverbs perf`, bandwidth, message rate and latency against perftest;
 //!   prints a markdown report and writes it to `target/bench/BENCHMARKS.md`
-//!   (see `tools/src/xtask/bench.rs`). Not part of `test`.
+//!   (see `tools/xtask/src/bench.rs`). Not part of `test`.
 //!
 //! - `cargo xtask mlx5` builds the emulated mlx5 device (package
 //!   `mlx5-emu`, an `LD_PRELOAD` library) and runs rdma-core's tools and
 //!   the scenario programs of `tests/mlx5-emu/c/` against it, on the host
-//!   (see `tools/src/xtask/mlx5.rs`); `test` runs the same items.
+//!   (see `tools/xtask/src/mlx5.rs`); `test` runs the same items.
 //!
 //! - `cargo xtask fuzz [--seconds N]` runs every cargo-fuzz target of
 //!   `tests/fuzz` for N seconds each (default: about 90 s in all) and
 //!   fails on any crash, printing the crashing input's path (see
-//!   `tools/src/xtask/fuzz.rs`). Needs the nightly toolchain and
+//!   `tools/xtask/src/fuzz.rs`). Needs the nightly toolchain and
 //!   cargo-fuzz; installs neither.
 //!
 //! Downloads and builds are cached in `<workspace>/.vm-cache/`.
 
 #[macro_use]
-#[path = "../xtask/util.rs"]
 mod util;
-#[path = "../xtask/bench.rs"]
 mod bench;
-#[path = "../xtask/fuzz.rs"]
 mod fuzz;
-#[path = "../xtask/initramfs.rs"]
 mod initramfs;
-#[path = "../xtask/kernel.rs"]
 mod kernel;
-#[path = "../xtask/linkage.rs"]
 mod linkage;
-#[path = "../xtask/mlx5.rs"]
 mod mlx5;
-#[path = "../xtask/testrun.rs"]
 mod testrun;
-#[path = "../xtask/vm.rs"]
 mod vm;
 
 use std::ffi::OsString;
@@ -189,6 +180,9 @@ enum Cmd {
         /// Skip the host test phase (`cargo test --workspace ...`).
         #[arg(long)]
         no_host: bool,
+        /// Skip the VM phases (host tests and checks only).
+        #[arg(long, conflicts_with = "no_host")]
+        no_vm: bool,
         /// Extra arguments for each VM test executable (after `--`).
         #[arg(last = true, value_name = "ARGS")]
         args: Vec<OsString>,
@@ -280,13 +274,14 @@ fn main() -> ExitCode {
             kernel,
             timeout,
             no_host,
+            no_vm,
             args,
         } => kernel::parse_series_list(&kernel)
             .and_then(|kernels| {
                 let vm = vm_options(kernels[0].clone(), timeout).map_err(anyhow::Error::msg)?;
                 testrun::test_command(&testrun::TestOptions {
                     vm,
-                    kernels,
+                    kernels: if no_vm { Vec::new() } else { kernels },
                     extra_args: args,
                     no_host,
                 })

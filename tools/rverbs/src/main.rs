@@ -11,10 +11,10 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
-use verbs::{Mtu, QpType};
+use rverbs::{Mtu, QpType};
 
-use tools::common::{num, Common};
-use tools::{connected, devinfo, inspect, perf, srq, ud};
+use rverbs_cli::common::{num, Common};
+use rverbs_cli::{connected, devinfo, inspect, perf, srq, ud};
 
 #[derive(Parser)]
 #[command(
