@@ -363,16 +363,13 @@ fn msrv_command(ws: &Path) -> Result<Command> {
             .stdin(Stdio::null()),
     )?;
     let mut cmd = Command::new("cargo");
+    // By manifest path: the checks run from the workspace root.
     cmd.arg(format!("+{msrv}"))
-        .args([
-            "check",
-            "--workspace",
-            "--all-targets",
-            "--quiet",
-            "--target-dir",
-        ])
+        .args(["check", "--workspace", "--all-targets", "--quiet"])
+        .arg("--manifest-path")
+        .arg(copy.join("Cargo.toml"))
+        .arg("--target-dir")
         .arg(base.join("target"))
-        .current_dir(&copy)
         // rustup's proxy picks the toolchain from `+MSRV`, not from the
         // cargo that runs xtask.
         .env_remove("RUSTUP_TOOLCHAIN")
