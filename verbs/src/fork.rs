@@ -313,13 +313,19 @@ impl Guard {
     pub(crate) fn keep(&mut self) {
         self.range = None;
     }
+
+    /// Removes the mark now (deregistration succeeded), while the memory is
+    /// still mapped: before its owner may free or unmap it.
+    pub(crate) fn release(&mut self) {
+        if let Some((s, e)) = self.range.take() {
+            tracker().release(s, e);
+        }
+    }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some((s, e)) = self.range {
-            tracker().release(s, e);
-        }
+        self.release();
     }
 }
 

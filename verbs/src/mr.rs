@@ -50,7 +50,8 @@ pub struct Mr<B = PageBuf> {
     addr: *mut u8,
     len: usize,
     access: AccessFlags,
-    // Dropped after DEREG_MR (in Drop), before the buffer goes.
+    // Released right after DEREG_MR succeeds (in `deregister`), before the
+    // buffer goes; kept for good if it fails.
     fork: crate::fork::Guard,
     // The owner of `addr..addr+len`. Kept in a `MaybeUninit` (a union), so
     // that moving the MR never asserts uniqueness of the owner (a `Box`'s
@@ -395,7 +396,11 @@ impl<B> Mr<B> {
             write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut [])
         };
         match done {
-            Ok(_) | Err(Errno::EIO | Errno::ENODEV) => Ok(()),
+            Ok(_) | Err(Errno::EIO | Errno::ENODEV) => {
+                // Unmarked before the owner can free the pages.
+                self.fork.release();
+                Ok(())
+            }
             Err(errno) => {
                 self.fork.keep();
                 Err(Error::kernel("dereg_mr")(errno))
