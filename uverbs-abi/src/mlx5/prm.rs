@@ -21,7 +21,9 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// `struct mlx5_wqe_ctrl_seg`: the 16 bytes that start every send WQE.
 #[repr(C, align(4))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct CtrlSeg {
     /// Bits 31..24 opcode modifier, 23..8 WQE index (the producer counter
     /// of basic blocks), 7..0 opcode (`MLX5_OPCODE_*`).
@@ -42,7 +44,9 @@ pub struct CtrlSeg {
 /// `struct mlx5_wqe_raddr_seg`: the remote address of an RDMA or atomic
 /// operation.
 #[repr(C, align(8))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct RaddrSeg {
     /// Remote virtual address.
     pub raddr: U64,
@@ -54,7 +58,9 @@ pub struct RaddrSeg {
 
 /// `struct mlx5_wqe_atomic_seg`: the operands of an atomic operation.
 #[repr(C, align(8))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct AtomicSeg {
     /// Swap value (compare and swap) or addend (fetch and add).
     pub swap_add: U64,
@@ -65,7 +71,9 @@ pub struct AtomicSeg {
 /// `struct mlx5_wqe_data_seg`: one gather (send) or scatter (receive)
 /// entry.
 #[repr(C, align(8))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct DataSeg {
     /// Bytes (an atomic's data segment says 8).
     pub byte_count: U32,
@@ -78,7 +86,9 @@ pub struct DataSeg {
 /// `struct mlx5_wqe_inl_data_seg`: the header of inline data, followed
 /// directly by the payload bytes (padded to 16 bytes).
 #[repr(C, align(4))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct InlineSeg {
     /// Payload bytes with [`INLINE_SEG`] set. (rdma-core declares it a
     /// host-order `uint32_t` and stores it big-endian.)
@@ -89,7 +99,9 @@ pub struct InlineSeg {
 /// address handle holds). The C `key` union is flattened to its UD arm
 /// (`key.qkey`).
 #[repr(C, align(8))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Av {
     /// Q_Key of the destination (`key.qkey.qkey`).
     pub qkey: U32,
@@ -122,7 +134,9 @@ pub struct Av {
 /// `struct mlx5_wqe_datagram_seg`: the address vector as a send WQE
 /// segment (UD).
 #[repr(C, align(8))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct DatagramSeg {
     /// The address vector, with the per-request Q_Key and destination QP.
     pub av: Av,
@@ -131,7 +145,9 @@ pub struct DatagramSeg {
 /// `struct mlx5_wqe_srq_next_seg`: the header of an SRQ WQE, linking the
 /// SRQ's WQE list.
 #[repr(C, align(2))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct SrqNextSeg {
     /// Reserved.
     pub rsvd0: [u8; 2],
@@ -146,7 +162,9 @@ pub struct SrqNextSeg {
 /// `struct mlx5_cqe64`: a 64-byte completion queue entry. The first 32
 /// bytes are a C union; this is its (anonymous) completion arm.
 #[repr(C, align(8))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Cqe64 {
     /// Reserved.
     pub rsvd0: [u8; 2],
@@ -201,7 +219,9 @@ pub struct Cqe64 {
 /// `struct mlx5_err_cqe`: how an error CQE (opcode [`CQE_REQ_ERR`] or
 /// [`CQE_RESP_ERR`]) reads.
 #[repr(C, align(4))]
-#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ErrCqe {
     /// Reserved.
     pub rsvd0: [u8; 32],
