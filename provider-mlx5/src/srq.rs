@@ -1,8 +1,8 @@
 //! mlx5 shared receive queues: the linked WQE list, CREATE_SRQ with mlx5's
 //! driver data and posting receives to it.
 //!
-//! The WQEs form a list linked through the big-endian `next_wqe_index` at
-//! byte 2 of each WQE. The device consumes WQEs by following the links from
+//! The WQEs form a list linked through the `next_wqe_index` of the next
+//! segment ([`SrqNextSeg`]) that starts each WQE. The device consumes WQEs by following the links from
 //! WQE 0; we post by following the same links from our `head`. The list
 //! always keeps one unposted WQE at its `tail`, to which WQEs the CQ has
 //! completed are linked back (only the poster edits the list; the CQ just

@@ -216,8 +216,8 @@ pub struct Cqe64 {
     pub op_own: u8,
 }
 
-/// `struct mlx5_err_cqe`: how an error CQE (opcode [`CQE_REQ_ERR`] or
-/// [`CQE_RESP_ERR`]) reads.
+/// `struct mlx5_err_cqe`: how an error CQE (opcode [`cqe_opcode::REQ_ERR`] or
+/// [`cqe_opcode::RESP_ERR`]) reads.
 #[repr(C, align(4))]
 #[derive(
     Debug, Default, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
