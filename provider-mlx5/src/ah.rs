@@ -1,12 +1,12 @@
-//! Address vectors: the 48-byte `mlx5_wqe_av` a UD send WQE carries,
-//! built in user space from an address handle's attributes.
-//!
-//! Layout (big-endian fields): 0..4 Q_Key and 8..12 remote QPN (both
-//! filled per work request), 12 `stat_rate_sl`, 13 `fl_mlid`, 14..16
-//! `rlid` (or the RoCE v2 UDP source port), 20..26 `rmac`, 26 `tclass`,
-//! 27 `hop_limit`, 28..32 `grh_gid_fl`, 32..48 `rgid`.
+//! Address vectors: the 48-byte `mlx5_wqe_av` ([`Av`]) a UD send WQE
+//! carries, built in user space from an address handle's attributes. The
+//! Q_Key and remote QPN are filled per work request; the rest comes from
+//! here. It travels as bytes (the provider-neutral `wr::UdDest` holds
+//! `[u8; 48]`).
 
 use rverbs_abi::ah::AhAttr;
+use rverbs_abi::mlx5::prm::Av;
+use zerocopy::network_endian::{U16, U32};
 
 /// Flow labels are 20 bits.
 const FLOW_LABEL_MASK: u32 = 0xF_FFFF;
@@ -60,33 +60,35 @@ fn udp_sport(attr: &AhAttr) -> u16 {
 /// InfiniBand (`roce == false`) or Ethernet (RoCE v2; the destination MAC
 /// is left zero for the caller to fill with [`set_rmac`]).
 pub fn av(attr: &AhAttr, roce: bool) -> [u8; 48] {
-    let mut av = [0u8; 48];
+    let mut av = Av::default();
     let rate = mlx5_rate(attr.static_rate);
     let grh_bit: u32 = if roce {
-        av[12] = rate << 4 | (attr.sl & 0x7) << 1;
-        av[14..16].copy_from_slice(&udp_sport(attr).to_be_bytes());
+        av.stat_rate_sl = rate << 4 | (attr.sl & 0x7) << 1;
+        av.rlid = U16::new(udp_sport(attr));
         0
     } else {
-        av[12] = rate << 4 | (attr.sl & 0xF);
-        av[13] = attr.src_path_bits & 0x7F;
-        av[14..16].copy_from_slice(&attr.dlid.to_be_bytes());
+        av.stat_rate_sl = rate << 4 | (attr.sl & 0xF);
+        av.fl_mlid = attr.src_path_bits & 0x7F;
+        av.rlid = U16::new(attr.dlid);
         1
     };
     if attr.is_global != 0 {
-        av[26] = attr.grh.traffic_class;
-        av[27] = attr.grh.hop_limit;
-        let gid_fl = grh_bit << 30
-            | u32::from(attr.grh.sgid_index) << 20
-            | (attr.grh.flow_label & FLOW_LABEL_MASK);
-        av[28..32].copy_from_slice(&gid_fl.to_be_bytes());
-        av[32..48].copy_from_slice(&attr.grh.dgid);
+        av.tclass = attr.grh.traffic_class;
+        av.hop_limit = attr.grh.hop_limit;
+        av.grh_gid_fl = U32::new(
+            grh_bit << 30
+                | u32::from(attr.grh.sgid_index) << 20
+                | (attr.grh.flow_label & FLOW_LABEL_MASK),
+        );
+        av.rgid = attr.grh.dgid;
     }
-    av
+    zerocopy::transmute!(av)
 }
 
 /// Stores the destination MAC of a RoCE address vector.
 pub fn set_rmac(av: &mut [u8; 48], mac: [u8; 6]) {
-    av[20..26].copy_from_slice(&mac);
+    let at = std::mem::offset_of!(Av, rmac);
+    av[at..at + mac.len()].copy_from_slice(&mac);
 }
 
 #[cfg(test)]

@@ -15,8 +15,10 @@ use std::sync::{Arc, Mutex};
 use rverbs_abi::cmd::{nr, write_cmd};
 use rverbs_abi::cq::{CreateCq, CreateCqResp, DestroyCq, DestroyCqResp, ResizeCq, ResizeCqResp};
 use rverbs_abi::mlx5;
+use rverbs_abi::mlx5::prm::{self, cqe_opcode as cqe_op, syndrome, Cqe64, ErrCqe};
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
 use rverbs_abi::Errno;
+use zerocopy::network_endian::U32;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
@@ -29,24 +31,55 @@ use crate::{mmio, wqe_op};
 pub mod fuzz;
 
 /// Bytes per CQE.
-const CQE_SIZE: usize = 64;
+const CQE_SIZE: usize = size_of::<Cqe64>();
 /// Largest ring (`1 << 24` entries).
 const MAX_CQE: u64 = 1 << 24;
 /// Opcode of an entry the device has not written (`MLX5_CQE_INVALID`).
-const OP_INVALID: u8 = 15;
+const OP_INVALID: u8 = cqe_op::INVALID;
 /// `MLX5_CQ_DB_REQ_NOT_SOL`: arm for solicited (and error) CQEs only.
-const ARM_SOLICITED: u32 = 1 << 24;
+const ARM_SOLICITED: u32 = prm::CQ_DB_REQ_NOT_SOL;
 
-/// CQE opcodes (bits 7..4 of the last byte).
-mod cqe_op {
-    pub const REQ: u8 = 0;
-    pub const RESP_WR_IMM: u8 = 1;
-    pub const RESP_SEND: u8 = 2;
-    pub const RESP_SEND_IMM: u8 = 3;
-    pub const RESP_SEND_INV: u8 = 4;
-    pub const RESIZE: u8 = 5;
-    pub const REQ_ERR: u8 = 13;
-    pub const RESP_ERR: u8 = 14;
+/// A CQE in the ring that [`Cq::sw_cqe`] handed out: software owns it (the
+/// device wrote it and will not write it again before the consumer index
+/// passes it), 64-byte aligned. `T` is the way it is read: [`Cqe64`], or
+/// [`ErrCqe`] for an error CQE.
+#[derive(Clone, Copy)]
+struct Cqe<T = Cqe64>(*const T);
+
+/// Field `f` of the CQE `c` (a [`Cqe`]), read by value through the raw
+/// pointer: no reference into the ring, and no copy of the other fields.
+macro_rules! cqe {
+    ($c:expr, $f:ident) => {{
+        let p = $c.0;
+        // SAFETY: `p` points to an aligned, initialised CQE that software
+        // owns while the caller holds it (see `Cqe`); the field is read
+        // in place, by value.
+        unsafe { ::std::ptr::addr_of!((*p).$f).read() }
+    }};
+}
+
+impl Cqe {
+    /// The QP key field at `key_off` ([`Cq::key_off`]: the offset of
+    /// `srqn_uidx` or of `sop_drop_qpn`, both big-endian 32-bit fields).
+    #[inline(always)]
+    fn key(self, key_off: usize) -> u32 {
+        debug_assert!(
+            key_off == std::mem::offset_of!(Cqe64, srqn_uidx)
+                || key_off == std::mem::offset_of!(Cqe64, sop_drop_qpn)
+        );
+        // SAFETY: `key_off` is the offset of one of the two `U32` fields
+        // (`Cq::new` sets nothing else), so this reads that field of an
+        // initialised CQE software owns, in place (`U32` has alignment 1).
+        unsafe { self.0.cast::<u8>().add(key_off).cast::<U32>().read() }.get()
+    }
+
+    /// The CQE, by value (no reference into the ring is made).
+    #[inline(always)]
+    fn read(self) -> Cqe64 {
+        // SAFETY: an aligned, initialised CQE inside a live ring that
+        // nobody writes while we hold it (see the type).
+        unsafe { self.0.read() }
+    }
 }
 
 /// What CREATE_CQ returned. The ring and doorbell record live as long as
@@ -119,10 +152,12 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateCq) -> Result<Cr
 /// A ring of `ncqe` invalid CQEs (opcode 15, owner 0).
 fn new_ring(ncqe: u32) -> Result<Buf, Errno> {
     let buf = Buf::new(ncqe as usize * CQE_SIZE)?;
+    let ring = buf.as_ptr().cast::<Cqe64>();
     for i in 0..ncqe as usize {
-        // SAFETY: byte 63 of entry i < ncqe lies inside the buffer, which
-        // nobody else sees yet.
-        unsafe { *buf.as_ptr().add(i * CQE_SIZE + CQE_SIZE - 1) = OP_INVALID << 4 };
+        // SAFETY: entry i < ncqe lies inside the buffer (64-byte entries
+        // from a page-aligned start), which nobody else sees yet; only its
+        // `op_own` byte is written, through the raw pointer.
+        unsafe { std::ptr::addr_of_mut!((*ring.add(i)).op_own).write(OP_INVALID << 4) };
     }
     Ok(buf)
 }
@@ -240,33 +275,32 @@ impl Mem {
             let slot = |n: u32| {
                 // SAFETY: the entry lies inside the current ring
                 // (`n & (ncqe - 1) < ncqe`).
-                unsafe { base.add((n & (ncqe - 1)) as usize * CQE_SIZE) }
+                unsafe { base.add((n & (ncqe - 1)) as usize * CQE_SIZE) }.cast::<Cqe64>()
             };
-            let c = Cqe(slot(i));
-            let op = c.u8(63) >> 4;
-            let mine = op != cqe_op::RESIZE
-                && (if by_qpn { c.be32(56) } else { c.be32(32) }) & 0xFF_FFFF == key;
+            let c = Cqe(slot(i)).read();
+            let op = c.opcode();
+            let mine = op != cqe_op::RESIZE_CQ
+                && (if by_qpn { c.sop_drop_qpn } else { c.srqn_uidx }).get() & 0xFF_FFFF == key;
             if mine {
                 let responder = matches!(
                     op,
                     cqe_op::RESP_WR_IMM..=cqe_op::RESP_SEND_INV | cqe_op::RESP_ERR
                 );
                 if let (true, Some(srq)) = (responder, srq) {
-                    srq.complete(c.be16(60));
+                    srq.complete(c.wqe_counter.get());
                 }
                 nfreed += 1;
             } else if nfreed != 0 {
                 let to = i.wrapping_add(nfreed);
-                let mut bytes = c.bytes();
+                let mut moved = c;
                 // The owner bit the device would have given `to`.
-                bytes[CQE_SIZE - 1] = (bytes[CQE_SIZE - 1] & !1) | u8::from(to & ncqe != 0);
+                moved.op_own = (moved.op_own & !1) | u8::from(to & ncqe != 0);
                 // SAFETY: `to` is before `prod`, an entry the device
                 // wrote and will not write again until the consumer index
                 // passes it; the poller is locked out (`busy`), so nobody
-                // else reads or writes it.
-                unsafe {
-                    std::ptr::write_volatile(slot(to).cast_mut().cast::<[u8; CQE_SIZE]>(), bytes)
-                };
+                // else reads or writes it. Written whole through the raw
+                // pointer (aligned: 64-byte entries in a page-aligned ring).
+                unsafe { std::ptr::write_volatile(slot(to).cast_mut(), moved) };
             }
         }
         if nfreed != 0 {
@@ -305,10 +339,12 @@ fn snapshot(uctx: &Uctx, by_qpn: bool, rows: &mut Vec<Row>) -> u64 {
 fn sw_cqe_at(base: *const u8, ncqe: u32, i: u32) -> Option<Cqe> {
     let slot = (i & (ncqe - 1)) as usize;
     // SAFETY: the entry lies inside the ring (`slot < ncqe`).
-    let p = unsafe { base.add(slot * CQE_SIZE) };
-    // SAFETY: the last byte of the entry; the device writes it
-    // concurrently, so read it atomically.
-    let op_own = unsafe { &*p.add(CQE_SIZE - 1).cast::<AtomicU8>() }.load(Ordering::Relaxed);
+    let p = unsafe { base.add(slot * CQE_SIZE) }.cast::<Cqe64>();
+    // SAFETY: the entry's `op_own` byte (taken by raw pointer, no
+    // reference to the entry); the device writes it concurrently, so read
+    // it atomically (an `AtomicU8` has the alignment and size of a `u8`).
+    let op_own =
+        unsafe { &*std::ptr::addr_of!((*p).op_own).cast::<AtomicU8>() }.load(Ordering::Relaxed);
     if op_own >> 4 == OP_INVALID || (op_own & 1 != 0) != (i & ncqe != 0) {
         return None;
     }
@@ -355,8 +391,10 @@ pub struct Cq {
     uar: *mut u64,
     /// Arm sequence number (low 2 bits used).
     arm_sn: AtomicU32,
-    /// Where a CQE names its QP: the user index (`srqn_uidx`, CQE version
-    /// 1) or the QP number (`sop_drop_qpn`, version 0).
+    /// Where a CQE names its QP: the offset in [`Cqe64`] of `srqn_uidx`
+    /// (the user index, CQE version 1) or of `sop_drop_qpn` (the QP number,
+    /// version 0). One load per CQE, where a choice between the two fields
+    /// would cost a branch or a select.
     key_off: usize,
     /// Whether `key_off` is the QP number (CQE version 0).
     by_qpn: bool,
@@ -392,7 +430,11 @@ impl Cq {
             arm_db: mem.db.word(1),
             uar: uctx.cq_doorbell(),
             arm_sn: AtomicU32::new(0),
-            key_off: if uctx.cqe_version() == 1 { 32 } else { 56 },
+            key_off: if by_qpn {
+                std::mem::offset_of!(Cqe64, sop_drop_qpn)
+            } else {
+                std::mem::offset_of!(Cqe64, srqn_uidx)
+            },
             by_qpn,
             rows,
             last: 0,
@@ -505,7 +547,8 @@ impl Cq {
         let mut i = ci;
         let mut found = false;
         while let Some(cqe) = self.sw_cqe(i) {
-            if cqe.u8(63) >> 4 == cqe_op::RESIZE {
+            let mut c = cqe.read();
+            if c.opcode() == cqe_op::RESIZE_CQ {
                 found = true;
                 break;
             }
@@ -515,15 +558,13 @@ impl Cq {
                 break;
             }
             i = i.wrapping_add(1);
-            let mut c = cqe.bytes();
-            c[63] = (c[63] & !1) | u8::from(i & ncqe != 0);
+            c.op_own = (c.op_own & !1) | u8::from(i & ncqe != 0);
             let slot = (i & (ncqe - 1)) as usize;
-            // SAFETY: the entry lies inside the new ring, which nobody
-            // else writes yet (the device starts after the RESIZE CQE's
-            // counter, past every slot written here).
-            unsafe {
-                std::ptr::write_volatile(new.add(slot * CQE_SIZE).cast::<[u8; CQE_SIZE]>(), c)
-            };
+            // SAFETY: the entry lies inside the new ring (aligned: 64-byte
+            // entries in a page-aligned ring), which nobody else writes yet
+            // (the device starts after the RESIZE CQE's counter, past every
+            // slot written here); written whole through the raw pointer.
+            unsafe { std::ptr::write_volatile(new.add(slot * CQE_SIZE).cast::<Cqe64>(), c) };
         }
         if found {
             ci = ci.wrapping_add(1);
@@ -542,7 +583,7 @@ impl Cq {
     /// Resolves the CQE's QP and parses it.
     #[inline]
     fn complete(&mut self, cqe: Cqe, out: &mut Wc) -> bool {
-        let key = cqe.be32(self.key_off) & 0xFF_FFFF;
+        let key = cqe.key(self.key_off) & 0xFF_FFFF;
         // Most CQs serve one QP, or a few in turn: try the last hit first.
         let hit = match self.rows.get(self.last) {
             Some(r) if r.0 == key => Some(self.last),
@@ -630,60 +671,22 @@ impl Cq {
     }
 }
 
-/// A CQE in the ring that [`Cq::sw_cqe`] handed out: 64 readable bytes,
-/// 8-byte aligned.
-#[derive(Clone, Copy)]
-struct Cqe(*const u8);
-
-impl Cqe {
-    #[inline]
-    fn u8(self, off: usize) -> u8 {
-        debug_assert!(off < CQE_SIZE);
-        // SAFETY: `off` is inside the CQE (callers pass constants < 64).
-        unsafe { *self.0.add(off) }
-    }
-    #[inline]
-    fn be16(self, off: usize) -> u16 {
-        debug_assert!(off + 2 <= CQE_SIZE && off % 2 == 0);
-        // SAFETY: an aligned 2-byte field inside the CQE.
-        u16::from_be(unsafe { self.0.add(off).cast::<u16>().read() })
-    }
-    #[inline]
-    fn be32(self, off: usize) -> u32 {
-        debug_assert!(off + 4 <= CQE_SIZE && off % 4 == 0);
-        // SAFETY: an aligned 4-byte field inside the CQE.
-        u32::from_be(unsafe { self.0.add(off).cast::<u32>().read() })
-    }
-    /// A copy of the whole CQE.
-    fn bytes(self) -> [u8; CQE_SIZE] {
-        // SAFETY: the CQE's 64 readable bytes.
-        unsafe { self.0.cast::<[u8; CQE_SIZE]>().read() }
-    }
-    /// The 4 bytes at `off` as they lie in memory.
-    #[inline]
-    fn raw32(self, off: usize) -> u32 {
-        debug_assert!(off + 4 <= CQE_SIZE && off % 4 == 0);
-        // SAFETY: an aligned 4-byte field inside the CQE.
-        unsafe { self.0.add(off).cast::<u32>().read() }
-    }
-}
-
 /// The work-completion status for an error CQE's syndrome.
 fn status_of(syndrome: u8) -> u32 {
     match syndrome {
-        0x01 => wc_status::LOC_LEN_ERR,
-        0x02 => wc_status::LOC_QP_OP_ERR,
-        0x04 => wc_status::LOC_PROT_ERR,
-        0x05 => wc_status::WR_FLUSH_ERR,
-        0x06 => wc_status::MW_BIND_ERR,
-        0x10 => wc_status::BAD_RESP_ERR,
-        0x11 => wc_status::LOC_ACCESS_ERR,
-        0x12 => wc_status::REM_INV_REQ_ERR,
-        0x13 => wc_status::REM_ACCESS_ERR,
-        0x14 => wc_status::REM_OP_ERR,
-        0x15 => wc_status::RETRY_EXC_ERR,
-        0x16 => wc_status::RNR_RETRY_EXC_ERR,
-        0x22 => wc_status::REM_ABORT_ERR,
+        syndrome::LOCAL_LENGTH_ERR => wc_status::LOC_LEN_ERR,
+        syndrome::LOCAL_QP_OP_ERR => wc_status::LOC_QP_OP_ERR,
+        syndrome::LOCAL_PROT_ERR => wc_status::LOC_PROT_ERR,
+        syndrome::WR_FLUSH_ERR => wc_status::WR_FLUSH_ERR,
+        syndrome::MW_BIND_ERR => wc_status::MW_BIND_ERR,
+        syndrome::BAD_RESP_ERR => wc_status::BAD_RESP_ERR,
+        syndrome::LOCAL_ACCESS_ERR => wc_status::LOC_ACCESS_ERR,
+        syndrome::REMOTE_INVAL_REQ_ERR => wc_status::REM_INV_REQ_ERR,
+        syndrome::REMOTE_ACCESS_ERR => wc_status::REM_ACCESS_ERR,
+        syndrome::REMOTE_OP_ERR => wc_status::REM_OP_ERR,
+        syndrome::TRANSPORT_RETRY_EXC_ERR => wc_status::RETRY_EXC_ERR,
+        syndrome::RNR_RETRY_EXC_ERR => wc_status::RNR_RETRY_EXC_ERR,
+        syndrome::REMOTE_ABORTED_ERR => wc_status::REM_ABORT_ERR,
         _ => wc_status::GENERAL_ERR,
     }
 }
@@ -692,19 +695,20 @@ fn status_of(syndrome: u8) -> u32 {
 /// report nothing (resize, tag matching, signature errors, or a queue the
 /// QP does not have).
 fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
-    let opcode = c.u8(63) >> 4;
-    let wqe_counter = c.be16(60);
+    let opcode = cqe!(c, op_own) >> 4;
+    let wqe_counter = cqe!(c, wqe_counter).get();
     match opcode {
         cqe_op::REQ => {
             let Some(wr_id) = e.sq.as_ref().and_then(|sq| sq.complete(wqe_counter)) else {
                 return false;
             };
-            let (op, flags, len) = match c.u8(56) {
+            // The WQE opcode: bits 31..24.
+            let (op, flags, len) = match cqe!(c, sop_drop_qpn).to_bytes()[0] {
                 wqe_op::RDMA_WRITE => (wc_opcode::RDMA_WRITE, 0, 0),
                 wqe_op::RDMA_WRITE_IMM => (wc_opcode::RDMA_WRITE, wc_flags::WITH_IMM, 0),
                 wqe_op::SEND | wqe_op::SEND_INVAL => (wc_opcode::SEND, 0, 0),
                 wqe_op::SEND_IMM => (wc_opcode::SEND, wc_flags::WITH_IMM, 0),
-                wqe_op::RDMA_READ => (wc_opcode::RDMA_READ, 0, c.be32(44)),
+                wqe_op::RDMA_READ => (wc_opcode::RDMA_READ, 0, cqe!(c, byte_cnt).get()),
                 wqe_op::ATOMIC_CS => (wc_opcode::COMP_SWAP, 0, 8),
                 wqe_op::ATOMIC_FA => (wc_opcode::FETCH_ADD, 0, 8),
                 wqe_op::UMR => (wc_opcode::BIND_MW, 0, 0),
@@ -726,7 +730,7 @@ fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
                 return false;
             };
             // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
-            let imm = c.raw32(36);
+            let imm = u32::from_ne_bytes(cqe!(c, imm_inval_pkey).to_bytes());
             let (op, mut flags, ex) = match opcode {
                 cqe_op::RESP_WR_IMM => (wc_opcode::RECV_RDMA_WITH_IMM, wc_flags::WITH_IMM, imm),
                 cqe_op::RESP_SEND => (wc_opcode::RECV, 0, 0),
@@ -737,7 +741,7 @@ fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
                     u32::from_be(imm),
                 ),
             };
-            let flags_rqpn = c.be32(24);
+            let flags_rqpn = cqe!(c, flags_rqpn).get();
             if (flags_rqpn >> 28) & 3 != 0 {
                 flags |= wc_flags::GRH;
             }
@@ -746,15 +750,15 @@ fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
                 status: wc_status::SUCCESS,
                 opcode: op,
                 vendor_err: 0,
-                byte_len: c.be32(44),
+                byte_len: cqe!(c, byte_cnt).get(),
                 ex,
                 qp_num: e.qpn,
                 src_qp: flags_rqpn & 0xFF_FFFF,
                 wc_flags: flags,
                 pkey_index: (u32::from_be(imm) & 0xFFFF) as u16,
-                slid: c.be16(22),
+                slid: cqe!(c, slid).get(),
                 sl: ((flags_rqpn >> 24) & 0xF) as u8,
-                dlid_path_bits: c.u8(17) & 0x7F,
+                dlid_path_bits: cqe!(c, ml_path) & 0x7F,
                 ..Wc::default()
             };
         }
@@ -767,10 +771,11 @@ fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
             let Some(wr_id) = wr_id else {
                 return false;
             };
+            let err = Cqe(c.0.cast::<ErrCqe>());
             *out = Wc {
                 wr_id,
-                status: status_of(c.u8(55)),
-                vendor_err: c.u8(54).into(),
+                status: status_of(cqe!(err, syndrome)),
+                vendor_err: cqe!(err, vendor_err_synd).into(),
                 qp_num: e.qpn,
                 ..Wc::default()
             };
@@ -798,13 +803,11 @@ mod tests {
 
     const QPN: u32 = 0x12_3456;
 
-    /// [`parse`] of a CQE given as bytes (8-byte aligned copy).
+    /// [`parse`] of a CQE given as bytes.
     fn parse_bytes(c: &[u8; 64], e: &QpEntry) -> Option<Wc> {
-        #[repr(align(8))]
-        struct Aligned([u8; 64]);
-        let a = Aligned(*c);
+        let c: Cqe64 = zerocopy::transmute!(*c);
         let mut w = Wc::default();
-        parse(Cqe(a.0.as_ptr()), e, &mut w).then_some(w)
+        parse(Cqe(&c), e, &mut w).then_some(w)
     }
     const UIDX: u32 = 7;
 
@@ -1082,7 +1085,7 @@ mod tests {
         for n in 0..3u32 {
             put(&f.cq, n, &cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false));
         }
-        put(&f.cq, 3, &cqe(cqe_op::RESIZE, 0, 0, false));
+        put(&f.cq, 3, &cqe(cqe_op::RESIZE_CQ, 0, 0, false));
         let mut wc = [Wc::default(); 4];
         assert_eq!(f.cq.poll(&mut wc[..1]), 1);
         let old = f.cq.base;
@@ -1105,7 +1108,7 @@ mod tests {
             put(&f.cq, n, &cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false));
         }
         put(&f.cq, 8, &cqe(cqe_op::REQ, wqe_op::SEND, 0, true));
-        put(&f.cq, 9, &cqe(cqe_op::RESIZE, 0, 0, true));
+        put(&f.cq, 9, &cqe(cqe_op::RESIZE_CQ, 0, 0, true));
         assert_eq!(f.cq.poll(&mut wc[..3]), 3); // counters 5..7
         f.cq.switch_ring(new_ring(2).unwrap(), 2);
         assert_eq!(f.cq.cons_index(), 9);

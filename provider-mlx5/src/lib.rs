@@ -18,6 +18,30 @@
 
 #![deny(missing_docs)]
 
+/// Writes a PRM segment (a `rverbs_abi::mlx5::prm` struct) at the raw
+/// pointer `p`, field by field in the order given, each value computed
+/// right before its store: `put_seg!(p, DataSeg { byte_count: .., .. })`.
+/// No reference to the ring is made, and the stores keep the shape of
+/// hand-written ones (a whole-struct write makes the compiler load every
+/// value first, which costs register moves on the posting path). Every
+/// field must be named: a never-run struct literal makes the compiler
+/// check that the list is exhaustive.
+///
+/// Expands to unsafe operations: use it inside an `unsafe` block whose
+/// SAFETY comment shows `p` valid for writes of the segment and aligned
+/// for it, and the bytes not read by the device until a doorbell covers
+/// them.
+macro_rules! put_seg {
+    ($p:expr, $T:ident { $($f:ident: $v:expr),* $(,)? }) => {{
+        let p: *mut $T = $p.cast::<$T>();
+        $( ::std::ptr::addr_of_mut!((*p).$f).write($v); )*
+        if false {
+            // Never runs: fails to compile if a field is not listed.
+            let _ = $T { $($f: ::zerocopy::FromZeros::new_zeroed()),* };
+        }
+    }};
+}
+
 pub mod ah;
 pub mod buf;
 pub mod cq;
@@ -32,25 +56,8 @@ pub use rverbs_abi::wr::PostError;
 /// Send WQE opcodes (`MLX5_OPCODE_*`): what a control segment carries and
 /// what a requester CQE reports back (bits 31..24 of `sop_drop_qpn`).
 pub(crate) mod wqe_op {
-    /// SEND_WITH_INV.
-    pub const SEND_INVAL: u8 = 0x01;
-    /// RDMA WRITE.
-    pub const RDMA_WRITE: u8 = 0x08;
-    /// RDMA WRITE with immediate data.
-    pub const RDMA_WRITE_IMM: u8 = 0x09;
-    /// SEND.
-    pub const SEND: u8 = 0x0a;
-    /// SEND with immediate data.
-    pub const SEND_IMM: u8 = 0x0b;
-    /// RDMA READ.
-    pub const RDMA_READ: u8 = 0x10;
-    /// Atomic compare and swap.
-    pub const ATOMIC_CS: u8 = 0x11;
-    /// Atomic fetch and add.
-    pub const ATOMIC_FA: u8 = 0x12;
-    /// UMR (memory-window bind, LOCAL_INV).
-    pub const UMR: u8 = 0x25;
-    /// LOCAL_INV on older devices.
+    pub use rverbs_abi::mlx5::prm::opcode::*;
+    /// LOCAL_INV on older devices (not in `mlx5dv.h`).
     pub const LOCAL_INV_OLD: u8 = 0x27;
 }
 

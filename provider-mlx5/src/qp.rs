@@ -24,12 +24,14 @@ use std::sync::Arc;
 
 use rverbs_abi::cmd::{nr, write_cmd};
 use rverbs_abi::mlx5;
+use rverbs_abi::mlx5::prm::{self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg};
 use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
 use rverbs_abi::wr::{
     check_send, inline_len, send_flags, sge_len, simple_send_ops, Payload, RecvWr, SendFlags,
     SendWr, Sge, WrOpcode, MAX_MSG,
 };
 use rverbs_abi::Errno;
+use zerocopy::network_endian::{U16, U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
@@ -45,31 +47,44 @@ use geom::SEND_WQE_BB;
 /// gives the port's.
 const MAX_MTU: u32 = 4096;
 
-/// `fm_ce_se` bits of the control segment.
-mod ctrl_flags {
-    /// `MLX5_WQE_CTRL_FENCE`: fence mode 4 (wait for earlier READs and atomics).
-    pub const FENCE: u8 = 0x80;
-    /// `MLX5_WQE_CTRL_CQ_UPDATE`: always generate a CQE.
-    pub const CQ_UPDATE: u8 = 0x08;
-    /// `MLX5_WQE_CTRL_SOLICITED`: solicited event at the receiver.
-    pub const SOLICITED: u8 = 0x02;
+/// Writes the control segment of the WQE at producer counter `cur_post`
+/// (its low 16 bits are the WQE index) at `p`: WQE opcode `opcode`, QP
+/// `qpn`, `ds` 16-byte units, `fm_ce_se` flags and immediate `imm`; no
+/// signature. A macro, so that each value is computed right before its
+/// store (see `put_seg!`); the same safety requirements.
+macro_rules! put_ctrl {
+    ($p:expr, $cur_post:expr, $opcode:expr, $qpn:expr, $ds:expr, $fm_ce_se:expr, $imm:expr) => {
+        put_seg!(
+            $p,
+            CtrlSeg {
+                opmod_idx_opcode: U32::new(($cur_post & 0xffff) << 8 | $opcode as u32),
+                qpn_ds: U32::new($qpn << 8 | $ds),
+                signature: 0,
+                dci_stream_channel_id: U16::ZERO,
+                fm_ce_se: $fm_ce_se,
+                imm: U32::new($imm),
+            }
+        )
+    };
 }
 
-/// `MLX5_INLINE_SEG`: marks a data segment's byte count as an inline header.
-const INLINE_SEG: u32 = 0x8000_0000;
+/// Writes a remote-address segment at `p` (as `put_ctrl!`).
+macro_rules! put_raddr {
+    ($p:expr, $raddr:expr, $rkey:expr) => {
+        put_seg!(
+            $p,
+            RaddrSeg {
+                raddr: U64::new($raddr),
+                rkey: U32::new($rkey),
+                reserved: U32::ZERO,
+            }
+        )
+    };
+}
 
-/// `MLX5_EXTENDED_UD_AV`: set in a datagram segment's destination QP.
-const EXTENDED_UD_AV: u32 = 0x8000_0000;
-
-/// `MLX5_INVALID_LKEY`: ends a receive WQE's scatter list early.
-const INVALID_LKEY: u32 = 0x100;
-
-/// Size of the control segment and of every 16-byte segment (raddr,
-/// atomic, data) in a send WQE.
-const SEG: usize = 16;
-
-/// Size of the datagram segment (the address vector).
-const AV: usize = 48;
+/// The unit of WQE sizes (`ds`): 16 bytes, the size of the control,
+/// remote-address, atomic and data segments.
+const SEG: usize = size_of::<DataSeg>();
 
 /// The user index CREATE_QP carries with CQE version 0 ("none").
 const UIDX_NONE: u32 = 0xFF_FFFF;
@@ -479,7 +494,7 @@ impl SendQueue {
             qpn: init.qpn,
             qp_type: init.qp_type,
             sig_bits: if init.sig_all {
-                ctrl_flags::CQ_UPDATE
+                prm::WQE_CTRL_CQ_UPDATE
             } else {
                 0
             },
@@ -582,27 +597,29 @@ impl SendQueue {
         // SAFETY: `idx < wqe_cnt`, so the BB is inside the ring, free
         // (`full` said so) and unread by the device until the doorbell
         // record covers it; the at most 48 bytes of segments after the
-        // 16-byte control segment stay inside this one 64-byte BB.
+        // 16-byte control segment stay inside this one 64-byte BB, each
+        // at a 16-byte multiple of the page-aligned ring (aligned for
+        // its type).
         let ctrl = unsafe {
             let ctrl = self.start.add(idx as usize * SEND_WQE_BB as usize);
-            let mut seg = ctrl.add(SEG);
+            let mut seg = ctrl.add(size_of::<CtrlSeg>());
             if raddr {
-                put64(seg, wr.remote_addr);
-                put32(seg.add(8), wr.rkey);
-                put32(seg.add(12), 0);
-                seg = seg.add(SEG);
+                put_raddr!(seg, wr.remote_addr, wr.rkey);
+                seg = seg.add(size_of::<RaddrSeg>());
                 ds = 2;
             }
             if sge.length != 0 {
-                put32(seg, sge.length);
-                put32(seg.add(4), sge.lkey);
-                put64(seg.add(8), sge.addr);
+                put_seg!(
+                    seg,
+                    DataSeg {
+                        byte_count: U32::new(sge.length),
+                        lkey: U32::new(sge.lkey),
+                        addr: U64::new(sge.addr),
+                    }
+                );
                 ds += 1;
             }
-            put32(ctrl, (self.cur_post & 0xffff) << 8 | mop as u32);
-            put32(ctrl.add(4), self.qpn << 8 | ds);
-            ctrl.add(8).cast::<[u8; 4]>().write([0, 0, 0, flags]);
-            put32(ctrl.add(12), imm);
+            put_ctrl!(ctrl, self.cur_post, mop, self.qpn, ds, flags, imm);
             ctrl
         };
         // SAFETY: `idx < wqe_cnt`, the length of both arrays, which
@@ -666,7 +683,7 @@ impl SendQueue {
         // checks bound the WQE to `wqe_size` bytes, within the ring.
         // Segments are 16-byte aligned in a page-aligned buffer.
         unsafe {
-            let mut seg = ctrl.add(SEG);
+            let mut seg = ctrl.add(size_of::<CtrlSeg>());
             let op = match wr.opcode {
                 WrOpcode::Send => wqe_op::SEND,
                 WrOpcode::SendWithImm => wqe_op::SEND_IMM,
@@ -683,33 +700,37 @@ impl SendQueue {
                     // `check_send` made sure there is an AV.
                     if let Some(d) = wr.ud {
                         if let Some(av) = d.av {
-                            std::ptr::copy_nonoverlapping(av.as_ptr(), seg, AV);
+                            let mut av: prm::Av = zerocopy::transmute!(*av);
+                            av.qkey = U32::new(d.remote_qkey);
+                            av.dqp_dct = U32::new(d.remote_qpn | prm::EXTENDED_UD_AV);
+                            put(seg, DatagramSeg { av });
                         }
-                        put32(seg, d.remote_qkey);
-                        put32(seg.add(8), d.remote_qpn | EXTENDED_UD_AV);
                     }
-                    seg = self.wrap(seg.add(AV));
-                    ds += (AV / SEG) as u32;
+                    seg = self.wrap(seg.add(size_of::<DatagramSeg>()));
+                    ds += (size_of::<DatagramSeg>() / SEG) as u32;
                 }
                 _ => {
                     // RC: RDMA and atomics; UC: writes (`check_send`
                     // refused the rest).
                     if wr.opcode.is_rdma() || wr.opcode.is_atomic() {
-                        put64(seg, wr.remote_addr);
-                        put32(seg.add(8), wr.rkey);
-                        put32(seg.add(12), 0);
-                        seg = seg.add(SEG);
+                        put_raddr!(seg, wr.remote_addr, wr.rkey);
+                        seg = seg.add(size_of::<RaddrSeg>());
                         ds += 1;
                     }
                     if wr.opcode.is_atomic() {
-                        if wr.opcode == WrOpcode::AtomicCmpAndSwp {
-                            put64(seg, wr.swap);
-                            put64(seg.add(8), wr.compare_add);
+                        let (swap_add, compare) = if wr.opcode == WrOpcode::AtomicCmpAndSwp {
+                            (wr.swap, wr.compare_add)
                         } else {
-                            put64(seg, wr.compare_add);
-                            put64(seg.add(8), 0);
-                        }
-                        seg = seg.add(SEG);
+                            (wr.compare_add, 0)
+                        };
+                        put(
+                            seg,
+                            AtomicSeg {
+                                swap_add: U64::new(swap_add),
+                                compare: U64::new(compare),
+                            },
+                        );
+                        seg = seg.add(size_of::<AtomicSeg>());
                         ds += 1;
                     }
                 }
@@ -722,37 +743,44 @@ impl SendQueue {
                             continue;
                         }
                         seg = self.wrap(seg);
-                        put32(seg, if atomic { 8 } else { s.length });
-                        put32(seg.add(4), s.lkey);
-                        put64(seg.add(8), s.addr);
-                        seg = seg.add(SEG);
+                        put_seg!(
+                            seg,
+                            DataSeg {
+                                byte_count: U32::new(if atomic { 8 } else { s.length }),
+                                lkey: U32::new(s.lkey),
+                                addr: U64::new(s.addr),
+                            }
+                        );
+                        seg = seg.add(size_of::<DataSeg>());
                         ds += 1;
                     }
                 }
                 Data::Inline(_, 0) => {}
                 Data::Inline(bufs, len) => {
                     seg = self.wrap(seg);
-                    put32(seg, len | INLINE_SEG);
-                    self.copy_inline(seg.add(4), bufs);
-                    ds += (4 + len).div_ceil(SEG as u32);
+                    let hdr = size_of::<InlineSeg>();
+                    put(
+                        seg,
+                        InlineSeg {
+                            byte_count: U32::new(len | prm::INLINE_SEG),
+                        },
+                    );
+                    self.copy_inline(seg.add(hdr), bufs);
+                    ds += (hdr as u32 + len).div_ceil(SEG as u32);
                 }
             }
             let imm = if wr.opcode.has_imm() { wr.imm_data } else { 0 };
             let mut flags = self.sig_bits;
             if wr.send_flags.contains(SendFlags::SIGNALED) {
-                flags |= ctrl_flags::CQ_UPDATE;
+                flags |= prm::WQE_CTRL_CQ_UPDATE;
             }
             if wr.send_flags.contains(SendFlags::SOLICITED) {
-                flags |= ctrl_flags::SOLICITED;
+                flags |= prm::WQE_CTRL_SOLICITED;
             }
             if wr.send_flags.contains(SendFlags::FENCE) {
-                flags |= ctrl_flags::FENCE;
+                flags |= prm::WQE_CTRL_FENCE;
             }
-            put32(ctrl, (self.cur_post & 0xffff) << 8 | op as u32);
-            put32(ctrl.add(4), self.qpn << 8 | ds);
-            // Signature, stream id (bytes 8..11) zero, then fm_ce_se.
-            ctrl.add(8).cast::<[u8; 4]>().write([0, 0, 0, flags]);
-            put32(ctrl.add(12), imm);
+            put_ctrl!(ctrl, self.cur_post, op, self.qpn, ds, flags, imm);
         }
         let slot = idx as usize;
         // SAFETY: `slot < wqe_cnt`, the length of both arrays, which
@@ -899,24 +927,17 @@ impl SendQueue {
     }
 }
 
-/// Stores `v` big-endian at `p`.
+/// Writes the segment `v` at `p`, in a work queue ring, whole and through
+/// the raw pointer (no reference to ring memory is made).
 ///
 /// # Safety
-/// `p` is valid for a 4-byte write and 4-byte aligned.
+/// `p` is valid for a write of `size_of::<T>()` bytes and aligned for `T`
+/// (segments sit at 16-byte multiples of a page-aligned ring), and the
+/// device does not read those bytes before a doorbell record covers them.
 #[inline(always)]
-unsafe fn put32(p: *mut u8, v: u32) {
+unsafe fn put<T>(p: *mut u8, v: T) {
     // SAFETY: as the caller guarantees.
-    unsafe { p.cast::<u32>().write(v.to_be()) }
-}
-
-/// Stores `v` big-endian at `p`.
-///
-/// # Safety
-/// `p` is valid for an 8-byte write and 8-byte aligned.
-#[inline(always)]
-unsafe fn put64(p: *mut u8, v: u64) {
-    // SAFETY: as the caller guarantees.
-    unsafe { p.cast::<u64>().write(v.to_be()) }
+    unsafe { p.cast::<T>().write(v) }
 }
 
 /// For the simple opcodes (work-request opcodes 0..=4): the WQE opcode,
@@ -937,13 +958,13 @@ const FAST_FLAGS: [u8; 8] = {
     while f < 8 {
         let mut v = 0;
         if f & send_flags::FENCE as usize != 0 {
-            v |= ctrl_flags::FENCE;
+            v |= prm::WQE_CTRL_FENCE;
         }
         if f & send_flags::SIGNALED as usize != 0 {
-            v |= ctrl_flags::CQ_UPDATE;
+            v |= prm::WQE_CTRL_CQ_UPDATE;
         }
         if f & send_flags::SOLICITED as usize != 0 {
-            v |= ctrl_flags::SOLICITED;
+            v |= prm::WQE_CTRL_SOLICITED;
         }
         t[f] = v;
         f += 1;
@@ -1047,16 +1068,26 @@ impl RecvQueue {
                 let mut seg = self.start.add((idx as usize) << self.wqe_shift);
                 let mut n = 0;
                 for s in wr.sg_list.iter().filter(|s| s.length != 0) {
-                    put32(seg, s.length);
-                    put32(seg.add(4), s.lkey);
-                    put64(seg.add(8), s.addr);
-                    seg = seg.add(SEG);
+                    put_seg!(
+                        seg,
+                        DataSeg {
+                            byte_count: U32::new(s.length),
+                            lkey: U32::new(s.lkey),
+                            addr: U64::new(s.addr),
+                        }
+                    );
+                    seg = seg.add(size_of::<DataSeg>());
                     n += 1;
                 }
                 if n < self.max_gs {
-                    put32(seg, 0);
-                    put32(seg.add(4), INVALID_LKEY);
-                    put64(seg.add(8), 0);
+                    put_seg!(
+                        seg,
+                        DataSeg {
+                            byte_count: U32::ZERO,
+                            lkey: U32::new(prm::INVALID_LKEY),
+                            addr: U64::ZERO,
+                        }
+                    );
                 }
             }
             self.shared.wrid[idx as usize].store(wr.wr_id, Ordering::Relaxed);

@@ -1,8 +1,8 @@
 //! mlx5 shared receive queues: the linked WQE list, CREATE_SRQ with mlx5's
 //! driver data and posting receives to it.
 //!
-//! The WQEs form a list linked through the big-endian `next_wqe_index` at
-//! byte 2 of each WQE. The device consumes WQEs by following the links from
+//! The WQEs form a list linked through the `next_wqe_index` of the next
+//! segment ([`SrqNextSeg`]) that starts each WQE. The device consumes WQEs by following the links from
 //! WQE 0; we post by following the same links from our `head`. The list
 //! always keeps one unposted WQE at its `tail`, to which WQEs the CQ has
 //! completed are linked back (only the poster edits the list; the CQ just
@@ -14,9 +14,11 @@ use std::sync::Arc;
 
 use rverbs_abi::cmd::{nr, write_cmd};
 use rverbs_abi::mlx5;
+use rverbs_abi::mlx5::prm::{self, DataSeg, SrqNextSeg};
 use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
 use rverbs_abi::wr::RecvWr;
 use rverbs_abi::Errno;
+use zerocopy::network_endian::{U16, U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::buf::{Buf, DbRec};
@@ -24,12 +26,10 @@ use crate::uctx::{Limits, Uctx};
 use crate::wq::SrqShared;
 use crate::{mmio, PostError};
 
-/// lkey of the data segment that ends a shorter-than-maximum list.
-const INVALID_LKEY: u32 = 0x100;
 /// Bytes of the `mlx5_wqe_srq_next_seg` header.
-const NEXT_SEG: usize = 16;
+const NEXT_SEG: usize = size_of::<SrqNextSeg>();
 /// Bytes of a data segment.
-const DATA_SEG: usize = 16;
+const DATA_SEG: usize = size_of::<DataSeg>();
 
 /// What CREATE_SRQ returned. The caller must destroy `resp.srq_handle` if
 /// it cannot use the SRQ.
@@ -204,23 +204,23 @@ impl Srq {
 
     #[inline]
     fn set_next(&mut self, i: u32, next: u32) {
-        let p = self.wqe(i);
-        // SAFETY: bytes 2..4 of WQE i, inside the buffer; we are the only
-        // writer (`&mut self`) and the device only reads this field of
-        // WQEs it has been given.
-        unsafe {
-            p.add(2)
-                .cast::<[u8; 2]>()
-                .write((next as u16).to_be_bytes())
-        };
+        let p = self.wqe(i).cast::<SrqNextSeg>();
+        // SAFETY: the next segment starts WQE i, inside the buffer and
+        // aligned (WQEs are at least 32 bytes, in a page-aligned buffer);
+        // only its `next_wqe_index` is written, through the raw pointer
+        // (no reference to the shared buffer). We are the only writer
+        // (`&mut self`) and the device only reads this field of WQEs it
+        // has been given.
+        unsafe { std::ptr::addr_of_mut!((*p).next_wqe_index).write(U16::new(next as u16)) };
     }
 
     #[inline]
     fn next(&self, i: u32) -> u32 {
-        let p = self.wqe(i);
-        // SAFETY: bytes 2..4 of WQE i, inside the buffer; only we write it.
-        let v = unsafe { p.add(2).cast::<[u8; 2]>().read() };
-        u16::from_be_bytes(v) as u32 & (self.max - 1)
+        let p = self.wqe(i).cast::<SrqNextSeg>();
+        // SAFETY: as in `set_next`: a field of WQE i's next segment, read
+        // through the raw pointer; only we write it.
+        let v = unsafe { std::ptr::addr_of!((*p).next_wqe_index).read() };
+        u32::from(v.get()) & (self.max - 1)
     }
 
     /// Links every WQE the CQ has completed back at the list tail.
@@ -269,7 +269,9 @@ impl Srq {
             let p = self.wqe(idx);
             for (j, sge) in wr.sg_list.iter().enumerate() {
                 // SAFETY: segment j < max_gs lies inside WQE idx (its size
-                // is 16 + 16 * max_gs or more); only we write it.
+                // is 16 + 16 * max_gs or more), at a 16-byte multiple of the
+                // page-aligned buffer; only we write it, and the device reads
+                // it only after the doorbell counter covers it.
                 unsafe {
                     write_seg(
                         p.add(NEXT_SEG + j * DATA_SEG),
@@ -285,7 +287,7 @@ impl Srq {
                     write_seg(
                         p.add(NEXT_SEG + wr.sg_list.len() * DATA_SEG),
                         0,
-                        INVALID_LKEY,
+                        prm::INVALID_LKEY,
                         0,
                     )
                 };
@@ -328,19 +330,19 @@ impl Srq {
     }
 }
 
-/// Writes one 16-byte data segment: BE32 byte count, BE32 lkey, BE64
-/// address.
+/// Writes one data segment at `p`, whole, through the raw pointer.
 ///
 /// # Safety
-/// `p` must be valid for 16 bytes of writes.
+/// `p` must be valid for a write of a [`DataSeg`] and aligned for it.
 #[inline]
 unsafe fn write_seg(p: *mut u8, len: u32, lkey: u32, addr: u64) {
-    let mut seg = [0u8; 16];
-    seg[0..4].copy_from_slice(&len.to_be_bytes());
-    seg[4..8].copy_from_slice(&lkey.to_be_bytes());
-    seg[8..16].copy_from_slice(&addr.to_be_bytes());
-    // SAFETY: the caller guarantees 16 writable bytes.
-    unsafe { p.cast::<[u8; 16]>().write_unaligned(seg) };
+    let seg = DataSeg {
+        byte_count: U32::new(len),
+        lkey: U32::new(lkey),
+        addr: U64::new(addr),
+    };
+    // SAFETY: as the caller guarantees.
+    unsafe { p.cast::<DataSeg>().write(seg) };
 }
 
 #[cfg(test)]

@@ -5,8 +5,13 @@
 //!
 //! Names drop the C `mlx5_ib_` prefix: `struct mlx5_ib_create_qp` is
 //! [`CreateQp`]. Pointers travel as `u64` user addresses.
+//!
+//! [`prm`] holds the hardware layouts the provider and the device share
+//! in memory (WQE segments, CQEs).
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+pub mod prm;
 
 /// `MLX5_IB_UVERBS_ABI_VERSION`: the per-device `abi_version` an mlx5
 /// provider accepts.

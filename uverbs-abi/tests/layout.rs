@@ -1,6 +1,8 @@
 //! Layout and constant checks of `uverbs-abi` against the kernel's RDMA uapi
 //! headers installed on the host (`/usr/include/rdma`, from Debian's
-//! `linux-libc-dev`).
+//! `linux-libc-dev`), and of the mlx5 hardware layouts (`mlx5::prm`)
+//! against rdma-core's `/usr/include/infiniband/mlx5dv.h` (Debian's
+//! `libibverbs-dev`).
 //!
 //! The crate's `#[repr(C)]` structs are hand-written mirrors of C structs the
 //! kernel reads and writes byte for byte (uverbs commands and responses, the
@@ -37,6 +39,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
+use rverbs_abi::mlx5::prm;
 use rverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, pd, qp, rxe, srq, wr};
 
 /// Per-entry options; the macro sets the named ones, so a misspelt option
@@ -425,6 +428,34 @@ fn entries() -> Vec<Entry> {
             bfreg_index, ece_options, comp_mask, tirn, tisn, rqn, sqn, reserved1, tir_icm_addr
         }
         mlx5::CreateAhResp => "struct mlx5_ib_create_ah_resp" { response_length, dmac, reserved }
+
+        // mlx5/prm.rs (rdma-core's mlx5dv.h)
+        prm::CtrlSeg => "struct mlx5_wqe_ctrl_seg" {
+            opmod_idx_opcode, qpn_ds, signature, dci_stream_channel_id, fm_ce_se, imm
+        }
+        prm::RaddrSeg => "struct mlx5_wqe_raddr_seg" { raddr, rkey, reserved }
+        prm::AtomicSeg => "struct mlx5_wqe_atomic_seg" { swap_add, compare }
+        prm::DataSeg => "struct mlx5_wqe_data_seg" { byte_count, lkey, addr }
+        prm::InlineSeg => "struct mlx5_wqe_inl_data_seg" { byte_count }
+        prm::Av => "struct mlx5_wqe_av" {
+            qkey = "key.qkey.qkey", qkey_reserved = "key.qkey.reserved", dqp_dct,
+            stat_rate_sl, fl_mlid, rlid, reserved0, rmac, tclass, hop_limit, grh_gid_fl, rgid
+        }
+        prm::DatagramSeg => "struct mlx5_wqe_datagram_seg" { av }
+        prm::SrqNextSeg => "struct mlx5_wqe_srq_next_seg" {
+            rsvd0, next_wqe_index, signature, rsvd1
+        }
+        // The first 32 bytes are a union; the Rust struct is its anonymous
+        // completion arm, whose members C names directly.
+        prm::Cqe64 => "struct mlx5_cqe64" {
+            rsvd0, wqe_id, rsvd4, ml_path, rsvd20, slid, flags_rqpn, hds_ip_ext,
+            l4_hdr_type_etc, vlan_info, srqn_uidx, imm_inval_pkey, app, app_op, app_info,
+            byte_cnt, timestamp, sop_drop_qpn, wqe_counter, signature, op_own
+        }
+        prm::ErrCqe => "struct mlx5_err_cqe" {
+            rsvd0, srqn, rsvd1, vendor_err_synd, syndrome, s_wqe_opcode_qpn, wqe_counter,
+            signature, op_own
+        }
     }
 }
 
@@ -569,6 +600,48 @@ fn constants() -> Vec<Const> {
         "MLX5_IB_MMAP_ALLOC_WC" => mlx5::mmap_cmd::ALLOC_WC,
         "MLX5_IB_MMAP_CLOCK_INFO" => mlx5::mmap_cmd::CLOCK_INFO,
         "MLX5_IB_MMAP_DEVICE_MEM" => mlx5::mmap_cmd::DEVICE_MEM,
+
+        // mlx5/prm.rs (rdma-core's mlx5dv.h)
+        "MLX5_SEND_WQE_BB" => prm::SEND_WQE_BB,
+        "MLX5_INLINE_SEG" => prm::INLINE_SEG,
+        "MLX5_EXTENDED_UD_AV" => prm::EXTENDED_UD_AV,
+        "MLX5_INVALID_LKEY" => prm::INVALID_LKEY,
+        "MLX5_WQE_CTRL_FENCE" => prm::WQE_CTRL_FENCE,
+        "MLX5_WQE_CTRL_CQ_UPDATE" => prm::WQE_CTRL_CQ_UPDATE,
+        "MLX5_WQE_CTRL_SOLICITED" => prm::WQE_CTRL_SOLICITED,
+        "MLX5_OPCODE_SEND_INVAL" => prm::opcode::SEND_INVAL,
+        "MLX5_OPCODE_RDMA_WRITE" => prm::opcode::RDMA_WRITE,
+        "MLX5_OPCODE_RDMA_WRITE_IMM" => prm::opcode::RDMA_WRITE_IMM,
+        "MLX5_OPCODE_SEND" => prm::opcode::SEND,
+        "MLX5_OPCODE_SEND_IMM" => prm::opcode::SEND_IMM,
+        "MLX5_OPCODE_RDMA_READ" => prm::opcode::RDMA_READ,
+        "MLX5_OPCODE_ATOMIC_CS" => prm::opcode::ATOMIC_CS,
+        "MLX5_OPCODE_ATOMIC_FA" => prm::opcode::ATOMIC_FA,
+        "MLX5_OPCODE_UMR" => prm::opcode::UMR,
+        "MLX5_CQE_REQ" => prm::cqe_opcode::REQ,
+        "MLX5_CQE_RESP_WR_IMM" => prm::cqe_opcode::RESP_WR_IMM,
+        "MLX5_CQE_RESP_SEND" => prm::cqe_opcode::RESP_SEND,
+        "MLX5_CQE_RESP_SEND_IMM" => prm::cqe_opcode::RESP_SEND_IMM,
+        "MLX5_CQE_RESP_SEND_INV" => prm::cqe_opcode::RESP_SEND_INV,
+        "MLX5_CQE_RESIZE_CQ" => prm::cqe_opcode::RESIZE_CQ,
+        "MLX5_CQE_REQ_ERR" => prm::cqe_opcode::REQ_ERR,
+        "MLX5_CQE_RESP_ERR" => prm::cqe_opcode::RESP_ERR,
+        "MLX5_CQE_INVALID" => prm::cqe_opcode::INVALID,
+        "MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR" => prm::syndrome::LOCAL_LENGTH_ERR,
+        "MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR" => prm::syndrome::LOCAL_QP_OP_ERR,
+        "MLX5_CQE_SYNDROME_LOCAL_PROT_ERR" => prm::syndrome::LOCAL_PROT_ERR,
+        "MLX5_CQE_SYNDROME_WR_FLUSH_ERR" => prm::syndrome::WR_FLUSH_ERR,
+        "MLX5_CQE_SYNDROME_MW_BIND_ERR" => prm::syndrome::MW_BIND_ERR,
+        "MLX5_CQE_SYNDROME_BAD_RESP_ERR" => prm::syndrome::BAD_RESP_ERR,
+        "MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR" => prm::syndrome::LOCAL_ACCESS_ERR,
+        "MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR" => prm::syndrome::REMOTE_INVAL_REQ_ERR,
+        "MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR" => prm::syndrome::REMOTE_ACCESS_ERR,
+        "MLX5_CQE_SYNDROME_REMOTE_OP_ERR" => prm::syndrome::REMOTE_OP_ERR,
+        "MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR" => prm::syndrome::TRANSPORT_RETRY_EXC_ERR,
+        "MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR" => prm::syndrome::RNR_RETRY_EXC_ERR,
+        "MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR" => prm::syndrome::REMOTE_ABORTED_ERR,
+        "MLX5_CQ_DB_REQ_NOT_SOL" => prm::CQ_DB_REQ_NOT_SOL,
+        "MLX5_CQ_DOORBELL" => prm::CQ_DOORBELL,
     }
 }
 
@@ -586,6 +659,7 @@ fn c_source(entries: &[Entry], consts: &[Const]) -> String {
          #include <rdma/rdma_user_ioctl_cmds.h>\n\
          #include <rdma/rdma_user_rxe.h>\n\
          #include <rdma/mlx5-abi.h>\n\
+         #include <infiniband/mlx5dv.h>\n\
          \n\
          #define P(kind, name, v) printf(\"%s %s %llu\\n\", kind, name, (unsigned long long)(v))\n\
          \n\
@@ -651,7 +725,8 @@ fn run_probe(src: &str) -> HashMap<(String, String), u64> {
     assert!(
         out.status.success(),
         "compiling {} with `{cc}` failed ({}); are the kernel RDMA uapi headers installed \
-         (/usr/include/rdma, Debian package `linux-libc-dev`)?\n{}",
+         (/usr/include/rdma, Debian package `linux-libc-dev`) and rdma-core's mlx5dv.h \
+         (/usr/include/infiniband, Debian package `libibverbs-dev`)?\n{}",
         c_file.display(),
         out.status,
         String::from_utf8_lossy(&out.stderr)

@@ -6,12 +6,10 @@ use std::sync::Arc;
 
 use rverbs_abi::wr::Wc;
 
+use rverbs_abi::mlx5::prm::Cqe64;
+
 use super::{parse, Cqe, CQE_SIZE};
 use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
-
-/// A 64-byte CQE, 8-byte aligned as in the ring.
-#[repr(C, align(8))]
-struct Aligned([u8; CQE_SIZE]);
 
 /// `data[0]` picks the QP's queues (bit 0: a send queue, bit 1: a receive
 /// queue, bit 2: an SRQ; bits 3..7: their sizes, 0 or a power of two),
@@ -34,10 +32,11 @@ pub fn cqes(data: &[u8]) {
         srq,
     };
     for c in rest.chunks(CQE_SIZE) {
-        let mut a = Aligned([0; CQE_SIZE]);
-        a.0[..c.len()].copy_from_slice(c);
+        let mut a = [0; CQE_SIZE];
+        a[..c.len()].copy_from_slice(c);
+        let cqe: Cqe64 = zerocopy::transmute!(a);
         let mut w = Wc::default();
-        if parse(Cqe(a.0.as_ptr()), &e, &mut w) {
+        if parse(Cqe(&cqe), &e, &mut w) {
             // A completion reports the QP it belongs to.
             assert_eq!(w.qp_num, e.qpn);
         }

@@ -2,29 +2,30 @@
 //! capacities, computed exactly as libmlx5 computes them so that rings,
 //! capacities and wrap points are the same as with the C provider.
 
+use rverbs_abi::mlx5::prm::{self, CtrlSeg, DataSeg, DatagramSeg, InlineSeg};
 use rverbs_abi::qp::qp_type;
 use rverbs_abi::Errno;
 
 use crate::uctx::Limits;
 
 /// A send basic block (BB): the unit of the send ring, 64 bytes.
-pub(crate) const SEND_WQE_BB: u32 = 64;
+pub(crate) const SEND_WQE_BB: u32 = prm::SEND_WQE_BB as u32;
 
 /// Size of a data segment, an inline header unit, and a receive scatter
 /// entry: 16 bytes.
-const SEG: u32 = 16;
+const SEG: u32 = size_of::<DataSeg>() as u32;
 
 /// Size of the inline-data header (`mlx5_wqe_inl_data_seg`).
-const INLINE_HDR: u32 = 4;
+const INLINE_HDR: u32 = size_of::<InlineSeg>() as u32;
 
 /// Send WQE overhead of RC and UC QPs: the largest fixed part of any
 /// opcode of libmlx5's default operation set, which includes BIND_MW and
 /// LOCAL_INV (ctrl 16 + UMR ctrl 48 + mkey context 64 + KLM area 64).
-const OVERHEAD_CONNECTED: u32 = 16 + 48 + 64 + 64;
+const OVERHEAD_CONNECTED: u32 = size_of::<CtrlSeg>() as u32 + 48 + 64 + 64;
 
 /// Send WQE overhead of UD QPs: ctrl 16 + datagram segment (address
 /// vector) 48.
-const OVERHEAD_UD: u32 = 16 + 48;
+const OVERHEAD_UD: u32 = (size_of::<CtrlSeg>() + size_of::<DatagramSeg>()) as u32;
 
 /// What a QP's creation asks for (the core command's capabilities).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

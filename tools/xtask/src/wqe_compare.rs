@@ -11,12 +11,20 @@
 //! HCA executed or consumed them: the WQE index, the doorbell-record value
 //! the HCA acted on, and every byte of the WQE (SQ: `ds * 16` bytes
 //! following the ring wrap; RQ/SRQ: the used segments), each byte belonging
-//! to a named field.
+//! to a named field. The fields are those of the PRM structs of
+//! `rverbs_abi::mlx5::prm` (checked against rdma-core's `mlx5dv.h`), at
+//! their declared offsets.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::mem::offset_of;
 
 use anyhow::{bail, Context, Result};
+use rverbs_abi::mlx5::prm::{
+    self, AtomicSeg, Av, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, SrqNextSeg,
+};
+use rverbs_abi::qp::qp_type;
+use zerocopy::FromBytes;
 
 /// The normalisation rules: every way the two logs may legitimately
 /// differ, with why (notes/objects-and-datapath.md §5). Printed by
@@ -54,8 +62,8 @@ pub const RULES: &[(&str, &str)] = &[
     ),
     (
         "srq-next",
-        "SRQ next segment except next_wqe_index (bytes 2..3): never written \
-         by post_srq_recv",
+        "SRQ next segment except next_wqe_index: never written by \
+         post_srq_recv",
     ),
     (
         "doorbell-register",
@@ -65,7 +73,7 @@ pub const RULES: &[(&str, &str)] = &[
     ),
     (
         "ud-rlid",
-        "UD AV rlid (bytes 14..15) is a random UDP source port on RoCE; the \
+        "UD AV rlid is a random UDP source port on RoCE; the \
          emulated port is InfiniBand, where it is the DLID and compared",
     ),
 ];
@@ -259,19 +267,34 @@ fn field(v: &mut Vec<Field>, name: impl Into<String>, off: usize, len: usize, ho
     });
 }
 
-fn be32(b: &[u8], off: usize) -> u32 {
-    b.get(off..off + 4)
-        .map_or(0, |s| u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+/// Size of the field `f` selects (for [`seg_field!`]).
+fn size_of_field<T, F>(_f: impl Fn(&T) -> &F) -> usize {
+    size_of::<F>()
 }
 
-/// Data segments (16 bytes each) from `off` to `end`.
+/// Adds field `f` of the PRM struct `T` found at byte `base` of the WQE,
+/// named `<prefix>.<f>`, at its declared offset and size.
+macro_rules! seg_field {
+    ($v:expr, $base:expr, $prefix:expr, $T:ident . $f:ident, $how:expr) => {
+        field(
+            $v,
+            format!("{}.{}", $prefix, stringify!($f)),
+            $base + offset_of!($T, $f),
+            size_of_field(|s: &$T| &s.$f),
+            $how,
+        )
+    };
+}
+
+/// Data segments from `off` to `end`.
 fn data_segs(v: &mut Vec<Field>, prefix: &str, mut off: usize, end: usize) {
     let mut i = 0;
-    while off + 16 <= end {
-        field(v, format!("{prefix}[{i}].byte_count"), off, 4, How::Exact);
-        field(v, format!("{prefix}[{i}].lkey"), off + 4, 4, How::Lkey);
-        field(v, format!("{prefix}[{i}].addr"), off + 8, 8, How::Addr);
-        off += 16;
+    while off + size_of::<DataSeg>() <= end {
+        let p = format!("{prefix}[{i}]");
+        seg_field!(v, off, p, DataSeg.byte_count, How::Exact);
+        seg_field!(v, off, p, DataSeg.lkey, How::Lkey);
+        seg_field!(v, off, p, DataSeg.addr, How::Addr);
+        off += size_of::<DataSeg>();
         i += 1;
     }
     if off < end {
@@ -282,75 +305,83 @@ fn data_segs(v: &mut Vec<Field>, prefix: &str, mut off: usize, end: usize) {
 /// The fields of a send WQE of a QP of type `ty`, laid out from the
 /// reference bytes `b`.
 fn send_fields(b: &[u8], ty: u32) -> Vec<Field> {
-    let mut v = Vec::new();
-    field(&mut v, "ctrl.opmod", 0, 1, How::Exact);
-    field(&mut v, "ctrl.wqe_index", 1, 2, How::Exact);
-    field(&mut v, "ctrl.opcode", 3, 1, How::Exact);
-    field(&mut v, "ctrl.qpn", 4, 3, How::Qpn);
-    field(&mut v, "ctrl.ds", 7, 1, How::Exact);
-    field(&mut v, "ctrl.signature", 8, 1, How::Exact);
-    field(&mut v, "ctrl.reserved", 9, 2, How::Exact);
-    field(&mut v, "ctrl.fm_ce_se", 11, 1, How::Exact);
-    field(&mut v, "ctrl.imm", 12, 4, How::Exact);
+    let mut fields = Vec::new();
+    let v = &mut fields;
+    // opmod_idx_opcode and qpn_ds split into their parts.
+    let w0 = offset_of!(CtrlSeg, opmod_idx_opcode);
+    field(v, "ctrl.opmod", w0, 1, How::Exact);
+    field(v, "ctrl.wqe_index", w0 + 1, 2, How::Exact);
+    field(v, "ctrl.opcode", w0 + 3, 1, How::Exact);
+    let w1 = offset_of!(CtrlSeg, qpn_ds);
+    field(v, "ctrl.qpn", w1, 3, How::Qpn);
+    field(v, "ctrl.ds", w1 + 3, 1, How::Exact);
+    seg_field!(v, 0, "ctrl", CtrlSeg.signature, How::Exact);
+    seg_field!(v, 0, "ctrl", CtrlSeg.dci_stream_channel_id, How::Exact);
+    seg_field!(v, 0, "ctrl", CtrlSeg.fm_ce_se, How::Exact);
+    seg_field!(v, 0, "ctrl", CtrlSeg.imm, How::Exact);
     let end = b.len();
-    let opcode = b.get(3).copied().unwrap_or(0);
-    let mut off = 16;
-    if ty == 4 {
-        field(&mut v, "av.qkey", off, 4, How::Exact);
-        field(&mut v, "av.reserved", off + 4, 4, How::Exact);
-        field(&mut v, "av.dqp_dct", off + 8, 4, How::Qpn);
-        field(&mut v, "av.stat_rate_sl", off + 12, 1, How::Exact);
-        field(&mut v, "av.fl_mlid", off + 13, 1, How::Exact);
+    let opcode = CtrlSeg::read_from_prefix(b).map_or(0, |(c, _)| c.opmod_idx_opcode.get() as u8);
+    let (rc, ud) = (u32::from(qp_type::RC), u32::from(qp_type::UD));
+    let mut off = size_of::<CtrlSeg>();
+    if ty == ud {
+        let av = off + offset_of!(DatagramSeg, av);
+        seg_field!(v, av, "av", Av.qkey, How::Exact);
+        seg_field!(v, av, "av", Av.qkey_reserved, How::Exact);
+        seg_field!(v, av, "av", Av.dqp_dct, How::Qpn);
+        seg_field!(v, av, "av", Av.stat_rate_sl, How::Exact);
+        seg_field!(v, av, "av", Av.fl_mlid, How::Exact);
         let rlid = if ROCE {
             How::Skip("ud-rlid")
         } else {
             How::Exact
         };
-        field(&mut v, "av.rlid", off + 14, 2, rlid);
-        field(&mut v, "av.reserved0", off + 16, 4, How::Exact);
-        field(&mut v, "av.rmac", off + 20, 6, How::Exact);
-        field(&mut v, "av.tclass", off + 26, 1, How::Exact);
-        field(&mut v, "av.hop_limit", off + 27, 1, How::Exact);
-        field(&mut v, "av.grh_gid_fl", off + 28, 4, How::Exact);
-        field(&mut v, "av.rgid", off + 32, 16, How::Exact);
-        off += 48;
+        seg_field!(v, av, "av", Av.rlid, rlid);
+        seg_field!(v, av, "av", Av.reserved0, How::Exact);
+        seg_field!(v, av, "av", Av.rmac, How::Exact);
+        seg_field!(v, av, "av", Av.tclass, How::Exact);
+        seg_field!(v, av, "av", Av.hop_limit, How::Exact);
+        seg_field!(v, av, "av", Av.grh_gid_fl, How::Exact);
+        seg_field!(v, av, "av", Av.rgid, How::Exact);
+        off += size_of::<DatagramSeg>();
     } else {
+        use prm::opcode::{ATOMIC_CS, ATOMIC_FA, RDMA_READ, RDMA_WRITE, RDMA_WRITE_IMM};
+        let atomic = matches!(opcode, ATOMIC_CS | ATOMIC_FA);
         let raddr = match opcode {
-            0x08 | 0x09 => true,
-            0x10..=0x12 => ty == 2,
+            RDMA_WRITE | RDMA_WRITE_IMM => true,
+            RDMA_READ | ATOMIC_CS | ATOMIC_FA => ty == rc,
             _ => false,
         };
-        if raddr && off + 16 <= end {
-            field(&mut v, "raddr.addr", off, 8, How::Addr);
-            field(&mut v, "raddr.rkey", off + 8, 4, How::Rkey);
-            field(&mut v, "raddr.reserved", off + 12, 4, How::Exact);
-            off += 16;
+        if raddr && off + size_of::<RaddrSeg>() <= end {
+            seg_field!(v, off, "raddr", RaddrSeg.raddr, How::Addr);
+            seg_field!(v, off, "raddr", RaddrSeg.rkey, How::Rkey);
+            seg_field!(v, off, "raddr", RaddrSeg.reserved, How::Exact);
+            off += size_of::<RaddrSeg>();
         }
-        if ty == 2 && (opcode == 0x11 || opcode == 0x12) && off + 16 <= end {
-            field(&mut v, "atomic.swap_add", off, 8, How::Exact);
-            let cmp = if opcode == 0x12 {
+        if ty == rc && atomic && off + size_of::<AtomicSeg>() <= end {
+            seg_field!(v, off, "atomic", AtomicSeg.swap_add, How::Exact);
+            let cmp = if opcode == ATOMIC_FA {
                 How::Skip("faa-compare")
             } else {
                 How::Exact
             };
-            field(&mut v, "atomic.compare", off + 8, 8, cmp);
-            off += 16;
+            seg_field!(v, off, "atomic", AtomicSeg.compare, cmp);
+            off += size_of::<AtomicSeg>();
         }
     }
-    if off < end && b[off] & 0x80 != 0 {
-        let len = (be32(b, off) & 0x7fff_ffff) as usize;
-        field(&mut v, "inline.header", off, 4, How::Exact);
-        let data_end = (off + 4 + len).min(end);
-        field(
-            &mut v,
-            "inline.data",
-            off + 4,
-            data_end - off - 4,
-            How::Exact,
-        );
+    let inline = b
+        .get(off..)
+        .and_then(|r| InlineSeg::read_from_prefix(r).ok())
+        .map(|(h, _)| h.byte_count.get())
+        .filter(|n| n & prm::INLINE_SEG != 0);
+    if let Some(n) = inline {
+        let len = (n & !prm::INLINE_SEG) as usize;
+        seg_field!(v, off, "inline", InlineSeg.byte_count, How::Exact);
+        let start = off + size_of::<InlineSeg>();
+        let data_end = start.saturating_add(len).min(end);
+        field(v, "inline.data", start, data_end - start, How::Exact);
         if data_end < end {
             field(
-                &mut v,
+                v,
                 "inline.padding",
                 data_end,
                 end - data_end,
@@ -358,9 +389,9 @@ fn send_fields(b: &[u8], ty: u32) -> Vec<Field> {
             );
         }
     } else {
-        data_segs(&mut v, "data", off, end);
+        data_segs(v, "data", off, end);
     }
-    v
+    fields
 }
 
 /// The fields of a receive WQE (`srq`: starts with the next segment).
@@ -368,10 +399,17 @@ fn recv_fields(b: &[u8], srq: bool) -> Vec<Field> {
     let mut v = Vec::new();
     let mut off = 0;
     if srq {
-        field(&mut v, "next.reserved", 0, 2, How::Skip("srq-next"));
-        field(&mut v, "next.next_wqe_index", 2, 2, How::Exact);
-        field(&mut v, "next.rest", 4, 12, How::Skip("srq-next"));
-        off = 16;
+        seg_field!(&mut v, 0, "next", SrqNextSeg.rsvd0, How::Skip("srq-next"));
+        seg_field!(&mut v, 0, "next", SrqNextSeg.next_wqe_index, How::Exact);
+        seg_field!(
+            &mut v,
+            0,
+            "next",
+            SrqNextSeg.signature,
+            How::Skip("srq-next")
+        );
+        seg_field!(&mut v, 0, "next", SrqNextSeg.rsvd1, How::Skip("srq-next"));
+        off = size_of::<SrqNextSeg>();
     }
     data_segs(&mut v, "scatter", off, b.len());
     v
