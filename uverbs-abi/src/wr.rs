@@ -391,7 +391,12 @@ impl<'a> RecvWr<'a> {
 /// Why a work request was refused before it reached the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PostError {
-    /// The queue has no free slot: wait for completions and post again.
+    /// The queue has no free slot: poll completions and post again. A send
+    /// slot is freed only when the device has completed the request; on
+    /// mlx5 (as with rdma-core) that is known only from a completion, so
+    /// unsignaled sends stay counted until a later *signaled* send
+    /// completes: a QP that never signals fills up for good. Signal at
+    /// least one send in every `max_send_wr` (see `verbs::SignalEvery`).
     QueueFull,
     /// More SGEs than the queue was created for.
     TooManySge {
@@ -446,7 +451,12 @@ pub enum PostError {
 impl std::fmt::Display for PostError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PostError::QueueFull => write!(f, "work queue full"),
+            PostError::QueueFull => write!(
+                f,
+                "work queue full: poll completions and post again (send slots are freed \
+                 by completions; on mlx5 unsignaled sends are freed only when a later \
+                 signaled send completes, so signal at least one in every max_send_wr)"
+            ),
             PostError::TooManySge { given, max } => {
                 write!(f, "{given} SGEs exceed the queue's max_sge {max}")
             }

@@ -51,6 +51,8 @@ pub mod qp;
 pub mod srq;
 #[cfg(test)]
 mod test_util;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 pub use ah::{Ah, Grh, NetworkHeader, UdSendWr};
 pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
@@ -64,7 +66,7 @@ pub use mr::{AccessFlags, Mr, MrBuf, PageBuf, Raw, RegisterError, RemoteMr, Scop
 pub use pd::Pd;
 pub use qp::{
     AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr,
-    QpState, QpType,
+    QpState, QpType, SignalEvery,
 };
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 pub use uverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};

@@ -5,7 +5,7 @@
 //!    Then the emulated mlx5 items (`mlx5::run_all`, as `cargo xtask
 //!    mlx5`): rdma-core's tools and scenario programs against the
 //!    `mlx5-emu` library, each one test. `--no-host` skips both.
-//! 2. `cargo build -p verbs --examples` and `cargo build -p tools --bin rverbs`.
+//! 2. `cargo build -p verbs --examples --features tokio` and `cargo build -p tools --bin rverbs`.
 //! 3. `cargo test -p verbs-tests --no-run --message-format=json`, collecting
 //!    the test executables.
 //! 4. One VM boot runs a generated `payload.sh` that runs every executable
@@ -37,6 +37,8 @@ const VM_SUITE: &str = "verbs-tests";
 const VM2_ITEM_TIMEOUT: Duration = Duration::from_secs(300);
 /// The package whose examples are built for the VM run.
 const EXAMPLES_PACKAGE: &str = "verbs";
+/// Its features the examples need (`async_echo` needs `tokio`).
+const EXAMPLES_FEATURES: &str = "tokio";
 
 /// Options of `cargo xtask test`.
 pub struct TestOptions {
@@ -311,9 +313,16 @@ pub fn demo_command(vm: &crate::vm::VmOptions) -> Result<i32> {
     let ws = workspace_root();
     let (_, target_dir) = metadata()?;
     let mut cmd = Command::new(cargo_bin());
-    cmd.args(["build", "-p", EXAMPLES_PACKAGE, "--examples"])
-        .current_dir(&ws)
-        .stdin(Stdio::null());
+    cmd.args([
+        "build",
+        "-p",
+        EXAMPLES_PACKAGE,
+        "--examples",
+        "--features",
+        EXAMPLES_FEATURES,
+    ])
+    .current_dir(&ws)
+    .stdin(Stdio::null());
     say!("building examples: {}", describe(&cmd));
     util::run(&mut cmd)?;
     let script = format!(
@@ -385,9 +394,16 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
     // (d) Examples of the verbs package, for the VM scripts.
     if has(EXAMPLES_PACKAGE) {
         let mut cmd = Command::new(cargo_bin());
-        cmd.args(["build", "-p", EXAMPLES_PACKAGE, "--examples"])
-            .current_dir(&ws)
-            .stdin(Stdio::null());
+        cmd.args([
+            "build",
+            "-p",
+            EXAMPLES_PACKAGE,
+            "--examples",
+            "--features",
+            EXAMPLES_FEATURES,
+        ])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
         say!("building examples: {}", describe(&cmd));
         if let Err(e) = util::run(&mut cmd) {
             say!("error: {e:#}");

@@ -779,7 +779,7 @@ pub fn run(a: &PerfArgs) -> Result<()> {
         }
         Err(e) => return Err(e).context("couldn't create the QP"),
     };
-    qp.to_init(p.ib_port, 0, access)
+    qp.to_init_at(p.ib_port, 0, access)
         .context("failed to modify QP to INIT")?;
     let outs = matches!(p.verb, Verb::Read | Verb::Atomic).then(|| {
         p.outs
