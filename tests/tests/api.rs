@@ -146,10 +146,7 @@ fn connect_refuses_a_25_bit_psn_before_any_transition() {
     assert_eq!(a.query().unwrap().0.qp_state, Some(QpState::Reset));
     // A peer endpoint with a 25-bit PSN, a GID index past the table, and a
     // port 0: refused, still RESET.
-    let peer_bad = Endpoint {
-        psn: 1 << 24,
-        ..eb
-    };
+    let peer_bad = Endpoint { psn: 1 << 24, ..eb };
     assert!(a.connect(&peer_bad, all_access(), &good).is_err());
     let gid_bad = ConnectOpts {
         sgid_index: 250,
@@ -236,7 +233,10 @@ fn signal_every_keeps_a_long_unsignaled_stream_going() {
             .cq_a
             .poll_until(&mut wc, 1, TIMEOUT)
             .expect("signaled completions");
-        assert!(wc[..n].iter().all(|w| w.status() == WcStatus::SUCCESS), "{wc:?}");
+        assert!(
+            wc[..n].iter().all(|w| w.status() == WcStatus::SUCCESS),
+            "{wc:?}"
+        );
         completed += n;
     }
     assert_eq!(dst.to_vec(), pattern(4096, (total - 1) as u32));
@@ -253,11 +253,7 @@ fn query_tells_the_real_state_after_an_error_completion() {
     let mut wc = [Wc::default(); 1];
     p.cq_a.poll_until(&mut wc, 1, TIMEOUT).unwrap();
     assert!(!wc[0].is_success(), "{:?}", wc[0]);
-    assert_eq!(
-        p.a.state(),
-        QpState::Rts,
-        "state() is the last state set"
-    );
+    assert_eq!(p.a.state(), QpState::Rts, "state() is the last state set");
     assert_eq!(p.a.query().unwrap().0.qp_state, Some(QpState::Err));
 }
 
