@@ -340,9 +340,18 @@ impl<'a> SendWr<'a> {
         wr.compare_add = add;
         wr
     }
-    /// Addresses a UD send: the provider's address-handle number `ah_num`,
-    /// the remote QP number and its Q_Key. The `verbs` crate wraps this in a
-    /// form that takes its address-handle type instead of a raw number.
+    /// Addresses a UD send to `dest` (in the `verbs` crate:
+    /// `wr.dest(ah.dest(remote_qpn, remote_qkey))`, which carries what
+    /// every provider needs, mlx5's address vector included).
+    pub const fn dest(mut self, dest: UdDest<'a>) -> Self {
+        self.ud = Some(dest);
+        self
+    }
+    /// Addresses a UD send by the provider's raw address-handle number
+    /// `ah_num` alone. Enough for rxe only: mlx5 needs the address vector
+    /// too, and refuses such a request with [`PostError::MissingAddress`].
+    /// Use [`SendWr::dest`] with `Ah::dest` instead.
+    #[doc(hidden)]
     pub const fn ud(mut self, ah_num: u32, remote_qpn: u32, remote_qkey: u32) -> Self {
         self.ud = Some(UdDest {
             ah_num,

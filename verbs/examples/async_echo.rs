@@ -95,18 +95,6 @@ fn open(dev: Option<&str>) -> Res<Context> {
     Ok(d.open()?)
 }
 
-/// Awaits one completion of opcode `op` and checks it succeeded.
-async fn wait(cq: &mut AsyncCq, what: &str, op: WcOpcode) -> Res<Wc> {
-    let mut wc = [Wc::default()];
-    tokio::time::timeout(WAIT, cq.wait(&mut wc))
-        .await
-        .map_err(|_| format!("{what}: no completion within {WAIT:?}"))??;
-    if !wc[0].is_success() || wc[0].opcode() != op {
-        return Err(format!("{what}: {:?}", wc[0]).into());
-    }
-    Ok(wc[0])
-}
-
 /// A QP on `cq`, its endpoint, and the options to connect it with.
 fn new_qp(ctx: &Context, pd: &Pd, cq: &AsyncCq, psn: u32) -> Res<(Qp, Endpoint, ConnectOpts)> {
     let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, cq.cq()))?;
@@ -138,18 +126,37 @@ async fn serve(ctx: Context, pd: Pd, mut tcp: TcpStream, n: u32) -> Res<u32> {
     qp.connect(&peer, AccessFlags::empty(), &opts)?;
     tcp.write_all(&me.to_bytes()).await?;
     let mut buf = vec![0u8; MAX_SIZE];
-    for round in 0..rounds {
-        let wc = wait(&mut cq, "echo receive", WcOpcode::RECV).await?;
-        let len = wc.byte_len() as usize;
-        let msg = buf.get_mut(..len).ok_or("message longer than the buffer")?;
-        recv.read_at(0, msg)?;
-        send.write_at(0, msg)?;
-        // The next receive goes up before the echo: the client's next
-        // message follows the echo.
-        qp.post_recv(&[RecvWr::new(u64::from(round) + 1, &rsge)])?;
-        let ssge = [send.sge(..len)?];
-        qp.post_send(&[SendWr::send(u64::from(round), &ssge).signaled()])?;
-        wait(&mut cq, "echo send", WcOpcode::SEND).await?;
+    // Completions in whatever order they come: the client may get an echo,
+    // and send its next message, before our send's completion is polled.
+    let (mut echoed, mut sent) = (0u32, 0u32);
+    let mut wcs = [Wc::default(); 4];
+    while sent < rounds {
+        let n = tokio::time::timeout(WAIT, cq.wait(&mut wcs))
+            .await
+            .map_err(|_| format!("after {echoed} echoes: no completion within {WAIT:?}"))??;
+        for w in &wcs[..n] {
+            if !w.is_success() {
+                return Err(format!("after {echoed} echoes: {w:?}").into());
+            }
+            match w.opcode() {
+                WcOpcode::RECV if echoed < rounds => {
+                    let len = w.byte_len() as usize;
+                    let msg = buf.get_mut(..len).ok_or("message longer than the buffer")?;
+                    recv.read_at(0, msg)?;
+                    send.write_at(0, msg)?;
+                    echoed += 1;
+                    // The next receive goes up before the echo: the
+                    // client's next message follows the echo.
+                    if echoed < rounds {
+                        qp.post_recv(&[RecvWr::new(u64::from(echoed), &rsge)])?;
+                    }
+                    let ssge = [send.sge(..len)?];
+                    qp.post_send(&[SendWr::send(u64::from(echoed), &ssge).signaled()])?;
+                }
+                WcOpcode::SEND => sent += 1,
+                _ => return Err(format!("unexpected completion {w:?}").into()),
+            }
+        }
     }
     Ok(rounds)
 }

@@ -1128,9 +1128,7 @@ impl Qp {
         o.validate()?;
         remote.validate()?;
         // The port and GID exist (what RTR would refuse).
-        self.pd
-            .context()
-            .query_gid(o.port_num, o.sgid_index.into())?;
+        self.pd.context().query_gid(o.port_num, o.sgid_index)?;
         if self.state == QpState::Reset {
             self.to_init_at(o.port_num, 0, access)?;
         }
@@ -1145,7 +1143,7 @@ impl Qp {
         o.validate()?;
         let ctx = self.pd.context();
         let port = ctx.query_port(o.port_num)?;
-        let gid = ctx.query_gid(o.port_num, o.sgid_index as u32)?;
+        let gid = ctx.query_gid(o.port_num, o.sgid_index)?;
         Ok(Endpoint {
             qpn: self.qpn,
             psn: o.sq_psn,

@@ -587,7 +587,7 @@ fn open(p: &Plan) -> Result<Opened> {
     };
     let gid = match gid_index {
         Some(i) => ctx
-            .query_gid(p.ib_port, i.into())
+            .query_gid(p.ib_port, i)
             .with_context(|| format!("-x/--gid-index {i}: can't read that GID"))?,
         None => Gid::ZERO,
     };
