@@ -11,9 +11,7 @@
 //! let pd = ctx.alloc_pd()?;
 //! let mut cq = ctx.create_cq(16)?;
 //! let mut mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
-//! let mut qp = pd.create_qp(&QpInitAttr {
-//!     send_cq: &cq, recv_cq: &cq, qp_type: QpType::Rc, cap: QpCap::default(), sq_sig_all: false,
-//! })?;
+//! let mut qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))?;
 //! let opts = ConnectOpts { sgid_index: 1, ..Default::default() };
 //! let me = qp.endpoint(&opts)?;          // send this to the peer...
 //! let peer = me;                         // ...and receive theirs
@@ -30,6 +28,10 @@
 //! [`Context`]), so teardown order is right by construction. The data path
 //! (`post_send`, `post_recv`, `poll`) takes `&mut`, allocates nothing, takes
 //! no lock and dispatches on the provider with one `match`.
+//!
+//! Waiting without spinning: [`Cq::poll_blocking`] on a CQ with a
+//! completion channel; on tokio (feature `tokio`), `verbs::tokio::AsyncCq`
+//! and `verbs::tokio::AsyncEvents`.
 //!
 //! Providers: soft-RoCE (`rxe`, `provider-rxe`) and NVIDIA ConnectX-4 and
 //! later (`mlx5`, `provider-mlx5`). Devices of other drivers are listed by
