@@ -80,12 +80,12 @@ fn poll_blocking_sleeps_until_a_completion_arrives() {
 }
 
 #[test]
-fn poll_blocking_loses_no_completion_landing_around_the_arm() {
-    // Each round posts and immediately waits: rxe completes the request
-    // within microseconds, so over the rounds completions land before the
-    // first poll, between the poll and the arm, between the arm and the
-    // second poll, and during the sleep. A lost wake-up shows as a round
-    // that times out.
+fn poll_blocking_returns_every_completion_over_many_rounds() {
+    // Each round posts and immediately waits, on both sides, checking the
+    // data: the wait returns the completion whether it is already there
+    // (rxe often completes a loopback request within the post) or arrives
+    // after. The arm race itself is driven by
+    // poll_blocking_wakes_for_completions_racing_the_arm.
     let (_ctx, pd, mut cq_a, mut cq_b, mut a, mut b) = channel_pair();
     let mut src = pd.alloc_mr(256, all_access()).unwrap();
     let dst = pd.alloc_mr(256, all_access()).unwrap();
@@ -110,6 +110,73 @@ fn poll_blocking_loses_no_completion_landing_around_the_arm() {
         assert_eq!((n, wc[0].opcode(), wc[0].wr_id()), (1, WcOpcode::SEND, i));
         assert_eq!(dst.to_vec(), data, "round {i}");
     }
+}
+
+#[test]
+fn poll_blocking_wakes_for_completions_racing_the_arm() {
+    // A ping-pong: B waits in poll_blocking for A's message, then replies;
+    // A waits (spinning) for the reply, then spins a delay that varies
+    // from 0 to ~60 us before it sends the next message, so that its
+    // arrival at B falls before B's first poll, between that poll and
+    // B's arm (a REQ_NOTIFY_CQ system call on rxe), between the arm and
+    // the second poll, and during B's sleep. Nothing else completes on
+    // B's CQ (its replies are unsignaled), so a wake-up lost in that
+    // window would leave B asleep until its timeout: every wait must end
+    // well before it.
+    let (_ctx, pd, mut cq_a, mut cq_b, mut a, mut b) = channel_pair();
+    let mut msg = pd.alloc_mr(64, all_access()).unwrap();
+    let reply = pd.alloc_mr(64, all_access()).unwrap();
+    let rounds = 3000u64;
+    let limit = Duration::from_secs(2);
+    let a_side = std::thread::spawn(move || {
+        let s = [msg.sge(..).unwrap()];
+        let r = [reply.sge(..).unwrap()];
+        let mut wc = [Wc::default(); 1];
+        for i in 0..rounds {
+            a.post_recv(&[RecvWr::new(i, &r)]).unwrap();
+            let delay = Duration::from_nanos((i * 7919) % 60_000);
+            let t = Instant::now();
+            while t.elapsed() < delay {
+                std::hint::spin_loop();
+            }
+            msg.write_at(0, &i.to_le_bytes()).unwrap();
+            a.post_send(&[SendWr::send(i, &s)]).unwrap();
+            cq_a.poll_until(&mut wc, 1, TIMEOUT)
+                .unwrap_or_else(|e| panic!("round {i}: A's reply: {e}"));
+            assert!(wc[0].is_success() && wc[0].wr_id() == i, "{:?}", wc[0]);
+        }
+        (a, msg, reply)
+    });
+    let mut got = pd.alloc_mr(64, all_access()).unwrap();
+    let mut out = pd.alloc_mr(8, all_access()).unwrap();
+    let g = [got.sge(..).unwrap()];
+    let o = [out.sge(..).unwrap()];
+    let mut wc = [Wc::default(); 1];
+    let mut slowest = Duration::ZERO;
+    b.post_recv(&[RecvWr::new(0, &g)]).unwrap();
+    for i in 0..rounds {
+        let t = Instant::now();
+        let n = cq_b
+            .poll_blocking(&mut wc, limit)
+            .unwrap_or_else(|e| panic!("round {i}: {e}"));
+        let took = t.elapsed();
+        slowest = slowest.max(took);
+        assert!(
+            took < limit / 2,
+            "round {i}: the completion was found only after {took:?}: a lost wake-up"
+        );
+        assert_eq!(n, 1);
+        assert!(wc[0].is_success() && wc[0].wr_id() == i, "{:?}", wc[0]);
+        let mut v = [0u8; 8];
+        got.read_at(0, &mut v).unwrap();
+        assert_eq!(u64::from_le_bytes(v), i, "round {i}: the message");
+        got.fill(.., 0).unwrap();
+        b.post_recv(&[RecvWr::new(i + 1, &g)]).unwrap();
+        out.write_at(0, &i.to_le_bytes()).unwrap();
+        b.post_send(&[SendWr::send(i, &o)]).unwrap();
+    }
+    a_side.join().unwrap();
+    println!("{rounds} rounds, slowest wait {slowest:?}");
 }
 
 #[test]

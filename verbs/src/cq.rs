@@ -783,6 +783,7 @@ mod tests {
         polled: bool,
         event: bool,
         waits: u32,
+        timeouts: u32,
     }
 
     impl Sim {
@@ -795,6 +796,7 @@ mod tests {
                 polled: false,
                 event: false,
                 waits: 0,
+                timeouts: 0,
             }
         }
         fn tick(&mut self) {
@@ -826,7 +828,9 @@ mod tests {
             self.waits += 1;
             // Time passes while asleep: the completion may land now.
             self.tick();
-            Ok(std::mem::take(&mut self.event))
+            let woke = std::mem::take(&mut self.event);
+            self.timeouts += u32::from(!woke);
+            Ok(woke)
         }
     }
 
@@ -846,6 +850,12 @@ mod tests {
                 sim.waits <= 1,
                 "arrival at step {arrive}: {} waits",
                 sim.waits
+            );
+            // Found without sleeping through the timeout: the race between
+            // the first poll and the arm costs nothing.
+            assert_eq!(
+                sim.timeouts, 0,
+                "arrival at step {arrive}: slept until the timeout"
             );
         }
     }
