@@ -390,7 +390,7 @@ fn ud_send_recv() {
     let ctx = verbs_tests::open_rxe();
     let pd = ctx.alloc_pd().unwrap();
     let gid_index = ctx.default_gid_index(1).unwrap();
-    let gid = ctx.query_gid(1, gid_index as u32).unwrap();
+    let gid = ctx.query_gid(1, gid_index).unwrap();
     let mut cq_a = ctx.create_cq(64).unwrap();
     let mut cq_b = ctx.create_cq(64).unwrap();
     let mk = |cq| {

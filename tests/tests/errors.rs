@@ -289,7 +289,7 @@ fn posting_in_the_wrong_state_is_refused() {
         ),
         "{e}"
     );
-    qp.to_init(1, 0, AccessFlags::empty()).unwrap();
+    qp.to_init_at(1, 0, AccessFlags::empty()).unwrap();
     qp.post_recv(&[RecvWr::new(1, &s)]).unwrap();
 }
 

@@ -306,7 +306,7 @@ fn query_qp_reports_what_was_set() {
     assert_eq!(attr.qp_access_flags, Some(verbs_tests::all_access()));
     let ah = attr.ah_attr.unwrap();
     let grh = ah.grh.expect("RoCE paths carry a GRH");
-    assert_eq!(grh.dgid, p.ctx.query_gid(1, grh.sgid_index as u32).unwrap());
+    assert_eq!(grh.dgid, p.ctx.query_gid(1, grh.sgid_index).unwrap());
     // The kernel reports the ring it allocated, which may be deeper than
     // the depth it granted at creation (rxe rounds up to a power of two).
     let granted = p.a.cap();

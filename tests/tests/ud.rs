@@ -35,7 +35,7 @@ fn ud(n: usize) -> Ud {
     let ctx = verbs_tests::open_rxe();
     let pd = ctx.alloc_pd().expect("alloc_pd");
     let gid_index = ctx.default_gid_index(1).expect("gid index");
-    let gid = ctx.query_gid(1, gid_index as u32).expect("gid");
+    let gid = ctx.query_gid(1, gid_index).expect("gid");
     let cqs: Vec<Cq> = (0..n).map(|_| ctx.create_cq(64).expect("cq")).collect();
     let qps = cqs
         .iter()
@@ -511,7 +511,7 @@ fn post_time_refusals() {
 fn ud_address_on_a_connected_qp_is_refused() {
     let mut p = Pair::new();
     let gid_index = p.ctx.default_gid_index(1).unwrap();
-    let gid = p.ctx.query_gid(1, gid_index as u32).unwrap();
+    let gid = p.ctx.query_gid(1, gid_index).unwrap();
     let ah =
         p.pd.create_ah(&AhAttr {
             port_num: 1,

@@ -340,9 +340,18 @@ impl<'a> SendWr<'a> {
         wr.compare_add = add;
         wr
     }
-    /// Addresses a UD send: the provider's address-handle number `ah_num`,
-    /// the remote QP number and its Q_Key. The `verbs` crate wraps this in a
-    /// form that takes its address-handle type instead of a raw number.
+    /// Addresses a UD send to `dest` (in the `verbs` crate:
+    /// `wr.dest(ah.dest(remote_qpn, remote_qkey))`, which carries what
+    /// every provider needs, mlx5's address vector included).
+    pub const fn dest(mut self, dest: UdDest<'a>) -> Self {
+        self.ud = Some(dest);
+        self
+    }
+    /// Addresses a UD send by the provider's raw address-handle number
+    /// `ah_num` alone. Enough for rxe only: mlx5 needs the address vector
+    /// too, and refuses such a request with [`PostError::MissingAddress`].
+    /// Use [`SendWr::dest`] with `Ah::dest` instead.
+    #[doc(hidden)]
     pub const fn ud(mut self, ah_num: u32, remote_qpn: u32, remote_qkey: u32) -> Self {
         self.ud = Some(UdDest {
             ah_num,
@@ -391,7 +400,12 @@ impl<'a> RecvWr<'a> {
 /// Why a work request was refused before it reached the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PostError {
-    /// The queue has no free slot: wait for completions and post again.
+    /// The queue has no free slot: poll completions and post again. A send
+    /// slot is freed only when the device has completed the request; on
+    /// mlx5 (as with rdma-core) that is known only from a completion, so
+    /// unsignaled sends stay counted until a later *signaled* send
+    /// completes: a QP that never signals fills up for good. Signal at
+    /// least one send in every `max_send_wr` (see `rverbs::SignalEvery`).
     QueueFull,
     /// More SGEs than the queue was created for.
     TooManySge {
@@ -446,7 +460,12 @@ pub enum PostError {
 impl std::fmt::Display for PostError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PostError::QueueFull => write!(f, "work queue full"),
+            PostError::QueueFull => write!(
+                f,
+                "work queue full: poll completions and post again (send slots are freed \
+                 by completions; on mlx5 unsignaled sends are freed only when a later \
+                 signaled send completes, so signal at least one in every max_send_wr)"
+            ),
             PostError::TooManySge { given, max } => {
                 write!(f, "{given} SGEs exceed the queue's max_sge {max}")
             }

@@ -16,8 +16,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rverbs::{
-    AccessFlags, ConnectOpts, Cq, Endpoint, QpCap, QpInitAttr, QpType, RecvWr, RemoteMr, SendWr,
-    Wc, WcOpcode,
+    AccessFlags, ConnectOpts, Cq, Endpoint, QpInitAttr, QpType, RecvWr, RemoteMr, SendWr, Wc,
+    WcOpcode,
 };
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -77,7 +77,7 @@ fn exchange(s: &mut TcpStream, me: &Endpoint, mr: &RemoteMr) -> Res<(Endpoint, R
     s.write_all(&me.to_bytes())?;
     s.write_all(&mr.to_bytes())?;
     let mut e = [0u8; Endpoint::WIRE_LEN];
-    let mut m = [0u8; 20];
+    let mut m = [0u8; RemoteMr::WIRE_LEN];
     s.read_exact(&mut e)?;
     s.read_exact(&mut m)?;
     Ok((Endpoint::from_bytes(&e), RemoteMr::from_bytes(&m)))
@@ -99,13 +99,7 @@ fn run() -> Res<()> {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let mut mr = pd.alloc_mr(a.size, access)?;
     let mut msg = pd.alloc_mr(64, AccessFlags::LOCAL_WRITE)?;
-    let mut qp = pd.create_qp(&QpInitAttr {
-        send_cq: &cq,
-        recv_cq: &cq,
-        qp_type: QpType::Rc,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    })?;
+    let mut qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
     let gid_index = match a.gid {
         Some(g) => g,
         None => ctx.default_gid_index(1)?,
@@ -120,7 +114,7 @@ fn run() -> Res<()> {
     let half = a.size / 2;
     let msg_sge = [msg.sge(..)?];
     // A receive is posted before anything reaches the peer.
-    qp.to_init(opts.port_num, 0, access)?;
+    qp.to_init(access, &opts)?;
     qp.post_recv(&[RecvWr::new(1, &msg_sge)])?;
 
     match &a.server {

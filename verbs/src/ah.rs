@@ -249,7 +249,9 @@ impl Drop for Ah {
     }
 }
 
-/// Addresses a UD send with an [`Ah`] (implemented for [`SendWr`]).
+/// Addresses a UD send with an [`Ah`] (implemented for [`SendWr`]):
+/// `wr.to(&ah, qpn, qkey)`. Without importing this trait, the same is
+/// `wr.dest(ah.dest(qpn, qkey))` ([`SendWr::dest`], [`Ah::dest`]).
 pub trait UdSendWr<'a> {
     /// Sends to QP `remote_qpn` through `ah`, presenting `remote_qkey`. The
     /// borrow keeps `ah` alive as long as the request value; keep it until

@@ -308,11 +308,13 @@ impl Context {
         u8::try_from(pick.index).map_err(|_| Error::invalid("GID index above 255"))
     }
 
-    /// The GID at `index` of `port`; an error if that slot is empty.
-    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid> {
+    /// The GID at `index` of `port`; an error if that slot is empty. The
+    /// index has the type of [`crate::ConnectOpts::sgid_index`] and
+    /// [`crate::GlobalRoute::sgid_index`] (the kernel ABI's `u8`).
+    pub fn query_gid(&self, port: u8, index: u8) -> Result<Gid> {
         self.query_gid_table()?
             .into_iter()
-            .find(|e| e.port == port as u32 && e.index == index)
+            .find(|e| e.port == u32::from(port) && e.index == u32::from(index))
             .map(|e| e.gid)
             .ok_or_else(|| Error::invalid(format!("port {port} has no GID at index {index}")))
     }

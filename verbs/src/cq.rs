@@ -22,7 +22,8 @@ pub(crate) struct CqInner {
     pub(crate) handle: u32,
     /// The `user_handle` events name this CQ by.
     pub(crate) event_id: EventId,
-    _channel: Option<Arc<OwnedFd>>,
+    /// The completion channel the CQ signals, if any.
+    channel: Option<Arc<OwnedFd>>,
     /// An mlx5 CQ's ring and doorbell record: the device writes CQEs there
     /// for as long as the kernel CQ exists (QPs on it keep it, after the
     /// [`Cq`] handle may be gone), so they are freed only after
@@ -188,7 +189,7 @@ impl Context {
                 ctx: self.clone(),
                 handle,
                 event_id,
-                _channel: channel.map(|c| c.fd.clone()),
+                channel: channel.map(|c| c.fd.clone()),
                 mlx5_mem: mem,
             })
         };
@@ -291,13 +292,59 @@ impl Cq {
     /// ring (see [`Cq::resize`]).
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize> {
-        // SAFETY: Wc is repr(transparent) over the ABI's Wc.
-        let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [rverbs_abi::wr::Wc]) };
-        match &mut self.ring {
-            Ring::Rxe(r) => r
-                .poll(raw)
-                .map_err(|e| Error::Unusable(format!("poll_cq: {e}"))),
-            Ring::Mlx5(r) => Ok(r.poll(raw)),
+        poll_ring(&mut self.ring, wc)
+    }
+
+    /// The completion channel this CQ signals, if it was created with one.
+    pub fn channel(&self) -> Option<CompChannel> {
+        self.inner
+            .channel
+            .as_ref()
+            .map(|fd| CompChannel { fd: fd.clone() })
+    }
+
+    /// Waits, without spinning, until the CQ holds a completion, then
+    /// polls up to `wc.len()` of them into `wc` and returns how many (at
+    /// least one). Fails with [`Error::Timeout`] if none arrived within
+    /// `timeout`, and with [`Error::InvalidArgument`] if the CQ has no
+    /// completion channel (create it with [`Context::create_cq_with`]) or
+    /// `wc` is empty. The blocking counterpart of [`Cq::poll_until`]'s busy
+    /// loop, and what [`crate::tokio::AsyncCq`] does on a runtime.
+    ///
+    /// The protocol, which loses no wake-up: poll; if empty, arm
+    /// ([`Cq::req_notify`]) and poll again (a completion that landed
+    /// between the first poll and the arm raises no event, the second
+    /// poll finds it); only if that is empty too, sleep on the channel,
+    /// drain every event queued there, and start over. An event left over
+    /// from an earlier arm only costs one extra round.
+    ///
+    /// The channel should serve this CQ alone: the events of other CQs
+    /// sharing it are read and discarded here, and their own waiters would
+    /// sleep until their timeout. No event needs acknowledging (see
+    /// [`CompChannel`]).
+    pub fn poll_blocking(&mut self, wc: &mut [Wc], timeout: std::time::Duration) -> Result<usize> {
+        if wc.is_empty() {
+            return Err(Error::invalid(
+                "poll_blocking with no room for a completion",
+            ));
+        }
+        let Cq { inner, ring, .. } = self;
+        let Some(chan) = inner.channel.as_deref() else {
+            return Err(Error::invalid(
+                "poll_blocking needs a CQ with a completion channel (Context::create_cq_with)",
+            ));
+        };
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        let mut w = BlockingWaiter {
+            ring,
+            inner,
+            chan: chan.as_fd(),
+            wc,
+            deadline,
+        };
+        match await_completions(&mut w)? {
+            Some(n) => Ok(n),
+            None => Err(Error::Timeout(timeout)),
         }
     }
 
@@ -333,20 +380,7 @@ impl Cq {
     /// On mlx5 this is no system call: the provider writes the CQ's
     /// doorbell record and UAR register.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        if let Ring::Mlx5(r) = &self.ring {
-            r.arm(solicited_only);
-            return Ok(());
-        }
-        let cmd = ReqNotifyCq {
-            cq_handle: self.inner.handle,
-            solicited_only: solicited_only as u32,
-        };
-        // SAFETY: REQ_NOTIFY_CQ carries no user address.
-        unsafe {
-            write_cmd::<_, NoResp>(self.inner.ctx.fd(), nr::REQ_NOTIFY_CQ, &cmd, &[], &mut [])
-        }
-        .map(|_| ())
-        .map_err(Error::kernel("req_notify_cq"))
+        arm_ring(&self.ring, &self.inner, solicited_only)
     }
 
     /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.
@@ -375,6 +409,94 @@ impl Cq {
                 .map_err(Error::kernel("resize_cq"))?,
         };
         Ok(())
+    }
+}
+
+#[inline]
+fn poll_ring(ring: &mut Ring, wc: &mut [Wc]) -> Result<usize> {
+    // SAFETY: Wc is repr(transparent) over the ABI's Wc.
+    let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [rverbs_abi::wr::Wc]) };
+    match ring {
+        Ring::Rxe(r) => r
+            .poll(raw)
+            .map_err(|e| Error::Unusable(format!("poll_cq: {e}"))),
+        Ring::Mlx5(r) => Ok(r.poll(raw)),
+    }
+}
+
+fn arm_ring(ring: &Ring, inner: &CqInner, solicited_only: bool) -> Result<()> {
+    if let Ring::Mlx5(r) = ring {
+        r.arm(solicited_only);
+        return Ok(());
+    }
+    let cmd = ReqNotifyCq {
+        cq_handle: inner.handle,
+        solicited_only: solicited_only as u32,
+    };
+    // SAFETY: REQ_NOTIFY_CQ carries no user address.
+    unsafe { write_cmd::<_, NoResp>(inner.ctx.fd(), nr::REQ_NOTIFY_CQ, &cmd, &[], &mut []) }
+        .map(|_| ())
+        .map_err(Error::kernel("req_notify_cq"))
+}
+
+/// The three steps of waiting for completions through a channel.
+pub(crate) trait Waiter {
+    /// Polls the CQ (never blocks).
+    fn poll(&mut self) -> Result<usize>;
+    /// Arms the CQ for the next completion.
+    fn arm(&mut self) -> Result<()>;
+    /// Sleeps until the channel has an event, and drains it: `false` when
+    /// the time allowed ran out first.
+    fn wait(&mut self) -> Result<bool>;
+}
+
+/// Poll, arm, poll again, and only then sleep: a completion that arrives
+/// between the first poll and the arm raises no event (the CQ was not
+/// armed yet), so without the second poll it would be found only at the
+/// timeout. `Ok(None)`: the time ran out with the CQ still empty.
+pub(crate) fn await_completions<W: Waiter>(w: &mut W) -> Result<Option<usize>> {
+    loop {
+        let n = w.poll()?;
+        if n > 0 {
+            return Ok(Some(n));
+        }
+        w.arm()?;
+        let n = w.poll()?;
+        if n > 0 {
+            return Ok(Some(n));
+        }
+        if !w.wait()? {
+            let n = w.poll()?;
+            return Ok((n > 0).then_some(n));
+        }
+    }
+}
+
+struct BlockingWaiter<'a, 'w> {
+    ring: &'a mut Ring,
+    inner: &'a CqInner,
+    chan: BorrowedFd<'a>,
+    wc: &'w mut [Wc],
+    deadline: Option<std::time::Instant>,
+}
+
+impl Waiter for BlockingWaiter<'_, '_> {
+    fn poll(&mut self) -> Result<usize> {
+        poll_ring(self.ring, self.wc)
+    }
+    fn arm(&mut self) -> Result<()> {
+        arm_ring(self.ring, self.inner, false)
+    }
+    fn wait(&mut self) -> Result<bool> {
+        let left = self
+            .deadline
+            .map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        let got =
+            crate::event::wait_event::<CompEventDesc>(self.chan, "get_cq_event", left)?.is_some();
+        if got {
+            while crate::event::read_event::<CompEventDesc>(self.chan, "get_cq_event")?.is_some() {}
+        }
+        Ok(got)
     }
 }
 
@@ -418,6 +540,12 @@ impl CompChannel {
 impl AsFd for CompChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+impl AsRawFd for CompChannel {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
     }
 }
 
@@ -584,7 +712,8 @@ impl fmt::Debug for WcStatus {
 }
 
 /// A completion opcode (`enum ib_wc_opcode`); unknown values are kept.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+/// `Debug` and `Display` print its name (`RECV`, `RDMA_WRITE`, ...).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WcOpcode(pub u32);
 
 #[allow(missing_docs)]
@@ -594,7 +723,166 @@ impl WcOpcode {
     pub const RDMA_READ: WcOpcode = WcOpcode(wc_opcode::RDMA_READ);
     pub const COMP_SWAP: WcOpcode = WcOpcode(wc_opcode::COMP_SWAP);
     pub const FETCH_ADD: WcOpcode = WcOpcode(wc_opcode::FETCH_ADD);
+    pub const BIND_MW: WcOpcode = WcOpcode(wc_opcode::BIND_MW);
     pub const LOCAL_INV: WcOpcode = WcOpcode(wc_opcode::LOCAL_INV);
     pub const RECV: WcOpcode = WcOpcode(wc_opcode::RECV);
     pub const RECV_RDMA_WITH_IMM: WcOpcode = WcOpcode(wc_opcode::RECV_RDMA_WITH_IMM);
+}
+
+impl WcOpcode {
+    /// The opcode's name as in `enum ib_wc_opcode` without its prefix
+    /// (`"SEND"`, `"RECV_RDMA_WITH_IMM"`), or `None` for an unknown value.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            wc_opcode::SEND => "SEND",
+            wc_opcode::RDMA_WRITE => "RDMA_WRITE",
+            wc_opcode::RDMA_READ => "RDMA_READ",
+            wc_opcode::COMP_SWAP => "COMP_SWAP",
+            wc_opcode::FETCH_ADD => "FETCH_ADD",
+            wc_opcode::BIND_MW => "BIND_MW",
+            wc_opcode::LOCAL_INV => "LOCAL_INV",
+            wc_opcode::RECV => "RECV",
+            wc_opcode::RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for WcOpcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "unknown opcode {}", self.0),
+        }
+    }
+}
+
+impl fmt::Debug for WcOpcode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opcodes_and_statuses_print_their_names() {
+        assert_eq!(format!("{:?}", WcOpcode::RECV), "RECV");
+        assert_eq!(format!("{}", WcOpcode::RDMA_WRITE), "RDMA_WRITE");
+        assert_eq!(format!("{:?}", WcOpcode(77)), "unknown opcode 77");
+        assert_eq!(
+            format!("{:?}", WcStatus::WR_FLUSH_ERR),
+            "Work Request Flushed Error (5)"
+        );
+        let mut wc = Wc::default();
+        wc.0.opcode = wc_opcode::RECV_RDMA_WITH_IMM;
+        assert!(format!("{wc:?}").contains("opcode: RECV_RDMA_WITH_IMM"));
+    }
+
+    /// A simulated CQ and channel: one completion arrives at step `arrive`
+    /// of the waiter's calls; the channel gets an event only if the CQ was
+    /// armed before the arrival (as on a device).
+    struct Sim {
+        step: u32,
+        arrive: u32,
+        arrived: bool,
+        armed: bool,
+        polled: bool,
+        event: bool,
+        waits: u32,
+        timeouts: u32,
+    }
+
+    impl Sim {
+        fn new(arrive: u32) -> Sim {
+            Sim {
+                step: 0,
+                arrive,
+                arrived: false,
+                armed: false,
+                polled: false,
+                event: false,
+                waits: 0,
+                timeouts: 0,
+            }
+        }
+        fn tick(&mut self) {
+            if self.step == self.arrive {
+                self.arrived = true;
+                if std::mem::take(&mut self.armed) {
+                    self.event = true;
+                }
+            }
+            self.step += 1;
+        }
+    }
+
+    impl Waiter for Sim {
+        fn poll(&mut self) -> Result<usize> {
+            self.tick();
+            let n = usize::from(self.arrived && !self.polled);
+            if n == 1 {
+                self.polled = true;
+            }
+            Ok(n)
+        }
+        fn arm(&mut self) -> Result<()> {
+            self.tick();
+            self.armed = true;
+            Ok(())
+        }
+        fn wait(&mut self) -> Result<bool> {
+            self.waits += 1;
+            // Time passes while asleep: the completion may land now.
+            self.tick();
+            let woke = std::mem::take(&mut self.event);
+            self.timeouts += u32::from(!woke);
+            Ok(woke)
+        }
+    }
+
+    #[test]
+    fn a_completion_arriving_at_any_point_is_found_without_a_timeout() {
+        // Step 0: before the first poll; 1: between the poll and the arm
+        // (the race: no event will ever come); 2: between the arm and the
+        // second poll; 3: while asleep.
+        for arrive in 0..4 {
+            let mut sim = Sim::new(arrive);
+            assert_eq!(
+                await_completions(&mut sim).unwrap(),
+                Some(1),
+                "arrival at step {arrive}"
+            );
+            assert!(
+                sim.waits <= 1,
+                "arrival at step {arrive}: {} waits",
+                sim.waits
+            );
+            // Found without sleeping through the timeout: the race between
+            // the first poll and the arm costs nothing.
+            assert_eq!(
+                sim.timeouts, 0,
+                "arrival at step {arrive}: slept until the timeout"
+            );
+        }
+    }
+
+    #[test]
+    fn without_the_second_poll_the_race_sleeps_until_the_timeout() {
+        // The naive order (poll, arm, sleep) on an arrival between the
+        // poll and the arm: the sleep sees no event. This is what the
+        // protocol's second poll exists for.
+        let mut sim = Sim::new(1);
+        assert_eq!(sim.poll().unwrap(), 0);
+        sim.arm().unwrap();
+        assert!(!sim.wait().unwrap(), "an event despite arming late");
+    }
+
+    #[test]
+    fn nothing_arriving_times_out() {
+        let mut sim = Sim::new(u32::MAX);
+        assert_eq!(await_completions(&mut sim).unwrap(), None);
+    }
 }

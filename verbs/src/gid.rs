@@ -114,14 +114,31 @@ impl fmt::Display for GidType {
 pub struct GidEntry {
     /// The GID.
     pub gid: Gid,
-    /// Its index in the port's table (the `sgid_index` to use).
+    /// Its index in the port's table, as the kernel reports it (`u32`);
+    /// [`GidEntry::sgid_index`] gives it as the `u8` that
+    /// [`crate::ConnectOpts::sgid_index`], [`crate::GlobalRoute`] and
+    /// [`crate::Context::query_gid`] take.
     pub index: u32,
-    /// The port, from 1.
+    /// The port, from 1, as the kernel reports it; [`GidEntry::port_num`]
+    /// gives the `u8` the rest of the API takes.
     pub port: u32,
     /// IB, RoCE v1 or RoCE v2.
     pub gid_type: GidType,
     /// The netdev's ifindex (0 if none).
     pub netdev_ifindex: u32,
+}
+
+impl GidEntry {
+    /// The index as an `sgid_index` (the ABI's `u8`); `None` for an entry
+    /// past 255, which no QP or address handle can send from.
+    pub fn sgid_index(&self) -> Option<u8> {
+        u8::try_from(self.index).ok()
+    }
+
+    /// The port as the `u8` port numbers take elsewhere.
+    pub fn port_num(&self) -> Option<u8> {
+        u8::try_from(self.port).ok()
+    }
 }
 
 #[cfg(test)]

@@ -11,9 +11,7 @@
 //! let pd = ctx.alloc_pd()?;
 //! let mut cq = ctx.create_cq(16)?;
 //! let mut mr = pd.alloc_mr(4096, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?;
-//! let mut qp = pd.create_qp(&QpInitAttr {
-//!     send_cq: &cq, recv_cq: &cq, qp_type: QpType::Rc, cap: QpCap::default(), sq_sig_all: false,
-//! })?;
+//! let mut qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))?;
 //! let opts = ConnectOpts { sgid_index: 1, ..Default::default() };
 //! let me = qp.endpoint(&opts)?;          // send this to the peer...
 //! let peer = me;                         // ...and receive theirs
@@ -30,6 +28,10 @@
 //! [`Context`]), so teardown order is right by construction. The data path
 //! (`post_send`, `post_recv`, `poll`) takes `&mut`, allocates nothing, takes
 //! no lock and dispatches on the provider with one `match`.
+//!
+//! Waiting without spinning: [`Cq::poll_blocking`] on a CQ with a
+//! completion channel; on tokio (feature `tokio`), `rverbs::tokio::AsyncCq`
+//! and `rverbs::tokio::AsyncEvents`.
 //!
 //! Providers: soft-RoCE (`rxe`, `provider-rxe`) and NVIDIA ConnectX-4 and
 //! later (`mlx5`, `provider-mlx5`). Devices of other drivers are listed by
@@ -51,6 +53,8 @@ pub mod qp;
 pub mod srq;
 #[cfg(test)]
 mod test_util;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 /// The kernel's structures behind the attribute and completion types:
 /// [`DeviceAttr`] and [`PortAttr`] dereference to these, and [`Wc`] wraps
@@ -74,7 +78,7 @@ pub use mr::{AccessFlags, Mr, MrBuf, PageBuf, Raw, RegisterError, RemoteMr, Scop
 pub use pd::Pd;
 pub use qp::{
     AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr,
-    QpState, QpType,
+    QpState, QpType, SignalEvery,
 };
 pub use rverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};

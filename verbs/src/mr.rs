@@ -30,7 +30,7 @@ pub use buf::{MrBuf, PageBuf};
 use rverbs_abi::cmd::{nr, write_cmd, NoResp};
 pub use rverbs_abi::mr::AccessFlags;
 use rverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
-use rverbs_abi::wr::Sge;
+use rverbs_abi::wr::{SendWr, Sge};
 
 use crate::error::{Errno, Error, Result};
 use crate::pd::Pd;
@@ -39,6 +39,28 @@ use crate::pd::Pd;
 /// default: what [`Pd::alloc_mr`] returns). Dropping it deregisters the
 /// region, then drops `B`; [`Mr::into_inner`] deregisters and hands `B`
 /// back.
+///
+/// # Why copies (`read_at`/`write_at`) and not `&[u8]`
+///
+/// While the region is registered, the device may write it at any moment:
+/// a receive or RDMA READ landing in it, and, with remote access, a peer's
+/// RDMA WRITE or atomic that this process does not even see coming. A
+/// Rust `&[u8]` promises that the bytes do not change while it lives, and
+/// `&mut [u8]` that nothing else touches them; memory written behind a
+/// reference's back is undefined behaviour, whatever the bytes. No borrow
+/// of the `Mr` can rule the device out: an [`Sge`] is a plain value that
+/// outlives any borrow, and a peer needs none. So safe code moves data in
+/// and out with [`Mr::write_at`], [`Mr::read_at`], [`Mr::fill`] and
+/// [`Mr::to_vec`], which copy through raw pointers (a `memcpy`, the same
+/// cost as filling the buffer in the first place).
+///
+/// Zero-copy where the caller can vouch for it: [`Mr::as_slice`] and
+/// [`Mr::as_mut_slice`] are `unsafe`, sound while no request that writes
+/// the range is outstanding and (for regions with remote write access) no
+/// peer writes it, which the application protocol knows and the library
+/// cannot. The data path itself is zero-copy either way: requests send
+/// from and receive into the registered memory directly; only the CPU's
+/// own look at the bytes goes through a copy.
 ///
 /// `B` is [`Scoped`] for a region of [`Pd::register_scoped`] and [`Raw`] for
 /// one of [`Pd::register_raw`]: those borrow memory rather than own it.
@@ -133,6 +155,81 @@ impl RemoteMr {
             len: u64::from_be_bytes(l.try_into().unwrap_or_default()),
             rkey: u32::from_be_bytes(k.try_into().unwrap_or_default()),
         }
+    }
+
+    /// The part of the region `offset` bytes in, `len` bytes long, checked
+    /// against the length and the address space: address a request at an
+    /// offset with `remote.slice(off, len)?.rdma_write(id, &sges)?`.
+    pub fn slice(&self, offset: u64, len: u64) -> Result<RemoteMr> {
+        Ok(RemoteMr {
+            addr: self.at(offset, len)?,
+            len,
+            rkey: self.rkey,
+        })
+    }
+
+    /// Checks that `sges` (their total length) fit in this region.
+    fn fits(&self, sges: &[Sge]) -> Result<()> {
+        let total = sges
+            .iter()
+            .try_fold(0u64, |t, s| t.checked_add(u64::from(s.length)));
+        match total {
+            Some(t) if t <= self.len => Ok(()),
+            _ => Err(Error::invalid(format!(
+                "the gather list is longer than the {}-byte remote region",
+                self.len
+            ))),
+        }
+    }
+
+    /// An RDMA WRITE of `sges` to the start of this region (see
+    /// [`RemoteMr::slice`]); refused if they are longer than the region.
+    pub fn rdma_write<'a>(&self, wr_id: u64, sges: &'a [Sge]) -> Result<SendWr<'a>> {
+        self.fits(sges)?;
+        Ok(SendWr::rdma_write(wr_id, sges, self.addr, self.rkey))
+    }
+
+    /// An RDMA READ of this region's start into `sges`; refused if they are
+    /// longer than the region.
+    pub fn rdma_read<'a>(&self, wr_id: u64, sges: &'a [Sge]) -> Result<SendWr<'a>> {
+        self.fits(sges)?;
+        Ok(SendWr::rdma_read(wr_id, sges, self.addr, self.rkey))
+    }
+
+    /// A 64-bit compare-and-swap on the region's first 8 bytes, the
+    /// original value landing in `sge` (8 bytes). Refused if the region is
+    /// shorter than 8 bytes or not 8-byte aligned.
+    pub fn cmp_swap<'a>(
+        &self,
+        wr_id: u64,
+        sge: &'a Sge,
+        compare: u64,
+        swap: u64,
+    ) -> Result<SendWr<'a>> {
+        self.atomic_target()?;
+        let sge = std::array::from_ref(sge);
+        Ok(SendWr::cmp_swap(
+            wr_id, sge, self.addr, self.rkey, compare, swap,
+        ))
+    }
+
+    /// A 64-bit fetch-and-add of `add` on the region's first 8 bytes, the
+    /// original value landing in `sge` (8 bytes). Refused if the region is
+    /// shorter than 8 bytes or not 8-byte aligned.
+    pub fn fetch_add<'a>(&self, wr_id: u64, sge: &'a Sge, add: u64) -> Result<SendWr<'a>> {
+        self.atomic_target()?;
+        let sge = std::array::from_ref(sge);
+        Ok(SendWr::fetch_add(wr_id, sge, self.addr, self.rkey, add))
+    }
+
+    fn atomic_target(&self) -> Result<()> {
+        if self.len < 8 || self.addr % 8 != 0 {
+            return Err(Error::invalid(format!(
+                "an atomic needs 8 aligned bytes; the remote region is {} bytes at {:#x}",
+                self.len, self.addr
+            )));
+        }
+        Ok(())
     }
 
     /// The address `offset` bytes in, for `len` bytes, checked against the
@@ -594,5 +691,49 @@ impl<B> Drop for Mr<B> {
                 std::process::abort();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod remote_tests {
+    use super::*;
+
+    #[test]
+    fn remote_slices_and_requests_are_checked() {
+        let r = RemoteMr {
+            addr: 0x1000,
+            len: 4096,
+            rkey: 7,
+        };
+        let s = r.slice(1024, 512).unwrap();
+        assert_eq!((s.addr, s.len, s.rkey), (0x1400, 512, 7));
+        assert!(r.slice(4000, 97).is_err());
+        assert!(r.slice(u64::MAX, 1).is_err());
+        let big = RemoteMr {
+            addr: u64::MAX - 1,
+            len: u64::MAX,
+            rkey: 1,
+        };
+        assert!(big.slice(8, 1).is_err(), "address overflow");
+        let sge = Sge {
+            addr: 0x9000,
+            length: 512,
+            lkey: 3,
+        };
+        let sges = [sge, sge];
+        let wr = s.rdma_write(5, &sges[..1]).unwrap();
+        assert_eq!((wr.remote_addr, wr.rkey, wr.wr_id), (0x1400, 7, 5));
+        assert!(s.rdma_write(5, &sges).is_err(), "1024 bytes into 512");
+        assert!(s.rdma_read(6, &sges).is_err());
+        let eight = Sge { length: 8, ..sge };
+        assert!(r.slice(8, 8).unwrap().fetch_add(1, &eight, 1).is_ok());
+        assert!(
+            r.slice(4, 8).unwrap().cmp_swap(1, &eight, 0, 1).is_err(),
+            "unaligned"
+        );
+        assert!(
+            r.slice(8, 4).unwrap().fetch_add(1, &eight, 1).is_err(),
+            "short"
+        );
     }
 }

@@ -137,6 +137,11 @@ impl fmt::Display for Mtu {
 }
 
 /// Queue capacities, requested at creation and granted by the kernel.
+///
+/// [`QpCap::default`]: 64 send and 64 receive work requests, 1 SGE each
+/// way, no inline data. What a QP was granted ([`Qp::cap`], also what
+/// [`Qp::query`] reports) is what can actually be posted: requests
+/// outstanding at once, SGEs per request, inline bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCap {
     /// Send queue depth.
@@ -163,8 +168,19 @@ impl Default for QpCap {
     }
 }
 
-/// What [`Pd::create_qp`] needs.
-#[derive(Debug)]
+/// What [`Pd::create_qp`] needs. Start from [`QpInitAttr::new`] (the
+/// defaults: [`QpCap::default`], only signaled sends complete), or write
+/// every field.
+///
+/// ```no_run
+/// # fn f(pd: &rverbs::Pd, cq: &rverbs::Cq) -> rverbs::Result<()> {
+/// use rverbs::{QpCap, QpInitAttr, QpType};
+/// let qp = pd.create_qp(
+///     &QpInitAttr::new(QpType::Rc, cq).cap(QpCap { max_send_wr: 256, ..QpCap::default() }),
+/// )?;
+/// # let _ = qp; Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy)]
 pub struct QpInitAttr<'a> {
     /// Completions of send WRs.
     pub send_cq: &'a Cq,
@@ -176,6 +192,38 @@ pub struct QpInitAttr<'a> {
     pub cap: QpCap,
     /// Generate a completion for every send WR, signaled or not.
     pub sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// A QP of type `qp_type` whose sends and receives complete on `cq`,
+    /// with [`QpCap::default`] capacities and `sq_sig_all` off.
+    pub fn new(qp_type: QpType, cq: &'a Cq) -> Self {
+        QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
+
+    /// Receive completions go to `cq` instead.
+    pub fn recv_cq(mut self, cq: &'a Cq) -> Self {
+        self.recv_cq = cq;
+        self
+    }
+
+    /// Requested capacities.
+    pub fn cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+
+    /// Every send completes, signaled or not.
+    pub fn sq_sig_all(mut self, on: bool) -> Self {
+        self.sq_sig_all = on;
+        self
+    }
 }
 
 /// Global routing header fields of an address (RoCE needs them).
@@ -347,8 +395,15 @@ impl QpAttr {
     }
 }
 
-/// Connection parameters for [`Qp::connect`]: the remote end, and the knobs
-/// the RTR and RTS transitions take (defaults follow `ibv_rc_pingpong`).
+/// Connection parameters for [`Qp::connect`] (and [`Qp::to_init`],
+/// [`Qp::to_rtr`], [`Qp::to_rts`]): the knobs the INIT, RTR and RTS
+/// transitions take.
+///
+/// [`ConnectOpts::default`] follows `ibv_rc_pingpong`: port 1, GID index 0 (set `sgid_index`, e.g. from
+/// [`crate::Context::default_gid_index`], on RoCE), MTU 1024, send PSN 0,
+/// SL 0, hop limit 1, 1 outstanding RDMA READ/atomic each way, RNR timer
+/// code 12 (0.64 ms), ACK timeout code 14 (about 67 ms), 7 transport
+/// retries, 7 RNR retries (infinite).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectOpts {
     /// Local port.
@@ -357,7 +412,7 @@ pub struct ConnectOpts {
     pub sgid_index: u8,
     /// Path MTU.
     pub path_mtu: Mtu,
-    /// Our send PSN (the peer's `rq_psn`).
+    /// Our send PSN (the peer's `rq_psn`), 24 bits.
     pub sq_psn: u32,
     /// Service level.
     pub sl: u8,
@@ -367,15 +422,36 @@ pub struct ConnectOpts {
     pub max_dest_rd_atomic: u8,
     /// Outstanding RDMA READs/atomics as initiator.
     pub max_rd_atomic: u8,
-    /// RNR NAK timer code.
+    /// RNR NAK timer code, 0..=31.
     pub min_rnr_timer: u8,
-    /// Local ACK timeout code.
+    /// Local ACK timeout code, 0..=31.
     pub timeout: u8,
-    /// Transport retries.
+    /// Transport retries, 0..=7.
     pub retry_cnt: u8,
-    /// RNR retries (7 = infinite).
+    /// RNR retries, 0..=7 (7 = infinite).
     pub rnr_retry: u8,
 }
+
+impl ConnectOpts {
+    /// Checks every field against its range (what the kernel would refuse
+    /// only midway through [`Qp::connect`]).
+    pub fn validate(&self) -> Result<()> {
+        if self.port_num == 0 {
+            return Err(Error::invalid("port_num 0: ports are numbered from 1"));
+        }
+        limit("sq_psn", Some(self.sq_psn), PSN_MAX)?;
+        limit("min_rnr_timer", Some(self.min_rnr_timer.into()), 31)?;
+        limit("timeout", Some(self.timeout.into()), 31)?;
+        limit("retry_cnt", Some(self.retry_cnt.into()), 7)?;
+        limit("rnr_retry", Some(self.rnr_retry.into()), 7)?;
+        Ok(())
+    }
+}
+
+/// The largest PSN (24 bits).
+const PSN_MAX: u32 = 0xff_ffff;
+/// The largest QP number (24 bits).
+const QPN_MAX: u32 = 0xff_ffff;
 
 impl Default for ConnectOpts {
     fn default() -> Self {
@@ -424,6 +500,23 @@ impl Endpoint {
         b
     }
 
+    /// Checks the fields a peer controls: QPN and PSN are 24-bit.
+    pub fn validate(&self) -> Result<()> {
+        if self.qpn > QPN_MAX {
+            return Err(Error::invalid(format!(
+                "peer QPN {:#x} exceeds 24 bits",
+                self.qpn
+            )));
+        }
+        if self.psn > PSN_MAX {
+            return Err(Error::invalid(format!(
+                "peer PSN {:#x} exceeds 24 bits",
+                self.psn
+            )));
+        }
+        Ok(())
+    }
+
     /// Decodes [`Endpoint::to_bytes`]'s form.
     pub fn from_bytes(b: &[u8; Self::WIRE_LEN]) -> Endpoint {
         let mut gid = [0u8; 16];
@@ -433,6 +526,76 @@ impl Endpoint {
             psn: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
             lid: u16::from_be_bytes([b[8], b[9]]),
             gid: Gid(gid),
+        }
+    }
+}
+
+/// Marks every Nth send work request signaled, the "selective
+/// signaling" pattern that keeps an mlx5 send queue from filling up with
+/// unsignaled requests (see [`Qp::post_send`]). A counter: no allocation,
+/// no system call.
+///
+/// ```no_run
+/// # fn f(qp: &mut rverbs::Qp, sge: &[rverbs::Sge; 1]) -> rverbs::Result<()> {
+/// let mut sig = rverbs::SignalEvery::for_qp(qp); // every max_send_wr / 2
+/// for i in 0..1000 {
+///     qp.post_send(&[sig.mark(rverbs::SendWr::send(i, sge))])?;
+///     // ... poll the CQ now and then ...
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignalEvery {
+    every: u32,
+    count: u32,
+}
+
+impl SignalEvery {
+    /// Signals one request in every `n` (the `n`th, `2n`th, ...). `n` is
+    /// at least 1 (0 is taken as 1: every request signaled).
+    pub fn new(n: u32) -> SignalEvery {
+        SignalEvery {
+            every: n.max(1),
+            count: 0,
+        }
+    }
+
+    /// Signals one request in every half of `qp`'s send queue
+    /// (`max_send_wr / 2`, at least 1), so that the slots of one half are
+    /// freed while the other half fills.
+    pub fn for_qp(qp: &Qp) -> SignalEvery {
+        SignalEvery::new(qp.cap().max_send_wr / 2)
+    }
+
+    /// The period.
+    pub fn every(&self) -> u32 {
+        self.every
+    }
+
+    /// Counts one request: `true` if it must be signaled.
+    #[inline]
+    pub fn next_signaled(&mut self) -> bool {
+        self.count += 1;
+        if self.count >= self.every {
+            self.count = 0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Counts `wr` and returns it, signaled if its turn has come (a request
+    /// already signaled stays so, and restarts the count).
+    #[inline]
+    pub fn mark<'a>(&mut self, wr: SendWr<'a>) -> SendWr<'a> {
+        if wr.send_flags.contains(rverbs_abi::wr::SendFlags::SIGNALED) {
+            self.count = 0;
+            return wr;
+        }
+        if self.next_signaled() {
+            wr.signaled()
+        } else {
+            wr
         }
     }
 }
@@ -704,12 +867,32 @@ impl Qp {
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }
-    /// Capacities the kernel granted.
+    /// What can be posted: send and receive requests outstanding at once
+    /// (0 receives on a QP that uses an SRQ), SGEs per request, inline
+    /// bytes. These are the limits [`Qp::post_send`] and [`Qp::post_recv`]
+    /// enforce, and what [`Qp::query`] reports too.
     pub fn cap(&self) -> QpCap {
-        self.cap
+        QpCap {
+            max_send_wr: match &self.sq {
+                SendRing::Rxe(sq) => sq.capacity(),
+                SendRing::Mlx5(sq) => sq.capacity(),
+            },
+            max_recv_wr: match &self.rq {
+                Some(RecvRing::Rxe(rq)) => rq.capacity(),
+                Some(RecvRing::Mlx5(rq)) => rq.capacity(),
+                None => 0,
+            },
+            ..self.cap
+        }
     }
-    /// The state this handle last moved the QP to. The device may since
-    /// have moved it to an error state; [`Qp::query`] asks the kernel.
+    /// The state this handle last moved the QP to, known without a system
+    /// call. The device moves a QP to [`QpState::Err`] (or `Sqe`) on its
+    /// own when a request fails: this does not see that. The first sign is
+    /// a completion with an error status ([`crate::Wc::is_success`] false,
+    /// the QP named by [`crate::Wc::qp_num`]); after it the other
+    /// outstanding requests complete with [`crate::WcStatus::WR_FLUSH_ERR`].
+    /// [`Qp::query`] asks the kernel for the real state (one system call:
+    /// fine after an error completion, not per request).
     pub fn state(&self) -> QpState {
         self.state
     }
@@ -805,7 +988,14 @@ impl Qp {
     }
 
     /// Queries the kernel's view of the QP: its attributes (every field
-    /// `Some`), its capacities, and whether every send is signaled.
+    /// `Some`; `qp_state` is the real state, error included), its
+    /// capacities, and whether every send is signaled.
+    ///
+    /// The capacities are [`Qp::cap`]'s, what can be posted, not the
+    /// kernel's raw numbers: rxe's kernel reports the depth of its ring
+    /// (e.g. 127 for 64 granted), of which only the granted part is used,
+    /// and with mlx5 the send queue lives in user space and the kernel
+    /// reports none (libmlx5 fills them in the same way).
     pub fn query(&self) -> Result<(QpAttr, QpCap, bool)> {
         let cmd = QueryQp {
             response: 0,
@@ -836,18 +1026,23 @@ impl Qp {
             retry_cnt: Some(r.retry_cnt),
             rnr_retry: Some(r.rnr_retry),
         };
-        let cap = QpCap {
-            max_send_wr: r.max_send_wr,
-            max_recv_wr: r.max_recv_wr,
-            max_send_sge: r.max_send_sge,
-            max_recv_sge: r.max_recv_sge,
-            max_inline_data: r.max_inline_data,
-        };
-        Ok((attr, cap, r.sq_sig_all != 0))
+        Ok((attr, self.cap(), r.sq_sig_all != 0))
     }
 
-    /// RESET -> INIT with the port, P_Key index and remote access flags.
-    pub fn to_init(&mut self, port_num: u8, pkey_index: u16, access: AccessFlags) -> Result<()> {
+    /// RESET -> INIT on `o.port_num`, P_Key index 0, with remote access
+    /// `access` (connected QPs; a UD QP gets Q_Key 0x11111111: use
+    /// [`Qp::ready_ud`] for UD). Takes the same [`ConnectOpts`] as
+    /// [`Qp::to_rtr`] and [`Qp::to_rts`].
+    pub fn to_init(&mut self, access: AccessFlags, o: &ConnectOpts) -> Result<()> {
+        self.to_init_at(o.port_num, 0, access)
+    }
+
+    /// RESET -> INIT with positional arguments, for another P_Key index
+    /// (the earlier form of [`Qp::to_init`]).
+    pub fn to_init_at(&mut self, port_num: u8, pkey_index: u16, access: AccessFlags) -> Result<()> {
+        if port_num == 0 {
+            return Err(Error::invalid("port_num 0: ports are numbered from 1"));
+        }
         let mut a = QpAttr {
             qp_state: Some(QpState::Init),
             pkey_index: Some(pkey_index),
@@ -863,6 +1058,8 @@ impl Qp {
 
     /// INIT -> RTR towards `remote`.
     pub fn to_rtr(&mut self, remote: &Endpoint, o: &ConnectOpts) -> Result<()> {
+        remote.validate()?;
+        o.validate()?;
         let mut a = QpAttr {
             qp_state: Some(QpState::Rtr),
             ..Default::default()
@@ -907,26 +1104,53 @@ impl Qp {
         self.modify(&a)
     }
 
-    /// RESET -> INIT -> RTR -> RTS in one call, with remote access `access`.
+    /// RESET -> INIT -> RTR -> RTS in one call, with remote access `access`
+    /// (a QP already in INIT, e.g. to post receives first, starts there).
+    ///
+    /// Everything checkable is checked before the first transition, so a
+    /// bad argument leaves the QP where it was: the options' ranges
+    /// ([`ConnectOpts::validate`]: 24-bit PSN, timer codes, retry counts,
+    /// port), the peer's 24-bit QPN and PSN, the QP's type (connected QPs
+    /// only) and state (RESET or INIT), the port and the GID index (asked
+    /// of the kernel). Only a refusal the kernel alone can make (e.g. a
+    /// path MTU above the port's) can still stop it midway; the error then
+    /// names the transition and [`Qp::state`] tells where the QP is.
     pub fn connect(
         &mut self,
         remote: &Endpoint,
         access: AccessFlags,
         o: &ConnectOpts,
     ) -> Result<()> {
+        if self.qp_type == QpType::Ud {
+            return Err(Error::invalid(
+                "connect on a UD QP; UD QPs use ready_ud() and address each send",
+            ));
+        }
+        if !matches!(self.state, QpState::Reset | QpState::Init) {
+            return Err(Error::invalid(format!(
+                "connect on a QP in {:?}: it must be in RESET or INIT",
+                self.state
+            )));
+        }
+        o.validate()?;
+        remote.validate()?;
+        // The port and GID exist (what RTR would refuse).
+        self.pd.context().query_gid(o.port_num, o.sgid_index)?;
         if self.state == QpState::Reset {
-            self.to_init(o.port_num, 0, access)?;
+            self.to_init_at(o.port_num, 0, access)?;
         }
         self.to_rtr(remote, o)?;
         self.to_rts(o)
     }
 
     /// This QP's [`Endpoint`] for port `o.port_num`, GID `o.sgid_index` and
-    /// send PSN `o.sq_psn`.
+    /// send PSN `o.sq_psn`. Refuses options [`Qp::connect`] would refuse
+    /// ([`ConnectOpts::validate`]).
     pub fn endpoint(&self, o: &ConnectOpts) -> Result<Endpoint> {
+        o.validate()?;
         let ctx = self.pd.context();
         let port = ctx.query_port(o.port_num)?;
-        let gid = ctx.query_gid(o.port_num, o.sgid_index as u32)?;
+        let gid = ctx.query_gid(o.port_num, o.sgid_index)?;
         Ok(Endpoint {
             qpn: self.qpn,
             psn: o.sq_psn,
@@ -937,6 +1161,17 @@ impl Qp {
 
     /// Posts a chain of send work requests (one doorbell). On error the
     /// requests before [`Error::Post`]'s `index` were posted.
+    ///
+    /// **Signal regularly.** A send slot is freed only once the request is
+    /// known complete. On mlx5 (as with rdma-core's libmlx5) that is known
+    /// only from a polled completion, and an unsignaled request produces
+    /// none: its slot is freed when a *later signaled* request's
+    /// completion is polled. A QP that posts only unsignaled sends fails
+    /// with [`PostError::QueueFull`] after [`QpCap::max_send_wr`] posts, for
+    /// good. Mark at least one request in every `max_send_wr` signaled and
+    /// poll its completion: [`SignalEvery`] counts for you. (rxe frees
+    /// slots as its kernel consumes them, signaled or not; portable code
+    /// follows the mlx5 rule.)
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         if matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
@@ -992,6 +1227,71 @@ impl Drop for Qp {
 mod tests {
     use super::*;
     use rverbs_mlx5::qp::State;
+
+    #[test]
+    fn signal_every_marks_every_nth() {
+        let sge = [rverbs_abi::wr::Sge::default()];
+        let mut sig = SignalEvery::new(3);
+        let got: Vec<bool> = (0..7)
+            .map(|i| {
+                sig.mark(SendWr::send(i, &sge))
+                    .send_flags
+                    .contains(rverbs_abi::wr::SendFlags::SIGNALED)
+            })
+            .collect();
+        assert_eq!(got, [false, false, true, false, false, true, false]);
+        // A request signaled by the caller restarts the count.
+        assert!(sig
+            .mark(SendWr::send(9, &sge).signaled())
+            .send_flags
+            .contains(rverbs_abi::wr::SendFlags::SIGNALED));
+        assert!(!sig.next_signaled());
+        assert!(!sig.next_signaled());
+        assert!(sig.next_signaled());
+        assert_eq!(SignalEvery::new(0).every(), 1);
+    }
+
+    #[test]
+    fn connect_options_are_checked_before_any_transition() {
+        let ok = ConnectOpts::default();
+        assert!(ok.validate().is_ok());
+        for bad in [
+            ConnectOpts {
+                sq_psn: 1 << 24,
+                ..ok
+            },
+            ConnectOpts { port_num: 0, ..ok },
+            ConnectOpts { timeout: 32, ..ok },
+            ConnectOpts {
+                min_rnr_timer: 32,
+                ..ok
+            },
+            ConnectOpts { retry_cnt: 8, ..ok },
+            ConnectOpts { rnr_retry: 8, ..ok },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(Error::InvalidArgument(_))),
+                "{bad:?}"
+            );
+        }
+        let ep = Endpoint {
+            qpn: 1 << 24,
+            ..Default::default()
+        };
+        assert!(ep.validate().is_err());
+        let ep = Endpoint {
+            psn: 1 << 24,
+            ..Default::default()
+        };
+        assert!(ep.validate().is_err());
+        assert!(Endpoint {
+            qpn: 0xff_ffff,
+            psn: 0xff_ffff,
+            ..Default::default()
+        }
+        .validate()
+        .is_ok());
+    }
 
     #[test]
     fn mlx5_queues_follow_the_state() {

@@ -697,6 +697,10 @@ const DATAPATH_STEPS: &[&str] = &[
     "reset_clean",
     "reset_rq_capacity",
     "srq_destroy_unpolled",
+    "unsignaled_queue_full",
+    "signal_every",
+    "query_caps",
+    "poll_blocking",
     "teardown",
 ];
 
@@ -1818,6 +1822,165 @@ fn srq_destroy_unpolled(d: &mut Dp, _: &mut Report) -> R {
     Ok(())
 }
 
+/// A fresh connected RC pair on `cq` (requester) and the main pair's `cqb`.
+fn fresh_pair(d: &Dp, s: &'static str, cq: &Cq) -> R<(Qp, Qp)> {
+    let mut z1 = d.make_qp(s, QpType::Rc, cq, None)?;
+    let mut z2 = d.make_qp(s, QpType::Rc, &d.cqb, None)?;
+    connect_rc(s, &mut z1, z2.qp_num(), d.lid, 7)?;
+    connect_rc(s, &mut z2, z1.qp_num(), d.lid, 7)?;
+    Ok((z1, z2))
+}
+
+/// Only unsignaled sends: after `max_send_wr` of them the queue is full for
+/// good (a slot is freed only by a polled completion, as with libmlx5),
+/// and the error says why.
+fn unsignaled_queue_full(d: &mut Dp, _: &mut Report) -> R {
+    let s = "unsignaled_queue_full";
+    let mut cq = d.ctx.create_cq(16).at(s)?;
+    let (mut z1, _z2) = fresh_pair(d, s, &cq)?;
+    let max = z1.cap().max_send_wr;
+    expect(s, max >= 64, "max_send_wr below the 64 requested")?;
+    d.put(s, SRC, &pattern(64, 77))?;
+    let sg = [d.sge(SRC, 64)];
+    for k in 0..u64::from(max) {
+        let wr = SendWr::rdma_write(k, &sg, d.remote(DST + 8192), d.mr.rkey());
+        z1.post_send(&[wr]).at(s)?;
+    }
+    // Every write executed (the data is there) ...
+    let end = Instant::now() + TIMEOUT;
+    while d.get(DST + 8192, 64) != pattern(64, 77) {
+        if Instant::now() > end {
+            return fail(s, "the unsignaled writes did not arrive");
+        }
+    }
+    expect_quiet(s, &mut cq)?;
+    // ... yet the queue stays full: nothing signaled, nothing to poll.
+    let wr = SendWr::rdma_write(999, &sg, d.remote(DST + 8192), d.mr.rkey());
+    match z1.post_send(&[wr]) {
+        Err(
+            e @ Error::Post {
+                index: 0,
+                error: rverbs::PostError::QueueFull,
+            },
+        ) => expect(
+            s,
+            e.to_string().contains("signaled"),
+            "QueueFull does not say that unsignaled sends need a signaled one",
+        ),
+        other => fail(s, format!("post after {max} unsignaled sends: {other:?}")),
+    }
+}
+
+/// The same stream with `SignalEvery`: 4 x max_send_wr writes, one in
+/// every max_send_wr / 2 signaled and polled, never full.
+fn signal_every(d: &mut Dp, _: &mut Report) -> R {
+    let s = "signal_every";
+    let mut cq = d.ctx.create_cq(64).at(s)?;
+    let (mut z1, _z2) = fresh_pair(d, s, &cq)?;
+    let mut sig = rverbs::SignalEvery::for_qp(&z1);
+    let total = 4 * u64::from(z1.cap().max_send_wr);
+    let mut wc = [Wc::default(); 8];
+    let (mut signaled, mut done) = (0usize, 0usize);
+    for k in 0..total {
+        d.put(s, SRC, &pattern(64, k as u32))?;
+        let sg = [d.sge(SRC, 64)];
+        let wr = sig.mark(SendWr::rdma_write(
+            k,
+            &sg,
+            d.remote(DST + 12288),
+            d.mr.rkey(),
+        ));
+        signaled += usize::from(wr.send_flags.contains(SendFlags::SIGNALED));
+        // The emulated HCA runs in another thread: wait for room rather
+        // than racing it, as an application polls when the queue is full.
+        let end = Instant::now() + TIMEOUT;
+        loop {
+            match z1.post_send(&[wr]) {
+                Ok(()) => break,
+                Err(Error::Post {
+                    error: rverbs::PostError::QueueFull,
+                    ..
+                }) if Instant::now() < end => {}
+                Err(e) => return fail(s, format!("post {k}: {e}")),
+            }
+            let n = cq.poll(&mut wc).at(s)?;
+            for w in &wc[..n] {
+                expect_wc(s, w, WcStatus::SUCCESS, w.wr_id())?;
+            }
+            done += n;
+        }
+        let n = cq.poll(&mut wc).at(s)?;
+        for w in &wc[..n] {
+            expect_wc(s, w, WcStatus::SUCCESS, w.wr_id())?;
+        }
+        done += n;
+    }
+    while done < signaled {
+        done += poll_one(s, &mut cq).map(|_| 1)?;
+    }
+    expect(
+        s,
+        signaled as u64 == total / u64::from(sig.every()),
+        "not one in every max_send_wr / 2 signaled",
+    )?;
+    expect_bytes(s, &d.get(DST + 12288, 64), &pattern(64, (total - 1) as u32))
+}
+
+/// `Qp::query` reports what `Qp::cap` does (the kernel reports no send
+/// capacities on mlx5), and exactly that many sends fit in one chain.
+fn query_caps(d: &mut Dp, _: &mut Report) -> R {
+    let s = "query_caps";
+    let mut cq = d.ctx.create_cq(16).at(s)?;
+    let (mut z1, _z2) = fresh_pair(d, s, &cq)?;
+    let cap = z1.cap();
+    let (_, qcap, _) = z1.query().at(s)?;
+    expect(s, qcap == cap, &format!("query {qcap:?} != cap {cap:?}"))?;
+    expect(
+        s,
+        cap.max_send_wr >= 64 && cap.max_send_sge >= 4,
+        "caps below the request",
+    )?;
+    let sg = [d.sge(SRC, 8)];
+    let wrs: Vec<SendWr> = (0..=u64::from(cap.max_send_wr))
+        .map(|k| SendWr::rdma_write(k, &sg, d.remote(DST), d.mr.rkey()))
+        .collect();
+    match z1.post_send(&wrs) {
+        Err(Error::Post {
+            index,
+            error: rverbs::PostError::QueueFull,
+        }) => expect(
+            s,
+            index == cap.max_send_wr as usize,
+            &format!("QueueFull at {index}, max_send_wr is {}", cap.max_send_wr),
+        )?,
+        other => fail(s, format!("posting max_send_wr + 1: {other:?}"))?,
+    }
+    expect_quiet(s, &mut cq)
+}
+
+/// `Cq::poll_blocking` through the channel: times out when nothing comes,
+/// wakes for a completion.
+fn poll_blocking(d: &mut Dp, _: &mut Report) -> R {
+    let s = "poll_blocking";
+    let chan = d.ctx.create_comp_channel().at(s)?;
+    let mut cq = d.ctx.create_cq_with(16, Some(&chan), 0).at(s)?;
+    let (mut z1, _z2) = fresh_pair(d, s, &cq)?;
+    let mut wc = [Wc::default(); 4];
+    match cq.poll_blocking(&mut wc, QUIET) {
+        Err(Error::Timeout(_)) => {}
+        other => fail(s, format!("an empty CQ: {other:?}"))?,
+    }
+    let sg = [d.sge(SRC, 8)];
+    for k in 0..50u64 {
+        let wr = SendWr::rdma_write(1100 + k, &sg, d.remote(DST), d.mr.rkey()).signaled();
+        z1.post_send(&[wr]).at(s)?;
+        let n = cq.poll_blocking(&mut wc, TIMEOUT).at(s)?;
+        expect(s, n == 1, "not one completion")?;
+        expect_wc(s, &wc[0], WcStatus::SUCCESS, 1100 + k)?;
+    }
+    Ok(())
+}
+
 /// datapath.c's `connect_rc`: RESET -> INIT -> RTR -> RTS for RC or UC.
 fn connect_rc(step: &'static str, qp: &mut Qp, dest: u32, lid: u16, rnr_retry: u8) -> R {
     let rc = qp.qp_type() == QpType::Rc;
@@ -1918,6 +2081,10 @@ fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
         (&["cq_resize"], cq_resize),
         (&["reset_clean", "reset_rq_capacity"], reset_clean),
         (&["srq_destroy_unpolled"], srq_destroy_unpolled),
+        (&["unsignaled_queue_full"], unsignaled_queue_full),
+        (&["signal_every"], signal_every),
+        (&["query_caps"], query_caps),
+        (&["poll_blocking"], poll_blocking),
     ];
     for (names, run) in scenarios {
         if rep.over_budget() {

@@ -171,7 +171,7 @@ pub fn open(c: &Common) -> Result<Device> {
     }
     let gid = match c.gid_idx {
         Some(i) => ctx
-            .query_gid(c.ib_port, i.into())
+            .query_gid(c.ib_port, i)
             .with_context(|| format!("can't read the sgid of index {i}"))?,
         None => Gid::ZERO,
     };

@@ -140,7 +140,7 @@ pub fn run(c: &Common, o: &Opts) -> Result<()> {
         })
         .context("couldn't create the QP")?;
     let access = AccessFlags::empty();
-    qp.to_init(c.ib_port, 0, access)
+    qp.to_init_at(c.ib_port, 0, access)
         .context("failed to modify QP to INIT")?;
     let sge = [mr.sge(0..size)?];
     let mut side = Side { cq, qp, sge };

@@ -121,7 +121,7 @@ pub fn run(c: &Common, size: u32, mtu: Mtu, num_qp: u32) -> Result<()> {
                 &srq,
             )
             .with_context(|| format!("couldn't create QP[{i}]"))?;
-        qp.to_init(c.ib_port, 0, AccessFlags::empty())
+        qp.to_init_at(c.ib_port, 0, AccessFlags::empty())
             .with_context(|| format!("failed to modify QP[{i}] to INIT"))?;
         qps.push(qp);
     }

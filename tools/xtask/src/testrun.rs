@@ -5,7 +5,7 @@
 //!    Then the emulated mlx5 items (`mlx5::run_all`, as `cargo xtask
 //!    mlx5`): rdma-core's tools and scenario programs against the
 //!    `mlx5-emu` library, each one test. `--no-host` skips both.
-//! 2. `cargo build -p rverbs --examples` and `cargo build -p rverbs-cli --bin rverbs`.
+//! 2. `cargo build -p rverbs --examples --features tokio` and `cargo build -p rverbs-cli --bin rverbs`.
 //! 3. `cargo test -p verbs-tests --no-run --message-format=json`, collecting
 //!    the test executables.
 //! 4. One VM boot runs a generated `payload.sh` that runs every executable
@@ -37,6 +37,8 @@ const VM_SUITE: &str = "verbs-tests";
 const VM2_ITEM_TIMEOUT: Duration = Duration::from_secs(300);
 /// The package whose examples are built for the VM run.
 const EXAMPLES_PACKAGE: &str = "rverbs";
+/// Its features the examples need (`async_echo` needs `tokio`).
+const EXAMPLES_FEATURES: &str = "tokio";
 
 /// Options of `cargo xtask test`.
 pub struct TestOptions {
@@ -316,7 +318,10 @@ fn declared_msrv(ws: &Path) -> Result<String> {
         .context("no rust-version in the workspace's Cargo.toml")
 }
 
-/// Prepares the MSRV check: installs the declared toolchain with rustup
+/// Prepares the MSRV check of the published crates (libraries and the
+/// `rverbs` binary, default features: what a user builds; the `tokio`
+/// feature follows tokio's own MSRV, and dev-dependencies are ours alone):
+/// installs the declared toolchain with rustup
 /// when missing, copies the workspace's files (tracked and untracked, not
 /// ignored) to `target/msrv/ws`, resolves its dependencies there for that
 /// Rust version (cargo's `fallback` resolver, so a dependency whose newest
@@ -365,7 +370,8 @@ fn msrv_command(ws: &Path) -> Result<Command> {
     let mut cmd = Command::new("cargo");
     // By manifest path: the checks run from the workspace root.
     cmd.arg(format!("+{msrv}"))
-        .args(["check", "--workspace", "--all-targets", "--quiet"])
+        .args(["check", "--quiet"])
+        .args(PUBLISHED.iter().flat_map(|p| ["-p", p]))
         .arg("--manifest-path")
         .arg(copy.join("Cargo.toml"))
         .arg("--target-dir")
@@ -517,9 +523,16 @@ pub fn demo_command(vm: &crate::vm::VmOptions) -> Result<i32> {
     let ws = workspace_root();
     let (_, target_dir) = metadata()?;
     let mut cmd = Command::new(cargo_bin());
-    cmd.args(["build", "-p", EXAMPLES_PACKAGE, "--examples"])
-        .current_dir(&ws)
-        .stdin(Stdio::null());
+    cmd.args([
+        "build",
+        "-p",
+        EXAMPLES_PACKAGE,
+        "--examples",
+        "--features",
+        EXAMPLES_FEATURES,
+    ])
+    .current_dir(&ws)
+    .stdin(Stdio::null());
     say!("building examples: {}", describe(&cmd));
     util::run(&mut cmd)?;
     let script = format!(
@@ -603,9 +616,16 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
     // (d) Examples of the verbs package, for the VM scripts.
     if has(EXAMPLES_PACKAGE) {
         let mut cmd = Command::new(cargo_bin());
-        cmd.args(["build", "-p", EXAMPLES_PACKAGE, "--examples"])
-            .current_dir(&ws)
-            .stdin(Stdio::null());
+        cmd.args([
+            "build",
+            "-p",
+            EXAMPLES_PACKAGE,
+            "--examples",
+            "--features",
+            EXAMPLES_FEATURES,
+        ])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
         say!("building examples: {}", describe(&cmd));
         if let Err(e) = util::run(&mut cmd) {
             say!("error: {e:#}");

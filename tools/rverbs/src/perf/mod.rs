@@ -589,7 +589,7 @@ fn open(p: &Plan) -> Result<Opened> {
     };
     let gid = match gid_index {
         Some(i) => ctx
-            .query_gid(p.ib_port, i.into())
+            .query_gid(p.ib_port, i)
             .with_context(|| format!("-x/--gid-index {i}: can't read that GID"))?,
         None => Gid::ZERO,
     };
@@ -789,7 +789,7 @@ pub fn run(a: &PerfArgs) -> Result<()> {
         }
         Err(e) => return Err(e).context("couldn't create the QP"),
     };
-    qp.to_init(p.ib_port, 0, access)
+    qp.to_init_at(p.ib_port, 0, access)
         .context("failed to modify QP to INIT")?;
     let outs = matches!(p.verb, Verb::Read | Verb::Atomic).then(|| {
         p.outs

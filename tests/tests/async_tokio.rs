@@ -1,0 +1,147 @@
+//! The `tokio` feature on a real rxe device: `AsyncCq::wait` wakes for
+//! completions that land around its arm (a ping-pong whose messages arrive
+//! before, during and after the poll/arm/poll sequence), and
+//! `AsyncEvents::next_event` delivers a device event.
+
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+use rverbs::tokio::{AsyncCq, AsyncEvents};
+use rverbs::{
+    AsyncEventKind, ConnectOpts, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, Wc,
+};
+use verbs_tests::{all_access, open_rxe, wait_ok, TIMEOUT};
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn async_cq_wakes_for_completions_racing_the_arm() {
+    // As api.rs's poll_blocking ping-pong, with B awaiting on tokio: a
+    // lost wake-up leaves B's wait pending until the 2 s limit.
+    let rt = rt();
+    let ctx = open_rxe();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut cq_a = ctx.create_cq(64).unwrap();
+    let mut cq_b = rt.block_on(async { AsyncCq::new(&ctx, 64) }).unwrap();
+    let cap = QpCap {
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        ..QpCap::default()
+    };
+    let mut a = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq_a).cap(cap))
+        .unwrap();
+    let mut b = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, cq_b.cq()).cap(cap))
+        .unwrap();
+    let o = ConnectOpts {
+        sgid_index: ctx.default_gid_index(1).unwrap(),
+        ..Default::default()
+    };
+    let (ea, eb) = (a.endpoint(&o).unwrap(), b.endpoint(&o).unwrap());
+    a.connect(&eb, all_access(), &o).unwrap();
+    b.connect(&ea, all_access(), &o).unwrap();
+    let mut msg = pd.alloc_mr(64, all_access()).unwrap();
+    let reply = pd.alloc_mr(64, all_access()).unwrap();
+    let rounds = 2000u64;
+    let limit = Duration::from_secs(2);
+    let a_side = std::thread::spawn(move || {
+        let s = [msg.sge(..).unwrap()];
+        let r = [reply.sge(..).unwrap()];
+        let mut wc = [Wc::default(); 1];
+        for i in 0..rounds {
+            a.post_recv(&[RecvWr::new(i, &r)]).unwrap();
+            let delay = Duration::from_nanos((i * 7919) % 60_000);
+            let t = Instant::now();
+            while t.elapsed() < delay {
+                std::hint::spin_loop();
+            }
+            msg.write_at(0, &i.to_le_bytes()).unwrap();
+            a.post_send(&[SendWr::send(i, &s)]).unwrap();
+            cq_a.poll_until(&mut wc, 1, TIMEOUT)
+                .unwrap_or_else(|e| panic!("round {i}: A's reply: {e}"));
+            assert!(wc[0].is_success() && wc[0].wr_id() == i, "{:?}", wc[0]);
+        }
+        a
+    });
+    let got = pd.alloc_mr(64, all_access()).unwrap();
+    let mut out = pd.alloc_mr(8, all_access()).unwrap();
+    rt.block_on(async {
+        let g = [got.sge(..).unwrap()];
+        let o = [out.sge(..).unwrap()];
+        let mut wc = [Wc::default(); 1];
+        b.post_recv(&[RecvWr::new(0, &g)]).unwrap();
+        for i in 0..rounds {
+            let n = tokio::time::timeout(limit, cq_b.wait(&mut wc))
+                .await
+                .unwrap_or_else(|_| panic!("round {i}: no wake-up within {limit:?}"))
+                .unwrap();
+            assert_eq!(n, 1);
+            assert!(wc[0].is_success() && wc[0].wr_id() == i, "{:?}", wc[0]);
+            let mut v = [0u8; 8];
+            got.read_at(0, &mut v).unwrap();
+            assert_eq!(u64::from_le_bytes(v), i, "round {i}: the message");
+            b.post_recv(&[RecvWr::new(i + 1, &g)]).unwrap();
+            out.write_at(0, &i.to_le_bytes()).unwrap();
+            b.post_send(&[SendWr::send(i, &o)]).unwrap();
+        }
+    });
+    a_side.join().unwrap();
+}
+
+#[test]
+fn async_cq_outside_a_runtime_is_a_clear_error() {
+    let ctx = open_rxe();
+    let e = AsyncCq::new(&ctx, 16).unwrap_err();
+    assert!(e.to_string().contains("tokio runtime"), "{e}");
+}
+
+#[test]
+fn async_events_deliver_sq_drained() {
+    let rt = rt();
+    let ctx = open_rxe();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut cq = ctx.create_cq(16).unwrap();
+    let mut a = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+    let mut b = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq)).unwrap();
+    let o = ConnectOpts {
+        sgid_index: ctx.default_gid_index(1).unwrap(),
+        ..Default::default()
+    };
+    let (ea, eb) = (a.endpoint(&o).unwrap(), b.endpoint(&o).unwrap());
+    a.connect(&eb, all_access(), &o).unwrap();
+    b.connect(&ea, all_access(), &o).unwrap();
+    let dst = pd.alloc_mr(64, all_access()).unwrap();
+    let src = pd.alloc_mr(64, all_access()).unwrap();
+    let s = [src.sge(..).unwrap()];
+    a.post_send(&[dst.remote().rdma_write(1, &s).unwrap().signaled()])
+        .unwrap();
+    wait_ok(&mut cq);
+    let ev = rt.block_on(async {
+        let mut events = AsyncEvents::new(&ctx).unwrap();
+        // Nothing pending yet: the await does not return.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), events.next_event())
+                .await
+                .is_err(),
+            "an event before any"
+        );
+        a.modify(&QpAttr {
+            qp_state: Some(QpState::Sqd),
+            ..Default::default()
+        })
+        .unwrap();
+        tokio::time::timeout(TIMEOUT, events.next_event())
+            .await
+            .expect("no SQ_DRAINED event")
+            .unwrap()
+    });
+    assert_eq!(ev.kind, AsyncEventKind::SqDrained, "{ev}");
+    assert!(ev.is_for_qp(&a), "{ev}");
+}
