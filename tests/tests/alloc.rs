@@ -246,9 +246,9 @@ fn rc_atomics() {
     let old = [src.sge(..8).unwrap()];
     assert_no_alloc("RC FETCH_ADD and CMP_SWAP", |i| {
         p.a.post_send(&[
-            SendWr::fetch_add(1, &old, rb.addr, rb.rkey, 1).signaled(),
+            SendWr::fetch_add(1, &old[0], rb.addr, rb.rkey, 1).signaled(),
             // Swaps only when the value is 1 << 40, never here.
-            SendWr::cmp_swap(2, &old, rb.addr, rb.rkey, 1 << 40, 7).signaled(),
+            SendWr::cmp_swap(2, &old[0], rb.addr, rb.rkey, 1 << 40, 7).signaled(),
         ])
         .unwrap();
         let wc = expect(&mut p.cq_a, [WcOpcode::FETCH_ADD, WcOpcode::COMP_SWAP]);

@@ -37,7 +37,7 @@ fn fetch_add_returns_the_original_and_adds() {
     remote.write_at(8, &orig.to_ne_bytes()).unwrap();
     let rm = remote.remote();
     let s = [local.sge(16..24).unwrap()];
-    p.a.post_send(&[SendWr::fetch_add(1, &s, rm.at(8, 8).unwrap(), rm.rkey, 5).signaled()])
+    p.a.post_send(&[SendWr::fetch_add(1, &s[0], rm.at(8, 8).unwrap(), rm.rkey, 5).signaled()])
         .unwrap();
     let wc = wait_ok(&mut p.cq_a);
     assert_eq!(
@@ -53,7 +53,7 @@ fn fetch_add_returns_the_original_and_adds() {
     assert!(l[..16].iter().chain(&l[24..]).all(|&b| b == 0xcc));
     // Wrap-around is modulo 2^64.
     remote.write_at(8, &u64::MAX.to_ne_bytes()).unwrap();
-    p.a.post_send(&[SendWr::fetch_add(2, &s, rm.at(8, 8).unwrap(), rm.rkey, 2).signaled()])
+    p.a.post_send(&[SendWr::fetch_add(2, &s[0], rm.at(8, 8).unwrap(), rm.rkey, 2).signaled()])
         .unwrap();
     wait_ok(&mut p.cq_a);
     assert_eq!(read_u64(&remote, 8), 1);
@@ -70,7 +70,7 @@ fn cmp_swap_swaps_only_on_a_match() {
     let rm = remote.remote();
     let s = [local.sge(0..8).unwrap()];
     // Mismatch: remote unchanged, the original comes back.
-    p.a.post_send(&[SendWr::cmp_swap(1, &s, rm.addr, rm.rkey, 41, 7).signaled()])
+    p.a.post_send(&[SendWr::cmp_swap(1, &s[0], rm.addr, rm.rkey, 41, 7).signaled()])
         .unwrap();
     let wc = wait_ok(&mut p.cq_a);
     assert_eq!((wc.opcode(), wc.byte_len()), (WcOpcode::COMP_SWAP, 8));
@@ -78,7 +78,7 @@ fn cmp_swap_swaps_only_on_a_match() {
     assert_eq!(read_u64(&local, 0), 42);
     // Match: swapped.
     let s2 = [local.sge(8..16).unwrap()];
-    p.a.post_send(&[SendWr::cmp_swap(2, &s2, rm.addr, rm.rkey, 42, u64::MAX - 1).signaled()])
+    p.a.post_send(&[SendWr::cmp_swap(2, &s2[0], rm.addr, rm.rkey, 42, u64::MAX - 1).signaled()])
         .unwrap();
     wait_ok(&mut p.cq_a);
     assert_eq!(read_u64(&remote, 0), u64::MAX - 1);
@@ -106,10 +106,10 @@ fn chained_atomics_execute_in_order() {
         .enumerate()
         .map(|(i, s)| {
             let wr = if i % 2 == 0 {
-                SendWr::fetch_add(i as u64, s, rm.addr, rm.rkey, 1)
+                SendWr::fetch_add(i as u64, &s[0], rm.addr, rm.rkey, 1)
             } else {
                 // Swap in the value a fetch-add would have produced.
-                SendWr::cmp_swap(i as u64, s, rm.addr, rm.rkey, i as u64, i as u64 + 1)
+                SendWr::cmp_swap(i as u64, &s[0], rm.addr, rm.rkey, i as u64, i as u64 + 1)
             };
             wr.signaled()
         })
@@ -134,7 +134,7 @@ fn atomic_on_an_mr_without_remote_atomic_fails_with_rem_access_err() {
     local.fill(.., 0xab).unwrap();
     let rm = remote.remote();
     let s = [local.sge(0..8).unwrap()];
-    p.a.post_send(&[SendWr::fetch_add(1, &s, rm.addr, rm.rkey, 1).signaled()])
+    p.a.post_send(&[SendWr::fetch_add(1, &s[0], rm.addr, rm.rkey, 1).signaled()])
         .unwrap();
     let wc = wait(&mut p.cq_a, 1)[0];
     assert_eq!(wc.wr_id(), 1);
@@ -156,7 +156,7 @@ fn atomic_to_a_qp_without_remote_atomic_access_fails_with_rem_inv_req_err() {
     remote.write_at(0, &100u64.to_ne_bytes()).unwrap();
     let rm = remote.remote();
     let s = [local.sge(0..8).unwrap()];
-    p.a.post_send(&[SendWr::cmp_swap(1, &s, rm.addr, rm.rkey, 100, 5).signaled()])
+    p.a.post_send(&[SendWr::cmp_swap(1, &s[0], rm.addr, rm.rkey, 100, 5).signaled()])
         .unwrap();
     let wc = wait(&mut p.cq_a, 1)[0];
     assert_eq!(wc.status(), WcStatus::REM_INV_REQ_ERR);

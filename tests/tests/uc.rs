@@ -222,8 +222,8 @@ fn uc_refuses_read_and_atomics_at_post_time() {
     let s = [local.sge(..8).unwrap()];
     for wr in [
         SendWr::rdma_read(1, &s, rm.addr, rm.rkey),
-        SendWr::fetch_add(2, &s, rm.addr, rm.rkey, 1),
-        SendWr::cmp_swap(3, &s, rm.addr, rm.rkey, 0, 1),
+        SendWr::fetch_add(2, &s[0], rm.addr, rm.rkey, 1),
+        SendWr::cmp_swap(3, &s[0], rm.addr, rm.rkey, 0, 1),
     ] {
         let e = p.a.post_send(&[wr.signaled()]).unwrap_err();
         assert!(

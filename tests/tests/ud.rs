@@ -478,7 +478,7 @@ fn post_time_refusals() {
     assert_eq!(
         refused(
             qp,
-            SendWr::fetch_add(1, &s8, rm.addr, rm.rkey, 1).to(&ah, b_qpn, QKEY)
+            SendWr::fetch_add(1, &s8[0], rm.addr, rm.rkey, 1).to(&ah, b_qpn, QKEY)
         ),
         PostError::InvalidOpcode
     );

@@ -313,13 +313,14 @@ impl<'a> SendWr<'a> {
     /// host order. RC only.
     pub const fn cmp_swap(
         wr_id: u64,
-        sge: &'a [Sge; 1],
+        sge: &'a Sge,
         remote_addr: u64,
         rkey: u32,
         compare: u64,
         swap: u64,
     ) -> Self {
-        let mut wr = Self::new(wr_id, WrOpcode::AtomicCmpAndSwp, Payload::Sge(sge))
+        let sges = core::slice::from_ref(sge);
+        let mut wr = Self::new(wr_id, WrOpcode::AtomicCmpAndSwp, Payload::Sge(sges))
             .remote(remote_addr, rkey);
         wr.compare_add = compare;
         wr.swap = swap;
@@ -330,12 +331,13 @@ impl<'a> SendWr<'a> {
     /// bytes). Values are in host order. RC only.
     pub const fn fetch_add(
         wr_id: u64,
-        sge: &'a [Sge; 1],
+        sge: &'a Sge,
         remote_addr: u64,
         rkey: u32,
         add: u64,
     ) -> Self {
-        let mut wr = Self::new(wr_id, WrOpcode::AtomicFetchAndAdd, Payload::Sge(sge))
+        let sges = core::slice::from_ref(sge);
+        let mut wr = Self::new(wr_id, WrOpcode::AtomicFetchAndAdd, Payload::Sge(sges))
             .remote(remote_addr, rkey);
         wr.compare_add = add;
         wr

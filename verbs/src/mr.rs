@@ -207,7 +207,6 @@ impl RemoteMr {
         swap: u64,
     ) -> Result<SendWr<'a>> {
         self.atomic_target()?;
-        let sge = std::array::from_ref(sge);
         Ok(SendWr::cmp_swap(
             wr_id, sge, self.addr, self.rkey, compare, swap,
         ))
@@ -218,7 +217,6 @@ impl RemoteMr {
     /// shorter than 8 bytes or not 8-byte aligned.
     pub fn fetch_add<'a>(&self, wr_id: u64, sge: &'a Sge, add: u64) -> Result<SendWr<'a>> {
         self.atomic_target()?;
-        let sge = std::array::from_ref(sge);
         Ok(SendWr::fetch_add(wr_id, sge, self.addr, self.rkey, add))
     }
 

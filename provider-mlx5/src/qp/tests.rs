@@ -545,14 +545,14 @@ fn atomics() {
     }];
     let cas = SendWr::cmp_swap(
         1,
-        &sge,
+        &sge[0],
         0x8000,
         0x77,
         0x0102_0304_0506_0708,
         0x1112_1314_1516_1718,
     )
     .signaled();
-    let faa = SendWr::fetch_add(2, &sge, 0x8008, 0x77, 0x2122_2324_2526_2728);
+    let faa = SendWr::fetch_add(2, &sge[0], 0x8008, 0x77, 0x2122_2324_2526_2728);
     qp.sq.post(&[cas, faa]).unwrap();
     let mut want = ctrl(0, 0x11, 4, 0x08, 0);
     want.extend(0x8000u64.to_be_bytes());
@@ -857,12 +857,12 @@ fn send_refusals() {
         (qp_type::RC, inline_read, PostError::InvalidOpcode),
         (
             qp_type::RC,
-            SendWr::fetch_add(1, &four, 0x1000, 1, 1),
+            SendWr::fetch_add(1, &four[0], 0x1000, 1, 1),
             PostError::BadAtomic,
         ),
         (
             qp_type::RC,
-            SendWr::cmp_swap(1, &sge, 0x1004, 1, 1, 2),
+            SendWr::cmp_swap(1, &sge[0], 0x1004, 1, 1, 2),
             PostError::BadAtomic,
         ),
         (qp_type::UD, op(WrOpcode::Send), PostError::MissingAddress),

@@ -1051,7 +1051,7 @@ impl Dp {
         let sg = [self.sge(ATOM + 64, 8)];
         let (target, rkey) = (self.remote(ATOM), self.mr.rkey());
         self.qa
-            .post_send(&[SendWr::cmp_swap(80, &sg, target, rkey, 42, 99).signaled()])
+            .post_send(&[SendWr::cmp_swap(80, &sg[0], target, rkey, 42, 99).signaled()])
             .at(s)?;
         let wc = poll_one(s, &mut self.cqa)?;
         expect_wc(s, &wc, WcStatus::SUCCESS, 80)?;
@@ -1066,7 +1066,7 @@ impl Dp {
 
         let s = "cmp_swap_no_swap";
         self.qa
-            .post_send(&[SendWr::cmp_swap(81, &sg, target, rkey, 1, 7).signaled()])
+            .post_send(&[SendWr::cmp_swap(81, &sg[0], target, rkey, 1, 7).signaled()])
             .at(s)?;
         let wc = poll_one(s, &mut self.cqa)?;
         expect_wc(s, &wc, WcStatus::SUCCESS, 81)?;
@@ -1076,7 +1076,7 @@ impl Dp {
 
         let s = "fetch_add";
         self.qa
-            .post_send(&[SendWr::fetch_add(82, &sg, target, rkey, 5).signaled()])
+            .post_send(&[SendWr::fetch_add(82, &sg[0], target, rkey, 5).signaled()])
             .at(s)?;
         let wc = poll_one(s, &mut self.cqa)?;
         expect_wc(s, &wc, WcStatus::SUCCESS, 82)?;

@@ -488,8 +488,8 @@ impl Bench {
             Verb::Send => SendWr::new(0, WrOpcode::Send, payload),
             Verb::Write => SendWr::new(0, WrOpcode::RdmaWrite, payload).remote(dest, peer.rkey),
             Verb::Read => SendWr::rdma_read(0, sges, peer.addr, peer.rkey),
-            Verb::Atomic if self.p.cmp_swap => SendWr::cmp_swap(0, sges, dest, peer.rkey, 0, 1),
-            Verb::Atomic => SendWr::fetch_add(0, sges, dest, peer.rkey, 1),
+            Verb::Atomic if self.p.cmp_swap => SendWr::cmp_swap(0, &sges[0], dest, peer.rkey, 0, 1),
+            Verb::Atomic => SendWr::fetch_add(0, &sges[0], dest, peer.rkey, 1),
         }
     }
 
