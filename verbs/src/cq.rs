@@ -309,7 +309,8 @@ impl Cq {
     /// `timeout`, and with [`Error::InvalidArgument`] if the CQ has no
     /// completion channel (create it with [`Context::create_cq_with`]) or
     /// `wc` is empty. The blocking counterpart of [`Cq::poll_until`]'s busy
-    /// loop, and what [`crate::tokio::AsyncCq`] does on a runtime.
+    /// loop, and what `rverbs::tokio::AsyncCq` (the `tokio` feature) does
+    /// on a runtime.
     ///
     /// The protocol, which loses no wake-up: poll; if empty, arm
     /// ([`Cq::req_notify`]) and poll again (a completion that landed

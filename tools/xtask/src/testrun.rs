@@ -227,6 +227,14 @@ fn static_checks(ws: &Path) -> Vec<(String, bool)> {
             .args(["doc", "--no-deps", "--workspace", "--quiet"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     );
+    // docs.rs builds rverbs with its tokio feature (package.metadata.docs.rs).
+    check(
+        "cargo doc -D warnings (tokio feature)",
+        Command::new(cargo_bin())
+            .args(["doc", "--no-deps", "--workspace", "--quiet"])
+            .args(["--features", "rverbs/tokio"])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    );
     let mut package = Command::new(cargo_bin());
     package.args(["package", "--quiet", "--allow-dirty"]);
     for p in PUBLISHED {

@@ -267,7 +267,7 @@ fn field(v: &mut Vec<Field>, name: impl Into<String>, off: usize, len: usize, ho
     });
 }
 
-/// Size of the field `f` selects (for [`seg_field!`]).
+/// Size of the field `f` selects (for `seg_field!`).
 fn size_of_field<T, F>(_f: impl Fn(&T) -> &F) -> usize {
     size_of::<F>()
 }
