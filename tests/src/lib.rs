@@ -219,3 +219,34 @@ pub fn kernel_release() -> (u32, u32) {
         .map(|n| n.parse().unwrap_or(0));
     (it.next().unwrap_or(0), it.next().unwrap_or(0))
 }
+
+/// The pinging side of the wake-up race tests (`api.rs`, `async_tokio.rs`),
+/// on its own thread: for each of `rounds` rounds `i`, posts a receive for
+/// the reply, spins a delay that sweeps 0 to ~60 us (so that the message
+/// reaches the peer before, during and after the peer's arm), sends `i` as
+/// an 8-byte message, and spins on `cq` until the reply completes. Returns
+/// the QP once every round got its reply.
+pub fn spawn_pinger(mut qp: Qp, mut cq: Cq, pd: &Pd, rounds: u64) -> std::thread::JoinHandle<Qp> {
+    let mut msg = pd.alloc_mr(64, all_access()).unwrap();
+    let reply = pd.alloc_mr(64, all_access()).unwrap();
+    std::thread::spawn(move || {
+        let s = [msg.sge(..).unwrap()];
+        let r = [reply.sge(..).unwrap()];
+        let mut wc = [Wc::default(); 1];
+        for i in 0..rounds {
+            qp.post_recv(&[rverbs::RecvWr::new(i, &r)]).unwrap();
+            let delay = Duration::from_nanos((i * 7919) % 60_000);
+            let t = std::time::Instant::now();
+            while t.elapsed() < delay {
+                std::hint::spin_loop();
+            }
+            msg.write_at(0, &i.to_le_bytes()).unwrap();
+            qp.post_send(&[rverbs::SendWr::send(i, &s)]).unwrap();
+            cq.poll_until(&mut wc, 1, TIMEOUT)
+                .unwrap_or_else(|e| panic!("round {i}: the reply: {e}"));
+            assert!(wc[0].is_success() && wc[0].wr_id() == i, "{:?}", wc[0]);
+        }
+        drop((msg, reply));
+        qp
+    })
+}

@@ -123,30 +123,10 @@ fn poll_blocking_wakes_for_completions_racing_the_arm() {
     // B's CQ (its replies are unsignaled), so a wake-up lost in that
     // window would leave B asleep until its timeout: every wait must end
     // well before it.
-    let (_ctx, pd, mut cq_a, mut cq_b, mut a, mut b) = channel_pair();
-    let mut msg = pd.alloc_mr(64, all_access()).unwrap();
-    let reply = pd.alloc_mr(64, all_access()).unwrap();
+    let (_ctx, pd, cq_a, mut cq_b, a, mut b) = channel_pair();
     let rounds = 3000u64;
     let limit = Duration::from_secs(2);
-    let a_side = std::thread::spawn(move || {
-        let s = [msg.sge(..).unwrap()];
-        let r = [reply.sge(..).unwrap()];
-        let mut wc = [Wc::default(); 1];
-        for i in 0..rounds {
-            a.post_recv(&[RecvWr::new(i, &r)]).unwrap();
-            let delay = Duration::from_nanos((i * 7919) % 60_000);
-            let t = Instant::now();
-            while t.elapsed() < delay {
-                std::hint::spin_loop();
-            }
-            msg.write_at(0, &i.to_le_bytes()).unwrap();
-            a.post_send(&[SendWr::send(i, &s)]).unwrap();
-            cq_a.poll_until(&mut wc, 1, TIMEOUT)
-                .unwrap_or_else(|e| panic!("round {i}: A's reply: {e}"));
-            assert!(wc[0].is_success() && wc[0].wr_id() == i, "{:?}", wc[0]);
-        }
-        (a, msg, reply)
-    });
+    let a_side = verbs_tests::spawn_pinger(a, cq_a, &pd, rounds);
     let mut got = pd.alloc_mr(64, all_access()).unwrap();
     let mut out = pd.alloc_mr(8, all_access()).unwrap();
     let g = [got.sge(..).unwrap()];

@@ -5,7 +5,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rverbs::tokio::{AsyncCq, AsyncEvents};
 use rverbs::{
@@ -27,7 +27,7 @@ fn async_cq_wakes_for_completions_racing_the_arm() {
     let rt = rt();
     let ctx = open_rxe();
     let pd = ctx.alloc_pd().unwrap();
-    let mut cq_a = ctx.create_cq(64).unwrap();
+    let cq_a = ctx.create_cq(64).unwrap();
     let mut cq_b = rt.block_on(async { AsyncCq::new(&ctx, 64) }).unwrap();
     let cap = QpCap {
         max_send_wr: 32,
@@ -47,29 +47,9 @@ fn async_cq_wakes_for_completions_racing_the_arm() {
     let (ea, eb) = (a.endpoint(&o).unwrap(), b.endpoint(&o).unwrap());
     a.connect(&eb, all_access(), &o).unwrap();
     b.connect(&ea, all_access(), &o).unwrap();
-    let mut msg = pd.alloc_mr(64, all_access()).unwrap();
-    let reply = pd.alloc_mr(64, all_access()).unwrap();
     let rounds = 2000u64;
     let limit = Duration::from_secs(2);
-    let a_side = std::thread::spawn(move || {
-        let s = [msg.sge(..).unwrap()];
-        let r = [reply.sge(..).unwrap()];
-        let mut wc = [Wc::default(); 1];
-        for i in 0..rounds {
-            a.post_recv(&[RecvWr::new(i, &r)]).unwrap();
-            let delay = Duration::from_nanos((i * 7919) % 60_000);
-            let t = Instant::now();
-            while t.elapsed() < delay {
-                std::hint::spin_loop();
-            }
-            msg.write_at(0, &i.to_le_bytes()).unwrap();
-            a.post_send(&[SendWr::send(i, &s)]).unwrap();
-            cq_a.poll_until(&mut wc, 1, TIMEOUT)
-                .unwrap_or_else(|e| panic!("round {i}: A's reply: {e}"));
-            assert!(wc[0].is_success() && wc[0].wr_id() == i, "{:?}", wc[0]);
-        }
-        a
-    });
+    let a_side = verbs_tests::spawn_pinger(a, cq_a, &pd, rounds);
     let got = pd.alloc_mr(64, all_access()).unwrap();
     let mut out = pd.alloc_mr(8, all_access()).unwrap();
     rt.block_on(async {
