@@ -235,8 +235,17 @@ fn static_checks(ws: &Path) -> Vec<(String, bool)> {
             .args(["--features", "rverbs/tokio"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     );
+    // Verification builds the packages as registry crates, which cargo
+    // never rebuilds for a changed source at an unchanged version: it gets
+    // a target folder of its own, emptied first, and no unpacked copy of
+    // an earlier run's sources.
+    forget_packaged_sources();
+    let verify_dir = ws.join("target/package-verify");
+    let _ = std::fs::remove_dir_all(&verify_dir);
     let mut package = Command::new(cargo_bin());
-    package.args(["package", "--quiet", "--allow-dirty"]);
+    package
+        .args(["package", "--quiet", "--allow-dirty"])
+        .env("CARGO_TARGET_DIR", &verify_dir);
     for p in PUBLISHED {
         package.args(["-p", p]);
     }
@@ -304,6 +313,45 @@ fn static_rverbs(ws: &Path, target_dir: &Path) -> Result<PathBuf> {
         anyhow::bail!("{}: {}", path.display(), names.join("; "));
     }
     Ok(path)
+}
+
+/// Removes what earlier `cargo package` runs unpacked of our own crates.
+/// Verification builds each package against its siblings from a local
+/// registry in the target folder; cargo unpacks those into
+/// `$CARGO_HOME/registry/src/-<hash of that path>/NAME-VERSION` and reuses
+/// an unpacked copy whose version did not change, so a second run from the
+/// same checkout path would verify against the first run's sources. Local
+/// registries are the folders whose name starts with `-`; only our package
+/// names are touched.
+fn forget_packaged_sources() {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")));
+    let Some(src) = home.map(|h| h.join("registry/src")) else {
+        return;
+    };
+    let Ok(registries) = std::fs::read_dir(&src) else {
+        return;
+    };
+    for reg in registries.flatten() {
+        if !reg.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        let Ok(crates) = std::fs::read_dir(reg.path()) else {
+            continue;
+        };
+        for c in crates.flatten() {
+            let name = c.file_name().to_string_lossy().into_owned();
+            let ours = PUBLISHED.iter().any(|p| {
+                name.strip_prefix(p)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(|v| v.starts_with(|ch: char| ch.is_ascii_digit()))
+            });
+            if ours {
+                let _ = std::fs::remove_dir_all(c.path());
+            }
+        }
+    }
 }
 
 /// The packages published to crates.io, in dependency order.
