@@ -343,9 +343,9 @@ fn limit(name: &str, v: Option<u32>, max: u32) -> Result<()> {
 
 impl QpAttr {
     fn encode(&self, qp_handle: u32) -> Result<ModifyQp> {
-        limit("rq_psn", self.rq_psn, 0xff_ffff)?;
-        limit("sq_psn", self.sq_psn, 0xff_ffff)?;
-        limit("dest_qp_num", self.dest_qp_num, 0xff_ffff)?;
+        limit("rq_psn", self.rq_psn, PSN_MAX)?;
+        limit("sq_psn", self.sq_psn, PSN_MAX)?;
+        limit("dest_qp_num", self.dest_qp_num, QPN_MAX)?;
         limit("min_rnr_timer", self.min_rnr_timer.map(u32::from), 31)?;
         limit("timeout", self.timeout.map(u32::from), 31)?;
         limit("retry_cnt", self.retry_cnt.map(u32::from), 7)?;
@@ -502,19 +502,8 @@ impl Endpoint {
 
     /// Checks the fields a peer controls: QPN and PSN are 24-bit.
     pub fn validate(&self) -> Result<()> {
-        if self.qpn > QPN_MAX {
-            return Err(Error::invalid(format!(
-                "peer QPN {:#x} exceeds 24 bits",
-                self.qpn
-            )));
-        }
-        if self.psn > PSN_MAX {
-            return Err(Error::invalid(format!(
-                "peer PSN {:#x} exceeds 24 bits",
-                self.psn
-            )));
-        }
-        Ok(())
+        limit("peer QPN", Some(self.qpn), QPN_MAX)?;
+        limit("peer PSN", Some(self.psn), PSN_MAX)
     }
 
     /// Decodes [`Endpoint::to_bytes`]'s form.
