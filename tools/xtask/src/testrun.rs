@@ -174,6 +174,22 @@ fn run_teed(cmd: &mut Command) -> Result<(bool, String)> {
     Ok((status.success(), captured))
 }
 
+/// Adds a target's standard library with rustup unless it is installed.
+fn ensure_rust_target(target: &str) -> Result<()> {
+    let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]))
+        .map(|t| t.lines().any(|l| l.trim() == target))
+        .unwrap_or(false);
+    if !installed {
+        say!("adding the {target} target with rustup");
+        util::run(
+            Command::new("rustup")
+                .args(["target", "add", target])
+                .stdin(Stdio::null()),
+        )?;
+    }
+    Ok(())
+}
+
 /// The target whose type check stands in for the aarch64 machines mlx5 runs
 /// on (BlueField, Grace, Graviton): the barriers differ there.
 const AARCH64_TARGET: &str = "aarch64-unknown-linux-gnu";
@@ -183,6 +199,10 @@ const AARCH64_TARGET: &str = "aarch64-unknown-linux-gnu";
 /// rustup when missing). Returns each check's name and verdict.
 fn static_checks(ws: &Path) -> Vec<(String, bool)> {
     let mut results = Vec::new();
+    if let Err(e) = ensure_rust_target(AARCH64_TARGET) {
+        say!("rustup target add aarch64: FAILED: {e:#}");
+        results.push(("rustup target add aarch64".to_string(), false));
+    }
     let mut check = |name: &str, cmd: &mut Command| {
         cmd.current_dir(ws).stdin(Stdio::null());
         say!("{name}: {}", describe(cmd));
@@ -212,15 +232,6 @@ fn static_checks(ws: &Path) -> Vec<(String, bool)> {
             "warnings",
         ]),
     );
-    let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]))
-        .map(|t| t.lines().any(|l| l.trim() == AARCH64_TARGET))
-        .unwrap_or(false);
-    if !installed {
-        check(
-            "rustup target add aarch64",
-            Command::new("rustup").args(["target", "add", AARCH64_TARGET]),
-        );
-    }
     check(
         "cargo doc -D warnings",
         Command::new(cargo_bin())
@@ -279,17 +290,7 @@ const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
 /// when missing) and checks the result is fully static and names no
 /// rdma-core library. Returns its path.
 fn static_rverbs(ws: &Path, target_dir: &Path) -> Result<PathBuf> {
-    let installed = util::output(Command::new("rustup").args(["target", "list", "--installed"]))
-        .map(|t| t.lines().any(|l| l.trim() == STATIC_TARGET))
-        .unwrap_or(false);
-    if !installed {
-        say!("static rverbs: adding the {STATIC_TARGET} target with rustup");
-        util::run(
-            Command::new("rustup")
-                .args(["target", "add", STATIC_TARGET])
-                .stdin(Stdio::null()),
-        )?;
-    }
+    ensure_rust_target(STATIC_TARGET)?;
     let mut cmd = Command::new(cargo_bin());
     cmd.args([
         "build",
@@ -573,22 +574,22 @@ fn ensure_reference_tools() -> Result<()> {
     Ok(())
 }
 
+/// `cargo build` of the examples the VM scripts run (test and demo).
+fn examples_build(ws: &Path) -> Command {
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["build", "-p", EXAMPLES_PACKAGE, "--examples"])
+        .args(["--features", EXAMPLES_FEATURES])
+        .current_dir(ws)
+        .stdin(Stdio::null());
+    cmd
+}
+
 /// `cargo xtask demo`: builds the examples and runs `rc_client_server`
 /// (server and client, two processes) in the rxe VM.
 pub fn demo_command(vm: &crate::vm::VmOptions) -> Result<i32> {
     let ws = workspace_root();
     let (_, target_dir) = metadata()?;
-    let mut cmd = Command::new(cargo_bin());
-    cmd.args([
-        "build",
-        "-p",
-        EXAMPLES_PACKAGE,
-        "--examples",
-        "--features",
-        EXAMPLES_FEATURES,
-    ])
-    .current_dir(&ws)
-    .stdin(Stdio::null());
+    let mut cmd = examples_build(&ws);
     say!("building examples: {}", describe(&cmd));
     util::run(&mut cmd)?;
     let script = format!(
@@ -671,17 +672,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
 
     // (d) Examples of the verbs package, for the VM scripts.
     if has(EXAMPLES_PACKAGE) {
-        let mut cmd = Command::new(cargo_bin());
-        cmd.args([
-            "build",
-            "-p",
-            EXAMPLES_PACKAGE,
-            "--examples",
-            "--features",
-            EXAMPLES_FEATURES,
-        ])
-        .current_dir(&ws)
-        .stdin(Stdio::null());
+        let mut cmd = examples_build(&ws);
         say!("building examples: {}", describe(&cmd));
         if let Err(e) = util::run(&mut cmd) {
             say!("error: {e:#}");
