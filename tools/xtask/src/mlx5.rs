@@ -12,12 +12,13 @@
 //! to `target/mlx5/logs/`. `cargo xtask test` runs the same items.
 //!
 //! Then our provider: every `mlx5_*` program of `verbs-tests`
-//! (`tests/src/bin/mlx5_*.rs`, built here) runs the same way; its `PASS`/
-//! `FAIL` lines count in the summary. Last, the WQE comparison: `wqe_seq.c`
-//! (libmlx5) and `mlx5_wqe_seq` (ours) post the same fixed sequence with
-//! `MLX5_EMU_WQE_LOG` set, and [`wqe_compare`] compares the two logs byte
-//! for byte after the normalisations it lists (report:
-//! `logs/wqe_compare.log`). The closing line counts all three.
+//! (`tests/src/bin/mlx5_*.rs` or `tests/src/bin/mlx5_*/main.rs`, built
+//! here) runs the same way; its `PASS`/`FAIL` lines count in the summary.
+//! Last, the WQE comparison: `wqe_seq.c` (libmlx5) and `mlx5_wqe_seq`
+//! (ours) post the same fixed sequence with `MLX5_EMU_WQE_LOG` set, and
+//! [`wqe_compare`] compares the two logs byte for byte after the
+//! normalisations it lists (report: `logs/wqe_compare.log`). The closing
+//! line counts all three.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -336,9 +337,49 @@ fn ours_group(out: &str, verdict: &std::result::Result<String, String>) -> Group
     Group::Ours { passed, failed }
 }
 
+/// The source of our program `name` in `bin_dir`, in either of cargo's
+/// layouts of a binary: `<name>.rs`, or `<name>/main.rs` for one of
+/// several modules. None when neither is there.
+fn our_source(bin_dir: &Path, name: &str) -> Option<PathBuf> {
+    [
+        bin_dir.join(format!("{name}.rs")),
+        bin_dir.join(name).join("main.rs"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// The names of our programs: every `mlx5_*.rs` file and every `mlx5_*`
+/// folder with a `main.rs` in `bin_dir`, plus [`OURS_EXPECTED`] (present
+/// or not), sorted.
+fn our_programs(bin_dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = OURS_EXPECTED.iter().map(|s| s.to_string()).collect();
+    if let Ok(rd) = fs::read_dir(bin_dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            let stem = p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if stem.starts_with("mlx5_") && p.extension().is_some_and(|x| x == "rs") {
+                names.push(stem);
+            } else if p.join("main.rs").is_file() {
+                let dir = e.file_name().to_string_lossy().into_owned();
+                if dir.starts_with("mlx5_") {
+                    names.push(dir);
+                }
+            }
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// Builds and runs every `mlx5_*` binary of `verbs-tests` (sources
-/// `tests/src/bin/mlx5_*.rs`, plus [`OURS_EXPECTED`]) under the emulator
-/// like the C programs, each bounded by [`ITEM_LIMIT`] and logging to
+/// `tests/src/bin/mlx5_*.rs` or `tests/src/bin/mlx5_*/main.rs`, plus
+/// [`OURS_EXPECTED`]; see [`our_programs`]) under the emulator like the
+/// C programs, each bounded by [`ITEM_LIMIT`] and logging to
 /// `logs/<name>.log`; [`WQE_SEQ_OURS`] records its WQEs to `ours_wqes`.
 /// A program that is expected but missing or does not build fails.
 fn run_ours(
@@ -349,25 +390,11 @@ fn run_ours(
     ours_wqes: &Path,
 ) -> Result<Vec<Item>> {
     let bin_dir = ws.join("tests").join("src").join("bin");
-    let mut names: Vec<String> = OURS_EXPECTED.iter().map(|s| s.to_string()).collect();
-    if let Ok(rd) = fs::read_dir(&bin_dir) {
-        for e in rd.flatten() {
-            let p = e.path();
-            let stem = p
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            if stem.starts_with("mlx5_") && p.extension().is_some_and(|x| x == "rs") {
-                names.push(stem);
-            }
-        }
-    }
-    names.sort();
-    names.dedup();
+    let names = our_programs(&bin_dir);
     let _ = fs::remove_file(ours_wqes);
     let present: Vec<&String> = names
         .iter()
-        .filter(|n| bin_dir.join(format!("{n}.rs")).is_file())
+        .filter(|n| our_source(&bin_dir, n).is_some())
         .collect();
     let build_log = logs.join("mlx5_ours-build.log");
     let mut built = String::new();
@@ -391,8 +418,8 @@ fn run_ours(
     for n in &names {
         let name = format!("our provider (verbs): {n}");
         let exe = target_dir.join("debug").join(n);
-        if !bin_dir.join(format!("{n}.rs")).is_file() {
-            let v = Err(format!("tests/src/bin/{n}.rs is missing"));
+        if our_source(&bin_dir, n).is_none() {
+            let v = Err(format!("tests/src/bin/{n}.rs (or {n}/main.rs) is missing"));
             items.push((ours_group("", &v), name, v, build_log.clone()));
             continue;
         }
@@ -612,6 +639,45 @@ mod tests {
                 failed: 0
             }
         );
+    }
+
+    #[test]
+    fn our_programs_in_either_layout() {
+        let dir = std::env::temp_dir().join(format!("mlx5-bins-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("mlx5_multi")).unwrap();
+        fs::create_dir_all(dir.join("mlx5_no_main")).unwrap();
+        fs::create_dir_all(dir.join("other")).unwrap();
+        for f in [
+            "mlx5_single.rs",
+            "mlx5_multi/main.rs",
+            "mlx5_multi/part.rs",
+            "mlx5_notes.txt",
+            "other/main.rs",
+            "plain.rs",
+        ] {
+            fs::write(dir.join(f), "").unwrap();
+        }
+        let names = our_programs(&dir);
+        let mut want: Vec<String> = ["mlx5_multi", "mlx5_single"]
+            .iter()
+            .chain(OURS_EXPECTED)
+            .map(|s| s.to_string())
+            .collect();
+        want.sort();
+        want.dedup();
+        assert_eq!(names, want);
+        assert_eq!(
+            our_source(&dir, "mlx5_single"),
+            Some(dir.join("mlx5_single.rs"))
+        );
+        assert_eq!(
+            our_source(&dir, "mlx5_multi"),
+            Some(dir.join("mlx5_multi").join("main.rs"))
+        );
+        assert_eq!(our_source(&dir, "mlx5_no_main"), None);
+        assert_eq!(our_source(&dir, OURS_EXPECTED[0]), None);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
