@@ -51,7 +51,7 @@ pub mod srq;
 pub mod uctx;
 pub mod wq;
 
-pub use rverbs_abi::wr::PostError;
+pub use rverbs_provider::PostError;
 
 /// Send WQE opcodes (`MLX5_OPCODE_*`): what a control segment carries and
 /// what a requester CQE reports back (bits 31..24 of `sop_drop_qpn`).

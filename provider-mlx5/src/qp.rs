@@ -26,11 +26,10 @@ use rverbs_abi::cmd::{nr, write_cmd};
 use rverbs_abi::mlx5;
 use rverbs_abi::mlx5::prm::{self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg};
 use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
-use rverbs_abi::wr::{
-    check_send, inline_len, send_flags, sge_len, simple_send_ops, Payload, RecvWr, SendFlags,
-    SendWr, Sge, WrOpcode, MAX_MSG,
-};
+use rverbs_abi::wr::{send_flags, Sge};
 use rverbs_abi::Errno;
+use rverbs_provider::check::{check_recv_sges, SendChecks, MAX_MSG};
+use rverbs_provider::wr::{Payload, RecvWr, SendFlags, SendWr, WrOpcode};
 use zerocopy::network_endian::{U16, U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -42,10 +41,6 @@ use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
 use crate::{mmio, wqe_op, PostError};
 
 use geom::SEND_WQE_BB;
-
-/// Largest IB MTU: the UD message bound until [`SendQueue::set_ud_mtu`]
-/// gives the port's.
-const MAX_MTU: u32 = 4096;
 
 /// Writes the control segment of the WQE at producer counter `cur_post`
 /// (its low 16 bits are the WQE index) at `p`: WQE opcode `opcode`, QP
@@ -407,28 +402,19 @@ pub struct SendQueue {
     tail: u32,
     /// Work requests the ring holds.
     max_post: u32,
-    /// Gather entries per send.
-    max_gs: u32,
-    /// Inline bytes per send.
-    max_inline: u32,
+    /// The limits every request is checked against (gather entries and
+    /// inline bytes per send, the QP type, the UD message bound).
+    checks: SendChecks,
     /// QP number (in every control segment).
     qpn: u32,
-    /// `IB_QPT_*`.
-    qp_type: u8,
     /// `CQ_UPDATE` when the QP signals every send.
     sig_bits: u8,
     /// Whether sends may be posted (RTS or later).
     enabled: bool,
-    /// Largest UD message.
-    ud_mtu: u32,
     /// The doorbell register.
     bf: BlueFlame,
     /// Which BlueFlame half the next doorbell uses (dedicated registers).
     bf_offset: u32,
-    /// Opcodes (bit `1 << opcode`) that, on this QP type and without a UD
-    /// destination, pass every check of [`check_send`]; the others (and
-    /// every UD send) take the full checks.
-    simple_ops: u32,
     /// `shared.wrid`'s first entry (`wqe_cnt` of them).
     wrid: *const AtomicU64,
     /// `shared.wqe_head`'s first entry (`wqe_cnt` of them).
@@ -489,20 +475,16 @@ impl SendQueue {
             head: 0,
             tail: 0,
             max_post: g.sq_max_post,
-            max_gs: g.sq_max_gs,
-            max_inline: g.max_inline_data.unwrap_or(0),
+            checks: SendChecks::new(init.qp_type, g.sq_max_gs, g.max_inline_data.unwrap_or(0)),
             qpn: init.qpn,
-            qp_type: init.qp_type,
             sig_bits: if init.sig_all {
                 prm::WQE_CTRL_CQ_UPDATE
             } else {
                 0
             },
             enabled: false,
-            ud_mtu: MAX_MTU,
             bf: init.bf,
             bf_offset: 0,
-            simple_ops: simple_send_ops(init.qp_type),
             wrid: init.shared.wrid.as_ptr(),
             wqe_head: init.shared.wqe_head.as_ptr(),
             shared: init.shared,
@@ -573,26 +555,25 @@ impl SendQueue {
     /// [`SendQueue::write_wqe`] take it. Same bytes as `write_wqe`.
     #[inline(always)]
     fn try_fast(&mut self, wr: &SendWr<'_>, nreq: u32) -> Option<(*const u8, u32)> {
-        let op = wr.opcode as u32;
-        let Payload::Sge([sge]) = wr.payload else {
+        let op = wr.opcode() as u32;
+        let Payload::Sge([sge]) = wr.payload() else {
             return None;
         };
-        if self.simple_ops & (1 << op) == 0
-            || wr.ud.is_some()
-            || self.max_gs == 0
+        if !self.checks.is_simple(wr)
+            || self.checks.max_sge() == 0
             || u64::from(sge.length) > MAX_MSG
         {
             return None;
         }
-        // `simple_ops` has bits 0..=4 only.
+        // Simple opcodes are 0..=4 (`simple_send_ops`).
         let (mop, raddr) = FAST_OPS[op as usize];
         let idx = self.cur_post & (self.wqe_cnt - 1);
         let imm = if op == WrOpcode::RdmaWriteWithImm as u32 || op == WrOpcode::SendWithImm as u32 {
-            wr.imm_data
+            wr.imm_data()
         } else {
             0
         };
-        let flags = self.sig_bits | FAST_FLAGS[(wr.send_flags.bits() & 7) as usize];
+        let flags = self.sig_bits | FAST_FLAGS[(wr.send_flags().bits() & 7) as usize];
         let mut ds = 1;
         // SAFETY: `idx < wqe_cnt`, so the BB is inside the ring, free
         // (`full` said so) and unread by the device until the doorbell
@@ -604,7 +585,7 @@ impl SendQueue {
             let ctrl = self.start.add(idx as usize * SEND_WQE_BB as usize);
             let mut seg = ctrl.add(size_of::<CtrlSeg>());
             if raddr {
-                put_raddr!(seg, wr.remote_addr, wr.rkey);
+                put_raddr!(seg, wr.remote_addr(), wr.rkey());
                 seg = seg.add(size_of::<RaddrSeg>());
                 ds = 2;
             }
@@ -630,7 +611,7 @@ impl SendQueue {
                 &*self.wqe_head.add(idx as usize),
             )
         };
-        wrid.store(wr.wr_id, Ordering::Relaxed);
+        wrid.store(wr.wr_id(), Ordering::Relaxed);
         head.store(self.head.wrapping_add(nreq), Ordering::Relaxed);
         self.cur_post = self.cur_post.wrapping_add(1);
         Some((ctrl, ds))
@@ -640,29 +621,12 @@ impl SendQueue {
     /// written; returns its data part.
     #[inline(always)]
     fn check<'a>(&self, wr: &SendWr<'a>) -> Result<Data<'a>, PostError> {
-        let (data, length) = match wr.payload {
-            Payload::Sge(sges) => {
-                if sges.len() > self.max_gs as usize {
-                    return Err(PostError::TooManySge {
-                        given: sges.len(),
-                        max: self.max_gs,
-                    });
-                }
-                (Data::Sges(sges), sge_len(sges))
-            }
-            Payload::Inline(bufs) => {
-                let len = inline_len(wr.opcode, bufs, self.max_inline)?;
-                (Data::Inline(bufs, len), u64::from(len))
-            }
-        };
-        if length > MAX_MSG {
-            return Err(PostError::MessageTooLong);
-        }
-        if self.simple_ops & (1 << (wr.opcode as u32)) == 0 || wr.ud.is_some() {
-            let has_dest = matches!(wr.ud, Some(d) if d.av.is_some());
-            check_send(self.qp_type, self.ud_mtu, wr, length, has_dest)?;
-        }
-        Ok(data)
+        let length = self.checks.check(wr, |d| d.av.is_some())?;
+        Ok(match wr.payload() {
+            Payload::Sge(sges) => Data::Sges(sges),
+            // Inline lengths are at most `max_inline`, a u32.
+            Payload::Inline(bufs) => Data::Inline(bufs, length as u32),
+        })
     }
 
     /// Builds the WQE of `wr` (checked, the `nreq`-th of its chain) at
@@ -684,7 +648,7 @@ impl SendQueue {
         // Segments are 16-byte aligned in a page-aligned buffer.
         unsafe {
             let mut seg = ctrl.add(size_of::<CtrlSeg>());
-            let op = match wr.opcode {
+            let op = match wr.opcode() {
                 WrOpcode::Send => wqe_op::SEND,
                 WrOpcode::SendWithImm => wqe_op::SEND_IMM,
                 WrOpcode::RdmaWrite => wqe_op::RDMA_WRITE,
@@ -695,10 +659,10 @@ impl SendQueue {
                 // Refused by `check_send`.
                 WrOpcode::LocalInv | WrOpcode::SendWithInv => 0,
             };
-            match self.qp_type {
+            match self.checks.qp_type() {
                 qp_type::UD => {
                     // `check_send` made sure there is an AV.
-                    if let Some(d) = wr.ud {
+                    if let Some(d) = wr.ud_dest() {
                         if let Some(av) = d.av {
                             let mut av: prm::Av = zerocopy::transmute!(*av);
                             av.qkey = U32::new(d.remote_qkey);
@@ -712,16 +676,16 @@ impl SendQueue {
                 _ => {
                     // RC: RDMA and atomics; UC: writes (`check_send`
                     // refused the rest).
-                    if wr.opcode.is_rdma() || wr.opcode.is_atomic() {
-                        put_raddr!(seg, wr.remote_addr, wr.rkey);
+                    if wr.opcode().is_rdma() || wr.opcode().is_atomic() {
+                        put_raddr!(seg, wr.remote_addr(), wr.rkey());
                         seg = seg.add(size_of::<RaddrSeg>());
                         ds += 1;
                     }
-                    if wr.opcode.is_atomic() {
-                        let (swap_add, compare) = if wr.opcode == WrOpcode::AtomicCmpAndSwp {
-                            (wr.swap, wr.compare_add)
+                    if wr.opcode().is_atomic() {
+                        let (swap_add, compare) = if wr.opcode() == WrOpcode::AtomicCmpAndSwp {
+                            (wr.swap(), wr.compare_add())
                         } else {
-                            (wr.compare_add, 0)
+                            (wr.compare_add(), 0)
                         };
                         put(
                             seg,
@@ -737,7 +701,7 @@ impl SendQueue {
             }
             match data {
                 Data::Sges(sges) => {
-                    let atomic = wr.opcode.is_atomic();
+                    let atomic = wr.opcode().is_atomic();
                     for s in sges {
                         if s.length == 0 {
                             continue;
@@ -769,15 +733,19 @@ impl SendQueue {
                     ds += (hdr as u32 + len).div_ceil(SEG as u32);
                 }
             }
-            let imm = if wr.opcode.has_imm() { wr.imm_data } else { 0 };
+            let imm = if wr.opcode().has_imm() {
+                wr.imm_data()
+            } else {
+                0
+            };
             let mut flags = self.sig_bits;
-            if wr.send_flags.contains(SendFlags::SIGNALED) {
+            if wr.send_flags().contains(SendFlags::SIGNALED) {
                 flags |= prm::WQE_CTRL_CQ_UPDATE;
             }
-            if wr.send_flags.contains(SendFlags::SOLICITED) {
+            if wr.send_flags().contains(SendFlags::SOLICITED) {
                 flags |= prm::WQE_CTRL_SOLICITED;
             }
-            if wr.send_flags.contains(SendFlags::FENCE) {
+            if wr.send_flags().contains(SendFlags::FENCE) {
                 flags |= prm::WQE_CTRL_FENCE;
             }
             put_ctrl!(ctrl, self.cur_post, op, self.qpn, ds, flags, imm);
@@ -786,7 +754,7 @@ impl SendQueue {
         // SAFETY: `slot < wqe_cnt`, the length of both arrays, which
         // `shared` keeps alive.
         let (wrid, head) = unsafe { (&*self.wrid.add(slot), &*self.wqe_head.add(slot)) };
-        wrid.store(wr.wr_id, Ordering::Relaxed);
+        wrid.store(wr.wr_id(), Ordering::Relaxed);
         head.store(self.head.wrapping_add(nreq), Ordering::Relaxed);
         self.cur_post = self
             .cur_post
@@ -912,7 +880,7 @@ impl SendQueue {
 
     /// Sets the largest UD message (the port's active MTU).
     pub fn set_ud_mtu(&mut self, mtu: u32) {
-        self.ud_mtu = mtu;
+        self.checks.set_ud_mtu(mtu);
     }
 
     /// Work requests the queue holds.
@@ -1048,14 +1016,8 @@ impl RecvQueue {
                     break;
                 }
             }
-            if wr.sg_list.len() > self.max_gs as usize {
-                result = Err((
-                    i,
-                    PostError::TooManySge {
-                        given: wr.sg_list.len(),
-                        max: self.max_gs,
-                    },
-                ));
+            if let Err(e) = check_recv_sges(wr.sg_list, self.max_gs) {
+                result = Err((i, e));
                 break;
             }
             let idx = head & (self.wqe_cnt - 1);

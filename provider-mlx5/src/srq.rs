@@ -16,8 +16,9 @@ use rverbs_abi::cmd::{nr, write_cmd};
 use rverbs_abi::mlx5;
 use rverbs_abi::mlx5::prm::{self, DataSeg, SrqNextSeg};
 use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
-use rverbs_abi::wr::RecvWr;
 use rverbs_abi::Errno;
+use rverbs_provider::check::check_recv_sges;
+use rverbs_provider::wr::RecvWr;
 use zerocopy::network_endian::{U16, U32, U64};
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -247,14 +248,8 @@ impl Srq {
         let mut result = Ok(());
         let mut n = 0u32;
         for (i, wr) in wrs.iter().enumerate() {
-            if wr.sg_list.len() > self.max_gs as usize {
-                result = Err((
-                    i,
-                    PostError::TooManySge {
-                        given: wr.sg_list.len(),
-                        max: self.max_gs,
-                    },
-                ));
+            if let Err(e) = check_recv_sges(wr.sg_list, self.max_gs) {
+                result = Err((i, e));
                 break;
             }
             if self.head == self.tail {

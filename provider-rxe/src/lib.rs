@@ -21,4 +21,4 @@ pub mod srq;
 /// only on 32-bit hosts.
 pub const DRIVER_ABI: std::ops::RangeInclusive<u32> = 1..=2;
 
-pub use rverbs_abi::wr::PostError;
+pub use rverbs_provider::PostError;

@@ -7,19 +7,14 @@ use std::sync::atomic::Ordering;
 use rverbs_abi::cmd::{nr, write_cmd, write_cmd_fixed, write_ex_cmd};
 use rverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp, ExCreateQpResp};
 use rverbs_abi::rxe::{self, DmaInfo, RecvWqe, SendWqe};
-use rverbs_abi::wr::{
-    check_send, inline_len, sge_len, simple_send_ops, Payload, PostSend, PostSendResp, RecvWr,
-    SendFlags, SendWr, Sge, WrOpcode, MAX_MSG, UVERBS_SEND_WR_SIZE,
-};
+use rverbs_abi::wr::{PostSend, PostSendResp, Sge, UVERBS_SEND_WR_SIZE};
 use rverbs_abi::Errno;
+use rverbs_provider::check::{check_recv, SendChecks};
+use rverbs_provider::wr::{Payload, RecvWr, SendFlags, SendWr, WrOpcode};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::queue::Queue;
 use crate::PostError;
-
-/// Largest IB MTU: the UD message bound until [`SendQueue::set_ud_mtu`]
-/// gives the port's.
-const MAX_MTU: u32 = 4096;
 
 /// What CREATE_QP returned: the kernel's answer and the mapped rings. If
 /// either ring failed to map the caller must destroy `resp.qp_handle`.
@@ -115,17 +110,9 @@ unsafe fn copy_sges(sges: &[Sge], dst: *mut Sge) {
 pub struct SendQueue {
     ring: Queue,
     qp_handle: u32,
-    qp_type: u8,
     max_wr: u32,
-    max_sge: u32,
-    max_inline: u32,
-    ud_mtu: u32,
-    /// Opcodes (bit `1 << opcode`) that, on this QP type and without a UD
-    /// destination, pass every check of [`check_send`]: SEND,
-    /// SEND_WITH_IMM, RDMA_WRITE(_WITH_IMM), and on RC also RDMA_READ.
-    /// Atomics (alignment and length rules), the invalidate opcodes and
-    /// every UD send always take the full checks.
-    simple_ops: u32,
+    /// The limits every request is checked against.
+    checks: SendChecks,
 }
 
 impl SendQueue {
@@ -148,12 +135,8 @@ impl SendQueue {
         Ok(SendQueue {
             ring,
             qp_handle,
-            qp_type,
             max_wr,
-            max_sge,
-            max_inline,
-            ud_mtu: MAX_MTU,
-            simple_ops: simple_send_ops(qp_type),
+            checks: SendChecks::new(qp_type, max_sge, max_inline),
         })
     }
 
@@ -162,7 +145,7 @@ impl SendQueue {
     /// one is dropped without an error, IB spec C10-93.1.1). Ignored for
     /// connected QPs, whose messages span packets.
     pub fn set_ud_mtu(&mut self, mtu: u32) {
-        self.ud_mtu = mtu;
+        self.checks.set_ud_mtu(mtu);
     }
 
     /// Capacity in work requests: the depth the kernel granted (the ring
@@ -243,36 +226,13 @@ impl SendQueue {
 
     #[inline(always)]
     fn write_wqe(&self, index: u32, wr: &SendWr<'_>) -> Result<(), PostError> {
-        let mut flags = wr.send_flags;
-        let (num_sge, length) = match wr.payload {
-            Payload::Sge(sges) => {
-                if sges.len() > self.max_sge as usize {
-                    return Err(PostError::TooManySge {
-                        given: sges.len(),
-                        max: self.max_sge,
-                    });
-                }
-                flags.remove(SendFlags::INLINE);
-                (sges.len(), sge_len(sges))
-            }
-            Payload::Inline(bufs) => {
-                let len = inline_len(wr.opcode, bufs, self.max_inline)?;
-                flags.insert(SendFlags::INLINE);
-                (0, u64::from(len))
-            }
+        // ah_num 0 is how old kernels said "the AV is in the WQE", which
+        // this provider does not build.
+        let length = self.checks.check(wr, |d| d.ah_num != 0)?;
+        let (flags, num_sge) = match wr.payload() {
+            Payload::Sge(sges) => (wr.send_flags().difference(SendFlags::INLINE), sges.len()),
+            Payload::Inline(_) => (wr.send_flags().union(SendFlags::INLINE), 0),
         };
-        if length > MAX_MSG {
-            return Err(PostError::MessageTooLong);
-        }
-        // Fast path: an opcode in `simple_ops` without a UD destination
-        // passes every check of `check_send` (see `simple_send_ops`); anything
-        // else gets the full checks.
-        if !(self.simple_ops & (1 << (wr.opcode as u32)) != 0 && wr.ud.is_none()) {
-            // ah_num 0 is how old kernels said "the AV is in the WQE",
-            // which this provider does not build.
-            let has_dest = matches!(wr.ud, Some(d) if d.ah_num != 0);
-            check_send(self.qp_type, self.ud_mtu, wr, length, has_dest)?;
-        }
 
         let slot = self.ring.slot(index);
         // SAFETY: `slot` is a free slot of this ring (between producer and
@@ -285,31 +245,31 @@ impl SendQueue {
             let wqe = slot.cast::<SendWqe>();
             std::ptr::write_bytes(wqe, 0, 1);
             let hdr = &mut *wqe;
-            hdr.wr.wr_id = wr.wr_id;
-            hdr.wr.opcode = wr.opcode as u32;
+            hdr.wr.wr_id = wr.wr_id();
+            hdr.wr.opcode = wr.opcode() as u32;
             hdr.wr.send_flags = flags.bits();
-            hdr.wr.ex = match wr.opcode {
-                WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.imm_data,
-                _ => wr.imm_data.to_be(),
+            hdr.wr.ex = match wr.opcode() {
+                WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.imm_data(),
+                _ => wr.imm_data().to_be(),
             };
             // The `wr` union's words are 8-byte aligned and at least as large
             // as each arm (asserted in rverbs_abi::rxe), so each arm may be
             // written through a cast of the union's start.
             let union = hdr.wr.wr.as_mut_ptr();
-            if wr.opcode.is_rdma() {
+            if wr.opcode().is_rdma() {
                 let r = &mut *union.cast::<rxe::WrRdma>();
-                r.remote_addr = wr.remote_addr;
-                r.rkey = wr.rkey;
-                hdr.iova = wr.remote_addr;
-            } else if wr.opcode.is_atomic() {
+                r.remote_addr = wr.remote_addr();
+                r.rkey = wr.rkey();
+                hdr.iova = wr.remote_addr();
+            } else if wr.opcode().is_atomic() {
                 let a = &mut *union.cast::<rxe::WrAtomic>();
-                a.remote_addr = wr.remote_addr;
-                a.compare_add = wr.compare_add;
-                a.swap = wr.swap;
-                a.rkey = wr.rkey;
-                hdr.iova = wr.remote_addr;
+                a.remote_addr = wr.remote_addr();
+                a.compare_add = wr.compare_add();
+                a.swap = wr.swap();
+                a.rkey = wr.rkey();
+                hdr.iova = wr.remote_addr();
             }
-            if let Some(d) = wr.ud {
+            if let Some(d) = wr.ud_dest() {
                 let u = &mut *union.cast::<rxe::WrUd>();
                 u.remote_qpn = d.remote_qpn;
                 u.remote_qkey = d.remote_qkey;
@@ -324,7 +284,7 @@ impl SendQueue {
                 reserved: 0,
             };
             let tail = slot.add(size_of::<SendWqe>());
-            match wr.payload {
+            match wr.payload() {
                 Payload::Sge(sges) => copy_sges(sges, tail.cast::<Sge>()),
                 Payload::Inline(bufs) => {
                     let mut at = tail;
@@ -411,21 +371,13 @@ impl RecvQueue {
                 result = Err((i, PostError::QueueFull));
                 break;
             }
-            if wr.sg_list.len() > self.max_sge as usize {
-                result = Err((
-                    i,
-                    PostError::TooManySge {
-                        given: wr.sg_list.len(),
-                        max: self.max_sge,
-                    },
-                ));
-                break;
-            }
-            let length = sge_len(wr.sg_list);
-            if length > MAX_MSG {
-                result = Err((i, PostError::MessageTooLong));
-                break;
-            }
+            let length = match check_recv(wr.sg_list, self.max_sge) {
+                Ok(length) => length,
+                Err(e) => {
+                    result = Err((i, e));
+                    break;
+                }
+            };
             let hdr = RecvWqe {
                 wr_id: wr.wr_id,
                 reserved: 0,

@@ -10,8 +10,8 @@ use rverbs_abi::rxe::{self, MmInfo, ModifySrqCmd};
 use rverbs_abi::srq::{
     CreateSrq, CreateSrqResp, DestroySrq, DestroySrqResp, ModifySrq, QuerySrq, QuerySrqResp,
 };
-use rverbs_abi::wr::RecvWr;
 use rverbs_abi::Errno;
+use rverbs_provider::wr::RecvWr;
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::qp::RecvQueue;

@@ -135,7 +135,7 @@ fn rc_send_recv_and_send_with_imm() {
         let wr = if i % 2 == 0 {
             SendWr::send(i as u64, &s).signaled()
         } else {
-            SendWr::send(i as u64, &s).with_imm(i as u32).signaled()
+            SendWr::send_with_imm(i as u64, &s, i as u32).signaled()
         };
         p.b.post_recv(&[RecvWr::new(i as u64, &r)]).unwrap();
         p.a.post_send(&[wr]).unwrap();
@@ -161,13 +161,9 @@ fn rc_inline_send_and_write() {
         p.b.post_recv(&[RecvWr::new(i as u64, &r)]).unwrap();
         p.a.post_send(&[
             SendWr::send_inline(1, &bufs),
-            SendWr::new(
-                2,
-                rverbs::WrOpcode::RdmaWrite,
-                rverbs::Payload::Inline(&bufs),
-            )
-            .remote(rb.addr + 4096, rb.rkey)
-            .signaled(),
+            rverbs::opcode::Write::inline(2, &bufs, rb.addr + 4096, rb.rkey)
+                .build()
+                .signaled(),
         ])
         .unwrap();
         // RC completes in order: the signaled WRITE's completion follows
@@ -221,9 +217,7 @@ fn rc_write_with_imm_and_read() {
     assert_no_alloc("RC WRITE_WITH_IMM and READ", |i| {
         p.b.post_recv(&[RecvWr::new(i as u64, &r)]).unwrap();
         p.a.post_send(&[
-            SendWr::rdma_write(1, &s, rb.addr, rb.rkey)
-                .with_imm(0xab)
-                .signaled(),
+            SendWr::rdma_write_with_imm(1, &s, rb.addr, rb.rkey, 0xab).signaled(),
             SendWr::rdma_read(2, &into, rb.addr + 4096, rb.rkey).signaled(),
         ])
         .unwrap();

@@ -266,7 +266,7 @@ fn signal_every_keeps_a_long_unsignaled_stream_going() {
         src.write_at(0, &pattern(4096, i as u32)).unwrap();
         let s = [src.sge(..).unwrap()];
         let wr = sig.mark(SendWr::rdma_write(i, &s, dst.addr(), dst.rkey()));
-        if wr.send_flags.contains(rverbs::SendFlags::SIGNALED) {
+        if wr.send_flags().contains(rverbs::SendFlags::SIGNALED) {
             signaled += 1;
         }
         // The device works asynchronously (6.12's rxe from a work queue):

@@ -77,7 +77,7 @@ fn send_with_imm_delivers_immediate() {
     let r = [dst.sge(..).unwrap()];
     p.b.post_recv(&[RecvWr::new(1, &r)]).unwrap();
     let s = [src.sge(..10).unwrap()];
-    p.a.post_send(&[SendWr::send(2, &s).with_imm(0xdead_beef).signaled()])
+    p.a.post_send(&[SendWr::send_with_imm(2, &s, 0xdead_beef).signaled()])
         .unwrap();
     wait_ok(&mut p.cq_a);
     let wc = wait_ok(&mut p.cq_b);
@@ -125,9 +125,7 @@ fn rdma_write_with_imm_consumes_a_receive() {
     p.b.post_recv(&[RecvWr::new(77, &[])]).unwrap();
     let s = [src.sge(..).unwrap()];
     let rm = dst.remote();
-    p.a.post_send(&[SendWr::rdma_write(1, &s, rm.addr, rm.rkey)
-        .with_imm(42)
-        .signaled()])
+    p.a.post_send(&[SendWr::rdma_write_with_imm(1, &s, rm.addr, rm.rkey, 42).signaled()])
         .unwrap();
     assert_eq!(wait_ok(&mut p.cq_a).opcode(), WcOpcode::RDMA_WRITE);
     let wc = wait_ok(&mut p.cq_b);
@@ -183,9 +181,9 @@ fn inline_send_and_write_from_unregistered_memory() {
         let z = pattern(max, 8);
         let expected = z.clone();
         let bufs = [IoSlice::new(&z)];
-        let mut wr =
-            SendWr::rdma_write(3, &[], rm.at(1000, max as u64).unwrap(), rm.rkey).signaled();
-        wr.payload = rverbs::Payload::Inline(&bufs);
+        let wr = rverbs::opcode::Write::inline(3, &bufs, rm.at(1000, max as u64).unwrap(), rm.rkey)
+            .build()
+            .signaled();
         p.a.post_send(&[wr]).unwrap();
         drop(z);
         wait_ok(&mut p.cq_a);

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rverbs::{
     AccessFlags, Errno, Error, PostError, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr,
-    SendWr, Sge, WcOpcode, WcStatus, WrOpcode,
+    SendWr, Sge, WcOpcode, WcStatus,
 };
 use verbs_tests::{open_rxe, pattern, wait, wait_ok, Pair};
 
@@ -321,8 +321,7 @@ fn zero_sized_and_unaligned_requests_are_rejected() {
     let remote = p.pd.alloc_mr(64, verbs_tests::all_access()).unwrap();
     let s8 = [local.sge(0..8).unwrap()];
     let rm = remote.remote();
-    let mut wr = SendWr::new(1, WrOpcode::AtomicFetchAndAdd, rverbs::Payload::Sge(&s8))
-        .remote(rm.addr + 3, rm.rkey);
+    let wr = SendWr::fetch_add(1, &s8[0], rm.addr + 3, rm.rkey, 1);
     let e = p.a.post_send(&[wr]).unwrap_err();
     assert!(
         matches!(
@@ -335,8 +334,7 @@ fn zero_sized_and_unaligned_requests_are_rejected() {
         "{e}"
     );
     let s4 = [local.sge(0..4).unwrap()];
-    wr.payload = rverbs::Payload::Sge(&s4);
-    wr.remote_addr = rm.addr;
+    let wr = SendWr::fetch_add(1, &s4[0], rm.addr, rm.rkey, 1);
     let e = p.a.post_send(&[wr]).unwrap_err();
     assert!(
         matches!(

@@ -449,13 +449,9 @@ fn sq_drained_event_when_moving_to_sqd() {
     let dst = l.pd.alloc_mr(64, all_access()).unwrap();
     let rm = dst.remote();
     let msg = [std::io::IoSlice::new(b"drain me")];
-    l.a.post_send(&[SendWr::new(
-        2,
-        rverbs::WrOpcode::RdmaWrite,
-        rverbs::Payload::Inline(&msg),
-    )
-    .remote(rm.addr, rm.rkey)
-    .signaled()])
+    l.a.post_send(&[rverbs::opcode::Write::inline(2, &msg, rm.addr, rm.rkey)
+        .build()
+        .signaled()])
         .unwrap();
     wait_ok(&mut cq);
     assert_eq!(ctx.try_get_async_event().unwrap(), None);

@@ -69,7 +69,7 @@ fn uc_multi_packet_send_and_send_with_imm() {
     let s2 = [src.sge(5000..5100).unwrap(), src.sge(100..200).unwrap()];
     p.a.post_send(&[
         SendWr::send(10, &s1).signaled(),
-        SendWr::send(11, &s2).with_imm(0x0102_0304).signaled(),
+        SendWr::send_with_imm(11, &s2, 0x0102_0304).signaled(),
     ])
     .unwrap();
     let wcs = wait(&mut p.cq_a, 2);
@@ -121,9 +121,7 @@ fn uc_rdma_write_and_write_with_imm() {
     p.b.post_recv(&[RecvWr::new(9, &[])]).unwrap();
     let s = [src.sge(8000..16384).unwrap()];
     p.a.post_send(&[
-        SendWr::rdma_write(2, &s, rm.at(8000, 8384).unwrap(), rm.rkey)
-            .with_imm(77)
-            .signaled(),
+        SendWr::rdma_write_with_imm(2, &s, rm.at(8000, 8384).unwrap(), rm.rkey, 77).signaled(),
     ])
     .unwrap();
     wait_ok(&mut p.cq_a);
@@ -153,8 +151,9 @@ fn uc_inline_send_and_write() {
     let rm = dst.remote();
     let y = pattern(max, 24);
     let bufs = [IoSlice::new(&y)];
-    let mut wr = SendWr::rdma_write(2, &[], rm.at(2000, max as u64).unwrap(), rm.rkey).signaled();
-    wr.payload = rverbs::Payload::Inline(&bufs);
+    let wr = rverbs::opcode::Write::inline(2, &bufs, rm.at(2000, max as u64).unwrap(), rm.rkey)
+        .build()
+        .signaled();
     p.a.post_send(&[wr]).unwrap();
     wait_ok(&mut p.cq_a);
     responder_caught_up(&mut p, 51);
@@ -235,7 +234,7 @@ fn uc_refuses_read_and_atomics_at_post_time() {
                 }
             ),
             "{:?}: {e}",
-            wr.opcode
+            wr.opcode()
         );
     }
     assert_eq!(p.a.send_outstanding(), 0);

@@ -176,9 +176,7 @@ fn send_with_imm_inline_and_several_sges() {
     let bufs = [IoSlice::new(inline)];
     u.qps[0]
         .post_send(&[
-            SendWr::send(10, &s)
-                .with_imm(0xfeed_f00d)
-                .to(&ah, b_qpn, QKEY),
+            SendWr::send_with_imm(10, &s, 0xfeed_f00d).to(&ah, b_qpn, QKEY),
             SendWr::send_inline(11, &bufs)
                 .to(&ah, b_qpn, QKEY)
                 .signaled(),
@@ -503,7 +501,7 @@ fn post_time_refusals() {
     assert_quiet(&mut u.cqs[0], Duration::from_millis(50));
     assert_eq!(
         WrOpcode::Send,
-        SendWr::send(1, &s).to(&ah, b_qpn, QKEY).opcode
+        SendWr::send(1, &s).to(&ah, b_qpn, QKEY).opcode()
     );
 }
 

@@ -6,8 +6,13 @@
 //! tests in `tests/layout.rs` compile a C probe against the installed headers
 //! and compare every size and offset. The modules follow the kernel objects:
 //! [`device`], [`pd`], [`mr`], [`cq`], [`qp`], [`srq`], [`ah`], the work
-//! request encodings in [`wr`], and the soft-RoCE queue format in [`rxe`].
-//! [`cmd`] and [`ioctl`] carry commands to the kernel.
+//! request encodings in [`wr`], the soft-RoCE queue format in [`rxe`], and
+//! the mlx5 driver data and hardware (PRM) layouts in [`mlx5`]. [`cmd`] and
+//! [`ioctl`] carry commands to the kernel.
+//!
+//! This crate holds the ABI and nothing else: the logic the providers share
+//! (typed work requests, post-time checks, the provider contract) is in
+//! `rverbs-provider`, and the RDMA netlink client in `rverbs-netlink`.
 
 #![deny(missing_docs)]
 
@@ -18,7 +23,6 @@ pub mod device;
 pub mod ioctl;
 pub mod mlx5;
 pub mod mr;
-pub mod netlink;
 pub mod pd;
 pub mod qp;
 pub mod rxe;

@@ -56,7 +56,7 @@ use rverbs_abi::ah::{
     AhAttr as RawAhAttr, CreateAh, CreateAhResp, DestroyAh, GlobalRoute as RawGrh,
 };
 use rverbs_abi::cmd::{nr, write_cmd, NoResp};
-use rverbs_abi::wr::{SendWr, UdDest};
+use rverbs_provider::wr::{SendWr, UdDest};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::context::{Context, LinkLayer};
@@ -261,9 +261,8 @@ pub trait UdSendWr<'a> {
 
 impl<'a> UdSendWr<'a> for SendWr<'a> {
     #[inline]
-    fn to(mut self, ah: &'a Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
-        self.ud = Some(ah.dest(remote_qpn, remote_qkey));
-        self
+    fn to(self, ah: &'a Ah, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.dest(ah.dest(remote_qpn, remote_qkey))
     }
 }
 

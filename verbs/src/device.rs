@@ -13,8 +13,6 @@ use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use rverbs_abi::netlink;
-
 use crate::context::Context;
 use crate::error::{Error, Result};
 
@@ -58,8 +56,8 @@ impl Driver {
     /// calls must carry in their header.
     pub fn id(&self) -> Option<u32> {
         match self {
-            Driver::Rxe => Some(netlink::driver_id::RXE),
-            Driver::Mlx5 => Some(netlink::driver_id::MLX5),
+            Driver::Rxe => Some(rverbs_netlink::driver_id::RXE),
+            Driver::Mlx5 => Some(rverbs_netlink::driver_id::MLX5),
             Driver::Other(_) => None,
         }
     }
@@ -146,13 +144,13 @@ fn parse_guid(s: &str) -> Guid {
 pub fn devices() -> Result<Vec<Device>> {
     // The netlink list carries the driver ids; failure (old kernel, no
     // permission, an emulated device) falls back to sysfs.
-    let nl = netlink::devices().unwrap_or_default();
+    let nl = rverbs_netlink::devices().unwrap_or_default();
     devices_in(&sysfs_root(), Path::new(DEV_DIR), &nl)
 }
 
 /// [`devices`] over the sysfs tree at `root`, with `nl` the netlink list
 /// and the character devices in `dev_dir`.
-fn devices_in(root: &Path, dev_dir: &Path, nl: &[netlink::RdmaDev]) -> Result<Vec<Device>> {
+fn devices_in(root: &Path, dev_dir: &Path, nl: &[rverbs_netlink::RdmaDev]) -> Result<Vec<Device>> {
     let dir = root.join("class/infiniband_verbs");
     let io_err = |source| Error::Io {
         what: dir.display().to_string(),
@@ -194,11 +192,11 @@ fn devices_in(root: &Path, dev_dir: &Path, nl: &[netlink::RdmaDev]) -> Result<Ve
     Ok(out)
 }
 
-fn driver_of(name: &str, ib: &Path, nl: &[netlink::RdmaDev]) -> Driver {
+fn driver_of(name: &str, ib: &Path, nl: &[rverbs_netlink::RdmaDev]) -> Driver {
     if let Some(id) = nl.iter().find(|d| d.name == name).and_then(|d| d.driver_id) {
         return match id {
-            netlink::driver_id::RXE => Driver::Rxe,
-            netlink::driver_id::MLX5 => Driver::Mlx5,
+            rverbs_netlink::driver_id::RXE => Driver::Rxe,
+            rverbs_netlink::driver_id::MLX5 => Driver::Mlx5,
             _ => Driver::Other(format!("driver id {id}")),
         };
     }
@@ -534,14 +532,14 @@ mod tests {
         assert_eq!(by("mlx4_0").driver, Driver::Other("pci 15b3:1007".into()));
         assert_eq!(by("rxe0").driver, Driver::Rxe);
         assert_eq!(by("odd0").driver, Driver::Other("unknown".into()));
-        assert_eq!(Driver::Mlx5.id(), Some(netlink::driver_id::MLX5));
+        assert_eq!(Driver::Mlx5.id(), Some(rverbs_netlink::driver_id::MLX5));
         assert_eq!(Driver::Mlx5.to_string(), "mlx5");
 
         // Netlink, when it knows the device, decides.
-        let nl = [netlink::RdmaDev {
+        let nl = [rverbs_netlink::RdmaDev {
             index: 0,
             name: "odd0".into(),
-            driver_id: Some(netlink::driver_id::MLX5),
+            driver_id: Some(rverbs_netlink::driver_id::MLX5),
             node_guid: None,
             fw_version: None,
             node_type: None,

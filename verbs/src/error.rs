@@ -1,8 +1,8 @@
 //! The crate's error type: kernel errnos tagged with the operation that
 //! failed, refused arguments, and refused work requests.
 
-pub use rverbs_abi::wr::PostError;
 pub use rverbs_abi::Errno;
+pub use rverbs_provider::PostError;
 
 /// Everything a verbs call can fail with.
 #[derive(Debug, thiserror::Error)]

@@ -67,8 +67,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use rverbs_abi::netlink::{self, NlSocket};
 use rverbs_abi::Errno;
+use rverbs_netlink::NlSocket;
 
 use crate::error::{Error, Result};
 
@@ -104,12 +104,18 @@ pub fn kernel_copies_on_fork() -> bool {
 fn query_copy_on_fork() -> std::result::Result<bool, Errno> {
     let mut sock = NlSocket::open()?;
     let mut cof = false;
-    sock.request(netlink::nldev_type(netlink::cmd::SYS_GET), &[], |attrs| {
-        if let Some(a) = netlink::Attrs::new(attrs).get(netlink::attr::SYS_COPY_ON_FORK)? {
-            cof = a.u8() == Some(1);
-        }
-        Ok(())
-    })?;
+    sock.request(
+        rverbs_netlink::nldev_type(rverbs_netlink::cmd::SYS_GET),
+        &[],
+        |attrs| {
+            if let Some(a) =
+                rverbs_netlink::Attrs::new(attrs).get(rverbs_netlink::attr::SYS_COPY_ON_FORK)?
+            {
+                cof = a.u8() == Some(1);
+            }
+            Ok(())
+        },
+    )?;
     Ok(cof)
 }
 

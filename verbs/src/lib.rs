@@ -80,5 +80,6 @@ pub use qp::{
     AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr,
     QpState, QpType, SignalEvery,
 };
-pub use rverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
+pub use rverbs_abi::wr::Sge;
+pub use rverbs_provider::wr::{opcode, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};

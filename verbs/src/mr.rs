@@ -30,7 +30,8 @@ pub use buf::{MrBuf, PageBuf};
 use rverbs_abi::cmd::{nr, write_cmd, NoResp};
 pub use rverbs_abi::mr::AccessFlags;
 use rverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
-use rverbs_abi::wr::{SendWr, Sge};
+use rverbs_abi::wr::Sge;
+use rverbs_provider::wr::SendWr;
 
 use crate::error::{Errno, Error, Result};
 use crate::pd::Pd;
@@ -720,7 +721,7 @@ mod remote_tests {
         };
         let sges = [sge, sge];
         let wr = s.rdma_write(5, &sges[..1]).unwrap();
-        assert_eq!((wr.remote_addr, wr.rkey, wr.wr_id), (0x1400, 7, 5));
+        assert_eq!((wr.remote_addr(), wr.rkey(), wr.wr_id()), (0x1400, 7, 5));
         assert!(s.rdma_write(5, &sges).is_err(), "1024 bytes into 512");
         assert!(s.rdma_read(6, &sges).is_err());
         let eight = Sge { length: 8, ..sge };

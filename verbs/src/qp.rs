@@ -11,7 +11,7 @@ use rverbs_abi::qp::{
     attr_mask as m, qp_state, qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp,
     ExCreateQp, ModifyQp, QpDest, QueryQp, QueryQpResp,
 };
-use rverbs_abi::wr::{RecvWr, SendWr};
+use rverbs_provider::wr::{RecvWr, SendWr};
 
 use crate::cq::{Cq, CqInner};
 use crate::error::{Errno, Error, PostError, Result};
@@ -577,7 +577,10 @@ impl SignalEvery {
     /// already signaled stays so, and restarts the count).
     #[inline]
     pub fn mark<'a>(&mut self, wr: SendWr<'a>) -> SendWr<'a> {
-        if wr.send_flags.contains(rverbs_abi::wr::SendFlags::SIGNALED) {
+        if wr
+            .send_flags()
+            .contains(rverbs_provider::wr::SendFlags::SIGNALED)
+        {
             self.count = 0;
             return wr;
         }
@@ -1224,16 +1227,16 @@ mod tests {
         let got: Vec<bool> = (0..7)
             .map(|i| {
                 sig.mark(SendWr::send(i, &sge))
-                    .send_flags
-                    .contains(rverbs_abi::wr::SendFlags::SIGNALED)
+                    .send_flags()
+                    .contains(rverbs_provider::wr::SendFlags::SIGNALED)
             })
             .collect();
         assert_eq!(got, [false, false, true, false, false, true, false]);
         // A request signaled by the caller restarts the count.
         assert!(sig
             .mark(SendWr::send(9, &sge).signaled())
-            .send_flags
-            .contains(rverbs_abi::wr::SendFlags::SIGNALED));
+            .send_flags()
+            .contains(rverbs_provider::wr::SendFlags::SIGNALED));
         assert!(!sig.next_signaled());
         assert!(!sig.next_signaled());
         assert!(sig.next_signaled());

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rverbs_abi::cmd::{nr, write_cmd, NoResp};
 use rverbs_abi::srq::{CreateSrq, ModifySrq};
-use rverbs_abi::wr::RecvWr;
+use rverbs_provider::wr::RecvWr;
 
 use crate::error::{Errno, Error, Result};
 use crate::event::{EventId, ObjectKind};

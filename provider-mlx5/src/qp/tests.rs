@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use rverbs_abi::qp::qp_type;
-use rverbs_abi::wr::{Payload, RecvWr, SendFlags, SendWr, Sge, UdDest, WrOpcode};
+use rverbs_abi::wr::Sge;
 use rverbs_abi::Errno;
+use rverbs_provider::wr::{opcode, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode};
 
 use super::geom::{geometry, Geometry, Request};
 use super::{Backing, BlueFlame, RecvQueue, SendQueue, SqInit, State};
@@ -442,7 +443,7 @@ fn inline_wraps_byte_exactly() {
             Some(p) => p,
             None => &whole,
         };
-        let wr = SendWr::send_inline(9, bufs).with_imm(0x1122_3344);
+        let wr = opcode::Send::inline(9, bufs).imm(0x1122_3344).build();
         qp.sq.post(&[wr]).unwrap();
         // ds = 1 + ceil(104 / 16) = 8: two BBs, 7 and 0.
         let mut want = ctrl(7, 0x0b, 8, 0, 0x1122_3344);
@@ -490,8 +491,7 @@ fn inline_sizes() {
     assert_eq!(qp.sq.cur_post, 4);
     // Inline RDMA WRITE: raddr, then inline.
     let five = [IoSlice::new(&data[..5])];
-    let mut wr = SendWr::send_inline(5, &five).remote(0xdead_beef_0000, 7);
-    wr.opcode = WrOpcode::RdmaWrite;
+    let wr = opcode::Write::inline(5, &five, 0xdead_beef_0000, 7).build();
     qp.sq.post(&[wr]).unwrap();
     let mut want = ctrl(4, 0x08, 3, 0, 0);
     want.extend(0xdead_beef_0000u64.to_be_bytes());
@@ -511,8 +511,7 @@ fn rdma_and_flags() {
         length: 0x1000,
         lkey: 0xaabbccdd,
     }];
-    let write = SendWr::rdma_write(1, &sge, 0x5555_6666_7777_8888, 0x99)
-        .with_imm(0xcafe_f00d)
+    let write = SendWr::rdma_write_with_imm(1, &sge, 0x5555_6666_7777_8888, 0x99, 0xcafe_f00d)
         .flags(SendFlags::SOLICITED | SendFlags::FENCE);
     let read = SendWr::rdma_read(2, &sge, 0x10, 0x20);
     qp.sq.post(&[write, read]).unwrap();
@@ -655,8 +654,7 @@ fn ud_datagram() {
         length: 256,
         lkey: 0x55,
     }];
-    let mut wr = SendWr::send(1, &sge).signaled();
-    wr.ud = Some(dest);
+    let wr = SendWr::send(1, &sge).signaled().dest(dest);
     // Start at the last BB: the data segment wraps to BB 0.
     qp.sq.cur_post = 3;
     qp.sq.post(&[wr]).unwrap();
@@ -675,8 +673,7 @@ fn ud_datagram() {
     // UD inline: header right after the AV.
     let data = [0x5au8; 20];
     let bufs = [IoSlice::new(&data)];
-    let mut wr = SendWr::send_inline(2, &bufs).with_imm(7);
-    wr.ud = Some(dest);
+    let wr = opcode::Send::inline(2, &bufs).imm(7).build().dest(dest);
     qp.sq.post(&[wr]).unwrap();
     let mut want = ctrl(5, 0x0b, 6, 0, 7);
     want.extend(be32(0x1111_2222));
@@ -809,20 +806,16 @@ fn send_refusals() {
         remote_qkey: 3,
     };
     let no_av = UdDest { av: None, ..dest };
-    let op = |op| SendWr::new(1, op, Payload::Sge(&sge));
-    let mut ud_send = op(WrOpcode::Send);
-    ud_send.ud = Some(dest);
-    let mut ud_no_av = op(WrOpcode::Send);
-    ud_no_av.ud = Some(no_av);
-    let mut ud_write = op(WrOpcode::RdmaWrite);
-    ud_write.ud = Some(dest);
+    let op = |op| SendWr::any(1, op, Payload::Sge(&sge));
+    let ud_send = op(WrOpcode::Send).dest(dest);
+    let ud_no_av = op(WrOpcode::Send).dest(no_av);
+    let ud_write = op(WrOpcode::RdmaWrite).dest(dest);
     let long_sge = [Sge {
         addr: 0,
         length: 1025,
         lkey: 1,
     }];
-    let mut ud_long = SendWr::send(1, &long_sge);
-    ud_long.ud = Some(dest);
+    let ud_long = SendWr::send(1, &long_sge).dest(dest);
     let four = [Sge {
         addr: 0,
         length: 4,
@@ -830,8 +823,7 @@ fn send_refusals() {
     }];
     let bytes = [0u8; 8];
     let inl = [IoSlice::new(&bytes)];
-    let mut inline_read = SendWr::send_inline(1, &inl);
-    inline_read.opcode = WrOpcode::RdmaRead;
+    let inline_read = SendWr::any(1, WrOpcode::RdmaRead, Payload::Inline(&inl));
     let cases: Vec<(u8, SendWr<'_>, PostError)> = vec![
         (
             qp_type::RC,
@@ -1071,8 +1063,10 @@ fn ud_wrap_matches_libmlx5() {
     // Five inline sends of 3 BBs each (ds 1 + 3 + 7 = 11), each retired
     // by the CQ before the next; the third starts at BB 6.
     for k in 0..5 {
-        let mut wr = SendWr::send_inline(k, &bufs).with_imm(0x1122_3344);
-        wr.ud = Some(dest);
+        let wr = opcode::Send::inline(k, &bufs)
+            .imm(0x1122_3344)
+            .build()
+            .dest(dest);
         qp.sq.post(&[wr]).unwrap();
         qp.sq.shared.tail.store(qp.sq.head, Ordering::Release);
         if k == 2 {
@@ -1106,8 +1100,7 @@ fn ud_wrap_matches_libmlx5() {
         length: 256,
         lkey: 0x55,
     }];
-    let mut wr = SendWr::send(9, &sge);
-    wr.ud = Some(dest);
+    let wr = SendWr::send(9, &sge).dest(dest);
     qp.sq.post(&[wr]).unwrap();
     assert_eq!(
         qp.sq_bytes(7 * 64, 64),
@@ -1191,8 +1184,7 @@ fn inline_length_overflow_is_refused() {
     let wrapped = bufs.iter().fold(0usize, |a, b| a.wrapping_add(b.len()));
     assert_eq!(wrapped, 16, "the lengths wrap to 16 bytes");
     for op in [WrOpcode::Send, WrOpcode::RdmaWrite] {
-        let mut wr = SendWr::send_inline(1, &bufs);
-        wr.opcode = op;
+        let wr = SendWr::any(1, op, Payload::Inline(&bufs));
         assert_eq!(
             qp.sq.post(&[wr]),
             Err((

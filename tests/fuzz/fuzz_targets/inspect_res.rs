@@ -5,7 +5,7 @@
 #![no_main]
 
 use rverbs_cli::inspect::res::{self, Snapshot};
-use rverbs_abi::netlink::{for_each_res_entry, Attrs, ResKind};
+use rverbs_netlink::{for_each_res_entry, Attrs, ResKind};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let mut snap = Snapshot::default();

@@ -5,5 +5,5 @@
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    rverbs_abi::netlink::fuzz::reply(data);
+    rverbs_netlink::fuzz::reply(data);
 });

@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use rverbs::{
-    AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Mr, Pd, Qp, QpCap, QpInitAttr, QpType,
-    RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr, UdSendWr, Wc, WcStatus, WrOpcode,
+    opcode, AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Mr, Pd, Qp, QpCap, QpInitAttr,
+    QpType, RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr, UdSendWr, Wc, WcStatus, WrOpcode,
 };
 
 /// The registered buffer (wqe_seq.c `BUF_SIZE`).
@@ -183,18 +183,36 @@ impl Seq {
             } else {
                 rverbs::Payload::Sge(&sges[k][..d.nsge])
             };
-            let mut wr = SendWr::new(d.wr_id, opcode, payload).flags(d.flags);
-            wr.imm_data = d.imm;
-            if opcode.is_rdma() || opcode.is_atomic() {
-                wr = wr.remote(self.mr.addr() + d.roff as u64, self.mr.rkey());
-            }
-            if opcode == WrOpcode::AtomicCmpAndSwp {
-                wr.compare_add = d.compare;
-                wr.swap = d.add_swap;
-            } else if opcode == WrOpcode::AtomicFetchAndAdd {
-                wr.compare_add = d.add_swap;
-                wr.swap = d.add_swap;
-            }
+            let (raddr, rkey) = (self.mr.addr() + d.roff as u64, self.mr.rkey());
+            let sge = &sges[k][0];
+            let wr = match opcode {
+                WrOpcode::Send => opcode::Send::with_payload(d.wr_id, payload).build(),
+                WrOpcode::SendWithImm => opcode::Send::with_payload(d.wr_id, payload)
+                    .imm(d.imm)
+                    .build(),
+                WrOpcode::RdmaWrite => {
+                    opcode::Write::with_payload(d.wr_id, payload, raddr, rkey).build()
+                }
+                WrOpcode::RdmaWriteWithImm => {
+                    opcode::Write::with_payload(d.wr_id, payload, raddr, rkey)
+                        .imm(d.imm)
+                        .build()
+                }
+                WrOpcode::RdmaRead => SendWr::rdma_read(d.wr_id, &sges[k][..d.nsge], raddr, rkey),
+                WrOpcode::AtomicCmpAndSwp => {
+                    SendWr::cmp_swap(d.wr_id, sge, raddr, rkey, d.compare, d.add_swap)
+                }
+                WrOpcode::AtomicFetchAndAdd => {
+                    SendWr::fetch_add(d.wr_id, sge, raddr, rkey, d.add_swap)
+                }
+                other => {
+                    return Err(Fail(
+                        step.into(),
+                        format!("{other:?} is not in the sequence"),
+                    ))
+                }
+            };
+            let mut wr = wr.flags(d.flags);
             if let Some((ah, qpn)) = ud {
                 wr = wr.to(ah, qpn, UD_QKEY);
             }

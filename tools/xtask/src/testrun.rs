@@ -358,6 +358,8 @@ fn forget_packaged_sources() {
 /// The packages published to crates.io, in dependency order.
 const PUBLISHED: &[&str] = &[
     "rverbs-abi",
+    "rverbs-netlink",
+    "rverbs-provider",
     "rverbs-rxe",
     "rverbs-mlx5",
     "rverbs",

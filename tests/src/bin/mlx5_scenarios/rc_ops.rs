@@ -52,7 +52,7 @@ impl Dp {
         self.qb.post_recv(&[RecvWr::new(21, &r)]).at(s)?;
         let sg = [self.sge(SRC, 64)];
         self.qa
-            .post_send(&[SendWr::send(20, &sg).with_imm(0x1234_5678).signaled()])
+            .post_send(&[SendWr::send_with_imm(20, &sg, 0x1234_5678).signaled()])
             .at(s)?;
         let wc = poll_one(s, &mut self.cqa)?;
         expect_wc(s, &wc, WcStatus::SUCCESS, 20)?;
@@ -137,8 +137,7 @@ impl Dp {
         let r = [self.sge(AUX, 16)];
         self.qb.post_recv(&[RecvWr::new(61, &r)]).at(s)?;
         let sg = [self.sge(SRC, 512)];
-        let wr = SendWr::rdma_write(60, &sg, self.remote(DST), self.mr.rkey())
-            .with_imm(0xcafe)
+        let wr = SendWr::rdma_write_with_imm(60, &sg, self.remote(DST), self.mr.rkey(), 0xcafe)
             .signaled();
         self.qa.post_send(&[wr]).at(s)?;
         let wc = poll_one(s, &mut self.cqa)?;

@@ -153,7 +153,7 @@ pub(crate) fn signal_every(d: &mut Dp, _: &mut Report) -> R {
             d.remote(DST + 12288),
             d.mr.rkey(),
         ));
-        signaled += usize::from(wr.send_flags.contains(SendFlags::SIGNALED));
+        signaled += usize::from(wr.send_flags().contains(SendFlags::SIGNALED));
         // The emulated HCA runs in another thread: wait for room rather
         // than racing it, as an application polls when the queue is full.
         let end = Instant::now() + TIMEOUT;

@@ -54,8 +54,7 @@ impl Dp {
         let r = [self.sge(AUX, 40 + 256)];
         u2.post_recv(&[RecvWr::new(301, &r)]).at(s)?;
         let sg = [self.sge(SRC, 200)];
-        let wr = SendWr::send(300, &sg)
-            .with_imm(77)
+        let wr = SendWr::send_with_imm(300, &sg, 77)
             .signaled()
             .to(&ah, u2.qp_num(), UD_QKEY);
         u1.post_send(&[wr]).at(s)?;

@@ -5,8 +5,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use rverbs_abi::netlink::{self, attr, Attr, Attrs, NlSocket, ResKind};
 use rverbs_abi::Errno;
+use rverbs_netlink::{attr, Attr, Attrs, NlSocket, ResKind};
 use serde_json::{json, Map, Value};
 
 /// Who owns a resource: a user process (pid, and its comm if still there)
@@ -303,7 +303,7 @@ fn srq_qpns(f: &Fields<'_>) -> Result<Vec<(u32, u32)>, Errno> {
 impl Snapshot {
     /// Dump every resource table of every RDMA device.
     pub fn take() -> anyhow::Result<Snapshot> {
-        let devs = match netlink::devices() {
+        let devs = match rverbs_netlink::devices() {
             Ok(d) => d,
             Err(Errno::EPROTONOSUPPORT) => return Ok(Snapshot::default()),
             Err(e) => anyhow::bail!("listing RDMA devices over netlink: {e}"),
@@ -344,7 +344,7 @@ impl Snapshot {
         dev: &str,
         kind: ResKind,
     ) -> Result<(), Errno> {
-        netlink::dump_res(sock, index, kind, |entry| self.add_entry(dev, kind, entry))
+        rverbs_netlink::dump_res(sock, index, kind, |entry| self.add_entry(dev, kind, entry))
     }
 
     /// Adds one entry of a `kind` resource dump of device `dev` (the

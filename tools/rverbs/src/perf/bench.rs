@@ -15,7 +15,7 @@ use std::io::{IoSlice, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rverbs::{Cq, Error, Mr, Payload, PostError, Qp, RecvWr, SendFlags, SendWr, Sge, Wc, WrOpcode};
+use rverbs::{opcode, Cq, Error, Mr, Payload, PostError, Qp, RecvWr, SendFlags, SendWr, Sge, Wc};
 
 use super::clock::Clock;
 use super::stats;
@@ -485,8 +485,8 @@ impl Bench {
         };
         let (peer, dest) = (self.peer, self.peer.dest());
         match self.p.verb {
-            Verb::Send => SendWr::new(0, WrOpcode::Send, payload),
-            Verb::Write => SendWr::new(0, WrOpcode::RdmaWrite, payload).remote(dest, peer.rkey),
+            Verb::Send => opcode::Send::with_payload(0, payload).build(),
+            Verb::Write => opcode::Write::with_payload(0, payload, dest, peer.rkey).build(),
             Verb::Read => SendWr::rdma_read(0, sges, peer.addr, peer.rkey),
             Verb::Atomic if self.p.cmp_swap => SendWr::cmp_swap(0, &sges[0], dest, peer.rkey, 0, 1),
             Verb::Atomic => SendWr::fetch_add(0, &sges[0], dest, peer.rkey, 1),
@@ -520,7 +520,7 @@ impl Bench {
             &res.inline_src[..size.min(res.inline_src.len())],
         )];
         let template = self.template(&sges, &inl, size);
-        let base = template.send_flags;
+        let base = template.send_flags();
         let mut chain = [template; CHAIN];
         let (qp, scq) = (&mut res.qp, &mut res.scq);
         let p = &self.p;
@@ -548,12 +548,12 @@ impl Bench {
             if room > 0 {
                 for (k, wr) in chain[..room].iter_mut().enumerate() {
                     let idx = scnt + k as u64 + 1;
-                    wr.wr_id = idx;
-                    wr.send_flags = if idx % cq_mod == 0 || idx == last {
+                    wr.set_wr_id(idx);
+                    wr.set_send_flags(if idx % cq_mod == 0 || idx == last {
                         base | SendFlags::SIGNALED
                     } else {
                         base
-                    };
+                    });
                 }
                 let t = Instant::now();
                 let n = post_some(qp, &chain[..room])?;
@@ -807,9 +807,9 @@ impl Bench {
                 Payload::Sge(&ssge)
             };
             let wr = if write {
-                SendWr::new(idx, WrOpcode::RdmaWrite, payload).remote(dest, rkey)
+                opcode::Write::with_payload(idx, payload, dest, rkey).build()
             } else {
-                SendWr::new(idx, WrOpcode::Send, payload)
+                opcode::Send::with_payload(idx, payload).build()
             }
             .flags(flags);
             let c = clock.now();
@@ -921,9 +921,8 @@ impl Bench {
             if timed && n == p.iters {
                 break;
             }
-            let mut wr = template;
-            wr.wr_id = n + 1;
-            wr.send_flags |= SendFlags::SIGNALED;
+            let mut wr = template.signaled();
+            wr.set_wr_id(n + 1);
             let c = clock.now();
             if timed {
                 lat_t.push(c);

@@ -7,8 +7,8 @@
 //! `cargo build -p rverbs-abi --example nldev &&
 //! cargo xtask vm -- target/debug/examples/nldev --expect-rxe`.
 
-use rverbs_abi::netlink::{self, NlSocket};
-use rverbs_abi::Errno;
+use nix::errno::Errno;
+use rverbs_netlink::{self as netlink, NlSocket};
 
 /// Errnos that mean the kernel has no (usable) RDMA netlink here.
 const NO_RDMA: &[Errno] = &[

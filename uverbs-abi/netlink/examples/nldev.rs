@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use rverbs_abi::netlink::{self, driver_id, NlSocket};
+use rverbs_netlink::{self as netlink, driver_id, NlSocket};
 
 fn main() -> ExitCode {
     let expect_rxe = std::env::args().any(|a| a == "--expect-rxe");

@@ -974,7 +974,7 @@ pub struct Chardev {
     pub name: String,
     /// The ABI version ([`attr::CHARDEV_ABI`]; upper 32 bits reserved). For
     /// "uverbs" it is the driver's ABI (`uverbs_abi_ver`, 2 for rxe), not
-    /// [`crate::IB_USER_VERBS_ABI_VERSION`].
+    /// the uverbs ABI version (`IB_USER_VERBS_ABI_VERSION`, 6).
     pub abi: u64,
     /// The device number in the kernel's `huge_encode_dev` format
     /// ([`attr::CHARDEV`]); see [`Chardev::major`] and [`Chardev::minor`].

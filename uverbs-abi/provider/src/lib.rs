@@ -1,0 +1,17 @@
+//! What every provider shares, below the providers and above the kernel ABI
+//! (`rverbs-abi`, which holds only the C mirrors and the command framing):
+//!
+//! * [`wr`]: the typed work requests the post paths take, built by the
+//!   per-opcode builders of [`wr::opcode`];
+//! * [`check`]: the checks each provider runs on a request before a byte of
+//!   it reaches its ring (one copy, not one per provider);
+//! * [`PostError`]: why a request was refused.
+
+#![deny(missing_docs)]
+
+pub mod check;
+mod error;
+pub mod wr;
+
+pub use error::PostError;
+pub use rverbs_abi::Errno;

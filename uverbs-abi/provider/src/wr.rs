@@ -1,0 +1,489 @@
+//! Work requests in provider-neutral form: what the library hands every
+//! provider's post path.
+//!
+//! A [`SendWr`] is built by the per-opcode constructors of [`opcode`] (or
+//! their shorthands on [`SendWr`]), the way the io-uring crate's `opcode`
+//! builders produce its submission entries: each operation takes exactly the
+//! fields it has, so an immediate on a READ, an inline payload on an atomic
+//! or a remote address on a SEND cannot be written. The fields are private;
+//! providers read them through the accessors, which compile to plain loads.
+
+use std::io::IoSlice;
+
+use rverbs_abi::wr::{send_flags, wr_opcode, Sge};
+
+/// A send work request's operation (`enum ib_uverbs_wr_opcode`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WrOpcode {
+    /// Write the local gather list to remote memory.
+    RdmaWrite = wr_opcode::RDMA_WRITE,
+    /// RDMA WRITE that also consumes a receive and delivers immediate data.
+    RdmaWriteWithImm = wr_opcode::RDMA_WRITE_WITH_IMM,
+    /// Send to the peer's next receive.
+    Send = wr_opcode::SEND,
+    /// Send with immediate data.
+    SendWithImm = wr_opcode::SEND_WITH_IMM,
+    /// Read remote memory into the local scatter list.
+    RdmaRead = wr_opcode::RDMA_READ,
+    /// 64-bit compare and swap on remote memory.
+    AtomicCmpAndSwp = wr_opcode::ATOMIC_CMP_AND_SWP,
+    /// 64-bit fetch and add on remote memory.
+    AtomicFetchAndAdd = wr_opcode::ATOMIC_FETCH_AND_ADD,
+    /// Invalidate a local rkey.
+    LocalInv = wr_opcode::LOCAL_INV,
+    /// Send, invalidating an rkey at the peer.
+    SendWithInv = wr_opcode::SEND_WITH_INV,
+}
+
+impl WrOpcode {
+    /// Whether the operation names remote memory (remote address and rkey).
+    pub fn is_rdma(self) -> bool {
+        matches!(
+            self,
+            Self::RdmaWrite | Self::RdmaWriteWithImm | Self::RdmaRead
+        )
+    }
+    /// Whether the operation is an atomic.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Self::AtomicCmpAndSwp | Self::AtomicFetchAndAdd)
+    }
+    /// Whether the operation carries immediate data.
+    pub fn has_imm(self) -> bool {
+        matches!(self, Self::RdmaWriteWithImm | Self::SendWithImm)
+    }
+}
+
+bitflags::bitflags! {
+    /// Send flags (`IB_SEND_*`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier RDMA READs and atomics before starting.
+        const FENCE = send_flags::FENCE;
+        /// Generate a completion for this work request.
+        const SIGNALED = send_flags::SIGNALED;
+        /// Raise a solicited event at the receiver.
+        const SOLICITED = send_flags::SOLICITED;
+        /// Copy the payload into the WQE at post time (see [`Payload::Inline`]).
+        const INLINE = send_flags::INLINE;
+    }
+}
+
+/// Where a send work request's data comes from (or, for RDMA READ, goes to).
+#[derive(Debug, Clone, Copy)]
+pub enum Payload<'a> {
+    /// A gather (scatter for READ) list of registered memory.
+    Sge(&'a [Sge]),
+    /// Bytes copied into the work queue entry at post time: the buffers need
+    /// not be registered and may be reused as soon as the post returns.
+    Inline(&'a [IoSlice<'a>]),
+}
+
+/// The destination of a UD send: an address handle (by the number the
+/// provider knows it by), the remote QP and the Q_Key to present to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct UdDest<'a> {
+    /// The provider's number for the address handle (rxe: `ah_num`).
+    pub ah_num: u32,
+    /// The address vector the device reads from the WQE, for providers that
+    /// put it there (mlx5: the 48-byte `mlx5_wqe_av`); `None` for rxe.
+    pub av: Option<&'a [u8; 48]>,
+    /// Remote QP number (24 bits).
+    pub remote_qpn: u32,
+    /// Q_Key the remote QP expects.
+    pub remote_qkey: u32,
+}
+
+/// A send work request, built by an [`opcode`] builder. Chains are slices
+/// of these.
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    wr_id: u64,
+    opcode: WrOpcode,
+    send_flags: SendFlags,
+    imm_data: u32,
+    payload: Payload<'a>,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+    ud: Option<UdDest<'a>>,
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list of registered memory.
+    pub sg_list: &'a [Sge],
+}
+
+impl<'a> RecvWr<'a> {
+    /// A receive into the scatter list `sg_list`.
+    pub const fn new(wr_id: u64, sg_list: &'a [Sge]) -> Self {
+        RecvWr { wr_id, sg_list }
+    }
+}
+
+impl<'a> SendWr<'a> {
+    const fn raw(wr_id: u64, opcode: WrOpcode, payload: Payload<'a>) -> Self {
+        SendWr {
+            wr_id,
+            opcode,
+            send_flags: SendFlags::empty(),
+            imm_data: 0,
+            payload,
+            remote_addr: 0,
+            rkey: 0,
+            compare_add: 0,
+            swap: 0,
+            ud: None,
+        }
+    }
+
+    /// SEND of the gather list `sges` ([`opcode::Send`]).
+    pub const fn send(wr_id: u64, sges: &'a [Sge]) -> Self {
+        opcode::Send::new(wr_id, sges).build()
+    }
+    /// SEND of `sges` with immediate data `imm` (host order).
+    pub const fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
+        opcode::Send::new(wr_id, sges).imm(imm).build()
+    }
+    /// SEND of `bufs`, copied inline into the WQE.
+    pub const fn send_inline(wr_id: u64, bufs: &'a [IoSlice<'a>]) -> Self {
+        opcode::Send::inline(wr_id, bufs).build()
+    }
+    /// RDMA WRITE of `sges` to `remote_addr` under `rkey` ([`opcode::Write`]).
+    pub const fn rdma_write(wr_id: u64, sges: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
+        opcode::Write::new(wr_id, sges, remote_addr, rkey).build()
+    }
+    /// RDMA WRITE of `sges` with immediate data `imm` (host order), which
+    /// consumes a receive at the peer.
+    pub const fn rdma_write_with_imm(
+        wr_id: u64,
+        sges: &'a [Sge],
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Self {
+        opcode::Write::new(wr_id, sges, remote_addr, rkey)
+            .imm(imm)
+            .build()
+    }
+    /// RDMA READ from `remote_addr` under `rkey` into `sges` ([`opcode::Read`]).
+    pub const fn rdma_read(wr_id: u64, sges: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
+        opcode::Read::new(wr_id, sges, remote_addr, rkey).build()
+    }
+    /// 64-bit compare-and-swap ([`opcode::CompareSwap`]) at `remote_addr`
+    /// (8-byte aligned) under `rkey`: if the remote value equals `compare` it
+    /// becomes `swap`; the original value is written to `sge` (exactly 8
+    /// bytes). Values are in host order. RC only.
+    pub const fn cmp_swap(
+        wr_id: u64,
+        sge: &'a Sge,
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    ) -> Self {
+        opcode::CompareSwap::new(wr_id, sge, remote_addr, rkey, compare, swap).build()
+    }
+    /// 64-bit fetch-and-add ([`opcode::FetchAdd`]) of `add` at `remote_addr`
+    /// (8-byte aligned) under `rkey`; the original value is written to `sge`
+    /// (exactly 8 bytes). Values are in host order. RC only.
+    pub const fn fetch_add(
+        wr_id: u64,
+        sge: &'a Sge,
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    ) -> Self {
+        opcode::FetchAdd::new(wr_id, sge, remote_addr, rkey, add).build()
+    }
+
+    /// Addresses a UD send to `dest` (in the `rverbs` crate:
+    /// `wr.dest(ah.dest(remote_qpn, remote_qkey))`, which carries what
+    /// every provider needs, mlx5's address vector included).
+    pub const fn dest(mut self, dest: UdDest<'a>) -> Self {
+        self.ud = Some(dest);
+        self
+    }
+    /// Addresses a UD send by the provider's raw address-handle number
+    /// `ah_num` alone. Enough for rxe only: mlx5 needs the address vector
+    /// too, and refuses such a request with
+    /// [`PostError::MissingAddress`](crate::PostError::MissingAddress).
+    /// Use [`SendWr::dest`] with `Ah::dest` instead.
+    #[doc(hidden)]
+    pub const fn ud(self, ah_num: u32, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.dest(UdDest {
+            ah_num,
+            av: None,
+            remote_qpn,
+            remote_qkey,
+        })
+    }
+    /// Requests a completion for this request.
+    pub const fn signaled(mut self) -> Self {
+        self.send_flags = self.send_flags.union(SendFlags::SIGNALED);
+        self
+    }
+    /// Adds `flags` ([`SendFlags::INLINE`] is set or cleared by the payload
+    /// when the request is posted, whatever is given here).
+    pub const fn flags(mut self, flags: SendFlags) -> Self {
+        self.send_flags = self.send_flags.union(flags);
+        self
+    }
+
+    /// Sets the id returned in the completion (every opcode has one: a
+    /// template request can be reused with a new id per post).
+    #[inline(always)]
+    pub fn set_wr_id(&mut self, wr_id: u64) {
+        self.wr_id = wr_id;
+    }
+    /// Replaces the flags (every opcode takes them).
+    #[inline(always)]
+    pub fn set_send_flags(&mut self, flags: SendFlags) {
+        self.send_flags = flags;
+    }
+
+    /// Returned in the completion.
+    #[inline(always)]
+    pub const fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    /// The operation.
+    #[inline(always)]
+    pub const fn opcode(&self) -> WrOpcode {
+        self.opcode
+    }
+    /// The flags as given ([`SendFlags::INLINE`] is implied by
+    /// [`Payload::Inline`], whatever this says).
+    #[inline(always)]
+    pub const fn send_flags(&self) -> SendFlags {
+        self.send_flags
+    }
+    /// Immediate data in host order (sent big-endian) for the `*_WITH_IMM`
+    /// opcodes, 0 for the others.
+    #[inline(always)]
+    pub const fn imm_data(&self) -> u32 {
+        self.imm_data
+    }
+    /// The local data.
+    #[inline(always)]
+    pub const fn payload(&self) -> Payload<'a> {
+        self.payload
+    }
+    /// Remote virtual address (RDMA and atomics; 0 for the others).
+    #[inline(always)]
+    pub const fn remote_addr(&self) -> u64 {
+        self.remote_addr
+    }
+    /// Remote key (RDMA and atomics; 0 for the others).
+    #[inline(always)]
+    pub const fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// Compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD).
+    #[inline(always)]
+    pub const fn compare_add(&self) -> u64 {
+        self.compare_add
+    }
+    /// Swap value (CMP_AND_SWP).
+    #[inline(always)]
+    pub const fn swap(&self) -> u64 {
+        self.swap
+    }
+    /// Where a UD send goes: required on UD QPs, refused on connected ones.
+    #[inline(always)]
+    pub const fn ud_dest(&self) -> Option<UdDest<'a>> {
+        self.ud
+    }
+
+    /// A request of any opcode with any payload, for the tests of the
+    /// post-time checks, which must refuse what the builders cannot write
+    /// (the `test-util` feature, for the providers' unit tests; not API).
+    #[cfg(any(test, feature = "test-util"))]
+    #[doc(hidden)]
+    pub fn any(wr_id: u64, opcode: WrOpcode, payload: Payload<'a>) -> Self {
+        Self::raw(wr_id, opcode, payload)
+    }
+    /// Sets the remote address and key of any request (`test-util`).
+    #[cfg(any(test, feature = "test-util"))]
+    #[doc(hidden)]
+    pub fn at(mut self, remote_addr: u64, rkey: u32) -> Self {
+        self.remote_addr = remote_addr;
+        self.rkey = rkey;
+        self
+    }
+}
+
+/// One builder per send operation, each taking exactly what its operation
+/// has; `build()` (or `From`) gives the [`SendWr`] the post path takes.
+/// Flags and a UD destination are set on the [`SendWr`] afterwards.
+pub mod opcode {
+    use super::*;
+
+    macro_rules! into_wr {
+        ($($t:ident),*) => {$(
+            impl<'a> From<$t<'a>> for SendWr<'a> {
+                fn from(b: $t<'a>) -> SendWr<'a> {
+                    b.build()
+                }
+            }
+        )*};
+    }
+    into_wr!(Send, Write, Read, CompareSwap, FetchAdd);
+
+    /// SEND (or SEND_WITH_IMM with [`Send::imm`]) of a gather list or of
+    /// inline bytes.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Send<'a>(SendWr<'a>);
+
+    impl<'a> Send<'a> {
+        /// SEND of the gather list `sges`.
+        pub const fn new(wr_id: u64, sges: &'a [Sge]) -> Self {
+            Send(SendWr::raw(wr_id, WrOpcode::Send, Payload::Sge(sges)))
+        }
+        /// SEND of `bufs`, copied into the WQE at post time.
+        pub const fn inline(wr_id: u64, bufs: &'a [IoSlice<'a>]) -> Self {
+            Self::with_payload(wr_id, Payload::Inline(bufs))
+        }
+        /// SEND of `payload`, a gather list or inline bytes.
+        pub const fn with_payload(wr_id: u64, payload: Payload<'a>) -> Self {
+            Send(SendWr::raw(wr_id, WrOpcode::Send, payload))
+        }
+        /// Carries immediate data `imm` (host order; sent big-endian):
+        /// SEND_WITH_IMM.
+        pub const fn imm(mut self, imm: u32) -> Self {
+            self.0.opcode = WrOpcode::SendWithImm;
+            self.0.imm_data = imm;
+            self
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
+
+    /// RDMA WRITE (or RDMA_WRITE_WITH_IMM with [`Write::imm`]) of a gather
+    /// list or of inline bytes to remote memory.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Write<'a>(SendWr<'a>);
+
+    impl<'a> Write<'a> {
+        /// RDMA WRITE of `sges` to `remote_addr` under `rkey`.
+        pub const fn new(wr_id: u64, sges: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
+            Self::with_payload(wr_id, Payload::Sge(sges), remote_addr, rkey)
+        }
+        /// RDMA WRITE of `bufs`, copied into the WQE at post time.
+        pub const fn inline(
+            wr_id: u64,
+            bufs: &'a [IoSlice<'a>],
+            remote_addr: u64,
+            rkey: u32,
+        ) -> Self {
+            Self::with_payload(wr_id, Payload::Inline(bufs), remote_addr, rkey)
+        }
+        /// RDMA WRITE of `payload`, a gather list or inline bytes.
+        pub const fn with_payload(
+            wr_id: u64,
+            payload: Payload<'a>,
+            remote_addr: u64,
+            rkey: u32,
+        ) -> Self {
+            let mut wr = SendWr::raw(wr_id, WrOpcode::RdmaWrite, payload);
+            wr.remote_addr = remote_addr;
+            wr.rkey = rkey;
+            Write(wr)
+        }
+        /// Carries immediate data `imm` (host order; sent big-endian) and
+        /// consumes a receive at the peer: RDMA_WRITE_WITH_IMM.
+        pub const fn imm(mut self, imm: u32) -> Self {
+            self.0.opcode = WrOpcode::RdmaWriteWithImm;
+            self.0.imm_data = imm;
+            self
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
+
+    /// RDMA READ of remote memory into a scatter list. RC only.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Read<'a>(SendWr<'a>);
+
+    impl<'a> Read<'a> {
+        /// RDMA READ from `remote_addr` under `rkey` into `sges`.
+        pub const fn new(wr_id: u64, sges: &'a [Sge], remote_addr: u64, rkey: u32) -> Self {
+            let mut wr = SendWr::raw(wr_id, WrOpcode::RdmaRead, Payload::Sge(sges));
+            wr.remote_addr = remote_addr;
+            wr.rkey = rkey;
+            Read(wr)
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
+
+    const fn atomic<'a>(
+        wr_id: u64,
+        opcode: WrOpcode,
+        sge: &'a Sge,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> SendWr<'a> {
+        let mut wr = SendWr::raw(wr_id, opcode, Payload::Sge(core::slice::from_ref(sge)));
+        wr.remote_addr = remote_addr;
+        wr.rkey = rkey;
+        wr
+    }
+
+    /// 64-bit compare-and-swap on remote memory. RC only.
+    #[derive(Debug, Clone, Copy)]
+    pub struct CompareSwap<'a>(SendWr<'a>);
+
+    impl<'a> CompareSwap<'a> {
+        /// At `remote_addr` (8-byte aligned) under `rkey`: if the remote
+        /// value equals `compare` it becomes `swap`; the original value is
+        /// written to `sge` (exactly 8 bytes). Values in host order.
+        pub const fn new(
+            wr_id: u64,
+            sge: &'a Sge,
+            remote_addr: u64,
+            rkey: u32,
+            compare: u64,
+            swap: u64,
+        ) -> Self {
+            let mut wr = atomic(wr_id, WrOpcode::AtomicCmpAndSwp, sge, remote_addr, rkey);
+            wr.compare_add = compare;
+            wr.swap = swap;
+            CompareSwap(wr)
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
+
+    /// 64-bit fetch-and-add on remote memory. RC only.
+    #[derive(Debug, Clone, Copy)]
+    pub struct FetchAdd<'a>(SendWr<'a>);
+
+    impl<'a> FetchAdd<'a> {
+        /// Adds `add` at `remote_addr` (8-byte aligned) under `rkey`; the
+        /// original value is written to `sge` (exactly 8 bytes). Values in
+        /// host order.
+        pub const fn new(wr_id: u64, sge: &'a Sge, remote_addr: u64, rkey: u32, add: u64) -> Self {
+            let mut wr = atomic(wr_id, WrOpcode::AtomicFetchAndAdd, sge, remote_addr, rkey);
+            wr.compare_add = add;
+            FetchAdd(wr)
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
+}
