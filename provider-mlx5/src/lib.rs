@@ -44,6 +44,7 @@ macro_rules! put_seg {
 
 pub mod ah;
 pub mod buf;
+pub mod contract;
 pub mod cq;
 mod mmio;
 pub mod qp;
@@ -51,6 +52,7 @@ pub mod srq;
 pub mod uctx;
 pub mod wq;
 
+pub use contract::Mlx5;
 pub use rverbs_provider::PostError;
 
 /// Send WQE opcodes (`MLX5_OPCODE_*`): what a control segment carries and

@@ -24,19 +24,7 @@ pub struct Cq {
 /// so the kernel produces into its new ring only, but that ring could not
 /// be mapped; polling the old one would report nothing while completions
 /// pile up unseen. The CQ can only be destroyed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingLost;
-
-impl std::fmt::Display for RingLost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "the CQ's ring is lost: the kernel resized it but the new ring could not be \
-             mapped, so its completions cannot be read",
-        )
-    }
-}
-
-impl std::error::Error for RingLost {}
+pub use rverbs_provider::RingLost;
 
 /// What CREATE_CQ returned: the kernel's answer and the mapped ring. If
 /// mapping fails the caller must destroy `resp.cq_handle`.

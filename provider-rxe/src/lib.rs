@@ -11,6 +11,7 @@
 
 #![deny(missing_docs)]
 
+pub mod contract;
 pub mod cq;
 pub mod qp;
 pub mod queue;
@@ -21,4 +22,5 @@ pub mod srq;
 /// only on 32-bit hosts.
 pub const DRIVER_ABI: std::ops::RangeInclusive<u32> = 1..=2;
 
+pub use contract::Rxe;
 pub use rverbs_provider::PostError;

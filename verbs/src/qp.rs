@@ -8,13 +8,13 @@ use std::sync::Arc;
 use rverbs_abi::cmd::{nr, write_cmd, NoResp};
 pub use rverbs_abi::qp::QpCreateFlags;
 use rverbs_abi::qp::{
-    attr_mask as m, qp_state, qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp,
-    ExCreateQp, ModifyQp, QpDest, QueryQp, QueryQpResp,
+    attr_mask as m, qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ModifyQp, QpDest,
+    QueryQp, QueryQpResp,
 };
 use rverbs_provider::wr::{RecvWr, SendWr};
 
 use crate::cq::{Cq, CqInner};
-use crate::error::{Errno, Error, PostError, Result};
+use crate::error::{Error, PostError, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::gid::Gid;
 use crate::mr::AccessFlags;
@@ -41,50 +41,8 @@ impl QpType {
     }
 }
 
-/// QP state (`enum ib_qp_state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum QpState {
-    /// Just created, or reset.
-    Reset,
-    /// Initialised: receives may be posted.
-    Init,
-    /// Ready to receive.
-    Rtr,
-    /// Ready to send.
-    Rts,
-    /// Send queue drained.
-    Sqd,
-    /// Send queue error.
-    Sqe,
-    /// Error: outstanding work is flushed.
-    Err,
-}
-
-impl QpState {
-    fn raw(self) -> u8 {
-        match self {
-            QpState::Reset => qp_state::RESET,
-            QpState::Init => qp_state::INIT,
-            QpState::Rtr => qp_state::RTR,
-            QpState::Rts => qp_state::RTS,
-            QpState::Sqd => qp_state::SQD,
-            QpState::Sqe => qp_state::SQE,
-            QpState::Err => qp_state::ERR,
-        }
-    }
-    fn from_raw(v: u8) -> Option<QpState> {
-        Some(match v {
-            qp_state::RESET => QpState::Reset,
-            qp_state::INIT => QpState::Init,
-            qp_state::RTR => QpState::Rtr,
-            qp_state::RTS => QpState::Rts,
-            qp_state::SQD => QpState::Sqd,
-            qp_state::SQE => QpState::Sqe,
-            qp_state::ERR => QpState::Err,
-            _ => return None,
-        })
-    }
-}
+pub use rverbs_provider::QpState;
+use rverbs_provider::{RecvQueue as _, SendQueue as _};
 
 /// Path MTU (`enum ib_mtu`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -592,28 +550,6 @@ impl SignalEvery {
     }
 }
 
-enum SendRing {
-    Rxe(rverbs_rxe::qp::SendQueue),
-    Mlx5(rverbs_mlx5::qp::SendQueue),
-}
-
-enum RecvRing {
-    Rxe(rverbs_rxe::qp::RecvQueue),
-    Mlx5(rverbs_mlx5::qp::RecvQueue),
-}
-
-impl QpState {
-    /// What the mlx5 queues need to know of the state.
-    fn mlx5(self) -> rverbs_mlx5::qp::State {
-        use rverbs_mlx5::qp::State;
-        match self {
-            QpState::Reset => State::Reset,
-            QpState::Init | QpState::Rtr => State::Init,
-            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => State::Rts,
-        }
-    }
-}
-
 /// A queue pair. Posting needs `&mut`: one poster per QP at a time, no lock
 /// on the data path. Dropping it destroys the QP (outstanding work is
 /// discarded by the kernel).
@@ -623,8 +559,8 @@ pub struct Qp {
     qpn: u32,
     qp_type: QpType,
     cap: QpCap,
-    sq: SendRing,
-    rq: Option<RecvRing>,
+    sq: crate::provider::SendQueue,
+    rq: Option<crate::provider::RecvQueue>,
     state: QpState,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
@@ -717,86 +653,17 @@ impl Pd {
             is_srq: srq.is_some() as u8,
             reserved: 0,
         };
-        if let Some(uctx) = ctx.mlx5() {
-            if ex_flags.is_some_and(|f| !f.is_empty()) {
-                return Err(Error::Kernel {
-                    op: "create_qp_ex (the mlx5 provider supports no QP creation flags)",
-                    errno: Errno::EOPNOTSUPP,
-                });
-            }
-            let srq_ring = match srq {
-                Some(s) => Some(
-                    s.mlx5_ring()
-                        .ok_or_else(|| Error::invalid("the SRQ is not an mlx5 SRQ"))?,
-                ),
-                None => None,
-            };
-            let mem = |cq: &Cq| {
-                cq.inner()
-                    .mlx5_mem
-                    .clone()
-                    .ok_or_else(|| Error::invalid("the CQ is not an mlx5 CQ"))
-            };
-            let (send_cq, recv_cq) = (mem(attr.send_cq)?, mem(attr.recv_cq)?);
-            // On error the provider has destroyed any kernel QP it created.
-            let created =
-                rverbs_mlx5::qp::create(ctx.fd(), uctx, &cmd, srq_ring, &send_cq, &recv_cq)
-                    .map_err(Error::kernel(if ex_flags.is_some() {
-                        "create_qp_ex"
-                    } else {
-                        "create_qp"
-                    }))?;
-            let r = created.resp;
-            return Ok(self.new_qp(
-                attr,
-                srq,
-                event_id,
-                r,
-                SendRing::Mlx5(created.sq),
-                created.rq.map(RecvRing::Mlx5),
-            ));
-        }
-        let created = match ex_flags {
-            None => rverbs_rxe::qp::create(ctx.fd(), &cmd).map_err(Error::kernel("create_qp"))?,
-            Some(flags) => {
-                let ex = ExCreateQp {
-                    user_handle: cmd.user_handle,
-                    pd_handle: cmd.pd_handle,
-                    send_cq_handle: cmd.send_cq_handle,
-                    recv_cq_handle: cmd.recv_cq_handle,
-                    srq_handle: cmd.srq_handle,
-                    max_send_wr: cmd.max_send_wr,
-                    max_recv_wr: cmd.max_recv_wr,
-                    max_send_sge: cmd.max_send_sge,
-                    max_recv_sge: cmd.max_recv_sge,
-                    max_inline_data: cmd.max_inline_data,
-                    sq_sig_all: cmd.sq_sig_all,
-                    qp_type: cmd.qp_type,
-                    is_srq: cmd.is_srq,
-                    reserved: 0,
-                    comp_mask: 0,
-                    create_flags: flags.bits(),
-                    rwq_ind_tbl_handle: 0,
-                    source_qpn: 0,
-                };
-                rverbs_rxe::qp::create_ex(ctx.fd(), &ex).map_err(Error::kernel("create_qp_ex"))?
-            }
-        };
-        let r = created.resp;
-        let destroy_on_err = |e| {
-            destroy_qp(ctx, r.qp_handle);
-            Error::kernel("mmap qp")(e)
-        };
-        let sq = created.sq.map_err(destroy_on_err)?;
-        let rq = created.rq.map_err(destroy_on_err)?;
-        Ok(self.new_qp(
-            attr,
-            srq,
-            event_id,
-            r,
-            SendRing::Rxe(sq),
-            rq.map(RecvRing::Rxe),
-        ))
+        let shared = |cq: &Cq| cq.inner().shared.clone();
+        // Complete or nothing: the provider destroys the kernel QP itself
+        // if it fails after creating it.
+        let (r, sq, rq) = ctx.provider().create_qp(
+            &cmd,
+            ex_flags.map(|f| f.bits()),
+            &shared(attr.send_cq),
+            &shared(attr.recv_cq),
+            srq.map(|s| s.ring()),
+        )?;
+        Ok(self.new_qp(attr, srq, event_id, r, sq, rq))
     }
 
     fn new_qp(
@@ -805,8 +672,8 @@ impl Pd {
         srq: Option<&crate::Srq>,
         event_id: EventId,
         r: CreateQpResp,
-        sq: SendRing,
-        rq: Option<RecvRing>,
+        sq: crate::provider::SendQueue,
+        rq: Option<crate::provider::RecvQueue>,
     ) -> Qp {
         Qp {
             pd: self.clone(),
@@ -865,15 +732,8 @@ impl Qp {
     /// enforce, and what [`Qp::query`] reports too.
     pub fn cap(&self) -> QpCap {
         QpCap {
-            max_send_wr: match &self.sq {
-                SendRing::Rxe(sq) => sq.capacity(),
-                SendRing::Mlx5(sq) => sq.capacity(),
-            },
-            max_recv_wr: match &self.rq {
-                Some(RecvRing::Rxe(rq)) => rq.capacity(),
-                Some(RecvRing::Mlx5(rq)) => rq.capacity(),
-                None => 0,
-            },
+            max_send_wr: self.sq.capacity(),
+            max_recv_wr: self.rq.as_ref().map_or(0, |rq| rq.capacity()),
             ..self.cap
         }
     }
@@ -915,19 +775,14 @@ impl Qp {
         .map_err(Error::kernel("modify_qp"))?;
         if let Some(s) = attr.qp_state {
             self.state = s;
-            // The mlx5 queues follow the state (RESET clears them).
-            if let SendRing::Mlx5(sq) = &mut self.sq {
-                sq.set_state(s.mlx5());
-            }
-            if let Some(RecvRing::Mlx5(rq)) = &mut self.rq {
-                rq.set_state(s.mlx5());
+            // The queues follow the state (mlx5's: RESET clears them).
+            self.sq.set_state(s);
+            if let Some(rq) = &mut self.rq {
+                rq.set_state(s);
             }
         }
         if let Some(mtu) = ud_mtu {
-            match &mut self.sq {
-                SendRing::Rxe(sq) => sq.set_ud_mtu(mtu.bytes()),
-                SendRing::Mlx5(sq) => sq.set_ud_mtu(mtu.bytes()),
-            }
+            self.sq.set_ud_mtu(mtu.bytes());
         }
         Ok(())
     }
@@ -1172,11 +1027,9 @@ impl Qp {
                 error: PostError::InvalidState,
             });
         }
-        match &mut self.sq {
-            SendRing::Rxe(sq) => sq.post(self.pd.context().fd(), wrs),
-            SendRing::Mlx5(sq) => sq.post(wrs),
-        }
-        .map_err(|(index, error)| Error::Post { index, error })
+        self.sq
+            .post(wrs)
+            .map_err(|(index, error)| Error::Post { index, error })
     }
 
     /// Posts a chain of receive work requests. Refused in RESET (the QP
@@ -1190,8 +1043,7 @@ impl Qp {
             });
         }
         match &mut self.rq {
-            Some(RecvRing::Rxe(rq)) => rq.post(wrs),
-            Some(RecvRing::Mlx5(rq)) => rq.post(wrs),
+            Some(rq) => rq.post(wrs),
             None if self.srq.is_some() => Err((0, PostError::UsesSrq)),
             None => Err((0, PostError::InvalidState)),
         }
@@ -1200,10 +1052,7 @@ impl Qp {
 
     /// Send WRs posted and not yet consumed by the device.
     pub fn send_outstanding(&self) -> u32 {
-        match &self.sq {
-            SendRing::Rxe(sq) => sq.outstanding(),
-            SendRing::Mlx5(sq) => sq.outstanding(),
-        }
+        self.sq.outstanding()
     }
 }
 
@@ -1218,7 +1067,6 @@ impl Drop for Qp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rverbs_mlx5::qp::State;
 
     #[test]
     fn signal_every_marks_every_nth() {
@@ -1283,21 +1131,5 @@ mod tests {
         }
         .validate()
         .is_ok());
-    }
-
-    #[test]
-    fn mlx5_queues_follow_the_state() {
-        let cases = [
-            (QpState::Reset, State::Reset),
-            (QpState::Init, State::Init),
-            (QpState::Rtr, State::Init),
-            (QpState::Rts, State::Rts),
-            (QpState::Sqd, State::Rts),
-            (QpState::Sqe, State::Rts),
-            (QpState::Err, State::Rts),
-        ];
-        for (s, want) in cases {
-            assert_eq!(s.mlx5(), want, "{s:?}");
-        }
     }
 }
