@@ -10,9 +10,16 @@
 //! It knows nothing of the public `verbs` API above it.
 
 #![deny(missing_docs)]
+// The rings are kernel memory reached through raw pointers, and the
+// commands go through `rverbs_abi`'s unsafe `write_cmd*`: both are fenced
+// into one module each, which alone may use `unsafe`.
+#![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+mod cmd;
 pub mod cq;
 pub mod qp;
+#[allow(unsafe_code)]
 pub mod queue;
 pub mod srq;
 
