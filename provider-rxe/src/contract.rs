@@ -6,9 +6,8 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
-use rverbs_abi::cq::{CreateCq, DestroyCq, DestroyCqResp, ExCreateCq, ReqNotifyCq};
-use rverbs_abi::qp::{CreateQp, DestroyQp, DestroyQpResp, ExCreateQp};
+use rverbs_abi::cq::{CreateCq, DestroyCq, ExCreateCq, ReqNotifyCq};
+use rverbs_abi::qp::{CreateQp, DestroyQp, ExCreateQp};
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
@@ -17,7 +16,7 @@ use rverbs_provider::{
     CqCreated, Feature, PostError, Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
 };
 
-use crate::{cq, qp, srq};
+use crate::{cmd, cq, qp, srq};
 
 /// An open rxe context: the uverbs command fd. rxe keeps no other
 /// per-context state (its rings are the kernel's).
@@ -44,9 +43,7 @@ fn destroy_cq(fd: BorrowedFd<'_>, handle: u32) {
         cq_handle: handle,
         reserved: 0,
     };
-    // SAFETY: DESTROY_CQ carries no user address but its response pointer,
-    // which write_cmd supplies.
-    let _ = unsafe { write_cmd::<_, DestroyCqResp>(fd, nr::DESTROY_CQ, &cmd, &[], &mut []) };
+    let _ = cmd::destroy_cq(fd, &cmd);
 }
 
 /// Destroys the kernel QP `handle` (cleanup after a failed creation).
@@ -56,9 +53,7 @@ fn destroy_qp(fd: BorrowedFd<'_>, handle: u32) {
         qp_handle: handle,
         reserved: 0,
     };
-    // SAFETY: DESTROY_QP carries no user address but its response pointer,
-    // which write_cmd supplies.
-    let _ = unsafe { write_cmd::<_, DestroyQpResp>(fd, nr::DESTROY_QP, &cmd, &[], &mut []) };
+    let _ = cmd::destroy_qp(fd, &cmd);
 }
 
 /// A QP's send ring and the fd its doorbell (an empty POST_SEND) goes to.
@@ -112,8 +107,7 @@ impl rverbs_provider::CompletionQueue for cq::Cq {
             cq_handle,
             solicited_only: solicited_only as u32,
         };
-        // SAFETY: REQ_NOTIFY_CQ carries no user address.
-        unsafe { write_cmd::<_, NoResp>(fd, nr::REQ_NOTIFY_CQ, &cmd, &[], &mut []) }.map(|_| ())
+        cmd::req_notify_cq(fd, &cmd)
     }
     fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
         cq::Cq::resize(self, fd, cq_handle, cqe)
