@@ -120,6 +120,83 @@ pub fn response_fd(raw: u32) -> Option<std::os::fd::RawFd> {
     (fd >= 0).then_some(fd)
 }
 
+/// A core command that carries no user address but its `response`
+/// pointer, which [`exec`] supplies, bound to its command number and its
+/// response type: sending one is safe ([`exec`]), unlike [`write_cmd`],
+/// whose caller names the command number and may append driver data that
+/// carries addresses.
+///
+/// # Safety
+///
+/// Implement only for the core struct of command [`PlainCmd::NR`],
+/// answered by [`PlainCmd::Resp`], and only if none of its fields is a user
+/// address the kernel acts on (handles, counts, attributes and opaque
+/// `user_handle` cookies are fine). The implementations are this crate's
+/// (sealed by this contract, not by type).
+pub unsafe trait PlainCmd: IntoBytes + Immutable {
+    /// The command number (`IB_USER_VERBS_CMD_*`).
+    const NR: u32;
+    /// The core response ([`NoResp`] if none).
+    type Resp: FromBytes + IntoBytes + KnownLayout + Immutable;
+}
+
+macro_rules! plain_cmds {
+    ($($cmd:ty => $nr:ident, $resp:ty;)*) => {$(
+        // SAFETY: the core struct of IB_USER_VERBS_CMD_$nr (layouts checked
+        // against the uapi header in tests/layout.rs), answered by $resp;
+        // its fields are handles, counts, attributes or cookies: no user
+        // address but the leading `response`, which exec supplies.
+        unsafe impl PlainCmd for $cmd {
+            const NR: u32 = nr::$nr;
+            type Resp = $resp;
+        }
+    )*};
+}
+
+plain_cmds! {
+    crate::pd::AllocPd => ALLOC_PD, crate::pd::AllocPdResp;
+    crate::pd::DeallocPd => DEALLOC_PD, NoResp;
+    crate::device::QueryDevice => QUERY_DEVICE, crate::device::QueryDeviceResp;
+    crate::device::QueryPort => QUERY_PORT, crate::device::QueryPortResp;
+    crate::ah::CreateAh => CREATE_AH, crate::ah::CreateAhResp;
+    crate::ah::DestroyAh => DESTROY_AH, NoResp;
+    crate::cq::CreateCompChannel => CREATE_COMP_CHANNEL, crate::cq::CreateCompChannelResp;
+    crate::cq::DestroyCq => DESTROY_CQ, crate::cq::DestroyCqResp;
+    crate::cq::ReqNotifyCq => REQ_NOTIFY_CQ, NoResp;
+    crate::qp::QueryQp => QUERY_QP, crate::qp::QueryQpResp;
+    crate::qp::ModifyQp => MODIFY_QP, NoResp;
+    crate::qp::DestroyQp => DESTROY_QP, crate::qp::DestroyQpResp;
+    crate::srq::ModifySrq => MODIFY_SRQ, NoResp;
+    crate::srq::QuerySrq => QUERY_SRQ, crate::srq::QuerySrqResp;
+    crate::srq::DestroySrq => DESTROY_SRQ, crate::srq::DestroySrqResp;
+}
+
+/// Sends the plain command `cmd` (no driver data in; `drv_out.len()` bytes
+/// of driver response after the core response) and returns the core
+/// response. Safe: a [`PlainCmd`] carries no user address the kernel could
+/// act on after the call, and the response buffers are this call's.
+pub fn exec<C: PlainCmd>(
+    fd: BorrowedFd<'_>,
+    cmd: &C,
+    drv_out: &mut [u8],
+) -> Result<C::Resp, Errno> {
+    // SAFETY: `C: PlainCmd` carries no user address but the response
+    // pointer write_cmd supplies, and no driver data goes in.
+    unsafe { write_cmd(fd, C::NR, cmd, &[], drv_out) }
+}
+
+/// [`exec`] with the core response starting as `*resp` (see
+/// [`write_cmd_prefilled`]: prefill fd fields with [`NO_FD`]).
+pub fn exec_prefilled<C: PlainCmd>(
+    fd: BorrowedFd<'_>,
+    cmd: &C,
+    resp: &mut C::Resp,
+    drv_out: &mut [u8],
+) -> Result<(), Errno> {
+    // SAFETY: as in `exec`.
+    unsafe { write_cmd_prefilled(fd, C::NR, cmd, resp, &[], drv_out) }
+}
+
 /// Sends a legacy `write()` command: `req` is the core command, `drv_in` the
 /// provider's driver data appended to it. When `R` is not [`NoResp`] the
 /// command's first field must be its `response` pointer (as in every uverbs

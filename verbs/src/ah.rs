@@ -52,10 +52,8 @@
 use std::fmt;
 use std::net::Ipv4Addr;
 
-use rverbs_abi::ah::{
-    AhAttr as RawAhAttr, CreateAh, CreateAhResp, DestroyAh, GlobalRoute as RawGrh,
-};
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::ah::{AhAttr as RawAhAttr, CreateAh, DestroyAh, GlobalRoute as RawGrh};
+use rverbs_abi::cmd::exec;
 use rverbs_provider::wr::{SendWr, UdDest};
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -116,8 +114,7 @@ fn to_raw(a: &AhAttr) -> RawAhAttr {
 fn destroy_ah(ctx: &Context, handle: u32) {
     let cmd = DestroyAh { ah_handle: handle };
     // On failure (device removed) the kernel frees the AH with the context.
-    // SAFETY: DESTROY_AH carries no user address.
-    let _ = unsafe { write_cmd::<_, NoResp>(ctx.fd(), nr::DESTROY_AH, &cmd, &[], &mut []) };
+    let _ = exec(ctx.fd(), &cmd, &mut []);
 }
 
 impl Pd {
@@ -178,9 +175,7 @@ impl Pd {
         // SAFETY: CREATE_AH carries an address vector and handles, no user
         // address but its response pointer, which write_cmd supplies; rxe
         // takes no driver data in.
-        let resp: CreateAhResp =
-            unsafe { write_cmd(ctx.fd(), nr::CREATE_AH, &cmd, &[], drv.as_mut_bytes()) }
-                .map_err(Error::kernel("create_ah"))?;
+        let resp = exec(ctx.fd(), &cmd, drv.as_mut_bytes()).map_err(Error::kernel("create_ah"))?;
         if drv.ah_num == 0 {
             // Kernels before 5.10 leave it 0 and expect the address vector
             // in every WQE, which this provider does not build.

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, response_fd, write_cmd, write_ex_cmd};
+use rverbs_abi::cmd::{exec, nr, response_fd, write_ex_cmd};
 use rverbs_abi::device::{
     ExQueryDevice, ExQueryDeviceResp, GidEntry as RawGidEntry, QueryDevice, QueryDeviceResp,
     QueryPort, QueryPortResp,
@@ -125,18 +125,8 @@ impl Context {
                 })
             }
             Err(Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
-                // SAFETY: QUERY_DEVICE carries no user address but its
-                // response pointer, which write_cmd supplies.
-                let base: QueryDeviceResp = unsafe {
-                    write_cmd(
-                        self.fd(),
-                        nr::QUERY_DEVICE,
-                        &QueryDevice::default(),
-                        &[],
-                        &mut [],
-                    )
-                }
-                .map_err(Error::kernel("query_device"))?;
+                let base = exec(self.fd(), &QueryDevice::default(), &mut [])
+                    .map_err(Error::kernel("query_device"))?;
                 ex.base = base;
                 Ok(DeviceAttr {
                     raw: ex,
@@ -153,11 +143,7 @@ impl Context {
             port_num: port,
             ..Default::default()
         };
-        // SAFETY: QUERY_PORT carries no user address but its response
-        // pointer, which write_cmd supplies.
-        let raw: QueryPortResp =
-            unsafe { write_cmd(self.fd(), nr::QUERY_PORT, &cmd, &[], &mut []) }
-                .map_err(Error::kernel("query_port"))?;
+        let raw = exec(self.fd(), &cmd, &mut []).map_err(Error::kernel("query_port"))?;
         Ok(PortAttr(raw))
     }
 

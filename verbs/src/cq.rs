@@ -5,9 +5,9 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd, write_cmd_prefilled, NO_FD};
+use rverbs_abi::cmd::{exec, exec_prefilled, NO_FD};
 use rverbs_abi::cq::{
-    CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq, DestroyCqResp,
+    CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq,
 };
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
 use zerocopy::{FromBytes, FromZeros};
@@ -41,11 +41,7 @@ impl Drop for CqInner {
         };
         // Every QP using the CQ is gone (they hold this Arc). On failure
         // (device removed) the kernel frees it with the context.
-        // SAFETY: DESTROY_CQ carries no user address but its response
-        // pointer, which write_cmd supplies.
-        let _ = unsafe {
-            write_cmd::<_, DestroyCqResp>(self.ctx.fd(), nr::DESTROY_CQ, &cmd, &[], &mut [])
-        };
+        let _ = exec(self.ctx.fd(), &cmd, &mut []);
     }
 }
 
@@ -93,18 +89,12 @@ impl Context {
         // The fd field starts as -1: a response the kernel did not write
         // must not name fd 0.
         let mut resp = CreateCompChannelResp { fd: NO_FD };
-        // SAFETY: CREATE_COMP_CHANNEL carries no user address but its
-        // response pointer, which write_cmd_prefilled supplies.
-        unsafe {
-            write_cmd_prefilled(
-                self.fd(),
-                nr::CREATE_COMP_CHANNEL,
-                &CreateCompChannel::new_zeroed(),
-                &mut resp,
-                &[],
-                &mut [],
-            )
-        }
+        exec_prefilled(
+            self.fd(),
+            &CreateCompChannel::new_zeroed(),
+            &mut resp,
+            &mut [],
+        )
         .map_err(Error::kernel("create_comp_channel"))?;
         let raw = crate::context::kernel_fd("create_comp_channel", "fd", resp.fd)?;
         // SAFETY: the kernel wrote this fd number over the -1 prefilled

@@ -5,8 +5,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
-use rverbs_abi::pd::{AllocPd, AllocPdResp, DeallocPd};
+use rverbs_abi::cmd::exec;
+use rverbs_abi::pd::{AllocPd, DeallocPd};
 use zerocopy::FromZeros;
 
 use crate::context::Context;
@@ -24,9 +24,7 @@ impl Drop for PdInner {
         };
         // Nothing can use the PD any more (all holders are gone); a failure
         // here (device removed) leaves the kernel to free it with the context.
-        // SAFETY: DEALLOC_PD carries no user address.
-        let _ =
-            unsafe { write_cmd::<_, NoResp>(self.ctx.fd(), nr::DEALLOC_PD, &cmd, &[], &mut []) };
+        let _ = exec(self.ctx.fd(), &cmd, &mut []);
     }
 }
 
@@ -47,18 +45,8 @@ impl fmt::Debug for Pd {
 impl Context {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        // SAFETY: ALLOC_PD carries no user address but its response
-        // pointer, which write_cmd supplies.
-        let resp: AllocPdResp = unsafe {
-            write_cmd(
-                self.fd(),
-                nr::ALLOC_PD,
-                &AllocPd::new_zeroed(),
-                &[],
-                &mut [],
-            )
-        }
-        .map_err(Error::kernel("alloc_pd"))?;
+        let resp =
+            exec(self.fd(), &AllocPd::new_zeroed(), &mut []).map_err(Error::kernel("alloc_pd"))?;
         Ok(Pd {
             inner: Arc::new(PdInner {
                 ctx: self.clone(),

@@ -10,8 +10,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd};
-use rverbs_abi::srq::{CreateSrq, DestroySrq, DestroySrqResp, QuerySrq, QuerySrqResp};
+use rverbs_abi::cmd::exec;
+use rverbs_abi::srq::{CreateSrq, DestroySrq, QuerySrq};
 use rverbs_provider::wr::RecvWr;
 use rverbs_provider::{Feature, SharedRecvQueue};
 
@@ -39,17 +39,7 @@ impl Drop for SrqInner {
             srq_handle: self.handle,
             reserved: 0,
         };
-        // SAFETY: DESTROY_SRQ carries no user address but its response
-        // pointer, which write_cmd supplies.
-        let _ = unsafe {
-            write_cmd::<_, DestroySrqResp>(
-                self.pd.context().fd(),
-                nr::DESTROY_SRQ,
-                &cmd,
-                &[],
-                &mut [],
-            )
-        };
+        let _ = exec(self.pd.context().fd(), &cmd, &mut []);
     }
 }
 
@@ -243,18 +233,8 @@ impl Srq {
             srq_handle: self.inner.handle,
             reserved: 0,
         };
-        // SAFETY: QUERY_SRQ carries no user address but its response
-        // pointer, which write_cmd supplies.
-        let r: QuerySrqResp = unsafe {
-            write_cmd(
-                self.inner.pd.context().fd(),
-                nr::QUERY_SRQ,
-                &cmd,
-                &[],
-                &mut [],
-            )
-        }
-        .map_err(Error::kernel("query_srq"))?;
+        let r = exec(self.inner.pd.context().fd(), &cmd, &mut [])
+            .map_err(Error::kernel("query_srq"))?;
         Ok(SrqAttr {
             max_wr: r.max_wr,
             max_sge: r.max_sge,

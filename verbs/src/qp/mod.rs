@@ -10,9 +10,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::cmd::exec;
 pub use rverbs_abi::qp::QpCreateFlags;
-use rverbs_abi::qp::{CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, QueryQp, QueryQpResp};
+use rverbs_abi::qp::{CreateQp, CreateQpResp, DestroyQp, QueryQp};
 pub use rverbs_provider::QpState;
 use rverbs_provider::{RecvQueue as _, SendQueue as _};
 
@@ -184,9 +184,7 @@ fn destroy_qp(ctx: &crate::Context, handle: u32) {
         qp_handle: handle,
         reserved: 0,
     };
-    // SAFETY: DESTROY_QP carries no user address but its response pointer,
-    // which write_cmd supplies.
-    let _ = unsafe { write_cmd::<_, DestroyQpResp>(ctx.fd(), nr::DESTROY_QP, &cmd, &[], &mut []) };
+    let _ = exec(ctx.fd(), &cmd, &mut []);
 }
 
 impl Qp {
@@ -254,11 +252,7 @@ impl Qp {
                 .and_then(|p| p.active_mtu()),
             _ => None,
         };
-        // SAFETY: MODIFY_QP carries attributes and handles, no user address.
-        unsafe {
-            write_cmd::<_, NoResp>(self.pd.context().fd(), nr::MODIFY_QP, &cmd, &[], &mut [])
-        }
-        .map_err(Error::kernel("modify_qp"))?;
+        exec(self.pd.context().fd(), &cmd, &mut []).map_err(Error::kernel("modify_qp"))?;
         if let Some(s) = attr.qp_state {
             self.state = s;
             // The queues follow the state (mlx5's: RESET clears them).
@@ -288,11 +282,7 @@ impl Qp {
             qp_handle: self.handle,
             attr_mask: 0x1f_ffff,
         };
-        // SAFETY: QUERY_QP carries no user address but its response
-        // pointer, which write_cmd supplies.
-        let r: QueryQpResp =
-            unsafe { write_cmd(self.pd.context().fd(), nr::QUERY_QP, &cmd, &[], &mut []) }
-                .map_err(Error::kernel("query_qp"))?;
+        let r = exec(self.pd.context().fd(), &cmd, &mut []).map_err(Error::kernel("query_qp"))?;
         let attr = QpAttr {
             qp_state: QpState::from_raw(r.qp_state),
             cur_qp_state: QpState::from_raw(r.cur_qp_state),
