@@ -26,6 +26,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod ah;
+pub mod contract;
 pub mod cq;
 #[allow(unsafe_code)]
 mod hw;
@@ -34,6 +35,7 @@ pub mod srq;
 pub mod uctx;
 pub mod wq;
 
+pub use contract::Mlx5;
 pub use rverbs_provider::PostError;
 
 /// Send WQE opcodes (`MLX5_OPCODE_*`): what a control segment carries and

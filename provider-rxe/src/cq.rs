@@ -2,41 +2,28 @@
 //! completion ring, and polling it into `ib_uverbs_wc` entries.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::Ordering;
 
-use rverbs_abi::cmd::{nr, write_cmd, write_ex_cmd};
-use rverbs_abi::cq::{CreateCq, CreateCqResp, ExCreateCq, ExCreateCqResp, ResizeCq, ResizeCqResp};
+use rverbs_abi::cq::{CreateCq, CreateCqResp, ExCreateCq, ResizeCq};
 use rverbs_abi::rxe;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
-use crate::queue::Queue;
+use crate::cmd;
+use crate::queue::{CqRing, Queue};
 
 /// A CQ's completion ring.
 #[derive(Debug)]
 pub struct Cq {
     /// `None` after a resize whose new ring could not be mapped.
-    ring: Option<Queue>,
+    ring: Option<CqRing>,
 }
 
 /// [`Cq::poll`]'s error: the CQ has no ring any more. RESIZE_CQ succeeded,
 /// so the kernel produces into its new ring only, but that ring could not
 /// be mapped; polling the old one would report nothing while completions
 /// pile up unseen. The CQ can only be destroyed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RingLost;
-
-impl std::fmt::Display for RingLost {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "the CQ's ring is lost: the kernel resized it but the new ring could not be \
-             mapped, so its completions cannot be read",
-        )
-    }
-}
-
-impl std::error::Error for RingLost {}
+pub use rverbs_provider::RingLost;
 
 /// What CREATE_CQ returned: the kernel's answer and the mapped ring. If
 /// mapping fails the caller must destroy `resp.cq_handle`.
@@ -51,10 +38,7 @@ pub struct Created {
 /// Issues CREATE_CQ for `cmd` (its `response` is filled in) and maps the ring.
 pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateCqResp::new_zeroed();
-    // SAFETY: CREATE_CQ carries no user address but its response pointer,
-    // which write_cmd supplies; rxe takes no driver data in (its ring is
-    // the kernel's, mapped below).
-    let resp: CreateCqResp = unsafe { write_cmd(fd, nr::CREATE_CQ, cmd, &[], drv.as_mut_bytes())? };
+    let resp = cmd::create_cq(fd, cmd, &mut drv)?;
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
     Ok(Created { resp, cq })
 }
@@ -63,10 +47,7 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
 /// carries creation flags) and maps the ring.
 pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateCqResp::new_zeroed();
-    // SAFETY: the extended CREATE_CQ carries no user address (write_ex_cmd
-    // supplies the response buffer); rxe takes no driver data in.
-    let resp: ExCreateCqResp =
-        unsafe { write_ex_cmd(fd, nr::EX_CREATE_CQ, cmd, &[], drv.as_mut_bytes())? };
+    let resp = cmd::create_cq_ex(fd, cmd, &mut drv)?;
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
     Ok(Created {
         resp: resp.base,
@@ -74,18 +55,10 @@ pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno>
     })
 }
 
-/// `ring` if its slots hold a completion each.
-fn checked(ring: Queue) -> Result<Queue, Errno> {
-    if ring.elem_size() < size_of::<Wc>() {
-        return Err(Errno::EPROTO);
-    }
-    Ok(ring)
-}
-
 impl Cq {
     fn from_ring(ring: Queue) -> Result<Self, Errno> {
         Ok(Cq {
-            ring: Some(checked(ring)?),
+            ring: Some(CqRing::new(ring)?),
         })
     }
 
@@ -94,39 +67,31 @@ impl Cq {
     /// Fails, every time, once a resize lost the ring ([`RingLost`]).
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
-        let Some(q) = &self.ring else {
+        let Some(ring) = &mut self.ring else {
             return Err(RingLost);
         };
         // The kernel is the only producer; we are the only consumer (`&mut`).
-        let mut cons = q.consumer().load(Ordering::Relaxed);
-        // Acquire: the kernel's CQE writes happen-before its release store of
-        // the producer index, so they are visible once we see the index.
-        let prod = q.producer().load(Ordering::Acquire);
+        let mut c = ring.consumer();
         let mut n = 0;
-        while n < wc.len() && cons != prod {
-            // SAFETY: the slot lies inside the ring, holds at least
-            // size_of::<Wc>() bytes (checked in `checked`), is 8-aligned, and
-            // the kernel will not rewrite it until we move the consumer past it.
-            wc[n] = unsafe { std::ptr::read(q.slot(cons).cast::<Wc>()) };
-            cons = (cons + 1) & q.mask();
+        for out in wc.iter_mut() {
+            match c.pop() {
+                Some(w) => *out = w,
+                None => break,
+            }
             n += 1;
         }
-        if n > 0 {
-            // Release: our reads of the slots complete before the kernel may
-            // reuse them.
-            q.consumer().store(cons, Ordering::Release);
-        }
+        c.publish();
         Ok(n)
     }
 
     /// Completions waiting in the ring (0 once the ring is lost).
     pub fn pending(&self) -> u32 {
-        self.ring.as_ref().map_or(0, Queue::fill)
+        self.ring.as_ref().map_or(0, |r| r.queue().fill())
     }
 
     /// Ring capacity (0 once the ring is lost).
     pub fn capacity(&self) -> u32 {
-        self.ring.as_ref().map_or(0, Queue::mask)
+        self.ring.as_ref().map_or(0, |r| r.queue().mask())
     }
 
     /// Issues RESIZE_CQ and swaps in the new ring. Completions not yet polled
@@ -144,19 +109,18 @@ impl Cq {
             cq_handle,
             cqe,
         };
-        // SAFETY: RESIZE_CQ carries no user address but its response
-        // pointer, which write_cmd supplies; rxe takes no driver data in.
-        let resp: ResizeCqResp =
-            unsafe { write_cmd(fd, nr::RESIZE_CQ, &cmd, &[], drv.as_mut_bytes())? };
+        let resp = cmd::resize_cq(fd, &cmd, &mut drv)?;
         // The kernel has swapped rings: from here on only the new one is
         // produced into.
         self.ring = None;
-        self.ring = Some(Queue::map(fd, &drv.mi).and_then(checked)?);
+        self.ring = Some(Queue::map(fd, &drv.mi).and_then(CqRing::new)?);
         Ok(resp.cqe)
     }
 }
 
 #[cfg(test)]
+// The fixtures make rings in memfds and large read-only mappings.
+#[allow(unsafe_code)]
 mod tests {
     use std::fs::File;
     use std::os::fd::{AsFd, FromRawFd, OwnedFd};
@@ -164,6 +128,7 @@ mod tests {
     use rverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
 
     use super::*;
+    use zerocopy::IntoBytes;
 
     const SLOTS: u32 = 8;
     const LOG2_ELEM: u32 = 6; // 64-byte slots, as rxe's CQEs

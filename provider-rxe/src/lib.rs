@@ -6,13 +6,22 @@
 //! an empty POST_SEND command; posting a receive only writes the receive ring;
 //! polling reads `ib_uverbs_wc` entries straight from the completion ring.
 //! This crate owns those rings ([`cq::Cq`], [`qp::SendQueue`],
-//! [`qp::RecvQueue`]) and the create commands whose responses describe them.
-//! It knows nothing of the public `verbs` API above it.
+//! [`qp::RecvQueue`]) and the create commands whose responses describe them,
+//! and fills in the provider contract with them ([`contract::Rxe`]). It
+//! knows nothing of the public `verbs` API above it.
 
 #![deny(missing_docs)]
+// The rings are kernel memory reached through raw pointers, and the
+// commands go through `rverbs_abi`'s unsafe `write_cmd*`: both are fenced
+// into one module each, which alone may use `unsafe`.
+#![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
+mod cmd;
+pub mod contract;
 pub mod cq;
 pub mod qp;
+#[allow(unsafe_code)]
 pub mod queue;
 pub mod srq;
 
@@ -21,4 +30,5 @@ pub mod srq;
 /// only on 32-bit hosts.
 pub const DRIVER_ABI: std::ops::RangeInclusive<u32> = 1..=2;
 
+pub use contract::Rxe;
 pub use rverbs_provider::PostError;

@@ -2,18 +2,15 @@
 //! receive rings with their post paths.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::Ordering;
 
-use rverbs_abi::cmd::{nr, write_cmd, write_cmd_fixed, write_ex_cmd};
-use rverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp, ExCreateQpResp};
-use rverbs_abi::rxe::{self, DmaInfo, RecvWqe, SendWqe};
-use rverbs_abi::wr::{PostSend, PostSendResp, Sge, UVERBS_SEND_WR_SIZE};
+use rverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp};
+use rverbs_abi::rxe::{self, DmaInfo, RecvWqe};
 use rverbs_abi::Errno;
-use rverbs_provider::check::{check_recv, SendChecks};
 use rverbs_provider::wr::{Payload, RecvWr, SendFlags, SendWr, WrOpcode};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
-use crate::queue::Queue;
+use crate::cmd;
+use crate::queue::{wr_arm, Queue, RecvRing, SendRing};
 use crate::PostError;
 
 /// What CREATE_QP returned: the kernel's answer and the mapped rings. If
@@ -31,10 +28,7 @@ pub struct Created {
 /// Issues CREATE_QP for `cmd` and maps its rings.
 pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
     let mut drv = rxe::CreateQpResp::new_zeroed();
-    // SAFETY: CREATE_QP carries no user address but its response pointer,
-    // which write_cmd supplies; rxe takes no driver data in (its rings are
-    // the kernel's, mapped below).
-    let resp: CreateQpResp = unsafe { write_cmd(fd, nr::CREATE_QP, cmd, &[], drv.as_mut_bytes())? };
+    let resp = cmd::create_qp(fd, cmd, &mut drv)?;
     Ok(map_rings(fd, resp, &drv, cmd.qp_type, cmd.is_srq != 0))
 }
 
@@ -42,10 +36,7 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
 /// carries creation flags) and maps the rings.
 pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateQp) -> Result<Created, Errno> {
     let mut drv = rxe::CreateQpResp::new_zeroed();
-    // SAFETY: the extended CREATE_QP carries no user address (write_ex_cmd
-    // supplies the response buffer); rxe takes no driver data in.
-    let resp: ExCreateQpResp =
-        unsafe { write_ex_cmd(fd, nr::EX_CREATE_QP, cmd, &[], drv.as_mut_bytes())? };
+    let resp = cmd::create_qp_ex(fd, cmd, &mut drv)?;
     Ok(map_rings(fd, resp.base, &drv, cmd.qp_type, cmd.is_srq != 0))
 }
 
@@ -75,44 +66,12 @@ fn map_rings(
     Created { resp, sq, rq }
 }
 
-/// Whether `max_wr` work requests are outstanding between the producer
-/// index `prod` and the consumer index, refreshing the cached `cons` from the
-/// ring (acquire) before answering yes.
-#[inline]
-fn full(prod: u32, cons: &mut u32, q: &Queue, max_wr: u32) -> bool {
-    let mask = q.mask();
-    if prod.wrapping_sub(*cons) & mask < max_wr {
-        return false;
-    }
-    *cons = q.consumer().load(Ordering::Acquire);
-    prod.wrapping_sub(*cons) & mask >= max_wr
-}
-
-/// Copies `sges` to `dst`. One SGE, the common case, is a single 16-byte
-/// store instead of a call to `memcpy`.
-///
-/// # Safety
-/// `dst` must be valid for writing `sges.len()` SGEs, 8-byte aligned, and
-/// not overlap `sges`.
-#[inline(always)]
-unsafe fn copy_sges(sges: &[Sge], dst: *mut Sge) {
-    match sges {
-        [] => {}
-        // SAFETY: the caller guarantees room for one SGE at `dst`.
-        [one] => unsafe { dst.write(*one) },
-        // SAFETY: the caller guarantees room for all of them at `dst`.
-        _ => unsafe { std::ptr::copy_nonoverlapping(sges.as_ptr(), dst, sges.len()) },
-    }
-}
-
 /// A QP's send ring.
 #[derive(Debug)]
 pub struct SendQueue {
-    ring: Queue,
+    /// The ring, with the limits every request is checked against.
+    ring: SendRing,
     qp_handle: u32,
-    max_wr: u32,
-    /// The limits every request is checked against.
-    checks: SendChecks,
 }
 
 impl SendQueue {
@@ -124,19 +83,9 @@ impl SendQueue {
         max_sge: u32,
         max_inline: u32,
     ) -> Result<Self, Errno> {
-        // Checked: the sizes come from the kernel.
-        let room = (max_sge as usize)
-            .checked_mul(size_of::<Sge>())
-            .map(|sges| sges.max(max_inline as usize))
-            .and_then(|body| body.checked_add(size_of::<SendWqe>()));
-        if room.is_none_or(|room| ring.elem_size() < room) || max_wr > ring.mask() {
-            return Err(Errno::EPROTO);
-        }
         Ok(SendQueue {
-            ring,
+            ring: SendRing::new(ring, qp_type, max_wr, max_sge, max_inline)?,
             qp_handle,
-            max_wr,
-            checks: SendChecks::new(qp_type, max_sge, max_inline),
         })
     }
 
@@ -145,18 +94,18 @@ impl SendQueue {
     /// one is dropped without an error, IB spec C10-93.1.1). Ignored for
     /// connected QPs, whose messages span packets.
     pub fn set_ud_mtu(&mut self, mtu: u32) {
-        self.checks.set_ud_mtu(mtu);
+        self.ring.set_ud_mtu(mtu);
     }
 
     /// Capacity in work requests: the depth the kernel granted (the ring
     /// itself may have more slots, which are not used).
     pub fn capacity(&self) -> u32 {
-        self.max_wr
+        self.ring.max_wr()
     }
 
     /// Work requests posted and not yet consumed by the kernel.
     pub fn outstanding(&self) -> u32 {
-        self.ring.fill()
+        self.ring.queue().fill()
     }
 
     /// Posts the chain `wrs`: every request is checked, written to the ring
@@ -172,33 +121,18 @@ impl SendQueue {
         if let [wr] = wrs {
             return self.post_one(fd, wr);
         }
-        let q = &self.ring;
-        let mask = q.mask();
-        // We are the only producer (`&mut self`).
-        let start = q.producer().load(Ordering::Relaxed);
-        let mut prod = start;
-        // Acquire: slots the kernel released are free to overwrite. Re-read
-        // only when the queue looks full.
-        let mut cons = q.consumer().load(Ordering::Acquire);
+        let mut p = self.ring.producer();
         let mut result = Ok(());
         for wr in wrs {
-            // The index of `wr` in the chain: one slot per request posted so
-            // far, and fewer than `mask + 1` of them fit.
-            let i = (prod.wrapping_sub(start) & mask) as usize;
-            if full(prod, &mut cons, q, self.max_wr) {
-                result = Err((i, PostError::QueueFull));
-                break;
-            }
-            if let Err(e) = self.write_wqe(prod, wr) {
+            // The index of `wr` in the chain.
+            let i = p.pushed();
+            if let Err(e) = p.push_send(wr, has_dest, |wqe, length| build_wqe(wqe, wr, length)) {
                 result = Err((i, e));
                 break;
             }
-            prod = (prod + 1) & mask;
         }
-        if prod != start {
-            // Release: the WQE contents happen-before the kernel sees the index.
-            q.producer().store(prod, Ordering::Release);
-            if let Err(e) = self.doorbell(fd) {
+        if p.publish() {
+            if let Err(e) = cmd::doorbell(fd, self.qp_handle) {
                 return Err((wrs.len(), PostError::Doorbell(e)));
             }
         }
@@ -210,149 +144,88 @@ impl SendQueue {
     /// stack slots across iterations) would cost more than the request.
     #[inline]
     fn post_one(&mut self, fd: BorrowedFd<'_>, wr: &SendWr<'_>) -> Result<(), (usize, PostError)> {
-        let q = &self.ring;
-        // We are the only producer (`&mut self`).
-        let prod = q.producer().load(Ordering::Relaxed);
-        // Acquire: slots the kernel released are free to overwrite.
-        let mut cons = q.consumer().load(Ordering::Acquire);
-        if full(prod, &mut cons, q, self.max_wr) {
-            return Err((0, PostError::QueueFull));
-        }
-        self.write_wqe(prod, wr).map_err(|e| (0, e))?;
-        // Release: the WQE contents happen-before the kernel sees the index.
-        q.producer().store((prod + 1) & q.mask(), Ordering::Release);
-        self.doorbell(fd).map_err(|e| (1, PostError::Doorbell(e)))
+        let mut p = self.ring.producer();
+        p.push_send(wr, has_dest, |wqe, length| build_wqe(wqe, wr, length))
+            .map_err(|e| (0, e))?;
+        p.publish();
+        cmd::doorbell(fd, self.qp_handle).map_err(|e| (1, PostError::Doorbell(e)))
     }
+}
 
-    #[inline(always)]
-    fn write_wqe(&self, index: u32, wr: &SendWr<'_>) -> Result<(), PostError> {
-        // ah_num 0 is how old kernels said "the AV is in the WQE", which
-        // this provider does not build.
-        let length = self.checks.check(wr, |d| d.ah_num != 0)?;
-        let (flags, num_sge) = match wr.payload() {
-            Payload::Sge(sges) => (wr.send_flags().difference(SendFlags::INLINE), sges.len()),
-            Payload::Inline(_) => (wr.send_flags().union(SendFlags::INLINE), 0),
-        };
+/// Whether a UD destination is one this provider can send to: ah_num 0 is
+/// how old kernels said "the AV is in the WQE", which it does not build.
+#[inline(always)]
+fn has_dest(d: &rverbs_provider::wr::UdDest<'_>) -> bool {
+    d.ah_num != 0
+}
 
-        let slot = self.ring.slot(index);
-        // SAFETY: `slot` is a free slot of this ring (between producer and
-        // consumer, so the kernel neither reads nor writes it until we
-        // publish it), 8-byte aligned, and `new` checked it holds a SendWqe
-        // plus max_sge SGEs or max_inline bytes, which the checks above
-        // bound. The WQE is built in place: zeroed, then the fields this
-        // request uses are set (no copy through the stack).
-        unsafe {
-            let wqe = slot.cast::<SendWqe>();
-            std::ptr::write_bytes(wqe, 0, 1);
-            let hdr = &mut *wqe;
-            hdr.wr.wr_id = wr.wr_id();
-            hdr.wr.opcode = wr.opcode() as u32;
-            hdr.wr.send_flags = flags.bits();
-            hdr.wr.ex = match wr.opcode() {
-                WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.imm_data(),
-                _ => wr.imm_data().to_be(),
-            };
-            // The `wr` union's words are 8-byte aligned and at least as large
-            // as each arm (asserted in rverbs_abi::rxe), so each arm may be
-            // written through a cast of the union's start.
-            let union = hdr.wr.wr.as_mut_ptr();
-            if wr.opcode().is_rdma() {
-                let r = &mut *union.cast::<rxe::WrRdma>();
-                r.remote_addr = wr.remote_addr();
-                r.rkey = wr.rkey();
-                hdr.iova = wr.remote_addr();
-            } else if wr.opcode().is_atomic() {
-                let a = &mut *union.cast::<rxe::WrAtomic>();
-                a.remote_addr = wr.remote_addr();
-                a.compare_add = wr.compare_add();
-                a.swap = wr.swap();
-                a.rkey = wr.rkey();
-                hdr.iova = wr.remote_addr();
-            }
-            if let Some(d) = wr.ud_dest() {
-                let u = &mut *union.cast::<rxe::WrUd>();
-                u.remote_qpn = d.remote_qpn;
-                u.remote_qkey = d.remote_qkey;
-                u.ah_num = d.ah_num;
-            }
-            hdr.dma = DmaInfo {
-                length: length as u32,
-                resid: length as u32,
-                cur_sge: 0,
-                num_sge: num_sge as u32,
-                sge_offset: 0,
-                reserved: 0,
-            };
-            let tail = slot.add(size_of::<SendWqe>());
-            match wr.payload() {
-                Payload::Sge(sges) => copy_sges(sges, tail.cast::<Sge>()),
-                Payload::Inline(bufs) => {
-                    let mut at = tail;
-                    for b in bufs {
-                        std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len());
-                        at = at.add(b.len());
-                    }
-                }
-            }
-        }
-        Ok(())
+/// Fills in the (zeroed) send WQE header `hdr` for `wr`, which passed the
+/// checks with a message of `length` bytes.
+#[inline(always)]
+fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, length: u64) {
+    let (flags, num_sge) = match wr.payload() {
+        Payload::Sge(sges) => (wr.send_flags().difference(SendFlags::INLINE), sges.len()),
+        Payload::Inline(_) => (wr.send_flags().union(SendFlags::INLINE), 0),
+    };
+    hdr.wr.wr_id = wr.wr_id();
+    hdr.wr.opcode = wr.opcode() as u32;
+    hdr.wr.send_flags = flags.bits();
+    hdr.wr.ex = match wr.opcode() {
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.imm_data(),
+        _ => wr.imm_data().to_be(),
+    };
+    if wr.opcode().is_rdma() {
+        let r: &mut rxe::WrRdma = wr_arm(&mut hdr.wr);
+        r.remote_addr = wr.remote_addr();
+        r.rkey = wr.rkey();
+        hdr.iova = wr.remote_addr();
+    } else if wr.opcode().is_atomic() {
+        let a: &mut rxe::WrAtomic = wr_arm(&mut hdr.wr);
+        a.remote_addr = wr.remote_addr();
+        a.compare_add = wr.compare_add();
+        a.swap = wr.swap();
+        a.rkey = wr.rkey();
+        hdr.iova = wr.remote_addr();
     }
-
-    /// rxe's doorbell: POST_SEND with no work requests tells the kernel to
-    /// run the requester for this QP.
-    ///
-    /// The command is framed at its exact size on the stack
-    /// ([`write_cmd_fixed`]): it is rung on every post.
-    #[inline]
-    fn doorbell(&self, fd: BorrowedFd<'_>) -> Result<(), Errno> {
-        let cmd = PostSend {
-            response: 0,
-            qp_handle: self.qp_handle,
-            wr_count: 0,
-            sge_count: 0,
-            wqe_size: UVERBS_SEND_WR_SIZE,
-        };
-        // SAFETY: with `wr_count` 0 POST_SEND carries no work request, hence
-        // no user address but its response pointer, which write_cmd_fixed
-        // supplies.
-        unsafe { write_cmd_fixed::<_, PostSendResp>(fd, nr::POST_SEND, &cmd) }.map(|_| ())
+    if let Some(d) = wr.ud_dest() {
+        let u: &mut rxe::WrUd = wr_arm(&mut hdr.wr);
+        u.remote_qpn = d.remote_qpn;
+        u.remote_qkey = d.remote_qkey;
+        u.ah_num = d.ah_num;
     }
+    hdr.dma = DmaInfo {
+        length: length as u32,
+        resid: length as u32,
+        cur_sge: 0,
+        num_sge: num_sge as u32,
+        sge_offset: 0,
+        reserved: 0,
+    };
 }
 
 /// A receive ring (a QP's RQ or an SRQ's).
 #[derive(Debug)]
 pub struct RecvQueue {
-    ring: Queue,
-    max_wr: u32,
-    max_sge: u32,
+    ring: RecvRing,
 }
 
 impl RecvQueue {
     /// Wraps a mapped receive ring of granted depth `max_wr` whose elements
     /// hold `max_sge` SGEs.
     pub fn new(ring: Queue, max_wr: u32, max_sge: u32) -> Result<Self, Errno> {
-        // Checked: the sizes come from the kernel.
-        let room = (max_sge as usize)
-            .checked_mul(size_of::<Sge>())
-            .and_then(|sges| sges.checked_add(size_of::<RecvWqe>()));
-        if room.is_none_or(|room| ring.elem_size() < room) || max_wr > ring.mask() {
-            return Err(Errno::EPROTO);
-        }
         Ok(RecvQueue {
-            ring,
-            max_wr,
-            max_sge,
+            ring: RecvRing::new(ring, max_wr, max_sge)?,
         })
     }
 
     /// Capacity in work requests: the depth the kernel granted.
     pub fn capacity(&self) -> u32 {
-        self.max_wr
+        self.ring.max_wr()
     }
 
     /// Receives posted and not yet consumed.
     pub fn outstanding(&self) -> u32 {
-        self.ring.fill()
+        self.ring.queue().fill()
     }
 
     /// Posts the chain `wrs` with one release store of the producer index
@@ -360,25 +233,10 @@ impl RecvQueue {
     /// failing index are posted.
     #[inline]
     pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
-        let q = &self.ring;
-        let mask = q.mask();
-        let start = q.producer().load(Ordering::Relaxed);
-        let mut prod = start;
-        let mut cons = q.consumer().load(Ordering::Acquire);
+        let mut p = self.ring.producer();
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            if full(prod, &mut cons, q, self.max_wr) {
-                result = Err((i, PostError::QueueFull));
-                break;
-            }
-            let length = match check_recv(wr.sg_list, self.max_sge) {
-                Ok(length) => length,
-                Err(e) => {
-                    result = Err((i, e));
-                    break;
-                }
-            };
-            let hdr = RecvWqe {
+            let pushed = p.push_recv(wr.sg_list, |length| RecvWqe {
                 wr_id: wr.wr_id,
                 reserved: 0,
                 padding: 0,
@@ -390,25 +248,20 @@ impl RecvQueue {
                     sge_offset: 0,
                     reserved: 0,
                 },
-            };
-            let slot = q.slot(prod);
-            // SAFETY: a free slot of this ring, 8-aligned, sized in `new` for
-            // a RecvWqe plus max_sge SGEs, which the check above bounds.
-            unsafe {
-                std::ptr::write(slot.cast::<RecvWqe>(), hdr);
-                copy_sges(wr.sg_list, slot.add(size_of::<RecvWqe>()).cast::<Sge>());
+            });
+            if let Err(e) = pushed {
+                result = Err((i, e));
+                break;
             }
-            prod = (prod + 1) & mask;
         }
-        if prod != start {
-            // Release: the WQEs are visible before the kernel sees the index.
-            q.producer().store(prod, Ordering::Release);
-        }
+        p.publish();
         result
     }
 }
 
 #[cfg(test)]
+// The fixtures make rings in memfds and large read-only mappings.
+#[allow(unsafe_code)]
 mod tests {
     use std::io::IoSlice;
     use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -417,6 +270,8 @@ mod tests {
     use rverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
 
     use super::*;
+    use rverbs_abi::wr::Sge;
+    use zerocopy::{FromBytes, IntoBytes};
 
     /// A ring of 8 slots of 2^log2 bytes in a memfd, mapped as the kernel's
     /// would be (the header says so), and the memfd.
@@ -515,6 +370,111 @@ mod tests {
         assert_eq!(sq.post(fd.as_fd(), &[wr]), Err((0, want)));
         assert_eq!(sq.post(fd.as_fd(), &[wr, wr]), Err((0, want)));
         assert_eq!(sq.outstanding(), 0);
+    }
+
+    /// The bytes of slot `index` of a ring of 2^`log2`-byte slots in `fd`.
+    fn slot_bytes(fd: &OwnedFd, log2: u32, index: usize) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::from(fd.try_clone().unwrap());
+        let mut b = vec![0u8; 1 << log2];
+        f.read_exact_at(&mut b, (QUEUE_DATA_OFFSET + (index << log2)) as u64)
+            .unwrap();
+        b
+    }
+
+    /// Sets the ring's shared index at `offset` in `fd`, as the kernel would.
+    fn set_index(fd: &OwnedFd, offset: usize, value: u32) {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::File::from(fd.try_clone().unwrap());
+        f.write_all_at(&value.to_ne_bytes(), offset as u64).unwrap();
+    }
+
+    const PROD: usize = std::mem::offset_of!(rverbs_abi::rxe::QueueBuf, producer_index);
+    const CONS: usize = std::mem::offset_of!(rverbs_abi::rxe::QueueBuf, consumer_index);
+
+    /// A chain fills the ring up to the granted depth, is published once,
+    /// and the slots the kernel hands back are reused across the wrap.
+    /// Each WQE holds its header and SGE where the kernel reads them.
+    #[test]
+    fn send_ring_fills_publishes_and_wraps() {
+        let (q, fd) = ring(10);
+        let mut sq = SendQueue::new(q, 1, qp_type::RC, 6, 2, 64).unwrap();
+        let null = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 9,
+        }];
+        let wrs: Vec<_> = (0..7)
+            .map(|i| SendWr::rdma_write(i, &sge, 0xabc0 + i, 77))
+            .collect();
+        assert_eq!(sq.post(null.as_fd(), &wrs), Err((6, PostError::QueueFull)));
+        assert_eq!(sq.outstanding(), 6);
+        let b = slot_bytes(&fd, 10, 5);
+        let wqe = rxe::SendWqe::read_from_prefix(&b).unwrap().0;
+        assert_eq!(wqe.wr.wr_id, 5);
+        assert_eq!(wqe.wr.opcode, WrOpcode::RdmaWrite as u32);
+        assert_eq!(wqe.iova, 0xabc5);
+        let rdma = rxe::WrRdma::read_from_prefix(wqe.wr.wr.as_bytes())
+            .unwrap()
+            .0;
+        assert_eq!((rdma.remote_addr, rdma.rkey), (0xabc5, 77));
+        assert_eq!((wqe.dma.num_sge, wqe.dma.length), (1, 64));
+        let tail = Sge::read_from_prefix(&b[size_of::<rxe::SendWqe>()..])
+            .unwrap()
+            .0;
+        assert_eq!(tail, sge[0]);
+        // The kernel consumes four: four more fit, wrapping past slot 7.
+        set_index(&fd, CONS, 4);
+        assert_eq!(sq.outstanding(), 2);
+        assert_eq!(sq.post(null.as_fd(), &wrs[..4]), Ok(()));
+        assert_eq!(sq.outstanding(), 6);
+        assert_eq!(
+            sq.post(null.as_fd(), &wrs[..1]),
+            Err((0, PostError::QueueFull))
+        );
+        let b = slot_bytes(&fd, 10, 1);
+        assert_eq!(rxe::SendWqe::read_from_prefix(&b).unwrap().0.wr.wr_id, 3);
+    }
+
+    /// Receives: the depth is the granted one, failures post nothing, and
+    /// the header and SGEs land in the slot.
+    #[test]
+    fn recv_ring_fills_and_writes_sges() {
+        let (q, fd) = ring(8);
+        let mut rq = RecvQueue::new(q, 3, 2).unwrap();
+        let sges = [
+            Sge {
+                addr: 1,
+                length: 10,
+                lkey: 2,
+            },
+            Sge {
+                addr: 3,
+                length: 20,
+                lkey: 4,
+            },
+        ];
+        let wrs = [RecvWr::new(10, &sges), RecvWr::new(11, &sges[..1])];
+        assert_eq!(rq.post(&wrs), Ok(()));
+        assert_eq!(
+            rq.post(&[RecvWr::new(12, &[sges[0]; 3])]),
+            Err((0, PostError::TooManySge { given: 3, max: 2 }))
+        );
+        assert_eq!(rq.post(&wrs), Err((1, PostError::QueueFull)));
+        assert_eq!(rq.outstanding(), 3);
+        let b = slot_bytes(&fd, 8, 0);
+        let wqe = RecvWqe::read_from_prefix(&b).unwrap().0;
+        assert_eq!((wqe.wr_id, wqe.dma.num_sge, wqe.dma.length), (10, 2, 30));
+        let at = size_of::<RecvWqe>();
+        let got = <[Sge; 2]>::read_from_prefix(&b[at..]).unwrap().0;
+        assert_eq!(got, sges);
+        set_index(&fd, CONS, 3);
+        set_index(&fd, PROD, 3);
+        assert_eq!(rq.outstanding(), 0);
     }
 
     /// Receive scatter lists whose lengths sum past 2^31 are refused.

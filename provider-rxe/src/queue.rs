@@ -8,16 +8,39 @@
 //! reads the producer index with acquire before reading elements and hands
 //! slots back with a release store of the consumer index. The kernel is the
 //! other side of every ring and uses the same protocol.
+//!
+//! This module is the crate's only user of raw pointers into the rings;
+//! with `cmd`, which issues the uverbs commands, it holds all of the
+//! crate's `unsafe`. [`Queue::map`] proves the ring geometry once: every masked slot lies inside the
+//! mapping. The typed rings prove once, at creation, that a slot holds
+//! what is written to or read from it: `SendRing` (a send WQE and its
+//! SGEs or inline bytes), `RecvRing` (a receive WQE and its SGEs) and
+//! `CqRing` (a completion). The indices move only through the named
+//! operations of `Producer` (`full`, `push_*`, which advances the
+//! producer, and `publish`) and `Consumer` (`empty`, `pop`, which
+//! advances the consumer, and `publish`), which pick the orderings, as
+//! rdma-core's `providers/rxe/rxe_queue.h` does for its C callers. Each
+//! element pushed is checked against the ring's limits by the push itself,
+//! with the same checks the provider makes anyway, so the per-request path
+//! carries no bounds check beyond those.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rverbs_abi::rxe::{MmInfo, QueueBuf, QUEUE_DATA_OFFSET};
+use rverbs_abi::rxe::{self, MmInfo, QueueBuf, RecvWqe, SendWqe, QUEUE_DATA_OFFSET};
+use rverbs_abi::wr::{Sge, Wc};
 use rverbs_abi::Errno;
+use rverbs_provider::check::{check_recv, SendChecks};
+use rverbs_provider::wr::{Payload, SendWr, UdDest};
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::PostError;
 
 const PRODUCER_OFFSET: usize = std::mem::offset_of!(QueueBuf, producer_index);
 const CONSUMER_OFFSET: usize = std::mem::offset_of!(QueueBuf, consumer_index);
+// Elements of at least 8 bytes are 8-aligned (see `Queue::slot`).
+const _: () = assert!(QUEUE_DATA_OFFSET % 8 == 0);
 
 /// One mapped ring. Unmapped on drop.
 #[derive(Debug)]
@@ -31,7 +54,9 @@ pub struct Queue {
 // SAFETY: the mapping is plain shared memory; all index accesses are atomic,
 // and element access is serialised by the `&mut` receivers of the queue types.
 unsafe impl Send for Queue {}
-// SAFETY: `&Queue` only permits atomic index loads.
+// SAFETY: `&Queue` only permits atomic index loads; slots are read and
+// written only through a `Producer` or `Consumer`, which the typed rings
+// hand out from `&mut self`, so one at a time per ring.
 unsafe impl Sync for Queue {}
 
 impl Queue {
@@ -85,21 +110,21 @@ impl Queue {
         Ok(q)
     }
 
+    /// The shared index at `offset` in the header.
+    #[inline(always)]
     fn index(&self, offset: usize) -> &AtomicU32 {
         // SAFETY: offset is one of the two index offsets inside the header,
         // 4-byte aligned within a page-aligned mapping that outlives `&self`.
         unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU32>() }
     }
 
-    /// The shared producer index.
-    #[inline]
-    pub fn producer(&self) -> &AtomicU32 {
+    #[inline(always)]
+    fn producer_index(&self) -> &AtomicU32 {
         self.index(PRODUCER_OFFSET)
     }
 
-    /// The shared consumer index.
-    #[inline]
-    pub fn consumer(&self) -> &AtomicU32 {
+    #[inline(always)]
+    fn consumer_index(&self) -> &AtomicU32 {
         self.index(CONSUMER_OFFSET)
     }
 
@@ -116,9 +141,11 @@ impl Queue {
     }
 
     /// Address of the element at `index` (masked here, so always inside the
-    /// mapping).
-    #[inline]
-    pub fn slot(&self, index: u32) -> *mut u8 {
+    /// mapping). It is 8-aligned when elements are at least 8 bytes, which
+    /// the typed rings below check: the data starts 8-aligned in a
+    /// page-aligned mapping.
+    #[inline(always)]
+    fn slot(&self, index: u32) -> *mut u8 {
         let off = QUEUE_DATA_OFFSET + (((index & self.mask) as usize) << self.log2_elem_size);
         // SAFETY: `map` checked that every masked slot lies inside the mapping.
         unsafe { self.base.as_ptr().add(off) }
@@ -126,8 +153,8 @@ impl Queue {
 
     /// Number of elements between consumer and producer right now.
     pub fn fill(&self) -> u32 {
-        let p = self.producer().load(Ordering::Acquire);
-        let c = self.consumer().load(Ordering::Acquire);
+        let p = self.producer_index().load(Ordering::Acquire);
+        let c = self.consumer_index().load(Ordering::Acquire);
         p.wrapping_sub(c) & self.mask
     }
 }
@@ -138,6 +165,388 @@ impl Drop for Queue {
         // reference into it outlives `self`.
         unsafe {
             libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// `Some(room)` with `max_wr` no deeper than `q`, or `EPROTO`: the sizes
+/// come from the kernel.
+fn check_geometry(q: &Queue, max_wr: u32, room: Option<usize>) -> Result<(), Errno> {
+    if room.is_none_or(|room| q.elem_size() < room) || max_wr > q.mask() {
+        return Err(Errno::EPROTO);
+    }
+    Ok(())
+}
+
+/// A QP's send ring: each slot holds a [`SendWqe`] followed by up to
+/// `max_sge` SGEs or `max_inline` inline bytes, the limits every request is
+/// checked against.
+#[derive(Debug)]
+pub(crate) struct SendRing {
+    q: Queue,
+    max_wr: u32,
+    checks: SendChecks,
+}
+
+impl SendRing {
+    /// Wraps a mapped send ring of granted depth `max_wr` for a QP of type
+    /// `qp_type` taking `max_sge` SGEs or `max_inline` inline bytes per
+    /// request, if its slots hold that much.
+    pub(crate) fn new(
+        q: Queue,
+        qp_type: u8,
+        max_wr: u32,
+        max_sge: u32,
+        max_inline: u32,
+    ) -> Result<Self, Errno> {
+        let room = (max_sge as usize)
+            .checked_mul(size_of::<Sge>())
+            .map(|sges| sges.max(max_inline as usize))
+            .and_then(|body| body.checked_add(size_of::<SendWqe>()));
+        check_geometry(&q, max_wr, room)?;
+        Ok(SendRing {
+            q,
+            max_wr,
+            checks: SendChecks::new(qp_type, max_sge, max_inline),
+        })
+    }
+
+    /// The mapped ring.
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.q
+    }
+
+    /// The granted depth.
+    pub(crate) fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
+    /// See [`SendChecks::set_ud_mtu`] (the slot limits do not change).
+    pub(crate) fn set_ud_mtu(&mut self, mtu: u32) {
+        self.checks.set_ud_mtu(mtu);
+    }
+
+    /// Starts producing into the ring (`&mut`: we are its only producer).
+    #[inline(always)]
+    pub(crate) fn producer(&mut self) -> Producer<'_, &SendChecks> {
+        Producer::new(&self.q, self.max_wr, &self.checks)
+    }
+}
+
+/// A receive ring (a QP's RQ or an SRQ's): each slot holds a [`RecvWqe`]
+/// followed by up to `max_sge` SGEs.
+#[derive(Debug)]
+pub(crate) struct RecvRing {
+    q: Queue,
+    max_wr: u32,
+    max_sge: u32,
+}
+
+/// A receive ring's limit, as [`Producer`] carries it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvLimits {
+    max_sge: u32,
+}
+
+impl RecvRing {
+    /// Wraps a mapped receive ring of granted depth `max_wr` whose elements
+    /// hold `max_sge` SGEs, if they do.
+    pub(crate) fn new(q: Queue, max_wr: u32, max_sge: u32) -> Result<Self, Errno> {
+        let room = (max_sge as usize)
+            .checked_mul(size_of::<Sge>())
+            .and_then(|sges| sges.checked_add(size_of::<RecvWqe>()));
+        check_geometry(&q, max_wr, room)?;
+        Ok(RecvRing { q, max_wr, max_sge })
+    }
+
+    /// The mapped ring.
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.q
+    }
+
+    /// The granted depth.
+    pub(crate) fn max_wr(&self) -> u32 {
+        self.max_wr
+    }
+
+    /// Starts producing into the ring (`&mut`: we are its only producer).
+    #[inline(always)]
+    pub(crate) fn producer(&mut self) -> Producer<'_, RecvLimits> {
+        let limits = RecvLimits {
+            max_sge: self.max_sge,
+        };
+        Producer::new(&self.q, self.max_wr, limits)
+    }
+}
+
+/// A run of elements produced into a ring whose producer we are, published
+/// to the kernel at once by [`Producer::publish`] (not at all if it is
+/// dropped instead).
+#[derive(Debug)]
+pub(crate) struct Producer<'r, L> {
+    q: &'r Queue,
+    /// The ring's limits: its SGE and inline bounds.
+    limits: L,
+    max_wr: u32,
+    /// The producer index when the run started.
+    start: u32,
+    /// The producer index after the elements pushed so far.
+    prod: u32,
+    /// The consumer index as last read.
+    cons: u32,
+}
+
+impl<'r, L> Producer<'r, L> {
+    #[inline(always)]
+    fn new(q: &'r Queue, max_wr: u32, limits: L) -> Self {
+        // Relaxed: we are the only producer, so the index is our own last
+        // store. Acquire: slots the kernel released are free to overwrite.
+        // The consumer index is read again only when the ring looks full.
+        let start = q.producer_index().load(Ordering::Relaxed);
+        let cons = q.consumer_index().load(Ordering::Acquire);
+        Producer {
+            q,
+            limits,
+            max_wr,
+            start,
+            prod: start,
+            cons,
+        }
+    }
+
+    /// Whether `max_wr` elements are outstanding: the slot at the producer
+    /// index is not free. Refreshes the consumer index (acquire) before
+    /// answering yes. `max_wr` is at most the ring's capacity (checked at
+    /// creation), so a slot this answers no for is one the kernel neither
+    /// reads nor writes until it is published.
+    #[inline(always)]
+    pub(crate) fn full(&mut self) -> bool {
+        let mask = self.q.mask;
+        if self.prod.wrapping_sub(self.cons) & mask < self.max_wr {
+            return false;
+        }
+        self.cons = self.q.consumer_index().load(Ordering::Acquire);
+        self.prod.wrapping_sub(self.cons) & mask >= self.max_wr
+    }
+
+    /// Elements pushed in this run (fewer than the ring's slots).
+    #[inline(always)]
+    pub(crate) fn pushed(&self) -> usize {
+        (self.prod.wrapping_sub(self.start) & self.q.mask) as usize
+    }
+
+    /// Moves past the element just written (not yet visible to the kernel).
+    #[inline(always)]
+    fn advance_producer(&mut self) {
+        self.prod = (self.prod + 1) & self.q.mask;
+    }
+
+    /// Hands the elements pushed to the kernel: one release store of the
+    /// producer index (the element contents happen-before the kernel sees
+    /// it), none if nothing was pushed. Returns whether anything was.
+    #[inline(always)]
+    pub(crate) fn publish(self) -> bool {
+        if self.prod == self.start {
+            return false;
+        }
+        self.q.producer_index().store(self.prod, Ordering::Release);
+        true
+    }
+}
+
+impl Producer<'_, &SendChecks> {
+    /// Pushes the send request `wr` unless the ring is full
+    /// ([`PostError::QueueFull`]) or `wr` fails the ring's checks
+    /// ([`SendChecks::check`], with `has_dest` for a UD destination): the
+    /// free slot is zeroed, `build` fills in the WQE header in place given
+    /// the message length, and the SGEs or inline bytes follow it. On error
+    /// nothing is pushed.
+    #[inline(always)]
+    pub(crate) fn push_send(
+        &mut self,
+        wr: &SendWr<'_>,
+        has_dest: impl FnOnce(&UdDest<'_>) -> bool,
+        build: impl FnOnce(&mut SendWqe, u64),
+    ) -> Result<(), PostError> {
+        if self.full() {
+            return Err(PostError::QueueFull);
+        }
+        let length = self.limits.check(wr, has_dest)?;
+        let slot = self.q.slot(self.prod);
+        // SAFETY: `slot` is free (`full` said no: the kernel neither reads
+        // nor writes it until it is published), 8-aligned, and
+        // `SendRing::new` checked it holds a SendWqe plus max_sge SGEs or
+        // max_inline bytes, which `check` just bounded this request's SGEs
+        // and inline bytes by (with the same limits). The WQE is built in
+        // place: zeroed, then filled (no copy through the stack).
+        unsafe {
+            let wqe = slot.cast::<SendWqe>();
+            std::ptr::write_bytes(wqe, 0, 1);
+            build(&mut *wqe, length);
+            let tail = slot.add(size_of::<SendWqe>());
+            match wr.payload() {
+                Payload::Sge(sges) => copy_sges(sges, tail.cast::<Sge>()),
+                Payload::Inline(bufs) => {
+                    let mut at = tail;
+                    for b in bufs {
+                        std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len());
+                        at = at.add(b.len());
+                    }
+                }
+            }
+        }
+        self.advance_producer();
+        Ok(())
+    }
+}
+
+impl Producer<'_, RecvLimits> {
+    /// Pushes a receive into `sges` unless the ring is full
+    /// ([`PostError::QueueFull`]) or `sges` fails [`check_recv`] against
+    /// the ring's SGE limit: the header `header` makes of the total length
+    /// is written, then the SGEs. On error nothing is pushed.
+    #[inline(always)]
+    pub(crate) fn push_recv(
+        &mut self,
+        sges: &[Sge],
+        header: impl FnOnce(u64) -> RecvWqe,
+    ) -> Result<(), PostError> {
+        if self.full() {
+            return Err(PostError::QueueFull);
+        }
+        let length = check_recv(sges, self.limits.max_sge)?;
+        let hdr = header(length);
+        let slot = self.q.slot(self.prod);
+        // SAFETY: a free slot (`full` said no), 8-aligned, which
+        // `RecvRing::new` checked holds a RecvWqe plus max_sge SGEs;
+        // `check_recv` just bounded `sges` by max_sge.
+        unsafe {
+            std::ptr::write(slot.cast::<RecvWqe>(), hdr);
+            copy_sges(sges, slot.add(size_of::<RecvWqe>()).cast::<Sge>());
+        }
+        self.advance_producer();
+        Ok(())
+    }
+}
+
+/// Copies `sges` to `dst`. One SGE, the common case, is a single 16-byte
+/// store instead of a call to `memcpy`.
+///
+/// # Safety
+/// `dst` must be valid for writing `sges.len()` SGEs, 8-byte aligned, and
+/// not overlap `sges`.
+#[inline(always)]
+unsafe fn copy_sges(sges: &[Sge], dst: *mut Sge) {
+    match sges {
+        [] => {}
+        // SAFETY: the caller guarantees room for one SGE at `dst`.
+        [one] => unsafe { dst.write(*one) },
+        // SAFETY: the caller guarantees room for all of them at `dst`.
+        _ => unsafe { std::ptr::copy_nonoverlapping(sges.as_ptr(), dst, sges.len()) },
+    }
+}
+
+/// The `wr` union of a send WQE being built, as one of its arms
+/// ([`rxe::WrRdma`], [`rxe::WrAtomic`], [`rxe::WrUd`]). A cast, without
+/// the run-time alignment check of [`rxe::SendWr::rdma`] and its siblings.
+#[inline(always)]
+pub(crate) fn wr_arm<T: FromBytes + IntoBytes>(wr: &mut rxe::SendWr) -> &mut T {
+    const {
+        assert!(size_of::<T>() <= rxe::SEND_WR_UNION_BYTES);
+        assert!(align_of::<T>() <= align_of::<u64>());
+    }
+    // SAFETY: the union's words are 8-byte aligned and at least as large as
+    // `T` (asserted above); any bytes are a valid `T` and any `T` is valid
+    // words (`FromBytes`, `IntoBytes`); the borrow of `wr` is exclusive and
+    // passed on.
+    unsafe { &mut *wr.wr.as_mut_ptr().cast::<T>() }
+}
+
+/// A completion ring: each slot holds a [`Wc`].
+#[derive(Debug)]
+pub(crate) struct CqRing {
+    q: Queue,
+}
+
+impl CqRing {
+    /// Wraps a mapped completion ring if its slots hold a completion each.
+    pub(crate) fn new(q: Queue) -> Result<Self, Errno> {
+        if q.elem_size() < size_of::<Wc>() {
+            return Err(Errno::EPROTO);
+        }
+        Ok(CqRing { q })
+    }
+
+    /// The mapped ring.
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.q
+    }
+
+    /// Starts consuming from the ring (`&mut`: we are its only consumer).
+    #[inline(always)]
+    pub(crate) fn consumer(&mut self) -> Consumer<'_> {
+        // Relaxed: we are the only consumer, so the index is our own last
+        // store. Acquire: the kernel's CQE writes happen-before its release
+        // store of the producer index, so they are visible once we see it.
+        let start = self.q.consumer_index().load(Ordering::Relaxed);
+        let prod = self.q.producer_index().load(Ordering::Acquire);
+        Consumer {
+            q: &self.q,
+            start,
+            cons: start,
+            prod,
+        }
+    }
+}
+
+/// A run of completions consumed from a ring whose consumer we are, handed
+/// back to the kernel at once by [`Consumer::publish`]. It sees the
+/// completions produced when it started.
+#[derive(Debug)]
+pub(crate) struct Consumer<'r> {
+    q: &'r Queue,
+    start: u32,
+    cons: u32,
+    prod: u32,
+}
+
+impl Consumer<'_> {
+    /// Whether every completion seen is consumed.
+    #[inline(always)]
+    pub(crate) fn empty(&self) -> bool {
+        self.cons == self.prod
+    }
+
+    /// Moves past the completion just read.
+    #[inline(always)]
+    fn advance_consumer(&mut self) {
+        self.cons = (self.cons + 1) & self.q.mask;
+    }
+
+    /// The completion at the consumer index, and advances past it; `None`
+    /// when [`Consumer::empty`].
+    #[inline(always)]
+    pub(crate) fn pop(&mut self) -> Option<Wc> {
+        if self.empty() {
+            return None;
+        }
+        // SAFETY: the slot lies inside the ring, holds at least
+        // size_of::<Wc>() bytes (checked in `CqRing::new`, so it is also
+        // 8-aligned), any bytes are a valid Wc, and the kernel produced it
+        // (acquire, in `consumer`) and will not rewrite it until we publish
+        // a consumer index past it.
+        let wc = unsafe { std::ptr::read(self.q.slot(self.cons).cast::<Wc>()) };
+        self.advance_consumer();
+        Some(wc)
+    }
+
+    /// Hands the slots read back to the kernel: one release store of the
+    /// consumer index (our reads complete before the kernel may reuse
+    /// them), none if nothing was read.
+    #[inline(always)]
+    pub(crate) fn publish(self) {
+        if self.cons != self.start {
+            self.q.consumer_index().store(self.cons, Ordering::Release);
         }
     }
 }

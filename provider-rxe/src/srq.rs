@@ -1,19 +1,17 @@
 //! rxe shared receive queues: CREATE_SRQ with rxe's driver response, the
 //! mapped receive ring (posted through [`RecvQueue`]), MODIFY_SRQ (limit,
-//! and resize, for which rxe writes the new ring's [`MmInfo`] to a user
+//! and resize, for which rxe writes the new ring's [`MmInfo`](rxe::MmInfo) to a user
 //! address given in the driver data), QUERY_SRQ and DESTROY_SRQ.
 
 use std::os::fd::BorrowedFd;
 
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
-use rverbs_abi::rxe::{self, MmInfo, ModifySrqCmd};
-use rverbs_abi::srq::{
-    CreateSrq, CreateSrqResp, DestroySrq, DestroySrqResp, ModifySrq, QuerySrq, QuerySrqResp,
-};
+use rverbs_abi::rxe;
+use rverbs_abi::srq::{CreateSrq, CreateSrqResp, DestroySrq, ModifySrq, QuerySrq, QuerySrqResp};
 use rverbs_abi::Errno;
 use rverbs_provider::wr::RecvWr;
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
+use crate::cmd;
 use crate::qp::RecvQueue;
 use crate::queue::Queue;
 use crate::PostError;
@@ -40,11 +38,7 @@ pub struct Created {
 /// receive ring.
 pub fn create(fd: BorrowedFd<'_>, cmd: &CreateSrq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateSrqResp::new_zeroed();
-    // SAFETY: CREATE_SRQ carries no user address but its response pointer,
-    // which write_cmd supplies; rxe takes no driver data in (its ring is
-    // the kernel's, mapped below).
-    let resp: CreateSrqResp =
-        unsafe { write_cmd(fd, nr::CREATE_SRQ, cmd, &[], drv.as_mut_bytes())? };
+    let resp = cmd::create_srq(fd, cmd, &mut drv)?;
     let srq = Queue::map(fd, &drv.mi)
         .and_then(|ring| RecvQueue::new(ring, resp.max_wr, resp.max_sge))
         .map(|rq| Srq {
@@ -98,7 +92,7 @@ impl Srq {
     /// Sets the limit: once fewer than `limit` receives remain, the kernel
     /// raises `IB_EVENT_SRQ_LIMIT_REACHED` once and disarms (0 disarms now).
     pub fn set_limit(&self, fd: BorrowedFd<'_>, limit: u32) -> Result<(), Errno> {
-        modify(fd, self.handle, SRQ_LIMIT, 0, limit, None).map(|_| ())
+        cmd::modify_srq(fd, &modify(self.handle, SRQ_LIMIT, 0, limit))
     }
 
     /// Resizes the ring to at least `max_wr` entries. The kernel copies the
@@ -111,12 +105,7 @@ impl Srq {
     /// post fails with [`PostError::InvalidState`]: the old ring is no
     /// longer consumed, so posting to it would lose receives silently.
     pub fn resize(&mut self, fd: BorrowedFd<'_>, max_wr: u32) -> Result<(), Errno> {
-        let mut mi = MmInfo::default();
-        modify(fd, self.handle, SRQ_MAX_WR, max_wr, 0, Some(&mut mi))?;
-        // SAFETY: `mi` is a live local; the kernel wrote it during the
-        // command through the address handed over in the driver data, so
-        // read it back without letting the compiler assume it unchanged.
-        let mi = unsafe { std::ptr::read_volatile(&mi) };
+        let mi = cmd::modify_srq_resize(fd, &modify(self.handle, SRQ_MAX_WR, max_wr, 0))?;
         // The kernel has swapped rings: the old mapping still shows the old
         // buffer (its pages live until unmapped) but is no longer consumed.
         self.rq = None;
@@ -126,34 +115,16 @@ impl Srq {
     }
 }
 
-/// MODIFY_SRQ. rxe requires its driver data on every call; with
-/// [`SRQ_MAX_WR`] the kernel writes the new ring's [`MmInfo`] to `mi`.
-fn modify(
-    fd: BorrowedFd<'_>,
-    srq_handle: u32,
-    attr_mask: u32,
-    max_wr: u32,
-    srq_limit: u32,
-    mi: Option<&mut MmInfo>,
-) -> Result<(), Errno> {
-    let cmd = ModifySrq {
+/// A MODIFY_SRQ command. rxe requires its driver data on every call (see
+/// [`cmd::modify_srq`]); with [`SRQ_MAX_WR`] the kernel writes the new
+/// ring's description through it ([`cmd::modify_srq_resize`]).
+fn modify(srq_handle: u32, attr_mask: u32, max_wr: u32, srq_limit: u32) -> ModifySrq {
+    ModifySrq {
         srq_handle,
         attr_mask,
         max_wr,
         srq_limit,
-    };
-    let addr = match mi {
-        Some(m) => m as *mut MmInfo as u64,
-        None => 0,
-    };
-    let drv = ModifySrqCmd {
-        mmap_info_addr: addr,
-    };
-    // SAFETY: the one user address is the driver data's `mmap_info_addr`:
-    // 0, or `mi`, an exclusive borrow live for this call, which rxe writes
-    // (an `MmInfo`, exactly its size) during the command and never after.
-    unsafe { write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, drv.as_bytes(), &mut [])? };
-    Ok(())
+    }
 }
 
 /// QUERY_SRQ: the SRQ's depth (rxe reports its ring's slot count minus
@@ -164,9 +135,7 @@ pub fn query(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<QuerySrqResp, Errno>
         srq_handle,
         reserved: 0,
     };
-    // SAFETY: QUERY_SRQ carries no user address but its response pointer,
-    // which write_cmd supplies.
-    unsafe { write_cmd(fd, nr::QUERY_SRQ, &cmd, &[], &mut []) }
+    cmd::query_srq(fd, &cmd)
 }
 
 /// DESTROY_SRQ. Fails with EBUSY while a QP still uses the SRQ. Returns the
@@ -177,8 +146,5 @@ pub fn destroy(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<u32, Errno> {
         srq_handle,
         reserved: 0,
     };
-    // SAFETY: DESTROY_SRQ carries no user address but its response
-    // pointer, which write_cmd supplies.
-    let r: DestroySrqResp = unsafe { write_cmd(fd, nr::DESTROY_SRQ, &cmd, &[], &mut [])? };
-    Ok(r.events_reported)
+    Ok(cmd::destroy_srq(fd, &cmd)?.events_reported)
 }

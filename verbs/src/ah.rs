@@ -60,7 +60,7 @@ use rverbs_provider::wr::{SendWr, UdDest};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::context::{Context, LinkLayer};
-use crate::error::{Errno, Error, Result};
+use crate::error::{Errno, Error, Feature, Result};
 use crate::gid::{Gid, GidType};
 use crate::mr::Mr;
 use crate::pd::Pd;
@@ -160,23 +160,18 @@ impl Pd {
             reserved: 0,
             attr: to_raw(attr),
         };
-        if ctx.mlx5().is_some() {
-            if port.link_layer() == LinkLayer::Ethernet {
-                // RoCE needs the destination MAC (CREATE_AH's mlx5 answer)
-                // in the address vector, which the provider cannot set yet.
-                return Err(Error::Kernel {
-                    op: "create_ah (mlx5 over RoCE is not implemented yet)",
-                    errno: Errno::EOPNOTSUPP,
-                });
-            }
-            // InfiniBand: the address vector is all there is; no kernel
-            // object (libmlx5 creates none either).
+        if port.link_layer() == LinkLayer::Ethernet {
+            ctx.provider().require(Feature::RoceAddressHandle)?;
+        }
+        if let Some(av) = ctx.provider().address_vector(&cmd.attr) {
+            // The address vector is all there is (mlx5 over InfiniBand): no
+            // kernel object (libmlx5 creates none either).
             return Ok(Ah {
                 pd: self.clone(),
                 handle: None,
                 ah_num: 0,
                 attr: *attr,
-                av: Some(rverbs_mlx5::ah::av(&cmd.attr, false)),
+                av: Some(av),
             });
         }
         let mut drv = rverbs_abi::rxe::CreateAhResp::new_zeroed();

@@ -10,36 +10,28 @@ use std::ffi::CString;
 use std::fmt;
 use std::fs;
 use std::ops::Deref;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, response_fd, write_cmd, write_cmd_prefilled, write_ex_cmd, NO_FD};
+use rverbs_abi::cmd::{nr, response_fd, write_cmd, write_ex_cmd};
 use rverbs_abi::device::{
-    ExQueryDevice, ExQueryDeviceResp, GetContext, GetContextResp, GidEntry as RawGidEntry,
-    QueryDevice, QueryDeviceResp, QueryPort, QueryPortResp,
+    ExQueryDevice, ExQueryDeviceResp, GidEntry as RawGidEntry, QueryDevice, QueryDeviceResp,
+    QueryPort, QueryPortResp,
 };
 use rverbs_abi::ioctl::{device_method, object, query_gid_table_attr as gt, IoctlCmd};
-use rverbs_abi::mlx5::AllocUcontextResp;
 use rverbs_abi::Errno;
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
-use crate::device::{Device, Driver, Guid};
+use crate::device::{Device, Guid};
 use crate::error::{Error, Result};
 use crate::gid::{Gid, GidEntry, GidType};
 
-/// The provider's part of an open context.
-pub(crate) enum ProviderCtx {
-    /// rxe keeps no per-context state.
-    Rxe,
-    /// mlx5: UAR pages, doorbell records and the QP table.
-    Mlx5(Arc<rverbs_mlx5::uctx::Uctx>),
-}
-
 pub(crate) struct ContextInner {
-    /// Dropped before the fd: the UAR mappings go first.
-    provider: ProviderCtx,
-    fd: OwnedFd,
+    /// The provider's context (mlx5: UAR pages, doorbell records and
+    /// the QP table); it holds the command fd too.
+    provider: crate::provider::Ctx,
+    fd: Arc<OwnedFd>,
     async_fd: OwnedFd,
     device: Device,
     num_comp_vectors: u32,
@@ -62,69 +54,8 @@ impl fmt::Debug for Context {
 
 impl Context {
     pub(crate) fn open(device: Device) -> Result<Context> {
-        let fd = OwnedFd::from(device.open_node()?);
-        // The async fd field starts as -1: a response the kernel did not
-        // write (the node answered nothing) must not name fd 0.
-        let mut resp = GetContextResp {
-            async_fd: NO_FD,
-            num_comp_vectors: 0,
-        };
-        let mut mlx5_resp = AllocUcontextResp::new_zeroed();
-        match device.driver() {
-            Driver::Mlx5 => {
-                let req = rverbs_mlx5::uctx::alloc_ucontext_req();
-                // SAFETY: GET_CONTEXT carries no user address but its
-                // response pointer, which write_cmd_prefilled supplies;
-                // mlx5's driver data (alloc_ucontext_req_v2) holds counts
-                // and flags only. `fd` passed open_node's check.
-                unsafe {
-                    write_cmd_prefilled(
-                        fd.as_fd(),
-                        nr::GET_CONTEXT,
-                        &GetContext::new_zeroed(),
-                        &mut resp,
-                        req.as_bytes(),
-                        mlx5_resp.as_mut_bytes(),
-                    )
-                }
-                .map_err(Error::kernel("get_context"))?;
-            }
-            Driver::Rxe => {
-                // SAFETY: GET_CONTEXT carries no user address but its
-                // response pointer, which write_cmd_prefilled supplies; rxe
-                // sends no driver data. `fd` passed open_node's check.
-                unsafe {
-                    write_cmd_prefilled(
-                        fd.as_fd(),
-                        nr::GET_CONTEXT,
-                        &GetContext::new_zeroed(),
-                        &mut resp,
-                        &[],
-                        &mut [],
-                    )
-                }
-                .map_err(Error::kernel("get_context"))?;
-            }
-            Driver::Other(d) => {
-                return Err(Error::UnsupportedDriver {
-                    device: device.name().to_string(),
-                    driver: d.clone(),
-                })
-            }
-        }
-        let raw = kernel_fd("get_context", "async_fd", resp.async_fd)?;
-        // SAFETY: the kernel wrote this fd number over the -1 prefilled
-        // above: GET_CONTEXT opened it for us on a checked uverbs node, and
-        // nothing else owns it.
-        let async_fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // On error from here on, `async_fd` closes as it drops.
-        let provider = match device.driver() {
-            Driver::Mlx5 => ProviderCtx::Mlx5(Arc::new(
-                rverbs_mlx5::uctx::Uctx::from_resp(fd.as_fd(), &mlx5_resp)
-                    .map_err(Error::kernel("get_context"))?,
-            )),
-            _ => ProviderCtx::Rxe,
-        };
+        let fd = Arc::new(OwnedFd::from(device.open_node()?));
+        let (provider, async_fd, num_comp_vectors) = crate::provider::Ctx::open(&device, &fd)?;
         crate::event::set_nonblocking(async_fd.as_fd())
             .map_err(Error::kernel("async fd O_NONBLOCK"))?;
         Ok(Context {
@@ -133,7 +64,7 @@ impl Context {
                 fd,
                 async_fd,
                 device,
-                num_comp_vectors: resp.num_comp_vectors,
+                num_comp_vectors,
             }),
         })
     }
@@ -158,12 +89,9 @@ impl Context {
         self.inner.fd.as_fd()
     }
 
-    /// The mlx5 user context, if this is an mlx5 device.
-    pub(crate) fn mlx5(&self) -> Option<&Arc<rverbs_mlx5::uctx::Uctx>> {
-        match &self.inner.provider {
-            ProviderCtx::Mlx5(u) => Some(u),
-            ProviderCtx::Rxe => None,
-        }
+    /// The provider's context: every create goes through it.
+    pub(crate) fn provider(&self) -> &crate::provider::Ctx {
+        &self.inner.provider
     }
 
     /// The asynchronous event fd (non-blocking; readable when an event is
@@ -564,7 +492,9 @@ impl PortAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::Driver;
     use crate::test_util::{fd0_state, TempTree};
+    use rverbs_abi::cmd::NO_FD;
 
     /// A context whose command fd is `/dev/null`, which takes every
     /// command and answers none: as if a forged node had been opened.
@@ -578,10 +508,11 @@ mod tests {
                     .unwrap(),
             )
         };
+        let fd = Arc::new(null(true));
         Context {
             inner: Arc::new(ContextInner {
-                provider: ProviderCtx::Rxe,
-                fd: null(true),
+                provider: crate::provider::Ctx::Rxe(rverbs_rxe::Rxe::new(Arc::clone(&fd))),
+                fd,
                 async_fd: null(false),
                 device: Device::for_tests("null0", Driver::Rxe, Path::new("/dev/null")),
                 num_comp_vectors: 1,

@@ -5,17 +5,17 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd, write_cmd_prefilled, NoResp, NO_FD};
+use rverbs_abi::cmd::{nr, write_cmd, write_cmd_prefilled, NO_FD};
 use rverbs_abi::cq::{
     CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq, DestroyCqResp,
-    ExCreateCq, ReqNotifyCq,
 };
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
 use zerocopy::{FromBytes, FromZeros};
 
 use crate::context::Context;
-use crate::error::{Errno, Error, Result};
+use crate::error::{Error, Result};
 use crate::event::{EventId, ObjectKind};
+use rverbs_provider::CompletionQueue;
 
 pub(crate) struct CqInner {
     pub(crate) ctx: Context,
@@ -24,12 +24,12 @@ pub(crate) struct CqInner {
     pub(crate) event_id: EventId,
     /// The completion channel the CQ signals, if any.
     channel: Option<Arc<OwnedFd>>,
-    /// An mlx5 CQ's ring and doorbell record: the device writes CQEs there
-    /// for as long as the kernel CQ exists (QPs on it keep it, after the
-    /// [`Cq`] handle may be gone), so they are freed only after
-    /// DESTROY_CQ (fields drop after [`Drop::drop`]'s body). QPs on the
-    /// CQ also clean their CQEs out of it through this.
-    pub(crate) mlx5_mem: Option<rverbs_mlx5::cq::CqMemory>,
+    /// What outlives the ring (mlx5: the ring and doorbell record the
+    /// device writes CQEs to for as long as the kernel CQ exists, which QPs
+    /// on it keep after the [`Cq`] handle may be gone), freed only after
+    /// DESTROY_CQ (fields drop after [`Drop::drop`]'s body). QPs on the CQ
+    /// also clean their CQEs out of it through this.
+    pub(crate) shared: crate::provider::CqShared,
 }
 
 impl Drop for CqInner {
@@ -49,16 +49,11 @@ impl Drop for CqInner {
     }
 }
 
-enum Ring {
-    Rxe(rverbs_rxe::cq::Cq),
-    Mlx5(rverbs_mlx5::cq::Cq),
-}
-
 /// A completion queue. Polling needs `&mut`: one consumer at a time, no
 /// lock on the data path. QPs created on it keep the kernel object alive.
 pub struct Cq {
     inner: Arc<CqInner>,
-    ring: Ring,
+    ring: crate::provider::Cq,
     cqe: u32,
 }
 
@@ -151,8 +146,8 @@ impl Context {
     /// [`CqFlags::IGNORE_OVERRUN`] included, with `EOPNOTSUPP`.
     ///
     /// On mlx5 the provider does not implement creation flags yet: any flag
-    /// is refused with [`Error::Kernel`] `EOPNOTSUPP` before the kernel is
-    /// asked; without flags the CQ is the same as [`Context::create_cq`]'s.
+    /// is refused with [`Error::Unsupported`] before the kernel is asked;
+    /// without flags the CQ is the same as [`Context::create_cq`]'s.
     pub fn create_cq_ex(&self, attr: &CqInitAttr<'_>) -> Result<Cq> {
         if attr.flags.contains(CqFlags::TIMESTAMP_COMPLETION) {
             let dev = self.query_device()?;
@@ -184,15 +179,6 @@ impl Context {
         }
         let event_id = EventId::new(ObjectKind::Cq);
         let comp_channel = channel.map_or(-1, |c| c.fd.as_raw_fd());
-        let new_inner = |handle, mem| {
-            Arc::new(CqInner {
-                ctx: self.clone(),
-                handle,
-                event_id,
-                channel: channel.map(|c| c.fd.clone()),
-                mlx5_mem: mem,
-            })
-        };
         let cmd = CreateCq {
             response: 0,
             user_handle: event_id.raw(),
@@ -201,44 +187,21 @@ impl Context {
             comp_channel,
             reserved: 0,
         };
-        if let Some(uctx) = self.mlx5() {
-            if !flags.is_empty() {
-                return Err(Error::Kernel {
-                    op: "create_cq_ex (the mlx5 provider supports no CQ creation flags)",
-                    errno: Errno::EOPNOTSUPP,
-                });
-            }
-            // The provider destroys the kernel CQ itself if it fails after
-            // creating it.
-            let created = rverbs_mlx5::cq::create(self.fd(), uctx, &cmd)
-                .map_err(Error::kernel("create_cq"))?;
-            return Ok(Cq {
-                inner: new_inner(created.resp.cq_handle, Some(created.cq.memory())),
-                cqe: created.resp.cqe,
-                ring: Ring::Mlx5(created.cq),
-            });
-        }
-        let created = if extended {
-            let cmd = ExCreateCq {
-                user_handle: event_id.raw(),
-                cqe,
-                comp_vector,
-                comp_channel,
-                comp_mask: 0,
-                flags: flags.bits(),
-                reserved: 0,
-            };
-            rverbs_rxe::cq::create_ex(self.fd(), &cmd).map_err(Error::kernel("create_cq_ex"))?
-        } else {
-            rverbs_rxe::cq::create(self.fd(), &cmd).map_err(Error::kernel("create_cq"))?
-        };
-        let inner = new_inner(created.resp.cq_handle, None);
-        // If mapping failed, dropping `inner` destroys the kernel CQ.
-        let ring = created.cq.map_err(Error::kernel("mmap cq"))?;
+        // Complete or nothing: the provider destroys what it created on
+        // the way if it fails.
+        let (resp, ring, shared) = self
+            .provider()
+            .create_cq(&cmd, extended.then_some(flags.bits()))?;
         Ok(Cq {
-            inner,
-            ring: Ring::Rxe(ring),
-            cqe: created.resp.cqe,
+            inner: Arc::new(CqInner {
+                ctx: self.clone(),
+                handle: resp.cq_handle,
+                event_id,
+                channel: channel.map(|c| c.fd.clone()),
+                shared,
+            }),
+            ring,
+            cqe: resp.cqe,
         })
     }
 }
@@ -401,42 +364,24 @@ impl Cq {
         }
         let fd = self.inner.ctx.fd();
         let handle = self.inner.handle;
-        self.cqe = match &mut self.ring {
-            Ring::Rxe(r) => r
-                .resize(fd, handle, cqe)
-                .map_err(Error::kernel("resize_cq"))?,
-            Ring::Mlx5(r) => r
-                .resize(fd, handle, cqe)
-                .map_err(Error::kernel("resize_cq"))?,
-        };
+        self.cqe = self
+            .ring
+            .resize(fd, handle, cqe)
+            .map_err(Error::kernel("resize_cq"))?;
         Ok(())
     }
 }
 
 #[inline]
-fn poll_ring(ring: &mut Ring, wc: &mut [Wc]) -> Result<usize> {
+fn poll_ring(ring: &mut crate::provider::Cq, wc: &mut [Wc]) -> Result<usize> {
     // SAFETY: Wc is repr(transparent) over the ABI's Wc.
     let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [rverbs_abi::wr::Wc]) };
-    match ring {
-        Ring::Rxe(r) => r
-            .poll(raw)
-            .map_err(|e| Error::Unusable(format!("poll_cq: {e}"))),
-        Ring::Mlx5(r) => Ok(r.poll(raw)),
-    }
+    ring.poll(raw)
+        .map_err(|e| Error::Unusable(format!("poll_cq: {e}")))
 }
 
-fn arm_ring(ring: &Ring, inner: &CqInner, solicited_only: bool) -> Result<()> {
-    if let Ring::Mlx5(r) = ring {
-        r.arm(solicited_only);
-        return Ok(());
-    }
-    let cmd = ReqNotifyCq {
-        cq_handle: inner.handle,
-        solicited_only: solicited_only as u32,
-    };
-    // SAFETY: REQ_NOTIFY_CQ carries no user address.
-    unsafe { write_cmd::<_, NoResp>(inner.ctx.fd(), nr::REQ_NOTIFY_CQ, &cmd, &[], &mut []) }
-        .map(|_| ())
+fn arm_ring(ring: &crate::provider::Cq, inner: &CqInner, solicited_only: bool) -> Result<()> {
+    ring.arm(inner.ctx.fd(), inner.handle, solicited_only)
         .map_err(Error::kernel("req_notify_cq"))
 }
 
@@ -474,7 +419,7 @@ pub(crate) fn await_completions<W: Waiter>(w: &mut W) -> Result<Option<usize>> {
 }
 
 struct BlockingWaiter<'a, 'w> {
-    ring: &'a mut Ring,
+    ring: &'a mut crate::provider::Cq,
     inner: &'a CqInner,
     chan: BorrowedFd<'a>,
     wc: &'w mut [Wc],

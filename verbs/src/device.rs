@@ -212,8 +212,8 @@ fn driver_of(name: &str, ib: &Path, nl: &[rverbs_netlink::RdmaDev]) -> Driver {
     }
     // No driver link: match the PCI ids, as libibverbs matches modaliases.
     if let Some((vendor, device)) = pci_ids(&ib.join("device")) {
-        if vendor == rverbs_mlx5::PCI_VENDOR_MELLANOX && rverbs_mlx5::is_mlx5_pci_device(device) {
-            return Driver::Mlx5;
+        if let Some(driver) = crate::provider::pci_driver(vendor, device) {
+            return driver;
         }
         return Driver::Other(format!("pci {vendor:04x}:{device:04x}"));
     }
@@ -407,15 +407,11 @@ impl Device {
                 expected: rverbs_abi::IB_USER_VERBS_ABI_VERSION,
             });
         }
-        let supported = match self.driver {
-            Driver::Rxe => rverbs_rxe::DRIVER_ABI,
-            Driver::Mlx5 => rverbs_mlx5::DRIVER_ABI,
-            Driver::Other(_) => {
-                return Err(Error::UnsupportedDriver {
-                    device: self.name.clone(),
-                    driver: self.driver.to_string(),
-                })
-            }
+        let Some(supported) = crate::provider::driver_abi(&self.driver) else {
+            return Err(Error::UnsupportedDriver {
+                device: self.name.clone(),
+                driver: self.driver.to_string(),
+            });
         };
         if !supported.contains(&self.driver_abi_version) {
             return Err(Error::DriverAbiVersion {

@@ -2,7 +2,7 @@
 //! failed, refused arguments, and refused work requests.
 
 pub use rverbs_abi::Errno;
-pub use rverbs_provider::PostError;
+pub use rverbs_provider::{Feature, PostError};
 
 /// Everything a verbs call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +23,15 @@ pub enum Error {
         what: String,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// The device's provider does not implement what the call needs; no
+    /// command was sent (see [`Feature`]).
+    #[error("the {provider} provider does not support {feature}")]
+    Unsupported {
+        /// The provider (`rxe`, `mlx5`).
+        provider: &'static str,
+        /// What it lacks.
+        feature: Feature,
     },
     /// No RDMA device has that name.
     #[error("no RDMA device named {0:?}")]

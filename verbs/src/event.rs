@@ -579,11 +579,10 @@ mod tests {
     fn pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
         use std::os::fd::FromRawFd;
         let mut fds = [0; 2];
-        // SAFETY: pipe2 fills two fds that nothing else owns.
-        assert_eq!(
-            unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) },
-            0
-        );
+        // SAFETY: pipe2 writes two fds into `fds`, which has room for two;
+        // nothing else owns them.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(rc, 0);
         // SAFETY: fresh fds from pipe2, owned here.
         unsafe {
             (

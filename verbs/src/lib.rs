@@ -34,8 +34,11 @@
 //! and `rverbs::tokio::AsyncEvents`.
 //!
 //! Providers: soft-RoCE (`rxe`, `provider-rxe`) and NVIDIA ConnectX-4 and
-//! later (`mlx5`, `provider-mlx5`). Devices of other drivers are listed by
-//! [`devices`] and refused by [`Device::open`] with a clear error.
+//! later (`mlx5`, `provider-mlx5`), both behind one contract
+//! (`rverbs-provider`'s `Provider` and queue traits). Devices of other
+//! drivers are listed by [`devices`] and refused by [`Device::open`] with a
+//! clear error; what a provider does not implement is refused with
+//! [`Error::Unsupported`] before any command is sent.
 
 #![deny(missing_docs)]
 
@@ -49,6 +52,7 @@ pub mod fork;
 pub mod gid;
 pub mod mr;
 pub mod pd;
+mod provider;
 pub mod qp;
 pub mod srq;
 #[cfg(test)]
@@ -70,7 +74,7 @@ pub use ah::{Ah, Grh, NetworkHeader, UdSendWr};
 pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompChannel, Cq, CqFlags, CqInitAttr, Wc, WcOpcode, WcStatus};
 pub use device::{device, devices, Device, Driver, Guid};
-pub use error::{Errno, Error, PostError, Result};
+pub use error::{Errno, Error, Feature, PostError, Result};
 pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
 pub use fork::{fork_safety, ForkSafety};
 pub use gid::{Gid, GidEntry, GidType};

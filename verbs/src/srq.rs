@@ -10,11 +10,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
-use rverbs_abi::srq::{CreateSrq, ModifySrq};
+use rverbs_abi::cmd::{nr, write_cmd};
+use rverbs_abi::srq::{CreateSrq, DestroySrq, DestroySrqResp, QuerySrq, QuerySrqResp};
 use rverbs_provider::wr::RecvWr;
+use rverbs_provider::{Feature, SharedRecvQueue};
 
-use crate::error::{Errno, Error, Result};
+use crate::error::{Error, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::pd::Pd;
 
@@ -22,28 +23,35 @@ pub(crate) struct SrqInner {
     pub(crate) pd: Pd,
     pub(crate) handle: u32,
     pub(crate) event_id: EventId,
-    /// An mlx5 SRQ's WQE buffer and doorbell record: QPs on the SRQ keep
-    /// the kernel object (after the [`Srq`] handle may be gone) and the
-    /// device uses this memory until DESTROY_SRQ (fields drop after
-    /// [`Drop::drop`]'s body).
-    _mlx5_mem: Option<rverbs_mlx5::srq::SrqMemory>,
+    /// What outlives the ring (mlx5: the WQE buffer and doorbell record):
+    /// QPs on the SRQ keep the kernel object (after the [`Srq`] handle may
+    /// be gone) and the device uses this memory until DESTROY_SRQ (fields
+    /// drop after [`Drop::drop`]'s body).
+    _shared: crate::provider::SrqShared,
 }
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
         // Every QP on the SRQ is gone (they hold this Arc). On failure
         // (device removed) the kernel frees it with the context.
-        let _ = rverbs_rxe::srq::destroy(self.pd.context().fd(), self.handle);
+        let cmd = DestroySrq {
+            response: 0,
+            srq_handle: self.handle,
+            reserved: 0,
+        };
+        // SAFETY: DESTROY_SRQ carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let _ = unsafe {
+            write_cmd::<_, DestroySrqResp>(
+                self.pd.context().fd(),
+                nr::DESTROY_SRQ,
+                &cmd,
+                &[],
+                &mut [],
+            )
+        };
     }
 }
-
-enum Ring {
-    Rxe(rverbs_rxe::srq::Srq),
-    Mlx5(rverbs_mlx5::srq::Srq),
-}
-
-/// `IB_SRQ_LIMIT` in MODIFY_SRQ's attribute mask.
-const SRQ_LIMIT: u32 = 2;
 
 /// What [`Pd::create_srq`] needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +92,7 @@ pub struct SrqAttr {
 /// A shared receive queue.
 pub struct Srq {
     inner: Arc<SrqInner>,
-    ring: Ring,
+    ring: crate::provider::Srq,
     srq_num: u32,
     max_wr: u32,
     max_sge: u32,
@@ -122,36 +130,20 @@ impl Pd {
             max_sge: attr.max_sge,
             srq_limit: attr.srq_limit,
         };
-        let new_inner = |handle, mem| {
-            Arc::new(SrqInner {
-                pd: self.clone(),
-                handle,
-                event_id,
-                _mlx5_mem: mem,
-            })
-        };
-        if let Some(uctx) = ctx.mlx5() {
-            let created = rverbs_mlx5::srq::create(ctx.fd(), uctx, &cmd)
-                .map_err(Error::kernel("create_srq"))?;
-            return Ok(Srq {
-                inner: new_inner(created.resp.srq_handle, Some(created.srq.memory())),
-                ring: Ring::Mlx5(created.srq),
-                srq_num: created.srqn,
-                max_wr: created.resp.max_wr,
-                max_sge: created.resp.max_sge,
-            });
-        }
-        let created =
-            rverbs_rxe::srq::create(ctx.fd(), &cmd).map_err(Error::kernel("create_srq"))?;
-        let inner = new_inner(created.resp.srq_handle, None);
-        // If mapping failed, dropping `inner` destroys the kernel SRQ.
-        let ring = created.srq.map_err(Error::kernel("mmap srq"))?;
+        // Complete or nothing: the provider destroys the kernel SRQ itself
+        // if it fails after creating it.
+        let (resp, srq_num, ring, shared) = ctx.provider().create_srq(&cmd)?;
         Ok(Srq {
-            inner,
-            ring: Ring::Rxe(ring),
-            srq_num: created.srq_num,
-            max_wr: created.resp.max_wr,
-            max_sge: created.resp.max_sge,
+            inner: Arc::new(SrqInner {
+                pd: self.clone(),
+                handle: resp.srq_handle,
+                event_id,
+                _shared: shared,
+            }),
+            ring,
+            srq_num,
+            max_wr: resp.max_wr,
+            max_sge: resp.max_sge,
         })
     }
 }
@@ -162,11 +154,9 @@ impl Srq {
     }
 
     /// The mlx5 ring, which QP creation registers with (`None` on rxe).
-    pub(crate) fn mlx5_ring(&self) -> Option<&rverbs_mlx5::srq::Srq> {
-        match &self.ring {
-            Ring::Mlx5(r) => Some(r),
-            Ring::Rxe(_) => None,
-        }
+    /// The ring, which QPs created on the SRQ are told about.
+    pub(crate) fn ring(&self) -> &crate::provider::Srq {
+        &self.ring
     }
 
     /// The SRQ number (rxe's; what a remote XRC sender would address).
@@ -196,21 +186,16 @@ impl Srq {
 
     /// Receives posted and not yet consumed by any QP.
     pub fn outstanding(&self) -> u32 {
-        match &self.ring {
-            Ring::Rxe(r) => r.outstanding(),
-            Ring::Mlx5(r) => r.outstanding(),
-        }
+        self.ring.outstanding()
     }
 
     /// Posts a chain of receive work requests to the shared pool. On error
     /// the requests before [`Error::Post`]'s `index` were posted.
     #[inline]
     pub fn post_srq_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        match &mut self.ring {
-            Ring::Rxe(r) => r.post(wrs),
-            Ring::Mlx5(r) => r.post(wrs),
-        }
-        .map_err(|(index, error)| Error::Post { index, error })
+        self.ring
+            .post(wrs)
+            .map_err(|(index, error)| Error::Post { index, error })
     }
 
     /// Arms the limit event: once fewer than `limit` receives remain the
@@ -219,24 +204,10 @@ impl Srq {
     /// (EINVAL).
     pub fn modify_limit(&self, limit: u32) -> Result<()> {
         let fd = self.inner.pd.context().fd();
-        match &self.ring {
-            // rxe's MODIFY_SRQ carries its driver data.
-            Ring::Rxe(r) => r.set_limit(fd, limit),
-            // mlx5 takes none.
-            Ring::Mlx5(_) => {
-                let cmd = ModifySrq {
-                    srq_handle: self.inner.handle,
-                    attr_mask: SRQ_LIMIT,
-                    max_wr: 0,
-                    srq_limit: limit,
-                };
-                // SAFETY: MODIFY_SRQ without driver data carries no user
-                // address.
-                unsafe { write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, &[], &mut []) }
-                    .map(|_| ())
-            }
-        }
-        .map_err(Error::kernel("modify_srq"))
+        // rxe's MODIFY_SRQ carries its driver data, mlx5's none.
+        self.ring
+            .set_limit(fd, self.inner.handle, limit)
+            .map_err(Error::kernel("modify_srq"))
     }
 
     /// Resizes the SRQ to hold at least `max_wr` receives; those already
@@ -244,14 +215,13 @@ impl Srq {
     /// below an armed limit (rxe's rule, reported by the kernel as EINVAL).
     ///
     /// mlx5 SRQs cannot be resized (the kernel driver refuses it): refused
-    /// with [`Error::Kernel`] `EOPNOTSUPP` without asking it.
+    /// with [`Error::Unsupported`] without asking it.
     pub fn resize(&mut self, max_wr: u32) -> Result<()> {
-        if !matches!(self.ring, Ring::Rxe(_)) {
-            return Err(Error::Kernel {
-                op: "modify_srq (mlx5 SRQs cannot be resized)",
-                errno: Errno::EOPNOTSUPP,
-            });
-        }
+        self.inner
+            .pd
+            .context()
+            .provider()
+            .require(Feature::SrqResize)?;
         let queued = self.outstanding();
         if max_wr == 0 || max_wr < queued {
             return Err(Error::invalid(format!(
@@ -259,19 +229,32 @@ impl Srq {
             )));
         }
         let fd = self.inner.pd.context().fd();
-        match &mut self.ring {
-            Ring::Rxe(r) => r.resize(fd, max_wr),
-            Ring::Mlx5(_) => Err(Errno::EOPNOTSUPP),
-        }
-        .map_err(Error::kernel("modify_srq"))?;
+        self.ring
+            .resize(fd, self.inner.handle, max_wr)
+            .map_err(Error::kernel("modify_srq"))?;
         self.max_wr = max_wr;
         Ok(())
     }
 
     /// Queries the kernel's view of the SRQ.
     pub fn query(&self) -> Result<SrqAttr> {
-        let r = rverbs_rxe::srq::query(self.inner.pd.context().fd(), self.inner.handle)
-            .map_err(Error::kernel("query_srq"))?;
+        let cmd = QuerySrq {
+            response: 0,
+            srq_handle: self.inner.handle,
+            reserved: 0,
+        };
+        // SAFETY: QUERY_SRQ carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let r: QuerySrqResp = unsafe {
+            write_cmd(
+                self.inner.pd.context().fd(),
+                nr::QUERY_SRQ,
+                &cmd,
+                &[],
+                &mut [],
+            )
+        }
+        .map_err(Error::kernel("query_srq"))?;
         Ok(SrqAttr {
             max_wr: r.max_wr,
             max_sge: r.max_sge,

@@ -9,11 +9,11 @@
 
 use std::os::fd::BorrowedFd;
 
-use rverbs_abi::cmd::{nr, write_cmd};
+use rverbs_abi::cmd::{nr, write_cmd, NoResp};
 use rverbs_abi::cq::{CreateCq, CreateCqResp, DestroyCq, DestroyCqResp, ResizeCq, ResizeCqResp};
 use rverbs_abi::mlx5;
 use rverbs_abi::qp::{CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
-use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
+use rverbs_abi::srq::{CreateSrq, CreateSrqResp, ModifySrq};
 use rverbs_abi::Errno;
 use zerocopy::IntoBytes;
 
@@ -183,4 +183,24 @@ pub(crate) fn create_srq(
             drv_resp.as_mut_bytes(),
         )
     }
+}
+
+/// `IB_SRQ_LIMIT`: MODIFY_SRQ (re)arms the limit event.
+const SRQ_LIMIT: u32 = 2;
+
+/// MODIFY_SRQ arming SRQ `srq_handle`'s limit event at `limit`, without
+/// driver data (mlx5 takes none).
+pub(crate) fn modify_srq_limit(
+    fd: BorrowedFd<'_>,
+    srq_handle: u32,
+    limit: u32,
+) -> Result<(), Errno> {
+    let cmd = ModifySrq {
+        srq_handle,
+        attr_mask: SRQ_LIMIT,
+        max_wr: 0,
+        srq_limit: limit,
+    };
+    // SAFETY: MODIFY_SRQ without driver data carries no user address.
+    unsafe { write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, &[], &mut []) }.map(|_| ())
 }

@@ -1,4 +1,4 @@
-//! The RDMA netlink reply parser (uverbs-abi `netlink`): a datagram as the
+//! The RDMA netlink reply parser (`rverbs-netlink`): a datagram as the
 //! kernel would send it, walked message by message (sequence numbers,
 //! NLMSG_ERROR/DONE), each data message parsed as a device, a char device
 //! and every resource-dump table.

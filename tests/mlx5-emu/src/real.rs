@@ -109,8 +109,8 @@ pub unsafe fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
         // SAFETY: the symbol is glibc's `int open(const char *, int, ...)`;
         // the pointer type is variadic, so the call follows the variadic ABI.
         Some(a) => unsafe { as_fn::<OpenFn>(a)(path, flags, mode) },
-        // SAFETY: openat(AT_FDCWD, ...) is open; arguments as the caller's.
         None => {
+            // SAFETY: openat(AT_FDCWD, ...) is open; arguments as the caller's.
             sys_int(unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path, flags, mode) })
         }
     }
@@ -256,9 +256,9 @@ pub unsafe fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
     match STAT.get() {
         // SAFETY: glibc's `int stat(const char *, struct stat *)`.
         Some(a) => unsafe { as_fn::<StatFn>(a)(path, buf) },
-        // SAFETY: newfstatat fills the kernel `struct stat`, which is
-        // glibc's on x86-64.
         None => {
+            // SAFETY: newfstatat fills the kernel `struct stat`, which is
+            // glibc's on x86-64; arguments as the caller's.
             sys_int(unsafe { libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, path, buf, 0) })
         }
     }

@@ -5,13 +5,20 @@
 //!   per-opcode builders of [`wr::opcode`];
 //! * [`check`]: the checks each provider runs on a request before a byte of
 //!   it reaches its ring (one copy, not one per provider);
-//! * [`PostError`]: why a request was refused.
+//! * [`PostError`]: why a request was refused;
+//! * [`contract`]: the operations every provider implements and the library
+//!   calls ([`Provider`] and its queue traits).
 
 #![deny(missing_docs)]
 
 pub mod check;
+pub mod contract;
 mod error;
 pub mod wr;
 
+pub use contract::{
+    CompletionQueue, CqCreated, Feature, Provider, QpCreated, QpState, RecvQueue, RingLost,
+    SendQueue, SharedRecvQueue, SrqCreated, Unshared,
+};
 pub use error::PostError;
 pub use rverbs_abi::Errno;

@@ -7,8 +7,8 @@
 use std::os::fd::{AsFd, AsRawFd};
 
 use rverbs::{
-    AccessFlags, AhAttr, CompChannel, Cq, Device, Errno, Error, Mtu, Pd, Qp, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, Srq, SrqInitAttr,
+    AccessFlags, AhAttr, CompChannel, Cq, Device, Errno, Error, Feature, Mtu, Pd, Qp, QpAttr,
+    QpCap, QpCreateFlags, QpInitAttr, QpState, QpType, Srq, SrqInitAttr,
 };
 
 use crate::report::{expect, fail, Ctx, Fail, Report, R};
@@ -47,6 +47,7 @@ pub(crate) const OBJECT_STEPS: &[&str] = &[
     "resize_cq",
     "modify_srq",
     "query_srq",
+    "unsupported_refused",
     "create_ah",
     "destroy_ah",
     "dealloc_pd_in_use",
@@ -278,7 +279,7 @@ pub(crate) fn objects(rep: &mut Report, dev: &Result<Device, String>) -> R {
     cq_a.req_notify(false).at("req_notify_cq")?;
     rep.pass("req_notify_cq");
 
-    let srq = pd
+    let mut srq = pd
         .create_srq(&SrqInitAttr {
             max_wr: 16,
             max_sge: 1,
@@ -429,6 +430,28 @@ pub(crate) fn objects(rep: &mut Report, dev: &Result<Device, String>) -> R {
         "max_wr below what was asked for",
     )?;
     rep.pass("query_srq");
+
+    // Ours only: what the mlx5 provider does not implement is refused as
+    // such, before the kernel is asked (the SRQ keeps its size).
+    let s = "unsupported_refused";
+    let unsupported = |r: rverbs::Result<()>, feature: Feature| matches!(r, Err(Error::Unsupported { provider: "mlx5", feature: f }) if f == feature);
+    expect(
+        s,
+        unsupported(srq.resize(64), Feature::SrqResize),
+        "SRQ resize not refused as unsupported",
+    )?;
+    let attr = QpInitAttr::new(QpType::Rc, &cq_a).cap(QpCap::default());
+    let flags = QpCreateFlags::BLOCK_MULTICAST_LOOPBACK;
+    expect(
+        s,
+        unsupported(
+            pd.create_qp_ex(&attr, flags, None).map(drop),
+            Feature::QpCreateFlags,
+        ),
+        "QP creation flags not refused as unsupported",
+    )?;
+    expect(s, srq.max_wr() >= 16, "the refused resize changed the SRQ")?;
+    rep.pass(s);
 
     // Address handle.
     let ah_attr = AhAttr {

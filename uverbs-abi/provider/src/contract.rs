@@ -1,0 +1,248 @@
+//! The provider contract: the operations every provider implements and the
+//! library calls, one table for all of them (the role of rdma-core's
+//! `verbs_context_ops`), with static dispatch.
+//!
+//! A provider is a type implementing [`Provider`]: its open context, which
+//! creates the provider's objects. Creation returns a complete object or
+//! fails leaving nothing behind (a kernel object created on the way is
+//! destroyed before the error returns). Each queue holds what it needs to
+//! post (its ring, its doorbell, the command fd where the doorbell is a
+//! system call). Both queue kinds follow the QP's state through the same
+//! hook ([`SendQueue::set_state`], [`RecvQueue::set_state`]), a no-op where
+//! the provider needs none. What a provider does not implement it says
+//! through [`Provider::supports`], before any command is sent.
+
+use std::fmt;
+use std::os::fd::BorrowedFd;
+
+use rverbs_abi::cq::{CreateCq, CreateCqResp};
+use rverbs_abi::qp::{qp_state, CreateQp, CreateQpResp};
+use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
+use rverbs_abi::wr::Wc;
+use rverbs_abi::Errno;
+
+use crate::wr::{RecvWr, SendWr};
+use crate::PostError;
+
+/// QP state (`enum ib_qp_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Just created, or reset.
+    Reset,
+    /// Initialised: receives may be posted.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// Send queue drained.
+    Sqd,
+    /// Send queue error.
+    Sqe,
+    /// Error: outstanding work is flushed.
+    Err,
+}
+
+impl QpState {
+    /// The kernel's value (`IB_QPS_*`).
+    pub fn raw(self) -> u8 {
+        match self {
+            QpState::Reset => qp_state::RESET,
+            QpState::Init => qp_state::INIT,
+            QpState::Rtr => qp_state::RTR,
+            QpState::Rts => qp_state::RTS,
+            QpState::Sqd => qp_state::SQD,
+            QpState::Sqe => qp_state::SQE,
+            QpState::Err => qp_state::ERR,
+        }
+    }
+    /// The state the kernel's value `v` names, `None` for an unknown value.
+    pub fn from_raw(v: u8) -> Option<QpState> {
+        Some(match v {
+            qp_state::RESET => QpState::Reset,
+            qp_state::INIT => QpState::Init,
+            qp_state::RTR => QpState::Rtr,
+            qp_state::RTS => QpState::Rts,
+            qp_state::SQD => QpState::Sqd,
+            qp_state::SQE => QpState::Sqe,
+            qp_state::ERR => QpState::Err,
+            _ => return None,
+        })
+    }
+}
+
+/// What a provider may leave out; [`Provider::supports`] answers for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Feature {
+    /// CQ creation flags (the extended CREATE_CQ's `flags`).
+    CqCreateFlags,
+    /// QP creation flags (the extended CREATE_QP's `create_flags`).
+    QpCreateFlags,
+    /// Address handles on a RoCE (Ethernet) port.
+    RoceAddressHandle,
+    /// Resizing an SRQ (MODIFY_SRQ with `max_wr`).
+    SrqResize,
+}
+
+impl fmt::Display for Feature {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Feature::CqCreateFlags => "CQ creation flags",
+            Feature::QpCreateFlags => "QP creation flags",
+            Feature::RoceAddressHandle => "address handles on a RoCE port",
+            Feature::SrqResize => "resizing an SRQ",
+        })
+    }
+}
+
+/// The [`Provider::CqShared`] or [`Provider::SrqShared`] of a provider
+/// whose rings need nothing kept beyond themselves (rxe: the kernel owns
+/// the ring memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Unshared;
+
+/// A completion ring whose loss (a resize the kernel made but whose new
+/// ring could not be mapped) makes every later poll fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingLost;
+
+impl fmt::Display for RingLost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the CQ's ring is lost: the kernel resized it but the new ring could not be \
+             mapped, so its completions cannot be read",
+        )
+    }
+}
+
+impl std::error::Error for RingLost {}
+
+/// A CQ's user-space side: its ring and how it is armed and resized.
+pub trait CompletionQueue: Send + fmt::Debug {
+    /// Polls up to `wc.len()` completions into `wc`; returns how many.
+    /// Never blocks, never allocates.
+    fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost>;
+    /// Arms the CQ (kernel object `cq_handle` on the command fd `fd`): the
+    /// next completion, or the next solicited one, raises an event.
+    fn arm(&self, fd: BorrowedFd<'_>, cq_handle: u32, solicited_only: bool) -> Result<(), Errno>;
+    /// Resizes the CQ to at least `cqe` entries, keeping unpolled ones;
+    /// returns the granted size.
+    fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno>;
+}
+
+/// A QP's send queue.
+pub trait SendQueue: Send + fmt::Debug {
+    /// Posts the chain `wrs` (one doorbell); on error the requests before
+    /// the returned index were posted.
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
+    /// Follows the QP's state after a MODIFY_QP the kernel accepted.
+    fn set_state(&mut self, state: QpState);
+    /// Bounds UD messages by the port's active MTU (bytes).
+    fn set_ud_mtu(&mut self, mtu: u32);
+    /// Requests that may be outstanding at once.
+    fn capacity(&self) -> u32;
+    /// Requests posted and not yet known complete.
+    fn outstanding(&self) -> u32;
+}
+
+/// A QP's own receive queue.
+pub trait RecvQueue: Send + fmt::Debug {
+    /// Posts the chain `wrs`; on error the requests before the returned
+    /// index were posted.
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
+    /// Follows the QP's state after a MODIFY_QP the kernel accepted.
+    fn set_state(&mut self, state: QpState);
+    /// Receives that may be outstanding at once.
+    fn capacity(&self) -> u32;
+    /// Receives posted and not yet consumed.
+    fn outstanding(&self) -> u32;
+}
+
+/// A shared receive queue.
+pub trait SharedRecvQueue: Send + fmt::Debug {
+    /// Posts the chain `wrs`; on error the requests before the returned
+    /// index were posted.
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
+    /// Receives that may be outstanding at once.
+    fn capacity(&self) -> u32;
+    /// Receives posted and not yet consumed.
+    fn outstanding(&self) -> u32;
+    /// Arms the limit event of SRQ `srq_handle` at `limit` (0 disarms).
+    fn set_limit(&self, fd: BorrowedFd<'_>, srq_handle: u32, limit: u32) -> Result<(), Errno>;
+    /// Resizes SRQ `srq_handle` to `max_wr` receives (only where
+    /// [`Feature::SrqResize`] is supported).
+    fn resize(&mut self, fd: BorrowedFd<'_>, srq_handle: u32, max_wr: u32) -> Result<(), Errno>;
+}
+
+/// What [`Provider::create_cq`] made.
+#[derive(Debug)]
+pub struct CqCreated<P: Provider> {
+    /// The kernel's answer (handle, granted size).
+    pub resp: CreateCqResp,
+    /// The ring, for its poller.
+    pub cq: P::Cq,
+    /// What must outlive the ring for as long as the kernel CQ exists.
+    pub shared: P::CqShared,
+}
+
+/// What [`Provider::create_qp`] made.
+#[derive(Debug)]
+pub struct QpCreated<P: Provider> {
+    /// The kernel's answer (handle, QPN, granted capacities).
+    pub resp: CreateQpResp,
+    /// The send queue.
+    pub sq: P::SendQueue,
+    /// The receive queue; `None` on an SRQ or without receives.
+    pub rq: Option<P::RecvQueue>,
+}
+
+/// What [`Provider::create_srq`] made.
+#[derive(Debug)]
+pub struct SrqCreated<P: Provider> {
+    /// The kernel's answer (handle, granted size).
+    pub resp: CreateSrqResp,
+    /// The SRQ number (the XRC target number; what async events name).
+    pub srq_num: u32,
+    /// The ring, for its poster.
+    pub srq: P::Srq,
+    /// What must outlive the ring for as long as the kernel SRQ exists.
+    pub shared: P::SrqShared,
+}
+
+/// A provider: its open context and the objects it creates.
+pub trait Provider: Send + Sync + Sized + fmt::Debug {
+    /// The provider's name, as its driver is known (`rxe`, `mlx5`).
+    const NAME: &'static str;
+    /// A CQ's ring.
+    type Cq: CompletionQueue;
+    /// What a CQ's QPs and its kernel object keep of it.
+    type CqShared: Clone + Send + Sync + fmt::Debug;
+    /// A QP's send queue.
+    type SendQueue: SendQueue;
+    /// A QP's receive queue.
+    type RecvQueue: RecvQueue;
+    /// An SRQ's ring.
+    type Srq: SharedRecvQueue;
+    /// What an SRQ's kernel object keeps of it.
+    type SrqShared: Clone + Send + Sync + fmt::Debug;
+
+    /// Whether this provider implements `feature`; the library refuses a
+    /// call needing one it does not, before any command is sent.
+    fn supports(&self, feature: Feature) -> bool;
+    /// CREATE_CQ for `cmd`, the extended command when `flags` is given.
+    fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqCreated<Self>, Errno>;
+    /// CREATE_QP for `cmd` (the extended command when `flags` is given) on
+    /// the CQs `send_cq` and `recv_cq` (the ones `cmd` names) and, when
+    /// `cmd.is_srq`, on `srq`.
+    fn create_qp(
+        &self,
+        cmd: &CreateQp,
+        flags: Option<u32>,
+        send_cq: &Self::CqShared,
+        recv_cq: &Self::CqShared,
+        srq: Option<&Self::Srq>,
+    ) -> Result<QpCreated<Self>, Errno>;
+    /// CREATE_SRQ for `cmd`.
+    fn create_srq(&self, cmd: &CreateSrq) -> Result<SrqCreated<Self>, Errno>;
+}

@@ -1,0 +1,419 @@
+//! The one place the library names its providers. Everything else talks to
+//! the provider contract ([`rverbs_provider::Provider`] and its queue
+//! traits) through the enums here, which hold one provider's object each
+//! and forward every call with a `match`: static dispatch, no `dyn`, one
+//! branch per call on the data path.
+//!
+//! Adding a provider means adding a variant to each enum below (and to
+//! [`Driver`]), nothing elsewhere.
+
+use std::ops::RangeInclusive;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use rverbs_abi::cmd::{nr, write_cmd_prefilled, NO_FD};
+use rverbs_abi::cq::CreateCq;
+use rverbs_abi::device::{GetContext, GetContextResp};
+use rverbs_abi::mlx5::AllocUcontextResp;
+use rverbs_abi::qp::CreateQp;
+use rverbs_abi::srq::CreateSrq;
+use rverbs_abi::wr::Wc;
+use rverbs_abi::Errno;
+use rverbs_mlx5::Mlx5;
+use rverbs_provider::wr::{RecvWr, SendWr};
+use rverbs_provider::{
+    CompletionQueue, Feature, PostError, Provider, QpCreated, QpState, RecvQueue as RecvQueueOps,
+    RingLost, SendQueue as SendQueueOps, SharedRecvQueue,
+};
+use rverbs_rxe::Rxe;
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::device::{Device, Driver};
+use crate::error::{Error, Result};
+
+/// Declares an enum holding one provider's associated type `$assoc`.
+macro_rules! per_provider {
+    ($(#[$m:meta])* $name:ident => $assoc:ident) => {
+        $(#[$m])*
+        #[derive(Debug)]
+        pub(crate) enum $name {
+            Rxe(<Rxe as Provider>::$assoc),
+            Mlx5(<Mlx5 as Provider>::$assoc),
+        }
+    };
+}
+
+/// `match`es a per-provider value, binding the inner object to `$x`.
+macro_rules! dispatch {
+    ($v:expr, $x:ident => $e:expr) => {
+        match $v {
+            Self::Rxe($x) => $e,
+            Self::Mlx5($x) => $e,
+        }
+    };
+}
+
+per_provider!(
+    /// A CQ's ring.
+    Cq => Cq
+);
+per_provider!(
+    /// What a CQ's kernel object and its QPs keep of it.
+    CqShared => CqShared
+);
+per_provider!(
+    /// A QP's send queue.
+    SendQueue => SendQueue
+);
+per_provider!(
+    /// A QP's receive queue.
+    RecvQueue => RecvQueue
+);
+per_provider!(
+    /// An SRQ's ring.
+    Srq => Srq
+);
+per_provider!(
+    /// What an SRQ's kernel object keeps of it (held for its drop only).
+    #[allow(dead_code)]
+    SrqShared => SrqShared
+);
+
+impl Clone for CqShared {
+    fn clone(&self) -> Self {
+        /// The contract asks `Clone` of every provider's `CqShared`.
+        fn dup<T: Clone>(t: &T) -> T {
+            t.clone()
+        }
+        match self {
+            Self::Rxe(s) => Self::Rxe(dup(s)),
+            Self::Mlx5(s) => Self::Mlx5(dup(s)),
+        }
+    }
+}
+
+impl CompletionQueue for Cq {
+    #[inline]
+    fn poll(&mut self, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
+        dispatch!(self, c => CompletionQueue::poll(c, wc))
+    }
+    fn arm(
+        &self,
+        fd: BorrowedFd<'_>,
+        cq_handle: u32,
+        solicited_only: bool,
+    ) -> std::result::Result<(), Errno> {
+        dispatch!(self, c => CompletionQueue::arm(c, fd, cq_handle, solicited_only))
+    }
+    fn resize(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        cq_handle: u32,
+        cqe: u32,
+    ) -> std::result::Result<u32, Errno> {
+        dispatch!(self, c => CompletionQueue::resize(c, fd, cq_handle, cqe))
+    }
+}
+
+impl SendQueueOps for SendQueue {
+    #[inline]
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, PostError)> {
+        dispatch!(self, q => SendQueueOps::post(q, wrs))
+    }
+    fn set_state(&mut self, state: QpState) {
+        dispatch!(self, q => SendQueueOps::set_state(q, state))
+    }
+    fn set_ud_mtu(&mut self, mtu: u32) {
+        dispatch!(self, q => SendQueueOps::set_ud_mtu(q, mtu))
+    }
+    fn capacity(&self) -> u32 {
+        dispatch!(self, q => SendQueueOps::capacity(q))
+    }
+    fn outstanding(&self) -> u32 {
+        dispatch!(self, q => SendQueueOps::outstanding(q))
+    }
+}
+
+impl RecvQueueOps for RecvQueue {
+    #[inline]
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, PostError)> {
+        dispatch!(self, q => RecvQueueOps::post(q, wrs))
+    }
+    fn set_state(&mut self, state: QpState) {
+        dispatch!(self, q => RecvQueueOps::set_state(q, state))
+    }
+    fn capacity(&self) -> u32 {
+        dispatch!(self, q => RecvQueueOps::capacity(q))
+    }
+    fn outstanding(&self) -> u32 {
+        dispatch!(self, q => RecvQueueOps::outstanding(q))
+    }
+}
+
+impl SharedRecvQueue for Srq {
+    #[inline]
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, PostError)> {
+        dispatch!(self, s => SharedRecvQueue::post(s, wrs))
+    }
+    fn capacity(&self) -> u32 {
+        dispatch!(self, s => SharedRecvQueue::capacity(s))
+    }
+    fn outstanding(&self) -> u32 {
+        dispatch!(self, s => SharedRecvQueue::outstanding(s))
+    }
+    fn set_limit(
+        &self,
+        fd: BorrowedFd<'_>,
+        srq_handle: u32,
+        limit: u32,
+    ) -> std::result::Result<(), Errno> {
+        dispatch!(self, s => SharedRecvQueue::set_limit(s, fd, srq_handle, limit))
+    }
+    fn resize(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        srq_handle: u32,
+        max_wr: u32,
+    ) -> std::result::Result<(), Errno> {
+        dispatch!(self, s => SharedRecvQueue::resize(s, fd, srq_handle, max_wr))
+    }
+}
+
+/// A created CQ: the kernel's answer, the ring, what outlives the ring.
+pub(crate) type CqParts = (rverbs_abi::cq::CreateCqResp, Cq, CqShared);
+/// A created SRQ: the kernel's answer, the SRQ number, the ring, what
+/// outlives the ring.
+pub(crate) type SrqParts = (rverbs_abi::srq::CreateSrqResp, u32, Srq, SrqShared);
+/// A created QP: the kernel's answer and the queues.
+pub(crate) type QpParts = (rverbs_abi::qp::CreateQpResp, SendQueue, Option<RecvQueue>);
+
+/// An open context's provider.
+#[derive(Debug)]
+pub(crate) enum Ctx {
+    Rxe(Rxe),
+    Mlx5(Mlx5),
+}
+
+/// The driver ABI versions (sysfs `abi_version`) the provider of `driver`
+/// speaks; `None` for a driver no provider serves.
+pub(crate) fn driver_abi(driver: &Driver) -> Option<RangeInclusive<u32>> {
+    match driver {
+        Driver::Rxe => Some(rverbs_rxe::DRIVER_ABI),
+        Driver::Mlx5 => Some(rverbs_mlx5::DRIVER_ABI),
+        Driver::Other(_) => None,
+    }
+}
+
+/// The driver of a PCI function by its ids, for devices without a driver
+/// link (as libibverbs matches modaliases).
+pub(crate) fn pci_driver(vendor: u16, device: u16) -> Option<Driver> {
+    (vendor == rverbs_mlx5::PCI_VENDOR_MELLANOX && rverbs_mlx5::is_mlx5_pci_device(device))
+        .then_some(Driver::Mlx5)
+}
+
+/// The async event fd GET_CONTEXT answered, owned.
+fn async_fd(resp: &GetContextResp) -> Result<OwnedFd> {
+    let raw = crate::context::kernel_fd("get_context", "async_fd", resp.async_fd)?;
+    // SAFETY: the kernel wrote this fd number over the -1 prefilled before
+    // GET_CONTEXT: it opened it for us in that call on a checked uverbs
+    // node, and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// The error for `feature`, which provider `name` does not implement.
+fn unsupported(name: &'static str, feature: Feature) -> Error {
+    Error::Unsupported {
+        provider: name,
+        feature,
+    }
+}
+
+impl Ctx {
+    /// GET_CONTEXT on the checked uverbs node `fd` with the driver data of
+    /// `device`'s provider; returns the provider's context, the async
+    /// event fd and the number of completion vectors. On error nothing is
+    /// left open.
+    pub(crate) fn open(device: &Device, fd: &Arc<OwnedFd>) -> Result<(Ctx, OwnedFd, u32)> {
+        // The async fd field starts as -1: a response the kernel did not
+        // write (the node answered nothing) must not name fd 0.
+        let mut resp = GetContextResp {
+            async_fd: NO_FD,
+            num_comp_vectors: 0,
+        };
+        match device.driver() {
+            Driver::Mlx5 => {
+                let req = rverbs_mlx5::uctx::alloc_ucontext_req();
+                let mut drv = AllocUcontextResp::new_zeroed();
+                // SAFETY: GET_CONTEXT carries no user address but its
+                // response pointer, which write_cmd_prefilled supplies;
+                // mlx5's driver data (alloc_ucontext_req_v2) holds counts
+                // and flags only.
+                unsafe {
+                    write_cmd_prefilled(
+                        fd.as_fd(),
+                        nr::GET_CONTEXT,
+                        &GetContext::new_zeroed(),
+                        &mut resp,
+                        req.as_bytes(),
+                        drv.as_mut_bytes(),
+                    )
+                }
+                .map_err(Error::kernel("get_context"))?;
+                // Owned first: it closes if the user context fails.
+                let async_fd = async_fd(&resp)?;
+                let uctx = rverbs_mlx5::uctx::Uctx::from_resp(fd.as_fd(), &drv)
+                    .map_err(Error::kernel("get_context"))?;
+                Ok((
+                    Ctx::Mlx5(Mlx5::new(Arc::clone(fd), uctx)),
+                    async_fd,
+                    resp.num_comp_vectors,
+                ))
+            }
+            Driver::Rxe => {
+                // SAFETY: GET_CONTEXT carries no user address but its
+                // response pointer, which write_cmd_prefilled supplies; rxe
+                // sends no driver data.
+                unsafe {
+                    write_cmd_prefilled(
+                        fd.as_fd(),
+                        nr::GET_CONTEXT,
+                        &GetContext::new_zeroed(),
+                        &mut resp,
+                        &[],
+                        &mut [],
+                    )
+                }
+                .map_err(Error::kernel("get_context"))?;
+                Ok((
+                    Ctx::Rxe(Rxe::new(Arc::clone(fd))),
+                    async_fd(&resp)?,
+                    resp.num_comp_vectors,
+                ))
+            }
+            Driver::Other(d) => Err(Error::UnsupportedDriver {
+                device: device.name().to_string(),
+                driver: d.clone(),
+            }),
+        }
+    }
+
+    /// The provider's name.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Ctx::Rxe(_) => Rxe::NAME,
+            Ctx::Mlx5(_) => Mlx5::NAME,
+        }
+    }
+
+    /// Whether the provider implements `feature`.
+    pub(crate) fn supports(&self, feature: Feature) -> bool {
+        dispatch!(self, p => p.supports(feature))
+    }
+
+    /// `Ok` if the provider implements `feature`, else
+    /// [`Error::Unsupported`].
+    pub(crate) fn require(&self, feature: Feature) -> Result<()> {
+        if self.supports(feature) {
+            Ok(())
+        } else {
+            Err(unsupported(self.name(), feature))
+        }
+    }
+
+    /// Creates a CQ (`flags`: the extended command's creation flags).
+    pub(crate) fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqParts> {
+        if flags.is_some_and(|f| f != 0) {
+            self.require(Feature::CqCreateFlags)?;
+        }
+        let op = if flags.is_some() {
+            "create_cq_ex"
+        } else {
+            "create_cq"
+        };
+        Ok(match self {
+            Ctx::Rxe(p) => {
+                let c = p.create_cq(cmd, flags).map_err(Error::kernel(op))?;
+                (c.resp, Cq::Rxe(c.cq), CqShared::Rxe(c.shared))
+            }
+            Ctx::Mlx5(p) => {
+                let c = p.create_cq(cmd, flags).map_err(Error::kernel(op))?;
+                (c.resp, Cq::Mlx5(c.cq), CqShared::Mlx5(c.shared))
+            }
+        })
+    }
+
+    /// Creates a QP on the CQs `send_cq` and `recv_cq` and, if given, on
+    /// `srq` (all of this context: refused otherwise).
+    pub(crate) fn create_qp(
+        &self,
+        cmd: &CreateQp,
+        flags: Option<u32>,
+        send_cq: &CqShared,
+        recv_cq: &CqShared,
+        srq: Option<&Srq>,
+    ) -> Result<QpParts> {
+        if flags.is_some_and(|f| f != 0) {
+            self.require(Feature::QpCreateFlags)?;
+        }
+        let op = if flags.is_some() {
+            "create_qp_ex"
+        } else {
+            "create_qp"
+        };
+        let foreign = || Error::invalid("the CQ or SRQ belongs to another provider");
+        match (self, send_cq, recv_cq) {
+            (Ctx::Rxe(p), CqShared::Rxe(s), CqShared::Rxe(r)) => {
+                let srq = match srq {
+                    None => None,
+                    Some(Srq::Rxe(q)) => Some(q),
+                    Some(_) => return Err(foreign()),
+                };
+                let c: QpCreated<Rxe> = p
+                    .create_qp(cmd, flags, s, r, srq)
+                    .map_err(Error::kernel(op))?;
+                Ok((c.resp, SendQueue::Rxe(c.sq), c.rq.map(RecvQueue::Rxe)))
+            }
+            (Ctx::Mlx5(p), CqShared::Mlx5(s), CqShared::Mlx5(r)) => {
+                let srq = match srq {
+                    None => None,
+                    Some(Srq::Mlx5(q)) => Some(q),
+                    Some(_) => return Err(foreign()),
+                };
+                let c: QpCreated<Mlx5> = p
+                    .create_qp(cmd, flags, s, r, srq)
+                    .map_err(Error::kernel(op))?;
+                Ok((c.resp, SendQueue::Mlx5(c.sq), c.rq.map(RecvQueue::Mlx5)))
+            }
+            _ => Err(foreign()),
+        }
+    }
+
+    /// Creates an SRQ.
+    pub(crate) fn create_srq(&self, cmd: &CreateSrq) -> Result<SrqParts> {
+        let op = Error::kernel("create_srq");
+        Ok(match self {
+            Ctx::Rxe(p) => {
+                let c = p.create_srq(cmd).map_err(op)?;
+                (c.resp, c.srq_num, Srq::Rxe(c.srq), SrqShared::Rxe(c.shared))
+            }
+            Ctx::Mlx5(p) => {
+                let c = p.create_srq(cmd).map_err(op)?;
+                (
+                    c.resp,
+                    c.srq_num,
+                    Srq::Mlx5(c.srq),
+                    SrqShared::Mlx5(c.shared),
+                )
+            }
+        })
+    }
+
+    /// The address vector a provider puts in each UD WQE for `attr`
+    /// (mlx5), or `None` if its address handles are kernel objects (rxe).
+    pub(crate) fn address_vector(&self, attr: &rverbs_abi::ah::AhAttr) -> Option<[u8; 48]> {
+        match self {
+            Ctx::Rxe(_) => None,
+            Ctx::Mlx5(_) => Some(rverbs_mlx5::ah::av(attr, false)),
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! Queue pairs: creation, the state machine, query, and posting.
+//!
+//! Split by role, as the io-uring crate splits its queues: [`attr`] holds
+//! the attribute types and their kernel encoding, [`connect`] the
+//! transitions to RTS and the out-of-band [`Endpoint`] (with its wire
+//! format), [`post`] the data path. This module holds the [`Qp`] itself:
+//! creation (through the provider contract), MODIFY_QP, QUERY_QP and
+//! destruction.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+pub use rverbs_abi::qp::QpCreateFlags;
+use rverbs_abi::qp::{CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, QueryQp, QueryQpResp};
+pub use rverbs_provider::QpState;
+use rverbs_provider::{RecvQueue as _, SendQueue as _};
+
+use crate::cq::{Cq, CqInner};
+use crate::error::{Error, Result};
+use crate::event::{EventId, ObjectKind};
+use crate::mr::AccessFlags;
+use crate::pd::Pd;
+
+pub mod attr;
+pub mod connect;
+pub mod post;
+
+pub use attr::{AhAttr, GlobalRoute, Mtu, QpAttr, QpCap, QpInitAttr, QpType};
+pub use connect::{ConnectOpts, Endpoint};
+pub use post::SignalEvery;
+
+/// A queue pair. Posting needs `&mut`: one poster per QP at a time, no lock
+/// on the data path. Dropping it destroys the QP (outstanding work is
+/// discarded by the kernel).
+pub struct Qp {
+    pd: Pd,
+    handle: u32,
+    qpn: u32,
+    qp_type: QpType,
+    cap: QpCap,
+    sq: crate::provider::SendQueue,
+    rq: Option<crate::provider::RecvQueue>,
+    state: QpState,
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+    /// The SRQ the QP receives from: its kernel object outlives the QP.
+    srq: Option<Arc<crate::srq::SrqInner>>,
+    /// The `user_handle` async events name this QP by.
+    event_id: EventId,
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn)
+            .field("qp_type", &self.qp_type)
+            .field("state", &self.state)
+            .field("cap", &self.cap)
+            .finish()
+    }
+}
+
+impl Pd {
+    /// Creates a QP in the RESET state.
+    pub fn create_qp(&self, attr: &QpInitAttr<'_>) -> Result<Qp> {
+        self.create_qp_inner(attr, None, None)
+    }
+
+    /// Creates a QP with the kernel's extended CREATE_QP command, which
+    /// carries creation flags (what `ibv_create_qp_ex` uses), optionally on
+    /// an SRQ. rxe accepts no creation flag: its driver refuses any with
+    /// `EOPNOTSUPP` (and the core refuses flags it does not know with
+    /// `EINVAL`); with empty flags the QP is the same as [`Pd::create_qp`]'s.
+    /// The mlx5 provider implements no creation flag yet: any is refused
+    /// with [`Error::Kernel`] `EOPNOTSUPP` before the kernel is asked.
+    pub fn create_qp_ex(
+        &self,
+        attr: &QpInitAttr<'_>,
+        flags: QpCreateFlags,
+        srq: Option<&crate::Srq>,
+    ) -> Result<Qp> {
+        self.create_qp_inner(attr, srq, Some(flags))
+    }
+
+    /// Creates a QP in the RESET state that takes its receives from `srq`
+    /// (`attr.cap.max_recv_wr` and `max_recv_sge` are ignored; the QP has no
+    /// receive queue of its own and [`Qp::post_recv`] refuses). The QP keeps
+    /// the SRQ's kernel object alive.
+    pub fn create_qp_with_srq(&self, attr: &QpInitAttr<'_>, srq: &crate::Srq) -> Result<Qp> {
+        self.create_qp_inner(attr, Some(srq), None)
+    }
+
+    fn create_qp_inner(
+        &self,
+        attr: &QpInitAttr<'_>,
+        srq: Option<&crate::Srq>,
+        ex_flags: Option<QpCreateFlags>,
+    ) -> Result<Qp> {
+        let ctx = self.context();
+        if let Some(srq) = srq {
+            if !srq.pd().context().same(ctx) {
+                return Err(Error::invalid("the SRQ belongs to another device context"));
+            }
+        }
+        for cq in [attr.send_cq, attr.recv_cq] {
+            if !cq.inner().ctx.same(ctx) {
+                return Err(Error::invalid("the CQ belongs to another device context"));
+            }
+        }
+        if attr.cap.max_send_wr == 0 && attr.cap.max_recv_wr == 0 && srq.is_none() {
+            return Err(Error::invalid("a QP needs a send or a receive queue"));
+        }
+        let event_id = EventId::new(ObjectKind::Qp);
+        let (max_recv_wr, max_recv_sge) = match srq {
+            Some(_) => (0, 0),
+            None => (attr.cap.max_recv_wr, attr.cap.max_recv_sge),
+        };
+        let cmd = CreateQp {
+            response: 0,
+            user_handle: event_id.raw(),
+            pd_handle: self.handle(),
+            send_cq_handle: attr.send_cq.inner().handle,
+            recv_cq_handle: attr.recv_cq.inner().handle,
+            srq_handle: srq.map_or(0, |s| s.inner().handle),
+            max_send_wr: attr.cap.max_send_wr,
+            max_recv_wr,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge,
+            max_inline_data: attr.cap.max_inline_data,
+            sq_sig_all: attr.sq_sig_all as u8,
+            qp_type: attr.qp_type.raw(),
+            is_srq: srq.is_some() as u8,
+            reserved: 0,
+        };
+        let shared = |cq: &Cq| cq.inner().shared.clone();
+        // Complete or nothing: the provider destroys the kernel QP itself
+        // if it fails after creating it.
+        let (r, sq, rq) = ctx.provider().create_qp(
+            &cmd,
+            ex_flags.map(|f| f.bits()),
+            &shared(attr.send_cq),
+            &shared(attr.recv_cq),
+            srq.map(|s| s.ring()),
+        )?;
+        Ok(self.new_qp(attr, srq, event_id, r, sq, rq))
+    }
+
+    fn new_qp(
+        &self,
+        attr: &QpInitAttr<'_>,
+        srq: Option<&crate::Srq>,
+        event_id: EventId,
+        r: CreateQpResp,
+        sq: crate::provider::SendQueue,
+        rq: Option<crate::provider::RecvQueue>,
+    ) -> Qp {
+        Qp {
+            pd: self.clone(),
+            handle: r.qp_handle,
+            qpn: r.qpn,
+            qp_type: attr.qp_type,
+            cap: QpCap {
+                max_send_wr: r.max_send_wr,
+                max_recv_wr: r.max_recv_wr,
+                max_send_sge: r.max_send_sge,
+                max_recv_sge: r.max_recv_sge,
+                max_inline_data: r.max_inline_data,
+            },
+            sq,
+            rq,
+            state: QpState::Reset,
+            _send_cq: attr.send_cq.inner().clone(),
+            _recv_cq: attr.recv_cq.inner().clone(),
+            srq: srq.map(|s| s.inner().clone()),
+            event_id,
+        }
+    }
+}
+
+fn destroy_qp(ctx: &crate::Context, handle: u32) {
+    let cmd = DestroyQp {
+        response: 0,
+        qp_handle: handle,
+        reserved: 0,
+    };
+    // SAFETY: DESTROY_QP carries no user address but its response pointer,
+    // which write_cmd supplies.
+    let _ = unsafe { write_cmd::<_, DestroyQpResp>(ctx.fd(), nr::DESTROY_QP, &cmd, &[], &mut []) };
+}
+
+impl Qp {
+    /// QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// What async events name this QP by.
+    pub fn event_id(&self) -> EventId {
+        self.event_id
+    }
+
+    /// Whether the QP takes its receives from an SRQ.
+    pub fn uses_srq(&self) -> bool {
+        self.srq.is_some()
+    }
+
+    /// Transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// What can be posted: send and receive requests outstanding at once
+    /// (0 receives on a QP that uses an SRQ), SGEs per request, inline
+    /// bytes. These are the limits [`Qp::post_send`] and [`Qp::post_recv`]
+    /// enforce, and what [`Qp::query`] reports too.
+    pub fn cap(&self) -> QpCap {
+        QpCap {
+            max_send_wr: self.sq.capacity(),
+            max_recv_wr: self.rq.as_ref().map_or(0, |rq| rq.capacity()),
+            ..self.cap
+        }
+    }
+
+    /// The state this handle last moved the QP to, known without a system
+    /// call. The device moves a QP to [`QpState::Err`] (or `Sqe`) on its
+    /// own when a request fails: this does not see that. The first sign is
+    /// a completion with an error status ([`crate::Wc::is_success`] false,
+    /// the QP named by [`crate::Wc::qp_num`]); after it the other
+    /// outstanding requests complete with [`crate::WcStatus::WR_FLUSH_ERR`].
+    /// [`Qp::query`] asks the kernel for the real state (one system call:
+    /// fine after an error completion, not per request).
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The PD.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    /// Applies `attr` (MODIFY_QP). An invalid transition or missing
+    /// attribute is refused by the kernel with its errno (EINVAL).
+    pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
+        let cmd = attr.encode(self.handle)?;
+        // A UD message must fit the port's active MTU: learn it when the
+        // port is set, so post_send can refuse longer ones.
+        let ud_mtu = match (self.qp_type, attr.port_num) {
+            (QpType::Ud, Some(port)) => self
+                .pd
+                .context()
+                .query_port(port)
+                .ok()
+                .and_then(|p| p.active_mtu()),
+            _ => None,
+        };
+        // SAFETY: MODIFY_QP carries attributes and handles, no user address.
+        unsafe {
+            write_cmd::<_, NoResp>(self.pd.context().fd(), nr::MODIFY_QP, &cmd, &[], &mut [])
+        }
+        .map_err(Error::kernel("modify_qp"))?;
+        if let Some(s) = attr.qp_state {
+            self.state = s;
+            // The queues follow the state (mlx5's: RESET clears them).
+            self.sq.set_state(s);
+            if let Some(rq) = &mut self.rq {
+                rq.set_state(s);
+            }
+        }
+        if let Some(mtu) = ud_mtu {
+            self.sq.set_ud_mtu(mtu.bytes());
+        }
+        Ok(())
+    }
+
+    /// Queries the kernel's view of the QP: its attributes (every field
+    /// `Some`; `qp_state` is the real state, error included), its
+    /// capacities, and whether every send is signaled.
+    ///
+    /// The capacities are [`Qp::cap`]'s, what can be posted, not the
+    /// kernel's raw numbers: rxe's kernel reports the depth of its ring
+    /// (e.g. 127 for 64 granted), of which only the granted part is used,
+    /// and with mlx5 the send queue lives in user space and the kernel
+    /// reports none (libmlx5 fills them in the same way).
+    pub fn query(&self) -> Result<(QpAttr, QpCap, bool)> {
+        let cmd = QueryQp {
+            response: 0,
+            qp_handle: self.handle,
+            attr_mask: 0x1f_ffff,
+        };
+        // SAFETY: QUERY_QP carries no user address but its response
+        // pointer, which write_cmd supplies.
+        let r: QueryQpResp =
+            unsafe { write_cmd(self.pd.context().fd(), nr::QUERY_QP, &cmd, &[], &mut []) }
+                .map_err(Error::kernel("query_qp"))?;
+        let attr = QpAttr {
+            qp_state: QpState::from_raw(r.qp_state),
+            cur_qp_state: QpState::from_raw(r.cur_qp_state),
+            path_mtu: Mtu::from_raw(r.path_mtu),
+            qkey: Some(r.qkey),
+            rq_psn: Some(r.rq_psn),
+            sq_psn: Some(r.sq_psn),
+            dest_qp_num: Some(r.dest_qp_num),
+            qp_access_flags: Some(AccessFlags::from_bits_retain(r.qp_access_flags)),
+            pkey_index: Some(r.pkey_index),
+            port_num: Some(r.port_num),
+            ah_attr: Some(AhAttr::from_dest(&r.dest)),
+            max_rd_atomic: Some(r.max_rd_atomic),
+            max_dest_rd_atomic: Some(r.max_dest_rd_atomic),
+            min_rnr_timer: Some(r.min_rnr_timer),
+            timeout: Some(r.timeout),
+            retry_cnt: Some(r.retry_cnt),
+            rnr_retry: Some(r.rnr_retry),
+        };
+        Ok((attr, self.cap(), r.sq_sig_all != 0))
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // The rings are unmapped (rxe) or freed (mlx5) after: fields drop
+        // after this body.
+        destroy_qp(self.pd.context(), self.handle);
+    }
+}
