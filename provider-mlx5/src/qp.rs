@@ -35,7 +35,7 @@ use crate::cq::CqMemory;
 use crate::hw::dbrec::DbRec;
 use crate::hw::map::Mapping;
 use crate::hw::uar::BlueFlame;
-use crate::hw::wqe::{Ctrl, RecvRing, SendRing};
+use crate::hw::wqe::{RecvRing, SendRing};
 use crate::hw::{barrier, cmd};
 use crate::srq::Srq;
 use crate::uctx::Uctx;
@@ -359,51 +359,62 @@ impl SendQueue {
         if !self.enabled {
             return Err((0, PostError::InvalidState));
         }
+        // Work requests of this chain written so far (also the index of
+        // the next one: each WR is written or ends the chain).
         let mut nreq: u32 = 0;
-        // The last WQE built and its size in 16-byte units, for the
-        // doorbell.
-        let mut last: (Ctrl, u32) = (Ctrl::default(), 0);
+        // The last WQE's size in 16-byte units, for the doorbell (which
+        // finds the WQE from it and `cur_post`).
+        let mut last_ds: u32 = 0;
+        // Work requests outstanding before this chain, as last seen.
+        let mut used = self.head.wrapping_sub(self.tail);
+        // The producer counters, written back after the chain.
+        let mut cur_post = self.cur_post;
+        let head = self.head;
         let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            if self.full(nreq) {
-                result = Err((i, PostError::QueueFull));
+        for wr in wrs {
+            if self.full(&mut used, nreq) {
+                result = Err((nreq as usize, PostError::QueueFull));
                 break;
             }
-            if let Some(l) = self.try_fast(wr, nreq) {
-                last = l;
+            if let Some(ds) = self.try_fast(wr, cur_post, head.wrapping_add(nreq)) {
+                last_ds = ds;
+                cur_post = cur_post.wrapping_add(1);
                 nreq += 1;
                 continue;
             }
             let data = match self.check(wr) {
                 Ok(d) => d,
                 Err(e) => {
-                    result = Err((i, e));
+                    result = Err((nreq as usize, e));
                     break;
                 }
             };
-            last = self.write_wqe(wr, data, nreq);
+            last_ds = self.write_wqe(wr, data, cur_post, head.wrapping_add(nreq));
+            cur_post = cur_post.wrapping_add(last_ds.div_ceil(SEND_WQE_BB / SEG as u32));
             nreq += 1;
         }
         if nreq != 0 {
-            self.head = self.head.wrapping_add(nreq);
+            self.cur_post = cur_post;
+            self.head = head.wrapping_add(nreq);
             self.bf
-                .ring(&self.ring, &self.db, self.cur_post, nreq, last.0, last.1);
+                .ring(&self.ring, &self.db, self.cur_post, nreq, last_ds);
         }
         result
     }
 
     /// Whether posting one more request (after `nreq` of this chain)
     /// would overflow the ring: `max_post` work requests may be
-    /// outstanding. The consumer counter is re-read only when the cached
-    /// one says full.
+    /// outstanding, `used` (this chain's `head - tail`) before it. The
+    /// consumer counter is re-read (and `used` with it) only when the
+    /// cached one says full.
     #[inline(always)]
-    fn full(&mut self, nreq: u32) -> bool {
-        let used = |tail: u32| self.head.wrapping_sub(tail).wrapping_add(nreq);
-        if used(self.tail) < self.max_post {
+    fn full(&mut self, used: &mut u32, nreq: u32) -> bool {
+        if used.wrapping_add(nreq) < self.max_post {
             return false;
         }
         self.tail = self.shared.retired();
-        used(self.tail) >= self.max_post
+        *used = self.head.wrapping_sub(self.tail);
+        used.wrapping_add(nreq) >= self.max_post
     }
 
     /// The common request in one straight line: a simple opcode (see
@@ -413,7 +424,7 @@ impl SendQueue {
     /// nothing written, for anything else: [`SendQueue::check`] and
     /// [`SendQueue::write_wqe`] take it. Same bytes as `write_wqe`.
     #[inline(always)]
-    fn try_fast(&mut self, wr: &SendWr<'_>, nreq: u32) -> Option<(Ctrl, u32)> {
+    fn try_fast(&self, wr: &SendWr<'_>, cur_post: u32, head: u32) -> Option<u32> {
         let op = wr.opcode() as u32;
         let Payload::Sge([sge]) = wr.payload() else {
             return None;
@@ -435,7 +446,7 @@ impl SendQueue {
         let mut ds = 1;
         // The BB is free (`full` said so) and unread by the device until
         // the doorbell record covers it.
-        let mut bb = self.ring.bb(self.cur_post);
+        let mut bb = self.ring.bb(cur_post);
         if raddr {
             bb.raddr(wr.remote_addr(), wr.rkey());
             ds = 2;
@@ -444,10 +455,9 @@ impl SendQueue {
             bb.data(sge.length, sge.lkey, sge.addr);
             ds += 1;
         }
-        bb.ctrl(self.cur_post, mop, self.qpn, ds, flags, imm);
-        let ctrl = bb.finish(wr.wr_id(), self.head.wrapping_add(nreq));
-        self.cur_post = self.cur_post.wrapping_add(1);
-        Some((ctrl, ds))
+        bb.ctrl(cur_post, mop, self.qpn, ds, flags, imm);
+        bb.finish(wr.wr_id(), head);
+        Some(ds)
     }
 
     /// Every check a send request must pass before a byte of it is
@@ -462,17 +472,17 @@ impl SendQueue {
         })
     }
 
-    /// Builds the WQE of `wr` (checked, the `nreq`-th of its chain) at
-    /// `cur_post`, records its `wr_id` and advances `cur_post`. Returns
-    /// the WQE and its size in 16-byte units.
+    /// Builds the WQE of `wr` (checked) at producer counter `cur_post`
+    /// and records its `wr_id` and WR counter `head`. Returns its size in
+    /// 16-byte units (the caller advances `cur_post` by its BBs).
     ///
     /// The WQE's BBs are free (`full` allowed at most `max_post`
     /// outstanding requests, and each takes at most `wqe_size` bytes, so
     /// in-flight WQEs never exceed the ring) and the device reads them
     /// only after the doorbell record says so.
     #[inline(always)]
-    fn write_wqe(&mut self, wr: &SendWr<'_>, data: Data<'_>, nreq: u32) -> (Ctrl, u32) {
-        let mut w = self.ring.wqe(self.cur_post);
+    fn write_wqe(&self, wr: &SendWr<'_>, data: Data<'_>, cur_post: u32, head: u32) -> u32 {
+        let mut w = self.ring.wqe(cur_post);
         let mut ds: u32 = 1;
         let op = match wr.opcode() {
             WrOpcode::Send => wqe_op::SEND,
@@ -548,12 +558,9 @@ impl SendQueue {
         if wr.send_flags().contains(SendFlags::FENCE) {
             flags |= prm::WQE_CTRL_FENCE;
         }
-        w.ctrl(self.cur_post, op, self.qpn, ds, flags, imm);
-        let ctrl = w.finish(wr.wr_id(), self.head.wrapping_add(nreq));
-        self.cur_post = self
-            .cur_post
-            .wrapping_add(ds.div_ceil(SEND_WQE_BB / SEG as u32));
-        (ctrl, ds)
+        w.ctrl(cur_post, op, self.qpn, ds, flags, imm);
+        w.finish(wr.wr_id(), head);
+        ds
     }
 
     /// Follows the QP's state (after MODIFY_QP succeeded). RESET first

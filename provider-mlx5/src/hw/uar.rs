@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::barrier;
 use super::dbrec::DbRec;
 use super::map::Mapping;
-use super::wqe::{Ctrl, SendRing, SEND_WQE_BB};
+use super::wqe::{SendRing, SEND_WQE_BB};
 
 /// Writes `v` (already in the device's byte order) to the 8-byte UAR word
 /// at `reg` as one 64-bit store.
@@ -172,26 +172,19 @@ impl BlueFlame {
     /// Publishes a send queue's new WQEs, the steps of libmlx5's
     /// `post_send` tail: `udma_to_device_barrier`, the doorbell record's
     /// send counter (`cur_post`), `mmio_wc_start`, then either a
-    /// BlueFlame copy of `last` (the only WQE, `ds` 16-byte units, more
-    /// than the control segment and at most a half) or the 8-byte doorbell
-    /// (its first 8 bytes), `mmio_flush_writes`, and the half toggle.
+    /// BlueFlame copy of the last WQE (the one `cur_post` ends after, of
+    /// `ds` 16-byte units; when it is the only one, more than the control
+    /// segment and at most a half) or the 8-byte doorbell (its first 8
+    /// bytes), `mmio_flush_writes`, and the half toggle.
     #[inline(always)]
-    pub(crate) fn ring(
-        &mut self,
-        sq: &SendRing,
-        db: &DbRec,
-        cur_post: u32,
-        nreq: u32,
-        last: Ctrl,
-        ds: u32,
-    ) {
+    pub(crate) fn ring(&mut self, sq: &SendRing, db: &DbRec, cur_post: u32, nreq: u32, ds: u32) {
         // The WQEs are written before the device can see the counter that
         // covers them.
         barrier::to_device();
         db.set_send(cur_post);
         // The doorbell record reaches memory before the UAR write.
         barrier::wc_start();
-        let src = sq.ctrl_ptr(last);
+        let src = sq.last_wqe(cur_post, ds);
         // SAFETY: `reg + offset` is this QP's register (offset 0, or the
         // second half of a dedicated BlueFlame register, `buf_size` bytes
         // into it: `new` checked both halves fit in the page `_page` keeps
@@ -199,7 +192,7 @@ impl BlueFlame {
         // `write64` (atomic 64-bit stores: QPs sharing a bfreg write its
         // doorbell from several threads). A copy is at most `buf_size`
         // bytes (a multiple of 64). The source BBs are the WQE `last`,
-        // inside the ring (`ctrl_ptr`), wrapping at its end, initialised
+        // inside the ring (`last_wqe` masks its index), wrapping at its end, initialised
         // memory (the buffer starts zeroed), read through raw pointers.
         unsafe {
             let mut dst = self.reg.as_ptr().add(self.offset as usize).cast::<u64>();

@@ -77,18 +77,6 @@ unsafe impl Send for SendRing {}
 // `&self` methods, which do not touch ring memory.
 unsafe impl Sync for SendRing {}
 
-/// The WQE a doorbell covers: its first BB in the ring that built it (the
-/// doorbell reads its control segment from there, after checking it is a
-/// BB of the ring it rings for).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Ctrl(*const u8);
-
-impl Default for Ctrl {
-    fn default() -> Ctrl {
-        Ctrl(std::ptr::null())
-    }
-}
-
 impl SendRing {
     /// The ring of `wqe_cnt` BBs (a power of two, or 0 for none: then one
     /// BB at the buffer's start stands in, never posted to) at `offset`
@@ -139,16 +127,12 @@ impl SendRing {
         }
     }
 
-    /// The control segment of `c`: its BB if it is one of this ring's
-    /// (as it is when this ring built it), else the first.
+    /// The first BB of the last WQE built, given the producer counter
+    /// `cur_post` after it and its size `ds` in 16-byte units (it took
+    /// `ds` rounded up to whole BBs). Masked: always a BB of the ring.
     #[inline(always)]
-    pub(super) fn ctrl_ptr(&self, c: Ctrl) -> *const u8 {
-        let p = c.0;
-        if p >= self.start.cast_const() && p < self.qend.cast_const() {
-            p
-        } else {
-            self.start
-        }
+    pub(super) fn last_wqe(&self, cur_post: u32, ds: u32) -> *const u8 {
+        self.bb_ptr(cur_post.wrapping_sub(ds.div_ceil(SEND_WQE_BB / SEG as u32)))
     }
 
     /// The BB after the one at `p` (a BB of this ring), wrapping.
@@ -314,12 +298,10 @@ impl Bb<'_> {
         unsafe { put_ctrl(self.ctrl, cur_post, opcode, qpn, ds, fm_ce_se, imm) }
     }
 
-    /// Records the WQE's `wr_id` and WR counter; returns what the
-    /// doorbell needs.
+    /// Records the WQE's `wr_id` and WR counter.
     #[inline(always)]
-    pub(crate) fn finish(self, wr_id: u64, head: u32) -> Ctrl {
+    pub(crate) fn finish(self, wr_id: u64, head: u32) {
         self.ring.record(self.idx, wr_id, head);
-        Ctrl(self.ctrl)
     }
 }
 
@@ -468,12 +450,10 @@ impl Wqe<'_> {
         unsafe { put_ctrl(self.ctrl, cur_post, opcode, qpn, ds, fm_ce_se, imm) }
     }
 
-    /// Records the WQE's `wr_id` and WR counter; returns what the
-    /// doorbell needs.
+    /// Records the WQE's `wr_id` and WR counter.
     #[inline(always)]
-    pub(crate) fn finish(self, wr_id: u64, head: u32) -> Ctrl {
+    pub(crate) fn finish(self, wr_id: u64, head: u32) {
         self.ring.record(self.idx, wr_id, head);
-        Ctrl(self.ctrl)
     }
 }
 
