@@ -35,14 +35,12 @@ use crate::cq::CqMemory;
 use crate::hw::dbrec::DbRec;
 use crate::hw::map::Mapping;
 use crate::hw::uar::BlueFlame;
-use crate::hw::wqe::{RecvRing, SendRing};
+use crate::hw::wqe::{wqe_bbs, RecvRing, SendRing};
 use crate::hw::{barrier, cmd};
 use crate::srq::Srq;
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
 use crate::{wqe_op, PostError};
-
-use geom::SEND_WQE_BB;
 
 /// The unit of WQE sizes (`ds`): 16 bytes, the size of the control,
 /// remote-address, atomic and data segments.
@@ -390,7 +388,7 @@ impl SendQueue {
                 }
             };
             last_ds = self.write_wqe(wr, data, cur_post, head.wrapping_add(nreq));
-            cur_post = cur_post.wrapping_add(last_ds.div_ceil(SEND_WQE_BB / SEG as u32));
+            cur_post = cur_post.wrapping_add(wqe_bbs(last_ds));
             nreq += 1;
         }
         if nreq != 0 {

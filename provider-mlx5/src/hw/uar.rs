@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::barrier;
 use super::dbrec::DbRec;
 use super::map::Mapping;
-use super::wqe::{SendRing, SEND_WQE_BB};
+use super::wqe::{wqe_bbs, SendRing, SEND_WQE_BB};
 
 /// Writes `v` (already in the device's byte order) to the 8-byte UAR word
 /// at `reg` as one 64-bit store.
@@ -102,11 +102,19 @@ pub(crate) struct BlueFlame {
     reg: NonNull<u8>,
     /// Bytes of each BlueFlame half (a multiple of 64); 0 = never
     /// BlueFlame.
+    #[cfg(test)]
     buf_size: u32,
     /// Whether only this QP uses the register (BlueFlame and the half
     /// toggle need it: shared registers take single 8-byte doorbells at
     /// offset 0).
+    #[cfg(test)]
     dedicated: bool,
+    /// The largest WQE (in 16-byte units) a BlueFlame copy may carry: a
+    /// half's worth if the register is dedicated, else 0 (never).
+    max_ds: u32,
+    /// What flips `offset` to the other half after each doorbell:
+    /// `buf_size` if the register is dedicated, else 0 (always offset 0).
+    toggle: u32,
     /// Which half the next doorbell uses (0 or `buf_size`).
     offset: u32,
     _page: Arc<Mapping>,
@@ -138,8 +146,12 @@ impl BlueFlame {
         let reg = unsafe { page.as_ptr().add(off) };
         Some(BlueFlame {
             reg: NonNull::new(reg)?,
+            #[cfg(test)]
             buf_size,
+            #[cfg(test)]
             dedicated,
+            max_ds: if dedicated { buf_size / 16 } else { 0 },
+            toggle: if dedicated { buf_size } else { 0 },
             offset: 0,
             _page: Arc::clone(page),
         })
@@ -190,25 +202,26 @@ impl BlueFlame {
         // into it: `new` checked both halves fit in the page `_page` keeps
         // mapped), 8-byte aligned; every write to it goes through
         // `write64` (atomic 64-bit stores: QPs sharing a bfreg write its
-        // doorbell from several threads). A copy is at most `buf_size`
-        // bytes (a multiple of 64). The source BBs are the WQE `last`,
-        // inside the ring (`last_wqe` masks its index), wrapping at its end, initialised
-        // memory (the buffer starts zeroed), read through raw pointers.
+        // doorbell from several threads). A copy is the WQE's BBs, at most
+        // `buf_size` bytes (`ds <= max_ds = buf_size / 16`, and `buf_size`
+        // is a multiple of 64). The source BBs are the last WQE, inside
+        // the ring (`last_wqe` masks its index), wrapping at its end,
+        // initialised memory (the buffer starts zeroed), read through raw
+        // pointers.
         unsafe {
             let mut dst = self.reg.as_ptr().add(self.offset as usize).cast::<u64>();
-            if nreq == 1
-                && self.dedicated
-                && self.buf_size != 0
-                && ds > 1
-                && ds * 16 <= self.buf_size
-            {
+            // `ds <= max_ds` is `ds * 16 <= buf_size` on a dedicated
+            // register (`max_ds` is 0 on the others, and when `buf_size`
+            // is).
+            if nreq == 1 && ds > 1 && ds <= self.max_ds {
                 let mut src = src.cast::<u64>();
-                let mut left = (ds * 16).next_multiple_of(SEND_WQE_BB);
+                // The WQE's BBs.
+                let mut left = wqe_bbs(ds);
                 loop {
                     for i in 0..8 {
                         write64(dst.add(i), src.add(i).read());
                     }
-                    left -= SEND_WQE_BB;
+                    left -= 1;
                     dst = dst.add(8);
                     src = sq.next_bb(src.cast()).cast();
                     if left == 0 {
@@ -221,9 +234,7 @@ impl BlueFlame {
         }
         // Flush the write-combining buffer before another doorbell.
         barrier::flush_writes();
-        if self.dedicated {
-            self.offset ^= self.buf_size;
-        }
+        self.offset ^= self.toggle;
     }
 }
 

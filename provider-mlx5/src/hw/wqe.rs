@@ -25,6 +25,14 @@ pub(crate) const SEND_WQE_BB: u32 = 64;
 /// The unit of WQE sizes (`ds`): 16 bytes.
 const SEG: usize = size_of::<DataSeg>();
 
+/// The BBs a send WQE of `ds` 16-byte units takes: `ds` rounded up to
+/// whole BBs (`ds` is at most a WQE's size in 16-byte units, far from
+/// overflowing).
+#[inline(always)]
+pub(crate) fn wqe_bbs(ds: u32) -> u32 {
+    (ds + (SEND_WQE_BB / SEG as u32 - 1)) / (SEND_WQE_BB / SEG as u32)
+}
+
 /// Writes a PRM segment (a `rverbs_abi::mlx5::prm` struct) at the raw
 /// pointer `p`, field by field in the order given, each value computed
 /// right before its store: `put_seg!(p, DataSeg { byte_count: .., .. })`.
@@ -132,7 +140,7 @@ impl SendRing {
     /// `ds` rounded up to whole BBs). Masked: always a BB of the ring.
     #[inline(always)]
     pub(super) fn last_wqe(&self, cur_post: u32, ds: u32) -> *const u8 {
-        self.bb_ptr(cur_post.wrapping_sub(ds.div_ceil(SEND_WQE_BB / SEG as u32)))
+        self.bb_ptr(cur_post.wrapping_sub(wqe_bbs(ds)))
     }
 
     /// The BB after the one at `p` (a BB of this ring), wrapping.
