@@ -380,14 +380,13 @@ impl SendQueue {
                 nreq += 1;
                 continue;
             }
-            let data = match self.check(wr) {
-                Ok(d) => d,
+            last_ds = match self.post_checked(wr, cur_post, head.wrapping_add(nreq)) {
+                Ok(ds) => ds,
                 Err(e) => {
                     result = Err((nreq as usize, e));
                     break;
                 }
             };
-            last_ds = self.write_wqe(wr, data, cur_post, head.wrapping_add(nreq));
             cur_post = cur_post.wrapping_add(wqe_bbs(last_ds));
             nreq += 1;
         }
@@ -456,6 +455,16 @@ impl SendQueue {
         bb.ctrl(cur_post, mop, self.qpn, ds, flags, imm);
         bb.finish(wr.wr_id(), head);
         Some(ds)
+    }
+
+    /// The general path, for what [`SendQueue::try_fast`] does not take:
+    /// checks `wr`, then builds its WQE at `cur_post` with WR counter
+    /// `head` ([`SendQueue::write_wqe`]) and returns its size in 16-byte
+    /// units. Out of line: the fast path's loop stays small.
+    #[inline(never)]
+    fn post_checked(&self, wr: &SendWr<'_>, cur_post: u32, head: u32) -> Result<u32, PostError> {
+        let data = self.check(wr)?;
+        Ok(self.write_wqe(wr, data, cur_post, head))
     }
 
     /// Every check a send request must pass before a byte of it is
