@@ -5,10 +5,9 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
 use rverbs_abi::cq::CreateCq;
 use rverbs_abi::qp::CreateQp;
-use rverbs_abi::srq::{CreateSrq, ModifySrq};
+use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 use rverbs_provider::wr::{RecvWr, SendWr};
@@ -19,9 +18,6 @@ use rverbs_provider::{
 use crate::qp::State;
 use crate::uctx::Uctx;
 use crate::{cq, qp, srq};
-
-/// `IB_SRQ_LIMIT`: MODIFY_SRQ (re)arms the limit event.
-const SRQ_LIMIT: u32 = 2;
 
 /// An open mlx5 context: the uverbs command fd and the user context
 /// (UAR pages, doorbell records, the QP table) every object uses.
@@ -122,14 +118,7 @@ impl rverbs_provider::SharedRecvQueue for srq::Srq {
     }
     /// MODIFY_SRQ without driver data (mlx5 takes none).
     fn set_limit(&self, fd: BorrowedFd<'_>, srq_handle: u32, limit: u32) -> Result<(), Errno> {
-        let cmd = ModifySrq {
-            srq_handle,
-            attr_mask: SRQ_LIMIT,
-            max_wr: 0,
-            srq_limit: limit,
-        };
-        // SAFETY: MODIFY_SRQ without driver data carries no user address.
-        unsafe { write_cmd::<_, NoResp>(fd, nr::MODIFY_SRQ, &cmd, &[], &mut []) }.map(|_| ())
+        crate::hw::cmd::modify_srq_limit(fd, srq_handle, limit)
     }
     /// The kernel driver cannot resize an mlx5 SRQ
     /// ([`Feature::SrqResize`] is unsupported).

@@ -9,78 +9,32 @@
 //! tell the device how far with the consumer index in doorbell word 0.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rverbs_abi::cmd::{nr, write_cmd};
-use rverbs_abi::cq::{CreateCq, CreateCqResp, DestroyCq, DestroyCqResp, ResizeCq, ResizeCqResp};
+use rverbs_abi::cq::{CreateCq, CreateCqResp, ResizeCq};
 use rverbs_abi::mlx5;
-use rverbs_abi::mlx5::prm::{self, cqe_opcode as cqe_op, syndrome, Cqe64, ErrCqe};
+use rverbs_abi::mlx5::prm::{self, cqe_opcode as cqe_op, syndrome};
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
 use rverbs_abi::Errno;
-use zerocopy::network_endian::U32;
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
-use crate::buf::{Buf, DbRec};
+use crate::hw::cqe::{CqReader, CqRing, Cqe, KeyField, CQE_SIZE};
+use crate::hw::dbrec::DbRec;
+use crate::hw::uar::Doorbell;
+use crate::hw::{barrier, cmd};
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, Row, SrqShared};
-use crate::{mmio, wqe_op};
+use crate::wqe_op;
 
 #[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz;
 
-/// Bytes per CQE.
-const CQE_SIZE: usize = size_of::<Cqe64>();
 /// Largest ring (`1 << 24` entries).
 const MAX_CQE: u64 = 1 << 24;
-/// Opcode of an entry the device has not written (`MLX5_CQE_INVALID`).
-const OP_INVALID: u8 = cqe_op::INVALID;
 /// `MLX5_CQ_DB_REQ_NOT_SOL`: arm for solicited (and error) CQEs only.
 const ARM_SOLICITED: u32 = prm::CQ_DB_REQ_NOT_SOL;
-
-/// A CQE in the ring that [`Cq::sw_cqe`] handed out: software owns it (the
-/// device wrote it and will not write it again before the consumer index
-/// passes it), 64-byte aligned. `T` is the way it is read: [`Cqe64`], or
-/// [`ErrCqe`] for an error CQE.
-#[derive(Clone, Copy)]
-struct Cqe<T = Cqe64>(*const T);
-
-/// Field `f` of the CQE `c` (a [`Cqe`]), read by value through the raw
-/// pointer: no reference into the ring, and no copy of the other fields.
-macro_rules! cqe {
-    ($c:expr, $f:ident) => {{
-        let p = $c.0;
-        // SAFETY: `p` points to an aligned, initialised CQE that software
-        // owns while the caller holds it (see `Cqe`); the field is read
-        // in place, by value.
-        unsafe { ::std::ptr::addr_of!((*p).$f).read() }
-    }};
-}
-
-impl Cqe {
-    /// The QP key field at `key_off` ([`Cq::key_off`]: the offset of
-    /// `srqn_uidx` or of `sop_drop_qpn`, both big-endian 32-bit fields).
-    #[inline(always)]
-    fn key(self, key_off: usize) -> u32 {
-        debug_assert!(
-            key_off == std::mem::offset_of!(Cqe64, srqn_uidx)
-                || key_off == std::mem::offset_of!(Cqe64, sop_drop_qpn)
-        );
-        // SAFETY: `key_off` is the offset of one of the two `U32` fields
-        // (`Cq::new` sets nothing else), so this reads that field of an
-        // initialised CQE software owns, in place (`U32` has alignment 1).
-        unsafe { self.0.cast::<u8>().add(key_off).cast::<U32>().read() }.get()
-    }
-
-    /// The CQE, by value (no reference into the ring is made).
-    #[inline(always)]
-    fn read(self) -> Cqe64 {
-        // SAFETY: an aligned, initialised CQE inside a live ring that
-        // nobody writes while we hold it (see the type).
-        unsafe { self.0.read() }
-    }
-}
 
 /// What CREATE_CQ returned. The ring and doorbell record live as long as
 /// the [`Cq`] or any [`CqMemory`] taken from it: keep one until the kernel
@@ -107,64 +61,32 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateCq) -> Result<Cr
     }
     let ncqe = ncqe as u32;
     let mem = Arc::new(Mem::new(uctx, ncqe)?);
-    let base = mem.current();
+    let ring = mem.current();
     let mut core = *cmd;
     core.cqe = ncqe - 1;
     let drv = mlx5::CreateCq {
-        buf_addr: base as u64,
+        buf_addr: ring.addr(),
         db_addr: mem.db.addr(),
         cqe_size: CQE_SIZE as u32,
         ..Default::default()
     };
     let mut drv_resp = mlx5::CreateCqResp::new_zeroed();
-    // SAFETY: the user addresses are the driver data's `buf_addr` and
-    // `db_addr`: this CQ's ring and doorbell record in `mem` (mappings of
-    // our own that no Rust reference covers, read and written only through
-    // raw pointers), which the returned Cq and its CqMemory keep until
-    // DESTROY_CQ; the kernel pins their pages for the CQ's life. The core
-    // command carries only its response pointer, which write_cmd supplies.
-    let resp: CreateCqResp = unsafe {
-        write_cmd(
-            fd,
-            nr::CREATE_CQ,
-            &core,
-            drv.as_bytes(),
-            drv_resp.as_mut_bytes(),
-        )?
-    };
+    // The returned Cq and its CqMemory keep the ring and record until
+    // DESTROY_CQ.
+    let resp = cmd::create_cq(fd, &core, &drv, &mut drv_resp, &ring, &mem.db)?;
     if resp.cqe != ncqe - 1 {
-        let d = DestroyCq {
-            response: 0,
-            cq_handle: resp.cq_handle,
-            reserved: 0,
-        };
-        // SAFETY: DESTROY_CQ carries no user address but its response
-        // pointer, which write_cmd supplies.
-        let _ = unsafe { write_cmd::<_, DestroyCqResp>(fd, nr::DESTROY_CQ, &d, &[], &mut []) };
+        cmd::destroy_cq(fd, resp.cq_handle);
         return Err(Errno::EPROTO);
     }
     Ok(Created {
         resp,
-        cq: Cq::new(uctx, mem, base, ncqe, drv_resp.cqn),
+        cq: Cq::new(uctx, mem, drv_resp.cqn),
     })
-}
-
-/// A ring of `ncqe` invalid CQEs (opcode 15, owner 0).
-fn new_ring(ncqe: u32) -> Result<Buf, Errno> {
-    let buf = Buf::new(ncqe as usize * CQE_SIZE)?;
-    let ring = buf.as_ptr().cast::<Cqe64>();
-    for i in 0..ncqe as usize {
-        // SAFETY: entry i < ncqe lies inside the buffer (64-byte entries
-        // from a page-aligned start), which nobody else sees yet; only its
-        // `op_own` byte is written, through the raw pointer.
-        unsafe { std::ptr::addr_of_mut!((*ring.add(i)).op_own).write(OP_INVALID << 4) };
-    }
-    Ok(buf)
 }
 
 /// The CQE ring(s) and doorbell record of a CQ. Normally one ring; during
 /// a resize the old and the new one (the `rings` lock is taken on the
-/// control path only: creation and resize).
+/// control path only: creation, resize, cleaning).
 ///
 /// It also holds what a QP needs to remove its CQEs from the CQ
 /// ([`CqMemory::clean`]) while the [`Cq`] itself is owned, and polled,
@@ -172,18 +94,14 @@ fn new_ring(ncqe: u32) -> Result<Buf, Errno> {
 #[derive(Debug)]
 struct Mem {
     /// The current ring is the last.
-    rings: Mutex<Vec<Buf>>,
+    rings: Mutex<Vec<Arc<CqRing>>>,
     db: DbRec,
     /// Taken by whoever consumes or moves CQEs: a poll, a resize, a QP
-    /// cleaning its CQEs out. The fields below are read and written only
-    /// while holding it.
+    /// cleaning its CQEs out. The consumer index and which ring is
+    /// current are read and changed only while holding it.
     busy: AtomicBool,
     /// CQEs consumed.
     cons_index: AtomicU32,
-    /// The current ring's first CQE.
-    base: AtomicPtr<u8>,
-    /// Entries in the current ring.
-    ncqe: AtomicU32,
     /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
     cqe_version: u8,
 }
@@ -191,24 +109,22 @@ struct Mem {
 impl Mem {
     /// A fresh ring of `ncqe` entries and a zeroed doorbell record.
     fn new(uctx: &Arc<Uctx>, ncqe: u32) -> Result<Mem, Errno> {
-        let buf = new_ring(ncqe)?;
+        let ring = Arc::new(CqRing::new(ncqe)?);
         let db = uctx.alloc_dbrec()?;
-        let base = buf.as_ptr();
         Ok(Mem {
-            rings: Mutex::new(vec![buf]),
+            rings: Mutex::new(vec![ring]),
             db,
             busy: AtomicBool::new(false),
             cons_index: AtomicU32::new(0),
-            base: AtomicPtr::new(base),
-            ncqe: AtomicU32::new(ncqe),
             cqe_version: uctx.cqe_version(),
         })
     }
 
-    /// The current ring's first byte (stable: the buffers are mappings).
-    fn current(&self) -> *mut u8 {
+    /// The current ring.
+    fn current(&self) -> Arc<CqRing> {
         let rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
-        rings.last().map_or(std::ptr::null_mut(), Buf::as_ptr)
+        // There is always one: `new` puts it there and resizes only add.
+        Arc::clone(rings.last().expect("a CQ has a ring"))
     }
 
     /// Takes `busy` (a spin lock: its holders do bounded work and never
@@ -253,13 +169,13 @@ impl Mem {
     /// alone.
     fn clean(&self, uidx: u32, qpn: u32, srq: Option<&SrqShared>) -> u32 {
         self.lock();
-        let base = self.base.load(Ordering::Relaxed).cast_const();
-        let ncqe = self.ncqe.load(Ordering::Relaxed);
+        let ring = self.current();
+        let ncqe = ring.ncqe();
         let ci = self.cons_index.load(Ordering::Relaxed);
         // The producer index: the first entry the device has not written,
         // at most one lap ahead.
         let mut prod = ci;
-        while prod.wrapping_sub(ci) < ncqe && sw_cqe_at(base, ncqe, prod).is_some() {
+        while prod.wrapping_sub(ci) < ncqe && ring.sw_cqe(prod).is_some() {
             prod = prod.wrapping_add(1);
         }
         let (key, by_qpn) = if self.cqe_version == 1 {
@@ -272,12 +188,8 @@ impl Mem {
         let mut i = prod;
         while i != ci {
             i = i.wrapping_sub(1);
-            let slot = |n: u32| {
-                // SAFETY: the entry lies inside the current ring
-                // (`n & (ncqe - 1) < ncqe`).
-                unsafe { base.add((n & (ncqe - 1)) as usize * CQE_SIZE) }.cast::<Cqe64>()
-            };
-            let c = Cqe(slot(i)).read();
+            // Written (seen above) and not yet consumed.
+            let c = ring.read(i);
             let op = c.opcode();
             let mine = op != cqe_op::RESIZE_CQ
                 && (if by_qpn { c.sop_drop_qpn } else { c.srqn_uidx }).get() & 0xFF_FFFF == key;
@@ -295,12 +207,10 @@ impl Mem {
                 let mut moved = c;
                 // The owner bit the device would have given `to`.
                 moved.op_own = (moved.op_own & !1) | u8::from(to & ncqe != 0);
-                // SAFETY: `to` is before `prod`, an entry the device
-                // wrote and will not write again until the consumer index
-                // passes it; the poller is locked out (`busy`), so nobody
-                // else reads or writes it. Written whole through the raw
-                // pointer (aligned: 64-byte entries in a page-aligned ring).
-                unsafe { std::ptr::write_volatile(slot(to).cast_mut(), moved) };
+                // `to` is before `prod`, an entry the device wrote and
+                // will not write again until the consumer index passes it;
+                // the poller is locked out (`busy`).
+                ring.write(to, moved);
             }
         }
         if nfreed != 0 {
@@ -308,10 +218,8 @@ impl Mem {
             self.cons_index.store(ci, Ordering::Relaxed);
             // The moved CQEs are in place before the device may reuse the
             // entries the consumer index now passes.
-            mmio::to_device();
-            self.db
-                .word(0)
-                .store((ci & 0xFF_FFFF).to_be(), Ordering::Release);
+            barrier::to_device();
+            self.db.set_ci(ci);
         }
         self.unlock();
         nfreed
@@ -330,27 +238,6 @@ fn snapshot(uctx: &Uctx, by_qpn: bool, rows: &mut Vec<Row>) -> u64 {
         rows.sort_unstable_by_key(|r| r.0);
     }
     generation
-}
-
-/// The CQE for counter `i` in a ring of `ncqe` entries at `base`, if the
-/// device has written it (opcode valid, owner bit matching the lap), after
-/// the barrier that makes its body readable.
-#[inline(always)]
-fn sw_cqe_at(base: *const u8, ncqe: u32, i: u32) -> Option<Cqe> {
-    let slot = (i & (ncqe - 1)) as usize;
-    // SAFETY: the entry lies inside the ring (`slot < ncqe`).
-    let p = unsafe { base.add(slot * CQE_SIZE) }.cast::<Cqe64>();
-    // SAFETY: the entry's `op_own` byte (taken by raw pointer, no
-    // reference to the entry); the device writes it concurrently, so read
-    // it atomically (an `AtomicU8` has the alignment and size of a `u8`).
-    let op_own =
-        unsafe { &*std::ptr::addr_of!((*p).op_own).cast::<AtomicU8>() }.load(Ordering::Relaxed);
-    if op_own >> 4 == OP_INVALID || (op_own & 1 != 0) != (i & ncqe != 0) {
-        return None;
-    }
-    // The body was written before the owner byte.
-    mmio::from_device();
-    Some(Cqe(p))
 }
 
 /// Keeps a CQ's ring and doorbell record alive (the kernel object may
@@ -374,29 +261,14 @@ impl CqMemory {
     }
 }
 
-/// An mlx5 CQ: the CQE ring and doorbell record, the consumer index, and
-/// a snapshot of the context's QP table.
+/// How a CQ finds the QP a CQE belongs to: a snapshot of the context's QP
+/// table, keyed by what its CQEs name a QP by.
 #[derive(Debug)]
-pub struct Cq {
-    /// First CQE.
-    base: *const u8,
-    /// Entries (a power of two).
-    ncqe: u32,
-    cqn: u32,
-    /// Doorbell word 0: consumer index (BE, 24 bits).
-    set_ci: *const AtomicU32,
-    /// Doorbell word 1: arm command (BE).
-    arm_db: *const AtomicU32,
-    /// The UAR's CQ doorbell register (null only in unit tests).
-    uar: *mut u64,
-    /// Arm sequence number (low 2 bits used).
-    arm_sn: AtomicU32,
-    /// Where a CQE names its QP: the offset in [`Cqe64`] of `srqn_uidx`
-    /// (the user index, CQE version 1) or of `sop_drop_qpn` (the QP number,
-    /// version 0). One load per CQE, where a choice between the two fields
-    /// would cost a branch or a select.
-    key_off: usize,
-    /// Whether `key_off` is the QP number (CQE version 0).
+struct Lookup {
+    /// Where a CQE names its QP: `srqn_uidx` (the user index, CQE version
+    /// 1) or `sop_drop_qpn` (the QP number, version 0).
+    key: KeyField,
+    /// Whether `key` is the QP number (CQE version 0).
     by_qpn: bool,
     /// The table rows as of `generation`, keyed (and sorted) by what CQEs
     /// name QPs by.
@@ -405,185 +277,13 @@ pub struct Cq {
     last: usize,
     generation: u64,
     uctx: Arc<Uctx>,
-    mem: Arc<Mem>,
 }
 
-// SAFETY: the raw pointers point into `mem` (owned through the Arc) and
-// into a UAR page the context (held through `uctx`) maps for its whole
-// life. Consuming takes `&mut self` and `mem`'s lock (QPs cleaning their
-// CQEs out take it too); `arm` only does atomic doorbell stores, which the
-// device tolerates from any thread.
-unsafe impl Send for Cq {}
-// SAFETY: as above.
-unsafe impl Sync for Cq {}
-
-impl Cq {
-    fn new(uctx: &Arc<Uctx>, mem: Arc<Mem>, base: *mut u8, ncqe: u32, cqn: u32) -> Cq {
-        let mut rows = Vec::new();
-        let by_qpn = uctx.cqe_version() != 1;
-        let generation = snapshot(uctx, by_qpn, &mut rows);
-        Cq {
-            base,
-            ncqe,
-            cqn,
-            set_ci: mem.db.word(0),
-            arm_db: mem.db.word(1),
-            uar: uctx.cq_doorbell(),
-            arm_sn: AtomicU32::new(0),
-            key_off: if by_qpn {
-                std::mem::offset_of!(Cqe64, sop_drop_qpn)
-            } else {
-                std::mem::offset_of!(Cqe64, srqn_uidx)
-            },
-            by_qpn,
-            rows,
-            last: 0,
-            generation,
-            uctx: Arc::clone(uctx),
-            mem,
-        }
-    }
-
-    /// Polls up to `wc.len()` completions into `wc`; returns how many.
-    ///
-    /// CQEs of QPs that no longer exist (and of kinds plain verbs never
-    /// asks for) are consumed without being reported.
-    #[inline]
-    pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
-        // QPs created or destroyed since the last poll: CQEs of destroyed
-        // QPs must not be reported (one load; a lock only after a change).
-        if self.uctx.table().generation() != self.generation {
-            self.refresh();
-        }
-        // A QP may be removing its CQEs (moving the others, advancing the
-        // consumer index): wait for it, and keep it out while we consume.
-        self.mem.lock();
-        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
-        let mut n = 0;
-        while n < wc.len() {
-            let Some(cqe) = self.sw_cqe(ci) else {
-                break;
-            };
-            ci = ci.wrapping_add(1);
-            if self.complete(cqe, &mut wc[n]) {
-                n += 1;
-            }
-        }
-        self.mem.cons_index.store(ci, Ordering::Relaxed);
-        // SAFETY: `set_ci` points into the doorbell record `mem` keeps alive.
-        unsafe { &*self.set_ci }.store((ci & 0xFF_FFFF).to_be(), Ordering::Release);
-        self.mem.unlock();
-        n
-    }
-
-    /// The CQE for counter `i` if the device has written it (opcode valid,
-    /// owner bit matching the lap), after an acquire fence: its 64 bytes
-    /// are then ours to read until the consumer index passes it.
-    #[inline(always)]
-    fn sw_cqe(&self, i: u32) -> Option<Cqe> {
-        sw_cqe_at(self.base, self.ncqe, i)
-    }
-
-    /// Issues RESIZE_CQ for at least `cqe` entries and moves the CQEs not
-    /// yet polled to the new ring; returns the new depth. A size that
-    /// rounds to the current one sends nothing.
-    ///
-    /// The device ends the old ring with a RESIZE CQE at its producer
-    /// index p and continues at p + 1 in the new ring; the unpolled CQEs
-    /// before it move up by one in the new ring, and the consumer index
-    /// steps over the RESIZE CQE. If no RESIZE CQE is found (a device
-    /// breaking that rule) the rings are switched with the consumer index
-    /// unchanged, as libmlx5 does.
-    pub fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
-        if cqe == 0 {
-            return Err(Errno::EINVAL);
-        }
-        let ncqe = (cqe as u64 + 1).next_power_of_two();
-        if ncqe > MAX_CQE {
-            return Err(Errno::EINVAL);
-        }
-        let ncqe = ncqe as u32;
-        if ncqe == self.ncqe {
-            return Ok(self.ncqe - 1);
-        }
-        let buf = new_ring(ncqe)?;
-        let cmd = ResizeCq {
-            response: 0,
-            cq_handle,
-            cqe: ncqe - 1,
-        };
-        let drv = mlx5::ResizeCq {
-            buf_addr: buf.addr(),
-            cqe_size: CQE_SIZE as u16,
-            ..Default::default()
-        };
-        // No QP may clean the old ring while the device switches rings and
-        // the unpolled CQEs move.
-        self.mem.lock();
-        // SAFETY: the one user address is the driver data's `buf_addr`:
-        // `buf`, a fresh mapping no Rust reference covers, which
-        // switch_ring makes this CQ's ring, kept until the next resize but
-        // one or DESTROY_CQ (the kernel pins its pages meanwhile). The core
-        // command carries only its response pointer, which write_cmd
-        // supplies.
-        let r = unsafe {
-            write_cmd::<_, ResizeCqResp>(fd, nr::RESIZE_CQ, &cmd, drv.as_bytes(), &mut [])
-        };
-        if r.is_ok() {
-            self.switch_ring(buf, ncqe);
-        }
-        self.mem.unlock();
-        r.map(|_| ncqe - 1)
-    }
-
-    /// Moves the unpolled CQEs into `buf` (a fresh ring of `ncqe`) and
-    /// makes it current (for [`CqMemory::clean`] too: call it holding
-    /// `mem`'s lock). The previous ring stays mapped until the next
-    /// resize (a late device write to it must not hit unmapped memory);
-    /// older ones are released.
-    fn switch_ring(&mut self, buf: Buf, ncqe: u32) {
-        let new = buf.as_ptr();
-        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
-        let mut i = ci;
-        let mut found = false;
-        while let Some(cqe) = self.sw_cqe(i) {
-            let mut c = cqe.read();
-            if c.opcode() == cqe_op::RESIZE_CQ {
-                found = true;
-                break;
-            }
-            if i.wrapping_sub(ci) >= ncqe - 1 {
-                // More unpolled CQEs than the new ring holds: the device
-                // refuses such a resize; stop rather than overwrite.
-                break;
-            }
-            i = i.wrapping_add(1);
-            c.op_own = (c.op_own & !1) | u8::from(i & ncqe != 0);
-            let slot = (i & (ncqe - 1)) as usize;
-            // SAFETY: the entry lies inside the new ring (aligned: 64-byte
-            // entries in a page-aligned ring), which nobody else writes yet
-            // (the device starts after the RESIZE CQE's counter, past every
-            // slot written here); written whole through the raw pointer.
-            unsafe { std::ptr::write_volatile(new.add(slot * CQE_SIZE).cast::<Cqe64>(), c) };
-        }
-        if found {
-            ci = ci.wrapping_add(1);
-        }
-        self.base = new;
-        self.ncqe = ncqe;
-        self.mem.base.store(new, Ordering::Relaxed);
-        self.mem.ncqe.store(ncqe, Ordering::Relaxed);
-        self.mem.cons_index.store(ci, Ordering::Relaxed);
-        let mut rings = self.mem.rings.lock().unwrap_or_else(|p| p.into_inner());
-        rings.push(buf);
-        let old = rings.len().saturating_sub(2);
-        rings.drain(..old);
-    }
-
+impl Lookup {
     /// Resolves the CQE's QP and parses it.
     #[inline]
-    fn complete(&mut self, cqe: Cqe, out: &mut Wc) -> bool {
-        let key = cqe.key(self.key_off) & 0xFF_FFFF;
+    fn complete(&mut self, cqe: Cqe<'_>, out: &mut Wc) -> bool {
+        let key = cqe.key(self.key) & 0xFF_FFFF;
         // Most CQs serve one QP, or a few in turn: try the last hit first.
         let hit = match self.rows.get(self.last) {
             Some(r) if r.0 == key => Some(self.last),
@@ -606,7 +306,7 @@ impl Cq {
         parse(cqe, &self.rows[i].1, out)
     }
 
-    /// The row of `key` (what CQEs name QPs by: see [`Cq::refresh`]).
+    /// The row of `key` (what CQEs name QPs by: see [`Lookup::refresh`]).
     #[inline]
     fn find(&self, key: u32) -> Option<usize> {
         self.rows.binary_search_by_key(&key, |r| r.0).ok()
@@ -620,36 +320,189 @@ impl Cq {
         self.generation = snapshot(&self.uctx, self.by_qpn, &mut self.rows);
         self.last = 0;
     }
+}
+
+/// An mlx5 CQ: the CQE ring and doorbell record, the consumer index, and
+/// a snapshot of the context's QP table.
+#[derive(Debug)]
+pub struct Cq {
+    /// The current ring.
+    cqes: CqReader,
+    cqn: u32,
+    /// The doorbell record: consumer index, arm command.
+    db: DbRec,
+    /// The UAR's CQ doorbell register (`None` only in unit tests).
+    uar: Option<Doorbell>,
+    /// Arm sequence number (low 2 bits used).
+    arm_sn: AtomicU32,
+    /// The QP table snapshot.
+    lookup: Lookup,
+    mem: Arc<Mem>,
+}
+
+impl Cq {
+    fn new(uctx: &Arc<Uctx>, mem: Arc<Mem>, cqn: u32) -> Cq {
+        let mut rows = Vec::new();
+        let by_qpn = uctx.cqe_version() != 1;
+        let generation = snapshot(uctx, by_qpn, &mut rows);
+        Cq {
+            cqes: mem.current().reader(),
+            cqn,
+            db: mem.db.clone(),
+            uar: uctx.cq_doorbell(),
+            arm_sn: AtomicU32::new(0),
+            lookup: Lookup {
+                key: if by_qpn {
+                    KeyField::QPN
+                } else {
+                    KeyField::UIDX
+                },
+                by_qpn,
+                rows,
+                last: 0,
+                generation,
+                uctx: Arc::clone(uctx),
+            },
+            mem,
+        }
+    }
+
+    /// Polls up to `wc.len()` completions into `wc`; returns how many.
+    ///
+    /// CQEs of QPs that no longer exist (and of kinds plain verbs never
+    /// asks for) are consumed without being reported.
+    #[inline]
+    pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        // QPs created or destroyed since the last poll: CQEs of destroyed
+        // QPs must not be reported (one load; a lock only after a change).
+        if self.lookup.uctx.table().generation() != self.lookup.generation {
+            self.lookup.refresh();
+        }
+        // A QP may be removing its CQEs (moving the others, advancing the
+        // consumer index): wait for it, and keep it out while we consume.
+        self.mem.lock();
+        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
+        let mut n = 0;
+        while n < wc.len() {
+            let Some(cqe) = self.cqes.sw_cqe(ci) else {
+                break;
+            };
+            ci = ci.wrapping_add(1);
+            if self.lookup.complete(cqe, &mut wc[n]) {
+                n += 1;
+            }
+        }
+        self.mem.cons_index.store(ci, Ordering::Relaxed);
+        self.db.set_ci(ci);
+        self.mem.unlock();
+        n
+    }
+
+    /// Issues RESIZE_CQ for at least `cqe` entries and moves the CQEs not
+    /// yet polled to the new ring; returns the new depth. A size that
+    /// rounds to the current one sends nothing.
+    ///
+    /// The device ends the old ring with a RESIZE CQE at its producer
+    /// index p and continues at p + 1 in the new ring; the unpolled CQEs
+    /// before it move up by one in the new ring, and the consumer index
+    /// steps over the RESIZE CQE. If no RESIZE CQE is found (a device
+    /// breaking that rule) the rings are switched with the consumer index
+    /// unchanged, as libmlx5 does.
+    pub fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
+        if cqe == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let ncqe = (cqe as u64 + 1).next_power_of_two();
+        if ncqe > MAX_CQE {
+            return Err(Errno::EINVAL);
+        }
+        let ncqe = ncqe as u32;
+        if ncqe == self.cqes.ncqe() {
+            return Ok(ncqe - 1);
+        }
+        let ring = Arc::new(CqRing::new(ncqe)?);
+        let cmd = ResizeCq {
+            response: 0,
+            cq_handle,
+            cqe: ncqe - 1,
+        };
+        let drv = mlx5::ResizeCq {
+            buf_addr: ring.addr(),
+            cqe_size: CQE_SIZE as u16,
+            ..Default::default()
+        };
+        // No QP may clean the old ring while the device switches rings and
+        // the unpolled CQEs move.
+        self.mem.lock();
+        // switch_ring makes `ring` this CQ's ring, kept until the next
+        // resize but one or DESTROY_CQ.
+        let r = cmd::resize_cq(fd, &cmd, &drv, &ring);
+        if r.is_ok() {
+            self.switch_ring(ring);
+        }
+        self.mem.unlock();
+        r.map(|_| ncqe - 1)
+    }
+
+    /// Moves the unpolled CQEs into `new` (a fresh ring) and makes it
+    /// current (for [`CqMemory::clean`] too: call it holding `mem`'s
+    /// lock). The previous ring stays mapped until the next resize (a late
+    /// device write to it must not hit unmapped memory); older ones are
+    /// released.
+    fn switch_ring(&mut self, new: Arc<CqRing>) {
+        let ncqe = new.ncqe();
+        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
+        let mut i = ci;
+        let mut found = false;
+        while let Some(cqe) = self.cqes.sw_cqe(i) {
+            let mut c = cqe.read();
+            if c.opcode() == cqe_op::RESIZE_CQ {
+                found = true;
+                break;
+            }
+            if i.wrapping_sub(ci) >= ncqe - 1 {
+                // More unpolled CQEs than the new ring holds: the device
+                // refuses such a resize; stop rather than overwrite.
+                break;
+            }
+            i = i.wrapping_add(1);
+            c.op_own = (c.op_own & !1) | u8::from(i & ncqe != 0);
+            // Nobody else writes the new ring yet (the device starts after
+            // the RESIZE CQE's counter, past every slot written here).
+            new.write(i, c);
+        }
+        if found {
+            ci = ci.wrapping_add(1);
+        }
+        self.cqes = new.reader();
+        self.mem.cons_index.store(ci, Ordering::Relaxed);
+        let mut rings = self.mem.rings.lock().unwrap_or_else(|p| p.into_inner());
+        rings.push(new);
+        let old = rings.len().saturating_sub(2);
+        rings.drain(..old);
+    }
 
     /// Arms the CQ (no system call: doorbell record, then the UAR's CQ
     /// doorbell). The next CQE (with `solicited_only`, the next solicited
     /// or error CQE) raises a completion event.
     pub fn arm(&self, solicited_only: bool) {
         let sn = self.arm_sn.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 3;
-        // SAFETY: both words point into the doorbell record `mem` keeps
-        // alive; we are the only writer of word 0.
-        let (set_ci, arm_db) = unsafe { (&*self.set_ci, &*self.arm_db) };
-        let ci = u32::from_be(set_ci.load(Ordering::Relaxed)) & 0xFF_FFFF;
+        // We are the only writer of the consumer index.
+        let ci = self.db.ci();
         let cmd = if solicited_only { ARM_SOLICITED } else { 0 };
         let v = sn << 28 | cmd | ci;
-        arm_db.store(v.to_be(), Ordering::Release);
-        if self.uar.is_null() {
+        self.db.set_arm(v);
+        let Some(uar) = &self.uar else {
             return;
-        }
-        // The doorbell record reaches memory before the UAR write.
-        mmio::wc_start();
-        let db = (u64::from(v) << 32 | u64::from(self.cqn)).to_be();
-        // SAFETY: `uar` is the CQ doorbell of a UAR page the context maps
-        // for its life (held through `uctx`), 8-byte aligned, written only
-        // through `mmio::write64`: CQs arm from `&self`, so from several
-        // threads, and each doorbell must reach the register whole.
-        unsafe { mmio::write64(self.uar, db) };
-        mmio::flush_writes();
+        };
+        // CQs arm from `&self`, so from several threads: each doorbell
+        // reaches the register whole (`Doorbell::ring`).
+        uar.ring((u64::from(v) << 32 | u64::from(self.cqn)).to_be());
     }
 
     /// Entries in the ring minus one: the depth reported to the user.
     pub fn cqe(&self) -> u32 {
-        self.ncqe - 1
+        self.cqes.ncqe() - 1
     }
 
     /// The CQ number (for diagnostics).
@@ -694,21 +547,21 @@ fn status_of(syndrome: u8) -> u32 {
 /// Parses one CQE of QP `e` (retiring its WQE); `None` for CQEs that
 /// report nothing (resize, tag matching, signature errors, or a queue the
 /// QP does not have).
-fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
-    let opcode = cqe!(c, op_own) >> 4;
-    let wqe_counter = cqe!(c, wqe_counter).get();
+fn parse(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
+    let opcode = c.op_own() >> 4;
+    let wqe_counter = c.wqe_counter().get();
     match opcode {
         cqe_op::REQ => {
             let Some(wr_id) = e.sq.as_ref().and_then(|sq| sq.complete(wqe_counter)) else {
                 return false;
             };
             // The WQE opcode: bits 31..24.
-            let (op, flags, len) = match cqe!(c, sop_drop_qpn).to_bytes()[0] {
+            let (op, flags, len) = match c.sop_drop_qpn().to_bytes()[0] {
                 wqe_op::RDMA_WRITE => (wc_opcode::RDMA_WRITE, 0, 0),
                 wqe_op::RDMA_WRITE_IMM => (wc_opcode::RDMA_WRITE, wc_flags::WITH_IMM, 0),
                 wqe_op::SEND | wqe_op::SEND_INVAL => (wc_opcode::SEND, 0, 0),
                 wqe_op::SEND_IMM => (wc_opcode::SEND, wc_flags::WITH_IMM, 0),
-                wqe_op::RDMA_READ => (wc_opcode::RDMA_READ, 0, cqe!(c, byte_cnt).get()),
+                wqe_op::RDMA_READ => (wc_opcode::RDMA_READ, 0, c.byte_cnt().get()),
                 wqe_op::ATOMIC_CS => (wc_opcode::COMP_SWAP, 0, 8),
                 wqe_op::ATOMIC_FA => (wc_opcode::FETCH_ADD, 0, 8),
                 wqe_op::UMR => (wc_opcode::BIND_MW, 0, 0),
@@ -730,7 +583,7 @@ fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
                 return false;
             };
             // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
-            let imm = u32::from_ne_bytes(cqe!(c, imm_inval_pkey).to_bytes());
+            let imm = u32::from_ne_bytes(c.imm_inval_pkey().to_bytes());
             let (op, mut flags, ex) = match opcode {
                 cqe_op::RESP_WR_IMM => (wc_opcode::RECV_RDMA_WITH_IMM, wc_flags::WITH_IMM, imm),
                 cqe_op::RESP_SEND => (wc_opcode::RECV, 0, 0),
@@ -741,7 +594,7 @@ fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
                     u32::from_be(imm),
                 ),
             };
-            let flags_rqpn = cqe!(c, flags_rqpn).get();
+            let flags_rqpn = c.flags_rqpn().get();
             if (flags_rqpn >> 28) & 3 != 0 {
                 flags |= wc_flags::GRH;
             }
@@ -750,15 +603,15 @@ fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
                 status: wc_status::SUCCESS,
                 opcode: op,
                 vendor_err: 0,
-                byte_len: cqe!(c, byte_cnt).get(),
+                byte_len: c.byte_cnt().get(),
                 ex,
                 qp_num: e.qpn,
                 src_qp: flags_rqpn & 0xFF_FFFF,
                 wc_flags: flags,
                 pkey_index: (u32::from_be(imm) & 0xFFFF) as u16,
-                slid: cqe!(c, slid).get(),
+                slid: c.slid().get(),
                 sl: ((flags_rqpn >> 24) & 0xF) as u8,
-                dlid_path_bits: cqe!(c, ml_path) & 0x7F,
+                dlid_path_bits: c.ml_path() & 0x7F,
                 ..Wc::default()
             };
         }
@@ -771,11 +624,10 @@ fn parse(c: Cqe, e: &QpEntry, out: &mut Wc) -> bool {
             let Some(wr_id) = wr_id else {
                 return false;
             };
-            let err = Cqe(c.0.cast::<ErrCqe>());
             *out = Wc {
                 wr_id,
-                status: status_of(cqe!(err, syndrome)),
-                vendor_err: cqe!(err, vendor_err_synd).into(),
+                status: status_of(c.syndrome()),
+                vendor_err: c.vendor_err_synd().into(),
                 qp_num: e.qpn,
                 ..Wc::default()
             };
@@ -800,6 +652,7 @@ mod tests {
     use super::*;
     use crate::uctx::Limits;
     use crate::wq::{RqShared, SqShared, SrqShared};
+    use rverbs_abi::mlx5::prm::Cqe64;
 
     const QPN: u32 = 0x12_3456;
 
@@ -807,7 +660,7 @@ mod tests {
     fn parse_bytes(c: &[u8; 64], e: &QpEntry) -> Option<Wc> {
         let c: Cqe64 = zerocopy::transmute!(*c);
         let mut w = Wc::default();
-        parse(Cqe(&c), e, &mut w).then_some(w)
+        parse(Cqe::of(&c), e, &mut w).then_some(w)
     }
     const UIDX: u32 = 7;
 
@@ -830,8 +683,7 @@ mod tests {
             Arc::new(QpEntry::new(QPN, Arc::clone(&sq), Arc::clone(&rq), None)),
         );
         let mem = Arc::new(Mem::new(&uctx, ncqe).unwrap());
-        let base = mem.current();
-        let cq = Cq::new(&uctx, mem, base, ncqe, 0x99);
+        let cq = Cq::new(&uctx, mem, 0x99);
         Fixture { uctx, sq, rq, cq }
     }
 
@@ -846,9 +698,7 @@ mod tests {
     }
 
     fn put(cq: &Cq, n: u32, c: &[u8; 64]) {
-        let slot = (n & (cq.ncqe - 1)) as usize;
-        // SAFETY: the entry lies inside the ring the fixture keeps alive.
-        unsafe { std::ptr::copy_nonoverlapping(c.as_ptr(), cq.base.cast_mut().add(slot * 64), 64) };
+        cq.cqes.ring().write(n, zerocopy::transmute!(*c));
     }
 
     fn entry(sq: &Arc<SqShared>, rq: &Arc<RqShared>, srq: Option<Arc<SrqShared>>) -> QpEntry {
@@ -876,8 +726,7 @@ mod tests {
         ];
         for (i, (wop, op, flags, len)) in cases.into_iter().enumerate() {
             let idx = (i % 8) as u16;
-            f.sq.wrid[idx as usize].store(1000 + i as u64, Ordering::Relaxed);
-            f.sq.wqe_head[idx as usize].store(i as u32 * 3, Ordering::Relaxed);
+            f.sq.set(idx as usize, 1000 + i as u64, i as u32 * 3);
             let mut c = cqe(cqe_op::REQ, wop, idx + 8, false);
             c[44..48].copy_from_slice(&4000u32.to_be_bytes());
             let w = parse_bytes(&c, &e).unwrap();
@@ -886,7 +735,7 @@ mod tests {
                 (1000 + i as u64, wc_status::SUCCESS, op, flags, len, QPN),
                 "wqe opcode {wop:#x}"
             );
-            assert_eq!(f.sq.tail.load(Ordering::Acquire), i as u32 * 3 + 1);
+            assert_eq!(f.sq.retired(), i as u32 * 3 + 1);
         }
     }
 
@@ -895,7 +744,7 @@ mod tests {
         let f = fixture(4);
         let e = entry(&f.sq, &f.rq, None);
         for i in 0..4 {
-            f.rq.wrid[i].store(50 + i as u64, Ordering::Relaxed);
+            f.rq.set_wrid(i, 50 + i as u64);
         }
         let mut c = cqe(cqe_op::RESP_WR_IMM, 0, 0, false);
         c[17] = 0x85;
@@ -935,24 +784,24 @@ mod tests {
             (53, wc_opcode::RECV, wc_flags::WITH_INVALIDATE)
         );
         assert_eq!(w.ex, 0xdeadbeef);
-        assert_eq!(f.rq.tail.load(Ordering::Acquire), 4);
+        assert_eq!(f.rq.retired(), 4);
     }
 
     #[test]
     fn srq_receive_uses_wqe_counter() {
         let f = fixture(4);
         let srq = Arc::new(SrqShared::new(16));
-        srq.wrid[9].store(909, Ordering::Relaxed);
+        srq.post(9, 909);
         let e = entry(&f.sq, &f.rq, Some(Arc::clone(&srq)));
         let w = parse_bytes(&cqe(cqe_op::RESP_SEND, 0, 9, false), &e).unwrap();
         assert_eq!(w.wr_id, 909);
-        assert_eq!(srq.freed[0].load(Ordering::Acquire), 1 << 9);
+        assert_eq!(srq.freed(0), 1 << 9);
         let mut c = cqe(cqe_op::RESP_ERR, 0, 9, false);
         c[55] = 0x05;
         let w = parse_bytes(&c, &e).unwrap();
         assert_eq!((w.wr_id, w.status), (909, wc_status::WR_FLUSH_ERR));
         // RQ untouched.
-        assert_eq!(f.rq.tail.load(Ordering::Acquire), 0);
+        assert_eq!(f.rq.retired(), 0);
     }
 
     #[test]
@@ -976,10 +825,9 @@ mod tests {
             (0x03, wc_status::GENERAL_ERR),
             (0xff, wc_status::GENERAL_ERR),
         ];
-        f.sq.wrid[3].store(33, Ordering::Relaxed);
-        f.sq.wqe_head[3].store(10, Ordering::Relaxed);
+        f.sq.set(3, 33, 10);
         for i in 0..4 {
-            f.rq.wrid[i].store(44, Ordering::Relaxed);
+            f.rq.set_wrid(i, 44);
         }
         for (syn, status) in table {
             let mut c = cqe(cqe_op::REQ_ERR, wqe_op::SEND, 3, false);
@@ -991,7 +839,7 @@ mod tests {
                 (33, status, 0x42, QPN)
             );
             assert_eq!((w.opcode, w.byte_len, w.wc_flags), (0, 0, 0));
-            assert_eq!(f.sq.tail.load(Ordering::Acquire), 11);
+            assert_eq!(f.sq.retired(), 11);
             c[63] = cqe_op::RESP_ERR << 4;
             let w = parse_bytes(&c, &e).unwrap();
             assert_eq!((w.wr_id, w.status, w.vendor_err), (44, status, 0x42));
@@ -1004,7 +852,7 @@ mod tests {
     fn owner_bit_and_wrap() {
         let mut f = fixture(2);
         for i in 0..8 {
-            f.sq.wrid[i].store(i as u64, Ordering::Relaxed);
+            f.sq.set_wrid(i, i as u64);
         }
         let mut wc = [Wc::default(); 4];
         // Fresh ring: nothing; SET_CI written anyway.
@@ -1016,7 +864,7 @@ mod tests {
         assert_eq!(wc[0].wr_id, 0);
         assert_eq!(f.cq.poll(&mut wc), 1);
         assert_eq!(wc[0].wr_id, 1);
-        assert_eq!(f.cq.mem.db.word(0).load(Ordering::Acquire), 2u32.to_be());
+        assert_eq!(f.cq.db.load(0), 2);
         // Entry 0 still holds the lap-0 CQE: with owner 0 it is stale now.
         assert_eq!(f.cq.poll(&mut wc), 0);
         // Lap 1: owner 1.
@@ -1040,7 +888,7 @@ mod tests {
         assert_eq!(f.cq.cons_index(), 1);
         // A QP registered after the CQ's snapshot is found on refresh.
         let sq2 = Arc::new(SqShared::new(2));
-        sq2.wrid[1].store(4242, Ordering::Relaxed);
+        sq2.set_wrid(1, 4242);
         f.uctx.register_qp(
             99,
             Arc::new(QpEntry::with_queues(5, Some(Arc::clone(&sq2)), None, None)),
@@ -1064,15 +912,15 @@ mod tests {
         let mut wc = [Wc::default(); 1];
         assert_eq!(f.cq.poll(&mut wc), 1);
         f.cq.arm(false);
-        let w1 = u32::from_be(f.cq.mem.db.word(1).load(Ordering::Acquire));
+        let w1 = f.cq.db.load(1);
         assert_eq!(w1, 1 << 28 | 1);
         f.cq.arm(true);
-        let w2 = u32::from_be(f.cq.mem.db.word(1).load(Ordering::Acquire));
+        let w2 = f.cq.db.load(1);
         assert_eq!(w2, 2 << 28 | ARM_SOLICITED | 1);
         for _ in 0..2 {
             f.cq.arm(false);
         }
-        let w4 = u32::from_be(f.cq.mem.db.word(1).load(Ordering::Acquire));
+        let w4 = f.cq.db.load(1);
         assert_eq!(w4, 1);
     }
 
@@ -1080,7 +928,7 @@ mod tests {
     fn resize_moves_unpolled_cqes() {
         let mut f = fixture(4);
         for i in 0..8 {
-            f.sq.wrid[i].store(100 + i as u64, Ordering::Relaxed);
+            f.sq.set_wrid(i, 100 + i as u64);
         }
         for n in 0..3u32 {
             put(&f.cq, n, &cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false));
@@ -1088,9 +936,9 @@ mod tests {
         put(&f.cq, 3, &cqe(cqe_op::RESIZE_CQ, 0, 0, false));
         let mut wc = [Wc::default(); 4];
         assert_eq!(f.cq.poll(&mut wc[..1]), 1);
-        let old = f.cq.base;
-        f.cq.switch_ring(new_ring(8).unwrap(), 8);
-        assert_ne!(f.cq.base, old);
+        let old = f.cq.cqes.ring().addr();
+        f.cq.switch_ring(Arc::new(CqRing::new(8).unwrap()));
+        assert_ne!(f.cq.cqes.ring().addr(), old);
         assert_eq!((f.cq.cons_index(), f.cq.cqe()), (2, 7));
         // The device continues at counter 4 of the new ring.
         put(&f.cq, 4, &cqe(cqe_op::REQ, wqe_op::SEND, 5, false));
@@ -1110,7 +958,7 @@ mod tests {
         put(&f.cq, 8, &cqe(cqe_op::REQ, wqe_op::SEND, 0, true));
         put(&f.cq, 9, &cqe(cqe_op::RESIZE_CQ, 0, 0, true));
         assert_eq!(f.cq.poll(&mut wc[..3]), 3); // counters 5..7
-        f.cq.switch_ring(new_ring(2).unwrap(), 2);
+        f.cq.switch_ring(Arc::new(CqRing::new(2).unwrap()));
         assert_eq!(f.cq.cons_index(), 9);
         assert_eq!(f.cq.mem.rings.lock().unwrap().len(), 2);
         // Counter 8 moved to counter 9: slot 1, owner (9 & 2 != 0) = 0.
@@ -1125,8 +973,7 @@ mod tests {
     fn fresh_ring_is_invalid() {
         let f = fixture(4);
         for i in 0..4 {
-            // SAFETY: inside the ring.
-            assert_eq!(unsafe { *f.cq.base.add(i * 64 + 63) }, 0xF0);
+            assert_eq!(f.cq.cqes.ring().read(i).op_own, 0xF0);
         }
     }
 
@@ -1136,8 +983,9 @@ mod tests {
     #[test]
     fn concurrent_arms_write_whole_doorbells() {
         let mut f = fixture(4);
-        let reg = Box::new(std::sync::atomic::AtomicU64::new(0));
-        f.cq.uar = reg.as_ptr();
+        let page = Arc::new(crate::hw::map::Mapping::anon(4096).unwrap());
+        f.cq.uar = Doorbell::new(&page, 0);
+        let reg = f.cq.uar.clone().unwrap();
         let cq = &f.cq;
         let valid = |raw: u64| {
             let v = u64::from_be(raw);
@@ -1158,15 +1006,15 @@ mod tests {
             // Watches until every thread is done (at least one look).
             loop {
                 let finished = done.load(Ordering::Acquire) == 4;
-                let v = reg.load(Ordering::Relaxed);
+                let v = reg.load();
                 assert!(valid(v), "torn doorbell {:#018x}", u64::from_be(v));
                 if finished {
                     break;
                 }
             }
         });
-        assert!(valid(reg.load(Ordering::Relaxed)));
-        assert_ne!(reg.load(Ordering::Relaxed), 0);
+        assert!(valid(reg.load()));
+        assert_ne!(reg.load(), 0);
     }
 
     /// Cleaning one QP's CQEs out of the unpolled part of the ring (across
@@ -1179,7 +1027,7 @@ mod tests {
         let mut f = fixture(4);
         let sq2 = Arc::new(SqShared::new(4));
         for i in 0..4 {
-            sq2.wrid[i].store(800 + i as u64, Ordering::Relaxed);
+            sq2.set_wrid(i, 800 + i as u64);
         }
         f.uctx.register_qp(
             8,
@@ -1203,9 +1051,9 @@ mod tests {
         let srq = SrqShared::new(8);
         let mem = f.cq.memory();
         assert_eq!(mem.clean(UIDX, QPN, Some(&srq)), 2);
-        assert_eq!(srq.freed[0].load(Ordering::Acquire), 1 << 5);
-        assert_eq!(srq.completed.load(Ordering::Acquire), 1);
-        assert_eq!(u32::from_be(f.cq.mem.db.word(0).load(Ordering::Acquire)), 4);
+        assert_eq!(srq.freed(0), 1 << 5);
+        assert_eq!(srq.completed(), 1);
+        assert_eq!(f.cq.db.load(0), 4);
         // Nothing left of that QP; a second cleaning finds nothing.
         assert_eq!(mem.clean(UIDX, QPN, Some(&srq)), 0);
         // A CQE the device writes later is found after the moved ones.
@@ -1220,7 +1068,7 @@ mod tests {
         );
         assert_eq!(f.cq.cons_index(), 7);
         assert_eq!(f.cq.poll(&mut wc), 0);
-        assert_eq!(u32::from_be(f.cq.mem.db.word(0).load(Ordering::Acquire)), 7);
+        assert_eq!(f.cq.db.load(0), 7);
     }
 
     /// CQE version 0 names QPs by number: polling finds each QP by the
@@ -1234,7 +1082,7 @@ mod tests {
         });
         let sqs: Vec<Arc<SqShared>> = (0..2).map(|_| Arc::new(SqShared::new(2))).collect();
         for (k, (uidx, qpn)) in [(1u32, 0x300u32), (2, 0x200)].into_iter().enumerate() {
-            sqs[k].wrid[0].store(10 + k as u64, Ordering::Relaxed);
+            sqs[k].set_wrid(0, 10 + k as u64);
             uctx.register_qp(
                 uidx,
                 Arc::new(QpEntry::with_queues(
@@ -1246,8 +1094,7 @@ mod tests {
             );
         }
         let mem = Arc::new(Mem::new(&uctx, 4).unwrap());
-        let base = mem.current();
-        let mut cq = Cq::new(&uctx, mem, base, 4, 1);
+        let mut cq = Cq::new(&uctx, mem, 1);
         let by = |qpn: u32| {
             let mut c = [0u8; 64];
             c[56..60].copy_from_slice(&((wqe_op::SEND as u32) << 24 | qpn).to_be_bytes());
@@ -1282,8 +1129,8 @@ mod tests {
             let mut f = fixture(64);
             let sq2 = Arc::new(SqShared::new(64));
             for i in 0..64 {
-                f.sq.wrid[i % 8].store(0, Ordering::Relaxed);
-                sq2.wrid[i].store(1000 + i as u64, Ordering::Relaxed);
+                f.sq.set_wrid(i % 8, 0);
+                sq2.set_wrid(i, 1000 + i as u64);
             }
             f.uctx.register_qp(
                 8,

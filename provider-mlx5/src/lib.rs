@@ -1,7 +1,7 @@
 //! The NVIDIA ConnectX (mlx5) userspace provider.
 //!
 //! Unlike rxe, mlx5 hands the queues to user space: this crate allocates
-//! the CQ, QP and SRQ buffers and their doorbell records ([`buf`]), gives
+//! the CQ, QP and SRQ buffers and their doorbell records, gives
 //! their addresses to the kernel in the mlx5 driver data of the create
 //! commands, builds send and receive WQEs in them as the PRM defines them,
 //! rings the doorbells (doorbell record, then the UAR register or a
@@ -14,39 +14,22 @@
 //! slots, and the table through which a CQ finds the QP or SRQ a CQE
 //! belongs to ([`wq`]).
 //!
+//! All raw memory and MMIO (mappings, doorbell records, UAR doorbells
+//! and BlueFlame, WQE and CQE access, the barriers, and the commands that
+//! hand memory to the kernel) lives in one module, `hw`, the only one
+//! allowed `unsafe` code; everything else is safe Rust over its types.
+//!
 //! It knows nothing of the public `verbs` API above it.
 
 #![deny(missing_docs)]
-
-/// Writes a PRM segment (a `rverbs_abi::mlx5::prm` struct) at the raw
-/// pointer `p`, field by field in the order given, each value computed
-/// right before its store: `put_seg!(p, DataSeg { byte_count: .., .. })`.
-/// No reference to the ring is made, and the stores keep the shape of
-/// hand-written ones (a whole-struct write makes the compiler load every
-/// value first, which costs register moves on the posting path). Every
-/// field must be named: a never-run struct literal makes the compiler
-/// check that the list is exhaustive.
-///
-/// Expands to unsafe operations: use it inside an `unsafe` block whose
-/// SAFETY comment shows `p` valid for writes of the segment and aligned
-/// for it, and the bytes not read by the device until a doorbell covers
-/// them.
-macro_rules! put_seg {
-    ($p:expr, $T:ident { $($f:ident: $v:expr),* $(,)? }) => {{
-        let p: *mut $T = $p.cast::<$T>();
-        $( ::std::ptr::addr_of_mut!((*p).$f).write($v); )*
-        if false {
-            // Never runs: fails to compile if a field is not listed.
-            let _ = $T { $($f: ::zerocopy::FromZeros::new_zeroed()),* };
-        }
-    }};
-}
+#![deny(unsafe_code)]
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod ah;
-pub mod buf;
 pub mod contract;
 pub mod cq;
-mod mmio;
+#[allow(unsafe_code)]
+mod hw;
 pub mod qp;
 pub mod srq;
 pub mod uctx;

@@ -19,63 +19,28 @@ mod tests;
 
 use std::io::IoSlice;
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd};
 use rverbs_abi::mlx5;
-use rverbs_abi::mlx5::prm::{self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg};
-use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
+use rverbs_abi::mlx5::prm::{self, DataSeg, DatagramSeg};
+use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp};
 use rverbs_abi::wr::{send_flags, Sge};
 use rverbs_abi::Errno;
 use rverbs_provider::check::{check_recv_sges, SendChecks, MAX_MSG};
 use rverbs_provider::wr::{Payload, RecvWr, SendFlags, SendWr, WrOpcode};
-use zerocopy::network_endian::{U16, U32, U64};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::network_endian::U32;
+use zerocopy::FromZeros;
 
-use crate::buf::{Buf, DbRec};
 use crate::cq::CqMemory;
+use crate::hw::dbrec::DbRec;
+use crate::hw::map::Mapping;
+use crate::hw::uar::BlueFlame;
+use crate::hw::wqe::{wqe_bbs, RecvRing, SendRing};
+use crate::hw::{barrier, cmd};
 use crate::srq::Srq;
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
-use crate::{mmio, wqe_op, PostError};
-
-use geom::SEND_WQE_BB;
-
-/// Writes the control segment of the WQE at producer counter `cur_post`
-/// (its low 16 bits are the WQE index) at `p`: WQE opcode `opcode`, QP
-/// `qpn`, `ds` 16-byte units, `fm_ce_se` flags and immediate `imm`; no
-/// signature. A macro, so that each value is computed right before its
-/// store (see `put_seg!`); the same safety requirements.
-macro_rules! put_ctrl {
-    ($p:expr, $cur_post:expr, $opcode:expr, $qpn:expr, $ds:expr, $fm_ce_se:expr, $imm:expr) => {
-        put_seg!(
-            $p,
-            CtrlSeg {
-                opmod_idx_opcode: U32::new(($cur_post & 0xffff) << 8 | $opcode as u32),
-                qpn_ds: U32::new($qpn << 8 | $ds),
-                signature: 0,
-                dci_stream_channel_id: U16::ZERO,
-                fm_ce_se: $fm_ce_se,
-                imm: U32::new($imm),
-            }
-        )
-    };
-}
-
-/// Writes a remote-address segment at `p` (as `put_ctrl!`).
-macro_rules! put_raddr {
-    ($p:expr, $raddr:expr, $rkey:expr) => {
-        put_seg!(
-            $p,
-            RaddrSeg {
-                raddr: U64::new($raddr),
-                rkey: U32::new($rkey),
-                reserved: U32::ZERO,
-            }
-        )
-    };
-}
+use crate::{wqe_op, PostError};
 
 /// The unit of WQE sizes (`ds`): 16 bytes, the size of the control,
 /// remote-address, atomic and data segments.
@@ -132,10 +97,8 @@ pub fn create(
     let g = geom::geometry(&uctx.limits(), &req)?;
     // At least one page, so a QP with neither ring still hands the kernel
     // a valid buffer.
-    let buf = Buf::new(g.total())?;
+    let buf = Arc::new(Mapping::anon(g.total())?);
     let db = uctx.alloc_dbrec()?;
-    db.word(0).store(0, Ordering::Relaxed);
-    db.word(1).store(0, Ordering::Relaxed);
     // The table key. The kernel is told it only with CQE version 1; with
     // version 0 it wants the invalid index and CQEs name the QP by number.
     let uidx = uctx.alloc_uidx()?;
@@ -171,31 +134,28 @@ pub fn create(
         reserved: 0,
     };
     let mut drv_resp = mlx5::CreateQpResp::new_zeroed();
-    // On error `reg` drops here and frees the user index.
-    // SAFETY: the user addresses are the driver data's `buf_addr` and
-    // `db_addr` (`sq_buf_addr` is 0): the QP's work queue buffer and
-    // doorbell record, mappings of our own that no Rust reference covers
-    // (accessed through raw pointers only), owned by the returned queues'
-    // shared `mem`, which the caller keeps until DESTROY_QP; the kernel
-    // pins their pages for the QP's life. The core command carries only
-    // its response pointer, which write_cmd supplies.
-    let mut resp: CreateQpResp = unsafe {
-        write_cmd(
-            fd,
-            nr::CREATE_QP,
-            &core,
-            drv.as_bytes(),
-            drv_resp.as_mut_bytes(),
-        )?
-    };
+    // On error `reg` drops here and frees the user index. The queues
+    // built below keep `buf` and `db` until they drop, after DESTROY_QP.
+    let mut resp = cmd::create_qp(fd, &core, &drv, &mut drv_resp, &buf, &db)?;
     let destroy = |e: Errno| {
-        destroy_qp(fd, resp.qp_handle);
+        cmd::destroy_qp(fd, resp.qp_handle);
         e
     };
     let bf = uctx.bfreg(drv_resp.bfreg_index).map_err(destroy)?;
 
     let sq_shared = Arc::new(SqShared::new(g.sq_wqe_cnt));
     let rq_shared = Arc::new(RqShared::new(g.rq_wqe_cnt));
+    let rq_ring = match g.rq_wqe_cnt {
+        0 => None,
+        n => Some(
+            RecvRing::new(&buf, n, g.rq_wqe_shift, g.rq_max_gs, &rq_shared)
+                .ok_or(Errno::EPROTO)
+                .map_err(destroy)?,
+        ),
+    };
+    let sq_ring = SendRing::new(&buf, g.sq_offset(), g.sq_wqe_cnt, &sq_shared)
+        .ok_or(Errno::EPROTO)
+        .map_err(destroy)?;
     // An absent ring has empty bookkeeping, which completes nothing.
     let entry = QpEntry::new(
         resp.qpn,
@@ -216,37 +176,26 @@ pub fn create(
     });
     reg.cleaner = Some(Arc::clone(&cleaner));
 
-    let mem = Arc::new(Backing::Device { buf, db });
-    let base = mem.base();
-    let rq = (g.rq_wqe_cnt != 0).then(|| {
+    let rq = rq_ring.map(|ring| {
         RecvQueue::new(
-            Arc::clone(&mem),
-            base,
-            mem.db_word(0),
-            &g,
+            ring,
+            db.clone(),
+            g.rq_wqe_cnt,
             Arc::clone(&rq_shared),
             Some(Arc::clone(&cleaner)),
         )
     });
-    // SAFETY: the SQ starts `sq_offset` bytes into the buffer, which is
-    // at least `total()` bytes long.
-    let sq_start = unsafe { base.add(g.sq_offset()) };
     let sq = SendQueue::new(SqInit {
-        mem: Arc::clone(&mem),
         reg: Some(reg),
         cleaner: Some(cleaner),
-        start: sq_start,
-        db: mem.db_word(1),
+        ring: sq_ring,
+        db,
         geometry: g,
         shared: sq_shared,
         qpn: resp.qpn,
         qp_type: cmd.qp_type,
         sig_all: cmd.sq_sig_all != 0,
-        bf: BlueFlame {
-            reg: bf.reg,
-            buf_size: bf.buf_size,
-            dedicated: bf.dedicated,
-        },
+        bf,
     });
 
     resp.max_send_wr = g.sq_max_post;
@@ -256,19 +205,6 @@ pub fn create(
     resp.max_recv_wr = g.rq_wqe_cnt;
     resp.max_recv_sge = g.rq_max_gs;
     Ok(Created { resp, sq, rq })
-}
-
-/// Destroys the kernel QP `handle` after a failure that follows its
-/// creation (best effort: the error being reported is the first one).
-fn destroy_qp(fd: BorrowedFd<'_>, handle: u32) {
-    let cmd = DestroyQp {
-        response: 0,
-        qp_handle: handle,
-        reserved: 0,
-    };
-    // SAFETY: DESTROY_QP carries no user address but its response pointer,
-    // which write_cmd supplies.
-    let _ = unsafe { write_cmd::<_, DestroyQpResp>(fd, nr::DESTROY_QP, &cmd, &[], &mut []) };
 }
 
 /// The QP's slot in the context's user-index table; dropping it removes
@@ -319,62 +255,12 @@ impl Cleaner {
     }
 }
 
-/// The memory the device reads and writes for one QP, shared by its two
-/// queues and kept alive until both have dropped.
-#[derive(Debug)]
-enum Backing {
-    /// The buffer and doorbell record handed to the kernel.
-    Device {
-        /// Receive ring, then send ring.
-        buf: Buf,
-        /// Word 0: receive counter; word 1: send counter.
-        db: DbRec,
-    },
-    /// Plain memory standing in for the device's, for unit tests.
-    #[cfg(test)]
-    Test(tests::TestMem),
-}
-
-impl Backing {
-    /// Start of the buffer.
-    fn base(&self) -> *mut u8 {
-        match self {
-            Backing::Device { buf, .. } => buf.as_ptr(),
-            #[cfg(test)]
-            Backing::Test(m) => m.ring.as_ptr(),
-        }
-    }
-
-    /// Doorbell word `i` (0 = receive, 1 = send).
-    fn db_word(&self, i: usize) -> *const AtomicU32 {
-        match self {
-            Backing::Device { db, .. } => db.word(i),
-            #[cfg(test)]
-            Backing::Test(m) => &m.db[i],
-        }
-    }
-}
-
-/// Where a send queue rings: its doorbell/BlueFlame register.
-#[derive(Debug, Clone, Copy)]
-struct BlueFlame {
-    /// The register (in a mapped UAR page).
-    reg: *mut u8,
-    /// Bytes of each BlueFlame half; 0 = never BlueFlame.
-    buf_size: u32,
-    /// Whether only this QP uses the register (BlueFlame and the
-    /// half toggle need it: shared registers take single 8-byte
-    /// doorbells at offset 0).
-    dedicated: bool,
-}
-
 /// Everything [`SendQueue::new`] needs.
 struct SqInit {
-    mem: Arc<Backing>,
     reg: Option<Registration>,
     cleaner: Option<Arc<Cleaner>>,
-    start: *mut u8,
-    db: *const AtomicU32,
+    ring: SendRing,
+    db: DbRec,
     geometry: geom::Geometry,
     shared: Arc<SqShared>,
     qpn: u32,
@@ -386,14 +272,10 @@ struct SqInit {
 /// A QP's send queue.
 #[derive(Debug)]
 pub struct SendQueue {
-    /// First BB of the ring.
-    start: *mut u8,
-    /// One past the last BB: segments starting here wrap to `start`.
-    qend: *mut u8,
-    /// Ring size in BBs (a power of two; 0 = no send queue).
-    wqe_cnt: u32,
-    /// The send word of the doorbell record (BE counter of BBs).
-    db: *const AtomicU32,
+    /// The ring (and the buffer it keeps mapped).
+    ring: SendRing,
+    /// The doorbell record (send counter: BBs).
+    db: DbRec,
     /// Producer counter of BBs (`sq.cur_post`).
     cur_post: u32,
     /// Producer counter of work requests (`sq.head`).
@@ -413,30 +295,13 @@ pub struct SendQueue {
     enabled: bool,
     /// The doorbell register.
     bf: BlueFlame,
-    /// Which BlueFlame half the next doorbell uses (dedicated registers).
-    bf_offset: u32,
-    /// `shared.wrid`'s first entry (`wqe_cnt` of them).
-    wrid: *const AtomicU64,
-    /// `shared.wqe_head`'s first entry (`wqe_cnt` of them).
-    wqe_head: *const AtomicU32,
     /// `wr_id`s and retirement, shared with the CQ.
     shared: Arc<SqShared>,
     /// Removes the QP's CQEs from its CQs on RESET (`None` in unit tests).
     cleaner: Option<Arc<Cleaner>>,
-    /// Cleans the CQs and frees the user index on drop (before `mem`).
+    /// Cleans the CQs and frees the user index on drop.
     _reg: Option<Registration>,
-    /// Keeps the ring and doorbell record alive.
-    _mem: Arc<Backing>,
 }
-
-// SAFETY: the raw pointers point into `_mem` (buffer and doorbell record,
-// owned through the Arc and freed only when both queues are gone) and into
-// a UAR page the context maps for its whole life (`_reg` holds the
-// context). Everything that writes through them takes `&mut self`; the
-// `&self` methods only load atomics.
-unsafe impl Send for SendQueue {}
-// SAFETY: as above: shared references only read atomics.
-unsafe impl Sync for SendQueue {}
 
 /// The QP states the queues care about (the caller tells them after each
 /// successful MODIFY_QP).
@@ -463,13 +328,8 @@ enum Data<'a> {
 impl SendQueue {
     fn new(init: SqInit) -> Self {
         let g = init.geometry;
-        // SAFETY: the ring is `sq_bytes` long from `start` (the caller
-        // allocated it so); this is its one-past-the-end pointer.
-        let qend = unsafe { init.start.add(g.sq_bytes()) };
         SendQueue {
-            start: init.start,
-            qend,
-            wqe_cnt: g.sq_wqe_cnt,
+            ring: init.ring,
             db: init.db,
             cur_post: 0,
             head: 0,
@@ -484,13 +344,9 @@ impl SendQueue {
             },
             enabled: false,
             bf: init.bf,
-            bf_offset: 0,
-            wrid: init.shared.wrid.as_ptr(),
-            wqe_head: init.shared.wqe_head.as_ptr(),
             shared: init.shared,
             cleaner: init.cleaner,
             _reg: init.reg,
-            _mem: init.mem,
         }
     }
 
@@ -501,50 +357,61 @@ impl SendQueue {
         if !self.enabled {
             return Err((0, PostError::InvalidState));
         }
+        // Work requests of this chain written so far (also the index of
+        // the next one: each WR is written or ends the chain).
         let mut nreq: u32 = 0;
-        // The last WQE built: its control segment and size in 16-byte
-        // units, for the doorbell.
-        let mut last: (*const u8, u32) = (std::ptr::null(), 0);
+        // The last WQE's size in 16-byte units, for the doorbell (which
+        // finds the WQE from it and `cur_post`).
+        let mut last_ds: u32 = 0;
+        // Work requests outstanding before this chain, as last seen.
+        let mut used = self.head.wrapping_sub(self.tail);
+        // The producer counters, written back after the chain.
+        let mut cur_post = self.cur_post;
+        let head = self.head;
         let mut result = Ok(());
-        for (i, wr) in wrs.iter().enumerate() {
-            if self.full(nreq) {
-                result = Err((i, PostError::QueueFull));
+        for wr in wrs {
+            if self.full(&mut used, nreq) {
+                result = Err((nreq as usize, PostError::QueueFull));
                 break;
             }
-            if let Some(l) = self.try_fast(wr, nreq) {
-                last = l;
+            if let Some(ds) = self.try_fast(wr, cur_post, head.wrapping_add(nreq)) {
+                last_ds = ds;
+                cur_post = cur_post.wrapping_add(1);
                 nreq += 1;
                 continue;
             }
-            let data = match self.check(wr) {
-                Ok(d) => d,
+            last_ds = match self.post_checked(wr, cur_post, head.wrapping_add(nreq)) {
+                Ok(ds) => ds,
                 Err(e) => {
-                    result = Err((i, e));
+                    result = Err((nreq as usize, e));
                     break;
                 }
             };
-            last = self.write_wqe(wr, data, nreq);
+            cur_post = cur_post.wrapping_add(wqe_bbs(last_ds));
             nreq += 1;
         }
         if nreq != 0 {
-            self.ring(nreq, last.0, last.1);
+            self.cur_post = cur_post;
+            self.head = head.wrapping_add(nreq);
+            self.bf
+                .ring(&self.ring, &self.db, self.cur_post, nreq, last_ds);
         }
         result
     }
 
     /// Whether posting one more request (after `nreq` of this chain)
     /// would overflow the ring: `max_post` work requests may be
-    /// outstanding. The consumer counter is re-read only when the cached
-    /// one says full.
+    /// outstanding, `used` (this chain's `head - tail`) before it. The
+    /// consumer counter is re-read (and `used` with it) only when the
+    /// cached one says full.
     #[inline(always)]
-    fn full(&mut self, nreq: u32) -> bool {
-        let used = |tail: u32| self.head.wrapping_sub(tail).wrapping_add(nreq);
-        if used(self.tail) < self.max_post {
+    fn full(&mut self, used: &mut u32, nreq: u32) -> bool {
+        if used.wrapping_add(nreq) < self.max_post {
             return false;
         }
-        // Acquire: the CQ retired the WQEs before it published `tail`.
-        self.tail = self.shared.tail.load(Ordering::Acquire);
-        used(self.tail) >= self.max_post
+        self.tail = self.shared.retired();
+        *used = self.head.wrapping_sub(self.tail);
+        used.wrapping_add(nreq) >= self.max_post
     }
 
     /// The common request in one straight line: a simple opcode (see
@@ -554,7 +421,7 @@ impl SendQueue {
     /// nothing written, for anything else: [`SendQueue::check`] and
     /// [`SendQueue::write_wqe`] take it. Same bytes as `write_wqe`.
     #[inline(always)]
-    fn try_fast(&mut self, wr: &SendWr<'_>, nreq: u32) -> Option<(*const u8, u32)> {
+    fn try_fast(&self, wr: &SendWr<'_>, cur_post: u32, head: u32) -> Option<u32> {
         let op = wr.opcode() as u32;
         let Payload::Sge([sge]) = wr.payload() else {
             return None;
@@ -567,7 +434,6 @@ impl SendQueue {
         }
         // Simple opcodes are 0..=4 (`simple_send_ops`).
         let (mop, raddr) = FAST_OPS[op as usize];
-        let idx = self.cur_post & (self.wqe_cnt - 1);
         let imm = if op == WrOpcode::RdmaWriteWithImm as u32 || op == WrOpcode::SendWithImm as u32 {
             wr.imm_data()
         } else {
@@ -575,46 +441,30 @@ impl SendQueue {
         };
         let flags = self.sig_bits | FAST_FLAGS[(wr.send_flags().bits() & 7) as usize];
         let mut ds = 1;
-        // SAFETY: `idx < wqe_cnt`, so the BB is inside the ring, free
-        // (`full` said so) and unread by the device until the doorbell
-        // record covers it; the at most 48 bytes of segments after the
-        // 16-byte control segment stay inside this one 64-byte BB, each
-        // at a 16-byte multiple of the page-aligned ring (aligned for
-        // its type).
-        let ctrl = unsafe {
-            let ctrl = self.start.add(idx as usize * SEND_WQE_BB as usize);
-            let mut seg = ctrl.add(size_of::<CtrlSeg>());
-            if raddr {
-                put_raddr!(seg, wr.remote_addr(), wr.rkey());
-                seg = seg.add(size_of::<RaddrSeg>());
-                ds = 2;
-            }
-            if sge.length != 0 {
-                put_seg!(
-                    seg,
-                    DataSeg {
-                        byte_count: U32::new(sge.length),
-                        lkey: U32::new(sge.lkey),
-                        addr: U64::new(sge.addr),
-                    }
-                );
-                ds += 1;
-            }
-            put_ctrl!(ctrl, self.cur_post, mop, self.qpn, ds, flags, imm);
-            ctrl
-        };
-        // SAFETY: `idx < wqe_cnt`, the length of both arrays, which
-        // `shared` keeps alive.
-        let (wrid, head) = unsafe {
-            (
-                &*self.wrid.add(idx as usize),
-                &*self.wqe_head.add(idx as usize),
-            )
-        };
-        wrid.store(wr.wr_id(), Ordering::Relaxed);
-        head.store(self.head.wrapping_add(nreq), Ordering::Relaxed);
-        self.cur_post = self.cur_post.wrapping_add(1);
-        Some((ctrl, ds))
+        // The BB is free (`full` said so) and unread by the device until
+        // the doorbell record covers it.
+        let mut bb = self.ring.bb(cur_post);
+        if raddr {
+            bb.raddr(wr.remote_addr(), wr.rkey());
+            ds = 2;
+        }
+        if sge.length != 0 {
+            bb.data(sge.length, sge.lkey, sge.addr);
+            ds += 1;
+        }
+        bb.ctrl(cur_post, mop, self.qpn, ds, flags, imm);
+        bb.finish(wr.wr_id(), head);
+        Some(ds)
+    }
+
+    /// The general path, for what [`SendQueue::try_fast`] does not take:
+    /// checks `wr`, then builds its WQE at `cur_post` with WR counter
+    /// `head` ([`SendQueue::write_wqe`]) and returns its size in 16-byte
+    /// units. Out of line: the fast path's loop stays small.
+    #[inline(never)]
+    fn post_checked(&self, wr: &SendWr<'_>, cur_post: u32, head: u32) -> Result<u32, PostError> {
+        let data = self.check(wr)?;
+        Ok(self.write_wqe(wr, data, cur_post, head))
     }
 
     /// Every check a send request must pass before a byte of it is
@@ -629,230 +479,95 @@ impl SendQueue {
         })
     }
 
-    /// Builds the WQE of `wr` (checked, the `nreq`-th of its chain) at
-    /// `cur_post`, records its `wr_id` and advances `cur_post`. Returns
-    /// the control segment and the WQE's size in 16-byte units.
-    #[inline(always)]
-    fn write_wqe(&mut self, wr: &SendWr<'_>, data: Data<'_>, nreq: u32) -> (*const u8, u32) {
-        let idx = self.cur_post & (self.wqe_cnt - 1);
-        // SAFETY: `idx` is below `wqe_cnt`, so the BB is inside the ring.
-        let ctrl = unsafe { self.start.add(idx as usize * SEND_WQE_BB as usize) };
-        let mut ds: u32 = 1;
-        // SAFETY: the WQE's BBs are free (`full` allowed at most
-        // `max_post` outstanding requests, and each takes at most
-        // `wqe_size` bytes, so in-flight WQEs never exceed the ring) and
-        // the device reads them only after the doorbell record says so.
-        // Every segment is written inside the ring: `seg` starts 16 bytes
-        // into a BB and `wrap` brings it back to `start` at `qend`; the
-        // checks bound the WQE to `wqe_size` bytes, within the ring.
-        // Segments are 16-byte aligned in a page-aligned buffer.
-        unsafe {
-            let mut seg = ctrl.add(size_of::<CtrlSeg>());
-            let op = match wr.opcode() {
-                WrOpcode::Send => wqe_op::SEND,
-                WrOpcode::SendWithImm => wqe_op::SEND_IMM,
-                WrOpcode::RdmaWrite => wqe_op::RDMA_WRITE,
-                WrOpcode::RdmaWriteWithImm => wqe_op::RDMA_WRITE_IMM,
-                WrOpcode::RdmaRead => wqe_op::RDMA_READ,
-                WrOpcode::AtomicCmpAndSwp => wqe_op::ATOMIC_CS,
-                WrOpcode::AtomicFetchAndAdd => wqe_op::ATOMIC_FA,
-                // Refused by `check_send`.
-                WrOpcode::LocalInv | WrOpcode::SendWithInv => 0,
-            };
-            match self.checks.qp_type() {
-                qp_type::UD => {
-                    // `check_send` made sure there is an AV.
-                    if let Some(d) = wr.ud_dest() {
-                        if let Some(av) = d.av {
-                            let mut av: prm::Av = zerocopy::transmute!(*av);
-                            av.qkey = U32::new(d.remote_qkey);
-                            av.dqp_dct = U32::new(d.remote_qpn | prm::EXTENDED_UD_AV);
-                            put(seg, DatagramSeg { av });
-                        }
-                    }
-                    seg = self.wrap(seg.add(size_of::<DatagramSeg>()));
-                    ds += (size_of::<DatagramSeg>() / SEG) as u32;
-                }
-                _ => {
-                    // RC: RDMA and atomics; UC: writes (`check_send`
-                    // refused the rest).
-                    if wr.opcode().is_rdma() || wr.opcode().is_atomic() {
-                        put_raddr!(seg, wr.remote_addr(), wr.rkey());
-                        seg = seg.add(size_of::<RaddrSeg>());
-                        ds += 1;
-                    }
-                    if wr.opcode().is_atomic() {
-                        let (swap_add, compare) = if wr.opcode() == WrOpcode::AtomicCmpAndSwp {
-                            (wr.swap(), wr.compare_add())
-                        } else {
-                            (wr.compare_add(), 0)
-                        };
-                        put(
-                            seg,
-                            AtomicSeg {
-                                swap_add: U64::new(swap_add),
-                                compare: U64::new(compare),
-                            },
-                        );
-                        seg = seg.add(size_of::<AtomicSeg>());
-                        ds += 1;
-                    }
-                }
-            }
-            match data {
-                Data::Sges(sges) => {
-                    let atomic = wr.opcode().is_atomic();
-                    for s in sges {
-                        if s.length == 0 {
-                            continue;
-                        }
-                        seg = self.wrap(seg);
-                        put_seg!(
-                            seg,
-                            DataSeg {
-                                byte_count: U32::new(if atomic { 8 } else { s.length }),
-                                lkey: U32::new(s.lkey),
-                                addr: U64::new(s.addr),
-                            }
-                        );
-                        seg = seg.add(size_of::<DataSeg>());
-                        ds += 1;
-                    }
-                }
-                Data::Inline(_, 0) => {}
-                Data::Inline(bufs, len) => {
-                    seg = self.wrap(seg);
-                    let hdr = size_of::<InlineSeg>();
-                    put(
-                        seg,
-                        InlineSeg {
-                            byte_count: U32::new(len | prm::INLINE_SEG),
-                        },
-                    );
-                    self.copy_inline(seg.add(hdr), bufs);
-                    ds += (hdr as u32 + len).div_ceil(SEG as u32);
-                }
-            }
-            let imm = if wr.opcode().has_imm() {
-                wr.imm_data()
-            } else {
-                0
-            };
-            let mut flags = self.sig_bits;
-            if wr.send_flags().contains(SendFlags::SIGNALED) {
-                flags |= prm::WQE_CTRL_CQ_UPDATE;
-            }
-            if wr.send_flags().contains(SendFlags::SOLICITED) {
-                flags |= prm::WQE_CTRL_SOLICITED;
-            }
-            if wr.send_flags().contains(SendFlags::FENCE) {
-                flags |= prm::WQE_CTRL_FENCE;
-            }
-            put_ctrl!(ctrl, self.cur_post, op, self.qpn, ds, flags, imm);
-        }
-        let slot = idx as usize;
-        // SAFETY: `slot < wqe_cnt`, the length of both arrays, which
-        // `shared` keeps alive.
-        let (wrid, head) = unsafe { (&*self.wrid.add(slot), &*self.wqe_head.add(slot)) };
-        wrid.store(wr.wr_id(), Ordering::Relaxed);
-        head.store(self.head.wrapping_add(nreq), Ordering::Relaxed);
-        self.cur_post = self
-            .cur_post
-            .wrapping_add(ds.div_ceil(SEND_WQE_BB / SEG as u32));
-        (ctrl, ds)
-    }
-
-    /// `seg`, or the ring's start if `seg` is its end.
-    #[inline(always)]
-    fn wrap(&self, seg: *mut u8) -> *mut u8 {
-        if seg == self.qend {
-            self.start
-        } else {
-            seg
-        }
-    }
-
-    /// Copies inline payload `bufs` to `dst`, continuing at the ring's
-    /// start where it reaches the end (byte-exact split).
+    /// Builds the WQE of `wr` (checked) at producer counter `cur_post`
+    /// and records its `wr_id` and WR counter `head`. Returns its size in
+    /// 16-byte units (the caller advances `cur_post` by its BBs).
     ///
-    /// # Safety
-    /// `dst` is inside the ring (or at its end) and the ring has room for
-    /// the payload from there, wrapping once.
+    /// The WQE's BBs are free (`full` allowed at most `max_post`
+    /// outstanding requests, and each takes at most `wqe_size` bytes, so
+    /// in-flight WQEs never exceed the ring) and the device reads them
+    /// only after the doorbell record says so.
     #[inline(always)]
-    unsafe fn copy_inline(&self, mut dst: *mut u8, bufs: &[IoSlice<'_>]) {
-        for b in bufs {
-            let mut src = b.as_ptr();
-            let mut len = b.len();
-            // SAFETY: `dst` and `qend` are in (or one past)
-            // the ring; the caller guarantees room; `src` is a live
-            // borrowed slice that does not overlap the ring (it is a
-            // shared borrow while we own the ring's memory mutably).
-            unsafe {
-                let room = self.qend.offset_from(dst) as usize;
-                if len > room {
-                    std::ptr::copy_nonoverlapping(src, dst, room);
-                    src = src.add(room);
-                    len -= room;
-                    dst = self.start;
-                }
-                std::ptr::copy_nonoverlapping(src, dst, len);
-                dst = dst.add(len);
-            }
-        }
-    }
-
-    /// Publishes `nreq` new requests: the doorbell record, then the UAR
-    /// register. `ctrl` and `ds` are the last WQE's (BlueFlame copies it
-    /// when it is the only one and small enough).
-    #[inline(always)]
-    fn ring(&mut self, nreq: u32, ctrl: *const u8, ds: u32) {
-        self.head = self.head.wrapping_add(nreq);
-        // SAFETY: `db` is this QP's doorbell send word, alive with `_mem`.
-        let db = unsafe { &*self.db };
-        // The WQEs are written before the device can see the counter that
-        // covers them.
-        mmio::to_device();
-        db.store((self.cur_post & 0xffff).to_be(), Ordering::Relaxed);
-        // The doorbell record reaches memory before the UAR write.
-        mmio::wc_start();
-        let bf = self.bf;
-        // SAFETY: `reg + bf_offset` is this QP's register (offset 0, or
-        // the second half of a dedicated BlueFlame register, which is
-        // `buf_size` bytes into it), 8-byte aligned, in a UAR page mapped
-        // for the context's life; every write to it goes through
-        // `mmio::write64` (atomic 64-bit stores: QPs sharing a bfreg write
-        // its doorbell from several threads). BlueFlame copies at most
-        // `buf_size` bytes. The source BBs are the WQE just built, inside
-        // the ring (wrapping at `qend`), initialised memory (the buffer
-        // starts zeroed).
-        unsafe {
-            let mut dst = bf.reg.add(self.bf_offset as usize).cast::<u64>();
-            if nreq == 1 && bf.dedicated && bf.buf_size != 0 && ds > 1 && ds * 16 <= bf.buf_size {
-                let mut src = ctrl.cast::<u64>();
-                let mut left = (ds * 16).next_multiple_of(SEND_WQE_BB);
-                loop {
-                    for i in 0..8 {
-                        mmio::write64(dst.add(i), src.add(i).read());
-                    }
-                    left -= SEND_WQE_BB;
-                    dst = dst.add(8);
-                    src = src.add(8);
-                    if src.cast::<u8>() == self.qend.cast_const() {
-                        src = self.start.cast_const().cast();
-                    }
-                    if left == 0 {
-                        break;
+    fn write_wqe(&self, wr: &SendWr<'_>, data: Data<'_>, cur_post: u32, head: u32) -> u32 {
+        let mut w = self.ring.wqe(cur_post);
+        let mut ds: u32 = 1;
+        let op = match wr.opcode() {
+            WrOpcode::Send => wqe_op::SEND,
+            WrOpcode::SendWithImm => wqe_op::SEND_IMM,
+            WrOpcode::RdmaWrite => wqe_op::RDMA_WRITE,
+            WrOpcode::RdmaWriteWithImm => wqe_op::RDMA_WRITE_IMM,
+            WrOpcode::RdmaRead => wqe_op::RDMA_READ,
+            WrOpcode::AtomicCmpAndSwp => wqe_op::ATOMIC_CS,
+            WrOpcode::AtomicFetchAndAdd => wqe_op::ATOMIC_FA,
+            // Refused by `check_send`.
+            WrOpcode::LocalInv | WrOpcode::SendWithInv => 0,
+        };
+        match self.checks.qp_type() {
+            qp_type::UD => {
+                // `check_send` made sure there is an AV.
+                if let Some(d) = wr.ud_dest() {
+                    if let Some(av) = d.av {
+                        let mut av: prm::Av = zerocopy::transmute!(*av);
+                        av.qkey = U32::new(d.remote_qkey);
+                        av.dqp_dct = U32::new(d.remote_qpn | prm::EXTENDED_UD_AV);
+                        w.datagram(av);
                     }
                 }
-            } else {
-                mmio::write64(dst, ctrl.cast::<u64>().read());
+                ds += (size_of::<DatagramSeg>() / SEG) as u32;
+            }
+            _ => {
+                // RC: RDMA and atomics; UC: writes (`check_send` refused
+                // the rest).
+                if wr.opcode().is_rdma() || wr.opcode().is_atomic() {
+                    w.raddr(wr.remote_addr(), wr.rkey());
+                    ds += 1;
+                }
+                if wr.opcode().is_atomic() {
+                    let (swap_add, compare) = if wr.opcode() == WrOpcode::AtomicCmpAndSwp {
+                        (wr.swap(), wr.compare_add())
+                    } else {
+                        (wr.compare_add(), 0)
+                    };
+                    w.atomic(swap_add, compare);
+                    ds += 1;
+                }
             }
         }
-        // Flush the write-combining buffer before another doorbell.
-        mmio::flush_writes();
-        if bf.dedicated {
-            self.bf_offset ^= bf.buf_size;
+        match data {
+            Data::Sges(sges) => {
+                let atomic = wr.opcode().is_atomic();
+                for s in sges {
+                    if s.length == 0 {
+                        continue;
+                    }
+                    w.data(if atomic { 8 } else { s.length }, s.lkey, s.addr);
+                    ds += 1;
+                }
+            }
+            Data::Inline(_, 0) => {}
+            Data::Inline(bufs, len) => {
+                w.inline(bufs, len);
+                ds += (size_of::<prm::InlineSeg>() as u32 + len).div_ceil(SEG as u32);
+            }
         }
+        let imm = if wr.opcode().has_imm() {
+            wr.imm_data()
+        } else {
+            0
+        };
+        let mut flags = self.sig_bits;
+        if wr.send_flags().contains(SendFlags::SIGNALED) {
+            flags |= prm::WQE_CTRL_CQ_UPDATE;
+        }
+        if wr.send_flags().contains(SendFlags::SOLICITED) {
+            flags |= prm::WQE_CTRL_SOLICITED;
+        }
+        if wr.send_flags().contains(SendFlags::FENCE) {
+            flags |= prm::WQE_CTRL_FENCE;
+        }
+        w.ctrl(cur_post, op, self.qpn, ds, flags, imm);
+        w.finish(wr.wr_id(), head);
+        ds
     }
 
     /// Follows the QP's state (after MODIFY_QP succeeded). RESET first
@@ -869,9 +584,8 @@ impl SendQueue {
                 self.cur_post = 0;
                 self.head = 0;
                 self.tail = 0;
-                self.shared.tail.store(0, Ordering::Release);
-                // SAFETY: our doorbell send word, alive with `_mem`.
-                unsafe { &*self.db }.store(0, Ordering::Release);
+                self.shared.reset();
+                self.db.reset_send();
             }
             State::Init => {}
             State::Rts => self.enabled = true,
@@ -890,22 +604,8 @@ impl SendQueue {
 
     /// Work requests posted and not yet retired by a polled completion.
     pub fn outstanding(&self) -> u32 {
-        self.head
-            .wrapping_sub(self.shared.tail.load(Ordering::Acquire))
+        self.head.wrapping_sub(self.shared.retired())
     }
-}
-
-/// Writes the segment `v` at `p`, in a work queue ring, whole and through
-/// the raw pointer (no reference to ring memory is made).
-///
-/// # Safety
-/// `p` is valid for a write of `size_of::<T>()` bytes and aligned for `T`
-/// (segments sit at 16-byte multiples of a page-aligned ring), and the
-/// device does not read those bytes before a doorbell record covers them.
-#[inline(always)]
-unsafe fn put<T>(p: *mut u8, v: T) {
-    // SAFETY: as the caller guarantees.
-    unsafe { p.cast::<T>().write(v) }
 }
 
 /// For the simple opcodes (work-request opcodes 0..=4): the WQE opcode,
@@ -943,16 +643,12 @@ const FAST_FLAGS: [u8; 8] = {
 /// A QP's receive queue.
 #[derive(Debug)]
 pub struct RecvQueue {
-    /// First WQE of the ring.
-    start: *mut u8,
+    /// The ring (and the buffer it keeps mapped).
+    ring: RecvRing,
+    /// The doorbell record (receive counter: WQEs).
+    db: DbRec,
     /// Ring size in WQEs (a power of two).
     wqe_cnt: u32,
-    /// log2 of the WQE size.
-    wqe_shift: u32,
-    /// Scatter entries per WQE.
-    max_gs: u32,
-    /// The receive word of the doorbell record (BE counter of WQEs).
-    db: *const AtomicU32,
     /// Producer counter of WQEs (`rq.head`).
     head: u32,
     /// Last seen consumer counter (the CQ's `tail`).
@@ -963,38 +659,38 @@ pub struct RecvQueue {
     shared: Arc<RqShared>,
     /// Removes the QP's CQEs from its CQs on RESET (`None` in unit tests).
     cleaner: Option<Arc<Cleaner>>,
-    /// Keeps the ring and doorbell record alive.
-    _mem: Arc<Backing>,
 }
-
-// SAFETY: as for `SendQueue`: the pointers point into `_mem`, written only
-// through `&mut self`; `&self` methods only load atomics.
-unsafe impl Send for RecvQueue {}
-// SAFETY: as above.
-unsafe impl Sync for RecvQueue {}
 
 impl RecvQueue {
     fn new(
-        mem: Arc<Backing>,
-        start: *mut u8,
-        db: *const AtomicU32,
-        g: &geom::Geometry,
+        ring: RecvRing,
+        db: DbRec,
+        wqe_cnt: u32,
         shared: Arc<RqShared>,
         cleaner: Option<Arc<Cleaner>>,
     ) -> Self {
         RecvQueue {
-            start,
-            wqe_cnt: g.rq_wqe_cnt,
-            wqe_shift: g.rq_wqe_shift,
-            max_gs: g.rq_max_gs,
+            ring,
             db,
+            wqe_cnt,
             head: 0,
             tail: 0,
             enabled: false,
             shared,
             cleaner,
-            _mem: mem,
         }
+    }
+
+    /// Whether the WQE at producer counter `head` would overflow the
+    /// ring. The consumer counter is re-read only when the cached one
+    /// says full.
+    #[inline(always)]
+    fn full(&mut self, head: u32) -> bool {
+        if head.wrapping_sub(self.tail) < self.wqe_cnt {
+            return false;
+        }
+        self.tail = self.shared.retired();
+        head.wrapping_sub(self.tail) >= self.wqe_cnt
     }
 
     /// Posts the chain `wrs` (WQEs, then the doorbell record; no UAR
@@ -1008,61 +704,24 @@ impl RecvQueue {
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             let head = self.head.wrapping_add(nreq);
-            if head.wrapping_sub(self.tail) >= self.wqe_cnt {
-                // Acquire: the CQ consumed the WQEs before publishing `tail`.
-                self.tail = self.shared.tail.load(Ordering::Acquire);
-                if head.wrapping_sub(self.tail) >= self.wqe_cnt {
-                    result = Err((i, PostError::QueueFull));
-                    break;
-                }
+            if self.full(head) {
+                result = Err((i, PostError::QueueFull));
+                break;
             }
-            if let Err(e) = check_recv_sges(wr.sg_list, self.max_gs) {
+            if let Err(e) = check_recv_sges(wr.sg_list, self.ring.max_gs()) {
                 result = Err((i, e));
                 break;
             }
-            let idx = head & (self.wqe_cnt - 1);
-            // SAFETY: `idx < wqe_cnt`, so the WQE (1 << wqe_shift bytes,
-            // room for `max_gs` 16-byte entries) is inside the ring; it is
-            // free (fewer than `wqe_cnt` outstanding) and 16-byte aligned.
-            // At most `max_gs` entries are written (checked above), the
-            // terminator only when fewer.
-            unsafe {
-                let mut seg = self.start.add((idx as usize) << self.wqe_shift);
-                let mut n = 0;
-                for s in wr.sg_list.iter().filter(|s| s.length != 0) {
-                    put_seg!(
-                        seg,
-                        DataSeg {
-                            byte_count: U32::new(s.length),
-                            lkey: U32::new(s.lkey),
-                            addr: U64::new(s.addr),
-                        }
-                    );
-                    seg = seg.add(size_of::<DataSeg>());
-                    n += 1;
-                }
-                if n < self.max_gs {
-                    put_seg!(
-                        seg,
-                        DataSeg {
-                            byte_count: U32::ZERO,
-                            lkey: U32::new(prm::INVALID_LKEY),
-                            addr: U64::ZERO,
-                        }
-                    );
-                }
-            }
-            self.shared.wrid[idx as usize].store(wr.wr_id, Ordering::Relaxed);
+            // The WQE is free (fewer than `wqe_cnt` outstanding).
+            self.ring.write(head, wr.sg_list, wr.wr_id);
             nreq += 1;
         }
         if nreq != 0 {
             self.head = self.head.wrapping_add(nreq);
-            // SAFETY: this QP's doorbell receive word, alive with `_mem`.
-            let db = unsafe { &*self.db };
             // The WQEs are written before the device can see the counter
             // that covers them.
-            mmio::to_device();
-            db.store((self.head & 0xffff).to_be(), Ordering::Relaxed);
+            barrier::to_device();
+            self.db.set_recv(self.head);
         }
         result
     }
@@ -1080,9 +739,8 @@ impl RecvQueue {
                 self.enabled = false;
                 self.head = 0;
                 self.tail = 0;
-                self.shared.tail.store(0, Ordering::Release);
-                // SAFETY: our doorbell receive word, alive with `_mem`.
-                unsafe { &*self.db }.store(0, Ordering::Release);
+                self.shared.reset();
+                self.db.reset_recv();
             }
             State::Init | State::Rts => self.enabled = true,
         }
@@ -1095,7 +753,6 @@ impl RecvQueue {
 
     /// Receives posted and not yet completed.
     pub fn outstanding(&self) -> u32 {
-        self.head
-            .wrapping_sub(self.shared.tail.load(Ordering::Acquire))
+        self.head.wrapping_sub(self.shared.retired())
     }
 }

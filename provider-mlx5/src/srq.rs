@@ -9,23 +9,23 @@
 //! marks completed WQEs in a bitmap, `wq::SrqShared`).
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd};
 use rverbs_abi::mlx5;
-use rverbs_abi::mlx5::prm::{self, DataSeg, SrqNextSeg};
+use rverbs_abi::mlx5::prm::{DataSeg, SrqNextSeg};
 use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
 use rverbs_abi::Errno;
 use rverbs_provider::check::check_recv_sges;
 use rverbs_provider::wr::RecvWr;
-use zerocopy::network_endian::{U16, U32, U64};
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
-use crate::buf::{Buf, DbRec};
+use crate::hw::dbrec::DbRec;
+use crate::hw::map::Mapping;
+use crate::hw::wqe::SrqRing;
+use crate::hw::{barrier, cmd};
 use crate::uctx::{Limits, Uctx};
 use crate::wq::SrqShared;
-use crate::{mmio, PostError};
+use crate::PostError;
 
 /// Bytes of the `mlx5_wqe_srq_next_seg` header.
 const NEXT_SEG: usize = size_of::<SrqNextSeg>();
@@ -88,38 +88,24 @@ fn geometry(limits: &Limits, max_wr: u32, max_sge: u32) -> Result<Geometry, Errn
 /// Builds the SRQ's WQE list and doorbell record and issues CREATE_SRQ.
 pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateSrq) -> Result<Created, Errno> {
     let g = geometry(&uctx.limits(), cmd.max_wr, cmd.max_sge)?;
-    let buf = Buf::new((g.max as usize) << g.wqe_shift)?;
+    let buf = Arc::new(Mapping::anon((g.max as usize) << g.wqe_shift)?);
     let db = uctx.alloc_dbrec()?;
-    let mem = Arc::new(Mem { buf, db });
-    let srq = Srq::new(Arc::clone(&mem), g);
+    let srq = Srq::new(buf, db, g)?;
     let mut core = *cmd;
     core.max_wr = g.max - 1;
     core.max_sge = g.max_gs;
     let drv = mlx5::CreateSrq {
-        buf_addr: mem.buf.addr(),
-        db_addr: mem.db.addr(),
+        buf_addr: srq.ring.mem().addr(),
+        db_addr: srq.db.addr(),
         flags: 0,
         reserved0: 0,
         uidx: 0,
         reserved1: 0,
     };
     let mut drv_resp = mlx5::CreateSrqResp::new_zeroed();
-    // SAFETY: the user addresses are the driver data's `buf_addr` and
-    // `db_addr`: the SRQ's WQE buffer and doorbell record in `mem`
-    // (mappings of our own that no Rust reference covers, accessed through
-    // raw pointers only), which the returned Srq and its SrqMemory keep
-    // until DESTROY_SRQ; the kernel pins their pages for the SRQ's life.
-    // The core command carries only its response pointer, which write_cmd
-    // supplies.
-    let mut resp: CreateSrqResp = unsafe {
-        write_cmd(
-            fd,
-            nr::CREATE_SRQ,
-            &core,
-            drv.as_bytes(),
-            drv_resp.as_mut_bytes(),
-        )?
-    };
+    // The Srq and its SrqMemory keep the buffer and record until
+    // DESTROY_SRQ.
+    let mut resp = cmd::create_srq(fd, &core, &drv, &mut drv_resp, srq.ring.mem(), &srq.db)?;
     resp.max_wr = g.tail;
     resp.max_sge = g.max_gs;
     Ok(Created {
@@ -129,28 +115,21 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateSrq) -> Result<C
     })
 }
 
-/// The WQE buffer and doorbell record of an SRQ.
-#[derive(Debug)]
-struct Mem {
-    buf: Buf,
-    db: DbRec,
-}
-
 /// Keeps an SRQ's WQE buffer and doorbell record alive (the kernel object
 /// may outlive the [`Srq`] value: hold this until it is destroyed).
 #[derive(Debug, Clone)]
 pub struct SrqMemory {
-    _mem: Arc<Mem>,
+    _buf: Arc<Mapping>,
+    _db: DbRec,
 }
 
 /// An mlx5 SRQ.
 #[derive(Debug)]
 pub struct Srq {
-    /// First WQE.
-    base: *mut u8,
-    /// The counter word of the doorbell record.
-    db: *const AtomicU32,
-    wqe_shift: u32,
+    /// The WQEs (and the buffer they keep mapped).
+    ring: SrqRing,
+    /// The doorbell record (the counter word).
+    db: DbRec,
     max_gs: u32,
     /// WQEs in the buffer.
     max: u32,
@@ -163,23 +142,14 @@ pub struct Srq {
     /// What the SRQ reports it holds.
     capacity: u32,
     shared: Arc<SrqShared>,
-    mem: Arc<Mem>,
 }
 
-// SAFETY: `base` and `db` point into `mem`, owned through the Arc; every
-// write through them takes `&mut self`.
-unsafe impl Send for Srq {}
-// SAFETY: `&self` methods only read atomics.
-unsafe impl Sync for Srq {}
-
 impl Srq {
-    fn new(mem: Arc<Mem>, g: Geometry) -> Srq {
-        let base = mem.buf.as_ptr();
-        let db: *const AtomicU32 = mem.db.word(0);
+    fn new(buf: Arc<Mapping>, db: DbRec, g: Geometry) -> Result<Srq, Errno> {
+        let ring = SrqRing::new(buf, g.max, g.wqe_shift, g.max_gs).ok_or(Errno::EINVAL)?;
         let mut srq = Srq {
-            base,
+            ring,
             db,
-            wqe_shift: g.wqe_shift,
             max_gs: g.max_gs,
             max: g.max,
             head: 0,
@@ -187,54 +157,25 @@ impl Srq {
             counter: 0,
             capacity: g.tail,
             shared: Arc::new(SrqShared::new(g.max)),
-            mem,
         };
         for i in 0..g.tail {
-            srq.set_next(i, i + 1);
+            srq.ring.set_next(i, i + 1);
         }
         // WQEs past `tail` (libmlx5's ODP wait queue) stay unused.
-        srq
-    }
-
-    #[inline]
-    fn wqe(&self, i: u32) -> *mut u8 {
-        debug_assert!(i < self.max);
-        // SAFETY: i < max and the buffer holds `max << wqe_shift` bytes.
-        unsafe { self.base.add((i as usize) << self.wqe_shift) }
-    }
-
-    #[inline]
-    fn set_next(&mut self, i: u32, next: u32) {
-        let p = self.wqe(i).cast::<SrqNextSeg>();
-        // SAFETY: the next segment starts WQE i, inside the buffer and
-        // aligned (WQEs are at least 32 bytes, in a page-aligned buffer);
-        // only its `next_wqe_index` is written, through the raw pointer
-        // (no reference to the shared buffer). We are the only writer
-        // (`&mut self`) and the device only reads this field of WQEs it
-        // has been given.
-        unsafe { std::ptr::addr_of_mut!((*p).next_wqe_index).write(U16::new(next as u16)) };
-    }
-
-    #[inline]
-    fn next(&self, i: u32) -> u32 {
-        let p = self.wqe(i).cast::<SrqNextSeg>();
-        // SAFETY: as in `set_next`: a field of WQE i's next segment, read
-        // through the raw pointer; only we write it.
-        let v = unsafe { std::ptr::addr_of!((*p).next_wqe_index).read() };
-        u32::from(v.get()) & (self.max - 1)
+        Ok(srq)
     }
 
     /// Links every WQE the CQ has completed back at the list tail.
     #[cold]
     fn reclaim(&mut self) {
-        for w in 0..self.shared.freed.len() {
-            let mut bits = self.shared.freed[w].swap(0, Ordering::Acquire);
+        for w in 0..self.shared.freed_words() {
+            let mut bits = self.shared.take_freed(w);
             while bits != 0 {
                 let b = bits.trailing_zeros();
                 bits &= bits - 1;
                 let i = (w as u32) * 64 + b;
                 if i < self.max {
-                    self.set_next(self.tail, i);
+                    self.ring.set_next(self.tail, i);
                     self.tail = i;
                 }
             }
@@ -260,43 +201,19 @@ impl Srq {
                 }
             }
             let idx = self.head;
-            self.shared.wrid[idx as usize].store(wr.wr_id, Ordering::Relaxed);
-            let p = self.wqe(idx);
-            for (j, sge) in wr.sg_list.iter().enumerate() {
-                // SAFETY: segment j < max_gs lies inside WQE idx (its size
-                // is 16 + 16 * max_gs or more), at a 16-byte multiple of the
-                // page-aligned buffer; only we write it, and the device reads
-                // it only after the doorbell counter covers it.
-                unsafe {
-                    write_seg(
-                        p.add(NEXT_SEG + j * DATA_SEG),
-                        sge.length,
-                        sge.lkey,
-                        sge.addr,
-                    )
-                };
-            }
-            if wr.sg_list.len() < self.max_gs as usize {
-                // SAFETY: as above, the segment after the last SGE.
-                unsafe {
-                    write_seg(
-                        p.add(NEXT_SEG + wr.sg_list.len() * DATA_SEG),
-                        0,
-                        prm::INVALID_LKEY,
-                        0,
-                    )
-                };
-            }
-            self.head = self.next(idx);
+            self.shared.post(idx, wr.wr_id);
+            // WQE idx is free (off the list between head and tail); the
+            // device reads it only after the doorbell counter covers it.
+            self.ring.write(idx, wr.sg_list);
+            self.head = self.ring.next(idx);
             n += 1;
         }
         if n > 0 {
             self.counter = self.counter.wrapping_add(n);
             // The WQEs (and wr_ids) are written before the device can see
             // the new counter.
-            mmio::to_device();
-            // SAFETY: `db` points into the doorbell record `mem` keeps alive.
-            unsafe { &*self.db }.store((self.counter & 0xFFFF).to_be(), Ordering::Relaxed);
+            barrier::to_device();
+            self.db.set_recv(self.counter);
         }
         result
     }
@@ -308,14 +225,14 @@ impl Srq {
 
     /// Receives posted and not yet completed.
     pub fn outstanding(&self) -> u32 {
-        self.counter
-            .wrapping_sub(self.shared.completed.load(Ordering::Acquire))
+        self.counter.wrapping_sub(self.shared.completed())
     }
 
     /// Keeps the buffer and doorbell record alive after this value drops.
     pub fn memory(&self) -> SrqMemory {
         SrqMemory {
-            _mem: Arc::clone(&self.mem),
+            _buf: Arc::clone(self.ring.mem()),
+            _db: self.db.clone(),
         }
     }
 
@@ -323,21 +240,6 @@ impl Srq {
     pub(crate) fn shared(&self) -> Arc<SrqShared> {
         Arc::clone(&self.shared)
     }
-}
-
-/// Writes one data segment at `p`, whole, through the raw pointer.
-///
-/// # Safety
-/// `p` must be valid for a write of a [`DataSeg`] and aligned for it.
-#[inline]
-unsafe fn write_seg(p: *mut u8, len: u32, lkey: u32, addr: u64) {
-    let seg = DataSeg {
-        byte_count: U32::new(len),
-        lkey: U32::new(lkey),
-        addr: U64::new(addr),
-    };
-    // SAFETY: as the caller guarantees.
-    unsafe { p.cast::<DataSeg>().write(seg) };
 }
 
 #[cfg(test)]
@@ -356,16 +258,12 @@ mod tests {
     fn test_srq(max_wr: u32, max_sge: u32) -> Srq {
         let g = geometry(&limits(), max_wr, max_sge).unwrap();
         let u = Uctx::for_tests(limits());
-        let mem = Arc::new(Mem {
-            buf: Buf::new((g.max as usize) << g.wqe_shift).unwrap(),
-            db: u.alloc_dbrec().unwrap(),
-        });
-        Srq::new(mem, g)
+        let buf = Arc::new(Mapping::anon((g.max as usize) << g.wqe_shift).unwrap());
+        Srq::new(buf, u.alloc_dbrec().unwrap(), g).unwrap()
     }
 
-    fn bytes(s: &Srq, i: u32) -> &[u8] {
-        // SAFETY: WQE i lies inside the buffer, which `s` keeps alive.
-        unsafe { std::slice::from_raw_parts(s.wqe(i), 1 << s.wqe_shift) }
+    fn bytes(s: &Srq, i: u32) -> Vec<u8> {
+        s.ring.bytes(i)
     }
 
     #[test]
@@ -444,7 +342,7 @@ mod tests {
         assert_eq!(&w0[32..40], &[0, 0, 0, 9, 0, 0, 0, 7]);
         assert_eq!(&w0[48..56], &[0, 0, 0, 0, 0, 0, 1, 0]); // terminator
         assert_eq!(&bytes(&s, 2)[16..24], &[0, 0, 0, 0, 0, 0, 1, 0]);
-        assert_eq!(s.mem.db.word(0).load(Ordering::Acquire), 3u32.to_be());
+        assert_eq!(s.db.load(0), 3);
         assert_eq!(s.outstanding(), 3);
         // Exhausted: head == tail.
         assert_eq!(s.post(&wrs[..1]).unwrap_err(), (0, PostError::QueueFull));
@@ -455,8 +353,8 @@ mod tests {
         s.post(&wrs[..1]).unwrap();
         assert_eq!(u16::from_be_bytes([bytes(&s, 3)[2], bytes(&s, 3)[3]]), 1);
         assert_eq!((s.head, s.tail), (1, 1));
-        assert_eq!(s.shared.wrid[3].load(Ordering::Relaxed), 100);
-        assert_eq!(s.mem.db.word(0).load(Ordering::Acquire), 4u32.to_be());
+        assert_eq!(s.shared.wrid(3), 100);
+        assert_eq!(s.db.load(0), 4);
         let too_many = [sge[0]; 4];
         assert_eq!(
             s.post(&[RecvWr {

@@ -4,13 +4,15 @@
 //! allocator and the QP table CQs resolve CQEs with.
 
 use std::collections::HashSet;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex};
 
 use rverbs_abi::mlx5::{self, AllocUcontextReqV2, AllocUcontextResp};
 use rverbs_abi::Errno;
 
-use crate::buf::{page_size, DbPool, DbRec};
+use crate::hw::dbrec::{DbPool, DbRec};
+use crate::hw::map::{page_size, Mapping};
+use crate::hw::uar::{BlueFlame, Doorbell};
 use crate::wq::{QpEntry, Table};
 
 /// Bfregs asked for in the static UAR pages.
@@ -47,21 +49,6 @@ pub fn alloc_ucontext_req() -> AllocUcontextReqV2 {
     }
 }
 
-/// One mapped UAR page.
-#[derive(Debug)]
-struct UarPage {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Drop for UarPage {
-    fn drop(&mut self) {
-        // SAFETY: we mapped this page and nothing uses it any more
-        // (everything holding a register pointer holds the context).
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// The user-index allocator's state.
 #[derive(Debug)]
 struct Uidx {
@@ -76,17 +63,12 @@ pub struct Uctx {
     tot_bfregs: u32,
     low_lat_bfregs: u32,
     uars_per_page: u32,
-    uars: Vec<UarPage>,
+    /// The UAR pages (each register handle keeps its page mapped too).
+    uars: Vec<Arc<Mapping>>,
     dbrecs: Arc<DbPool>,
     uidx: Mutex<Uidx>,
     table: Table,
 }
-
-// SAFETY: the raw pointers are addresses of UAR pages mapped for the
-// context's whole life; the context itself only hands them out.
-unsafe impl Send for Uctx {}
-// SAFETY: as above; all mutable state is behind a Mutex or atomics.
-unsafe impl Sync for Uctx {}
 
 /// The limits GET_CONTEXT reported, which creation checks against.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -107,24 +89,6 @@ pub struct Limits {
     pub bf_reg_size: u32,
 }
 
-/// A QP's doorbell register: where its send doorbells (8-byte or
-/// BlueFlame copies) go.
-#[derive(Debug)]
-pub(crate) struct Bfreg {
-    /// UAR page base + 0x800 + k * bf_reg_size.
-    pub(crate) reg: *mut u8,
-    /// BlueFlame half size (bf_reg_size / 2); 0 = never BlueFlame.
-    pub(crate) buf_size: u32,
-    /// A low-latency register used by this QP only (BlueFlame with the
-    /// half toggle needs no lock).
-    pub(crate) dedicated: bool,
-    _uctx: Arc<Uctx>,
-}
-
-// SAFETY: `reg` points into a UAR page the context maps as long as the
-// Arc we hold keeps it alive.
-unsafe impl Send for Bfreg {}
-
 impl Uctx {
     /// The provider context of the GET_CONTEXT (sent with
     /// [`alloc_ucontext_req`]) on the command fd `fd` whose driver response
@@ -143,25 +107,7 @@ impl Uctx {
         let mut uars = Vec::with_capacity(npages as usize);
         for i in 0..npages as usize {
             let offset = (((mlx5::mmap_cmd::REGULAR_PAGE as usize) << 8) | i) * page;
-            // SAFETY: a new shared mapping of the device's UAR page at an
-            // address of the kernel's choosing; nothing existing is touched.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    page,
-                    libc::PROT_WRITE,
-                    libc::MAP_SHARED,
-                    fd.as_raw_fd(),
-                    offset as libc::off_t,
-                )
-            };
-            if p == libc::MAP_FAILED {
-                return Err(Errno::last());
-            }
-            uars.push(UarPage {
-                ptr: p.cast(),
-                len: page,
-            });
+            uars.push(Arc::new(Mapping::uar(fd, offset)?));
         }
         Ok(Uctx {
             limits: Limits {
@@ -221,8 +167,11 @@ impl Uctx {
 
     /// The register behind CREATE_QP's `bfreg_index` (the kernel's
     /// "gross" index: UAR `idx / 4`, register `idx % 4`, of which only 0
-    /// and 1 are handed out).
-    pub(crate) fn bfreg(self: &Arc<Self>, bfreg_index: u32) -> Result<Bfreg, Errno> {
+    /// and 1 are handed out): UAR page base + 0x800 + k * bf_reg_size,
+    /// with BlueFlame halves of bf_reg_size / 2 bytes (none for index 0),
+    /// dedicated if it is a low-latency register (used by this QP only:
+    /// BlueFlame with the half toggle needs no lock).
+    pub(crate) fn bfreg(&self, bfreg_index: u32) -> Result<BlueFlame, Errno> {
         let uar = bfreg_index / BFREGS_PER_UAR;
         let k = bfreg_index % BFREGS_PER_UAR;
         if k >= NON_FP_BFREGS_PER_UAR {
@@ -232,7 +181,7 @@ impl Uctx {
         let in_page = (uar % self.uars_per_page) as usize;
         let base = self.uars.get(page).ok_or(Errno::EPROTO)?;
         let off = in_page * UAR_SIZE + BF_OFFSET + k as usize * self.limits.bf_reg_size as usize;
-        if off + (self.limits.bf_reg_size as usize).max(8) > base.len {
+        if off + (self.limits.bf_reg_size as usize).max(8) > base.len() {
             return Err(Errno::EPROTO);
         }
         let net = uar * NON_FP_BFREGS_PER_UAR + k;
@@ -241,23 +190,14 @@ impl Uctx {
         } else {
             self.limits.bf_reg_size / 2
         };
-        Ok(Bfreg {
-            // SAFETY: `off` lies inside the mapped page (checked above).
-            reg: unsafe { base.ptr.add(off) },
-            buf_size,
-            dedicated: bfreg_index != 0 && net >= self.tot_bfregs - self.low_lat_bfregs,
-            _uctx: Arc::clone(self),
-        })
+        let dedicated = bfreg_index != 0 && net >= self.tot_bfregs - self.low_lat_bfregs;
+        BlueFlame::new(base, off, buf_size, dedicated).ok_or(Errno::EPROTO)
     }
 
-    /// The CQ arm doorbell: offset 0x20 of the first UAR page. Null for a
-    /// context without UAR pages (unit tests only).
-    pub(crate) fn cq_doorbell(&self) -> *mut u64 {
-        match self.uars.first() {
-            // SAFETY: 0x20 is inside the mapped page.
-            Some(p) => unsafe { p.ptr.add(CQ_DOORBELL).cast() },
-            None => std::ptr::null_mut(),
-        }
+    /// The CQ arm doorbell: offset 0x20 of the first UAR page. `None` for
+    /// a context without UAR pages (unit tests only).
+    pub(crate) fn cq_doorbell(&self) -> Option<Doorbell> {
+        Doorbell::new(self.uars.first()?, CQ_DOORBELL)
     }
 
     /// A fresh user index (CQE version 1): a counter modulo 2^24 that
@@ -336,22 +276,7 @@ mod tests {
         }))
         .unwrap();
         for _ in 0..8 {
-            // SAFETY: a fresh anonymous mapping; UarPage unmaps it.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    4096,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED);
-            u.uars.push(UarPage {
-                ptr: p.cast(),
-                len: 4096,
-            });
+            u.uars.push(Arc::new(Mapping::anon(4096).unwrap()));
         }
         Arc::new(u)
     }
@@ -359,47 +284,47 @@ mod tests {
     #[test]
     fn bfreg_addresses_and_classes() {
         let u = with_pages(512);
-        let page = |i: usize| u.uars[i].ptr as usize;
+        let page = |i: usize| u.uars[i].addr() as usize;
         let b = u.bfreg(0).unwrap();
         assert_eq!(
-            (b.reg as usize, b.buf_size, b.dedicated),
+            (b.addr(), b.buf_size(), b.dedicated()),
             (page(0) + 0x800, 0, false)
         );
         let b = u.bfreg(1).unwrap();
         assert_eq!(
-            (b.reg as usize, b.buf_size, b.dedicated),
+            (b.addr(), b.buf_size(), b.dedicated()),
             (page(0) + 0xA00, 256, false)
         );
         let b = u.bfreg(4).unwrap();
         assert_eq!(
-            (b.reg as usize, b.buf_size, b.dedicated),
+            (b.addr(), b.buf_size(), b.dedicated()),
             (page(1) + 0x800, 256, false)
         );
         // Net index 11 (UAR 5, k 1): shared; 12 and up: low latency.
-        assert!(!u.bfreg(21).unwrap().dedicated);
+        assert!(!u.bfreg(21).unwrap().dedicated());
         let b = u.bfreg(24).unwrap();
-        assert_eq!((b.reg as usize, b.dedicated), (page(6) + 0x800, true));
+        assert_eq!((b.addr(), b.dedicated()), (page(6) + 0x800, true));
         let b = u.bfreg(29).unwrap();
-        assert_eq!((b.reg as usize, b.dedicated), (page(7) + 0xA00, true));
+        assert_eq!((b.addr(), b.dedicated()), (page(7) + 0xA00, true));
         // Fast-path registers are never handed out; no UAR 8.
         assert_eq!(u.bfreg(2).unwrap_err(), Errno::EPROTO);
         assert_eq!(u.bfreg(3).unwrap_err(), Errno::EPROTO);
         assert_eq!(u.bfreg(32).unwrap_err(), Errno::EPROTO);
-        assert_eq!(u.cq_doorbell() as usize, page(0) + 0x20);
+        assert_eq!(u.cq_doorbell().unwrap().addr(), page(0) + 0x20);
         // Without BlueFlame: 8-byte doorbells only.
         let u = with_pages(0);
         let b = u.bfreg(1).unwrap();
         assert_eq!(
-            (b.reg as usize, b.buf_size),
-            (u.uars[0].ptr as usize + 0x800, 0)
+            (b.addr(), b.buf_size()),
+            (u.uars[0].addr() as usize + 0x800, 0)
         );
     }
 
     #[test]
     fn bad_context_answers_are_refused() {
-        // SAFETY: fd 0 is only borrowed for the call; every case is
-        // refused before anything is mapped from it.
-        let fd = unsafe { BorrowedFd::borrow_raw(0) };
+        // Any fd: every case is refused before anything is mapped from it.
+        let stdin = std::io::stdin();
+        let fd = std::os::fd::AsFd::as_fd(&stdin);
         let good = AllocUcontextResp {
             tot_bfregs: 16,
             cache_line_size: 64,
@@ -436,6 +361,6 @@ mod tests {
         let u = Uctx::for_tests(Limits::default());
         assert_eq!(u.bfreg(0).unwrap_err(), Errno::EPROTO);
         assert_eq!(u.bfreg(2).unwrap_err(), Errno::EPROTO);
-        assert!(u.cq_doorbell().is_null());
+        assert!(u.cq_doorbell().is_none());
     }
 }

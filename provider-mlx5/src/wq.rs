@@ -6,12 +6,15 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+/// `n` zeroed entries, at least one (a queue without a ring still gets
+/// a slot, so that ring code may mask any index into it).
 fn zeroed64(n: usize) -> Box<[AtomicU64]> {
-    (0..n).map(|_| AtomicU64::new(0)).collect()
+    (0..n.max(1)).map(|_| AtomicU64::new(0)).collect()
 }
 
+/// As [`zeroed64`].
 fn zeroed32(n: usize) -> Box<[AtomicU32]> {
-    (0..n).map(|_| AtomicU32::new(0)).collect()
+    (0..n.max(1)).map(|_| AtomicU32::new(0)).collect()
 }
 
 /// A send queue's completion bookkeeping, indexed by the first basic
@@ -25,13 +28,13 @@ fn zeroed32(n: usize) -> Box<[AtomicU32]> {
 #[derive(Debug)]
 pub(crate) struct SqShared {
     /// `wr_id` per basic block where a WQE starts.
-    pub(crate) wrid: Box<[AtomicU64]>,
+    wrid: Box<[AtomicU64]>,
     /// The poster's WR counter at the WQE starting there.
-    pub(crate) wqe_head: Box<[AtomicU32]>,
+    wqe_head: Box<[AtomicU32]>,
     /// WR counter retired by completions.
-    pub(crate) tail: AtomicU32,
+    tail: AtomicU32,
     /// Basic blocks in the ring (a power of two, or 0 for no SQ).
-    pub(crate) wqe_cnt: u32,
+    wqe_cnt: u32,
 }
 
 impl SqShared {
@@ -59,6 +62,55 @@ impl SqShared {
         self.tail.store(head.wrapping_add(1), Ordering::Release);
         Some(wr_id)
     }
+
+    /// The WR counter completions have retired to (Acquire: the CQ
+    /// consumed the WQEs before publishing it).
+    #[inline(always)]
+    pub(crate) fn retired(&self) -> u32 {
+        self.tail.load(Ordering::Acquire)
+    }
+
+    /// Starts over (RESET): nothing retired.
+    pub(crate) fn reset(&self) {
+        self.tail.store(0, Ordering::Release);
+    }
+
+    /// The `wr_id` and WR-counter arrays (at least one entry each), which
+    /// the send ring stores into (Relaxed, before its doorbell).
+    pub(crate) fn slots(&self) -> (&[AtomicU64], &[AtomicU32]) {
+        (&self.wrid, &self.wqe_head)
+    }
+
+    /// Sets the `wr_id` and WR counter of slot `i` (tests).
+    #[cfg(test)]
+    pub(crate) fn set(&self, i: usize, wr_id: u64, head: u32) {
+        self.wrid[i].store(wr_id, Ordering::Relaxed);
+        self.wqe_head[i].store(head, Ordering::Relaxed);
+    }
+
+    /// Sets the `wr_id` of slot `i` (tests).
+    #[cfg(test)]
+    pub(crate) fn set_wrid(&self, i: usize, wr_id: u64) {
+        self.wrid[i].store(wr_id, Ordering::Relaxed);
+    }
+
+    /// Retires up to WR counter `tail`, as a CQ would (tests).
+    #[cfg(test)]
+    pub(crate) fn retire_to(&self, tail: u32) {
+        self.tail.store(tail, Ordering::Release);
+    }
+
+    /// The `wr_id` of slot `i` (tests).
+    #[cfg(test)]
+    pub(crate) fn wrid(&self, i: usize) -> u64 {
+        self.wrid[i].load(Ordering::Relaxed)
+    }
+
+    /// The WR counter of slot `i` (tests).
+    #[cfg(test)]
+    pub(crate) fn wqe_head(&self, i: usize) -> u32 {
+        self.wqe_head[i].load(Ordering::Relaxed)
+    }
 }
 
 /// A receive queue's bookkeeping: completions arrive in posting order,
@@ -67,11 +119,11 @@ impl SqShared {
 #[derive(Debug)]
 pub(crate) struct RqShared {
     /// `wr_id` per WQE slot.
-    pub(crate) wrid: Box<[AtomicU64]>,
+    wrid: Box<[AtomicU64]>,
     /// WQEs completed.
-    pub(crate) tail: AtomicU32,
+    tail: AtomicU32,
     /// WQEs in the ring (a power of two, or 0 for no RQ).
-    pub(crate) wqe_cnt: u32,
+    wqe_cnt: u32,
 }
 
 impl RqShared {
@@ -96,6 +148,42 @@ impl RqShared {
         self.tail.store(tail.wrapping_add(1), Ordering::Release);
         Some(wr_id)
     }
+
+    /// The WQE counter completions have retired to (Acquire: the CQ
+    /// consumed the WQEs before publishing it).
+    #[inline(always)]
+    pub(crate) fn retired(&self) -> u32 {
+        self.tail.load(Ordering::Acquire)
+    }
+
+    /// Starts over (RESET): nothing retired.
+    pub(crate) fn reset(&self) {
+        self.tail.store(0, Ordering::Release);
+    }
+
+    /// The `wr_id` array (at least one entry), which the receive ring
+    /// stores into (Relaxed, before its doorbell record).
+    pub(crate) fn slots(&self) -> &[AtomicU64] {
+        &self.wrid
+    }
+
+    /// Sets the `wr_id` of slot `i` (tests).
+    #[cfg(test)]
+    pub(crate) fn set_wrid(&self, i: usize, wr_id: u64) {
+        self.wrid[i].store(wr_id, Ordering::Relaxed);
+    }
+
+    /// The `wr_id` of slot `i` (tests).
+    #[cfg(test)]
+    pub(crate) fn wrid(&self, i: usize) -> u64 {
+        self.wrid[i].load(Ordering::Relaxed)
+    }
+
+    /// Retires up to WQE counter `tail`, as a CQ would (tests).
+    #[cfg(test)]
+    pub(crate) fn retire_to(&self, tail: u32) {
+        self.tail.store(tail, Ordering::Release);
+    }
 }
 
 /// An SRQ's bookkeeping: `wr_id` per WQE index and a bitmap of WQEs the
@@ -104,19 +192,21 @@ impl RqShared {
 #[derive(Debug)]
 pub(crate) struct SrqShared {
     /// `wr_id` per WQE index.
-    pub(crate) wrid: Box<[AtomicU64]>,
+    wrid: Box<[AtomicU64]>,
     /// Bit i set: WQE i completed, waiting to be reclaimed.
-    pub(crate) freed: Box<[AtomicU64]>,
+    freed: Box<[AtomicU64]>,
     /// Receives completed (a counter the poster compares with its own).
-    pub(crate) completed: AtomicU32,
+    completed: AtomicU32,
 }
 
 impl SrqShared {
     /// Bookkeeping for `max` WQEs.
     pub(crate) fn new(max: u32) -> Self {
         SrqShared {
-            wrid: zeroed64(max as usize),
-            freed: zeroed64((max as usize).div_ceil(64)),
+            wrid: (0..max).map(|_| AtomicU64::new(0)).collect(),
+            freed: (0..(max as usize).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             completed: AtomicU32::new(0),
         }
     }
@@ -130,6 +220,44 @@ impl SrqShared {
         self.freed[i / 64].fetch_or(1 << (i % 64), Ordering::Release);
         self.completed.fetch_add(1, Ordering::Release);
         Some(wr_id)
+    }
+
+    /// Records the `wr_id` of WQE `i` (the poster, before its doorbell).
+    /// Out of range: nothing (the SRQ never posts such an index).
+    #[inline(always)]
+    pub(crate) fn post(&self, i: u32, wr_id: u64) {
+        if let Some(w) = self.wrid.get(i as usize) {
+            w.store(wr_id, Ordering::Relaxed);
+        }
+    }
+
+    /// Words of the completed-WQE bitmap.
+    pub(crate) fn freed_words(&self) -> usize {
+        self.freed.len()
+    }
+
+    /// Takes word `w` of the completed-WQE bitmap (bit i: WQE
+    /// `64 * w + i` completed), clearing it (Acquire: pairs with the
+    /// CQ's marking).
+    pub(crate) fn take_freed(&self, w: usize) -> u64 {
+        self.freed[w].swap(0, Ordering::Acquire)
+    }
+
+    /// Receives completed so far.
+    pub(crate) fn completed(&self) -> u32 {
+        self.completed.load(Ordering::Acquire)
+    }
+
+    /// The `wr_id` of WQE `i` (tests).
+    #[cfg(test)]
+    pub(crate) fn wrid(&self, i: usize) -> u64 {
+        self.wrid[i].load(Ordering::Relaxed)
+    }
+
+    /// Word `w` of the completed bitmap, left as it is (tests).
+    #[cfg(test)]
+    pub(crate) fn freed(&self, w: usize) -> u64 {
+        self.freed[w].load(Ordering::Acquire)
     }
 }
 
@@ -255,30 +383,29 @@ mod tests {
     #[test]
     fn sq_complete_retires_up_to_head() {
         let sq = SqShared::new(8);
-        sq.wrid[5].store(55, Ordering::Relaxed);
-        sq.wqe_head[5].store(41, Ordering::Relaxed);
+        sq.set(5, 55, 41);
         assert_eq!(sq.complete(13), Some(55)); // 13 & 7 == 5
-        assert_eq!(sq.tail.load(Ordering::Acquire), 42);
+        assert_eq!(sq.retired(), 42);
         assert_eq!(SqShared::new(0).complete(0), None);
     }
 
     #[test]
     fn rq_complete_is_positional() {
         let rq = RqShared::new(2);
-        rq.wrid[0].store(10, Ordering::Relaxed);
-        rq.wrid[1].store(11, Ordering::Relaxed);
+        rq.set_wrid(0, 10);
+        rq.set_wrid(1, 11);
         assert_eq!(rq.complete(), Some(10));
         assert_eq!(rq.complete(), Some(11));
         assert_eq!(rq.complete(), Some(10));
-        assert_eq!(rq.tail.load(Ordering::Acquire), 3);
+        assert_eq!(rq.retired(), 3);
     }
 
     #[test]
     fn srq_complete_sets_freed_bit() {
         let s = SrqShared::new(128);
-        s.wrid[70].store(7, Ordering::Relaxed);
+        s.post(70, 7);
         assert_eq!(s.complete(70), Some(7));
-        assert_eq!(s.freed[1].load(Ordering::Acquire), 1 << 6);
+        assert_eq!(s.freed(1), 1 << 6);
         assert_eq!(s.complete(128), None);
     }
 

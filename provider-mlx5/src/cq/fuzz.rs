@@ -8,7 +8,8 @@ use rverbs_abi::wr::Wc;
 
 use rverbs_abi::mlx5::prm::Cqe64;
 
-use super::{parse, Cqe, CQE_SIZE};
+use super::parse;
+use crate::hw::cqe::{Cqe, CQE_SIZE};
 use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
 
 /// `data[0]` picks the QP's queues (bit 0: a send queue, bit 1: a receive
@@ -36,7 +37,7 @@ pub fn cqes(data: &[u8]) {
         a[..c.len()].copy_from_slice(c);
         let cqe: Cqe64 = zerocopy::transmute!(a);
         let mut w = Wc::default();
-        if parse(Cqe(&cqe), &e, &mut w) {
+        if parse(Cqe::of(&cqe), &e, &mut w) {
             // A completion reports the QP it belongs to.
             assert_eq!(w.qp_num, e.qpn);
         }

@@ -1,9 +1,8 @@
 //! Unit tests of the QP geometry and of the exact WQE, doorbell-record and
 //! doorbell-register bytes, on plain memory standing in for the device's.
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::io::IoSlice;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use rverbs_abi::qp::qp_type;
@@ -12,62 +11,14 @@ use rverbs_abi::Errno;
 use rverbs_provider::wr::{opcode, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode};
 
 use super::geom::{geometry, Geometry, Request};
-use super::{Backing, BlueFlame, RecvQueue, SendQueue, SqInit, State};
+use super::{RecvQueue, SendQueue, SqInit, State};
+use crate::hw::dbrec::{DbPool, DbRec};
+use crate::hw::map::{Mapping, Reserved};
+use crate::hw::uar::BlueFlame;
+use crate::hw::wqe::{RecvRing, SendRing};
 use crate::uctx::Limits;
 use crate::wq::{RqShared, SqShared};
 use crate::PostError;
-
-/// Zeroed, page-aligned memory (the stand-in for `Buf` and a UAR page).
-#[derive(Debug)]
-pub(super) struct TestBuf {
-    ptr: *mut u8,
-    layout: Layout,
-}
-
-impl TestBuf {
-    fn new(len: usize) -> Self {
-        let layout = Layout::from_size_align(len.max(64), 4096).unwrap();
-        // SAFETY: the layout has a nonzero size.
-        let ptr = unsafe { alloc_zeroed(layout) };
-        assert!(!ptr.is_null());
-        TestBuf { ptr, layout }
-    }
-    pub(super) fn as_ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-    /// A copy of bytes `at..at + len`.
-    fn bytes(&self, at: usize, len: usize) -> Vec<u8> {
-        assert!(at + len <= self.layout.size());
-        // SAFETY: in bounds (asserted), initialised (zeroed at allocation),
-        // and no queue is writing while a test reads.
-        unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }.to_vec()
-    }
-    fn fill(&self, byte: u8) {
-        // SAFETY: the whole allocation, nothing else writing.
-        unsafe { std::ptr::write_bytes(self.ptr, byte, self.layout.size()) }
-    }
-}
-
-// SAFETY: the allocation is owned (freed only in `drop`); the tests
-// write it through the queues (`&mut`) and read it between posts.
-unsafe impl Send for TestBuf {}
-// SAFETY: as above.
-unsafe impl Sync for TestBuf {}
-
-impl Drop for TestBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr, self.layout) }
-    }
-}
-
-/// The memory of a test QP: its buffer, doorbell record and a UAR page.
-#[derive(Debug)]
-pub(super) struct TestMem {
-    pub(super) ring: TestBuf,
-    pub(super) db: [AtomicU32; 2],
-    uar: TestBuf,
-}
 
 /// ConnectX-5's limits, as the emulator reports them (`..Default` in case
 /// the context grows more).
@@ -108,82 +59,68 @@ fn rq_req(recv_wr: u32, recv_sge: u32) -> Request {
 const QPN: u32 = 0x000123;
 
 /// A test QP: both queues on plain memory, the UAR register at the start
-/// of `mem.uar` (BlueFlame halves of `bf_size` bytes).
+/// of `uar` (BlueFlame halves of `bf_size` bytes).
 struct TestQp {
     sq: SendQueue,
     rq: Option<RecvQueue>,
-    mem: Arc<Backing>,
+    ring: Arc<Mapping>,
+    db: DbRec,
+    uar: Arc<Mapping>,
     g: Geometry,
 }
 
 impl TestQp {
     fn new(r: &Request, sig_all: bool, bf_size: u32, dedicated: bool) -> Self {
         let g = geometry(&limits(), r).expect("geometry");
-        let mem = Arc::new(Backing::Test(TestMem {
-            ring: TestBuf::new(g.total()),
-            db: [AtomicU32::new(0), AtomicU32::new(0)],
-            uar: TestBuf::new(4096),
-        }));
-        let base = mem.base();
-        let uar = match &*mem {
-            Backing::Test(m) => m.uar.as_ptr(),
-            _ => unreachable!(),
-        };
+        let ring = Arc::new(Mapping::anon(g.total()).unwrap());
+        let db = DbPool::new().alloc().unwrap();
+        let uar = Arc::new(Mapping::anon(4096).unwrap());
         let rq = (g.rq_wqe_cnt != 0).then(|| {
-            RecvQueue::new(
-                Arc::clone(&mem),
-                base,
-                mem.db_word(0),
-                &g,
-                Arc::new(RqShared::new(g.rq_wqe_cnt)),
-                None,
-            )
+            let shared = Arc::new(RqShared::new(g.rq_wqe_cnt));
+            let rring =
+                RecvRing::new(&ring, g.rq_wqe_cnt, g.rq_wqe_shift, g.rq_max_gs, &shared).unwrap();
+            RecvQueue::new(rring, db.clone(), g.rq_wqe_cnt, shared, None)
         });
+        let shared = Arc::new(SqShared::new(g.sq_wqe_cnt));
         let sq = SendQueue::new(SqInit {
-            mem: Arc::clone(&mem),
             reg: None,
             cleaner: None,
-            // SAFETY: within the ring buffer (`total()` bytes).
-            start: unsafe { base.add(g.sq_offset()) },
-            db: mem.db_word(1),
+            ring: SendRing::new(&ring, g.sq_offset(), g.sq_wqe_cnt, &shared).unwrap(),
+            db: db.clone(),
             geometry: g,
-            shared: Arc::new(SqShared::new(g.sq_wqe_cnt)),
+            shared,
             qpn: QPN,
             qp_type: r.qp_type,
             sig_all,
-            bf: BlueFlame {
-                reg: uar,
-                buf_size: bf_size,
-                dedicated,
-            },
+            bf: BlueFlame::new(&uar, 0, bf_size, dedicated).unwrap(),
         });
-        TestQp { sq, rq, mem, g }
-    }
-
-    fn test_mem(&self) -> &TestMem {
-        match &*self.mem {
-            Backing::Test(m) => m,
-            _ => unreachable!(),
+        TestQp {
+            sq,
+            rq,
+            ring,
+            db,
+            uar,
+            g,
         }
     }
 
     /// Bytes `at..at + len` of the send ring.
     fn sq_bytes(&self, at: usize, len: usize) -> Vec<u8> {
-        self.test_mem().ring.bytes(self.g.sq_offset() + at, len)
+        self.ring.read_bytes(self.g.sq_offset() + at, len)
     }
 
     /// Bytes `at..at + len` of the receive ring.
     fn rq_bytes(&self, at: usize, len: usize) -> Vec<u8> {
-        self.test_mem().ring.bytes(at, len)
+        self.ring.read_bytes(at, len)
     }
 
     fn uar(&self, at: usize, len: usize) -> Vec<u8> {
-        self.test_mem().uar.bytes(at, len)
+        self.uar.read_bytes(at, len)
     }
 
     /// The doorbell record word `i` as the device reads it (memory bytes).
     fn db(&self, i: usize) -> [u8; 4] {
-        self.test_mem().db[i].load(Ordering::Relaxed).to_ne_bytes()
+        self.db.load(i).to_be_bytes()
     }
 }
 
@@ -357,17 +294,17 @@ fn worked_example() {
         assert_eq!(qp.sq.cur_post, 6);
         assert_eq!(qp.db(1), [0, 0, 0, 6]);
         assert_eq!(qp.db(0), [0, 0, 0, 0]);
-        assert_eq!(qp.sq.shared.wrid[5].load(Ordering::Relaxed), 7);
-        assert_eq!(qp.sq.shared.wqe_head[5].load(Ordering::Relaxed), 0);
+        assert_eq!(qp.sq.shared.wrid(5), 7);
+        assert_eq!(qp.sq.shared.wqe_head(5), 0);
         assert_eq!((qp.sq.head, qp.sq.outstanding()), (1, 1));
         if bf {
             // BlueFlame: the whole BB, then the other half next time.
             assert_eq!(qp.uar(0, 64), qp.sq_bytes(5 * 64, 64));
-            assert_eq!(qp.sq.bf_offset, 256);
+            assert_eq!(qp.sq.bf.offset(), 256);
         } else {
             assert_eq!(qp.uar(0, 8), want[..8]);
             assert_eq!(qp.uar(8, 56), [0; 56]);
-            assert_eq!(qp.sq.bf_offset, 0);
+            assert_eq!(qp.sq.bf.offset(), 0);
         }
     }
 }
@@ -386,7 +323,7 @@ fn blueflame_halves_and_limits() {
     qp.sq.post(&[SendWr::send(2, &sge)]).unwrap();
     assert_eq!(qp.uar(0, 64), qp.sq_bytes(0, 64));
     assert_eq!(qp.uar(256, 64), qp.sq_bytes(64, 64));
-    assert_eq!(qp.sq.bf_offset, 0);
+    assert_eq!(qp.sq.bf.offset(), 0);
     // A 1-segment WQE (ds 1: SEND with only zero-length SGEs) is never
     // BlueFlamed: an 8-byte doorbell at the current half.
     let empty = [Sge::default()];
@@ -394,7 +331,7 @@ fn blueflame_halves_and_limits() {
     assert_eq!(qp.sq_bytes(128, 8), ctrl(2, 0x0a, 1, 0, 0)[..8]);
     assert_eq!(qp.uar(0, 8), ctrl(2, 0x0a, 1, 0, 0)[..8]);
     assert_eq!(qp.uar(8, 8), qp.sq_bytes(8, 8), "rest of half 0 untouched");
-    assert_eq!(qp.sq.bf_offset, 256);
+    assert_eq!(qp.sq.bf.offset(), 256);
 
     // Shared register: 8-byte doorbells, always at offset 0.
     let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, false);
@@ -404,7 +341,7 @@ fn blueflame_halves_and_limits() {
         assert_eq!(qp.uar(0, 8), ctrl(i as u32, 0x0a, 2, 0, 0)[..8]);
         assert_eq!(qp.uar(8, 8), [0; 8]);
         assert_eq!(qp.uar(256, 8), [0; 8]);
-        assert_eq!(qp.sq.bf_offset, 0);
+        assert_eq!(qp.sq.bf.offset(), 0);
     }
 
     // buf_size 0 (bfreg 0): never BlueFlame, offset stays 0.
@@ -414,7 +351,7 @@ fn blueflame_halves_and_limits() {
     qp.sq.post(&[SendWr::send(2, &sge)]).unwrap();
     assert_eq!(qp.uar(0, 8), ctrl(1, 0x0a, 2, 0, 0)[..8]);
     assert_eq!(qp.uar(8, 8), [0; 8]);
-    assert_eq!(qp.sq.bf_offset, 0);
+    assert_eq!(qp.sq.bf.offset(), 0);
 
     // A WQE larger than the half: 8-byte doorbell. 12 SGEs: ds 13 = 208
     // bytes > 128.
@@ -424,7 +361,7 @@ fn blueflame_halves_and_limits() {
     qp.sq.post(&[SendWr::send(1, &sges)]).unwrap();
     assert_eq!(qp.uar(0, 8), ctrl(0, 0x0a, 13, 0, 0)[..8]);
     assert_eq!(qp.uar(8, 8), [0; 8]);
-    assert_eq!(qp.sq.bf_offset, 128);
+    assert_eq!(qp.sq.bf.offset(), 128);
 }
 
 #[test]
@@ -533,10 +470,7 @@ fn rdma_and_flags() {
 fn atomics() {
     let mut qp = rc(10, 1, 0);
     // Stale bytes everywhere: every written byte is checked.
-    match &*qp.mem {
-        Backing::Test(m) => m.ring.fill(0xee),
-        _ => unreachable!(),
-    }
+    qp.ring.fill(0xee);
     let sge = [Sge {
         addr: 0x7000,
         length: 8,
@@ -704,19 +638,19 @@ fn chain_one_doorbell() {
         let mut want = ctrl(i as u32, 0x0a, 2, if i == 1 { 0x08 } else { 0 }, 0);
         want.extend(data_seg(16, 9, 0x2000));
         assert_eq!(qp.sq_bytes(i * 64, 32), want);
-        assert_eq!(qp.sq.shared.wrid[i].load(Ordering::Relaxed), 10 + i as u64);
-        assert_eq!(qp.sq.shared.wqe_head[i].load(Ordering::Relaxed), i as u32);
+        assert_eq!(qp.sq.shared.wrid(i), 10 + i as u64);
+        assert_eq!(qp.sq.shared.wqe_head(i), i as u32);
     }
     assert_eq!(qp.db(1), [0, 0, 0, 3]);
     // One 8-byte doorbell (no BlueFlame for a chain): the last WQE's ctrl.
     assert_eq!(qp.uar(0, 8), ctrl(2, 0x0a, 2, 0, 0)[..8]);
     assert_eq!(qp.uar(8, 8), [0; 8]);
-    assert_eq!(qp.sq.bf_offset, 256);
+    assert_eq!(qp.sq.bf.offset(), 256);
     assert_eq!((qp.sq.head, qp.sq.outstanding()), (3, 3));
     // The next chain records the running WR counter.
     qp.sq.post(&wrs[..2]).unwrap();
-    assert_eq!(qp.sq.shared.wqe_head[3].load(Ordering::Relaxed), 3);
-    assert_eq!(qp.sq.shared.wqe_head[4].load(Ordering::Relaxed), 4);
+    assert_eq!(qp.sq.shared.wqe_head(3), 3);
+    assert_eq!(qp.sq.shared.wqe_head(4), 4);
     assert_eq!(qp.uar(256, 8), ctrl(4, 0x0a, 2, 0, 0)[..8]);
 }
 
@@ -738,7 +672,7 @@ fn send_overflow_and_retire() {
     assert_eq!(qp.db(1), [0, 0, 0, 16]);
     assert_eq!(qp.sq.post(&wrs[..1]), Err((0, PostError::QueueFull)));
     // The CQ retires WRs up to wqe_head[4] + 1 = 5.
-    qp.sq.shared.tail.store(5, Ordering::Release);
+    qp.sq.shared.retire_to(5);
     assert_eq!(qp.sq.outstanding(), 11);
     assert_eq!(qp.sq.post(&wrs[..6]), Err((5, PostError::QueueFull)));
     assert_eq!(qp.sq.outstanding(), 16);
@@ -904,7 +838,7 @@ fn send_states() {
     qp.sq.post(&wr).unwrap();
     qp.sq.post(&wr).unwrap();
     assert_eq!(qp.db(1), [0, 0, 0, 2]);
-    qp.sq.shared.tail.store(1, Ordering::Release);
+    qp.sq.shared.retire_to(1);
     // RESET: counters and the doorbell record start over.
     qp.sq.set_state(State::Reset);
     assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
@@ -958,8 +892,8 @@ fn recv_wqes() {
     assert_eq!(rq.post(&wrs), Err((0, PostError::InvalidState)));
     rq.set_state(State::Init);
     rq.post(&wrs).unwrap();
-    assert_eq!(rq.shared.wrid[0].load(Ordering::Relaxed), 5);
-    assert_eq!(rq.shared.wrid[1].load(Ordering::Relaxed), 6);
+    assert_eq!(rq.shared.wrid(0), 5);
+    assert_eq!(rq.shared.wrid(1), 6);
     assert_eq!(rq.outstanding(), 2);
     let mut want = data_seg(10, 1, 0xa000);
     want.extend(data_seg(20, 3, 0xc000));
@@ -974,15 +908,15 @@ fn recv_wqes() {
     // Full: the third waits for the CQ.
     let rq = qp.rq.as_mut().unwrap();
     assert_eq!(rq.post(&wrs[..1]), Err((0, PostError::QueueFull)));
-    rq.shared.tail.store(1, Ordering::Release);
+    rq.shared.retire_to(1);
     let more = [RecvWr::new(8, &sges[..1]), RecvWr::new(9, &sges[..1])];
     assert_eq!(rq.post(&more), Err((1, PostError::QueueFull)));
-    assert_eq!(rq.shared.wrid[0].load(Ordering::Relaxed), 8);
+    assert_eq!(rq.shared.wrid(0), 8);
     assert_eq!(qp.db(0), [0, 0, 0, 3]);
     // Too many SGEs.
     let five = [sges[0]; 5];
     let rq = qp.rq.as_mut().unwrap();
-    rq.shared.tail.store(3, Ordering::Release);
+    rq.shared.retire_to(3);
     assert_eq!(
         rq.post(&[RecvWr::new(1, &sges), RecvWr::new(1, &five)]),
         Err((1, PostError::TooManySge { given: 5, max: 4 }))
@@ -1068,7 +1002,7 @@ fn ud_wrap_matches_libmlx5() {
             .build()
             .dest(dest);
         qp.sq.post(&[wr]).unwrap();
-        qp.sq.shared.tail.store(qp.sq.head, Ordering::Release);
+        qp.sq.shared.retire_to(qp.sq.head);
         if k == 2 {
             assert_eq!(qp.db(1), [0, 0, 0, 9]);
             assert_eq!(
@@ -1116,61 +1050,13 @@ fn ud_wrap_matches_libmlx5() {
     assert_eq!(qp.db(1), [0, 0, 0, 0x11]);
 }
 
-/// A read-only anonymous mapping of a power of two of bytes (up to 64 TiB)
-/// that is never written: the kernel commits no memory for it and every
-/// read would see zeros. It makes real `&[u8]`s long enough that a few
-/// hundred thousand of them add up past `usize::MAX` without unsafe
-/// slices over memory that does not exist.
-pub(crate) struct Reserved {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Reserved {
-    pub(crate) fn new() -> Reserved {
-        for shift in (40..=46).rev() {
-            let len = 1usize << shift;
-            // SAFETY: a fresh private mapping at an address of the
-            // kernel's choosing; nothing existing is touched.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            if p != libc::MAP_FAILED {
-                return Reserved { ptr: p.cast(), len };
-            }
-        }
-        panic!("no room for a 1 TiB read-only mapping");
-    }
-
-    /// The whole mapping: readable, initialised (zero) memory.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: `len` readable bytes mapped at `ptr` until `self` drops;
-        // nothing writes them.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-
-    /// Slices whose lengths add up to 2^64 + `extra.len()`: in wrapping
-    /// `usize` arithmetic, just `extra.len()`.
-    pub(crate) fn overflowing<'a>(&'a self, extra: &'a [u8]) -> Vec<IoSlice<'a>> {
-        let n = (1u128 << 64) / self.len as u128;
-        let mut v: Vec<IoSlice<'a>> = (0..n).map(|_| IoSlice::new(self.bytes())).collect();
-        v.push(IoSlice::new(extra));
-        v
-    }
-}
-
-impl Drop for Reserved {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`; no slice of it outlives `self`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
+/// Slices over `r` whose lengths add up to 2^64 + `extra.len()`: in
+/// wrapping `usize` arithmetic, just `extra.len()`.
+fn overflowing<'a>(r: &'a Reserved, extra: &'a [u8]) -> Vec<IoSlice<'a>> {
+    let n = (1u128 << 64) / r.bytes().len() as u128;
+    let mut v: Vec<IoSlice<'a>> = (0..n).map(|_| IoSlice::new(r.bytes())).collect();
+    v.push(IoSlice::new(extra));
+    v
 }
 
 /// Inline slices whose lengths sum past `usize::MAX` (wrapping to 16, which
@@ -1180,7 +1066,7 @@ fn inline_length_overflow_is_refused() {
     let mut qp = rc(10, 1, 0);
     let big = Reserved::new();
     let extra = [0x5au8; 16];
-    let bufs = big.overflowing(&extra);
+    let bufs = overflowing(&big, &extra);
     let wrapped = bufs.iter().fold(0usize, |a, b| a.wrapping_add(b.len()));
     assert_eq!(wrapped, 16, "the lengths wrap to 16 bytes");
     for op in [WrOpcode::Send, WrOpcode::RdmaWrite] {
@@ -1206,11 +1092,12 @@ fn inline_length_overflow_is_refused() {
 /// k << 12), never halves of two.
 #[test]
 fn shared_bfreg_doorbells_are_whole() {
-    let reg = Box::new(std::sync::atomic::AtomicU64::new(0));
+    let page = Arc::new(Mapping::anon(4096).unwrap());
+    let reg = BlueFlame::new(&page, 0, 0, false).unwrap();
     let mut qps: Vec<TestQp> = (1..=4u32)
         .map(|k| {
             let mut qp = rc(16, 1, 0);
-            qp.sq.bf.reg = reg.as_ptr().cast();
+            qp.sq.bf = reg.clone();
             qp.sq.qpn = k;
             qp.sq.cur_post = k << 12;
             qp
@@ -1239,7 +1126,7 @@ fn shared_bfreg_doorbells_are_whole() {
                 for _ in 0..2000 {
                     qp.sq.post(&[SendWr::send(1, &sge)]).unwrap();
                     // Retire it, as a CQ would.
-                    qp.sq.shared.tail.store(qp.sq.head, Ordering::Release);
+                    qp.sq.shared.retire_to(qp.sq.head);
                 }
                 done.fetch_add(1, Ordering::Release);
             });
@@ -1247,13 +1134,13 @@ fn shared_bfreg_doorbells_are_whole() {
         // Watches until every poster is done (at least one look).
         loop {
             let finished = done.load(Ordering::Acquire) == 4;
-            let v = reg.load(Ordering::Relaxed);
+            let v = reg.load();
             assert!(valid(v), "torn doorbell {v:#018x}");
             if finished {
                 break;
             }
         }
     });
-    let last = reg.load(Ordering::Relaxed);
+    let last = reg.load();
     assert!(last != 0 && valid(last), "{last:#018x}");
 }

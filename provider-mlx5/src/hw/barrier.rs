@@ -1,6 +1,5 @@
 //! The barriers between the CPU and the device, each defined once per
-//! architecture (the roles of rdma-core's `util/udma_barrier.h`), and the
-//! one way a doorbell register (UAR) is written.
+//! architecture (the roles of rdma-core's `util/udma_barrier.h`).
 //!
 //! The device is outside the Rust memory model: what matters is the
 //! instruction each barrier becomes. On x86-64 stores reach memory in
@@ -12,7 +11,7 @@
 //! not cover it) and flushing write-combining stores takes `dsb st`.
 //! Other architectures get a full fence (correct, perhaps slower).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Orders the CPU's earlier stores to memory the device reads (WQEs,
 /// `wr_id`s, a CQ's compacted entries) before its later stores (the
@@ -83,44 +82,17 @@ pub(crate) fn flush_writes() {
     std::sync::atomic::fence(Ordering::SeqCst);
 }
 
-/// Writes `v` (already in the device's byte order) to the 8-byte UAR word
-/// at `reg` as one 64-bit store.
-///
-/// Several threads may write the same register (CQs arm through the
-/// context's one CQ doorbell from `&self`; QPs on a shared bfreg share its
-/// doorbell): an atomic store can never be split into two 32-bit halves
-/// that interleave with another thread's, which would hand the device a
-/// doorbell made of two (a QP number from one, a counter from another).
-/// Relaxed suffices: ordering against the doorbell record and the WQEs is
-/// the job of the barriers around it.
-///
-/// # Safety
-/// `reg` is 8-byte aligned and valid for writes for as long as the call
-/// lasts (a mapped UAR page, or test memory), and every other access to it
-/// while any thread writes it through here is atomic (the device's reads
-/// are outside the program).
-#[inline(always)]
-pub(crate) unsafe fn write64(reg: *mut u64, v: u64) {
-    // SAFETY: aligned and valid as the caller guarantees; all concurrent
-    // accesses are atomic.
-    unsafe { AtomicU64::from_ptr(reg) }.store(v, Ordering::Relaxed);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// The barriers are callable on this architecture (each is inline
-    /// assembly or a fence) and `write64` stores the whole value.
+    /// assembly or a fence).
     #[test]
-    fn barriers_and_write64() {
+    fn barriers() {
         to_device();
         from_device();
         wc_start();
         flush_writes();
-        let mut word = 0u64;
-        // SAFETY: a live, aligned local only this thread uses.
-        unsafe { write64(&mut word, 0x0102_0304_0506_0708) };
-        assert_eq!(word, 0x0102_0304_0506_0708);
     }
 }

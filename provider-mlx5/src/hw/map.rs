@@ -1,0 +1,189 @@
+//! The one way this provider maps memory: [`Mapping`], an `mmap` of whole
+//! pages unmapped on drop. Queue buffers and doorbell pages are anonymous
+//! private memory the kernel pins for the device; UAR pages are the
+//! device's registers, mapped from the command fd.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ptr::NonNull;
+
+use rverbs_abi::Errno;
+
+/// The system page size (queue buffers and doorbell pages are multiples).
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if n <= 0 {
+        4096
+    } else {
+        n as usize
+    }
+}
+
+/// Whole pages mapped by [`Mapping::map`], unmapped on drop.
+///
+/// The bytes are shared with the device (or, for a UAR page, are its
+/// registers): no Rust reference to them is ever made; the rest of this
+/// module reads and writes them through raw pointers and atomics.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: `Mapping` owns its mapping exclusively; the pointer is only an
+// address. Concurrent access to the bytes goes through the raw-pointer
+// and atomic operations of `hw`, whose SAFETY comments cover it.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only hands out the address.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// The one `mmap` call: `len` bytes (a nonzero multiple of the page
+    /// size) with protection `prot` and flags `flags`, of `fd` at `offset`
+    /// (anonymous without an fd).
+    fn map(
+        len: usize,
+        prot: libc::c_int,
+        flags: libc::c_int,
+        fd: Option<BorrowedFd<'_>>,
+        offset: libc::off_t,
+    ) -> Result<Mapping, Errno> {
+        let raw_fd = fd.map_or(-1, |fd| fd.as_raw_fd());
+        // SAFETY: a new mapping at an address of the kernel's choosing
+        // (no MAP_FIXED): no existing memory is affected.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, raw_fd, offset) };
+        if p == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        let ptr = NonNull::new(p.cast()).ok_or(Errno::ENOMEM)?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// Page-aligned, zeroed anonymous memory for the device: `len` bytes
+    /// rounded up to whole pages (at least one), excluded from `fork()`
+    /// children (the kernel pins it for the device; a copy-on-write fault
+    /// in the parent would move the parent's pages away from the pinned
+    /// ones).
+    pub(crate) fn anon(len: usize) -> Result<Mapping, Errno> {
+        let page = page_size();
+        let len = len.max(1).checked_add(page - 1).ok_or(Errno::ENOMEM)? & !(page - 1);
+        let m = Mapping::map(
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            None,
+            0,
+        )?;
+        // SAFETY: the range is exactly our fresh mapping.
+        if unsafe { libc::madvise(m.ptr.as_ptr().cast(), m.len, libc::MADV_DONTFORK) } != 0 {
+            return Err(Errno::last());
+        }
+        Ok(m)
+    }
+
+    /// One page of the device's registers (a UAR page), write-only,
+    /// mapped from the command fd `fd` at `offset`.
+    pub(crate) fn uar(fd: BorrowedFd<'_>, offset: usize) -> Result<Mapping, Errno> {
+        let offset = libc::off_t::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        Mapping::map(
+            page_size(),
+            libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            Some(fd),
+            offset,
+        )
+    }
+
+    /// User address of the first byte (what the kernel is given).
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr.as_ptr() as u64
+    }
+
+    /// Pointer to the first byte (for the rest of `hw`).
+    pub(super) fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Mapped length in bytes (whole pages).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// A copy of bytes `at..at + len` (test inspection of what the
+    /// provider wrote for the device).
+    ///
+    /// # Panics
+    /// If the range is not inside the mapping.
+    #[cfg(test)]
+    pub(crate) fn read_bytes(&self, at: usize, len: usize) -> Vec<u8> {
+        assert!(at.checked_add(len).is_some_and(|end| end <= self.len));
+        let mut v = vec![0u8; len];
+        // SAFETY: in bounds (asserted), readable (anonymous read-write
+        // memory in tests), copied through the raw pointer into a fresh
+        // vector (no reference to the mapping).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(at), v.as_mut_ptr(), len) };
+        v
+    }
+
+    /// Sets every byte to `byte` (tests: makes stale bytes visible).
+    #[cfg(test)]
+    pub(crate) fn fill(&self, byte: u8) {
+        // SAFETY: the whole mapping, writable anonymous memory in tests,
+        // written through the raw pointer.
+        unsafe { std::ptr::write_bytes(self.ptr.as_ptr(), byte, self.len) };
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we own this mapping and nothing refers to it any more
+        // (holders of pointers into it keep the `Mapping` alive).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A read-only anonymous mapping of a power of two of bytes (up to 64 TiB)
+/// that is never written: the kernel commits no memory for it and every
+/// read sees zeros. Tests use it for real `&[u8]`s long enough that a few
+/// hundred thousand of them add up past `usize::MAX`.
+#[cfg(test)]
+pub(crate) struct Reserved(Mapping);
+
+#[cfg(test)]
+impl Reserved {
+    /// The largest such mapping from 64 TiB down to 1 TiB.
+    ///
+    /// # Panics
+    /// If none can be mapped.
+    pub(crate) fn new() -> Reserved {
+        for shift in (40..=46).rev() {
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+            if let Ok(m) = Mapping::map(1 << shift, libc::PROT_READ, flags, None, 0) {
+                return Reserved(m);
+            }
+        }
+        panic!("no room for a 1 TiB read-only mapping");
+    }
+
+    /// The whole mapping: readable, initialised (zero) memory.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes mapped until `self` drops; nothing
+        // writes them (read-only, and not shared with any device).
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr(), self.0.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anon_is_page_aligned_and_zeroed() {
+        let b = Mapping::anon(100).unwrap();
+        assert_eq!(b.addr() as usize % page_size(), 0);
+        assert_eq!(b.len(), page_size());
+        assert!(b.read_bytes(0, b.len()).iter().all(|&x| x == 0));
+        let b2 = Mapping::anon(page_size() + 1).unwrap();
+        assert_eq!(b2.len(), 2 * page_size());
+    }
+}

@@ -1,0 +1,705 @@
+//! Work queue rings in the queue buffer: the send ring and its WQE
+//! cursors ([`SendRing`], [`Bb`], [`Wqe`]), the receive ring
+//! ([`RecvRing`]) and the SRQ's linked WQEs ([`SrqRing`]). Each writes
+//! the typed PRM segments of `rverbs_abi::mlx5::prm` through raw pointers
+//! (no reference to memory the device reads is ever made) and records
+//! the `wr_id` of every WQE in the queue's bookkeeping (`wq`), without
+//! bounds checks: every index is masked to its ring.
+
+use std::io::IoSlice;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rverbs_abi::mlx5::prm::{
+    self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, SrqNextSeg,
+};
+use rverbs_abi::wr::Sge;
+use zerocopy::network_endian::{U16, U32, U64};
+
+use super::map::Mapping;
+use crate::wq::{RqShared, SqShared};
+
+/// Bytes per send basic block (BB).
+pub(crate) const SEND_WQE_BB: u32 = 64;
+/// The unit of WQE sizes (`ds`): 16 bytes.
+const SEG: usize = size_of::<DataSeg>();
+
+/// The BBs a send WQE of `ds` 16-byte units takes: `ds` rounded up to
+/// whole BBs (`ds` is at most a WQE's size in 16-byte units, far from
+/// overflowing).
+#[inline(always)]
+#[allow(
+    clippy::manual_div_ceil,
+    reason = "div_ceil's quotient + remainder test costs the doorbell path instructions"
+)]
+pub(crate) fn wqe_bbs(ds: u32) -> u32 {
+    (ds + (SEND_WQE_BB / SEG as u32 - 1)) / (SEND_WQE_BB / SEG as u32)
+}
+
+/// Writes a PRM segment (a `rverbs_abi::mlx5::prm` struct) at the raw
+/// pointer `p`, field by field in the order given, each value computed
+/// right before its store: `put_seg!(p, DataSeg { byte_count: .., .. })`.
+/// No reference to the ring is made, and the stores keep the shape of
+/// hand-written ones (a whole-struct write makes the compiler load every
+/// value first, which costs register moves on the posting path). Every
+/// field must be named: a never-run struct literal makes the compiler
+/// check that the list is exhaustive.
+///
+/// Expands to unsafe operations: use it inside an `unsafe` block whose
+/// SAFETY comment shows `p` valid for writes of the segment and aligned
+/// for it, and the bytes not read by the device until a doorbell covers
+/// them.
+macro_rules! put_seg {
+    ($p:expr, $T:ident { $($f:ident: $v:expr),* $(,)? }) => {{
+        let p: *mut $T = $p.cast::<$T>();
+        $( ::std::ptr::addr_of_mut!((*p).$f).write($v); )*
+        if false {
+            // Never runs: fails to compile if a field is not listed.
+            let _ = $T { $($f: ::zerocopy::FromZeros::new_zeroed()),* };
+        }
+    }};
+}
+
+/// A send ring: `wqe_cnt` 64-byte basic blocks in the queue buffer (kept
+/// mapped by the ring), and the queue's `wr_id` bookkeeping (kept alive
+/// by the ring). Segments wrap at the ring's end at 16-byte granularity.
+#[derive(Debug)]
+pub(crate) struct SendRing {
+    /// First BB.
+    start: *mut u8,
+    /// One past the last BB: segments starting here wrap to `start`.
+    qend: *mut u8,
+    /// BBs minus one (a power of two minus one).
+    mask: u32,
+    /// `book`'s `wrid` (at least `mask + 1` entries).
+    wrid: *const AtomicU64,
+    /// `book`'s `wqe_head` (at least `mask + 1` entries).
+    wqe_head: *const AtomicU32,
+    _book: Arc<SqShared>,
+    _mem: Arc<Mapping>,
+}
+
+// SAFETY: the pointers point into `_mem` and `_book`, owned through the
+// Arcs. Writes through them take `&SendRing` but only from the one poster
+// (`SendQueue` is the only owner and writes through `&mut self`); the
+// bookkeeping is atomics.
+unsafe impl Send for SendRing {}
+// SAFETY: as above; a shared `SendRing` is only read by the queue's
+// `&self` methods, which do not touch ring memory.
+unsafe impl Sync for SendRing {}
+
+impl SendRing {
+    /// The ring of `wqe_cnt` BBs (a power of two, or 0 for none: then one
+    /// BB at the buffer's start stands in, never posted to) at `offset`
+    /// bytes into `mem`. `None` if it does not fit, or `book` is smaller.
+    pub(crate) fn new(
+        mem: &Arc<Mapping>,
+        offset: usize,
+        wqe_cnt: u32,
+        book: &Arc<SqShared>,
+    ) -> Option<SendRing> {
+        let (offset, bbs) = if wqe_cnt == 0 {
+            (0, 1)
+        } else {
+            (offset, wqe_cnt)
+        };
+        let bytes = bbs as usize * SEND_WQE_BB as usize;
+        let (wrid, wqe_head) = book.slots();
+        if !bbs.is_power_of_two()
+            || offset % SEND_WQE_BB as usize != 0
+            || offset.checked_add(bytes)? > mem.len()
+            || wrid.len() < bbs as usize
+            || wqe_head.len() < bbs as usize
+        {
+            return None;
+        }
+        // SAFETY: `offset + bytes <= len`: both inside (or one past) the
+        // mapping.
+        let (start, qend) = unsafe { (mem.as_ptr().add(offset), mem.as_ptr().add(offset + bytes)) };
+        Some(SendRing {
+            start,
+            qend,
+            mask: bbs - 1,
+            wrid: wrid.as_ptr(),
+            wqe_head: wqe_head.as_ptr(),
+            _book: Arc::clone(book),
+            _mem: Arc::clone(mem),
+        })
+    }
+
+    /// BB `idx` (masked to the ring).
+    #[inline(always)]
+    fn bb_ptr(&self, idx: u32) -> *mut u8 {
+        // SAFETY: `idx & mask` is below the ring's BB count, so the BB is
+        // inside the ring.
+        unsafe {
+            self.start
+                .add((idx & self.mask) as usize * SEND_WQE_BB as usize)
+        }
+    }
+
+    /// The first BB of the last WQE built, given the producer counter
+    /// `cur_post` after it and its size `ds` in 16-byte units (it took
+    /// `ds` rounded up to whole BBs). Masked: always a BB of the ring.
+    #[inline(always)]
+    pub(super) fn last_wqe(&self, cur_post: u32, ds: u32) -> *const u8 {
+        self.bb_ptr(cur_post.wrapping_sub(wqe_bbs(ds)))
+    }
+
+    /// The BB after the one at `p` (a BB of this ring), wrapping.
+    #[inline(always)]
+    pub(super) fn next_bb(&self, p: *const u8) -> *const u8 {
+        // SAFETY: `p` is a BB of the ring, so one BB on is inside it or
+        // its end, which wraps to the start.
+        let n = unsafe { p.add(SEND_WQE_BB as usize) };
+        if n == self.qend.cast_const() {
+            self.start
+        } else {
+            n
+        }
+    }
+
+    /// `seg`, or the ring's start if `seg` is its end.
+    #[inline(always)]
+    fn wrap(&self, seg: *mut u8) -> *mut u8 {
+        if seg == self.qend {
+            self.start
+        } else {
+            seg
+        }
+    }
+
+    /// Records `wr_id` and the poster's WR counter `head` for the WQE at
+    /// BB `idx` (what the CQ returns and retires to on its completion).
+    #[inline(always)]
+    fn record(&self, idx: u32, wr_id: u64, head: u32) {
+        let slot = (idx & self.mask) as usize;
+        // SAFETY: `slot <= mask`, below the length of both arrays, which
+        // `_book` keeps alive.
+        let (w, h) = unsafe { (&*self.wrid.add(slot), &*self.wqe_head.add(slot)) };
+        w.store(wr_id, Ordering::Relaxed);
+        h.store(head, Ordering::Relaxed);
+    }
+
+    /// A one-BB WQE at producer counter `cur_post` (no segment wraps:
+    /// control, at most a remote address and a data segment).
+    #[inline(always)]
+    pub(crate) fn bb(&self, cur_post: u32) -> Bb<'_> {
+        let ctrl = self.bb_ptr(cur_post);
+        Bb {
+            ring: self,
+            ctrl,
+            // SAFETY: 16 bytes into a BB of the ring.
+            seg: unsafe { ctrl.add(SEG) },
+            idx: cur_post & self.mask,
+        }
+    }
+
+    /// A WQE of any size at producer counter `cur_post`, its segments
+    /// written in order after the control segment, wrapping at the end.
+    #[inline(always)]
+    pub(crate) fn wqe(&self, cur_post: u32) -> Wqe<'_> {
+        let ctrl = self.bb_ptr(cur_post);
+        Wqe {
+            ring: self,
+            ctrl,
+            // SAFETY: 16 bytes into a BB of the ring.
+            seg: unsafe { ctrl.add(size_of::<CtrlSeg>()) },
+            idx: cur_post & self.mask,
+        }
+    }
+}
+
+/// Writes the control segment at `p`. See [`Bb::ctrl`].
+///
+/// # Safety
+/// `p` is a BB of a ring, free for the poster to write.
+#[inline(always)]
+unsafe fn put_ctrl(
+    p: *mut u8,
+    cur_post: u32,
+    opcode: u8,
+    qpn: u32,
+    ds: u32,
+    fm_ce_se: u8,
+    imm: u32,
+) {
+    // SAFETY: as the caller guarantees; the 16-byte segment is inside the
+    // BB and aligned (BBs are 64-byte multiples of a page-aligned ring).
+    unsafe {
+        put_seg!(
+            p,
+            CtrlSeg {
+                opmod_idx_opcode: U32::new((cur_post & 0xffff) << 8 | opcode as u32),
+                qpn_ds: U32::new(qpn << 8 | ds),
+                signature: 0,
+                dci_stream_channel_id: U16::ZERO,
+                fm_ce_se: fm_ce_se,
+                imm: U32::new(imm),
+            }
+        )
+    }
+}
+
+/// A one-BB WQE being written (see [`SendRing::bb`]).
+pub(crate) struct Bb<'r> {
+    ring: &'r SendRing,
+    /// The BB (the control segment).
+    ctrl: *mut u8,
+    /// Where a data segment goes: 16 or 32 bytes into the BB.
+    seg: *mut u8,
+    /// Its index.
+    idx: u32,
+}
+
+impl Bb<'_> {
+    /// The remote-address segment, right after the control segment (a
+    /// data segment then goes after it).
+    #[inline(always)]
+    pub(crate) fn raddr(&mut self, raddr: u64, rkey: u32) {
+        // SAFETY: bytes 16..32 of a BB of the ring (aligned), which the
+        // poster owns until its doorbell.
+        unsafe {
+            put_seg!(
+                self.ctrl.add(SEG),
+                RaddrSeg {
+                    raddr: U64::new(raddr),
+                    rkey: U32::new(rkey),
+                    reserved: U32::ZERO,
+                }
+            )
+        }
+        // SAFETY: 32 bytes into the BB.
+        self.seg = unsafe { self.ctrl.add(2 * SEG) };
+    }
+
+    /// The data segment, after the control segment and the remote
+    /// address if any.
+    #[inline(always)]
+    pub(crate) fn data(&self, byte_count: u32, lkey: u32, addr: u64) {
+        // SAFETY: `seg` is 16 or 32 bytes into the 64-byte BB (aligned),
+        // which the poster owns until its doorbell.
+        unsafe {
+            put_seg!(
+                self.seg,
+                DataSeg {
+                    byte_count: U32::new(byte_count),
+                    lkey: U32::new(lkey),
+                    addr: U64::new(addr),
+                }
+            )
+        }
+    }
+
+    /// The control segment: WQE opcode `opcode` at producer counter
+    /// `cur_post` (its low 16 bits are the WQE index), QP `qpn`, `ds`
+    /// 16-byte units, `fm_ce_se` flags and immediate `imm`; no signature.
+    #[inline(always)]
+    pub(crate) fn ctrl(
+        &self,
+        cur_post: u32,
+        opcode: u8,
+        qpn: u32,
+        ds: u32,
+        fm_ce_se: u8,
+        imm: u32,
+    ) {
+        // SAFETY: a BB of the ring, which the poster owns until its
+        // doorbell.
+        unsafe { put_ctrl(self.ctrl, cur_post, opcode, qpn, ds, fm_ce_se, imm) }
+    }
+
+    /// Records the WQE's `wr_id` and WR counter.
+    #[inline(always)]
+    pub(crate) fn finish(self, wr_id: u64, head: u32) {
+        self.ring.record(self.idx, wr_id, head);
+    }
+}
+
+/// A WQE of any size being written (see [`SendRing::wqe`]): a cursor that
+/// hands out the next 16-byte slot after the control segment, wrapping at
+/// the ring's end.
+pub(crate) struct Wqe<'r> {
+    ring: &'r SendRing,
+    /// The first BB (the control segment).
+    ctrl: *mut u8,
+    /// Where the next segment goes: inside the ring or at its end, at a
+    /// 16-byte multiple.
+    seg: *mut u8,
+    /// The first BB's index.
+    idx: u32,
+}
+
+impl Wqe<'_> {
+    /// The next 16-byte slot (inside the ring: wrapped), and moves past.
+    #[inline(always)]
+    fn slot(&mut self) -> *mut u8 {
+        let p = self.ring.wrap(self.seg);
+        // SAFETY: `p` is a 16-byte slot inside the ring; one on is inside
+        // or at its end.
+        self.seg = unsafe { p.add(SEG) };
+        p
+    }
+
+    /// The datagram segment (UD): the 48 bytes after the control segment.
+    #[inline(always)]
+    pub(crate) fn datagram(&mut self, av: prm::Av) {
+        // SAFETY: bytes 16..64 of the first BB (aligned), which the poster
+        // owns until its doorbell.
+        unsafe {
+            self.ctrl
+                .add(SEG)
+                .cast::<DatagramSeg>()
+                .write(DatagramSeg { av })
+        };
+        // SAFETY: the end of the first BB: inside the ring or its end.
+        self.seg = unsafe { self.ctrl.add(SEND_WQE_BB as usize) };
+    }
+
+    /// A remote-address segment in the next slot.
+    #[inline(always)]
+    pub(crate) fn raddr(&mut self, raddr: u64, rkey: u32) {
+        let p = self.slot();
+        // SAFETY: a 16-byte slot inside the ring (aligned), which the
+        // poster owns until its doorbell.
+        unsafe {
+            put_seg!(
+                p,
+                RaddrSeg {
+                    raddr: U64::new(raddr),
+                    rkey: U32::new(rkey),
+                    reserved: U32::ZERO,
+                }
+            )
+        }
+    }
+
+    /// An atomic segment in the next slot.
+    #[inline(always)]
+    pub(crate) fn atomic(&mut self, swap_add: u64, compare: u64) {
+        let p = self.slot();
+        // SAFETY: as in `raddr`.
+        unsafe {
+            p.cast::<AtomicSeg>().write(AtomicSeg {
+                swap_add: U64::new(swap_add),
+                compare: U64::new(compare),
+            })
+        }
+    }
+
+    /// A data segment in the next slot.
+    #[inline(always)]
+    pub(crate) fn data(&mut self, byte_count: u32, lkey: u32, addr: u64) {
+        let p = self.slot();
+        // SAFETY: as in `raddr`.
+        unsafe {
+            put_seg!(
+                p,
+                DataSeg {
+                    byte_count: U32::new(byte_count),
+                    lkey: U32::new(lkey),
+                    addr: U64::new(addr),
+                }
+            )
+        }
+    }
+
+    /// An inline segment in the next slot: its 4-byte header (`len` bytes
+    /// follow) and the payload `bufs` after it, split byte-exactly where
+    /// it reaches the ring's end. Leaves the cursor where it was (inline
+    /// data ends a WQE).
+    #[inline(always)]
+    pub(crate) fn inline(&mut self, bufs: &[IoSlice<'_>], len: u32) {
+        let p = self.ring.wrap(self.seg);
+        // SAFETY: a 16-byte slot inside the ring (aligned), which the
+        // poster owns until its doorbell; the header is its first 4 bytes.
+        unsafe {
+            p.cast::<InlineSeg>().write(InlineSeg {
+                byte_count: U32::new(len | prm::INLINE_SEG),
+            })
+        };
+        // SAFETY: inside the slot.
+        let mut dst = unsafe { p.add(size_of::<InlineSeg>()) };
+        let (start, qend) = (self.ring.start, self.ring.qend);
+        for b in bufs {
+            let mut src = b.as_ptr();
+            let mut left = b.len();
+            while left != 0 {
+                // SAFETY: `start <= dst < qend` (wrapped below), both in
+                // the ring.
+                let room = unsafe { qend.offset_from(dst) } as usize;
+                let n = left.min(room);
+                // SAFETY: `n` bytes fit before `qend`; `src` is a live
+                // borrowed slice with `left >= n` bytes that cannot
+                // overlap the ring (ring memory is never borrowed).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(src, dst, n);
+                    src = src.add(n);
+                    dst = dst.add(n);
+                }
+                left -= n;
+                if dst == qend {
+                    dst = start;
+                }
+            }
+        }
+    }
+
+    /// The control segment (see [`Bb::ctrl`]).
+    #[inline(always)]
+    pub(crate) fn ctrl(
+        &self,
+        cur_post: u32,
+        opcode: u8,
+        qpn: u32,
+        ds: u32,
+        fm_ce_se: u8,
+        imm: u32,
+    ) {
+        // SAFETY: the WQE's first BB, which the poster owns until its
+        // doorbell.
+        unsafe { put_ctrl(self.ctrl, cur_post, opcode, qpn, ds, fm_ce_se, imm) }
+    }
+
+    /// Records the WQE's `wr_id` and WR counter.
+    #[inline(always)]
+    pub(crate) fn finish(self, wr_id: u64, head: u32) {
+        self.ring.record(self.idx, wr_id, head);
+    }
+}
+
+/// A QP's receive ring: `wqe_cnt` WQEs of `1 << wqe_shift` bytes, each a
+/// list of at most `max_gs` data segments, at the start of the queue
+/// buffer (kept mapped by the ring), and the queue's `wr_id`s.
+#[derive(Debug)]
+pub(crate) struct RecvRing {
+    /// First WQE.
+    start: *mut u8,
+    /// WQEs minus one.
+    mask: u32,
+    /// log2 of the WQE size.
+    wqe_shift: u32,
+    /// Data segments per WQE.
+    max_gs: u32,
+    /// `book`'s `wrid` (at least `mask + 1` entries).
+    wrid: *const AtomicU64,
+    _book: Arc<RqShared>,
+    _mem: Arc<Mapping>,
+}
+
+// SAFETY: as for `SendRing`: the pointers point into `_mem` and `_book`;
+// only the one poster writes through them.
+unsafe impl Send for RecvRing {}
+// SAFETY: as above.
+unsafe impl Sync for RecvRing {}
+
+impl RecvRing {
+    /// The ring of `wqe_cnt` WQEs (a power of two) of `1 << wqe_shift`
+    /// bytes holding `max_gs` segments each, at the start of `mem`. `None`
+    /// if any of it does not fit.
+    pub(crate) fn new(
+        mem: &Arc<Mapping>,
+        wqe_cnt: u32,
+        wqe_shift: u32,
+        max_gs: u32,
+        book: &Arc<RqShared>,
+    ) -> Option<RecvRing> {
+        let bytes = (wqe_cnt as usize).checked_shl(wqe_shift)?;
+        if !wqe_cnt.is_power_of_two()
+            || !(4..=20).contains(&wqe_shift)
+            || bytes > mem.len()
+            || (max_gs as usize).checked_mul(SEG)? > 1 << wqe_shift
+            || book.slots().len() < wqe_cnt as usize
+        {
+            return None;
+        }
+        Some(RecvRing {
+            start: mem.as_ptr(),
+            mask: wqe_cnt - 1,
+            wqe_shift,
+            max_gs,
+            wrid: book.slots().as_ptr(),
+            _book: Arc::clone(book),
+            _mem: Arc::clone(mem),
+        })
+    }
+
+    /// Data segments per WQE.
+    #[inline(always)]
+    pub(crate) fn max_gs(&self) -> u32 {
+        self.max_gs
+    }
+
+    /// Writes the WQE for producer counter `head`: a data segment per
+    /// nonzero SGE of `sges`, then an invalid-lkey terminator if fewer
+    /// than `max_gs`, and records `wr_id`. Writes nothing if `sges` has
+    /// more than `max_gs` entries (the poster refuses those first).
+    #[inline(always)]
+    pub(crate) fn write(&self, head: u32, sges: &[Sge], wr_id: u64) {
+        if sges.len() > self.max_gs as usize {
+            return;
+        }
+        let idx = (head & self.mask) as usize;
+        // SAFETY: `idx <= mask`, so the WQE (1 << wqe_shift bytes, room
+        // for `max_gs` 16-byte entries, checked in `new`) is inside the
+        // ring, 16-byte aligned, and the poster's until the doorbell
+        // record covers it. At most `sges.len() <= max_gs` entries are
+        // written, the terminator only when fewer. The `wr_id` slot is
+        // below the array's length, which `_book` keeps alive.
+        unsafe {
+            let mut seg = self.start.add(idx << self.wqe_shift);
+            let mut n = 0;
+            for s in sges.iter().filter(|s| s.length != 0) {
+                put_seg!(
+                    seg,
+                    DataSeg {
+                        byte_count: U32::new(s.length),
+                        lkey: U32::new(s.lkey),
+                        addr: U64::new(s.addr),
+                    }
+                );
+                seg = seg.add(SEG);
+                n += 1;
+            }
+            if n < self.max_gs {
+                put_seg!(
+                    seg,
+                    DataSeg {
+                        byte_count: U32::ZERO,
+                        lkey: U32::new(prm::INVALID_LKEY),
+                        addr: U64::ZERO,
+                    }
+                );
+            }
+            (*self.wrid.add(idx)).store(wr_id, Ordering::Relaxed);
+        }
+    }
+}
+
+/// An SRQ's WQEs: `max` WQEs of `1 << wqe_shift` bytes in their own
+/// buffer (kept mapped), each a next segment linking the list, then
+/// `max_gs` data segments.
+#[derive(Debug)]
+pub(crate) struct SrqRing {
+    /// First WQE.
+    base: NonNull<u8>,
+    /// WQEs minus one.
+    mask: u32,
+    wqe_shift: u32,
+    max_gs: u32,
+    mem: Arc<Mapping>,
+}
+
+// SAFETY: `base` points into `mem`, owned through the Arc; writes take
+// `&mut self`.
+unsafe impl Send for SrqRing {}
+// SAFETY: `&self` methods only read the next-segment links, which only
+// the `&mut self` owner writes.
+unsafe impl Sync for SrqRing {}
+
+impl SrqRing {
+    /// `max` WQEs (a power of two) of `1 << wqe_shift` bytes with
+    /// `max_gs` data segments each, in `mem`. `None` if they do not fit.
+    pub(crate) fn new(mem: Arc<Mapping>, max: u32, wqe_shift: u32, max_gs: u32) -> Option<SrqRing> {
+        let bytes = (max as usize).checked_shl(wqe_shift)?;
+        let wqe = (max_gs as usize)
+            .checked_mul(SEG)?
+            .checked_add(size_of::<SrqNextSeg>())?;
+        if !max.is_power_of_two()
+            || !(4..=20).contains(&wqe_shift)
+            || bytes > mem.len()
+            || wqe > 1 << wqe_shift
+        {
+            return None;
+        }
+        Some(SrqRing {
+            base: NonNull::new(mem.as_ptr())?,
+            mask: max - 1,
+            wqe_shift,
+            max_gs,
+            mem,
+        })
+    }
+
+    /// The buffer (what the kernel is given; what keeps it mapped).
+    pub(crate) fn mem(&self) -> &Arc<Mapping> {
+        &self.mem
+    }
+
+    /// WQE `i` (masked to the buffer).
+    #[inline(always)]
+    fn wqe(&self, i: u32) -> *mut u8 {
+        // SAFETY: `i & mask` is below `max`, and the buffer holds
+        // `max << wqe_shift` bytes.
+        unsafe {
+            self.base
+                .as_ptr()
+                .add(((i & self.mask) as usize) << self.wqe_shift)
+        }
+    }
+
+    /// Links WQE `i` to `next`.
+    #[inline]
+    pub(crate) fn set_next(&mut self, i: u32, next: u32) {
+        let p = self.wqe(i).cast::<SrqNextSeg>();
+        // SAFETY: the next segment starts WQE i, inside the buffer and
+        // aligned (WQEs are at least 16 bytes, in a page-aligned buffer);
+        // only its `next_wqe_index` is written, through the raw pointer.
+        // We are the only writer (`&mut self`) and the device only reads
+        // this field of WQEs it has been given.
+        unsafe { std::ptr::addr_of_mut!((*p).next_wqe_index).write(U16::new(next as u16)) };
+    }
+
+    /// The WQE WQE `i` links to.
+    #[inline]
+    pub(crate) fn next(&self, i: u32) -> u32 {
+        let p = self.wqe(i).cast::<SrqNextSeg>();
+        // SAFETY: as in `set_next`: a field of WQE i's next segment, read
+        // through the raw pointer; only we write it.
+        let v = unsafe { std::ptr::addr_of!((*p).next_wqe_index).read() };
+        u32::from(v.get()) & self.mask
+    }
+
+    /// Writes WQE `i`'s data segments: one per SGE of `sges` (zero-length
+    /// ones too), then an invalid-lkey terminator if fewer than `max_gs`.
+    /// Writes nothing if `sges` has more than `max_gs` entries (the
+    /// poster refuses those first).
+    #[inline]
+    pub(crate) fn write(&mut self, i: u32, sges: &[Sge]) {
+        if sges.len() > self.max_gs as usize {
+            return;
+        }
+        let p = self.wqe(i);
+        let seg = |j: usize| {
+            // SAFETY: segment j <= max_gs - 1 lies inside WQE i (its size
+            // is 16 + 16 * max_gs or more, checked in `new`).
+            unsafe { p.add(size_of::<SrqNextSeg>() + j * SEG) }
+        };
+        let terminator = (sges.len() < self.max_gs as usize).then_some(Sge {
+            addr: 0,
+            length: 0,
+            lkey: prm::INVALID_LKEY,
+        });
+        for (j, s) in sges.iter().chain(terminator.iter()).enumerate() {
+            let d = DataSeg {
+                byte_count: U32::new(s.length),
+                lkey: U32::new(s.lkey),
+                addr: U64::new(s.addr),
+            };
+            // SAFETY: j < max_gs (at most `sges.len() + 1` entries, the
+            // last only when `sges.len() < max_gs`), so the segment is
+            // inside WQE i, at a 16-byte multiple of the page-aligned
+            // buffer; only we write it, and the device reads it only after
+            // the doorbell counter covers it.
+            unsafe { seg(j).cast::<DataSeg>().write(d) };
+        }
+    }
+
+    /// A copy of WQE `i`'s bytes (tests).
+    #[cfg(test)]
+    pub(crate) fn bytes(&self, i: u32) -> Vec<u8> {
+        let off = ((i & self.mask) as usize) << self.wqe_shift;
+        self.mem.read_bytes(off, 1 << self.wqe_shift)
+    }
+}
