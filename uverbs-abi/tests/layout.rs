@@ -305,6 +305,14 @@ fn entries() -> Vec<Entry> {
         }
         qp::DestroyQp => "struct ib_uverbs_destroy_qp" { response, qp_handle, reserved }
         qp::DestroyQpResp => "struct ib_uverbs_destroy_qp_resp" { events_reported }
+        qp::QpAttr => "struct ib_uverbs_qp_attr" {
+            qp_attr_mask, qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn,
+            sq_psn, dest_qp_num, qp_access_flags, ah_attr, alt_ah_attr, max_send_wr,
+            max_recv_wr, max_send_sge, max_recv_sge, max_inline_data, pkey_index,
+            alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic,
+            max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry,
+            alt_port_num, alt_timeout, reserved
+        }
 
         // srq.rs
         srq::CreateSrq => "struct ib_uverbs_create_srq" [flex = "driver_data"] {
