@@ -1114,3 +1114,271 @@ pub fn exec_bytes<C: UcmaCmd>(fd: BorrowedFd<'_>, cmd: &C, out: &mut [u8]) -> Re
     // supplies, and no fd.
     unsafe { write_cmd(fd, C::NR, cmd, C::RESPONSE_AT, out) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    fn v4() -> SocketAddr {
+        "192.0.2.7:4791".parse().unwrap()
+    }
+
+    fn v6() -> SocketAddr {
+        SocketAddr::V6(SocketAddrV6::new(
+            "fe80::1:2:3:4".parse().unwrap(),
+            18515,
+            0x000a_bcde,
+            3,
+        ))
+    }
+
+    #[test]
+    fn sockaddr_round_trips() {
+        for addr in [v4(), v6()] {
+            let mut buf = [0xffu8; 64];
+            let n = encode_sockaddr(&addr, &mut buf).unwrap();
+            assert_eq!(n, sockaddr_len(&addr));
+            assert!(buf[n..].iter().all(|&b| b == 0), "tail zeroed");
+            assert_eq!(decode_sockaddr(&buf[..n]), Ok(addr));
+            assert_eq!(SockaddrIn6::new(&addr).to_socket_addr(), Ok(addr));
+            let (st, size) = SockaddrStorage::new(&addr);
+            assert_eq!(usize::from(size), n);
+            assert_eq!(st.to_socket_addr(size.into()), Ok(addr));
+            // Trailing bytes are ignored.
+            assert_eq!(st.to_socket_addr(SOCKADDR_STORAGE_LEN), Ok(addr));
+        }
+    }
+
+    #[test]
+    fn sockaddr_bytes_are_the_c_encoding() {
+        let s = SockaddrIn6::new(&v4());
+        assert_eq!(&s.bytes[..2], &AF_INET.to_ne_bytes());
+        assert_eq!(&s.bytes[2..4], &4791u16.to_be_bytes());
+        assert_eq!(&s.bytes[4..8], &[192, 0, 2, 7]);
+        assert!(s.bytes[8..].iter().all(|&b| b == 0));
+        let s = SockaddrIn6::new(&v6());
+        assert_eq!(&s.bytes[..2], &AF_INET6.to_ne_bytes());
+        assert_eq!(&s.bytes[2..4], &18515u16.to_be_bytes());
+        assert_eq!(s.bytes[8], 0xfe);
+        assert_eq!(&s.bytes[24..28], &3u32.to_ne_bytes());
+    }
+
+    #[test]
+    fn sockaddr_refuses_short_or_malformed_bytes() {
+        assert!(matches!(
+            decode_sockaddr(&[]),
+            Err(SockaddrError::Short { len: 0, need: 2 })
+        ));
+        assert!(matches!(
+            decode_sockaddr(&[2]),
+            Err(SockaddrError::Short { .. })
+        ));
+        let mut b = [0u8; SOCKADDR_IN6_LEN];
+        encode_sockaddr(&v4(), &mut b).unwrap();
+        assert_eq!(
+            decode_sockaddr(&b[..SOCKADDR_IN_LEN - 1]),
+            Err(SockaddrError::Short { len: 15, need: 16 })
+        );
+        encode_sockaddr(&v6(), &mut b).unwrap();
+        assert_eq!(
+            decode_sockaddr(&b[..SOCKADDR_IN6_LEN - 1]),
+            Err(SockaddrError::Short { len: 27, need: 28 })
+        );
+        for family in [0u16, 1, AF_IB, 0xffff] {
+            b[..2].copy_from_slice(&family.to_ne_bytes());
+            assert_eq!(decode_sockaddr(&b), Err(SockaddrError::Family(family)));
+        }
+        let (st, _) = SockaddrStorage::new(&v6());
+        assert!(matches!(
+            st.to_socket_addr(0),
+            Err(SockaddrError::Short { .. })
+        ));
+        assert_eq!(st.to_socket_addr(129), Err(SockaddrError::Size(129)));
+        assert_eq!(
+            st.to_socket_addr(usize::MAX),
+            Err(SockaddrError::Size(usize::MAX))
+        );
+        assert!(SockaddrStorage::default().to_socket_addr(128).is_err());
+        let mut small = [0u8; 27];
+        assert_eq!(
+            encode_sockaddr(&v6(), &mut small),
+            Err(SockaddrError::Short { len: 27, need: 28 })
+        );
+        assert!(encode_sockaddr(&v4(), &mut small[..16]).is_ok());
+    }
+
+    #[test]
+    fn private_data_is_bounded() {
+        let mut c = ConnParam::default();
+        c.set_private_data(&[7; 255]).unwrap();
+        assert_eq!(c.private_data(), &[7; 255][..]);
+        assert_eq!(c.set_private_data(&[0; 256]), Err(Errno::E2BIG));
+        let mut r = Reject::default();
+        r.set_private_data(b"no").unwrap();
+        assert_eq!(r.private_data(), b"no");
+    }
+
+    /// xorshift64*: deterministic bytes, no dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+    }
+
+    #[test]
+    fn parsing_arbitrary_bytes_never_panics() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut buf = vec![0u8; 2 * size_of::<EventResp>()];
+        for round in 0..20_000 {
+            let len = (rng.next() % buf.len() as u64) as usize;
+            match round % 4 {
+                0 => buf.iter_mut().for_each(|b| *b = rng.next() as u8),
+                1 => buf.fill(0xff),
+                2 => buf.fill(0),
+                _ => buf
+                    .iter_mut()
+                    .for_each(|b| *b = (rng.next() % 3) as u8 * 0x7f),
+            }
+            // Steer some rounds into the address families' paths.
+            if round % 5 == 0 {
+                let af = [AF_INET, AF_INET6][round % 2];
+                buf[..2].copy_from_slice(&af.to_ne_bytes());
+            }
+            let bytes = &buf[..len];
+            if let Some(ev) = EventResp::parse(bytes) {
+                assert!(len >= EventResp::MIN_LEN);
+                let c = ev.conn();
+                assert!(c.private_data().len() <= RDMA_MAX_PRIVATE_DATA);
+                let u = ev.ud();
+                assert!(u.private_data().len() <= RDMA_MAX_PRIVATE_DATA);
+            } else {
+                assert!(len < EventResp::MIN_LEN);
+            }
+            if let Some((hdr, paths)) = QueryPathResp::parse(bytes) {
+                assert!(paths.count() <= hdr.num_paths as usize);
+            }
+            let _ = decode_sockaddr(bytes);
+            let mut st = SockaddrStorage::default();
+            let n = len.min(SOCKADDR_STORAGE_LEN);
+            st.bytes[..n].copy_from_slice(&bytes[..n]);
+            let _ = st.to_socket_addr(rng.next() as u16 as usize);
+            let _ = st.to_socket_addr(len);
+            if let Ok((r, _)) = Reject::read_from_prefix(bytes) {
+                assert!(r.private_data().len() <= RDMA_MAX_PRIVATE_DATA);
+            }
+        }
+    }
+
+    #[test]
+    fn event_parse_zero_fills_a_short_tail() {
+        let mut ev = EventResp::new_zeroed();
+        ev.id = 5;
+        ev.event = event::ESTABLISHED;
+        ev.ece.vendor_id = 9;
+        let bytes = ev.as_bytes();
+        let short = EventResp::parse(&bytes[..EventResp::MIN_LEN]).unwrap();
+        assert_eq!((short.id, short.event, short.ece.vendor_id), (5, 9, 0));
+        assert_eq!(EventResp::parse(bytes).unwrap().ece.vendor_id, 9);
+        assert!(EventResp::parse(&bytes[..EventResp::MIN_LEN - 1]).is_none());
+    }
+
+    /// Reads one framed command from the peer of the socket it was sent to.
+    fn sent(peer: &mut UnixStream, len: usize) -> Vec<u8> {
+        let mut v = vec![0u8; len];
+        peer.read_exact(&mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn framing_fills_the_header_and_the_response_field() {
+        let (ours, mut peer) = UnixStream::pair().unwrap();
+        let cmd = CreateId {
+            uid: 0x1122_3344_5566_7788,
+            response: 0xdead_beef,
+            ps: port_space::TCP,
+            qp_type: crate::qp::qp_type::RC,
+            ..Default::default()
+        };
+        // A socket answers nothing: the response stays zeroed.
+        let resp = exec(ours.as_fd(), &cmd).unwrap();
+        assert_eq!(resp.id, 0);
+        let b = sent(&mut peer, size_of::<CmdHdr>() + size_of::<CreateId>());
+        let (hdr, body) = CmdHdr::read_from_prefix(&b).unwrap();
+        assert_eq!(hdr.cmd, nr::CREATE_ID);
+        assert_eq!(usize::from(hdr.in_len), size_of::<CreateId>());
+        assert_eq!(usize::from(hdr.out_len), size_of::<CreateIdResp>());
+        let got = CreateId::read_from_bytes(body).unwrap();
+        assert_eq!(got.uid, cmd.uid);
+        assert_ne!(
+            got.response, 0xdead_beef,
+            "the framing supplies the response"
+        );
+        assert_ne!(got.response, 0);
+        assert_eq!((got.ps, got.qp_type), (cmd.ps, cmd.qp_type));
+
+        // No response: out is 0 and the body is sent as is.
+        exec(ours.as_fd(), &Listen { id: 3, backlog: 8 }).unwrap();
+        let b = sent(&mut peer, size_of::<CmdHdr>() + size_of::<Listen>());
+        let (hdr, body) = CmdHdr::read_from_prefix(&b).unwrap();
+        assert_eq!((hdr.cmd, hdr.in_len, hdr.out_len), (nr::LISTEN, 8, 0));
+        assert_eq!(body, Listen { id: 3, backlog: 8 }.as_bytes());
+
+        // A wrapper carries its own number and the wrapped struct.
+        exec(
+            ours.as_fd(),
+            &QueryRoute(Query {
+                id: 4,
+                ..Default::default()
+            }),
+        )
+        .unwrap();
+        let b = sent(&mut peer, size_of::<CmdHdr>() + size_of::<Query>());
+        let (hdr, _) = CmdHdr::read_from_prefix(&b).unwrap();
+        assert_eq!(hdr.cmd, nr::QUERY_ROUTE);
+        assert_eq!(usize::from(hdr.out_len), size_of::<QueryRouteResp>());
+    }
+
+    #[test]
+    fn framing_refuses_inconsistent_sizes() {
+        let (ours, _peer) = UnixStream::pair().unwrap();
+        let mut out = [0u8; 8];
+        assert_eq!(
+            exec_bytes(ours.as_fd(), &Listen::default(), &mut out),
+            Err(Errno::EINVAL)
+        );
+        let mut big = [0u8; MAX_CMD_BYTES + 1];
+        assert_eq!(
+            exec_bytes(ours.as_fd(), &GetEvent::default(), &mut big),
+            Err(Errno::E2BIG)
+        );
+        // SAFETY: nothing is sent: the response offset is refused first.
+        let r = unsafe {
+            write_cmd(
+                ours.as_fd(),
+                nr::QUERY,
+                &Query::default(),
+                Some(9),
+                &mut out,
+            )
+        };
+        assert_eq!(r, Err(Errno::EINVAL));
+        // SAFETY: as above.
+        let r = unsafe {
+            write_cmd(
+                ours.as_fd(),
+                nr::QUERY,
+                &Query::default(),
+                Some(usize::MAX),
+                &mut out,
+            )
+        };
+        assert_eq!(r, Err(Errno::EINVAL));
+    }
+}
