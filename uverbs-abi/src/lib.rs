@@ -8,7 +8,8 @@
 //! [`device`], [`pd`], [`mr`], [`cq`], [`qp`], [`srq`], [`ah`], the work
 //! request encodings in [`wr`], the soft-RoCE queue format in [`rxe`], and
 //! the mlx5 driver data and hardware (PRM) layouts in [`mlx5`]. [`cmd`] and
-//! [`ioctl`] carry commands to the kernel.
+//! [`ioctl`] carry commands to the kernel. [`ucma`] is the RDMA connection
+//! manager's ABI (`/dev/infiniband/rdma_cm`), with its own framing.
 //!
 //! This crate holds the ABI and nothing else: the logic the providers share
 //! (typed work requests, post-time checks, the provider contract) is in
@@ -27,6 +28,7 @@ pub mod pd;
 pub mod qp;
 pub mod rxe;
 pub mod srq;
+pub mod ucma;
 pub mod wr;
 
 pub use nix::errno::Errno;

@@ -204,6 +204,47 @@ pub struct DestroyQpResp {
     pub events_reported: u32,
 }
 
+/// `struct ib_uverbs_qp_attr`: a QP's attributes as the kernel reports
+/// them outside QUERY_QP (the rdma_cm's INIT_QP_ATTR answers with one:
+/// `crate::ucma::InitQpAttr`). `qp_attr_mask` holds [`attr_mask`] bits,
+/// the states [`qp_state`] values.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[allow(missing_docs)]
+pub struct QpAttr {
+    pub qp_attr_mask: u32,
+    pub qp_state: u32,
+    pub cur_qp_state: u32,
+    pub path_mtu: u32,
+    pub path_mig_state: u32,
+    pub qkey: u32,
+    pub rq_psn: u32,
+    pub sq_psn: u32,
+    pub dest_qp_num: u32,
+    pub qp_access_flags: u32,
+    pub ah_attr: crate::ah::AhAttr,
+    pub alt_ah_attr: crate::ah::AhAttr,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+    pub pkey_index: u16,
+    pub alt_pkey_index: u16,
+    pub en_sqd_async_notify: u8,
+    pub sq_draining: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub port_num: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub alt_port_num: u8,
+    pub alt_timeout: u8,
+    pub reserved: [u8; 5],
+}
+
 /// QP transport types (`enum ib_qp_type`).
 #[allow(missing_docs)]
 pub mod qp_type {

@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use rverbs_abi::mlx5::prm;
-use rverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, pd, qp, rxe, srq, wr};
+use rverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, pd, qp, rxe, srq, ucma, wr};
 
 /// Per-entry options; the macro sets the named ones, so a misspelt option
 /// is a compile error.
@@ -149,7 +149,9 @@ const BASE_FLEX_ALIGN: &str =
 // `ioctl::IoctlCmd` (a builder, not `repr(C)`), and the provider-neutral,
 // non-`repr(C)` work request types of wr.rs (`SendWr<'a>`, `RecvWr<'a>`,
 // `Payload`; `WrOpcode` takes its values from the checked `wr_opcode`
-// constants). The bitflags types are checked through their bits below
+// constants), and `ucma::QueryRoute` and `ucma::LeaveMcast`
+// (`repr(transparent)` wrappers of the checked `ucma::Query` and
+// `ucma::DestroyId`, which QUERY_ROUTE and LEAVE_MCAST reuse in C). The bitflags types are checked through their bits below
 // (`mr::AccessFlags`) or not at all (`wr::SendFlags`: `IB_SEND_*` is
 // kernel-internal).
 fn entries() -> Vec<Entry> {
@@ -305,6 +307,14 @@ fn entries() -> Vec<Entry> {
         }
         qp::DestroyQp => "struct ib_uverbs_destroy_qp" { response, qp_handle, reserved }
         qp::DestroyQpResp => "struct ib_uverbs_destroy_qp_resp" { events_reported }
+        qp::QpAttr => "struct ib_uverbs_qp_attr" {
+            qp_attr_mask, qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn,
+            sq_psn, dest_qp_num, qp_access_flags, ah_attr, alt_ah_attr, max_send_wr,
+            max_recv_wr, max_send_sge, max_recv_sge, max_inline_data, pkey_index,
+            alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic,
+            max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry,
+            alt_port_num, alt_timeout, reserved
+        }
 
         // srq.rs
         srq::CreateSrq => "struct ib_uverbs_create_srq" [flex = "driver_data"] {
@@ -394,6 +404,69 @@ fn entries() -> Vec<Entry> {
             wr_id, reserved, padding, dma
         }
 
+        // ucma.rs (<rdma/rdma_user_cm.h>, <rdma/ib_user_sa.h>); the socket
+        // addresses are byte arrays, checked for size and alignment
+        ucma::SockaddrIn6 => "struct sockaddr_in6" { bytes = _ }
+        ucma::SockaddrStorage => "struct __kernel_sockaddr_storage" { bytes = _ }
+        ucma::UserPathRec => "struct ib_user_path_rec" {
+            dgid, sgid, dlid, slid, raw_traffic, flow_label, reversible, mtu, pkey, hop_limit,
+            traffic_class, numb_path, sl, mtu_selector, rate_selector, rate,
+            packet_life_time_selector, packet_life_time, preference
+        }
+        ucma::PathRecData => "struct ib_path_rec_data" { flags, reserved, path_rec }
+        ucma::CmdHdr => "struct rdma_ucm_cmd_hdr" { cmd, in_len = "in", out_len = "out" }
+        ucma::CreateId => "struct rdma_ucm_create_id" { uid, response, ps, qp_type, reserved }
+        ucma::CreateIdResp => "struct rdma_ucm_create_id_resp" { id }
+        ucma::DestroyId => "struct rdma_ucm_destroy_id" { response, id, reserved }
+        ucma::DestroyIdResp => "struct rdma_ucm_destroy_id_resp" { events_reported }
+        ucma::BindIp => "struct rdma_ucm_bind_ip" { response, addr, id }
+        ucma::Bind => "struct rdma_ucm_bind" { id, addr_size, reserved, addr }
+        ucma::ResolveIp => "struct rdma_ucm_resolve_ip" { src_addr, dst_addr, id, timeout_ms }
+        ucma::ResolveAddr => "struct rdma_ucm_resolve_addr" {
+            id, timeout_ms, src_size, dst_size, reserved, src_addr, dst_addr
+        }
+        ucma::ResolveRoute => "struct rdma_ucm_resolve_route" { id, timeout_ms }
+        ucma::Query => "struct rdma_ucm_query" { response, id, option }
+        ucma::QueryRouteResp => "struct rdma_ucm_query_route_resp" {
+            node_guid, ib_route, src_addr, dst_addr, num_paths, port_num, reserved, ibdev_index,
+            reserved1
+        }
+        ucma::QueryAddrResp => "struct rdma_ucm_query_addr_resp" {
+            node_guid, port_num, reserved, pkey, src_size, dst_size, src_addr, dst_addr,
+            ibdev_index, reserved1
+        }
+        ucma::QueryPathResp => "struct rdma_ucm_query_path_resp" [flex = "path_data"] {
+            num_paths, reserved
+        }
+        ucma::ConnParam => "struct rdma_ucm_conn_param" {
+            qp_num, qkey, private_data, private_data_len, srq, responder_resources,
+            initiator_depth, flow_control, retry_count, rnr_retry_count, valid
+        }
+        ucma::UdParam => "struct rdma_ucm_ud_param" {
+            qp_num, qkey, ah_attr, private_data, private_data_len, reserved
+        }
+        ucma::Ece => "struct rdma_ucm_ece" { vendor_id, attr_mod }
+        ucma::Connect => "struct rdma_ucm_connect" { conn_param, id, reserved, ece }
+        ucma::Listen => "struct rdma_ucm_listen" { id, backlog }
+        ucma::Accept => "struct rdma_ucm_accept" { uid, conn_param, id, reserved, ece }
+        ucma::Reject => "struct rdma_ucm_reject" {
+            id, private_data_len, reason, reserved, private_data
+        }
+        ucma::Disconnect => "struct rdma_ucm_disconnect" { id }
+        ucma::InitQpAttr => "struct rdma_ucm_init_qp_attr" { response, id, qp_state }
+        ucma::Notify => "struct rdma_ucm_notify" { id, event }
+        ucma::JoinIpMcast => "struct rdma_ucm_join_ip_mcast" { response, uid, addr, id }
+        ucma::JoinMcast => "struct rdma_ucm_join_mcast" {
+            response, uid, id, addr_size, join_flags, addr
+        }
+        ucma::GetEvent => "struct rdma_ucm_get_event" { response }
+        ucma::EventResp => "struct rdma_ucm_event_resp" {
+            uid, id, event, status, param, reserved, ece
+        }
+        ucma::SetOption => "struct rdma_ucm_set_option" { optval, id, level, optname, optlen }
+        ucma::MigrateId => "struct rdma_ucm_migrate_id" { response, id, fd }
+        ucma::MigrateResp => "struct rdma_ucm_migrate_resp" { events_reported }
+
         // mlx5.rs
         mlx5::AllocUcontextReqV2 => "struct mlx5_ib_alloc_ucontext_req_v2" {
             total_num_bfregs, num_low_latency_bfregs, flags, comp_mask, max_cqe_version,
@@ -464,7 +537,8 @@ fn entries() -> Vec<Entry> {
 // (`enum ib_wc_status`), `wr::wc_flags` (`enum ib_wc_flags`),
 // `wr::send_flags` (`IB_SEND_*`), `wr::wc_opcode::{RECV,
 // RECV_RDMA_WITH_IMM}` (`IB_WC_RECV*` of `enum ib_wc_opcode`),
-// `qp::qp_state` (`enum ib_qp_state`), `qp::attr_mask`
+// `qp::qp_state` (`enum ib_qp_state`), `ucma::event`
+// (`enum rdma_cm_event_type`, include/rdma/rdma_cm.h), `qp::attr_mask`
 // (`enum ib_qp_attr_mask`), and `device::IB_LINK_LAYER_*`
 // (`enum rdma_link_layer`). `qp::qp_type` is checked against the uapi
 // mirror `enum ib_uverbs_qp_type`. `cmd::MAX_CMD_BYTES` and
@@ -577,6 +651,70 @@ fn constants() -> Vec<Const> {
         "offsetof(struct rxe_queue_buf, data)" => rxe::QUEUE_DATA_OFFSET,
         "sizeof(((struct rxe_send_wr *)0)->wr)" => rxe::SEND_WR_UNION_BYTES,
 
+        // ucma.rs
+        "RDMA_USER_CM_ABI_VERSION" => ucma::RDMA_USER_CM_ABI_VERSION,
+        "RDMA_MAX_PRIVATE_DATA" => ucma::RDMA_MAX_PRIVATE_DATA,
+        "RDMA_USER_CM_CMD_CREATE_ID" => ucma::nr::CREATE_ID,
+        "RDMA_USER_CM_CMD_DESTROY_ID" => ucma::nr::DESTROY_ID,
+        "RDMA_USER_CM_CMD_BIND_IP" => ucma::nr::BIND_IP,
+        "RDMA_USER_CM_CMD_RESOLVE_IP" => ucma::nr::RESOLVE_IP,
+        "RDMA_USER_CM_CMD_RESOLVE_ROUTE" => ucma::nr::RESOLVE_ROUTE,
+        "RDMA_USER_CM_CMD_QUERY_ROUTE" => ucma::nr::QUERY_ROUTE,
+        "RDMA_USER_CM_CMD_CONNECT" => ucma::nr::CONNECT,
+        "RDMA_USER_CM_CMD_LISTEN" => ucma::nr::LISTEN,
+        "RDMA_USER_CM_CMD_ACCEPT" => ucma::nr::ACCEPT,
+        "RDMA_USER_CM_CMD_REJECT" => ucma::nr::REJECT,
+        "RDMA_USER_CM_CMD_DISCONNECT" => ucma::nr::DISCONNECT,
+        "RDMA_USER_CM_CMD_INIT_QP_ATTR" => ucma::nr::INIT_QP_ATTR,
+        "RDMA_USER_CM_CMD_GET_EVENT" => ucma::nr::GET_EVENT,
+        "RDMA_USER_CM_CMD_GET_OPTION" => ucma::nr::GET_OPTION,
+        "RDMA_USER_CM_CMD_SET_OPTION" => ucma::nr::SET_OPTION,
+        "RDMA_USER_CM_CMD_NOTIFY" => ucma::nr::NOTIFY,
+        "RDMA_USER_CM_CMD_JOIN_IP_MCAST" => ucma::nr::JOIN_IP_MCAST,
+        "RDMA_USER_CM_CMD_LEAVE_MCAST" => ucma::nr::LEAVE_MCAST,
+        "RDMA_USER_CM_CMD_MIGRATE_ID" => ucma::nr::MIGRATE_ID,
+        "RDMA_USER_CM_CMD_QUERY" => ucma::nr::QUERY,
+        "RDMA_USER_CM_CMD_BIND" => ucma::nr::BIND,
+        "RDMA_USER_CM_CMD_RESOLVE_ADDR" => ucma::nr::RESOLVE_ADDR,
+        "RDMA_USER_CM_CMD_JOIN_MCAST" => ucma::nr::JOIN_MCAST,
+        "RDMA_PS_IPOIB" => ucma::port_space::IPOIB,
+        "RDMA_PS_IB" => ucma::port_space::IB,
+        "RDMA_PS_TCP" => ucma::port_space::TCP,
+        "RDMA_PS_UDP" => ucma::port_space::UDP,
+        "RDMA_USER_CM_QUERY_ADDR" => ucma::query_option::ADDR,
+        "RDMA_USER_CM_QUERY_PATH" => ucma::query_option::PATH,
+        "RDMA_USER_CM_QUERY_GID" => ucma::query_option::GID,
+        "RDMA_MC_JOIN_FLAG_FULLMEMBER" => ucma::mc_join_flag::FULLMEMBER,
+        "RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER" => ucma::mc_join_flag::SENDONLY_FULLMEMBER,
+        "RDMA_MC_JOIN_FLAG_RESERVED" => ucma::mc_join_flag::RESERVED,
+        "RDMA_OPTION_ID" => ucma::option_level::ID,
+        "RDMA_OPTION_IB" => ucma::option_level::IB,
+        "RDMA_OPTION_ID_TOS" => ucma::option_name::ID_TOS,
+        "RDMA_OPTION_ID_REUSEADDR" => ucma::option_name::ID_REUSEADDR,
+        "RDMA_OPTION_ID_AFONLY" => ucma::option_name::ID_AFONLY,
+        "RDMA_OPTION_ID_ACK_TIMEOUT" => ucma::option_name::ID_ACK_TIMEOUT,
+        "RDMA_OPTION_IB_PATH" => ucma::option_name::IB_PATH,
+        "IB_PATH_GMP" => ucma::path_flag::GMP,
+        "IB_PATH_PRIMARY" => ucma::path_flag::PRIMARY,
+        "IB_PATH_ALTERNATE" => ucma::path_flag::ALTERNATE,
+        "IB_PATH_OUTBOUND" => ucma::path_flag::OUTBOUND,
+        "IB_PATH_INBOUND" => ucma::path_flag::INBOUND,
+        "IB_PATH_INBOUND_REVERSE" => ucma::path_flag::INBOUND_REVERSE,
+        "IB_PATH_BIDIRECTIONAL" => ucma::path_flag::BIDIRECTIONAL,
+        "sizeof(((struct rdma_ucm_event_resp *)0)->param)" => ucma::EVENT_PARAM_LEN,
+        "offsetof(struct rdma_ucm_event_resp, reserved)" => ucma::EventResp::MIN_LEN,
+        "sizeof(struct sockaddr_in)" => ucma::SOCKADDR_IN_LEN,
+        "sizeof(struct sockaddr_in6)" => ucma::SOCKADDR_IN6_LEN,
+        "sizeof(struct __kernel_sockaddr_storage)" => ucma::SOCKADDR_STORAGE_LEN,
+        "offsetof(struct sockaddr_in, sin_port)" => ucma::sockaddr_off::SIN_PORT,
+        "offsetof(struct sockaddr_in, sin_addr)" => ucma::sockaddr_off::SIN_ADDR,
+        "offsetof(struct sockaddr_in6, sin6_port)" => ucma::sockaddr_off::SIN6_PORT,
+        "offsetof(struct sockaddr_in6, sin6_flowinfo)" => ucma::sockaddr_off::SIN6_FLOWINFO,
+        "offsetof(struct sockaddr_in6, sin6_addr)" => ucma::sockaddr_off::SIN6_ADDR,
+        "offsetof(struct sockaddr_in6, sin6_scope_id)" => ucma::sockaddr_off::SIN6_SCOPE_ID,
+        "offsetof(struct sockaddr_in, sin_family)" => 0usize,
+        "offsetof(struct sockaddr_in6, sin6_family)" => 0usize,
+
         // mlx5.rs
         "MLX5_IB_UVERBS_ABI_VERSION" => mlx5::MLX5_IB_UVERBS_ABI_VERSION,
         "MLX5_IB_ALLOC_UCTX_DEVX" => mlx5::MLX5_IB_ALLOC_UCTX_DEVX,
@@ -658,6 +796,8 @@ fn c_source(entries: &[Entry], consts: &[Const]) -> String {
          #include <rdma/ib_user_ioctl_cmds.h>\n\
          #include <rdma/rdma_user_ioctl_cmds.h>\n\
          #include <rdma/rdma_user_rxe.h>\n\
+         #include <rdma/rdma_user_cm.h>\n\
+         #include <linux/in.h>\n\
          #include <rdma/mlx5-abi.h>\n\
          #include <infiniband/mlx5dv.h>\n\
          \n\
