@@ -73,11 +73,7 @@ impl Cq {
         // The kernel is the only producer; we are the only consumer (`&mut`).
         let mut c = ring.consumer();
         let mut n = 0;
-        for out in wc.iter_mut() {
-            match c.pop() {
-                Some(w) => *out = w,
-                None => break,
-            }
+        while n < wc.len() && c.pop_into(&mut wc[n]) {
             n += 1;
         }
         c.publish();

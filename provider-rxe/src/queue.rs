@@ -523,21 +523,22 @@ impl Consumer<'_> {
         self.cons = (self.cons + 1) & self.q.mask;
     }
 
-    /// The completion at the consumer index, and advances past it; `None`
-    /// when [`Consumer::empty`].
+    /// Copies the completion at the consumer index into `out` and advances
+    /// past it; `false` (and `out` untouched) when [`Consumer::empty`].
+    /// Written straight into the caller's slot: no `Option<Wc>` copy.
     #[inline(always)]
-    pub(crate) fn pop(&mut self) -> Option<Wc> {
+    pub(crate) fn pop_into(&mut self, out: &mut Wc) -> bool {
         if self.empty() {
-            return None;
+            return false;
         }
         // SAFETY: the slot lies inside the ring, holds at least
         // size_of::<Wc>() bytes (checked in `CqRing::new`, so it is also
         // 8-aligned), any bytes are a valid Wc, and the kernel produced it
         // (acquire, in `consumer`) and will not rewrite it until we publish
         // a consumer index past it.
-        let wc = unsafe { std::ptr::read(self.q.slot(self.cons).cast::<Wc>()) };
+        *out = unsafe { std::ptr::read(self.q.slot(self.cons).cast::<Wc>()) };
         self.advance_consumer();
-        Some(wc)
+        true
     }
 
     /// Hands the slots read back to the kernel: one release store of the
