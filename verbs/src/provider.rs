@@ -59,6 +59,7 @@ per_provider!(
 );
 per_provider!(
     /// What a CQ's kernel object and its QPs keep of it.
+    #[derive(Clone)]
     CqShared => CqShared
 );
 per_provider!(
@@ -78,19 +79,6 @@ per_provider!(
     #[allow(dead_code)]
     SrqShared => SrqShared
 );
-
-impl Clone for CqShared {
-    fn clone(&self) -> Self {
-        /// The contract asks `Clone` of every provider's `CqShared`.
-        fn dup<T: Clone>(t: &T) -> T {
-            t.clone()
-        }
-        match self {
-            Self::Rxe(s) => Self::Rxe(dup(s)),
-            Self::Mlx5(s) => Self::Mlx5(dup(s)),
-        }
-    }
-}
 
 impl CompletionQueue for Cq {
     #[inline]
@@ -220,14 +208,6 @@ fn async_fd(resp: &GetContextResp) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// The error for `feature`, which provider `name` does not implement.
-fn unsupported(name: &'static str, feature: Feature) -> Error {
-    Error::Unsupported {
-        provider: name,
-        feature,
-    }
-}
-
 impl Ctx {
     /// GET_CONTEXT on the checked uverbs node `fd` with the driver data of
     /// `device`'s provider; returns the provider's context, the async
@@ -316,7 +296,10 @@ impl Ctx {
         if self.supports(feature) {
             Ok(())
         } else {
-            Err(unsupported(self.name(), feature))
+            Err(Error::Unsupported {
+                provider: self.name(),
+                feature,
+            })
         }
     }
 
