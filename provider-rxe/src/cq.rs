@@ -76,7 +76,9 @@ impl Cq {
         while n < wc.len() && c.pop_into(&mut wc[n]) {
             n += 1;
         }
-        c.publish();
+        if n > 0 {
+            c.publish();
+        }
         Ok(n)
     }
 

@@ -6,7 +6,7 @@ use std::os::fd::BorrowedFd;
 use rverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp};
 use rverbs_abi::rxe::{self, DmaInfo, RecvWqe};
 use rverbs_abi::Errno;
-use rverbs_provider::wr::{Payload, RecvWr, SendFlags, SendWr, WrOpcode};
+use rverbs_provider::wr::{RecvWr, SendFlags, SendWr, WrOpcode};
 use zerocopy::FromZeros;
 
 use crate::cmd;
@@ -124,10 +124,10 @@ impl SendQueue {
         let mut p = self.ring.producer();
         let mut result = Ok(());
         for wr in wrs {
-            // The index of `wr` in the chain.
-            let i = p.pushed();
-            if let Err(e) = p.push_send(wr, has_dest, |wqe, length| build_wqe(wqe, wr, length)) {
-                result = Err((i, e));
+            if let Err(e) = p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline)) {
+                // A failed push pushes nothing: what was pushed is the
+                // index of `wr` in the chain.
+                result = Err((p.pushed(), e));
                 break;
             }
         }
@@ -145,7 +145,7 @@ impl SendQueue {
     #[inline]
     fn post_one(&mut self, fd: BorrowedFd<'_>, wr: &SendWr<'_>) -> Result<(), (usize, PostError)> {
         let mut p = self.ring.producer();
-        p.push_send(wr, has_dest, |wqe, length| build_wqe(wqe, wr, length))
+        p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))
             .map_err(|e| (0, e))?;
         p.publish();
         cmd::doorbell(fd, self.qp_handle).map_err(|e| (1, PostError::Doorbell(e)))
@@ -159,17 +159,14 @@ fn has_dest(d: &rverbs_provider::wr::UdDest<'_>) -> bool {
     d.ah_num != 0
 }
 
-/// Fills in the (zeroed) send WQE header `hdr` for `wr`, which passed the
-/// checks with a message of `length` bytes.
+/// Fills in the opcode's fields of the send WQE header `hdr` for `wr`
+/// (`wr_id` and `dma` are written and the rest zeroed by
+/// [`Producer::push_send`](crate::queue::Producer::push_send));
+/// `inline_flag` is `SendFlags::INLINE`'s bits if the payload is inline.
 #[inline(always)]
-fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, length: u64) {
-    let (flags, num_sge) = match wr.payload() {
-        Payload::Sge(sges) => (wr.send_flags().difference(SendFlags::INLINE), sges.len()),
-        Payload::Inline(_) => (wr.send_flags().union(SendFlags::INLINE), 0),
-    };
-    hdr.wr.wr_id = wr.wr_id();
+fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, inline_flag: u32) {
     hdr.wr.opcode = wr.opcode() as u32;
-    hdr.wr.send_flags = flags.bits();
+    hdr.wr.send_flags = wr.send_flags().difference(SendFlags::INLINE).bits() | inline_flag;
     hdr.wr.ex = match wr.opcode() {
         WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.imm_data(),
         _ => wr.imm_data().to_be(),
@@ -193,14 +190,6 @@ fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, length: u64) {
         u.remote_qkey = d.remote_qkey;
         u.ah_num = d.ah_num;
     }
-    hdr.dma = DmaInfo {
-        length: length as u32,
-        resid: length as u32,
-        cur_sge: 0,
-        num_sge: num_sge as u32,
-        sge_offset: 0,
-        reserved: 0,
-    };
 }
 
 /// A receive ring (a QP's RQ or an SRQ's).

@@ -11,35 +11,38 @@
 //!
 //! This module is the crate's only user of raw pointers into the rings;
 //! with `cmd`, which issues the uverbs commands, it holds all of the
-//! crate's `unsafe`. [`Queue::map`] proves the ring geometry once: every masked slot lies inside the
-//! mapping. The typed rings prove once, at creation, that a slot holds
-//! what is written to or read from it: `SendRing` (a send WQE and its
+//! crate's `unsafe`. [`Queue::map`] proves the ring geometry once: every
+//! masked slot lies inside the mapping (runs use it through a copied
+//! `View`, which borrows the `Queue`). The typed rings prove once, at
+//! creation, that a slot holds what is written to or
+//! read from it: `SendRing` (a send WQE and its
 //! SGEs or inline bytes), `RecvRing` (a receive WQE and its SGEs) and
 //! `CqRing` (a completion). The indices move only through the named
 //! operations of `Producer` (`full`, `push_*`, which advances the
-//! producer, and `publish`) and `Consumer` (`empty`, `pop`, which
+//! producer, and `publish`) and `Consumer` (`empty`, `pop_into`, which
 //! advances the consumer, and `publish`), which pick the orderings, as
 //! rdma-core's `providers/rxe/rxe_queue.h` does for its C callers. Each
 //! element pushed is checked against the ring's limits by the push itself,
 //! with the same checks the provider makes anyway, so the per-request path
 //! carries no bounds check beyond those.
 
+use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use rverbs_abi::rxe::{self, MmInfo, QueueBuf, RecvWqe, SendWqe, QUEUE_DATA_OFFSET};
+use rverbs_abi::rxe::{self, DmaInfo, MmInfo, QueueBuf, RecvWqe, SendWqe, QUEUE_DATA_OFFSET};
 use rverbs_abi::wr::{Sge, Wc};
 use rverbs_abi::Errno;
 use rverbs_provider::check::{check_recv, SendChecks};
-use rverbs_provider::wr::{Payload, SendWr, UdDest};
+use rverbs_provider::wr::{Payload, SendFlags, SendWr, UdDest};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::PostError;
 
 const PRODUCER_OFFSET: usize = std::mem::offset_of!(QueueBuf, producer_index);
 const CONSUMER_OFFSET: usize = std::mem::offset_of!(QueueBuf, consumer_index);
-// Elements of at least 8 bytes are 8-aligned (see `Queue::slot`).
+// Elements of at least 8 bytes are 8-aligned (see `View::slot`).
 const _: () = assert!(QUEUE_DATA_OFFSET % 8 == 0);
 
 /// One mapped ring. Unmapped on drop.
@@ -110,22 +113,28 @@ impl Queue {
         Ok(q)
     }
 
-    /// The shared index at `offset` in the header.
+    /// The ring as a copyable view for a producer or consumer run: its
+    /// geometry in plain fields, which the compiler keeps in registers
+    /// across the slot writes of a run (through `&Queue` it reloads them
+    /// after each write, which might alias them as far as it knows).
     #[inline(always)]
-    fn index(&self, offset: usize) -> &AtomicU32 {
-        // SAFETY: offset is one of the two index offsets inside the header,
-        // 4-byte aligned within a page-aligned mapping that outlives `&self`.
-        unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU32>() }
+    fn view(&self) -> View<'_> {
+        View {
+            base: self.base,
+            mask: self.mask,
+            log2_elem_size: self.log2_elem_size,
+            _queue: PhantomData,
+        }
     }
 
     #[inline(always)]
     fn producer_index(&self) -> &AtomicU32 {
-        self.index(PRODUCER_OFFSET)
+        self.view().producer_index()
     }
 
     #[inline(always)]
     fn consumer_index(&self) -> &AtomicU32 {
-        self.index(CONSUMER_OFFSET)
+        self.view().consumer_index()
     }
 
     /// `index_mask`: slots - 1, which is also the ring's capacity.
@@ -140,22 +149,54 @@ impl Queue {
         1 << self.log2_elem_size
     }
 
-    /// Address of the element at `index` (masked here, so always inside the
-    /// mapping). It is 8-aligned when elements are at least 8 bytes, which
-    /// the typed rings below check: the data starts 8-aligned in a
-    /// page-aligned mapping.
-    #[inline(always)]
-    fn slot(&self, index: u32) -> *mut u8 {
-        let off = QUEUE_DATA_OFFSET + (((index & self.mask) as usize) << self.log2_elem_size);
-        // SAFETY: `map` checked that every masked slot lies inside the mapping.
-        unsafe { self.base.as_ptr().add(off) }
-    }
-
     /// Number of elements between consumer and producer right now.
     pub fn fill(&self) -> u32 {
         let p = self.producer_index().load(Ordering::Acquire);
         let c = self.consumer_index().load(Ordering::Acquire);
         p.wrapping_sub(c) & self.mask
+    }
+}
+
+/// A [`Queue`]'s mapping and geometry, borrowed from it for `'r` (see
+/// [`Queue::view`]).
+#[derive(Debug, Clone, Copy)]
+struct View<'r> {
+    base: NonNull<u8>,
+    mask: u32,
+    log2_elem_size: u32,
+    _queue: PhantomData<&'r Queue>,
+}
+
+impl<'r> View<'r> {
+    /// The shared index at `offset` in the header.
+    #[inline(always)]
+    fn index(self, offset: usize) -> &'r AtomicU32 {
+        // SAFETY: offset is one of the two index offsets inside the header,
+        // 4-byte aligned within a page-aligned mapping that the borrowed
+        // Queue keeps for 'r.
+        unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU32>() }
+    }
+
+    #[inline(always)]
+    fn producer_index(self) -> &'r AtomicU32 {
+        self.index(PRODUCER_OFFSET)
+    }
+
+    #[inline(always)]
+    fn consumer_index(self) -> &'r AtomicU32 {
+        self.index(CONSUMER_OFFSET)
+    }
+
+    /// Address of the element at `index` (masked here, so always inside the
+    /// mapping). It is 8-aligned when elements are at least 8 bytes, which
+    /// the typed rings below check: the data starts 8-aligned in a
+    /// page-aligned mapping.
+    #[inline(always)]
+    fn slot(self, index: u32) -> *mut u8 {
+        let off = QUEUE_DATA_OFFSET + (((index & self.mask) as usize) << self.log2_elem_size);
+        // SAFETY: `Queue::map` checked that every masked slot lies inside
+        // the mapping, which the borrowed Queue keeps for 'r.
+        unsafe { self.base.as_ptr().add(off) }
     }
 }
 
@@ -284,7 +325,7 @@ impl RecvRing {
 /// dropped instead).
 #[derive(Debug)]
 pub(crate) struct Producer<'r, L> {
-    q: &'r Queue,
+    q: View<'r>,
     /// The ring's limits: its SGE and inline bounds.
     limits: L,
     max_wr: u32,
@@ -299,6 +340,7 @@ pub(crate) struct Producer<'r, L> {
 impl<'r, L> Producer<'r, L> {
     #[inline(always)]
     fn new(q: &'r Queue, max_wr: u32, limits: L) -> Self {
+        let q = q.view();
         // Relaxed: we are the only producer, so the index is our own last
         // store. Acquire: slots the kernel released are free to overwrite.
         // The consumer index is read again only when the ring looks full.
@@ -354,19 +396,30 @@ impl<'r, L> Producer<'r, L> {
     }
 }
 
+/// The bytes of a send WQE's header between `wr.wr_id` and `dma`, which
+/// [`Producer::push_send`] zeroes (it writes those two itself).
+const ZEROED_FROM: usize = std::mem::offset_of!(SendWqe, wr.reserved);
+/// See [`ZEROED_FROM`].
+const ZEROED_TO: usize = std::mem::offset_of!(SendWqe, dma);
+const _: () = {
+    assert!(std::mem::offset_of!(SendWqe, wr.wr_id) == 0 && ZEROED_FROM == 8);
+    assert!(ZEROED_TO + size_of::<DmaInfo>() == size_of::<SendWqe>());
+};
+
 impl Producer<'_, &SendChecks> {
     /// Pushes the send request `wr` unless the ring is full
     /// ([`PostError::QueueFull`]) or `wr` fails the ring's checks
     /// ([`SendChecks::check`], with `has_dest` for a UD destination): the
-    /// free slot is zeroed, `build` fills in the WQE header in place given
-    /// the message length, and the SGEs or inline bytes follow it. On error
-    /// nothing is pushed.
+    /// SGEs or inline bytes are copied after the header, whose `wr_id`,
+    /// `dma` (length, SGE count) and zeroed rest are written here, then
+    /// `build` sets the opcode's fields, given `SendFlags::INLINE`'s bits if
+    /// the payload is inline (else 0). On error nothing is pushed.
     #[inline(always)]
     pub(crate) fn push_send(
         &mut self,
         wr: &SendWr<'_>,
         has_dest: impl FnOnce(&UdDest<'_>) -> bool,
-        build: impl FnOnce(&mut SendWqe, u64),
+        build: impl FnOnce(&mut SendWqe, u32),
     ) -> Result<(), PostError> {
         if self.full() {
             return Err(PostError::QueueFull);
@@ -378,22 +431,39 @@ impl Producer<'_, &SendChecks> {
         // `SendRing::new` checked it holds a SendWqe plus max_sge SGEs or
         // max_inline bytes, which `check` just bounded this request's SGEs
         // and inline bytes by (with the same limits). The WQE is built in
-        // place: zeroed, then filled (no copy through the stack).
+        // place (no copy through the stack): every byte of the header is
+        // written here, `wr_id` and `dma` with their values and what lies
+        // between them zeroed, before `build` sets the opcode's fields.
         unsafe {
-            let wqe = slot.cast::<SendWqe>();
-            std::ptr::write_bytes(wqe, 0, 1);
-            build(&mut *wqe, length);
+            std::ptr::write_bytes(slot.add(ZEROED_FROM), 0, ZEROED_TO - ZEROED_FROM);
+            let wqe = &mut *slot.cast::<SendWqe>();
             let tail = slot.add(size_of::<SendWqe>());
-            match wr.payload() {
-                Payload::Sge(sges) => copy_sges(sges, tail.cast::<Sge>()),
+            let (num_sge, inline_flag) = match wr.payload() {
+                Payload::Sge(sges) => {
+                    copy_sges(sges, tail.cast::<Sge>());
+                    // At most max_sge (checked), a u32.
+                    (sges.len() as u32, 0)
+                }
                 Payload::Inline(bufs) => {
                     let mut at = tail;
                     for b in bufs {
                         std::ptr::copy_nonoverlapping(b.as_ptr(), at, b.len());
                         at = at.add(b.len());
                     }
+                    (0, SendFlags::INLINE.bits())
                 }
-            }
+            };
+            wqe.wr.wr_id = wr.wr_id();
+            // `check` bounded the length by MAX_MSG, a u32.
+            wqe.dma = DmaInfo {
+                length: length as u32,
+                resid: length as u32,
+                cur_sge: 0,
+                num_sge,
+                sge_offset: 0,
+                reserved: 0,
+            };
+            build(wqe, inline_flag);
         }
         self.advance_producer();
         Ok(())
@@ -488,12 +558,11 @@ impl CqRing {
         // Relaxed: we are the only consumer, so the index is our own last
         // store. Acquire: the kernel's CQE writes happen-before its release
         // store of the producer index, so they are visible once we see it.
-        let start = self.q.consumer_index().load(Ordering::Relaxed);
+        let cons = self.q.consumer_index().load(Ordering::Relaxed);
         let prod = self.q.producer_index().load(Ordering::Acquire);
         Consumer {
-            q: &self.q,
-            start,
-            cons: start,
+            q: self.q.view(),
+            cons,
             prod,
         }
     }
@@ -504,8 +573,7 @@ impl CqRing {
 /// completions produced when it started.
 #[derive(Debug)]
 pub(crate) struct Consumer<'r> {
-    q: &'r Queue,
-    start: u32,
+    q: View<'r>,
     cons: u32,
     prod: u32,
 }
@@ -543,11 +611,9 @@ impl Consumer<'_> {
 
     /// Hands the slots read back to the kernel: one release store of the
     /// consumer index (our reads complete before the kernel may reuse
-    /// them), none if nothing was read.
+    /// them). Worth calling only if something was read.
     #[inline(always)]
     pub(crate) fn publish(self) {
-        if self.cons != self.start {
-            self.q.consumer_index().store(self.cons, Ordering::Release);
-        }
+        self.q.consumer_index().store(self.cons, Ordering::Release);
     }
 }
