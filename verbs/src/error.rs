@@ -100,6 +100,10 @@ pub enum Error {
     /// Waiting for completions took longer than allowed.
     #[error("timed out after {0:?} waiting for completions")]
     Timeout(std::time::Duration),
+    /// The RDMA connection manager reported a failure (see
+    /// [`crate::cm::CmError`]).
+    #[error("rdma_cm: {0}")]
+    Cm(crate::cm::CmError),
     /// A work request was refused; those before `index` were posted.
     #[error("work request {index} refused: {error}")]
     Post {
@@ -120,6 +124,12 @@ impl Error {
                 ..
             } => Some(*e),
             Error::Io { source, .. } => source.raw_os_error().map(Errno::from_raw),
+            Error::Cm(
+                crate::cm::CmError::AddrError { errno }
+                | crate::cm::CmError::RouteError { errno }
+                | crate::cm::CmError::Unreachable { errno }
+                | crate::cm::CmError::ConnectError { errno },
+            ) => Some(*errno),
             _ => None,
         }
     }

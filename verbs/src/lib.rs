@@ -43,6 +43,7 @@
 #![deny(missing_docs)]
 
 pub mod ah;
+pub mod cm;
 pub mod context;
 pub mod cq;
 pub mod device;

@@ -1,0 +1,259 @@
+//! The rdma_cm event channel: an open `/dev/infiniband/rdma_cm`, whose ids
+//! report their events on it (`rdma_create_event_channel`,
+//! `rdma_get_cm_event`).
+
+use std::fs::OpenOptions;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::time::{Duration, Instant};
+
+use rverbs_abi::ucma::{self, event, EventResp, GetEvent};
+use rverbs_abi::Errno;
+
+use crate::error::{Error, Result};
+use crate::event::{wait_readable, Ready};
+
+/// The rdma_cm character device.
+pub const RDMA_CM_PATH: &str = "/dev/infiniband/rdma_cm";
+/// Where sysfs names its device number.
+const RDMA_CM_SYSFS_DEV: &str = "/sys/class/misc/rdma_cm/dev";
+
+/// An open rdma_cm file: the ids created on it report their events here.
+/// Its fd is pollable (readable when an event is pending); dropping it
+/// destroys every id still on it (the kernel disconnects their
+/// connections and rejects their pending requests).
+#[derive(Debug)]
+pub struct EventChannel {
+    fd: OwnedFd,
+}
+
+impl EventChannel {
+    /// Opens `/dev/infiniband/rdma_cm` (non-blocking, close-on-exec) and
+    /// checks it is the character device sysfs names for rdma_cm.
+    pub fn new() -> Result<EventChannel> {
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| Error::Io { what, source }
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(RDMA_CM_PATH)
+            .map_err(io(&format!(
+                "open {RDMA_CM_PATH} (is the rdma_ucm module loaded?)"
+            )))?;
+        let meta = file.metadata().map_err(io(RDMA_CM_PATH))?;
+        if let Ok(text) = std::fs::read_to_string(RDMA_CM_SYSFS_DEV) {
+            let want = parse_dev(text.trim());
+            let is_char = meta.mode() & libc::S_IFMT == libc::S_IFCHR;
+            if !is_char || want != Some(meta.rdev()) {
+                return Err(Error::Unusable(format!(
+                    "{RDMA_CM_PATH} is not the rdma_cm character device ({RDMA_CM_SYSFS_DEV}: {})",
+                    text.trim()
+                )));
+            }
+        }
+        Ok(EventChannel { fd: file.into() })
+    }
+
+    /// The next event, waiting up to `timeout` for one (`None`: forever);
+    /// `Ok(None)` when the time ran out.
+    pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<CmEvent>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            match ucma::exec(self.fd.as_fd(), &GetEvent::default()) {
+                Ok(resp) => return Ok(Some(CmEvent::from_resp(&resp))),
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+                Err(errno) => {
+                    return Err(Error::Kernel {
+                        op: "rdma_get_cm_event",
+                        errno,
+                    })
+                }
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            match wait_readable(self.fd.as_fd(), left).map_err(Error::kernel("poll rdma_cm"))? {
+                Ready::Readable => {}
+                Ready::TimedOut => return Ok(None),
+                Ready::Failed => {
+                    return Err(Error::Kernel {
+                        op: "poll rdma_cm",
+                        errno: Errno::EIO,
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl AsFd for EventChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// `major:minor` as sysfs writes it, as a `dev_t`.
+fn parse_dev(s: &str) -> Option<u64> {
+    let (ma, mi) = s.split_once(':')?;
+    Some(libc::makedev(ma.parse().ok()?, mi.parse().ok()?))
+}
+
+/// What an rdma_cm event reports (`enum rdma_cm_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CmEventKind {
+    /// The destination address resolved to a local device and port.
+    AddrResolved,
+    /// Address resolution failed (`status`: the errno).
+    AddrError,
+    /// A path to the destination is known.
+    RouteResolved,
+    /// Route resolution failed (`status`: the errno).
+    RouteError,
+    /// A peer asks to connect (on a listening id; the event names the new
+    /// id).
+    ConnectRequest,
+    /// The peer accepted; the active side finishes the connection.
+    ConnectResponse,
+    /// The connection failed after the request.
+    ConnectError,
+    /// The peer did not answer.
+    Unreachable,
+    /// The peer rejected (`status`: the CM's reject reason).
+    Rejected,
+    /// The connection is up.
+    Established,
+    /// The connection was torn down.
+    Disconnected,
+    /// The RDMA device went away.
+    DeviceRemoval,
+    /// A multicast join completed.
+    MulticastJoin,
+    /// A multicast join failed.
+    MulticastError,
+    /// The local address moved to another device.
+    AddrChange,
+    /// The connection left the CM's time-wait.
+    TimewaitExit,
+    /// An event this crate does not know, by number.
+    Other(u32),
+}
+
+impl CmEventKind {
+    fn from_raw(v: u32) -> CmEventKind {
+        use CmEventKind::*;
+        match v {
+            event::ADDR_RESOLVED => AddrResolved,
+            event::ADDR_ERROR => AddrError,
+            event::ROUTE_RESOLVED => RouteResolved,
+            event::ROUTE_ERROR => RouteError,
+            event::CONNECT_REQUEST => ConnectRequest,
+            event::CONNECT_RESPONSE => ConnectResponse,
+            event::CONNECT_ERROR => ConnectError,
+            event::UNREACHABLE => Unreachable,
+            event::REJECTED => Rejected,
+            event::ESTABLISHED => Established,
+            event::DISCONNECTED => Disconnected,
+            event::DEVICE_REMOVAL => DeviceRemoval,
+            event::MULTICAST_JOIN => MulticastJoin,
+            event::MULTICAST_ERROR => MulticastError,
+            event::ADDR_CHANGE => AddrChange,
+            event::TIMEWAIT_EXIT => TimewaitExit,
+            other => Other(other),
+        }
+    }
+}
+
+/// One rdma_cm event.
+#[derive(Debug, Clone)]
+pub struct CmEvent {
+    kind: CmEventKind,
+    status: i32,
+    id: u32,
+    uid: u64,
+    private_data: Vec<u8>,
+    conn: ConnInfo,
+}
+
+/// The connection parameters a peer sent with its request or answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The peer's QP number.
+    pub qp_num: u32,
+    /// RDMA READs/atomics the peer accepts as target.
+    pub responder_resources: u8,
+    /// RDMA READs/atomics the peer issues as initiator.
+    pub initiator_depth: u8,
+    /// Whether the peer's QP uses an SRQ.
+    pub srq: bool,
+    /// Transport retries the peer asked for.
+    pub retry_count: u8,
+    /// RNR retries the peer asked for.
+    pub rnr_retry_count: u8,
+}
+
+impl CmEvent {
+    fn from_resp(r: &EventResp) -> CmEvent {
+        let kind = CmEventKind::from_raw(r.event);
+        let conn = r.conn();
+        // Private data comes with the connection events; the UD and
+        // multicast ones carry another arm of the union.
+        let with_conn = matches!(
+            kind,
+            CmEventKind::ConnectRequest
+                | CmEventKind::ConnectResponse
+                | CmEventKind::Rejected
+                | CmEventKind::Established
+        );
+        let (private_data, info) = if with_conn {
+            (
+                conn.private_data().to_vec(),
+                ConnInfo {
+                    qp_num: conn.qp_num & 0x00ff_ffff,
+                    responder_resources: conn.responder_resources,
+                    initiator_depth: conn.initiator_depth,
+                    srq: conn.srq != 0,
+                    retry_count: conn.retry_count,
+                    rnr_retry_count: conn.rnr_retry_count,
+                },
+            )
+        } else {
+            (Vec::new(), ConnInfo::default())
+        };
+        CmEvent {
+            kind,
+            status: r.status as i32,
+            id: r.id,
+            uid: r.uid,
+            private_data,
+            conn: info,
+        }
+    }
+
+    /// What happened.
+    pub fn kind(&self) -> CmEventKind {
+        self.kind
+    }
+    /// The status: 0, a negative errno, or (for [`CmEventKind::Rejected`])
+    /// the CM's reject reason.
+    pub fn status(&self) -> i32 {
+        self.status
+    }
+    /// The kernel's handle of the id the event is for (for a connection
+    /// request: the new id).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+    /// The cookie of the id the event is for.
+    pub fn uid(&self) -> u64 {
+        self.uid
+    }
+    /// The peer's private data (connection events; empty otherwise).
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+    /// The peer's connection parameters (connection events).
+    pub fn conn(&self) -> ConnInfo {
+        self.conn
+    }
+}

@@ -1,0 +1,766 @@
+//! Connection-manager ids and what they become: a resolved active id, a
+//! listener, a connection request, an established connection.
+
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use rverbs_abi::qp::qp_type;
+use rverbs_abi::ucma::{
+    self, nr, port_space, query_option, Accept, Bind, ConnParam, Connect, CreateId, Disconnect,
+    InitQpAttr, Listen, MigrateId, MigrateResp, Query, QueryAddrResp, Reject, ResolveAddr,
+    ResolveRoute, SockaddrStorage,
+};
+use rverbs_abi::Errno;
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::channel::{CmEvent, CmEventKind, EventChannel};
+use super::{
+    qp_attr_from_kernel, CmError, ConnParams, MAX_REJ_PRIVATE_DATA, MAX_REP_PRIVATE_DATA,
+    MAX_REQ_PRIVATE_DATA,
+};
+use crate::device::{devices, Device, Guid};
+use crate::error::{Error, Result};
+use crate::qp::{Qp, QpState, QpType};
+
+/// A fresh nonzero cookie for an id's events: the kernel drops the events
+/// of an id whose cookie is 0 (a request not yet accepted), so every id
+/// this crate creates or accepts gets one.
+fn next_uid() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// An id and the channel it lives on (alone). Dropping the channel
+/// destroys the id in the kernel.
+#[derive(Debug)]
+struct Id {
+    ch: EventChannel,
+    handle: u32,
+}
+
+impl Id {
+    /// A new id on a channel of its own, in the TCP port space (RC).
+    fn create() -> Result<Id> {
+        let ch = EventChannel::new()?;
+        let resp = ucma::exec(
+            ch.as_fd(),
+            &CreateId {
+                uid: next_uid(),
+                ps: port_space::TCP,
+                qp_type: qp_type::RC,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_create_id"))?;
+        Ok(Id {
+            ch,
+            handle: resp.id,
+        })
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.ch.as_fd()
+    }
+
+    /// The next event for this id, by `deadline`; events for other ids
+    /// (there are none on a channel of one id) are skipped.
+    fn next_event(&self, deadline: Instant) -> Result<Option<CmEvent>> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.ch.get_event(Some(left))? {
+                Some(ev) if ev.id() == self.handle => return Ok(Some(ev)),
+                Some(_) => continue,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// Waits for `want`; the failure events become their [`CmError`].
+    fn expect(&self, want: CmEventKind, step: &'static str, timeout: Duration) -> Result<CmEvent> {
+        let deadline = Instant::now() + timeout;
+        let ev = self
+            .next_event(deadline)?
+            .ok_or(Error::Cm(CmError::Timeout {
+                step,
+                after: timeout,
+            }))?;
+        if ev.kind() == want {
+            return Ok(ev);
+        }
+        Err(Error::Cm(failure(&ev, step)))
+    }
+
+    /// QUERY's ADDR answer: the device, port and both addresses.
+    fn query_addr(&self) -> Result<QueryAddrResp> {
+        ucma::exec(
+            self.fd(),
+            &Query {
+                id: self.handle,
+                option: query_option::ADDR,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_query_addr"))
+    }
+
+    /// Moves `qp` to `state` with the attributes the CM hands out for it.
+    fn modify_qp(&self, qp: &mut Qp, state: QpState, rd_atomic: Option<u8>) -> Result<()> {
+        let raw = ucma::exec(
+            self.fd(),
+            &InitQpAttr {
+                id: self.handle,
+                qp_state: u32::from(state.raw()),
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_init_qp_attr"))?;
+        let mut attr = qp_attr_from_kernel(&raw);
+        if let Some(n) = rd_atomic {
+            match state {
+                QpState::Rtr if attr.max_dest_rd_atomic.is_some() => {
+                    attr.max_dest_rd_atomic = Some(n)
+                }
+                QpState::Rts if attr.max_rd_atomic.is_some() => attr.max_rd_atomic = Some(n),
+                _ => {}
+            }
+        }
+        qp.modify(&attr)
+    }
+
+    /// INIT (from RESET, or again from INIT: once the CM has its peer it
+    /// hands out the access flags the connection allows), then RTR and
+    /// RTS, as librdmacm moves a connected QP.
+    fn ready_qp(&self, qp: &mut Qp, p: &ConnParams) -> Result<()> {
+        self.modify_qp(qp, QpState::Init, None)?;
+        self.modify_qp(qp, QpState::Rtr, Some(p.responder_resources))?;
+        self.modify_qp(qp, QpState::Rts, Some(p.initiator_depth))
+    }
+}
+
+/// The error an event stands for when `step` expected another.
+fn failure(ev: &CmEvent, step: &'static str) -> CmError {
+    let errno = || Errno::from_raw(ev.status().saturating_neg());
+    match ev.kind() {
+        CmEventKind::AddrError => CmError::AddrError { errno: errno() },
+        CmEventKind::RouteError => CmError::RouteError { errno: errno() },
+        CmEventKind::Rejected => CmError::Rejected {
+            reason: ev.status(),
+            private_data: ev.private_data().to_vec(),
+        },
+        CmEventKind::Unreachable => CmError::Unreachable { errno: errno() },
+        CmEventKind::ConnectError => CmError::ConnectError { errno: errno() },
+        k @ (CmEventKind::Disconnected | CmEventKind::DeviceRemoval) => CmError::Gone(k),
+        got => CmError::Unexpected {
+            step,
+            got,
+            status: ev.status(),
+        },
+    }
+}
+
+/// The RDMA device whose node GUID the CM answered with.
+fn device_of(resp: &QueryAddrResp) -> Result<Device> {
+    let guid = Guid::from_raw_be(resp.node_guid);
+    devices()?
+        .into_iter()
+        .find(|d| d.node_guid() == guid)
+        .ok_or(Error::Cm(CmError::NoDevice { guid }))
+}
+
+/// The addresses in a QUERY ADDR answer (`None` where the kernel's bytes
+/// hold none).
+fn addrs_of(resp: &QueryAddrResp) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let src = resp
+        .src_addr
+        .to_socket_addr(usize::from(resp.src_size))
+        .ok();
+    let dst = resp
+        .dst_addr
+        .to_socket_addr(usize::from(resp.dst_size))
+        .ok();
+    (src, dst)
+}
+
+/// `params` as the kernel's `rdma_ucm_conn_param` for the QP `qpn`,
+/// refusing private data longer than `max` bytes.
+fn conn_param(qpn: u32, p: &ConnParams, max: usize) -> Result<ConnParam> {
+    if p.private_data.len() > max {
+        return Err(Error::invalid(format!(
+            "{} bytes of private data, at most {max} fit",
+            p.private_data.len()
+        )));
+    }
+    crate::qp::attr::limit("retry_count", Some(u32::from(p.retry_count)), 7)?;
+    crate::qp::attr::limit("rnr_retry_count", Some(u32::from(p.rnr_retry_count)), 7)?;
+    let mut c = ConnParam {
+        qp_num: qpn,
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: 1,
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        valid: 1,
+        ..Default::default()
+    };
+    c.set_private_data(&p.private_data)
+        .map_err(Error::kernel("private data"))?;
+    Ok(c)
+}
+
+/// Refuses a QP that is not an RC QP on `device`.
+fn check_qp(qp: &Qp, device: &Device) -> Result<()> {
+    if qp.qp_type() != QpType::Rc {
+        return Err(Error::invalid(format!(
+            "rdma_cm connects RC QPs; this one is {:?}",
+            qp.qp_type()
+        )));
+    }
+    let mine = qp.pd().context().device();
+    if mine.node_guid() != device.node_guid() {
+        return Err(Error::Cm(CmError::WrongDevice {
+            qp_device: mine.name().to_string(),
+            cm_device: device.name().to_string(),
+        }));
+    }
+    Ok(())
+}
+
+/// An active id whose destination resolved to a local device, port and
+/// path (`rdma_resolve_addr` + `rdma_resolve_route`): create the QP on
+/// [`Resolved::device`] and [`Resolved::connect`].
+#[derive(Debug)]
+pub struct Resolved {
+    id: Id,
+    device: Device,
+    port_num: u8,
+    local: Option<SocketAddr>,
+    peer: SocketAddr,
+}
+
+impl Resolved {
+    /// Resolves `dst` (address, then route), waiting up to `timeout` for
+    /// each step. Errors: [`CmError::AddrError`] (e.g. no RDMA device
+    /// behind the address's route), [`CmError::RouteError`],
+    /// [`CmError::Timeout`].
+    pub fn resolve(dst: SocketAddr, timeout: Duration) -> Result<Resolved> {
+        Self::resolve_from(None, dst, timeout)
+    }
+
+    /// [`Resolved::resolve`] from the local address `src` (its port
+    /// ignored).
+    pub fn resolve_from(
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Resolved> {
+        let ms = u32::try_from(timeout.as_millis())
+            .ok()
+            .filter(|&ms| ms > 0)
+            .ok_or_else(|| Error::invalid(format!("timeout {timeout:?} out of range")))?;
+        let id = Id::create()?;
+        let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
+        let (src_addr, src_size) = match src {
+            Some(s) => SockaddrStorage::new(&s),
+            None => (SockaddrStorage::default(), 0),
+        };
+        ucma::exec(
+            id.fd(),
+            &ResolveAddr {
+                id: id.handle,
+                timeout_ms: ms,
+                src_size,
+                dst_size,
+                src_addr,
+                dst_addr,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_resolve_addr"))?;
+        // The kernel's own timer ends the step; ours is a backstop.
+        let backstop = timeout + Duration::from_secs(1);
+        id.expect(CmEventKind::AddrResolved, "address resolution", backstop)?;
+        ucma::exec(
+            id.fd(),
+            &ResolveRoute {
+                id: id.handle,
+                timeout_ms: ms,
+            },
+        )
+        .map_err(Error::kernel("rdma_resolve_route"))?;
+        id.expect(CmEventKind::RouteResolved, "route resolution", backstop)?;
+        let q = id.query_addr()?;
+        let device = device_of(&q)?;
+        let (local, _) = addrs_of(&q);
+        Ok(Resolved {
+            id,
+            device,
+            port_num: q.port_num,
+            local,
+            peer: dst,
+        })
+    }
+
+    /// The device the destination is reached through: create the QP (and
+    /// its PD, CQs and MRs) on it.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The device's port.
+    pub fn port_num(&self) -> u8 {
+        self.port_num
+    }
+
+    /// The local address chosen.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
+
+    /// The destination.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Moves `qp` (created on [`Resolved::device`]) to INIT with the CM's
+    /// port and P_Key, so that receives can be posted before
+    /// [`Resolved::connect`].
+    pub fn init_qp(&self, qp: &mut Qp) -> Result<()> {
+        check_qp(qp, &self.device)?;
+        self.id.modify_qp(qp, QpState::Init, None)
+    }
+
+    /// Connects the RC QP `qp` (in RESET, or INIT by [`Resolved::init_qp`];
+    /// created on [`Resolved::device`])
+    /// to the listener: INIT, CM REQ with `params`, then on the peer's
+    /// answer RTR, RTS and the CM RTU. Errors: [`CmError::Rejected`] (with
+    /// the reason and the peer's private data), [`CmError::Unreachable`],
+    /// [`CmError::Timeout`] after `params.timeout`.
+    pub fn connect(self, mut qp: Qp, params: &ConnParams) -> Result<Connection> {
+        check_qp(&qp, &self.device)?;
+        let cp = conn_param(qp.qp_num(), params, MAX_REQ_PRIVATE_DATA)?;
+        let id = self.id;
+        id.modify_qp(&mut qp, QpState::Init, None)?;
+        ucma::exec(
+            id.fd(),
+            &Connect {
+                conn_param: cp,
+                id: id.handle,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_connect"))?;
+        let deadline = Instant::now() + params.timeout;
+        let ev = id.next_event(deadline)?.ok_or(Error::Cm(CmError::Timeout {
+            step: "the peer's answer",
+            after: params.timeout,
+        }))?;
+        match ev.kind() {
+            CmEventKind::ConnectResponse => {
+                id.ready_qp(&mut qp, params)?;
+                // ACCEPT on the active side sends the RTU.
+                ucma::exec(
+                    id.fd(),
+                    &Accept {
+                        id: id.handle,
+                        ..Default::default()
+                    },
+                )
+                .map_err(Error::kernel("rdma_accept (RTU)"))?;
+            }
+            CmEventKind::Established => {}
+            _ => return Err(Error::Cm(failure(&ev, "the peer's answer"))),
+        }
+        Ok(Connection {
+            id,
+            qp,
+            peer_private: ev.private_data().to_vec(),
+            peer_conn: ev.conn(),
+            local: self.local,
+            peer: Some(self.peer),
+            disconnected: false,
+        })
+    }
+}
+
+/// A listening id: yields the connection requests to an address and port
+/// (`rdma_listen`). Its fd is readable when a request is pending.
+/// Dropping it rejects the requests not yet taken.
+#[derive(Debug)]
+pub struct Listener {
+    id: Id,
+    local: SocketAddr,
+}
+
+impl Listener {
+    /// Binds to `addr` (port 0: one is chosen, see
+    /// [`Listener::local_addr`]) and listens with a backlog of `backlog`
+    /// requests. Errors: EADDRINUSE when the port is taken, ENODEV (a
+    /// [`Error::Kernel`] from `rdma_bind_addr`) when `addr` is a local
+    /// address without an RDMA device.
+    pub fn bind(addr: SocketAddr, backlog: u32) -> Result<Listener> {
+        let id = Id::create()?;
+        let (sa, size) = SockaddrStorage::new(&addr);
+        ucma::exec(
+            id.fd(),
+            &Bind {
+                id: id.handle,
+                addr_size: size,
+                addr: sa,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_bind_addr"))?;
+        ucma::exec(
+            id.fd(),
+            &Listen {
+                id: id.handle,
+                backlog,
+            },
+        )
+        .map_err(Error::kernel("rdma_listen"))?;
+        let local = addrs_of(&id.query_addr()?).0.unwrap_or(addr);
+        Ok(Listener { id, local })
+    }
+
+    /// The address and port listened on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The next connection request, waiting up to `timeout` (`None`:
+    /// forever); `Ok(None)` when the time ran out. The request is moved to
+    /// an event channel of its own.
+    pub fn get_request(&self, timeout: Option<Duration>) -> Result<Option<ConnRequest>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let Some(ev) = self.id.ch.get_event(left)? else {
+                return Ok(None);
+            };
+            match ev.kind() {
+                CmEventKind::ConnectRequest => {
+                    return ConnRequest::take(ev, self.id.fd()).map(Some)
+                }
+                CmEventKind::DeviceRemoval if ev.id() == self.id.handle => {
+                    return Err(Error::Cm(CmError::Gone(CmEventKind::DeviceRemoval)))
+                }
+                // Events of requests not yet taken (a request given up
+                // by its peer) or of the listener itself: nothing to do.
+                _ => continue,
+            }
+        }
+    }
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.id.fd()
+    }
+}
+
+/// A peer's request to connect (`RDMA_CM_EVENT_CONNECT_REQUEST`): answer it
+/// with [`ConnRequest::accept`] or [`ConnRequest::reject`]; dropping it
+/// unanswered rejects it.
+#[derive(Debug)]
+pub struct ConnRequest {
+    /// `None` once answered (accept moves it into the connection).
+    id: Option<Id>,
+    device: Device,
+    port_num: u8,
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    private_data: Vec<u8>,
+    conn: super::ConnInfo,
+}
+
+impl ConnRequest {
+    /// Moves the new id of `ev` to a channel of its own and learns its
+    /// device.
+    fn take(ev: CmEvent, listener: BorrowedFd<'_>) -> Result<ConnRequest> {
+        let id = Id {
+            ch: EventChannel::new()?,
+            handle: ev.id(),
+        };
+        if let Err(e) = id.migrate_from(listener) {
+            // Still the listener's: reject it there.
+            let _ = Id::reject_on(listener, ev.id(), &[]);
+            return Err(e);
+        }
+        let q = id.query_addr()?;
+        let device = device_of(&q)?;
+        let (local, peer) = addrs_of(&q);
+        Ok(ConnRequest {
+            id: Some(id),
+            device,
+            port_num: q.port_num,
+            local,
+            peer,
+            private_data: ev.private_data().to_vec(),
+            conn: ev.conn(),
+        })
+    }
+
+    /// The private data the peer sent (rdma_cm's header stripped; on
+    /// InfiniBand and RoCE padded by the CM to 56 bytes).
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+
+    /// The peer's connection parameters.
+    pub fn conn(&self) -> super::ConnInfo {
+        self.conn
+    }
+
+    /// The device the request came in on: create the QP on it.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The device's port.
+    pub fn port_num(&self) -> u8 {
+        self.port_num
+    }
+
+    /// The local address the peer connected to.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// Moves `qp` (created on [`ConnRequest::device`]) to INIT with the
+    /// CM's attributes, so that receives can be posted before
+    /// [`ConnRequest::accept`].
+    pub fn init_qp(&self, qp: &mut Qp) -> Result<()> {
+        check_qp(qp, &self.device)?;
+        self.id()?.modify_qp(qp, QpState::Init, None)
+    }
+
+    /// Accepts with the RC QP `qp` (in RESET, or INIT by
+    /// [`ConnRequest::init_qp`]; created on [`ConnRequest::device`]): INIT,
+    /// RTR, RTS, the CM REP with `params`, then waits up to
+    /// `params.timeout` for the peer's RTU.
+    pub fn accept(mut self, mut qp: Qp, params: &ConnParams) -> Result<Connection> {
+        check_qp(&qp, &self.device)?;
+        let cp = conn_param(qp.qp_num(), params, MAX_REP_PRIVATE_DATA)?;
+        let id = self.id()?;
+        id.ready_qp(&mut qp, params)?;
+        ucma::exec(
+            id.fd(),
+            &Accept {
+                uid: next_uid(),
+                conn_param: cp,
+                id: id.handle,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_accept"))?;
+        // Answered: from here on a failure destroys the id, no reject.
+        let id = self.id.take().ok_or_else(answered)?;
+        id.expect(CmEventKind::Established, "the peer's RTU", params.timeout)?;
+        Ok(Connection {
+            id,
+            qp,
+            peer_private: std::mem::take(&mut self.private_data),
+            peer_conn: self.conn,
+            local: self.local,
+            peer: self.peer,
+            disconnected: false,
+        })
+    }
+
+    /// Rejects with `private_data` (at most [`MAX_REJ_PRIVATE_DATA`]
+    /// bytes); the peer's connect fails with [`CmError::Rejected`],
+    /// reason 28 (consumer defined).
+    pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
+        if private_data.len() > MAX_REJ_PRIVATE_DATA {
+            return Err(Error::invalid(format!(
+                "{} bytes of private data, at most {MAX_REJ_PRIVATE_DATA} fit",
+                private_data.len()
+            )));
+        }
+        let id = self.id.take().ok_or_else(answered)?;
+        id.reject(private_data)
+    }
+
+    /// The id, while unanswered.
+    fn id(&self) -> Result<&Id> {
+        self.id.as_ref().ok_or_else(answered)
+    }
+}
+
+/// The error of using a request already answered (not reachable through
+/// the public API, which consumes the request).
+fn answered() -> Error {
+    Error::invalid("the connection request was already answered")
+}
+
+impl Drop for ConnRequest {
+    fn drop(&mut self) {
+        if let Some(id) = &self.id {
+            let _ = id.reject(&[]);
+        }
+    }
+}
+
+impl Id {
+    /// REJECT with `private_data` (checked by the caller).
+    fn reject(&self, private_data: &[u8]) -> Result<()> {
+        Id::reject_on(self.fd(), self.handle, private_data)
+    }
+
+    /// REJECT of the id `handle` of the channel `fd`.
+    fn reject_on(fd: BorrowedFd<'_>, handle: u32, private_data: &[u8]) -> Result<()> {
+        let mut r = Reject {
+            id: handle,
+            ..Default::default()
+        };
+        r.set_private_data(private_data)
+            .map_err(Error::kernel("rdma_reject"))?;
+        ucma::exec(fd, &r).map_err(Error::kernel("rdma_reject"))?;
+        Ok(())
+    }
+
+    /// Moves this id from the channel `from` (its listener's) to
+    /// `self.ch`, with the events pending for it (MIGRATE_ID).
+    fn migrate_from(&self, from: BorrowedFd<'_>) -> Result<()> {
+        let cmd = MigrateId {
+            id: self.handle,
+            fd: from.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        let mut resp = MigrateResp::new_zeroed();
+        // SAFETY: MIGRATE_ID's struct, whose only user address is the
+        // response field (at the offset given, supplied by write_cmd) and
+        // whose fd is `from`, an rdma_cm file borrowed for the call whose
+        // ids (the listener's requests) this process owns.
+        unsafe {
+            ucma::write_cmd(
+                self.fd(),
+                nr::MIGRATE_ID,
+                &cmd,
+                Some(std::mem::offset_of!(MigrateId, response)),
+                resp.as_mut_bytes(),
+            )
+        }
+        .map_err(Error::kernel("rdma_migrate_id"))
+    }
+}
+
+/// An established RC connection: the QP, the peer's private data, and the
+/// id's events (pollable through [`AsFd`]). Dropping it disconnects.
+#[derive(Debug)]
+pub struct Connection {
+    id: Id,
+    qp: Qp,
+    peer_private: Vec<u8>,
+    peer_conn: super::ConnInfo,
+    local: Option<SocketAddr>,
+    peer: Option<SocketAddr>,
+    disconnected: bool,
+}
+
+impl Connection {
+    /// The connected QP.
+    pub fn qp(&self) -> &Qp {
+        &self.qp
+    }
+
+    /// The connected QP, to post to.
+    pub fn qp_mut(&mut self) -> &mut Qp {
+        &mut self.qp
+    }
+
+    /// The private data the peer answered with (accept) or requested with
+    /// (connect).
+    pub fn private_data(&self) -> &[u8] {
+        &self.peer_private
+    }
+
+    /// The peer's connection parameters.
+    pub fn peer_conn(&self) -> super::ConnInfo {
+        self.peer_conn
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// Whether the connection was torn down (by either side).
+    pub fn is_disconnected(&self) -> bool {
+        self.disconnected
+    }
+
+    /// The next event of the connection, waiting up to `timeout` (`None`:
+    /// forever); `Ok(None)` when the time ran out. On
+    /// [`CmEventKind::Disconnected`] (or a device removal) the QP is moved
+    /// to the error state: its outstanding work completes flushed.
+    pub fn next_event(&mut self, timeout: Option<Duration>) -> Result<Option<CmEvent>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let Some(ev) = self.id.ch.get_event(left)? else {
+                return Ok(None);
+            };
+            if ev.id() != self.id.handle {
+                continue;
+            }
+            if matches!(
+                ev.kind(),
+                CmEventKind::Disconnected | CmEventKind::DeviceRemoval
+            ) {
+                self.disconnected = true;
+                self.flush_qp();
+            }
+            return Ok(Some(ev));
+        }
+    }
+
+    /// Moves the QP to ERR so that posted work completes (flushed).
+    fn flush_qp(&mut self) {
+        if self.qp.state() != QpState::Err {
+            let _ = self.qp.modify(&crate::qp::QpAttr {
+                qp_state: Some(QpState::Err),
+                ..Default::default()
+            });
+        }
+    }
+
+    /// Disconnects (CM DREQ; the peer sees [`CmEventKind::Disconnected`])
+    /// and moves the QP to ERR. Does not wait for the peer's reply: its
+    /// event follows on [`Connection::next_event`].
+    pub fn disconnect(&mut self) -> Result<()> {
+        if !self.disconnected {
+            self.disconnected = true;
+            ucma::exec(self.id.fd(), &Disconnect { id: self.id.handle })
+                .map_err(Error::kernel("rdma_disconnect"))?;
+        }
+        self.flush_qp();
+        Ok(())
+    }
+}
+
+impl AsFd for Connection {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.id.fd()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // The channel closes after this, destroying the id (which
+        // disconnects a connected id in the kernel anyway).
+        let _ = self.disconnect();
+    }
+}

@@ -1,0 +1,246 @@
+//! rdma_cm: connecting by IP address and port through the kernel's RDMA
+//! connection manager (`/dev/infiniband/rdma_cm`, the ucma ABI 4), as
+//! librdmacm does for C, with no C.
+//!
+//! The active side resolves an address to a device, port and path
+//! ([`Resolved::resolve`]), creates its QP on that device and connects
+//! ([`Resolved::connect`]); the passive side listens on an address and
+//! port ([`Listener::bind`]) and answers each [`ConnRequest`] with
+//! [`ConnRequest::accept`] or [`ConnRequest::reject`]. The QP of a
+//! [`Connection`] is an ordinary [`Qp`](crate::Qp), moved through
+//! INIT/RTR/RTS with the attributes the kernel's CM hands out
+//! (INIT_QP_ATTR). Every wait has a timeout; failures are typed
+//! ([`CmError`]).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use rverbs::cm::{ConnParams, Resolved};
+//! use rverbs::{QpCap, QpInitAttr, QpType};
+//! # fn main() -> rverbs::Result<()> {
+//! let id = Resolved::resolve("10.0.0.1:7471".parse().unwrap(), Duration::from_secs(2))?;
+//! let ctx = id.device().open()?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(16)?;
+//! let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))?;
+//! let mut conn = id.connect(qp, &ConnParams::default())?;
+//! // post to conn.qp_mut(), poll cq...
+//! conn.disconnect()?;
+//! # Ok(()) }
+//! ```
+//!
+//! Each id lives on an [`EventChannel`] of its own (a connection request
+//! is moved to a new channel when it is taken from its listener), so a
+//! [`Connection`]'s fd reports its events only and dropping it tears down
+//! that connection only.
+
+mod channel;
+mod conn;
+
+use std::time::Duration;
+
+pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, RDMA_CM_PATH};
+pub use conn::{ConnRequest, Connection, Listener, Resolved};
+
+use rverbs_abi::qp::{attr_mask as m, QpAttr as RawQpAttr};
+
+use crate::gid::Gid;
+use crate::mr::AccessFlags;
+use crate::qp::{AhAttr, GlobalRoute, Mtu, QpAttr, QpState};
+
+/// The most private data a connection request carries on InfiniBand and
+/// RoCE (the CM's 92 bytes less the rdma_cm header).
+pub const MAX_REQ_PRIVATE_DATA: usize = 56;
+/// The most private data an accept (CM REP) carries.
+pub const MAX_REP_PRIVATE_DATA: usize = 196;
+/// The most private data a reject (CM REJ) carries.
+pub const MAX_REJ_PRIVATE_DATA: usize = 148;
+
+/// What the connection manager reported instead of success.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CmError {
+    /// The address did not resolve to a local RDMA device (`errno` from
+    /// the kernel: e.g. ENODEV for an address of a netdev without one).
+    #[error("address resolution failed: {errno} ({})", errno.desc())]
+    AddrError {
+        /// The kernel's errno.
+        errno: rverbs_abi::Errno,
+    },
+    /// No path to the destination was found.
+    #[error("route resolution failed: {errno} ({})", errno.desc())]
+    RouteError {
+        /// The kernel's errno.
+        errno: rverbs_abi::Errno,
+    },
+    /// The peer rejected the connection (nobody listening on the port:
+    /// reason 8, invalid service ID; the application's own: 28, consumer
+    /// defined, with its private data).
+    #[error("connection rejected by the peer (CM reject reason {reason})")]
+    Rejected {
+        /// The CM's reject reason (`enum ib_cm_rej_reason`).
+        reason: i32,
+        /// The peer's private data.
+        private_data: Vec<u8>,
+    },
+    /// The peer did not answer the CM's messages.
+    #[error("peer unreachable: {errno} ({})", errno.desc())]
+    Unreachable {
+        /// The kernel's errno (ETIMEDOUT).
+        errno: rverbs_abi::Errno,
+    },
+    /// The connection failed after it was requested.
+    #[error("connection error: {errno} ({})", errno.desc())]
+    ConnectError {
+        /// The kernel's errno.
+        errno: rverbs_abi::Errno,
+    },
+    /// The step did not finish in the time allowed.
+    #[error("{step} did not finish within {after:?}")]
+    Timeout {
+        /// What was awaited.
+        step: &'static str,
+        /// The time allowed.
+        after: Duration,
+    },
+    /// The CM resolved to a device this process cannot find or open.
+    #[error(
+        "the CM resolved to a device with node GUID {guid}, which is not among the RDMA devices"
+    )]
+    NoDevice {
+        /// The device's node GUID.
+        guid: crate::device::Guid,
+    },
+    /// The QP given is not on the device the CM resolved.
+    #[error("the QP is on {qp_device}, the CM resolved to {cm_device}")]
+    WrongDevice {
+        /// The QP's device.
+        qp_device: String,
+        /// The CM's device.
+        cm_device: String,
+    },
+    /// The connection was torn down, or its device removed, while a step
+    /// was awaited.
+    #[error("{0:?} while connecting")]
+    Gone(CmEventKind),
+    /// An event the step does not expect.
+    #[error("unexpected {got:?} (status {status}) while awaiting {step}")]
+    Unexpected {
+        /// What was awaited.
+        step: &'static str,
+        /// What came.
+        got: CmEventKind,
+        /// Its status.
+        status: i32,
+    },
+}
+
+/// The parameters of connecting or accepting (`struct rdma_conn_param`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnParams {
+    /// Private data for the peer (at most [`MAX_REQ_PRIVATE_DATA`] bytes to
+    /// connect, [`MAX_REP_PRIVATE_DATA`] to accept).
+    pub private_data: Vec<u8>,
+    /// RDMA READs/atomics accepted as target.
+    pub responder_resources: u8,
+    /// RDMA READs/atomics issued as initiator.
+    pub initiator_depth: u8,
+    /// Transport retries, 0..=7.
+    pub retry_count: u8,
+    /// RNR retries, 0..=7 (7: forever).
+    pub rnr_retry_count: u8,
+    /// The longest wait for each step (address, route, the peer's answer).
+    pub timeout: Duration,
+}
+
+impl Default for ConnParams {
+    /// One outstanding READ each way, 7 retries, no private data, 10 s per
+    /// step.
+    fn default() -> Self {
+        ConnParams {
+            private_data: Vec::new(),
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The kernel's answer to INIT_QP_ATTR as a [`QpAttr`]: the fields its
+/// mask names, `None` for the rest. Values the library would refuse are
+/// refused by `Qp::modify` (an out-of-range MTU is dropped here).
+fn qp_attr_from_kernel(a: &RawQpAttr) -> QpAttr {
+    let mask = a.qp_attr_mask;
+    let has = |bit: u32| mask & bit != 0;
+    let ah = &a.ah_attr;
+    QpAttr {
+        qp_state: has(m::STATE)
+            .then(|| QpState::from_raw(a.qp_state as u8))
+            .flatten(),
+        cur_qp_state: None,
+        path_mtu: has(m::PATH_MTU)
+            .then(|| Mtu::from_raw(a.path_mtu as u8))
+            .flatten(),
+        qkey: has(m::QKEY).then_some(a.qkey),
+        rq_psn: has(m::RQ_PSN).then_some(a.rq_psn & 0x00ff_ffff),
+        sq_psn: has(m::SQ_PSN).then_some(a.sq_psn & 0x00ff_ffff),
+        dest_qp_num: has(m::DEST_QPN).then_some(a.dest_qp_num & 0x00ff_ffff),
+        qp_access_flags: has(m::ACCESS_FLAGS)
+            .then(|| AccessFlags::from_bits_truncate(a.qp_access_flags)),
+        pkey_index: has(m::PKEY_INDEX).then_some(a.pkey_index),
+        port_num: has(m::PORT).then_some(a.port_num),
+        ah_attr: has(m::AV).then_some(AhAttr {
+            dlid: ah.dlid,
+            sl: ah.sl,
+            src_path_bits: ah.src_path_bits,
+            static_rate: ah.static_rate,
+            port_num: ah.port_num,
+            grh: (ah.is_global != 0).then_some(GlobalRoute {
+                dgid: Gid(ah.grh.dgid),
+                flow_label: ah.grh.flow_label,
+                sgid_index: ah.grh.sgid_index,
+                hop_limit: ah.grh.hop_limit,
+                traffic_class: ah.grh.traffic_class,
+            }),
+        }),
+        max_rd_atomic: has(m::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+        max_dest_rd_atomic: has(m::MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
+        min_rnr_timer: has(m::MIN_RNR_TIMER).then_some(a.min_rnr_timer.min(31)),
+        timeout: has(m::TIMEOUT).then_some(a.timeout.min(31)),
+        retry_cnt: has(m::RETRY_CNT).then_some(a.retry_cnt.min(7)),
+        rnr_retry: has(m::RNR_RETRY).then_some(a.rnr_retry.min(7)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_attrs_keep_only_what_the_mask_names() {
+        let mut a = RawQpAttr {
+            qp_attr_mask: m::STATE | m::ACCESS_FLAGS | m::PORT,
+            qp_state: 1,
+            qp_access_flags: (AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ).bits(),
+            port_num: 1,
+            rq_psn: 77,
+            timeout: 200,
+            ..Default::default()
+        };
+        let q = qp_attr_from_kernel(&a);
+        assert_eq!(q.qp_state, Some(QpState::Init));
+        assert_eq!(q.port_num, Some(1));
+        assert_eq!(
+            q.qp_access_flags,
+            Some(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ)
+        );
+        assert_eq!(q.rq_psn, None);
+        assert_eq!(q.ah_attr, None);
+        a.qp_attr_mask |= m::RQ_PSN | m::TIMEOUT | m::PATH_MTU;
+        a.path_mtu = 99;
+        let q = qp_attr_from_kernel(&a);
+        assert_eq!(q.rq_psn, Some(77));
+        assert_eq!(q.timeout, Some(31), "clamped to the field's range");
+        assert_eq!(q.path_mtu, None, "an MTU code outside the enum is dropped");
+    }
+}
