@@ -1,0 +1,261 @@
+//! rdma_cm against the real kernel (VM, rxe0 on veth0 = 10.0.0.1; veth1 =
+//! 10.0.0.2 has no RDMA device): connect by address and port, data over
+//! the connection, private data both ways, and the failure paths, each
+//! reported as a typed error within its timeout.
+
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use rverbs::cm::{CmError, CmEventKind, ConnParams, Connection, Listener, Resolved};
+use rverbs::{Cq, Device, Errno, Error, Mr, PageBuf, Pd, QpCap, QpInitAttr, QpType, RemoteMr};
+use rverbs::{RecvWr, SendWr};
+use verbs_tests::{all_access, pattern, wait_ok};
+
+/// The address of rxe0's netdev in the VM.
+const RXE_IP: &str = "10.0.0.1";
+/// A local address whose netdev has no RDMA device.
+const NO_RDMA_IP: &str = "10.0.0.2";
+
+fn addr(ip: &str, port: u16) -> SocketAddr {
+    format!("{ip}:{port}").parse().unwrap()
+}
+
+fn params(private: &[u8]) -> ConnParams {
+    ConnParams {
+        private_data: private.to_vec(),
+        timeout: Duration::from_secs(15),
+        ..ConnParams::default()
+    }
+}
+
+/// One side's verbs objects on `dev`: PD, CQ, an RC QP and a 4 KiB MR.
+struct Side {
+    pd: Pd,
+    cq: Cq,
+    mr: Mr<PageBuf>,
+}
+
+fn side(dev: &Device) -> (Side, rverbs::Qp) {
+    let ctx = dev.open().expect("open the CM's device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(32).unwrap();
+    let mr = pd.alloc_mr(4096, all_access()).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
+        .unwrap();
+    (Side { pd, cq, mr }, qp)
+}
+
+/// A listener on rxe0's address, on a port the kernel chose.
+fn listener() -> Listener {
+    Listener::bind(addr(RXE_IP, 0), 8).expect("listen on rxe0's address")
+}
+
+#[test]
+fn connect_accept_then_send_and_rdma_write_with_private_data_both_ways() {
+    let l = listener();
+    let port = l.local_addr().port();
+    assert_ne!(port, 0, "the kernel assigned a port");
+    let server = std::thread::spawn(move || {
+        let req = l
+            .get_request(Some(Duration::from_secs(20)))
+            .unwrap()
+            .expect("a request within 20 s");
+        assert_eq!(&req.private_data()[..9], b"hello-req");
+        let peer_mr = RemoteMr::from_bytes(req.private_data()[9..29].try_into().unwrap());
+        let (mut s, mut qp) = side(req.device());
+        // The receive is posted before the accept (the client sends at
+        // once): the CM's INIT first.
+        req.init_qp(&mut qp).unwrap();
+        let sge = [s.mr.sge(0..64).unwrap()];
+        qp.post_recv(&[RecvWr::new(7, &sge)]).unwrap();
+        let mut conn = req.accept(qp, &params(b"hello-rep")).expect("accept");
+        // The client's SEND arrives, then we RDMA WRITE into its MR.
+        let wc = wait_ok(&mut s.cq);
+        assert_eq!(wc.wr_id(), 7);
+        let mut got = [0u8; 64];
+        s.mr.read_at(0, &mut got).unwrap();
+        assert_eq!(got.to_vec(), pattern(64, 1), "the SEND's payload");
+        let data = pattern(256, 2);
+        s.mr.write_at(1024, &data).unwrap();
+        let sge = [s.mr.sge(1024..1280).unwrap()];
+        let wr = peer_mr.rdma_write(9, &sge).unwrap().signaled();
+        conn.qp_mut().post_send(&[wr]).unwrap();
+        assert_eq!(wait_ok(&mut s.cq).wr_id(), 9);
+        // Tell the client the write is done; then it disconnects.
+        let sge = [s.mr.sge(0..1).unwrap()];
+        conn.qp_mut()
+            .post_send(&[SendWr::send(10, &sge).signaled()])
+            .unwrap();
+        assert_eq!(wait_ok(&mut s.cq).wr_id(), 10);
+        let ev = conn
+            .next_event(Some(Duration::from_secs(20)))
+            .unwrap()
+            .expect("the client's disconnect within 20 s");
+        assert_eq!(ev.kind(), CmEventKind::Disconnected);
+        assert!(conn.is_disconnected());
+        drop(conn);
+        drop(s.pd);
+    });
+
+    let id = Resolved::resolve(addr(RXE_IP, port), Duration::from_secs(5)).expect("resolve");
+    assert_eq!(id.device().name(), "rxe0");
+    let (mut c, mut qp) = side(id.device());
+    let mut private = b"hello-req".to_vec();
+    private.extend_from_slice(&c.mr.remote().to_bytes());
+    // The receive for the server's "done" message, before connecting.
+    id.init_qp(&mut qp).unwrap();
+    let rsge = [c.mr.sge(2048..2049).unwrap()];
+    qp.post_recv(&[RecvWr::new(3, &rsge)]).unwrap();
+    let conn: Connection = id.connect(qp, &params(&private)).expect("connect");
+    let mut conn = conn;
+    assert_eq!(&conn.private_data()[..9], b"hello-rep");
+    c.mr.write_at(0, &pattern(64, 1)).unwrap();
+    let sge = [c.mr.sge(0..64).unwrap()];
+    conn.qp_mut()
+        .post_send(&[SendWr::send(1, &sge).signaled()])
+        .unwrap();
+    let mut seen = vec![wait_ok(&mut c.cq).wr_id(), wait_ok(&mut c.cq).wr_id()];
+    seen.sort();
+    assert_eq!(seen, [1, 3], "our SEND and the server's done message");
+    let mut got = vec![0u8; 256];
+    // The server wrote pattern 2 at the start of our MR: over the first
+    // 64 bytes of our own message (sent already).
+    c.mr.read_at(0, &mut got).unwrap();
+    assert_eq!(
+        got,
+        pattern(256, 2),
+        "the server's RDMA WRITE landed intact"
+    );
+    conn.disconnect().unwrap();
+    server.join().unwrap();
+}
+
+#[test]
+fn connecting_where_nobody_listens_is_rejected_within_the_timeout() {
+    // A port nobody listens on: bind one, learn its number, close it.
+    let port = listener().local_addr().port();
+    let id = Resolved::resolve(addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    let (_s, qp) = side(id.device());
+    let t = Instant::now();
+    let p = ConnParams {
+        timeout: Duration::from_secs(20),
+        ..ConnParams::default()
+    };
+    match id.connect(qp, &p) {
+        Err(Error::Cm(CmError::Rejected { reason, .. })) => {
+            assert_eq!(reason, 8, "IB_CM_REJ_INVALID_SERVICE_ID")
+        }
+        Err(Error::Cm(CmError::Unreachable { .. })) => {}
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+}
+
+#[test]
+fn a_rejection_carries_the_servers_reason_and_private_data() {
+    let l = listener();
+    let port = l.local_addr().port();
+    let server = std::thread::spawn(move || {
+        let req = l
+            .get_request(Some(Duration::from_secs(20)))
+            .unwrap()
+            .unwrap();
+        req.reject(b"go away").unwrap();
+    });
+    let id = Resolved::resolve(addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    let (_s, qp) = side(id.device());
+    match id.connect(qp, &params(b"hi")) {
+        Err(Error::Cm(CmError::Rejected {
+            reason,
+            private_data,
+        })) => {
+            assert_eq!(reason, 28, "IB_CM_REJ_CONSUMER_DEFINED");
+            assert_eq!(&private_data[..7], b"go away");
+        }
+        other => panic!("expected the server's rejection, got {other:?}"),
+    }
+    server.join().unwrap();
+}
+
+#[test]
+fn binding_a_port_in_use_is_eaddrinuse() {
+    let l = listener();
+    let err = Listener::bind(l.local_addr(), 8).unwrap_err();
+    assert_eq!(err.errno(), Some(Errno::EADDRINUSE), "{err}");
+}
+
+#[test]
+fn an_address_without_an_rdma_device_is_a_clear_error() {
+    let err = Listener::bind(addr(NO_RDMA_IP, 0), 8).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err.errno(),
+            Some(Errno::ENODEV) | Some(Errno::EADDRNOTAVAIL)
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("rdma_bind_addr"), "{msg}");
+}
+
+#[test]
+fn an_address_nobody_answers_for_fails_resolution_in_time() {
+    // On veth0's subnet, but no host answers ARP for it.
+    let t = Instant::now();
+    let err = Resolved::resolve(addr("10.0.0.77", 7000), Duration::from_millis(1500))
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Cm(CmError::AddrError { .. }) | Error::Cm(CmError::RouteError { .. })
+        ),
+        "{err}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn oversized_private_data_is_refused_before_anything_is_sent() {
+    let l = listener();
+    let id = Resolved::resolve(l.local_addr(), Duration::from_secs(5)).unwrap();
+    let (_s, qp) = side(id.device());
+    let err = id.connect(qp, &params(&[0u8; 57])).unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+    // Nothing reached the listener.
+    assert!(l
+        .get_request(Some(Duration::from_millis(300)))
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn a_listener_dropped_with_requests_pending_rejects_them() {
+    let l = listener();
+    let port = l.local_addr().port();
+    let client = std::thread::spawn(move || {
+        let id = Resolved::resolve(addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+        let (_s, qp) = side(id.device());
+        let t = Instant::now();
+        let r = id.connect(qp, &params(b"x")).map(|_| ());
+        (r, t.elapsed())
+    });
+    // Wait until the request is pending on the listener, then drop it.
+    let mut p = [nix::poll::PollFd::new(
+        l.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let n = nix::poll::poll(&mut p, nix::poll::PollTimeout::from(20_000u16)).unwrap();
+    assert_eq!(n, 1, "the request arrived");
+    drop(l);
+    let (r, took) = client.join().unwrap();
+    match r {
+        Err(Error::Cm(CmError::Rejected { .. } | CmError::Unreachable { .. })) => {}
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(15), "{took:?}");
+}
