@@ -11,6 +11,7 @@ pub mod connected;
 pub mod devinfo;
 pub mod inspect;
 pub mod perf;
+pub mod rping;
 pub mod srq;
 pub mod ud;
 pub mod wire;

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use rverbs::{Mtu, QpType};
 
 use rverbs_cli::common::{num, Common};
-use rverbs_cli::{connected, devinfo, inspect, perf, srq, ud};
+use rverbs_cli::{connected, devinfo, inspect, perf, rping, srq, ud};
 
 #[derive(Parser)]
 #[command(
@@ -136,6 +136,10 @@ enum Cmd {
     /// (ib_{send,write,read,atomic}_{bw,lat}).
     #[command(name = "perf")]
     Perf(perf::PerfArgs),
+    /// Ping over an rdma_cm connection with RDMA READ and WRITE, wire
+    /// compatible with rdma-core's rping.
+    #[command(name = "rping")]
+    Rping(rping::RpingArgs),
 }
 
 fn refuse(flags: &[(bool, &str)]) -> Result<()> {
@@ -185,17 +189,23 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Devinfo(a) => devinfo::run_devinfo(&a),
         Cmd::Inspect(a) => inspect::run(&a),
         Cmd::Perf(a) => perf::run(&a),
+        Cmd::Rping(a) => rping::run(&a),
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli.command) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("rverbs: error: {e:#}");
-            ExitCode::FAILURE
-        }
+    match cli.command {
+        // rping prints its own failure line (`rping client failed: ...`)
+        // and exits 22 for a command line it refuses, as rdma-core's.
+        Cmd::Rping(a) => rping::exit_code(&a),
+        cmd => match run(cmd) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("rverbs: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 
