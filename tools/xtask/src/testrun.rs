@@ -558,10 +558,12 @@ fn payload_script(items: &[Item], run_dir: &Path, target_dir: &Path) -> Result<S
 /// `cargo xtask test`. Returns whether everything passed.
 /// Installs (as root, via apt) the reference tools and headers the suites
 /// use when they are missing: rdma-core's ibv_devinfo (the oracle of the
-/// query tests), libibverbs-dev (the linkage check's positive control),
+/// query tests), rping (the rdma_cm interop peer), libibverbs-dev (the linkage check's positive control),
 /// the kernel uapi headers and a C compiler (the ABI layout probe).
 fn ensure_reference_tools() -> Result<()> {
     util::ensure_tool("ibv_devinfo", "ibverbs-utils")?;
+    // tests/vm/rping.sh: rdma-core's rping, the rdma_cm interop peer.
+    util::ensure_tool("rping", "rdmacm-utils")?;
     util::ensure_tool("cc", "gcc")?;
     util::ensure_tool("readelf", "binutils")?;
     for (file, pkg) in [
