@@ -362,7 +362,8 @@ pub(crate) fn wait_readable(
     fd: BorrowedFd<'_>,
     timeout: Option<Duration>,
 ) -> std::result::Result<Ready, Errno> {
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // A timeout past what an Instant can hold is no timeout.
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
         let ms: libc::c_int = match deadline {
             None => -1,
@@ -440,7 +441,8 @@ pub(crate) fn wait_event<T>(
 where
     T: FromBytes + IntoBytes + KnownLayout + Immutable,
 {
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // A timeout past what an Instant can hold is no timeout.
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
         if let Some(ev) = read_event(fd, op)? {
             return Ok(Some(ev));
@@ -590,6 +592,17 @@ mod tests {
                 std::os::fd::OwnedFd::from_raw_fd(fds[1]),
             )
         }
+    }
+
+    #[test]
+    fn a_timeout_past_what_an_instant_holds_waits_instead_of_panicking() {
+        use std::os::fd::{AsFd, AsRawFd};
+        let (r, w) = pipe();
+        // SAFETY: writes one byte from a live local to our pipe.
+        let n = unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
+        assert_eq!(n, 1);
+        let got = wait_readable(r.as_fd(), Some(Duration::MAX)).unwrap();
+        assert!(matches!(got, Ready::Readable));
     }
 
     #[test]

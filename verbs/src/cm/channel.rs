@@ -60,7 +60,8 @@ impl EventChannel {
     /// The next event, waiting up to `timeout` for one (`None`: forever);
     /// `Ok(None)` when the time ran out.
     pub fn get_event(&self, timeout: Option<Duration>) -> Result<Option<CmEvent>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout past what an Instant can hold is no timeout.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             match ucma::exec(self.fd.as_fd(), &GetEvent::default()) {
                 Ok(resp) => return Ok(Some(CmEvent::from_resp(&resp))),

@@ -66,10 +66,10 @@ impl Id {
 
     /// The next event for this id, by `deadline`; events for other ids
     /// (there are none on a channel of one id) are skipped.
-    fn next_event(&self, deadline: Instant) -> Result<Option<CmEvent>> {
+    fn next_event(&self, deadline: Option<Instant>) -> Result<Option<CmEvent>> {
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.ch.get_event(Some(left))? {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            match self.ch.get_event(left)? {
                 Some(ev) if ev.id() == self.handle => return Ok(Some(ev)),
                 Some(_) => continue,
                 None => return Ok(None),
@@ -79,9 +79,8 @@ impl Id {
 
     /// Waits for `want`; the failure events become their [`CmError`].
     fn expect(&self, want: CmEventKind, step: &'static str, timeout: Duration) -> Result<CmEvent> {
-        let deadline = Instant::now() + timeout;
         let ev = self
-            .next_event(deadline)?
+            .next_event(Instant::now().checked_add(timeout))?
             .ok_or(Error::Cm(CmError::Timeout {
                 step,
                 after: timeout,
@@ -278,7 +277,8 @@ impl Resolved {
             },
         )
         .map_err(Error::kernel("rdma_resolve_addr"))?;
-        // The kernel's own timer ends the step; ours is a backstop.
+        // The kernel's own timer ends the step; ours is a backstop (no
+        // overflow: `timeout` is under 2^32 ms).
         let backstop = timeout + Duration::from_secs(1);
         id.expect(CmEventKind::AddrResolved, "address resolution", backstop)?;
         ucma::exec(
@@ -351,11 +351,12 @@ impl Resolved {
             },
         )
         .map_err(Error::kernel("rdma_connect"))?;
-        let deadline = Instant::now() + params.timeout;
-        let ev = id.next_event(deadline)?.ok_or(Error::Cm(CmError::Timeout {
-            step: "the peer's answer",
-            after: params.timeout,
-        }))?;
+        let ev = id
+            .next_event(Instant::now().checked_add(params.timeout))?
+            .ok_or(Error::Cm(CmError::Timeout {
+                step: "the peer's answer",
+                after: params.timeout,
+            }))?;
         match ev.kind() {
             CmEventKind::ConnectResponse => {
                 id.ready_qp(&mut qp, params)?;
@@ -433,7 +434,8 @@ impl Listener {
     /// forever); `Ok(None)` when the time ran out. The request is moved to
     /// an event channel of its own.
     pub fn get_request(&self, timeout: Option<Duration>) -> Result<Option<ConnRequest>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout past what an Instant can hold is no timeout.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let Some(ev) = self.id.ch.get_event(left)? else {
@@ -707,7 +709,8 @@ impl Connection {
     /// [`CmEventKind::Disconnected`] (or a device removal) the QP is moved
     /// to the error state: its outstanding work completes flushed.
     pub fn next_event(&mut self, timeout: Option<Duration>) -> Result<Option<CmEvent>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout past what an Instant can hold is no timeout.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let Some(ev) = self.id.ch.get_event(left)? else {
