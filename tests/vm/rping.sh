@@ -36,9 +36,6 @@ failed=0
 wait_cm_listen() {
     for _ in $(seq 100); do
         kill -0 "$2" 2>/dev/null || return 1
-        if rdma res show cm_id 2>/dev/null | grep -q "state LISTEN.*:$1 "; then
-            return 0
-        fi
         if rdma res show cm_id 2>/dev/null | grep "state LISTEN" | grep -q ":$1\b"; then
             return 0
         fi

@@ -290,13 +290,11 @@ fn c_string(b: &[u8]) -> String {
 
 /// The connection parameters rping connects (and, here, accepts) with.
 fn conn_params() -> ConnParams {
+    // The library's defaults are rping's: one READ each way, 7 retries,
+    // infinite RNR retries, no private data.
     ConnParams {
-        private_data: Vec::new(),
-        responder_resources: 1,
-        initiator_depth: 1,
-        retry_count: 7,
-        rnr_retry_count: 7,
         timeout: STEP_TIMEOUT,
+        ..ConnParams::default()
     }
 }
 
