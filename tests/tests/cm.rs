@@ -9,8 +9,11 @@ use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use rverbs::cm::{CmError, CmEventKind, ConnParams, Connection, Listener, Resolved};
-use rverbs::{Cq, Device, Errno, Error, Mr, PageBuf, Pd, QpCap, QpInitAttr, QpType, RemoteMr};
+use rverbs::cm::{CmError, CmEventKind, ConnParams, Connection, Listener, Resolved, UDP_QKEY};
+use rverbs::{
+    Cq, Device, Errno, Error, Grh, Mr, PageBuf, Pd, QpCap, QpInitAttr, QpState, QpType, RemoteMr,
+    UdSendWr,
+};
 use rverbs::{RecvWr, SendWr};
 use verbs_tests::{all_access, pattern, wait_ok};
 
@@ -258,4 +261,150 @@ fn a_listener_dropped_with_requests_pending_rejects_them() {
         other => panic!("expected a rejection, got {other:?}"),
     }
     assert!(took < Duration::from_secs(15), "{took:?}");
+}
+
+/// A UD side on `dev`: PD, CQ, a UD QP and a 4 KiB MR.
+fn ud_side(dev: &Device) -> (Side, rverbs::Qp) {
+    let ctx = dev.open().expect("open the CM's device");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(32).unwrap();
+    let mr = pd.alloc_mr(4096, all_access()).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Ud, &cq).cap(QpCap::default()))
+        .unwrap();
+    (Side { pd, cq, mr }, qp)
+}
+
+#[test]
+fn ud_through_sidr_datagrams_both_ways_with_private_data() {
+    let l = Listener::bind_ud(addr(RXE_IP, 0), 8).expect("listen (UDP port space)");
+    let port = l.local_addr().port();
+    let server = std::thread::spawn(move || {
+        let req = l
+            .get_request(Some(Duration::from_secs(20)))
+            .unwrap()
+            .expect("a SIDR request within 20 s");
+        assert_eq!(req.private_data(), &pattern(180, 5)[..], "all 180 bytes");
+        let (mut s, mut qp) = ud_side(req.device());
+        // RTS with the CM's Q_Key; the receive before the answer.
+        req.init_qp(&mut qp).unwrap();
+        assert_eq!(qp.state(), QpState::Rts);
+        assert_eq!(qp.query().unwrap().0.qkey, Some(UDP_QKEY));
+        let sge = [s.mr.sge(0..40 + 64).unwrap()];
+        qp.post_recv(&[RecvWr::new(7, &sge)]).unwrap();
+        req.accept_ud(&mut qp, b"sidr-rep").expect("accept");
+        let wc = wait_ok(&mut s.cq);
+        assert_eq!((wc.wr_id(), wc.byte_len()), (7, 40 + 64));
+        let mut got = [0u8; 64];
+        s.mr.read_at(40, &mut got).unwrap();
+        assert_eq!(got.to_vec(), pattern(64, 6), "the client's datagram");
+        // Answer the sender: its QPN from the completion (and, as
+        // udaddy does, in the immediate), its address from the GRH.
+        assert_eq!(wc.imm_data(), Some(wc.src_qp()));
+        let grh = Grh::read(&s.mr, 0).unwrap();
+        let ah =
+            s.pd.create_ah(&grh.reply_attr(s.pd.context(), 1).unwrap())
+                .unwrap();
+        s.mr.write_at(1024, &pattern(32, 7)).unwrap();
+        let sge = [s.mr.sge(1024..1056).unwrap()];
+        let wr = SendWr::send(8, &sge)
+            .signaled()
+            .to(&ah, wc.src_qp(), UDP_QKEY);
+        qp.post_send(&[wr]).unwrap();
+        assert_eq!(wait_ok(&mut s.cq).wr_id(), 8);
+        qp
+    });
+
+    let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5))
+        .expect("resolve (UDP port space)");
+    let (mut c, mut qp) = ud_side(id.device());
+    id.init_qp(&mut qp).unwrap();
+    let rsge = [c.mr.sge(2048..2048 + 40 + 32).unwrap()];
+    qp.post_recv(&[RecvWr::new(3, &rsge)]).unwrap();
+    let peer = id
+        .connect_ud(&mut qp, &pattern(180, 5), Duration::from_secs(15))
+        .expect("SIDR exchange");
+    assert_eq!(&peer.private_data[..8], b"sidr-rep");
+    assert_eq!(peer.qkey, UDP_QKEY);
+    let ah =
+        c.pd.create_ah(&peer.ah_attr)
+            .expect("AH from the CM's route");
+    c.mr.write_at(0, &pattern(64, 6)).unwrap();
+    let sge = [c.mr.sge(0..64).unwrap()];
+    let wr = SendWr::send_with_imm(1, &sge, qp.qp_num())
+        .signaled()
+        .to(&ah, peer.qp_num, peer.qkey);
+    qp.post_send(&[wr]).unwrap();
+    let mut seen = vec![wait_ok(&mut c.cq).wr_id(), wait_ok(&mut c.cq).wr_id()];
+    seen.sort();
+    assert_eq!(seen, [1, 3], "our datagram and the server's answer");
+    let mut got = [0u8; 32];
+    c.mr.read_at(2048 + 40, &mut got).unwrap();
+    assert_eq!(got.to_vec(), pattern(32, 7), "the server's datagram");
+    let server_qp = server.join().unwrap();
+    assert_eq!(
+        peer.qp_num,
+        server_qp.qp_num(),
+        "the CM named the server's QP"
+    );
+}
+
+#[test]
+fn ud_sidr_errors_are_typed_nobody_listening_rejection_and_misuse() {
+    // Nobody listens on the port: SIDR status 1 (unsupported).
+    let port = Listener::bind_ud(addr(RXE_IP, 0), 8)
+        .unwrap()
+        .local_addr()
+        .port();
+    let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    let (_s, mut qp) = ud_side(id.device());
+    let t = Instant::now();
+    match id.connect_ud(&mut qp, b"x", Duration::from_secs(20)) {
+        Err(Error::Cm(CmError::Rejected { reason, .. })) => assert_eq!(reason, 1),
+        Err(Error::Cm(CmError::Unreachable { .. })) => {}
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+
+    // The application rejects: SIDR status 2 with its private data.
+    let l = Listener::bind_ud(addr(RXE_IP, 0), 8).unwrap();
+    let port = l.local_addr().port();
+    let server = std::thread::spawn(move || {
+        let req = l
+            .get_request(Some(Duration::from_secs(20)))
+            .unwrap()
+            .unwrap();
+        // An RC QP cannot answer a datagram request.
+        let (_s, mut rc) = side(req.device());
+        let err = req.init_qp(&mut rc).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        req.reject(b"no room").unwrap();
+    });
+    // Oversized private data is refused before anything is sent (the
+    // server's first request is the next one).
+    let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    let (_s, mut qp) = ud_side(id.device());
+    match id.connect_ud(&mut qp, &[1u8; 181], Duration::from_secs(5)) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("181"), "{m}"),
+        other => panic!("181 bytes of private data: {other:?}"),
+    }
+    let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    match id.connect_ud(&mut qp, b"hi", Duration::from_secs(20)) {
+        Err(Error::Cm(CmError::Rejected {
+            reason,
+            private_data,
+        })) => {
+            assert_eq!(reason, 2, "IB_SIDR_REJECT");
+            assert_eq!(&private_data[..7], b"no room");
+        }
+        other => panic!("expected the server's rejection, got {other:?}"),
+    }
+    server.join().unwrap();
+    // An RC id refuses a UD QP, and a datagram id the RC path.
+    let l = listener();
+    let id = Resolved::resolve(l.local_addr(), Duration::from_secs(5)).unwrap();
+    let err = id
+        .connect_ud(&mut qp, b"", Duration::from_secs(1))
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 }

@@ -12,6 +12,7 @@ use rverbs_abi::Errno;
 
 use crate::error::{Error, Result};
 use crate::event::{wait_readable, Ready};
+use crate::qp::AhAttr;
 
 /// The rdma_cm character device.
 pub const RDMA_CM_PATH: &str = "/dev/infiniband/rdma_cm";
@@ -174,6 +175,23 @@ pub struct CmEvent {
     uid: u64,
     private_data: Vec<u8>,
     conn: ConnInfo,
+    ud: UdInfo,
+}
+
+/// What the datagram (UDP port space) events carry: the peer's QP, its
+/// Q_Key and the address vector towards it (an established SIDR
+/// exchange), and private data.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UdInfo {
+    /// The peer's QP number.
+    pub qp_num: u32,
+    /// The Q_Key to send to it with.
+    pub qkey: u32,
+    /// The address vector towards the peer (create an
+    /// [`Ah`](crate::Ah) from it).
+    pub ah_attr: AhAttr,
+    /// The peer's private data.
+    pub private_data: Vec<u8>,
 }
 
 /// The connection parameters a peer sent with its request or answer.
@@ -206,6 +224,18 @@ impl CmEvent {
                 | CmEventKind::Rejected
                 | CmEventKind::Established
         );
+        // The same events of UDP-port-space ids carry the UD arm; which
+        // arm is meant depends on the id's port space, which the channel
+        // does not know: both are decoded (the owner of the id reads one).
+        // (A SIDR answer other than success comes as Unreachable, with the
+        // answer's private data.)
+        let u = r.ud();
+        let ud = UdInfo {
+            qp_num: u.qp_num & 0x00ff_ffff,
+            qkey: u.qkey,
+            ah_attr: super::ah_attr_from_kernel(&u.ah_attr),
+            private_data: u.private_data().to_vec(),
+        };
         let (private_data, info) = if with_conn {
             (
                 conn.private_data().to_vec(),
@@ -228,6 +258,7 @@ impl CmEvent {
             uid: r.uid,
             private_data,
             conn: info,
+            ud,
         }
     }
 
@@ -256,5 +287,11 @@ impl CmEvent {
     /// The peer's connection parameters (connection events).
     pub fn conn(&self) -> ConnInfo {
         self.conn
+    }
+    /// The datagram parameters (connection events of ids in the UDP port
+    /// space, and multicast joins); [`CmEvent::private_data`] and
+    /// [`CmEvent::conn`] do not apply to those.
+    pub fn ud(&self) -> &UdInfo {
+        &self.ud
     }
 }

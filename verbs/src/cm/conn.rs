@@ -14,10 +14,10 @@ use rverbs_abi::ucma::{
 use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
-use super::channel::{CmEvent, CmEventKind, EventChannel};
+use super::channel::{CmEvent, CmEventKind, EventChannel, UdInfo};
 use super::{
     qp_attr_from_kernel, CmError, ConnParams, MAX_REJ_PRIVATE_DATA, MAX_REP_PRIVATE_DATA,
-    MAX_REQ_PRIVATE_DATA,
+    MAX_REQ_PRIVATE_DATA, MAX_SIDR_REP_PRIVATE_DATA, MAX_SIDR_REQ_PRIVATE_DATA,
 };
 use crate::device::{devices, Device, Guid};
 use crate::error::{Error, Result};
@@ -32,24 +32,46 @@ fn next_uid() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Which kind of QP an id connects: RC through the CM's REQ/REP/RTU (the
+/// TCP port space) or UD through its SIDR exchange (the UDP port space).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Space {
+    Tcp,
+    Udp,
+}
+
+impl Space {
+    fn qp_type(self) -> QpType {
+        match self {
+            Space::Tcp => QpType::Rc,
+            Space::Udp => QpType::Ud,
+        }
+    }
+}
+
 /// An id and the channel it lives on (alone). Dropping the channel
 /// destroys the id in the kernel.
 #[derive(Debug)]
 struct Id {
     ch: EventChannel,
     handle: u32,
+    space: Space,
 }
 
 impl Id {
-    /// A new id on a channel of its own, in the TCP port space (RC).
-    fn create() -> Result<Id> {
+    /// A new id on a channel of its own, in the port space `space`.
+    fn create(space: Space) -> Result<Id> {
         let ch = EventChannel::new()?;
+        let (ps, qpt) = match space {
+            Space::Tcp => (port_space::TCP, qp_type::RC),
+            Space::Udp => (port_space::UDP, qp_type::UD),
+        };
         let resp = ucma::exec(
             ch.as_fd(),
             &CreateId {
                 uid: next_uid(),
-                ps: port_space::TCP,
-                qp_type: qp_type::RC,
+                ps,
+                qp_type: qpt,
                 ..Default::default()
             },
         )
@@ -57,6 +79,7 @@ impl Id {
         Ok(Id {
             ch,
             handle: resp.id,
+            space,
         })
     }
 
@@ -136,6 +159,41 @@ impl Id {
         self.modify_qp(qp, QpState::Rtr, Some(p.responder_resources))?;
         self.modify_qp(qp, QpState::Rts, Some(p.initiator_depth))
     }
+
+    /// The step before posting receives: an RC QP goes to INIT; a UD QP
+    /// to INIT with the CM's port, P_Key and Q_Key, then RTR and RTS (as
+    /// librdmacm brings up the QP of a UDP-port-space id), unless it is
+    /// past RESET already.
+    fn prepare_qp(&self, qp: &mut Qp, device: &Device) -> Result<()> {
+        check_qp(qp, device, self.space)?;
+        match self.space {
+            Space::Tcp => self.modify_qp(qp, QpState::Init, None),
+            Space::Udp => {
+                if qp.state() == QpState::Reset {
+                    self.modify_qp(qp, QpState::Init, None)?;
+                }
+                if qp.state() == QpState::Init {
+                    qp.modify(&crate::qp::QpAttr {
+                        qp_state: Some(QpState::Rtr),
+                        ..Default::default()
+                    })?;
+                }
+                if qp.state() == QpState::Rtr {
+                    qp.modify(&crate::qp::QpAttr {
+                        qp_state: Some(QpState::Rts),
+                        sq_psn: Some(0),
+                        ..Default::default()
+                    })?;
+                }
+                match qp.state() {
+                    QpState::Rts => Ok(()),
+                    s => Err(Error::invalid(format!(
+                        "a UD QP in state {s:?} cannot be brought to RTS"
+                    ))),
+                }
+            }
+        }
+    }
 }
 
 /// The error an event stands for when `step` expected another.
@@ -208,11 +266,13 @@ fn conn_param(qpn: u32, p: &ConnParams, max: usize) -> Result<ConnParam> {
     Ok(c)
 }
 
-/// Refuses a QP that is not an RC QP on `device`.
-fn check_qp(qp: &Qp, device: &Device) -> Result<()> {
-    if qp.qp_type() != QpType::Rc {
+/// Refuses a QP that is not of the id's type (RC for the TCP port space,
+/// UD for the UDP one) on `device`.
+fn check_qp(qp: &Qp, device: &Device, space: Space) -> Result<()> {
+    let want = space.qp_type();
+    if qp.qp_type() != want {
         return Err(Error::invalid(format!(
-            "rdma_cm connects RC QPs; this one is {:?}",
+            "this rdma_cm id connects {want:?} QPs; this one is {:?}",
             qp.qp_type()
         )));
     }
@@ -254,11 +314,31 @@ impl Resolved {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<Resolved> {
+        Self::resolve_in(Space::Tcp, src, dst, timeout)
+    }
+
+    /// [`Resolved::resolve_from`] for a datagram (UD) peer, in the UDP
+    /// port space: follow with [`Resolved::connect_ud`] (a SIDR exchange,
+    /// interoperable with librdmacm's `RDMA_PS_UDP`, e.g. `udaddy`).
+    pub fn resolve_ud(
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Resolved> {
+        Self::resolve_in(Space::Udp, src, dst, timeout)
+    }
+
+    fn resolve_in(
+        space: Space,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Resolved> {
         let ms = u32::try_from(timeout.as_millis())
             .ok()
             .filter(|&ms| ms > 0)
             .ok_or_else(|| Error::invalid(format!("timeout {timeout:?} out of range")))?;
-        let id = Id::create()?;
+        let id = Id::create(space)?;
         let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
         let (src_addr, src_size) = match src {
             Some(s) => SockaddrStorage::new(&s),
@@ -325,10 +405,10 @@ impl Resolved {
 
     /// Moves `qp` (created on [`Resolved::device`]) to INIT with the CM's
     /// port and P_Key, so that receives can be posted before
-    /// [`Resolved::connect`].
+    /// [`Resolved::connect`]. A UD QP (of [`Resolved::resolve_ud`]) is
+    /// brought up to RTS, with the CM's Q_Key ([`super::UDP_QKEY`]).
     pub fn init_qp(&self, qp: &mut Qp) -> Result<()> {
-        check_qp(qp, &self.device)?;
-        self.id.modify_qp(qp, QpState::Init, None)
+        self.id.prepare_qp(qp, &self.device)
     }
 
     /// Connects the RC QP `qp` (in RESET, or INIT by [`Resolved::init_qp`];
@@ -338,7 +418,12 @@ impl Resolved {
     /// the reason and the peer's private data), [`CmError::Unreachable`],
     /// [`CmError::Timeout`] after `params.timeout`.
     pub fn connect(self, mut qp: Qp, params: &ConnParams) -> Result<Connection> {
-        check_qp(&qp, &self.device)?;
+        if self.id.space != Space::Tcp {
+            return Err(Error::invalid(
+                "a datagram id (Resolved::resolve_ud) connects with connect_ud",
+            ));
+        }
+        check_qp(&qp, &self.device, Space::Tcp)?;
         let cp = conn_param(qp.qp_num(), params, MAX_REQ_PRIVATE_DATA)?;
         let id = self.id;
         id.modify_qp(&mut qp, QpState::Init, None)?;
@@ -385,6 +470,57 @@ impl Resolved {
     }
 }
 
+impl Resolved {
+    /// Asks the listener for its UD QP (the CM's SIDR REQ with
+    /// `private_data`, at most [`MAX_SIDR_REQ_PRIVATE_DATA`] bytes) and
+    /// waits up to `timeout` for the answer: the peer's QP number, Q_Key
+    /// and the address vector towards it. `qp` (a UD QP on
+    /// [`Resolved::device`]) is brought up first if it is not in RTS.
+    /// Errors: [`CmError::Rejected`] with the SIDR status as reason (1:
+    /// nobody listens on the port, 2: the application rejected, with its
+    /// private data), [`CmError::Unreachable`] (no answer),
+    /// [`CmError::Timeout`].
+    pub fn connect_ud(self, qp: &mut Qp, private_data: &[u8], timeout: Duration) -> Result<UdInfo> {
+        if self.id.space != Space::Udp {
+            return Err(Error::invalid(
+                "connect_ud needs an id of Resolved::resolve_ud (the UDP port space)",
+            ));
+        }
+        let p = ConnParams {
+            private_data: private_data.to_vec(),
+            ..ConnParams::default()
+        };
+        let cp = conn_param(qp.qp_num(), &p, MAX_SIDR_REQ_PRIVATE_DATA)?;
+        self.id.prepare_qp(qp, &self.device)?;
+        let id = self.id;
+        ucma::exec(
+            id.fd(),
+            &Connect {
+                conn_param: cp,
+                id: id.handle,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_connect (SIDR)"))?;
+        let ev = id
+            .next_event(Instant::now().checked_add(timeout))?
+            .ok_or(Error::Cm(CmError::Timeout {
+                step: "the peer's SIDR answer",
+                after: timeout,
+            }))?;
+        match ev.kind() {
+            CmEventKind::Established => Ok(ev.ud().clone()),
+            // A SIDR REP whose status is not success: the status is the
+            // event's (positive), the private data in the UD arm.
+            CmEventKind::Unreachable if ev.status() > 0 => Err(Error::Cm(CmError::Rejected {
+                reason: ev.status(),
+                private_data: ev.ud().private_data.clone(),
+            })),
+            _ => Err(Error::Cm(failure(&ev, "the peer's SIDR answer"))),
+        }
+    }
+}
+
 /// A listening id: yields the connection requests to an address and port
 /// (`rdma_listen`). Its fd is readable when a request is pending.
 /// Dropping it rejects the requests not yet taken.
@@ -401,7 +537,18 @@ impl Listener {
     /// [`Error::Kernel`] from `rdma_bind_addr`) when `addr` is a local
     /// address without an RDMA device.
     pub fn bind(addr: SocketAddr, backlog: u32) -> Result<Listener> {
-        let id = Id::create()?;
+        Self::bind_in(Space::Tcp, addr, backlog)
+    }
+
+    /// [`Listener::bind`] in the UDP port space: the requests are for a
+    /// UD QP, answered with [`ConnRequest::accept_ud`] (librdmacm's
+    /// `RDMA_PS_UDP`, e.g. `udaddy`).
+    pub fn bind_ud(addr: SocketAddr, backlog: u32) -> Result<Listener> {
+        Self::bind_in(Space::Udp, addr, backlog)
+    }
+
+    fn bind_in(space: Space, addr: SocketAddr, backlog: u32) -> Result<Listener> {
+        let id = Id::create(space)?;
         let (sa, size) = SockaddrStorage::new(&addr);
         ucma::exec(
             id.fd(),
@@ -443,7 +590,7 @@ impl Listener {
             };
             match ev.kind() {
                 CmEventKind::ConnectRequest => {
-                    return ConnRequest::take(ev, self.id.fd()).map(Some)
+                    return ConnRequest::take(ev, self.id.fd(), self.id.space).map(Some)
                 }
                 CmEventKind::DeviceRemoval if ev.id() == self.id.handle => {
                     return Err(Error::Cm(CmError::Gone(CmEventKind::DeviceRemoval)))
@@ -480,10 +627,11 @@ pub struct ConnRequest {
 impl ConnRequest {
     /// Moves the new id of `ev` to a channel of its own and learns its
     /// device.
-    fn take(ev: CmEvent, listener: BorrowedFd<'_>) -> Result<ConnRequest> {
+    fn take(ev: CmEvent, listener: BorrowedFd<'_>, space: Space) -> Result<ConnRequest> {
         let id = Id {
             ch: EventChannel::new()?,
             handle: ev.id(),
+            space,
         };
         if let Err(e) = id.migrate_from(listener) {
             // Still the listener's: reject it there.
@@ -499,7 +647,10 @@ impl ConnRequest {
             port_num: q.port_num,
             local,
             peer,
-            private_data: ev.private_data().to_vec(),
+            private_data: match space {
+                Space::Tcp => ev.private_data().to_vec(),
+                Space::Udp => ev.ud().private_data.clone(),
+            },
             conn: ev.conn(),
         })
     }
@@ -537,10 +688,11 @@ impl ConnRequest {
 
     /// Moves `qp` (created on [`ConnRequest::device`]) to INIT with the
     /// CM's attributes, so that receives can be posted before
-    /// [`ConnRequest::accept`].
+    /// [`ConnRequest::accept`]. A UD QP (a request of
+    /// [`Listener::bind_ud`]) is brought up to RTS, with the CM's Q_Key
+    /// ([`super::UDP_QKEY`]).
     pub fn init_qp(&self, qp: &mut Qp) -> Result<()> {
-        check_qp(qp, &self.device)?;
-        self.id()?.modify_qp(qp, QpState::Init, None)
+        self.id()?.prepare_qp(qp, &self.device)
     }
 
     /// Accepts with the RC QP `qp` (in RESET, or INIT by
@@ -548,7 +700,12 @@ impl ConnRequest {
     /// RTR, RTS, the CM REP with `params`, then waits up to
     /// `params.timeout` for the peer's RTU.
     pub fn accept(mut self, mut qp: Qp, params: &ConnParams) -> Result<Connection> {
-        check_qp(&qp, &self.device)?;
+        if self.id()?.space != Space::Tcp {
+            return Err(Error::invalid(
+                "a datagram request (Listener::bind_ud) is answered with accept_ud",
+            ));
+        }
+        check_qp(&qp, &self.device, Space::Tcp)?;
         let cp = conn_param(qp.qp_num(), params, MAX_REP_PRIVATE_DATA)?;
         let id = self.id()?;
         id.ready_qp(&mut qp, params)?;
@@ -576,13 +733,54 @@ impl ConnRequest {
         })
     }
 
+    /// Answers a datagram request (of [`Listener::bind_ud`]) with the UD
+    /// QP `qp` (on [`ConnRequest::device`]; brought up to RTS first if it
+    /// is not) and `private_data` (at most [`MAX_SIDR_REP_PRIVATE_DATA`]
+    /// bytes): the CM's SIDR REP gives the peer this QP's number and Q_Key
+    /// and the address towards it. Nothing comes back: the peer's first
+    /// datagram tells who it is ([`crate::Grh::reply_attr`] and the
+    /// completion's source QP). The id is released here.
+    pub fn accept_ud(mut self, qp: &mut Qp, private_data: &[u8]) -> Result<()> {
+        let id = self.id()?;
+        if id.space != Space::Udp {
+            return Err(Error::invalid(
+                "an RC request (Listener::bind) is answered with accept",
+            ));
+        }
+        let p = ConnParams {
+            private_data: private_data.to_vec(),
+            ..ConnParams::default()
+        };
+        let mut cp = conn_param(qp.qp_num(), &p, MAX_SIDR_REP_PRIVATE_DATA)?;
+        id.prepare_qp(qp, &self.device)?;
+        cp.qkey = super::UDP_QKEY;
+        ucma::exec(
+            id.fd(),
+            &Accept {
+                uid: next_uid(),
+                conn_param: cp,
+                id: id.handle,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_accept (SIDR)"))?;
+        // Answered: dropping the id now rejects nothing.
+        self.id = None;
+        Ok(())
+    }
+
     /// Rejects with `private_data` (at most [`MAX_REJ_PRIVATE_DATA`]
-    /// bytes); the peer's connect fails with [`CmError::Rejected`],
-    /// reason 28 (consumer defined).
+    /// bytes, [`MAX_SIDR_REP_PRIVATE_DATA`] for a datagram request); the
+    /// peer's connect fails with [`CmError::Rejected`], reason 28
+    /// (consumer defined; a datagram peer: 2, the SIDR status "rejected").
     pub fn reject(mut self, private_data: &[u8]) -> Result<()> {
-        if private_data.len() > MAX_REJ_PRIVATE_DATA {
+        let max = match self.id()?.space {
+            Space::Tcp => MAX_REJ_PRIVATE_DATA,
+            Space::Udp => MAX_SIDR_REP_PRIVATE_DATA,
+        };
+        if private_data.len() > max {
             return Err(Error::invalid(format!(
-                "{} bytes of private data, at most {MAX_REJ_PRIVATE_DATA} fit",
+                "{} bytes of private data, at most {max} fit",
                 private_data.len()
             )));
         }

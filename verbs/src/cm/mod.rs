@@ -38,9 +38,10 @@ mod conn;
 
 use std::time::Duration;
 
-pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, RDMA_CM_PATH};
+pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, UdInfo, RDMA_CM_PATH};
 pub use conn::{ConnRequest, Connection, Listener, Resolved};
 
+use rverbs_abi::ah::AhAttr as RawAhAttr;
 use rverbs_abi::qp::{attr_mask as m, QpAttr as RawQpAttr};
 
 use crate::gid::Gid;
@@ -54,6 +55,15 @@ pub const MAX_REQ_PRIVATE_DATA: usize = 56;
 pub const MAX_REP_PRIVATE_DATA: usize = 196;
 /// The most private data a reject (CM REJ) carries.
 pub const MAX_REJ_PRIVATE_DATA: usize = 148;
+/// The most private data a datagram (UD) request carries: the CM's SIDR
+/// REQ holds 216 bytes, less the rdma_cm header.
+pub const MAX_SIDR_REQ_PRIVATE_DATA: usize = 180;
+/// The most private data a datagram (UD) answer carries (SIDR REP).
+pub const MAX_SIDR_REP_PRIVATE_DATA: usize = 136;
+
+/// The Q_Key the kernel's CM gives the UD QPs of the UDP port space
+/// (`RDMA_UDP_QKEY`): what both sides of a datagram "connection" use.
+pub const UDP_QKEY: u32 = 0x0123_4567;
 
 /// What the connection manager reported instead of success.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -172,7 +182,6 @@ impl Default for ConnParams {
 fn qp_attr_from_kernel(a: &RawQpAttr) -> QpAttr {
     let mask = a.qp_attr_mask;
     let has = |bit: u32| mask & bit != 0;
-    let ah = &a.ah_attr;
     QpAttr {
         qp_state: has(m::STATE)
             .then(|| QpState::from_raw(a.qp_state as u8))
@@ -189,26 +198,32 @@ fn qp_attr_from_kernel(a: &RawQpAttr) -> QpAttr {
             .then(|| AccessFlags::from_bits_truncate(a.qp_access_flags)),
         pkey_index: has(m::PKEY_INDEX).then_some(a.pkey_index),
         port_num: has(m::PORT).then_some(a.port_num),
-        ah_attr: has(m::AV).then_some(AhAttr {
-            dlid: ah.dlid,
-            sl: ah.sl,
-            src_path_bits: ah.src_path_bits,
-            static_rate: ah.static_rate,
-            port_num: ah.port_num,
-            grh: (ah.is_global != 0).then_some(GlobalRoute {
-                dgid: Gid(ah.grh.dgid),
-                flow_label: ah.grh.flow_label,
-                sgid_index: ah.grh.sgid_index,
-                hop_limit: ah.grh.hop_limit,
-                traffic_class: ah.grh.traffic_class,
-            }),
-        }),
+        ah_attr: has(m::AV).then(|| ah_attr_from_kernel(&a.ah_attr)),
         max_rd_atomic: has(m::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
         max_dest_rd_atomic: has(m::MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
         min_rnr_timer: has(m::MIN_RNR_TIMER).then_some(a.min_rnr_timer.min(31)),
         timeout: has(m::TIMEOUT).then_some(a.timeout.min(31)),
         retry_cnt: has(m::RETRY_CNT).then_some(a.retry_cnt.min(7)),
         rnr_retry: has(m::RNR_RETRY).then_some(a.rnr_retry.min(7)),
+    }
+}
+
+/// The kernel's address vector (`ib_uverbs_ah_attr`, in INIT_QP_ATTR's
+/// answer and in the UD events) as an [`AhAttr`].
+fn ah_attr_from_kernel(ah: &RawAhAttr) -> AhAttr {
+    AhAttr {
+        dlid: ah.dlid,
+        sl: ah.sl,
+        src_path_bits: ah.src_path_bits,
+        static_rate: ah.static_rate,
+        port_num: ah.port_num,
+        grh: (ah.is_global != 0).then_some(GlobalRoute {
+            dgid: Gid(ah.grh.dgid),
+            flow_label: ah.grh.flow_label & 0x000f_ffff,
+            sgid_index: ah.grh.sgid_index,
+            hop_limit: ah.grh.hop_limit,
+            traffic_class: ah.grh.traffic_class,
+        }),
     }
 }
 
