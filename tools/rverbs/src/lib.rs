@@ -14,4 +14,5 @@ pub mod perf;
 pub mod rping;
 pub mod srq;
 pub mod ud;
+pub mod udaddy;
 pub mod wire;

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use rverbs::{Mtu, QpType};
 
 use rverbs_cli::common::{num, Common};
-use rverbs_cli::{connected, devinfo, inspect, perf, rping, srq, ud};
+use rverbs_cli::{connected, devinfo, inspect, perf, rping, srq, ud, udaddy};
 
 #[derive(Parser)]
 #[command(
@@ -140,6 +140,10 @@ enum Cmd {
     /// compatible with rdma-core's rping.
     #[command(name = "rping")]
     Rping(rping::RpingArgs),
+    /// Datagrams over UD QPs found through rdma_cm's UDP port space,
+    /// interoperable with rdma-core's udaddy.
+    #[command(name = "udaddy")]
+    Udaddy(udaddy::UdaddyArgs),
 }
 
 fn refuse(flags: &[(bool, &str)]) -> Result<()> {
@@ -190,6 +194,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Inspect(a) => inspect::run(&a),
         Cmd::Perf(a) => perf::run(&a),
         Cmd::Rping(a) => rping::run(&a),
+        Cmd::Udaddy(a) => udaddy::run(&a),
     }
 }
 

@@ -562,7 +562,8 @@ fn payload_script(items: &[Item], run_dir: &Path, target_dir: &Path) -> Result<S
 /// the kernel uapi headers and a C compiler (the ABI layout probe).
 fn ensure_reference_tools() -> Result<()> {
     util::ensure_tool("ibv_devinfo", "ibverbs-utils")?;
-    // tests/vm/rping.sh: rdma-core's rping, the rdma_cm interop peer.
+    // tests/vm/rping.sh, tests/vm/udaddy.sh: rdma-core's rping and udaddy,
+    // the rdma_cm interop peers (both in rdmacm-utils).
     util::ensure_tool("rping", "rdmacm-utils")?;
     util::ensure_tool("cc", "gcc")?;
     util::ensure_tool("readelf", "binutils")?;
