@@ -14,7 +14,7 @@ use rverbs::{
     Cq, Device, Errno, Error, Grh, Mr, PageBuf, Pd, QpCap, QpInitAttr, QpState, QpType, RemoteMr,
     UdSendWr,
 };
-use rverbs::{RecvWr, SendWr};
+use rverbs::{RecvWr, SendWr, WcStatus};
 use verbs_tests::{all_access, pattern, wait_ok};
 
 /// The address of rxe0's netdev in the VM.
@@ -408,3 +408,92 @@ fn ud_sidr_errors_are_typed_nobody_listening_rejection_and_misuse() {
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 }
+
+#[test]
+fn a_peer_killed_mid_transfer_leaves_a_disconnect_and_error_completions() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cm_peer"))
+        .arg(RXE_IP)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the peer process");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let port: u16 = line
+        .strip_prefix("listening ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("peer said {line:?}"));
+    let id = Resolved::resolve(addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    let (mut c, mut qp) = side(id.device());
+    // Receives the peer never sends to: outstanding when it dies.
+    id.init_qp(&mut qp).unwrap();
+    let rsge = [c.mr.sge(0..64).unwrap()];
+    for i in 0..8 {
+        qp.post_recv(&[RecvWr::new(RECV_BASE + i, &rsge)]).unwrap();
+    }
+    let mut conn = id.connect(qp, &params(b"")).expect("connect");
+    let peer_mr = RemoteMr::from_bytes(conn.private_data()[..20].try_into().unwrap());
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "connected");
+
+    // RDMA WRITEs, 4 in flight; after 40 succeeded the peer is killed.
+    let sge = [c.mr.sge(0..4096).unwrap()];
+    let (mut posted, mut done, mut ok, mut write_errors) = (0u64, 0u64, 0u64, 0u64);
+    let mut flushed_recvs = 0;
+    let mut killed = false;
+    let mut disconnected = false;
+    let end = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < end {
+        while posted - done < 4 && !conn.is_disconnected() {
+            let wr = peer_mr.rdma_write(posted, &sge).unwrap().signaled();
+            if conn.qp_mut().post_send(&[wr]).is_err() {
+                break;
+            }
+            posted += 1;
+        }
+        let mut wc = [rverbs::Wc::default(); 8];
+        let n = c.cq.poll(&mut wc).unwrap();
+        for w in &wc[..n] {
+            if w.wr_id() >= RECV_BASE {
+                assert_eq!(w.status(), WcStatus::WR_FLUSH_ERR, "{w:?}");
+                flushed_recvs += 1;
+                continue;
+            }
+            done += 1;
+            if w.is_success() {
+                ok += 1;
+            } else {
+                write_errors += 1;
+            }
+        }
+        if !killed && ok >= 40 {
+            child.kill().unwrap();
+            killed = true;
+        }
+        if let Some(ev) = conn.next_event(Some(Duration::ZERO)).unwrap() {
+            assert_eq!(ev.kind(), CmEventKind::Disconnected, "{ev:?}");
+            disconnected = true;
+        }
+        if disconnected && done == posted && flushed_recvs == 8 {
+            break;
+        }
+    }
+    child.wait().unwrap();
+    assert!(killed, "40 WRITEs succeeded before the kill ({ok})");
+    assert!(
+        disconnected,
+        "the survivor saw the disconnect within 60 s (posted {posted}, done {done})"
+    );
+    assert_eq!(
+        done, posted,
+        "every WRITE completed (ok {ok}, in error {write_errors})"
+    );
+    assert_eq!(flushed_recvs, 8, "the posted receives completed flushed");
+    assert_eq!(conn.qp().state(), QpState::Err);
+}
+
+/// `wr_id`s from here on are receives.
+const RECV_BASE: u64 = 1 << 32;
