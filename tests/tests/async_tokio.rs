@@ -125,3 +125,57 @@ fn async_events_deliver_sq_drained() {
     assert_eq!(ev.kind, AsyncEventKind::SqDrained, "{ev}");
     assert!(ev.is_for_qp(&a), "{ev}");
 }
+
+#[test]
+fn rdma_cm_listen_connect_and_disconnect_awaited() {
+    use rverbs::cm::{CmEventKind, ConnParams, Listener};
+    use rverbs::tokio::{accept, connect, resolve, AsyncListener};
+    let rt = rt();
+    rt.block_on(async {
+        let l =
+            AsyncListener::new(Listener::bind("10.0.0.1:0".parse().unwrap(), 4).unwrap()).unwrap();
+        let dst = l.get_ref().local_addr();
+        // Nothing pending: the wait is cancelled by the timeout, and the
+        // request that comes later is still delivered (cancel-safe).
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), l.get_request())
+                .await
+                .is_err(),
+            "no request yet"
+        );
+        let server = async {
+            let req = l.get_request().await.unwrap();
+            assert_eq!(&req.private_data()[..5], b"async");
+            let ctx = req.device().open().unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_cq(8).unwrap();
+            let qp = pd
+                .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
+                .unwrap();
+            let mut conn = accept(req, qp, ConnParams::default()).await.unwrap();
+            let ev = tokio::time::timeout(TIMEOUT, conn.next_event())
+                .await
+                .expect("the client's disconnect in time")
+                .unwrap();
+            assert_eq!(ev.kind(), CmEventKind::Disconnected);
+            assert_eq!(conn.get_ref().qp().state(), QpState::Err);
+        };
+        let client = async {
+            let id = resolve(dst, Duration::from_secs(5)).await.unwrap();
+            let ctx = id.device().open().unwrap();
+            let pd = ctx.alloc_pd().unwrap();
+            let cq = ctx.create_cq(8).unwrap();
+            let qp = pd
+                .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
+                .unwrap();
+            let p = ConnParams {
+                private_data: b"async".to_vec(),
+                ..ConnParams::default()
+            };
+            let mut conn = connect(id, qp, p).await.unwrap();
+            assert_eq!(conn.get_ref().qp().state(), QpState::Rts);
+            conn.get_mut().disconnect().unwrap();
+        };
+        tokio::join!(server, client);
+    });
+}

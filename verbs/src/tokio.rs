@@ -15,10 +15,17 @@
 //! # let _ = n; Ok(()) }
 //! ```
 //!
+//! The connection manager ([`crate::cm`]) too: [`AsyncListener`] awaits
+//! connection requests, [`AsyncConnection`] a connection's events, and
+//! [`resolve`], [`connect`] and [`accept`] run the bounded handshakes on
+//! tokio's blocking pool.
+//!
 //! Both fds are non-blocking from creation (see [`crate::event`]); no
 //! event needs acknowledging (see [`CompChannel`]).
 
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
 
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::Interest;
@@ -209,4 +216,177 @@ impl AsyncEvents {
             }
         }
     }
+}
+
+/// A [`Listener`](crate::cm::Listener) by value, its fd registered.
+struct ListenerFd(crate::cm::Listener);
+
+impl AsRawFd for ListenerFd {
+    fn as_raw_fd(&self) -> RawFd {
+        std::os::fd::AsFd::as_fd(&self.0).as_raw_fd()
+    }
+}
+
+/// A [`Connection`](crate::cm::Connection) by value, its fd registered.
+struct ConnectionFd(crate::cm::Connection);
+
+impl AsRawFd for ConnectionFd {
+    fn as_raw_fd(&self) -> RawFd {
+        std::os::fd::AsFd::as_fd(&self.0).as_raw_fd()
+    }
+}
+
+// Each keeps its id's event channel (an OwnedFd) open and unchanged for
+// as long as it lives.
+impl OwnsFd for ListenerFd {}
+impl OwnsFd for ConnectionFd {}
+
+/// An rdma_cm [`Listener`](crate::cm::Listener) whose connection requests
+/// are awaited.
+///
+/// ```no_run
+/// # async fn f() -> rverbs::Result<()> {
+/// use rverbs::cm::{ConnParams, Listener};
+/// use rverbs::tokio::{accept, AsyncListener};
+/// let l = AsyncListener::new(Listener::bind("10.0.0.1:7471".parse().unwrap(), 16)?)?;
+/// loop {
+///     let req = l.get_request().await?;
+///     let ctx = req.device().open()?;
+///     # let qp: rverbs::Qp = unimplemented!();
+///     // ... PD, CQ, QP on ctx ...
+///     let conn = accept(req, qp, ConnParams::default()).await?;
+///     # let _ = conn;
+/// }
+/// # }
+/// ```
+pub struct AsyncListener {
+    fd: AsyncFd<ListenerFd>,
+}
+
+impl std::fmt::Debug for AsyncListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncListener")
+            .field("listener", &self.fd.get_ref().0)
+            .finish()
+    }
+}
+
+impl AsyncListener {
+    /// Registers `l`'s fd with the current tokio runtime.
+    pub fn new(l: crate::cm::Listener) -> Result<AsyncListener> {
+        Ok(AsyncListener {
+            fd: register("rdma_cm listener", ListenerFd(l))?,
+        })
+    }
+
+    /// The listener.
+    pub fn get_ref(&self) -> &crate::cm::Listener {
+        &self.fd.get_ref().0
+    }
+
+    /// Waits for the next connection request. Cancel-safe: a request is
+    /// taken from the kernel only when it is returned.
+    pub async fn get_request(&self) -> Result<crate::cm::ConnRequest> {
+        loop {
+            let mut guard = self.fd.readable().await.map_err(|source| Error::Io {
+                what: "waiting for the rdma_cm listener".into(),
+                source,
+            })?;
+            match self.fd.get_ref().0.get_request(Some(Duration::ZERO))? {
+                Some(req) => return Ok(req),
+                None => guard.clear_ready(),
+            }
+        }
+    }
+}
+
+/// An rdma_cm [`Connection`](crate::cm::Connection) whose events
+/// (disconnect, device removal, ...) are awaited.
+pub struct AsyncConnection {
+    fd: AsyncFd<ConnectionFd>,
+}
+
+impl std::fmt::Debug for AsyncConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AsyncConnection")
+            .field("connection", &self.fd.get_ref().0)
+            .finish()
+    }
+}
+
+impl AsyncConnection {
+    /// Registers `c`'s fd with the current tokio runtime.
+    pub fn new(c: crate::cm::Connection) -> Result<AsyncConnection> {
+        Ok(AsyncConnection {
+            fd: register("rdma_cm connection", ConnectionFd(c))?,
+        })
+    }
+
+    /// The connection (its QP: [`Connection::qp`](crate::cm::Connection::qp)).
+    pub fn get_ref(&self) -> &crate::cm::Connection {
+        &self.fd.get_ref().0
+    }
+
+    /// The connection, to post to its QP.
+    pub fn get_mut(&mut self) -> &mut crate::cm::Connection {
+        &mut self.fd.get_mut().0
+    }
+
+    /// Waits for the connection's next event (see
+    /// [`Connection::next_event`](crate::cm::Connection::next_event): on a
+    /// disconnect the QP is moved to the error state). Cancel-safe.
+    pub async fn next_event(&mut self) -> Result<crate::cm::CmEvent> {
+        loop {
+            let mut guard = self.fd.readable_mut().await.map_err(|source| Error::Io {
+                what: "waiting for the rdma_cm connection".into(),
+                source,
+            })?;
+            match guard.get_inner_mut().0.next_event(Some(Duration::ZERO))? {
+                Some(ev) => return Ok(ev),
+                None => guard.clear_ready(),
+            }
+        }
+    }
+
+    /// The connection, deregistered.
+    pub fn into_inner(self) -> crate::cm::Connection {
+        self.fd.into_inner().0
+    }
+}
+
+/// Runs a bounded, blocking connection-manager step on tokio's blocking
+/// pool. Each of these steps ends within its own timeout.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    ::tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::invalid(format!("the rdma_cm step's task failed: {e}")))?
+}
+
+/// [`Resolved::resolve`](crate::cm::Resolved::resolve), awaited (address
+/// and route resolution, each bounded by `timeout`, on tokio's blocking
+/// pool).
+pub async fn resolve(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
+    blocking(move || crate::cm::Resolved::resolve(dst, timeout)).await
+}
+
+/// [`Resolved::connect`](crate::cm::Resolved::connect), awaited (bounded
+/// by `params.timeout`), giving an [`AsyncConnection`].
+pub async fn connect(
+    id: crate::cm::Resolved,
+    qp: crate::Qp,
+    params: crate::cm::ConnParams,
+) -> Result<AsyncConnection> {
+    let c = blocking(move || id.connect(qp, &params)).await?;
+    AsyncConnection::new(c)
+}
+
+/// [`ConnRequest::accept`](crate::cm::ConnRequest::accept), awaited
+/// (bounded by `params.timeout`), giving an [`AsyncConnection`].
+pub async fn accept(
+    req: crate::cm::ConnRequest,
+    qp: crate::Qp,
+    params: crate::cm::ConnParams,
+) -> Result<AsyncConnection> {
+    let c = blocking(move || req.accept(qp, &params)).await?;
+    AsyncConnection::new(c)
 }
