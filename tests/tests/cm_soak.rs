@@ -83,6 +83,16 @@ fn settled_kernel_objects(want: Option<&str>) -> String {
     }
 }
 
+/// One side's objects that outlive the connections: PD, CQ, a 4 KiB MR
+/// (the context lives as long as the PD).
+fn long_lived(dev: &rverbs::Device) -> (rverbs::Pd, rverbs::Cq, rverbs::Mr<rverbs::PageBuf>) {
+    let ctx = dev.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let mr = pd.alloc_mr(4096, verbs_tests::all_access()).unwrap();
+    (pd, cq, mr)
+}
+
 #[test]
 fn a_thousand_connections_leak_no_fd_memory_or_kernel_object() {
     let l = Listener::bind(format!("{RXE_IP}:0").parse().unwrap(), 16).unwrap();
@@ -96,13 +106,7 @@ fn a_thousand_connections_leak_no_fd_memory_or_kernel_object() {
                 .get_request(Some(Duration::from_secs(20)))
                 .unwrap()
                 .unwrap_or_else(|| panic!("cycle {i}: no request within 20 s"));
-            let dev = objects.get_or_insert_with(|| {
-                let ctx = req.device().open().unwrap();
-                let pd = ctx.alloc_pd().unwrap();
-                let cq = ctx.create_cq(16).unwrap();
-                let mr = pd.alloc_mr(4096, verbs_tests::all_access()).unwrap();
-                (pd, cq, mr)
-            });
+            let dev = objects.get_or_insert_with(|| long_lived(req.device()));
             let (pd, cq, mr) = dev;
             let mut qp = pd
                 .create_qp(&QpInitAttr::new(QpType::Rc, cq).cap(QpCap::default()))
@@ -138,13 +142,7 @@ fn a_thousand_connections_leak_no_fd_memory_or_kernel_object() {
             baseline = Some((fds(), LIVE.load(Ordering::Relaxed), kern));
         }
         let id = Resolved::resolve(dst, Duration::from_secs(5)).unwrap();
-        let dev = objects.get_or_insert_with(|| {
-            let ctx = id.device().open().unwrap();
-            let pd = ctx.alloc_pd().unwrap();
-            let cq = ctx.create_cq(16).unwrap();
-            let mr = pd.alloc_mr(4096, verbs_tests::all_access()).unwrap();
-            (pd, cq, mr)
-        });
+        let dev = objects.get_or_insert_with(|| long_lived(id.device()));
         let (pd, cq, mr) = dev;
         let qp = pd
             .create_qp(&QpInitAttr::new(QpType::Rc, cq).cap(QpCap::default()))

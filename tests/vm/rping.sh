@@ -31,18 +31,7 @@ fi
 rows=()
 failed=0
 
-# Waits until an rdma_cm id listens on $1 (rdma res show cm_id), or fails
-# after ~10 s or as soon as process $2 is gone.
-wait_cm_listen() {
-    for _ in $(seq 100); do
-        kill -0 "$2" 2>/dev/null || return 1
-        if rdma res show cm_id 2>/dev/null | grep "state LISTEN" | grep -q ":$1\b"; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    return 1
-}
+. "$(dirname "$0")/lib/net.sh"
 
 record() {
     local mix=$1 size=$2 why=$3 result=ok

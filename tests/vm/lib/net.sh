@@ -17,3 +17,17 @@ wait_listen() {
     done
     return 1
 }
+
+# wait_cm_listen PORT PID: waits until an rdma_cm id listens on PORT
+# (`rdma res show cm_id`, any port space), without connecting to it. Fails
+# after ~10 s, or as soon as process PID (the server) is gone.
+wait_cm_listen() {
+    for _ in $(seq 100); do
+        kill -0 "$2" 2>/dev/null || return 1
+        if rdma res show cm_id 2>/dev/null | grep "state LISTEN" | grep -q ":$1\b"; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}

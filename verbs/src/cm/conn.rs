@@ -100,14 +100,18 @@ impl Id {
         }
     }
 
-    /// Waits for `want`; the failure events become their [`CmError`].
-    fn expect(&self, want: CmEventKind, step: &'static str, timeout: Duration) -> Result<CmEvent> {
-        let ev = self
-            .next_event(Instant::now().checked_add(timeout))?
+    /// The next event within `timeout`, or [`CmError::Timeout`] for `step`.
+    fn event_within(&self, step: &'static str, timeout: Duration) -> Result<CmEvent> {
+        self.next_event(Instant::now().checked_add(timeout))?
             .ok_or(Error::Cm(CmError::Timeout {
                 step,
                 after: timeout,
-            }))?;
+            }))
+    }
+
+    /// Waits for `want`; the failure events become their [`CmError`].
+    fn expect(&self, want: CmEventKind, step: &'static str, timeout: Duration) -> Result<CmEvent> {
+        let ev = self.event_within(step, timeout)?;
         if ev.kind() == want {
             return Ok(ev);
         }
@@ -436,12 +440,7 @@ impl Resolved {
             },
         )
         .map_err(Error::kernel("rdma_connect"))?;
-        let ev = id
-            .next_event(Instant::now().checked_add(params.timeout))?
-            .ok_or(Error::Cm(CmError::Timeout {
-                step: "the peer's answer",
-                after: params.timeout,
-            }))?;
+        let ev = id.event_within("the peer's answer", params.timeout)?;
         match ev.kind() {
             CmEventKind::ConnectResponse => {
                 id.ready_qp(&mut qp, params)?;
@@ -502,12 +501,7 @@ impl Resolved {
             },
         )
         .map_err(Error::kernel("rdma_connect (SIDR)"))?;
-        let ev = id
-            .next_event(Instant::now().checked_add(timeout))?
-            .ok_or(Error::Cm(CmError::Timeout {
-                step: "the peer's SIDR answer",
-                after: timeout,
-            }))?;
+        let ev = id.event_within("the peer's SIDR answer", timeout)?;
         match ev.kind() {
             CmEventKind::Established => Ok(ev.ud().clone()),
             // A SIDR REP whose status is not success: the status is the
