@@ -37,7 +37,7 @@ one() {
         cmd="$(tool "$server") -s -v -a $SELF -p $port -S $size"
         echo "run $RUN_NO: server: $cmd"
         rc=0
-        timeout "$RUN_LIMIT" $cmd >"$log" 2>"$log.err" || rc=$?
+        timeout -k 5 "$RUN_LIMIT" $cmd >"$log" 2>"$log.err" || rc=$?
         want=0
     else
         cmd="$(tool "$client") -c -v -V -a $RVERBS_PEER_ADDR -p $port -S $size -C $COUNT"
@@ -45,7 +45,7 @@ one() {
         while :; do
             rc=0
             # stdout apart: rping's buffered lines would be cut by stderr.
-            timeout "$RUN_LIMIT" $cmd >"$log" 2>"$log.err" || rc=$?
+            timeout -k 5 "$RUN_LIMIT" $cmd >"$log" 2>"$log.err" || rc=$?
             # Only a rejected connection (no listener yet) is retried.
             [ "$rc" -ne 0 ] && grep -qi "rejected" "$log" "$log.err" || break
             [ $(($(date +%s) - start)) -lt "$CONNECT_LIMIT" ] || break

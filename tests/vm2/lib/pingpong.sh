@@ -60,12 +60,12 @@ pp() {
     if [ "$RVERBS_ROLE" = a ]; then
         echo "run $RUN_NO: server: $cmd"
         rc=0
-        timeout "$RUN_LIMIT" $cmd >"$log" 2>&1 || rc=$?
+        timeout -k 5 "$RUN_LIMIT" $cmd >"$log" 2>&1 || rc=$?
     else
         echo "run $RUN_NO: client: $cmd $RVERBS_PEER_ADDR"
         while :; do
             rc=0
-            timeout "$RUN_LIMIT" $cmd "$RVERBS_PEER_ADDR" >"$log" 2>&1 || rc=$?
+            timeout -k 5 "$RUN_LIMIT" $cmd "$RVERBS_PEER_ADDR" >"$log" 2>&1 || rc=$?
             # Only a refused connection is retried (the server is not up yet).
             [ "$rc" -ne 0 ] && grep -qi "couldn't connect to $RVERBS_PEER_ADDR" "$log" || break
             [ $(($(date +%s) - start)) -lt "$CONNECT_LIMIT" ] || break

@@ -63,6 +63,30 @@ pub struct VmOptions {
 #[derive(Debug)]
 pub struct Timeout(pub u64);
 
+/// The guest failed in its own set-up (rxe0, the link, the pair's ready
+/// barrier), before the command ran: a failure of the testbed, not of the
+/// command.
+#[derive(Debug)]
+pub struct SetupFailed(pub String);
+
+impl std::fmt::Display for SetupFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the guest failed before the command ran: {}", self.0)
+    }
+}
+
+impl std::error::Error for SetupFailed {}
+
+/// Whether a pair failed in its testbed set-up before either command ran
+/// to its end: one guest failed its set-up (see [`SetupFailed`]) and
+/// neither reported a command status.
+pub fn pair_setup_failed(outcomes: &[Result<VmOutcome>; 2]) -> bool {
+    outcomes
+        .iter()
+        .any(|o| matches!(o, Err(e) if e.downcast_ref::<SetupFailed>().is_some()))
+        && outcomes.iter().all(|o| o.is_err())
+}
+
 impl std::fmt::Display for Timeout {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -752,7 +776,7 @@ impl Guest {
             print_line(&format!("qemu: {line}"));
         }
         if let Some(msg) = self.console.fatal.lock().unwrap().clone() {
-            bail!("the guest failed before the command ran: {msg}");
+            return Err(SetupFailed(msg).into());
         }
         let exit = self
             .exit
@@ -1182,6 +1206,15 @@ mod tests {
         assert_eq!(pair_status(&[ok(2), ok(3)]), 2);
         assert_eq!(pair_status(&[ok(0), Err(anyhow!("setup"))]), 1);
         assert_eq!(pair_status(&[ok(0), Err(Timeout(5).into())]), 124);
+        let setup = || -> Result<VmOutcome> { Err(SetupFailed("no eth0".into()).into()) };
+        assert!(pair_setup_failed(&[setup(), Err(anyhow!("peer a failed"))]));
+        assert!(pair_setup_failed(&[setup(), setup()]));
+        // A command that ran (whatever its status) is a real result.
+        assert!(!pair_setup_failed(&[setup(), ok(1)]));
+        assert!(!pair_setup_failed(&[
+            Err(Timeout(300).into()),
+            Err(anyhow!("x"))
+        ]));
     }
 
     #[test]
