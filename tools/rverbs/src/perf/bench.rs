@@ -29,10 +29,51 @@ const WC_BATCH: usize = 32;
 /// Empty polls between looks at the clock (timeouts, progress, the peer).
 const SPIN_CHECK: u32 = 1024;
 
+/// What the loops tell the peer, and ask it, besides the data: our own
+/// TCP channel ([`Ctrl`]) does all three; perftest's channel (`-R`) has
+/// no room for them during a run ([`Silent`]).
+pub trait Control {
+    /// The client's progress: `n` messages complete in this size.
+    fn progress(&mut self, n: u64) -> Result<()>;
+    /// A look at the peer without waiting: the count of an ended `-D`
+    /// run, if it said so; an error if it failed or hung up.
+    fn poll_done(&mut self) -> Result<Option<u64>>;
+    /// A `-D` run ended after `n` messages.
+    fn done(&mut self, n: u64) -> Result<()>;
+}
+
+impl Control for Ctrl {
+    fn progress(&mut self, n: u64) -> Result<()> {
+        self.send(&Msg::Progress(n))
+    }
+    fn poll_done(&mut self) -> Result<Option<u64>> {
+        Ctrl::poll_done(self)
+    }
+    fn done(&mut self, n: u64) -> Result<()> {
+        self.send(&Msg::Done(n))
+    }
+}
+
+/// A [`Control`] that says and hears nothing (perftest's `-R` channel,
+/// idle while the client runs).
+pub struct Silent;
+
+impl Control for Silent {
+    fn progress(&mut self, _n: u64) -> Result<()> {
+        Ok(())
+    }
+    fn poll_done(&mut self) -> Result<Option<u64>> {
+        Ok(None)
+    }
+    fn done(&mut self, _n: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// The verbs objects a run uses.
-pub struct Res {
-    /// The RC QP.
-    pub qp: Qp,
+pub struct Res<'q> {
+    /// The RC QP (ours, or the one an rdma_cm connection owns).
+    pub qp: &'q mut Qp,
     /// Send completions.
     pub scq: Cq,
     /// Receive completions.
@@ -54,8 +95,8 @@ pub struct Peer {
     addr: u64,
     /// Its rkey.
     rkey: u32,
-    /// Its length (two halves).
-    len: u64,
+    /// Bytes usable at `addr` (READ) and at `dest` (WRITE, atomics).
+    room: u64,
     /// Address of its second half.
     dest: u64,
 }
@@ -74,9 +115,27 @@ impl Peer {
         Ok(Peer {
             addr,
             rkey,
-            len,
+            room: len / 2,
             // Cannot overflow: addr + len does not.
             dest: addr + len / 2,
+        })
+    }
+
+    /// A peer that announced only where to write (perftest's `-R`): `room`
+    /// bytes at `vaddr` with `rkey`; refused if they would run past the
+    /// end of the address space.
+    pub fn remote(vaddr: u64, rkey: u32, room: u64) -> Result<Peer> {
+        if vaddr.checked_add(room).is_none() {
+            bail!(
+                "the peer announced its buffer at {vaddr:#x}: {room} bytes from there \
+                 run past the end of the address space"
+            );
+        }
+        Ok(Peer {
+            addr: vaddr,
+            rkey,
+            room,
+            dest: vaddr,
         })
     }
 
@@ -215,13 +274,13 @@ impl Ticker {
     }
 
     /// Called with the current time and count; acts once a second.
-    fn tick(&mut self, now: Instant, done: u64, ctrl: &mut Ctrl) -> Result<()> {
+    fn tick(&mut self, now: Instant, done: u64, ctrl: &mut dyn Control) -> Result<()> {
         if now < self.next {
             return Ok(());
         }
         self.next = now + Duration::from_secs(1);
         if self.send {
-            ctrl.send(&Msg::Progress(done))?;
+            ctrl.progress(done)?;
         }
         self.show(now, done);
         Ok(())
@@ -428,7 +487,7 @@ impl Bench {
     /// Before the size's barrier: posts the receives of a SEND test (as
     /// many as the run needs, at most `-r`), clears the byte a WRITE
     /// latency run polls.
-    pub fn prepare(&mut self, res: &mut Res, size: usize) -> Result<()> {
+    pub fn prepare(&mut self, res: &mut Res<'_>, size: usize) -> Result<()> {
         self.rposted = 0;
         if self.receives() {
             let rsge = [res.mr.sge(res.half..res.half + size)?];
@@ -455,8 +514,8 @@ impl Bench {
     /// released it.
     pub fn run(
         &mut self,
-        res: &mut Res,
-        ctrl: &mut Ctrl,
+        res: &mut Res<'_>,
+        ctrl: &mut dyn Control,
         size: usize,
         go: Instant,
     ) -> Result<Report> {
@@ -494,7 +553,7 @@ impl Bench {
     }
 
     /// The local range a client request uses.
-    fn local_range(&self, res: &Res, size: usize) -> std::ops::Range<usize> {
+    fn local_range(&self, res: &Res<'_>, size: usize) -> std::ops::Range<usize> {
         match self.p.verb {
             Verb::Read => res.half..res.half + size,
             Verb::Atomic => res.half..res.half + 8,
@@ -503,17 +562,22 @@ impl Bench {
     }
 
     fn check_peer(&self, size: usize) -> Result<()> {
-        if (size as u64) > self.peer.len / 2 {
+        if (size as u64) > self.peer.room {
             bail!(
                 "the peer's buffer ({} bytes a half) is smaller than the {size}-byte messages",
-                self.peer.len / 2
+                self.peer.room
             );
         }
         Ok(())
     }
 
     /// Bandwidth, sending side: keeps up to `-t` requests in flight.
-    fn bw_sender(&mut self, res: &mut Res, ctrl: &mut Ctrl, size: usize) -> Result<Report> {
+    fn bw_sender(
+        &mut self,
+        res: &mut Res<'_>,
+        ctrl: &mut dyn Control,
+        size: usize,
+    ) -> Result<Report> {
         self.check_peer(size)?;
         let sges = [res.mr.sge(self.local_range(res, size))?];
         let inl = [IoSlice::new(
@@ -522,7 +586,7 @@ impl Bench {
         let template = self.template(&sges, &inl, size);
         let base = template.send_flags();
         let mut chain = [template; CHAIN];
-        let (qp, scq) = (&mut res.qp, &mut res.scq);
+        let (qp, scq) = (&mut *res.qp, &mut res.scq);
         let p = &self.p;
         let wc = &mut self.wc;
         let tx = p.tx_depth as u64;
@@ -604,7 +668,7 @@ impl Bench {
             let (n, ns) = ph.sample(t_last, ccnt);
             let mut r = stats::bw_report(size as u64, n, ns, None);
             r.flags |= Report::DURATION;
-            ctrl.send(&Msg::Done(ccnt))?;
+            ctrl.done(ccnt)?;
             return Ok(r);
         }
         let pk = peak.then(|| stats::peak_bw(size as u64, &self.posts, &self.comps));
@@ -620,14 +684,14 @@ impl Bench {
     /// them in chains.
     fn bw_receiver(
         &mut self,
-        res: &mut Res,
-        ctrl: &mut Ctrl,
+        res: &mut Res<'_>,
+        ctrl: &mut dyn Control,
         size: usize,
         go: Instant,
     ) -> Result<Report> {
         let rsge = [res.mr.sge(res.half..res.half + size)?];
         let chain = [RecvWr::new(0, &rsge); CHAIN];
-        let (qp, rcq) = (&mut res.qp, &mut res.rcq);
+        let (qp, rcq) = (&mut *res.qp, &mut res.rcq);
         let p = &self.p;
         let wc = &mut self.wc;
         let mut target = if p.timing.is_some() {
@@ -711,7 +775,12 @@ impl Bench {
 
     /// SEND and WRITE latency: the client sends first; each side sends its
     /// next message once the peer's previous one arrived.
-    fn pingpong(&mut self, res: &mut Res, ctrl: &mut Ctrl, size: usize) -> Result<Report> {
+    fn pingpong(
+        &mut self,
+        res: &mut Res<'_>,
+        ctrl: &mut dyn Control,
+        size: usize,
+    ) -> Result<Report> {
         self.check_peer(size)?;
         let write = self.p.verb == Verb::Write;
         let p = &self.p;
@@ -820,7 +889,7 @@ impl Bench {
                 phases = p.timing.map(|tm| Phases::new(tm, Instant::now()));
             }
             loop {
-                if post_some(&mut res.qp, std::slice::from_ref(&wr))? == 1 {
+                if post_some(res.qp, std::slice::from_ref(&wr))? == 1 {
                     break;
                 }
                 // The device still holds a slot we saw complete: retry.
@@ -887,7 +956,7 @@ impl Bench {
         ticker.finish();
         if let Some(mut ph) = phases {
             if client {
-                ctrl.send(&Msg::Done(sent))?;
+                ctrl.done(sent)?;
             }
             let (n, ns) = ph.sample(Instant::now(), sent);
             return Ok(stats::lat_duration_report(size as u64, n, ns, 2));
@@ -901,7 +970,12 @@ impl Bench {
     }
 
     /// READ and atomic latency: one request at a time, each waited for.
-    fn one_by_one(&mut self, res: &mut Res, ctrl: &mut Ctrl, size: usize) -> Result<Report> {
+    fn one_by_one(
+        &mut self,
+        res: &mut Res<'_>,
+        ctrl: &mut dyn Control,
+        size: usize,
+    ) -> Result<Report> {
         self.check_peer(size)?;
         let sges = [res.mr.sge(self.local_range(res, size))?];
         let inl = [IoSlice::new(&[])];
@@ -927,7 +1001,7 @@ impl Bench {
             if timed {
                 lat_t.push(c);
             }
-            while post_some(&mut res.qp, std::slice::from_ref(&wr))? == 0 {
+            while post_some(res.qp, std::slice::from_ref(&wr))? == 0 {
                 if let Some(t) = watch.spin() {
                     watch.check(t, || format!("request {} not accepted (queue full)", n + 1))?;
                 }
@@ -957,7 +1031,7 @@ impl Bench {
         }
         ticker.finish();
         if let Some(mut ph) = phases {
-            ctrl.send(&Msg::Done(n))?;
+            ctrl.done(n)?;
             let (k, ns) = ph.sample(Instant::now(), n);
             return Ok(stats::lat_duration_report(size as u64, k, ns, 1));
         }
@@ -977,7 +1051,7 @@ fn wait_msg(
     rcq: &mut Cq,
     wc: &mut [Wc],
     watch: &mut Watch,
-    ctrl: &mut Ctrl,
+    ctrl: &mut dyn Control,
     stoppable: bool,
 ) -> Result<bool> {
     let want = n as u8;
@@ -1034,8 +1108,14 @@ mod tests {
         let e = Peer::new(u64::MAX - 10, 1, 4096).unwrap_err().to_string();
         assert!(e.contains("past the end of the address space"), "{e}");
         let p = Peer::new(0x1000, 7, 8192).unwrap();
-        assert_eq!((p.dest(), p.rkey, p.addr, p.len), (0x2000, 7, 0x1000, 8192));
+        assert_eq!(
+            (p.dest(), p.rkey, p.addr, p.room),
+            (0x2000, 7, 0x1000, 4096)
+        );
         let p = Peer::new(u64::MAX - 8192, 7, 8192).unwrap();
         assert_eq!(p.dest(), u64::MAX - 4096);
+        let r = Peer::remote(0x3000, 9, 4096).unwrap();
+        assert_eq!((r.dest(), r.rkey, r.room), (0x3000, 9, 4096));
+        assert!(Peer::remote(u64::MAX - 10, 9, 4096).is_err());
     }
 }

@@ -7,10 +7,14 @@
 //! [`Plan::fit_device`]); [`run`] opens the device, creates the QP and
 //! buffer, exchanges addresses over our own TCP format (`wire`), connects,
 //! and runs every size: the data path is in `bench`, the figures and their
-//! printing in `stats`.
+//! printing in `stats`. With `-R` (`write bw` only, for now) the exchange
+//! and the connection go through rdma_cm the way perftest's `-R` does
+//! ([`ptcomm`], `cm`), so either side may be perftest's `ib_write_bw -R`.
 
 mod bench;
 mod clock;
+mod cm;
+pub mod ptcomm;
 mod stats;
 pub mod wire;
 
@@ -126,10 +130,17 @@ both print the results. Options that shape the test (-s/-a/--max-size, -n,
 
 The out-of-band exchange (addresses, a barrier per size, the client's
 results) is rverbs' own TCP format: rverbs perf talks to rverbs perf only,
-not to perftest's binaries. Latency loops read the CPU's time-stamp counter
-(on x86-64), calibrated against CLOCK_MONOTONIC at start, so -F (perftest's
-CPU frequency check) is accepted and has nothing to do. MB/sec is 2^20 bytes
-per second (perftest's unit); --report_gbits gives 10^9 bits per second.
+not to perftest's binaries. With -R (--rdma_cm; write bw only, for now)
+both the exchange and the data QP go through rdma_cm as perftest's -R
+does (perftest 4.5): then either side may be perftest's ib_write_bw -R,
+the server prints the client's figures, and it waits at most --timeout
+seconds for the client's test to end; the sizes are not compared then
+(perftest's protocol does not carry them): give the server the same -s.
+
+Latency loops read the CPU's time-stamp counter (on x86-64), calibrated
+against CLOCK_MONOTONIC at start, so -F (perftest's CPU frequency check)
+is accepted and has nothing to do. MB/sec is 2^20 bytes per second
+(perftest's unit); --report_gbits gives 10^9 bits per second.
 
 Results go to stdout as perftest's table, or with --json as one JSON
 document (a \"results\" array, one object per size, CPU times included);
@@ -229,6 +240,10 @@ pub struct PerfArgs {
     /// waits for its client without limit.
     #[arg(long = "timeout", value_name = "SECS", default_value = "60", value_parser = num::<u64>)]
     pub timeout: u64,
+    /// Connect through rdma_cm and exchange through it as perftest's -R
+    /// does: interoperates with perftest's ib_write_bw -R (write bw only).
+    #[arg(short = 'R', long = "rdma_cm", alias = "rdma-cm")]
+    pub rdma_cm: bool,
 }
 
 /// A validated test plan.
@@ -284,14 +299,19 @@ pub struct Plan {
     pub retry_count: u8,
     /// Outstanding READs/atomics asked for.
     pub outs: Option<u32>,
-    /// TCP port.
+    /// TCP port (rdma_cm port with `-R`).
     pub port: u16,
+    /// `-R`: rdma_cm, perftest's way.
+    pub rdma_cm: bool,
 }
 
 impl Plan {
     /// Checks the options on their own (no device needed) and fills in
     /// perftest's defaults.
     pub fn new(a: &PerfArgs) -> Result<Plan> {
+        if a.rdma_cm {
+            check_rdma_cm(a)?;
+        }
         if let Some(c) = &a.connection {
             if !c.eq_ignore_ascii_case("RC") {
                 bail!("-c/--connection {c}: rverbs perf runs over RC only");
@@ -474,6 +494,7 @@ impl Plan {
             retry_count: a.retry_count,
             outs: a.outs,
             port: a.port,
+            rdma_cm: a.rdma_cm,
         })
     }
 
@@ -536,6 +557,45 @@ impl Plan {
     }
 }
 
+/// The options `-R` refuses: every test but `write bw`, and what the
+/// connection manager decides with rdma_cm (MTU, GID, port, SL, timeout).
+fn check_rdma_cm(a: &PerfArgs) -> Result<()> {
+    if (a.verb, a.kind) != (Verb::Write, Kind::Bw) {
+        bail!(
+            "-R/--rdma_cm: only `perf write bw -R` (RC) speaks perftest's rdma_cm protocol for now, \
+             not `perf {} {} -R`",
+            a.verb.name(),
+            a.kind.name()
+        );
+    }
+    let refuse = |given: bool, what: &str| -> Result<()> {
+        if given {
+            bail!("-R/--rdma_cm: {what} is not supported with rdma_cm (yet)");
+        }
+        Ok(())
+    };
+    refuse(a.all, "-a/--all")?;
+    refuse(a.duration.is_some(), "-D/--duration")?;
+    refuse(
+        a.mtu.is_some(),
+        "-m/--mtu (the connection manager sets the path MTU)",
+    )?;
+    refuse(
+        a.gid_index.is_some(),
+        "-x/--gid-index (the connection manager picks the GID from the IP route)",
+    )?;
+    refuse(
+        a.ib_port != 1,
+        "-i/--ib-port (the connection manager picks the port from the IP route)",
+    )?;
+    refuse(a.sl != 0, "-S/--sl (the connection manager sets the SL)")?;
+    refuse(
+        a.qp_timeout != 14,
+        "-u/--qp-timeout (the connection manager sets the timeout)",
+    )?;
+    Ok(())
+}
+
 /// The opened device and the port's figures.
 struct Opened {
     ctx: Context,
@@ -591,6 +651,36 @@ fn open(p: &Plan) -> Result<Opened> {
         Some(i) => ctx
             .query_gid(p.ib_port, i)
             .with_context(|| format!("-x/--gid-index {i}: can't read that GID"))?,
+        None => Gid::ZERO,
+    };
+    Ok(Opened {
+        ctx,
+        attr,
+        port,
+        gid_index,
+        gid,
+        name,
+    })
+}
+
+/// The device and port rdma_cm chose (`-R`), opened: like [`open`], with
+/// the port's default GID (printed only).
+fn open_at(dev: &rverbs::Device, port_num: u8) -> Result<Opened> {
+    let name = dev.name().to_string();
+    let ctx = dev
+        .open()
+        .with_context(|| format!("couldn't get a context for {name}"))?;
+    let attr = ctx.query_device().context("couldn't query the device")?;
+    let port = ctx
+        .query_port(port_num)
+        .with_context(|| format!("couldn't query port {port_num}"))?;
+    let gid_index = if port.link_layer() == LinkLayer::Ethernet {
+        ctx.default_gid_index(port_num).ok()
+    } else {
+        None
+    };
+    let gid = match gid_index {
+        Some(i) => ctx.query_gid(port_num, i).unwrap_or(Gid::ZERO),
         None => Gid::ZERO,
     };
     Ok(Opened {
@@ -671,6 +761,11 @@ fn check_match(p: &Plan, mine: &Hello, theirs: &Hello) -> Result<()> {
 }
 
 fn print_banner(p: &Plan, o: &Opened, mtu: Mtu, outs: Option<u32>) {
+    print_banner_via(p, o, mtu, outs, false);
+}
+
+/// The banner; `cm`: of a `-R` run (the rdma_cm lines perftest prints).
+fn print_banner_via(p: &Plan, o: &Opened, mtu: Mtu, outs: Option<u32>, cm: bool) {
     println!("{RULE}");
     let title = format!(
         "{} {} Test",
@@ -710,7 +805,17 @@ fn print_banner(p: &Plan, o: &Opened, mtu: Mtu, outs: Option<u32>) {
         ),
         None => println!(" Iterations      : {}", p.iters),
     }
-    println!(" Data ex. method : TCP (rverbs perf's own format)");
+    if cm {
+        println!(" rdma_cm QPs\t : ON");
+        println!(" Data ex. method : rdma_cm");
+        if p.host.is_none() {
+            println!("{RULE}");
+            println!(" Waiting for client rdma_cm QP to connect");
+            println!(" Please run the same command with the IB/RoCE interface IP");
+        }
+    } else {
+        println!(" Data ex. method : TCP (rverbs perf's own format)");
+    }
     println!("{RULE}");
 }
 
@@ -726,6 +831,9 @@ fn print_address(which: &str, h: &Hello) {
 pub fn run(a: &PerfArgs) -> Result<()> {
     let _ = a.cpu_freq;
     let mut plan = Plan::new(a)?;
+    if plan.rdma_cm {
+        return cm::run_cm(plan);
+    }
     let o = open(&plan)?;
     plan.fit_device(&o.attr, &o.port)?;
     if plan.sizes.is_empty() {
@@ -881,7 +989,7 @@ pub fn run(a: &PerfArgs) -> Result<()> {
         }
         ctrl.sync(client)?;
         let mut res = Res {
-            qp,
+            qp: &mut qp,
             scq,
             rcq,
             mr,
@@ -1204,6 +1312,36 @@ mod tests {
             &["write", "bw", "a", "b"],
         ] {
             assert!(args(v).is_err(), "{v:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn rdma_cm_is_write_bw_only() {
+        let p = plan(&["write", "bw", "-R", "-s", "4096", "-n", "1000", "10.0.0.1"]).unwrap();
+        assert!(p.rdma_cm);
+        assert_eq!(
+            (p.sizes.clone(), p.iters, p.port),
+            (vec![4096], 1000, 18515)
+        );
+        let p = plan(&["write", "bw", "--rdma_cm", "-p", "19000"]).unwrap();
+        assert!(p.rdma_cm && p.host.is_none());
+        assert_eq!(p.port, 19000);
+        assert!(!plan(&["write", "bw"]).unwrap().rdma_cm);
+        for (v, want) in [
+            (&["read", "bw", "-R"][..], "only `perf write bw -R`"),
+            (&["send", "bw", "-R"], "not `perf send bw -R`"),
+            (&["write", "lat", "-R"], "not `perf write lat -R`"),
+            (&["write", "bw", "-R", "-a"], "-a/--all"),
+            (&["write", "bw", "-R", "-D", "5"], "-D/--duration"),
+            (&["write", "bw", "-R", "-m", "1024"], "-m/--mtu"),
+            (&["write", "bw", "-R", "-x", "1"], "-x/--gid-index"),
+            (&["write", "bw", "-R", "-i", "2"], "-i/--ib-port"),
+            (&["write", "bw", "-R", "-S", "1"], "-S/--sl"),
+            (&["write", "bw", "-R", "-u", "16"], "-u/--qp-timeout"),
+            (&["write", "bw", "-R", "-c", "UC"], "RC only"),
+        ] {
+            let e = format!("{:#}", plan(v).unwrap_err());
+            assert!(e.contains(want), "{v:?}: {e}");
         }
     }
 

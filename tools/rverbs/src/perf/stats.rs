@@ -145,7 +145,8 @@ pub struct Format {
 }
 
 impl Format {
-    fn bw_unit(&self) -> (&'static str, f64) {
+    /// The bandwidth unit: its label and its bytes per second.
+    pub fn bw_unit(&self) -> (&'static str, f64) {
         if self.gbits {
             ("Gb/sec", 1.25e8)
         } else {
