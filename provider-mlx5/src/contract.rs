@@ -145,6 +145,8 @@ impl Provider for Mlx5 {
             // RoCE needs the destination MAC (CREATE_AH's mlx5 answer) in
             // the address vector, which this provider does not set yet.
             Feature::RoceAddressHandle => false,
+            // mlx5 binds windows with UMR work requests, not built yet.
+            Feature::MemoryWindows => false,
             // A feature the contract gains is unsupported until done here.
             _ => false,
         }

@@ -500,7 +500,7 @@ impl SendQueue {
             WrOpcode::AtomicCmpAndSwp => wqe_op::ATOMIC_CS,
             WrOpcode::AtomicFetchAndAdd => wqe_op::ATOMIC_FA,
             // Refused by `check_send`.
-            WrOpcode::LocalInv | WrOpcode::SendWithInv => 0,
+            WrOpcode::LocalInv | WrOpcode::SendWithInv | WrOpcode::BindMw => 0,
         };
         match self.checks.qp_type() {
             qp_type::UD => {

@@ -168,7 +168,8 @@ fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, inline_flag: u32) {
     hdr.wr.opcode = wr.opcode() as u32;
     hdr.wr.send_flags = wr.send_flags().difference(SendFlags::INLINE).bits() | inline_flag;
     hdr.wr.ex = match wr.opcode() {
-        WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.imm_data(),
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.invalidate_rkey(),
+        WrOpcode::BindMw => 0,
         _ => wr.imm_data().to_be(),
     };
     if wr.opcode().is_rdma() {
@@ -183,6 +184,14 @@ fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, inline_flag: u32) {
         a.swap = wr.swap();
         a.rkey = wr.rkey();
         hdr.iova = wr.remote_addr();
+    } else if let Some(b) = wr.bind_mw() {
+        let m: &mut rxe::WrMw = wr_arm(&mut hdr.wr);
+        m.addr = b.addr;
+        m.length = b.length;
+        m.mr_lkey = b.mr_lkey;
+        m.mw_rkey = b.mw_rkey;
+        m.rkey = b.rkey;
+        m.access = b.access.bits();
     }
     if let Some(d) = wr.ud_dest() {
         let u: &mut rxe::WrUd = wr_arm(&mut hdr.wr);

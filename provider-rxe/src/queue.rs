@@ -245,11 +245,10 @@ impl SendRing {
             .map(|sges| sges.max(max_inline as usize))
             .and_then(|body| body.checked_add(size_of::<SendWqe>()));
         check_geometry(&q, max_wr, room)?;
-        Ok(SendRing {
-            q,
-            max_wr,
-            checks: SendChecks::new(qp_type, max_sge, max_inline),
-        })
+        // rxe has memory windows (type 1 and type 2B) on every kernel.
+        let mut checks = SendChecks::new(qp_type, max_sge, max_inline);
+        checks.allow_mw();
+        Ok(SendRing { q, max_wr, checks })
     }
 
     /// The mapped ring.

@@ -1,7 +1,6 @@
 //! RC atomics on a real rxe device (compare-and-swap, fetch-and-add: the
-//! remote 8 bytes change and the original lands in the local 8 bytes), the
-//! access checks that guard them, and the invalidate opcodes rxe cannot
-//! perform on plain MRs.
+//! remote 8 bytes change and the original lands in the local 8 bytes) and
+//! the access checks that guard them.
 
 #![forbid(unsafe_code)]
 

@@ -50,6 +50,8 @@ pub mod nr {
     pub const REG_MR: u32 = 9;
     pub const REREG_MR: u32 = 11;
     pub const DEREG_MR: u32 = 13;
+    pub const ALLOC_MW: u32 = 14;
+    pub const DEALLOC_MW: u32 = 16;
     pub const CREATE_COMP_CHANNEL: u32 = 17;
     pub const CREATE_CQ: u32 = 18;
     pub const RESIZE_CQ: u32 = 19;
@@ -156,6 +158,8 @@ macro_rules! plain_cmds {
 plain_cmds! {
     crate::pd::AllocPd => ALLOC_PD, crate::pd::AllocPdResp;
     crate::pd::DeallocPd => DEALLOC_PD, NoResp;
+    crate::mw::AllocMw => ALLOC_MW, crate::mw::AllocMwResp;
+    crate::mw::DeallocMw => DEALLOC_MW, NoResp;
     crate::device::QueryDevice => QUERY_DEVICE, crate::device::QueryDeviceResp;
     crate::device::QueryPort => QUERY_PORT, crate::device::QueryPortResp;
     crate::ah::CreateAh => CREATE_AH, crate::ah::CreateAhResp;

@@ -24,6 +24,7 @@ pub mod device;
 pub mod ioctl;
 pub mod mlx5;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 pub mod rxe;

@@ -141,6 +141,22 @@ pub struct WrAtomic {
     pub reserved: u32,
 }
 
+/// The `mw` arm of `rxe_send_wr.wr`: a BIND_MW request binding window
+/// `mw_rkey` to `length` bytes at `addr` of the MR `mr_lkey`, under the new
+/// key `rkey` (the window's index with a new low byte) and the remote
+/// `access` flags (`IB_ACCESS_*`). Length 0 unbinds a type 1 window.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[allow(missing_docs)]
+pub struct WrMw {
+    pub addr: u64,
+    pub length: u64,
+    pub mr_lkey: u32,
+    pub mw_rkey: u32,
+    pub rkey: u32,
+    pub access: u32,
+}
+
 /// The `ud` arm of `rxe_send_wr.wr`.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -197,6 +213,7 @@ impl SendWr {
 
 const _: () = assert!(size_of::<WrRdma>() <= SEND_WR_UNION_BYTES);
 const _: () = assert!(size_of::<WrAtomic>() <= SEND_WR_UNION_BYTES);
+const _: () = assert!(size_of::<WrMw>() <= SEND_WR_UNION_BYTES);
 const _: () = assert!(SEND_WR_UNION_BYTES % 8 == 0);
 
 /// `struct rxe_dma_info` without its flexible SGE/inline array.

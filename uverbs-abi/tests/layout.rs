@@ -40,7 +40,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use rverbs_abi::mlx5::prm;
-use rverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, pd, qp, rxe, srq, ucma, wr};
+use rverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, mw, pd, qp, rxe, srq, ucma, wr};
 
 /// Per-entry options; the macro sets the named ones, so a misspelt option
 /// is a compile error.
@@ -221,6 +221,16 @@ fn entries() -> Vec<Entry> {
         pd::AllocPdResp => "struct ib_uverbs_alloc_pd_resp" [flex = "driver_data"] { pd_handle }
         pd::DeallocPd => "struct ib_uverbs_dealloc_pd" { pd_handle }
 
+        // mw.rs
+        mw::AllocMw => "struct ib_uverbs_alloc_mw" [flex = "driver_data"] {
+            response, pd_handle, mw_type, reserved
+        }
+        mw::AllocMwResp => "struct ib_uverbs_alloc_mw_resp"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] {
+            mw_handle, rkey
+        }
+        mw::DeallocMw => "struct ib_uverbs_dealloc_mw" { mw_handle }
+
         // mr.rs
         mr::RegMr => "struct ib_uverbs_reg_mr" [flex = "driver_data"] {
             response, start, length, hca_va, pd_handle, access_flags
@@ -382,6 +392,9 @@ fn entries() -> Vec<Entry> {
         rxe::WrRdma => "struct rxe_send_wr" [member = "wr.rdma"] { remote_addr, rkey, reserved }
         rxe::WrAtomic => "struct rxe_send_wr" [member = "wr.atomic"] {
             remote_addr, compare_add, swap, rkey, reserved
+        }
+        rxe::WrMw => "struct rxe_send_wr" [member = "wr.mw"] {
+            addr, length, mr_lkey, mw_rkey, rkey, access
         }
         rxe::WrUd => "struct rxe_send_wr" [member = "wr.ud"] {
             remote_qpn, remote_qkey, pkey_index, reserved, ah_num, pad, av
@@ -556,6 +569,8 @@ fn constants() -> Vec<Const> {
         "IB_USER_VERBS_CMD_QUERY_DEVICE" => nr::QUERY_DEVICE,
         "IB_USER_VERBS_CMD_QUERY_PORT" => nr::QUERY_PORT,
         "IB_USER_VERBS_CMD_ALLOC_PD" => nr::ALLOC_PD,
+        "IB_USER_VERBS_CMD_ALLOC_MW" => nr::ALLOC_MW,
+        "IB_USER_VERBS_CMD_DEALLOC_MW" => nr::DEALLOC_MW,
         "IB_USER_VERBS_CMD_DEALLOC_PD" => nr::DEALLOC_PD,
         "IB_USER_VERBS_CMD_CREATE_AH" => nr::CREATE_AH,
         "IB_USER_VERBS_CMD_DESTROY_AH" => nr::DESTROY_AH,

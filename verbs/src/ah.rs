@@ -36,16 +36,17 @@
 //! the provider cannot set yet: [`Pd::create_ah`] refuses them there with
 //! [`Error::Kernel`] `EOPNOTSUPP`.
 //!
-//! # Not supported on rxe
+//! # Invalidation on rxe
 //!
-//! LOCAL_INV and SEND_WITH_INV are refused at post time with
-//! [`PostError::InvalidateUnsupported`](crate::PostError::InvalidateUnsupported): rxe invalidates only memory windows
-//! and fast-registration MRs (`mr->type == IB_MR_TYPE_MEM_REG` in
-//! `rxe_invalidate_mr`), and an MR from a plain registration is neither.
-//! On Linux 6.1 the kernel completes a LOCAL_INV of such an MR with
+//! LOCAL_INV and SEND_WITH_INV invalidate type 2 memory windows (see
+//! [`crate::mw`]); rxe also invalidates fast-registration MRs, which this
+//! crate does not create. Aimed at an MR from a plain registration they
+//! fail in the kernel: on Linux 6.1 a LOCAL_INV completes with
 //! `LOC_QP_OP_ERR` (6.12: `WR_FLUSH_ERR`) and moves the QP to the error
 //! state; a SEND_WITH_INV completes as a success at the sender while the
 //! receiver gets `REM_INV_REQ_ERR` and its QP goes to the error state.
+//! mlx5 refuses all three window operations at post time with
+//! [`PostError::InvalidateUnsupported`](crate::PostError::InvalidateUnsupported).
 //! RDMA READ and atomics are RC only ([`PostError::InvalidOpcode`](crate::PostError::InvalidOpcode) on UC
 //! and UD), and RDMA WRITE is not available on UD.
 

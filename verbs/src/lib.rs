@@ -52,6 +52,7 @@ pub mod event;
 pub mod fork;
 pub mod gid;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 mod provider;
 pub mod qp;
@@ -80,11 +81,14 @@ pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
 pub use fork::{fork_safety, ForkSafety};
 pub use gid::{Gid, GidEntry, GidType};
 pub use mr::{AccessFlags, Mr, MrBuf, PageBuf, Raw, RegisterError, RemoteMr, Scoped};
+pub use mw::{Mw, MwBind, MwType};
 pub use pd::Pd;
 pub use qp::{
     AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr,
     QpState, QpType, SignalEvery,
 };
 pub use rverbs_abi::wr::Sge;
-pub use rverbs_provider::wr::{opcode, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode};
+pub use rverbs_provider::wr::{
+    opcode, MwBindWr, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode,
+};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};

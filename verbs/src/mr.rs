@@ -535,7 +535,7 @@ impl<B> Mr<B> {
         &self.pd
     }
 
-    fn bounds(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
+    pub(crate) fn bounds(&self, range: impl RangeBounds<usize>) -> Result<(usize, usize)> {
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
             Bound::Excluded(&s) => s.saturating_add(1),

@@ -770,6 +770,11 @@ fn send_refusals() {
             PostError::InvalidateUnsupported,
         ),
         (
+            qp_type::RC,
+            op(WrOpcode::BindMw),
+            PostError::InvalidateUnsupported,
+        ),
+        (
             qp_type::UC,
             op(WrOpcode::RdmaRead),
             PostError::InvalidOpcode,

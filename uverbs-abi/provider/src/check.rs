@@ -78,7 +78,11 @@ pub fn inline_len(
     }
     if !matches!(
         opcode,
-        WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm
+        WrOpcode::Send
+            | WrOpcode::SendWithImm
+            | WrOpcode::SendWithInv
+            | WrOpcode::RdmaWrite
+            | WrOpcode::RdmaWriteWithImm
     ) {
         return Err(PostError::InvalidOpcode);
     }
@@ -88,8 +92,9 @@ pub fn inline_len(
 /// The opcode, QP type and destination rules every provider applies to a
 /// send request on a QP of type `qpt` whose payload checks passed
 /// (`length` bytes): READ and atomics on RC only, no RDMA on UD, atomics
-/// 8 bytes in one SGE to an 8-byte aligned address, no invalidation (no
-/// fast-registration MRs or memory windows here), and a UD destination
+/// 8 bytes in one SGE to an 8-byte aligned address, no memory window
+/// operation (BIND_MW, LOCAL_INV, SEND_WITH_INV: see [`check_mw`] for a
+/// provider that has them), and a UD destination
 /// exactly on UD QPs (`has_dest`: the provider found in `wr.ud` what its
 /// WQE needs), UD messages at most `ud_mtu` bytes (one packet).
 pub fn check_send(
@@ -99,7 +104,7 @@ pub fn check_send(
     length: u64,
     has_dest: bool,
 ) -> Result<(), PostError> {
-    if matches!(wr.opcode(), WrOpcode::LocalInv | WrOpcode::SendWithInv) {
+    if wr.opcode().is_mw() {
         return Err(PostError::InvalidateUnsupported);
     }
     if qpt != qp_type::RC && (wr.opcode() == WrOpcode::RdmaRead || wr.opcode().is_atomic()) {
@@ -130,6 +135,31 @@ pub fn check_send(
     Ok(())
 }
 
+/// The rules of the memory window operations, for a provider that has
+/// them ([`SendChecks::allow_mw`]): BIND_MW on RC and UC, LOCAL_INV and
+/// SEND_WITH_INV on RC only (the only transport with an invalidating
+/// packet), BIND_MW and LOCAL_INV without data, none with a UD
+/// destination. `length` is the payload's.
+pub fn check_mw(qpt: u8, wr: &SendWr<'_>, length: u64) -> Result<(), PostError> {
+    let transport_ok = match wr.opcode() {
+        WrOpcode::BindMw => qpt == qp_type::RC || qpt == qp_type::UC,
+        _ => qpt == qp_type::RC,
+    };
+    if !transport_ok {
+        return Err(PostError::InvalidOpcode);
+    }
+    if wr.opcode() != WrOpcode::SendWithInv {
+        let empty = matches!(wr.payload(), Payload::Sge([]));
+        if !empty || length != 0 {
+            return Err(PostError::InvalidOpcode);
+        }
+    }
+    if wr.ud_dest().is_some() {
+        return Err(PostError::UnexpectedAddress);
+    }
+    Ok(())
+}
+
 /// Largest IB MTU: the UD message bound until [`SendChecks::set_ud_mtu`]
 /// says what the port's active MTU is.
 pub const MAX_MTU: u32 = 4096;
@@ -143,6 +173,7 @@ pub struct SendChecks {
     max_inline: u32,
     ud_mtu: u32,
     simple_ops: u32,
+    mw: bool,
 }
 
 impl SendChecks {
@@ -157,7 +188,14 @@ impl SendChecks {
             max_inline,
             ud_mtu: MAX_MTU,
             simple_ops: simple_send_ops(qp_type),
+            mw: false,
         }
+    }
+    /// Accepts the memory window operations (BIND_MW, LOCAL_INV,
+    /// SEND_WITH_INV) under [`check_mw`]'s rules; without this they are
+    /// refused with [`PostError::InvalidateUnsupported`].
+    pub fn allow_mw(&mut self) {
+        self.mw = true;
     }
     /// Bounds UD messages by the port's active MTU (bytes).
     pub fn set_ud_mtu(&mut self, mtu: u32) {
@@ -212,8 +250,12 @@ impl SendChecks {
             return Err(PostError::MessageTooLong);
         }
         if !self.is_simple(wr) {
-            let dest = wr.ud_dest().is_some_and(|d| has_dest(&d));
-            check_send(self.qp_type, self.ud_mtu, wr, length, dest)?;
+            if self.mw && wr.opcode().is_mw() {
+                check_mw(self.qp_type, wr, length)?;
+            } else {
+                let dest = wr.ud_dest().is_some_and(|d| has_dest(&d));
+                check_send(self.qp_type, self.ud_mtu, wr, length, dest)?;
+            }
         }
         Ok(length)
     }
@@ -250,7 +292,7 @@ pub fn check_recv_sges(sg_list: &[Sge], max_sge: u32) -> Result<(), PostError> {
 mod send_check_tests {
     use super::*;
 
-    const OPCODES: [WrOpcode; 9] = [
+    const OPCODES: [WrOpcode; 10] = [
         WrOpcode::RdmaWrite,
         WrOpcode::RdmaWriteWithImm,
         WrOpcode::Send,
@@ -259,6 +301,7 @@ mod send_check_tests {
         WrOpcode::AtomicCmpAndSwp,
         WrOpcode::AtomicFetchAndAdd,
         WrOpcode::LocalInv,
+        WrOpcode::BindMw,
         WrOpcode::SendWithInv,
     ];
 
@@ -362,6 +405,87 @@ mod send_check_tests {
         );
     }
 
+    /// Memory window operations: refused where the provider has none,
+    /// and under `check_mw`'s transport and payload rules where it has.
+    #[test]
+    fn memory_window_rules() {
+        use crate::wr::MwBindWr;
+        use rverbs_abi::mr::AccessFlags;
+        let bind = SendWr::bind_mw_wr(
+            1,
+            MwBindWr {
+                mw_rkey: 0x1234_5601,
+                rkey: 0x1234_5602,
+                mr_lkey: 0x77,
+                addr: 0x1000,
+                length: 4096,
+                access: AccessFlags::REMOTE_WRITE,
+            },
+        );
+        let b = bind.bind_mw().unwrap();
+        assert_eq!(
+            (b.mw_rkey, b.rkey, b.mr_lkey, b.addr, b.length, b.access),
+            (
+                0x1234_5601,
+                0x1234_5602,
+                0x77,
+                0x1000,
+                4096,
+                AccessFlags::REMOTE_WRITE
+            )
+        );
+        assert_eq!(bind.imm_data(), AccessFlags::REMOTE_WRITE.bits());
+        let inv = SendWr::local_inv(2, 0xabcd);
+        assert_eq!(inv.invalidate_rkey(), 0xabcd);
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 1,
+        }];
+        let sinv = SendWr::send_with_inv(3, &sge, 0xbeef);
+        assert_eq!(
+            (sinv.opcode(), sinv.invalidate_rkey()),
+            (WrOpcode::SendWithInv, 0xbeef)
+        );
+        assert_eq!(SendWr::send(4, &sge).invalidate_rkey(), 0);
+
+        let mut rc = SendChecks::new(qp_type::RC, 4, 64);
+        let uc_plain = SendChecks::new(qp_type::UC, 4, 64);
+        for wr in [bind, inv, sinv] {
+            assert_eq!(
+                rc.check(&wr, |_| true),
+                Err(PostError::InvalidateUnsupported),
+                "{wr:?}"
+            );
+            assert_eq!(
+                uc_plain.check(&wr, |_| true),
+                Err(PostError::InvalidateUnsupported)
+            );
+        }
+        rc.allow_mw();
+        assert_eq!(rc.check(&bind, |_| true), Ok(0));
+        assert_eq!(rc.check(&inv, |_| true), Ok(0));
+        assert_eq!(rc.check(&sinv, |_| true), Ok(64));
+        let mut uc = SendChecks::new(qp_type::UC, 4, 64);
+        uc.allow_mw();
+        assert_eq!(uc.check(&bind, |_| true), Ok(0));
+        assert_eq!(uc.check(&inv, |_| true), Err(PostError::InvalidOpcode));
+        assert_eq!(uc.check(&sinv, |_| true), Err(PostError::InvalidOpcode));
+        let mut ud = SendChecks::new(qp_type::UD, 4, 64);
+        ud.allow_mw();
+        assert_eq!(ud.check(&bind, |_| true), Err(PostError::InvalidOpcode));
+        // No data on BIND_MW or LOCAL_INV, no UD destination on any.
+        let with_data = SendWr::any(5, WrOpcode::LocalInv, Payload::Sge(&sge));
+        assert_eq!(
+            rc.check(&with_data, |_| true),
+            Err(PostError::InvalidOpcode)
+        );
+        assert_eq!(
+            rc.check(&sinv.ud(1, 2, 3), |_| true),
+            Err(PostError::UnexpectedAddress)
+        );
+    }
+
     /// The shared payload checks: inline totals up to the maximum pass,
     /// one byte more or a READ/atomic opcode does not; SGE totals add up.
     #[test]
@@ -376,6 +500,7 @@ mod send_check_tests {
             Ok(40)
         );
         assert_eq!(inline_len(WrOpcode::Send, &[], 0), Ok(0));
+        assert_eq!(inline_len(WrOpcode::SendWithInv, &bufs, 60), Ok(60));
         assert_eq!(
             inline_len(WrOpcode::Send, &bufs, 59),
             Err(PostError::InlineTooLarge { len: 60, max: 59 })
@@ -385,7 +510,7 @@ mod send_check_tests {
             WrOpcode::AtomicCmpAndSwp,
             WrOpcode::AtomicFetchAndAdd,
             WrOpcode::LocalInv,
-            WrOpcode::SendWithInv,
+            WrOpcode::BindMw,
         ] {
             assert_eq!(
                 inline_len(op, &bufs, 60),

@@ -83,6 +83,9 @@ pub enum Feature {
     RoceAddressHandle,
     /// Resizing an SRQ (MODIFY_SRQ with `max_wr`).
     SrqResize,
+    /// Memory windows: ALLOC_MW and the BIND_MW, LOCAL_INV and
+    /// SEND_WITH_INV work requests.
+    MemoryWindows,
 }
 
 impl fmt::Display for Feature {
@@ -92,6 +95,7 @@ impl fmt::Display for Feature {
             Feature::QpCreateFlags => "QP creation flags",
             Feature::RoceAddressHandle => "address handles on a RoCE port",
             Feature::SrqResize => "resizing an SRQ",
+            Feature::MemoryWindows => "memory windows",
         })
     }
 }

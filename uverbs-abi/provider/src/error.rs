@@ -50,11 +50,9 @@ pub enum PostError {
         /// The port's active MTU in bytes.
         mtu: u32,
     },
-    /// LOCAL_INV or SEND_WITH_INV: devices invalidate only memory windows
-    /// and fast-registration MRs, neither of which this crate's users get
-    /// from a plain registration; on a plain MR the device fails the
-    /// request (or, for SEND_WITH_INV, the receiver) and moves the QP to
-    /// the error state.
+    /// BIND_MW, LOCAL_INV or SEND_WITH_INV on a provider without memory
+    /// windows (mlx5 here: its windows need UMR work requests, not built
+    /// yet). rxe has them.
     InvalidateUnsupported,
     /// A receive posted to a QP that takes its receives from a shared
     /// receive queue: post them to the SRQ.
@@ -101,8 +99,8 @@ impl std::fmt::Display for PostError {
             ),
             PostError::InvalidateUnsupported => write!(
                 f,
-                "LOCAL_INV/SEND_WITH_INV are not supported: only memory windows and \
-                 fast-registration MRs can be invalidated, and plain registered MRs are neither"
+                "memory windows (BIND_MW, LOCAL_INV, SEND_WITH_INV) are not supported by \
+                 this provider"
             ),
             PostError::UsesSrq => write!(
                 f,

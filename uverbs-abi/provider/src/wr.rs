@@ -10,6 +10,7 @@
 
 use std::io::IoSlice;
 
+use rverbs_abi::mr::AccessFlags;
 use rverbs_abi::wr::{send_flags, wr_opcode, Sge};
 
 /// A send work request's operation (`enum ib_uverbs_wr_opcode`).
@@ -30,8 +31,10 @@ pub enum WrOpcode {
     AtomicCmpAndSwp = wr_opcode::ATOMIC_CMP_AND_SWP,
     /// 64-bit fetch and add on remote memory.
     AtomicFetchAndAdd = wr_opcode::ATOMIC_FETCH_AND_ADD,
-    /// Invalidate a local rkey.
+    /// Invalidate a local rkey (a type 2 memory window's).
     LocalInv = wr_opcode::LOCAL_INV,
+    /// Bind a memory window to a range of an MR.
+    BindMw = wr_opcode::BIND_MW,
     /// Send, invalidating an rkey at the peer.
     SendWithInv = wr_opcode::SEND_WITH_INV,
 }
@@ -47,6 +50,11 @@ impl WrOpcode {
     /// Whether the operation is an atomic.
     pub fn is_atomic(self) -> bool {
         matches!(self, Self::AtomicCmpAndSwp | Self::AtomicFetchAndAdd)
+    }
+    /// Whether the operation is a memory window one: BIND_MW, LOCAL_INV,
+    /// SEND_WITH_INV.
+    pub fn is_mw(self) -> bool {
+        matches!(self, Self::BindMw | Self::LocalInv | Self::SendWithInv)
     }
     /// Whether the operation carries immediate data.
     pub fn has_imm(self) -> bool {
@@ -92,6 +100,26 @@ pub struct UdDest<'a> {
     pub remote_qpn: u32,
     /// Q_Key the remote QP expects.
     pub remote_qkey: u32,
+}
+
+/// What a BIND_MW request binds: window `mw_rkey` (its current key) to
+/// `length` bytes at `addr` of the MR whose lkey is `mr_lkey`, with the
+/// remote rights `access`, under the new key `rkey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBindWr {
+    /// The window's current rkey.
+    pub mw_rkey: u32,
+    /// The key the window has once bound (same index, new low byte).
+    pub rkey: u32,
+    /// The MR's lkey.
+    pub mr_lkey: u32,
+    /// Start of the range (an address of the MR).
+    pub addr: u64,
+    /// Bytes in the range.
+    pub length: u64,
+    /// Remote rights through the window (`REMOTE_READ`, `REMOTE_WRITE`,
+    /// `REMOTE_ATOMIC`).
+    pub access: AccessFlags,
 }
 
 /// A send work request, built by an [`opcode`] builder. Chains are slices
@@ -149,6 +177,19 @@ impl<'a> SendWr<'a> {
     /// SEND of `sges` with immediate data `imm` (host order).
     pub const fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
         opcode::Send::new(wr_id, sges).imm(imm).build()
+    }
+    /// SEND of `sges` that invalidates `rkey` at the receiver
+    /// ([`opcode::Send::invalidate`]).
+    pub const fn send_with_inv(wr_id: u64, sges: &'a [Sge], rkey: u32) -> Self {
+        opcode::Send::new(wr_id, sges).invalidate(rkey).build()
+    }
+    /// LOCAL_INV of `rkey` ([`opcode::LocalInv`]).
+    pub const fn local_inv(wr_id: u64, rkey: u32) -> Self {
+        opcode::LocalInv::new(wr_id, rkey).build()
+    }
+    /// BIND_MW as `bind` says ([`opcode::BindMw`]).
+    pub const fn bind_mw_wr(wr_id: u64, bind: MwBindWr) -> Self {
+        opcode::BindMw::new(wr_id, bind).build()
     }
     /// SEND of `bufs`, copied inline into the WQE.
     pub const fn send_inline(wr_id: u64, bufs: &'a [IoSlice<'a>]) -> Self {
@@ -264,7 +305,8 @@ impl<'a> SendWr<'a> {
         self.send_flags
     }
     /// Immediate data in host order (sent big-endian) for the `*_WITH_IMM`
-    /// opcodes, 0 for the others.
+    /// opcodes, 0 for the others but LOCAL_INV and SEND_WITH_INV (their
+    /// [`SendWr::invalidate_rkey`]) and BIND_MW (its access flags).
     #[inline(always)]
     pub const fn imm_data(&self) -> u32 {
         self.imm_data
@@ -298,6 +340,32 @@ impl<'a> SendWr<'a> {
     #[inline(always)]
     pub const fn ud_dest(&self) -> Option<UdDest<'a>> {
         self.ud
+    }
+    /// The rkey a LOCAL_INV or SEND_WITH_INV invalidates (0 for the
+    /// others).
+    #[inline(always)]
+    pub const fn invalidate_rkey(&self) -> u32 {
+        match self.opcode {
+            WrOpcode::LocalInv | WrOpcode::SendWithInv => self.imm_data,
+            _ => 0,
+        }
+    }
+    /// What a BIND_MW binds (`None` for the other opcodes). Kept in the
+    /// request's general fields (address, key, operands), so that the
+    /// request stays the size of the common ones.
+    #[inline(always)]
+    pub const fn bind_mw(&self) -> Option<MwBindWr> {
+        match self.opcode {
+            WrOpcode::BindMw => Some(MwBindWr {
+                mw_rkey: (self.swap >> 32) as u32,
+                rkey: self.rkey,
+                mr_lkey: self.swap as u32,
+                addr: self.remote_addr,
+                length: self.compare_add,
+                access: AccessFlags::from_bits_retain(self.imm_data),
+            }),
+            _ => None,
+        }
     }
 
     /// A request of any opcode with any payload, for the tests of the
@@ -333,7 +401,48 @@ pub mod opcode {
             }
         )*};
     }
-    into_wr!(Send, Write, Read, CompareSwap, FetchAdd);
+    into_wr!(Send, Write, Read, CompareSwap, FetchAdd, LocalInv, BindMw);
+
+    /// LOCAL_INV: invalidates the local rkey `rkey` (a type 2 memory
+    /// window bound on this QP). RC only; no data.
+    #[derive(Debug, Clone, Copy)]
+    pub struct LocalInv<'a>(SendWr<'a>);
+
+    impl<'a> LocalInv<'a> {
+        /// Invalidates `rkey`.
+        pub const fn new(wr_id: u64, rkey: u32) -> Self {
+            let mut wr = SendWr::raw(wr_id, WrOpcode::LocalInv, Payload::Sge(&[]));
+            wr.imm_data = rkey;
+            LocalInv(wr)
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
+
+    /// BIND_MW: binds a memory window (type 2 by this request; type 1
+    /// through the library's bind verb, which posts the same request).
+    /// RC and UC; no data.
+    #[derive(Debug, Clone, Copy)]
+    pub struct BindMw<'a>(SendWr<'a>);
+
+    impl<'a> BindMw<'a> {
+        /// Binds as `bind` says.
+        pub const fn new(wr_id: u64, bind: MwBindWr) -> Self {
+            let mut wr = SendWr::raw(wr_id, WrOpcode::BindMw, Payload::Sge(&[]));
+            wr.remote_addr = bind.addr;
+            wr.compare_add = bind.length;
+            wr.rkey = bind.rkey;
+            wr.swap = ((bind.mw_rkey as u64) << 32) | bind.mr_lkey as u64;
+            wr.imm_data = bind.access.bits();
+            BindMw(wr)
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
 
     /// SEND (or SEND_WITH_IMM with [`Send::imm`]) of a gather list or of
     /// inline bytes.
@@ -358,6 +467,14 @@ pub mod opcode {
         pub const fn imm(mut self, imm: u32) -> Self {
             self.0.opcode = WrOpcode::SendWithImm;
             self.0.imm_data = imm;
+            self
+        }
+        /// Invalidates `rkey` at the receiver (a type 2 memory window bound
+        /// on the receiving QP) as the message arrives: SEND_WITH_INV
+        /// (replaces an immediate). RC only.
+        pub const fn invalidate(mut self, rkey: u32) -> Self {
+            self.0.opcode = WrOpcode::SendWithInv;
+            self.0.imm_data = rkey;
             self
         }
         /// The work request.

@@ -450,6 +450,14 @@ pub(crate) fn objects(rep: &mut Report, dev: &Result<Device, String>) -> R {
         ),
         "QP creation flags not refused as unsupported",
     )?;
+    expect(
+        s,
+        unsupported(
+            pd.alloc_mw(rverbs::MwType::Type2).map(drop),
+            Feature::MemoryWindows,
+        ),
+        "memory windows not refused as unsupported",
+    )?;
     expect(s, srq.max_wr() >= 16, "the refused resize changed the SRQ")?;
     rep.pass(s);
 
