@@ -107,26 +107,9 @@ run_mix() {
     echo "=== $mix size $size (port $port)"
     echo "server: $scmd"
     echo "client: $ccmd"
-    : >"$co"
-    : >"$co.err"
-    eval "timeout $limit $scmd" >"$so" 2>"$so.err" &
-    local spid=$! src=0 crc=0
-    if wait_cm_listen "$port" "$spid"; then
-        eval "timeout $limit $ccmd" >"$co" 2>"$co.err" || crc=$?
-    else
-        echo "server not listening on $port" >"$co.err"
-        crc=255
-    fi
-    # The server ends right after the client (perftest's server after its
-    # data connection is torn down): give it a moment, then stop it.
-    for _ in $(seq 100); do
-        kill -0 "$spid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$spid" 2>/dev/null
-    wait "$spid" || src=$?
-    [ "$src" -ne 0 ] && why+="server exit $src; "
-    [ "$crc" -ne 0 ] && why+="client exit $crc; "
+    run_cm_pair "$port" "$limit" "$scmd" "$so" "$ccmd" "$co"
+    [ "$SERVER_RC" -ne 0 ] && why+="server exit $SERVER_RC; "
+    [ "$CLIENT_RC" -ne 0 ] && why+="client exit $CLIENT_RC; "
     why+=$(check_row client "$co" "$size" yes)
     why+=$(check_row server "$so" "$size" no)
     echo "--- server output:"

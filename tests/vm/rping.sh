@@ -85,22 +85,9 @@ run_mix() {
     echo "client: $ccmd"
     # stdout apart from stderr: rping's buffered stdout lines would be cut
     # by its unbuffered stderr in one file.
-    eval "timeout $limit $scmd" >"$so" 2>"$so.err" &
-    local spid=$! src=0 crc=0
-    if wait_cm_listen "$port" "$spid"; then
-        eval "timeout $limit $ccmd" >"$co" 2>"$co.err" || crc=$?
-    else
-        echo "server not listening on $port" >"$co"
-        crc=255
-    fi
-    for _ in $(seq 100); do
-        kill -0 "$spid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill "$spid" 2>/dev/null
-    wait "$spid" || src=$?
-    [ "$src" -ne 0 ] && why+="server exit $src; "
-    [ "$crc" -ne 0 ] && why+="client exit $crc; "
+    run_cm_pair "$port" "$limit" "$scmd" "$so" "$ccmd" "$co"
+    [ "$SERVER_RC" -ne 0 ] && why+="server exit $SERVER_RC; "
+    [ "$CLIENT_RC" -ne 0 ] && why+="client exit $CLIENT_RC; "
     local n
     for n in $(seq 0 $((count - 1))); do
         local want

@@ -31,3 +31,34 @@ wait_cm_listen() {
     done
     return 1
 }
+
+# run_cm_pair PORT LIMIT SERVER_CMD SERVER_OUT CLIENT_CMD CLIENT_OUT: starts
+# SERVER_CMD in the background (stdout to SERVER_OUT, stderr to
+# SERVER_OUT.err), waits until it listens on rdma_cm PORT, runs CLIENT_CMD
+# (to CLIENT_OUT and CLIENT_OUT.err, which exist afterwards whatever
+# happened), then gives the server ~10 s to end by
+# itself before stopping it. Each command is bounded by timeout LIMIT; the
+# commands are eval'ed (quoted words stay words). Sets SERVER_RC and
+# CLIENT_RC (CLIENT_RC 255: the server never listened, the client did not
+# run).
+run_cm_pair() {
+    local port=$1 limit=$2 scmd=$3 so=$4 ccmd=$5 co=$6 spid
+    SERVER_RC=0
+    CLIENT_RC=0
+    : >"$co"
+    : >"$co.err"
+    eval "timeout $limit $scmd" >"$so" 2>"$so.err" &
+    spid=$!
+    if wait_cm_listen "$port" "$spid"; then
+        eval "timeout $limit $ccmd" >"$co" 2>"$co.err" || CLIENT_RC=$?
+    else
+        echo "server not listening on $port" >>"$co.err"
+        CLIENT_RC=255
+    fi
+    for _ in $(seq 100); do
+        kill -0 "$spid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill "$spid" 2>/dev/null
+    wait "$spid" || SERVER_RC=$?
+}

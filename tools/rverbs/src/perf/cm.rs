@@ -18,7 +18,7 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use rverbs::cm::{ConnParams, Connection, Listener, Resolved};
 use rverbs::{AccessFlags, Cq, Errno, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType};
 
-use super::bench::{Bench, Params, Peer, Res, Silent};
+use super::bench::{Bench, Peer, Res, Silent};
 use super::ptcomm::{self, BwFigures, PtComm, PtDest, CACHE_LINE, RESOLVE_TIMEOUT, STEP_TIMEOUT};
 use super::stats::RULE;
 use super::wire::Report;
@@ -250,7 +250,7 @@ fn client(p: &mut Plan) -> Result<()> {
             half,
             inline_src: vec![0x5a; p.inline as usize],
         };
-        let mut bench = Bench::new(params(p, true), peer_buf);
+        let mut bench = Bench::new(p.bench_params(true, " -R"), peer_buf);
         bench.prepare(&mut res, size)?;
         let (u0, s0) = rusage();
         let mut r = bench.run(&mut res, &mut Silent, size, Instant::now())?;
@@ -282,25 +282,6 @@ fn client(p: &mut Plan) -> Result<()> {
         println!("{}", json_doc(p, &o, true, &[report]));
     }
     Ok(())
-}
-
-fn params(p: &Plan, client: bool) -> Params {
-    Params {
-        verb: p.verb,
-        kind: p.kind,
-        client,
-        iters: p.iters,
-        timing: p.timing,
-        tx_depth: p.tx_depth,
-        rx_depth: p.rx_depth,
-        cq_mod: p.cq_mod,
-        inline: p.inline,
-        peak: p.peak,
-        cmp_swap: p.cmp_swap,
-        limit: p.limit,
-        progress: !p.json,
-        label: format!("perf {} {} -R", p.verb.name(), p.kind.name()),
-    }
 }
 
 fn server(p: &mut Plan) -> Result<()> {

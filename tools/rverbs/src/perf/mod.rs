@@ -306,6 +306,27 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// What the run loops need of the plan, for the client or server side;
+    /// `how` ends the progress label (" -R" for the rdma_cm mode).
+    pub(super) fn bench_params(&self, client: bool, how: &str) -> Params {
+        Params {
+            verb: self.verb,
+            kind: self.kind,
+            client,
+            iters: self.iters,
+            timing: self.timing,
+            tx_depth: self.tx_depth,
+            rx_depth: self.rx_depth,
+            cq_mod: self.cq_mod,
+            inline: self.inline,
+            peak: self.peak,
+            cmp_swap: self.cmp_swap,
+            limit: self.limit,
+            progress: !self.json,
+            label: format!("perf {} {}{how}", self.verb.name(), self.kind.name()),
+        }
+    }
+
     /// Checks the options on their own (no device needed) and fills in
     /// perftest's defaults.
     pub fn new(a: &PerfArgs) -> Result<Plan> {
@@ -997,22 +1018,7 @@ pub fn run(a: &PerfArgs) -> Result<()> {
             inline_src: vec![0x5a; p.inline as usize],
         };
         let mut bench = Bench::new(
-            Params {
-                verb: p.verb,
-                kind: p.kind,
-                client,
-                iters: p.iters,
-                timing: p.timing,
-                tx_depth: p.tx_depth,
-                rx_depth: p.rx_depth,
-                cq_mod: p.cq_mod,
-                inline: p.inline,
-                peak: p.peak,
-                cmp_swap: p.cmp_swap,
-                limit: p.limit,
-                progress: !p.json,
-                label: format!("perf {} {}", p.verb.name(), p.kind.name()),
-            },
+            p.bench_params(client, ""),
             Peer::new(peer.addr, peer.rkey, peer.len)?,
         );
         let lat_hdr = p.kind == Kind::Lat;
