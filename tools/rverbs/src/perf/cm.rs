@@ -16,13 +16,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use rverbs::cm::{ConnParams, Connection, Listener, Resolved};
-use rverbs::{AccessFlags, Cq, Errno, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType};
+use rverbs::{AccessFlags, Cq, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType};
 
 use super::bench::{Bench, Peer, Res, Silent};
 use super::ptcomm::{self, BwFigures, PtComm, PtDest, CACHE_LINE, RESOLVE_TIMEOUT, STEP_TIMEOUT};
 use super::stats::RULE;
 use super::wire::Report;
-use super::{json_doc, open_at, print_banner_via, rusage, Opened, Plan};
+use super::{create_parts, json_doc, open_at, print_banner_via, rusage, Opened, Parts, Plan};
 use crate::common::{gid_text, page_size, random_psn};
 
 /// How long the client retries a comm connection nobody accepts yet.
@@ -153,46 +153,13 @@ fn connect_data(p: &mut Plan, dst: SocketAddr) -> Result<DataClient> {
         let o = open_at(id.device(), id.port_num())?;
         check_dev(p, &o)?;
         p.fit_device(&o.attr, &o.port)?;
-        let page = page_size();
-        let half = (p.max_size().max(64) as usize).div_ceil(page) * page;
-        let pd = o.ctx.alloc_pd().context("couldn't allocate a PD")?;
-        let mr = pd
-            .alloc_mr(
-                2 * half,
-                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
-            )
-            .with_context(|| format!("couldn't register a {}-byte buffer", 2 * half))?;
-        let scq = o
-            .ctx
-            .create_cq(p.tx_depth + 1)
-            .context("couldn't create the send CQ")?;
-        let rcq = o
-            .ctx
-            .create_cq(p.rx_depth + 1)
-            .context("couldn't create the receive CQ")?;
-        let attr = QpInitAttr {
-            send_cq: &scq,
-            recv_cq: &rcq,
-            qp_type: QpType::Rc,
-            cap: QpCap {
-                max_send_wr: p.tx_depth,
-                max_recv_wr: p.rx_depth,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: p.inline,
-            },
-            sq_sig_all: false,
-        };
-        let qp = match pd.create_qp(&attr) {
-            Ok(q) => q,
-            Err(e) if p.inline > 0 && e.errno() == Some(Errno::EINVAL) => {
-                bail!(
-                    "couldn't create the QP with -I/--inline_size {} (more than the device allows inline?): {e}",
-                    p.inline
-                )
-            }
-            Err(e) => return Err(e).context("couldn't create the QP"),
-        };
+        let Parts {
+            mr,
+            half,
+            scq,
+            rcq,
+            qp,
+        } = create_parts(p, &o, AccessFlags::REMOTE_WRITE)?;
         match id.connect(qp, &data_params(p)) {
             Ok(conn) => {
                 return Ok(DataClient {

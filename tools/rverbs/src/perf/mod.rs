@@ -684,6 +684,76 @@ fn open(p: &Plan) -> Result<Opened> {
     })
 }
 
+/// The verbs objects of a run before it connects: one buffer of two
+/// halves (each the largest size, page-rounded), the send and receive
+/// CQs, the RC QP.
+struct Parts {
+    mr: rverbs::Mr,
+    half: usize,
+    scq: rverbs::Cq,
+    rcq: rverbs::Cq,
+    qp: rverbs::Qp,
+}
+
+/// Creates a run's [`Parts`] on `o`, the buffer open to the peer with
+/// `access` (and `LOCAL_WRITE`). A QP refused with EINVAL while `-I` asks
+/// for inline data is tried again without: if that works, the error says
+/// the inline size is too large.
+fn create_parts(p: &Plan, o: &Opened, access: AccessFlags) -> Result<Parts> {
+    let page = page_size();
+    let half = (p.max_size().max(64) as usize).div_ceil(page) * page;
+    let pd = o.ctx.alloc_pd().context("couldn't allocate a PD")?;
+    let mr = pd
+        .alloc_mr(2 * half, AccessFlags::LOCAL_WRITE | access)
+        .with_context(|| format!("couldn't register a {}-byte buffer", 2 * half))?;
+    let scq = o
+        .ctx
+        .create_cq(p.tx_depth + 1)
+        .context("couldn't create the send CQ")?;
+    let rcq = o
+        .ctx
+        .create_cq(p.rx_depth + 1)
+        .context("couldn't create the receive CQ")?;
+    let cap = QpCap {
+        max_send_wr: p.tx_depth,
+        max_recv_wr: p.rx_depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: p.inline,
+    };
+    let attr = |cap| QpInitAttr {
+        send_cq: &scq,
+        recv_cq: &rcq,
+        qp_type: QpType::Rc,
+        cap,
+        sq_sig_all: false,
+    };
+    let qp = match pd.create_qp(&attr(cap)) {
+        Ok(q) => q,
+        Err(e) if p.inline > 0 && e.errno() == Some(Errno::EINVAL) => {
+            let probe = pd.create_qp(&attr(QpCap {
+                max_inline_data: 0,
+                ..cap
+            }));
+            if probe.is_ok() {
+                bail!(
+                    "-I/--inline_size {} exceeds what the device allows inline",
+                    p.inline
+                );
+            }
+            return Err(e).context("couldn't create the QP");
+        }
+        Err(e) => return Err(e).context("couldn't create the QP"),
+    };
+    Ok(Parts {
+        mr,
+        half,
+        scq,
+        rcq,
+        qp,
+    })
+}
+
 /// The device and port rdma_cm chose (`-R`), opened: like [`open`], with
 /// the port's default GID (printed only).
 fn open_at(dev: &rverbs::Device, port_num: u8) -> Result<Opened> {
@@ -867,57 +937,19 @@ pub fn run(a: &PerfArgs) -> Result<()> {
     let p = &plan;
 
     // Resources: one buffer of two halves, two CQs, the QP.
-    let page = page_size();
-    let half = (p.max_size().max(64) as usize).div_ceil(page) * page;
     let access = match p.verb {
         Verb::Send => AccessFlags::empty(),
         Verb::Write => AccessFlags::REMOTE_WRITE,
         Verb::Read => AccessFlags::REMOTE_READ,
         Verb::Atomic => AccessFlags::REMOTE_ATOMIC,
     };
-    let pd = o.ctx.alloc_pd().context("couldn't allocate a PD")?;
-    let mr = pd
-        .alloc_mr(2 * half, AccessFlags::LOCAL_WRITE | access)
-        .with_context(|| format!("couldn't register a {}-byte buffer", 2 * half))?;
-    let scq = o
-        .ctx
-        .create_cq(p.tx_depth + 1)
-        .context("couldn't create the send CQ")?;
-    let rcq = o
-        .ctx
-        .create_cq(p.rx_depth + 1)
-        .context("couldn't create the receive CQ")?;
-    let cap = QpCap {
-        max_send_wr: p.tx_depth,
-        max_recv_wr: p.rx_depth,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: p.inline,
-    };
-    let attr = |cap| QpInitAttr {
-        send_cq: &scq,
-        recv_cq: &rcq,
-        qp_type: QpType::Rc,
-        cap,
-        sq_sig_all: false,
-    };
-    let mut qp = match pd.create_qp(&attr(cap)) {
-        Ok(q) => q,
-        Err(e) if p.inline > 0 && e.errno() == Some(Errno::EINVAL) => {
-            let probe = pd.create_qp(&attr(QpCap {
-                max_inline_data: 0,
-                ..cap
-            }));
-            if probe.is_ok() {
-                bail!(
-                    "-I/--inline_size {} exceeds what the device allows inline",
-                    p.inline
-                );
-            }
-            return Err(e).context("couldn't create the QP");
-        }
-        Err(e) => return Err(e).context("couldn't create the QP"),
-    };
+    let Parts {
+        mr,
+        half,
+        scq,
+        rcq,
+        mut qp,
+    } = create_parts(p, &o, access)?;
     qp.to_init_at(p.ib_port, 0, access)
         .context("failed to modify QP to INIT")?;
     let outs = matches!(p.verb, Verb::Read | Verb::Atomic).then(|| {
