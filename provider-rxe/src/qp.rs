@@ -184,7 +184,22 @@ fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, inline_flag: u32) {
         a.swap = wr.swap();
         a.rkey = wr.rkey();
         hdr.iova = wr.remote_addr();
-    } else if let Some(b) = wr.bind_mw() {
+    } else if wr.opcode() == WrOpcode::BindMw {
+        build_bind(hdr, wr);
+    }
+    if let Some(d) = wr.ud_dest() {
+        let u: &mut rxe::WrUd = wr_arm(&mut hdr.wr);
+        u.remote_qpn = d.remote_qpn;
+        u.remote_qkey = d.remote_qkey;
+        u.ah_num = d.ah_num;
+    }
+}
+
+/// The BIND_MW arm of a send WQE: rare, kept out of the post path's line.
+#[cold]
+#[inline(never)]
+fn build_bind(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>) {
+    if let Some(b) = wr.bind_mw() {
         let m: &mut rxe::WrMw = wr_arm(&mut hdr.wr);
         m.addr = b.addr;
         m.length = b.length;
@@ -192,12 +207,6 @@ fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, inline_flag: u32) {
         m.mw_rkey = b.mw_rkey;
         m.rkey = b.rkey;
         m.access = b.access.bits();
-    }
-    if let Some(d) = wr.ud_dest() {
-        let u: &mut rxe::WrUd = wr_arm(&mut hdr.wr);
-        u.remote_qpn = d.remote_qpn;
-        u.remote_qkey = d.remote_qkey;
-        u.ah_num = d.ah_num;
     }
 }
 
