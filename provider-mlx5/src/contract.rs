@@ -10,7 +10,7 @@ use rverbs_abi::qp::CreateQp;
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
-use rverbs_provider::wr::{RecvWr, SendWr};
+use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
     CqCreated, Feature, PostError, Provider, QpCreated, QpState, RingLost, SrqCreated,
 };
@@ -65,6 +65,11 @@ impl rverbs_provider::SendQueue for qp::SendQueue {
     }
     fn set_ud_mtu(&mut self, mtu: u32) {
         qp::SendQueue::set_ud_mtu(self, mtu);
+    }
+    /// ATOMIC_WRITE and FLUSH are not built here yet (mlx5 has them only
+    /// on ConnectX-7 and later, through its own opcodes).
+    fn allow(&mut self, _op: WrOpcode) -> bool {
+        false
     }
     fn capacity(&self) -> u32 {
         qp::SendQueue::capacity(self)
@@ -147,6 +152,8 @@ impl Provider for Mlx5 {
             Feature::RoceAddressHandle => false,
             // mlx5 binds windows with UMR work requests, not built yet.
             Feature::MemoryWindows => false,
+            // Not built yet (ConnectX-7 has them, through its own opcodes).
+            Feature::AtomicWrite | Feature::Flush => false,
             // A feature the contract gains is unsupported until done here.
             _ => false,
         }

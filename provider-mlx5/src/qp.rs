@@ -499,8 +499,13 @@ impl SendQueue {
             WrOpcode::RdmaRead => wqe_op::RDMA_READ,
             WrOpcode::AtomicCmpAndSwp => wqe_op::ATOMIC_CS,
             WrOpcode::AtomicFetchAndAdd => wqe_op::ATOMIC_FA,
-            // Refused by `check_send`.
-            WrOpcode::LocalInv | WrOpcode::SendWithInv | WrOpcode::BindMw => 0,
+            // Refused by `check_send` (memory windows) and by `check`
+            // (ATOMIC_WRITE, FLUSH: never allowed on this queue).
+            WrOpcode::LocalInv
+            | WrOpcode::SendWithInv
+            | WrOpcode::BindMw
+            | WrOpcode::AtomicWrite
+            | WrOpcode::Flush => 0,
         };
         match self.checks.qp_type() {
             qp_type::UD => {

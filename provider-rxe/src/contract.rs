@@ -11,7 +11,7 @@ use rverbs_abi::qp::{CreateQp, DestroyQp, ExCreateQp};
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
-use rverbs_provider::wr::{RecvWr, SendWr};
+use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
     CqCreated, Feature, PostError, Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
 };
@@ -72,6 +72,9 @@ impl rverbs_provider::SendQueue for SendQueue {
     fn set_state(&mut self, _state: QpState) {}
     fn set_ud_mtu(&mut self, mtu: u32) {
         self.ring.set_ud_mtu(mtu);
+    }
+    fn allow(&mut self, op: WrOpcode) -> bool {
+        self.ring.allow(op)
     }
     fn capacity(&self) -> u32 {
         self.ring.capacity()

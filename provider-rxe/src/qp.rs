@@ -97,6 +97,13 @@ impl SendQueue {
         self.ring.set_ud_mtu(mtu);
     }
 
+    /// Accepts `op` (ATOMIC_WRITE, FLUSH), which the caller has seen the
+    /// device offer, if the ring's slots can hold it; returns whether it
+    /// is accepted.
+    pub fn allow(&mut self, op: WrOpcode) -> bool {
+        self.ring.allow(op)
+    }
+
     /// Capacity in work requests: the depth the kernel granted (the ring
     /// itself may have more slots, which are not used).
     pub fn capacity(&self) -> u32 {
@@ -186,6 +193,8 @@ fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, inline_flag: u32) {
         hdr.iova = wr.remote_addr();
     } else if wr.opcode() == WrOpcode::BindMw {
         build_bind(hdr, wr);
+    } else if wr.opcode().needs_capability() {
+        build_capable(hdr, wr);
     }
     if let Some(d) = wr.ud_dest() {
         let u: &mut rxe::WrUd = wr_arm(&mut hdr.wr);
@@ -208,6 +217,28 @@ fn build_bind(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>) {
         m.rkey = b.rkey;
         m.access = b.access.bits();
     }
+}
+
+/// The ATOMIC_WRITE and FLUSH arms of a send WQE, as rare as BIND_MW.
+/// An ATOMIC_WRITE addresses remote memory like an RDMA WRITE (its 8 bytes
+/// are in the WQE's data area, written by `push_send`); a FLUSH has its
+/// own arm. Both take their length from `dma` (8, or the range's).
+#[cold]
+#[inline(never)]
+fn build_capable(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>) {
+    if let Some(f) = wr.flush() {
+        let a: &mut rxe::WrFlush = wr_arm(&mut hdr.wr);
+        a.remote_addr = f.remote_addr;
+        a.length = f.length;
+        a.rkey = f.rkey;
+        a.type_ = f.kind.bits();
+        a.level = f.level as u8;
+    } else {
+        let r: &mut rxe::WrRdma = wr_arm(&mut hdr.wr);
+        r.remote_addr = wr.remote_addr();
+        r.rkey = wr.rkey();
+    }
+    hdr.iova = wr.remote_addr();
 }
 
 /// A receive ring (a QP's RQ or an SRQ's).
@@ -445,6 +476,64 @@ mod tests {
         );
         let b = slot_bytes(&fd, 10, 1);
         assert_eq!(rxe::SendWqe::read_from_prefix(&b).unwrap().0.wr.wr_id, 3);
+    }
+
+    /// ATOMIC_WRITE and FLUSH are refused until allowed, then land as
+    /// rdma-core's rxe provider writes them: the RDMA arm and the 8 bytes
+    /// in the data area (length 8, no SGE), or the FLUSH arm with the
+    /// range's length in `dma`.
+    #[test]
+    fn atomic_write_and_flush_wqes() {
+        use rverbs_provider::wr::FlushType;
+        let (q, fd) = ring(8);
+        let mut sq = SendQueue::new(q, 1, qp_type::RC, 4, 0, 0).unwrap();
+        let null = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let aw = SendWr::atomic_write(7, 0x4000, 0x55, *b"12345678")
+            .flags(SendFlags::SIGNALED | SendFlags::INLINE);
+        let fl = SendWr::rdma_flush(8, 0x5000, 0x66, 65536, FlushType::GLOBAL);
+        for wr in [aw, fl] {
+            assert_eq!(
+                sq.post(null.as_fd(), &[wr]),
+                Err((0, PostError::OpcodeUnsupported(wr.opcode())))
+            );
+        }
+        assert!(sq.allow(WrOpcode::AtomicWrite) && sq.allow(WrOpcode::Flush));
+        assert_eq!(sq.post(null.as_fd(), &[aw, fl]), Ok(()));
+
+        let b = slot_bytes(&fd, 8, 0);
+        let wqe = rxe::SendWqe::read_from_prefix(&b).unwrap().0;
+        assert_eq!((wqe.wr.wr_id, wqe.wr.opcode), (7, 15));
+        assert_eq!(
+            wqe.wr.send_flags,
+            SendFlags::SIGNALED.bits(),
+            "never INLINE"
+        );
+        let r = rxe::WrRdma::read_from_prefix(wqe.wr.wr.as_bytes())
+            .unwrap()
+            .0;
+        assert_eq!((r.remote_addr, r.rkey, wqe.iova), (0x4000, 0x55, 0x4000));
+        let d = wqe.dma;
+        assert_eq!((d.length, d.resid, d.num_sge), (8, 8, 0));
+        let at = size_of::<rxe::SendWqe>();
+        assert_eq!(&b[at..at + 8], b"12345678");
+
+        let b = slot_bytes(&fd, 8, 1);
+        let wqe = rxe::SendWqe::read_from_prefix(&b).unwrap().0;
+        assert_eq!((wqe.wr.wr_id, wqe.wr.opcode), (8, 14));
+        let f = rxe::WrFlush::read_from_prefix(wqe.wr.wr.as_bytes())
+            .unwrap()
+            .0;
+        assert_eq!(
+            (f.remote_addr, f.length, f.rkey, f.type_, f.level),
+            (0x5000, 65536, 0x66, 1, 0)
+        );
+        assert_eq!(
+            (wqe.dma.length, wqe.dma.resid, wqe.iova),
+            (65536, 65536, 0x5000)
+        );
     }
 
     /// Receives: the depth is the granted one, failures post nothing, and

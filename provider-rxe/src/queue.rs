@@ -35,7 +35,7 @@ use rverbs_abi::rxe::{self, DmaInfo, MmInfo, QueueBuf, RecvWqe, SendWqe, QUEUE_D
 use rverbs_abi::wr::{Sge, Wc};
 use rverbs_abi::Errno;
 use rverbs_provider::check::{check_recv, SendChecks};
-use rverbs_provider::wr::{Payload, SendFlags, SendWr, UdDest};
+use rverbs_provider::wr::{Payload, SendFlags, SendWr, UdDest, WrOpcode};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::PostError;
@@ -261,6 +261,24 @@ impl SendRing {
         self.max_wr
     }
 
+    /// Accepts `op` (ATOMIC_WRITE, FLUSH: see [`SendChecks::allow`]) if a
+    /// slot can hold it: an ATOMIC_WRITE's 8 bytes follow the header, where
+    /// SGEs and inline data go, so its slots must have that much room
+    /// after the header whatever `max_sge` and `max_inline` are. Returns
+    /// whether `op` is accepted.
+    pub(crate) fn allow(&mut self, op: WrOpcode) -> bool {
+        let room = match op {
+            WrOpcode::AtomicWrite => size_of::<SendWqe>() + 8,
+            WrOpcode::Flush => size_of::<SendWqe>(),
+            _ => return self.checks.allows(op),
+        };
+        if self.q.elem_size() < room {
+            return false;
+        }
+        self.checks.allow(op);
+        true
+    }
+
     /// See [`SendChecks::set_ud_mtu`] (the slot limits do not change).
     pub(crate) fn set_ud_mtu(&mut self, mtu: u32) {
         self.checks.set_ud_mtu(mtu);
@@ -429,7 +447,9 @@ impl Producer<'_, &SendChecks> {
         // nor writes it until it is published), 8-aligned, and
         // `SendRing::new` checked it holds a SendWqe plus max_sge SGEs or
         // max_inline bytes, which `check` just bounded this request's SGEs
-        // and inline bytes by (with the same limits). The WQE is built in
+        // and inline bytes by (with the same limits), or, for an
+        // ATOMIC_WRITE, 8 bytes after the header (`SendRing::allow`, the
+        // only way `check` accepts one). The WQE is built in
         // place (no copy through the stack): every byte of the header is
         // written here, `wr_id` and `dma` with their values and what lies
         // between them zeroed, before `build` sets the opcode's fields.
@@ -440,6 +460,14 @@ impl Producer<'_, &SendChecks> {
             let (num_sge, inline_flag) = match wr.payload() {
                 Payload::Sge(sges) => {
                     copy_sges(sges, tail.cast::<Sge>());
+                    // An ATOMIC_WRITE (no SGEs: `check` refuses others)
+                    // carries its 8 bytes where inline data goes (rxe's
+                    // `dma.atomic_wr`). `check` accepted it only because
+                    // `SendRing::allow` allowed it, which it does only
+                    // when a slot holds 8 bytes after the header.
+                    if let Some(v) = wr.atomic_write_value() {
+                        tail.cast::<[u8; 8]>().write(v);
+                    }
                     // At most max_sge (checked), a u32.
                     (sges.len() as u32, 0)
                 }

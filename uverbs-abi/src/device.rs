@@ -89,6 +89,47 @@ pub struct ExQueryDevice {
     pub reserved: u32,
 }
 
+/// Bits of `device_cap_flags_ex` (`enum ib_uverbs_device_cap_flags`) this
+/// crate acts on. Newer than Debian 12's uapi headers (Linux 6.2).
+pub mod device_cap_ex {
+    /// RDMA FLUSH to global visibility (`IB_UVERBS_DEVICE_FLUSH_GLOBAL`).
+    pub const FLUSH_GLOBAL: u64 = 1 << 38;
+    /// RDMA FLUSH to persistence (`IB_UVERBS_DEVICE_FLUSH_PERSISTENT`).
+    pub const FLUSH_PERSISTENT: u64 = 1 << 39;
+    /// ATOMIC_WRITE (`IB_UVERBS_DEVICE_ATOMIC_WRITE`).
+    pub const ATOMIC_WRITE: u64 = 1 << 40;
+}
+
+/// Bits of [`OdpCaps::general_caps`] (`IB_ODP_SUPPORT*`).
+pub mod odp_general {
+    /// On-demand paging is supported (`IB_ODP_SUPPORT`).
+    pub const SUPPORT: u64 = 1 << 0;
+    /// Implicit ODP: one registration of the whole address space
+    /// (`IB_ODP_SUPPORT_IMPLICIT`).
+    pub const IMPLICIT: u64 = 1 << 1;
+}
+
+/// Bits of the per-transport ODP capabilities (`IB_ODP_SUPPORT_*`): what
+/// a QP of that transport may do on on-demand memory.
+pub mod odp_transport {
+    /// SEND from ODP memory.
+    pub const SEND: u32 = 1 << 0;
+    /// Receive into ODP memory.
+    pub const RECV: u32 = 1 << 1;
+    /// RDMA WRITE to ODP memory.
+    pub const WRITE: u32 = 1 << 2;
+    /// RDMA READ of ODP memory.
+    pub const READ: u32 = 1 << 3;
+    /// Atomics on ODP memory.
+    pub const ATOMIC: u32 = 1 << 4;
+    /// SRQ receives into ODP memory.
+    pub const SRQ_RECV: u32 = 1 << 5;
+    /// RDMA FLUSH of ODP memory.
+    pub const FLUSH: u32 = 1 << 6;
+    /// ATOMIC_WRITE to ODP memory.
+    pub const ATOMIC_WRITE: u32 = 1 << 7;
+}
+
 /// `struct ib_uverbs_odp_caps`.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]

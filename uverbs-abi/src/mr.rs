@@ -84,7 +84,20 @@ bitflags::bitflags! {
         const ON_DEMAND = 1 << 6;
         /// Hint: the range is huge-page backed.
         const HUGETLB = 1 << 7;
+        /// Remote peers may RDMA FLUSH the range to global visibility
+        /// (kernels from 6.2, where the device has the capability).
+        const FLUSH_GLOBAL = 1 << 8;
+        /// Remote peers may RDMA FLUSH the range to persistence (only
+        /// memory that is persistent, such as pmem, can be registered so).
+        const FLUSH_PERSISTENT = 1 << 9;
         /// PCIe relaxed ordering (optional: ignored where unsupported).
         const RELAXED_ORDERING = 1 << 20;
     }
+}
+
+impl AccessFlags {
+    /// The optional range (`IB_UVERBS_ACCESS_OPTIONAL_FIRST` to `_LAST`,
+    /// bits 20 to 29): flags a kernel or device may ignore rather than
+    /// refuse, where the kernel says it accepts optional flags.
+    pub const OPTIONAL_RANGE: AccessFlags = AccessFlags::from_bits_retain(0x3ff0_0000);
 }

@@ -141,6 +141,36 @@ pub struct WrAtomic {
     pub reserved: u32,
 }
 
+/// The `flush` arm of `rxe_send_wr.wr` (kernels from 6.2): an RDMA FLUSH
+/// of `length` bytes at `remote_addr` under `rkey`, with the placement
+/// `type_` (`flush_type` bits) and the selectivity `level`
+/// (`flush_level`). The kernel takes the length from the WQE's `dma`, as
+/// rdma-core's provider writes it; `length` here is kept equal.
+///
+/// Debian 12's uapi headers predate this arm, so the layout test cannot
+/// compare it with C there; the offsets below are asserted against the
+/// kernel's definition instead.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[allow(missing_docs)]
+pub struct WrFlush {
+    pub remote_addr: u64,
+    pub length: u32,
+    pub rkey: u32,
+    pub type_: u8,
+    pub level: u8,
+    /// Tail padding of the C struct, made explicit.
+    pub pad: [u8; 6],
+}
+
+const _: () = {
+    assert!(std::mem::offset_of!(WrFlush, length) == 8);
+    assert!(std::mem::offset_of!(WrFlush, rkey) == 12);
+    assert!(std::mem::offset_of!(WrFlush, type_) == 16);
+    assert!(std::mem::offset_of!(WrFlush, level) == 17);
+    assert!(size_of::<WrFlush>() == 24);
+};
+
 /// The `mw` arm of `rxe_send_wr.wr`: a BIND_MW request binding window
 /// `mw_rkey` to `length` bytes at `addr` of the MR `mr_lkey`, under the new
 /// key `rkey` (the window's index with a new low byte) and the remote
@@ -214,6 +244,7 @@ impl SendWr {
 const _: () = assert!(size_of::<WrRdma>() <= SEND_WR_UNION_BYTES);
 const _: () = assert!(size_of::<WrAtomic>() <= SEND_WR_UNION_BYTES);
 const _: () = assert!(size_of::<WrMw>() <= SEND_WR_UNION_BYTES);
+const _: () = assert!(size_of::<WrFlush>() <= SEND_WR_UNION_BYTES);
 const _: () = assert!(SEND_WR_UNION_BYTES % 8 == 0);
 
 /// `struct rxe_dma_info` without its flexible SGE/inline array.

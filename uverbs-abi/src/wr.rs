@@ -34,6 +34,27 @@ pub mod wr_opcode {
     pub const LOCAL_INV: u32 = 7;
     pub const BIND_MW: u32 = 8;
     pub const SEND_WITH_INV: u32 = 9;
+    /// RDMA FLUSH (kernels from 6.2; not yet in every distribution's uapi
+    /// headers).
+    pub const FLUSH: u32 = 14;
+    pub const ATOMIC_WRITE: u32 = 15;
+}
+
+/// The placement types of an RDMA FLUSH (`IB_FLUSH_*` types, a bit mask):
+/// to the global visibility point, or to persistence.
+#[allow(missing_docs)]
+pub mod flush_type {
+    pub const GLOBAL: u8 = 1 << 0;
+    pub const PERSISTENT: u8 = 1 << 1;
+}
+
+/// The selectivity levels of an RDMA FLUSH (`IB_FLUSH_RANGE`,
+/// `IB_FLUSH_MR`): the range the request names, or the whole MR its rkey
+/// names.
+#[allow(missing_docs)]
+pub mod flush_level {
+    pub const RANGE: u8 = 0;
+    pub const MR: u8 = 1;
 }
 
 /// Send flags (`IB_SEND_*`), as the kernel and the rxe ring take them.
@@ -94,6 +115,8 @@ pub mod wc_opcode {
     pub const FETCH_ADD: u32 = 4;
     pub const BIND_MW: u32 = 5;
     pub const LOCAL_INV: u32 = 6;
+    pub const FLUSH: u32 = 8;
+    pub const ATOMIC_WRITE: u32 = 9;
     pub const RECV: u32 = 1 << 7;
     pub const RECV_RDMA_WITH_IMM: u32 = (1 << 7) + 1;
 }

@@ -605,6 +605,9 @@ fn constants() -> Vec<Const> {
         "UVERBS_OBJECT_DEVICE" => ioctl::object::DEVICE,
         "UVERBS_METHOD_QUERY_PORT" => ioctl::device_method::QUERY_PORT,
         "UVERBS_METHOD_QUERY_GID_TABLE" => ioctl::device_method::QUERY_GID_TABLE,
+        "UVERBS_METHOD_QUERY_CONTEXT" => ioctl::device_method::QUERY_CONTEXT,
+        "UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS" => ioctl::query_context_attr::NUM_COMP_VECTORS,
+        "UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT" => ioctl::query_context_attr::CORE_SUPPORT,
         "UVERBS_METHOD_QUERY_GID_ENTRY" => ioctl::device_method::QUERY_GID_ENTRY,
         "UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE" => ioctl::query_gid_table_attr::ENTRY_SIZE,
         "UVERBS_ATTR_QUERY_GID_TABLE_FLAGS" => ioctl::query_gid_table_attr::FLAGS,
@@ -658,6 +661,12 @@ fn constants() -> Vec<Const> {
         "IB_UVERBS_WC_FETCH_ADD" => wc::FETCH_ADD,
         "IB_UVERBS_WC_BIND_MW" => wc::BIND_MW,
         "IB_UVERBS_WC_LOCAL_INV" => wc::LOCAL_INV,
+        // Debian 12's kernel headers predate ATOMIC_WRITE and FLUSH;
+        // rdma-core's verbs.h has ATOMIC_WRITE (FLUSH is newer still).
+        "IBV_WR_ATOMIC_WRITE" => op::ATOMIC_WRITE,
+        "IBV_WC_ATOMIC_WRITE" => wc::ATOMIC_WRITE,
+        "IB_UVERBS_ACCESS_OPTIONAL_RANGE" => A::OPTIONAL_RANGE.bits(),
+        "IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS" => ioctl::CORE_SUPPORT_OPTIONAL_MR_ACCESS,
         "sizeof(struct ib_uverbs_send_wr)" => wr::UVERBS_SEND_WR_SIZE,
 
         // rxe.rs

@@ -35,6 +35,21 @@ pub(crate) struct ContextInner {
     async_fd: OwnedFd,
     device: Device,
     num_comp_vectors: u32,
+    /// What the device and kernel offer beyond the basics, asked once on
+    /// first need ([`Context::caps`]).
+    caps: std::sync::OnceLock<Caps>,
+}
+
+/// The capabilities the library itself acts on: the device's extended
+/// capability flags and its on-demand paging support.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Caps {
+    /// `device_cap_flags_ex` (0 where the kernel has no extended query).
+    pub cap_flags_ex: u64,
+    /// `odp_caps.general_caps`.
+    pub odp_general: u64,
+    /// `odp_caps.rc_odp_caps`.
+    pub odp_rc: u32,
 }
 
 /// An open RDMA device. Cheap to clone; every object created from it keeps
@@ -65,6 +80,7 @@ impl Context {
                 async_fd,
                 device,
                 num_comp_vectors,
+                caps: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -135,6 +151,32 @@ impl Context {
             }
             Err(e) => Err(Error::kernel("query_device_ex")(e)),
         }
+    }
+
+    /// The device's capabilities the library acts on, queried (the
+    /// extended QUERY_DEVICE) the first time they are
+    /// needed and kept. If the query fails, the capabilities count as
+    /// absent (and the query is tried again next time).
+    pub(crate) fn caps(&self) -> Caps {
+        if let Some(c) = self.inner.caps.get() {
+            return *c;
+        }
+        let Ok(attr) = self.query_device() else {
+            return Caps::default();
+        };
+        let (cap_flags_ex, odp_general, odp_rc) = attr.ex().map_or((0, 0, 0), |ex| {
+            (
+                ex.device_cap_flags_ex,
+                ex.odp_caps.general_caps,
+                ex.odp_caps.rc_odp_caps,
+            )
+        });
+        let caps = Caps {
+            cap_flags_ex,
+            odp_general,
+            odp_rc,
+        };
+        *self.inner.caps.get_or_init(|| caps)
     }
 
     /// Queries port `port` (from 1).
@@ -502,6 +544,7 @@ mod tests {
                 async_fd: null(false),
                 device: Device::for_tests("null0", Driver::Rxe, Path::new("/dev/null")),
                 num_comp_vectors: 1,
+                caps: std::sync::OnceLock::new(),
             }),
         }
     }

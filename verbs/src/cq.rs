@@ -661,6 +661,8 @@ impl WcOpcode {
     pub const FETCH_ADD: WcOpcode = WcOpcode(wc_opcode::FETCH_ADD);
     pub const BIND_MW: WcOpcode = WcOpcode(wc_opcode::BIND_MW);
     pub const LOCAL_INV: WcOpcode = WcOpcode(wc_opcode::LOCAL_INV);
+    pub const FLUSH: WcOpcode = WcOpcode(wc_opcode::FLUSH);
+    pub const ATOMIC_WRITE: WcOpcode = WcOpcode(wc_opcode::ATOMIC_WRITE);
     pub const RECV: WcOpcode = WcOpcode(wc_opcode::RECV);
     pub const RECV_RDMA_WITH_IMM: WcOpcode = WcOpcode(wc_opcode::RECV_RDMA_WITH_IMM);
 }
@@ -677,6 +679,8 @@ impl WcOpcode {
             wc_opcode::FETCH_ADD => "FETCH_ADD",
             wc_opcode::BIND_MW => "BIND_MW",
             wc_opcode::LOCAL_INV => "LOCAL_INV",
+            wc_opcode::FLUSH => "FLUSH",
+            wc_opcode::ATOMIC_WRITE => "ATOMIC_WRITE",
             wc_opcode::RECV => "RECV",
             wc_opcode::RECV_RDMA_WITH_IMM => "RECV_RDMA_WITH_IMM",
             _ => return None,

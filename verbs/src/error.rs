@@ -33,6 +33,15 @@ pub enum Error {
         /// What it lacks.
         feature: Feature,
     },
+    /// The device does not offer what the call needs: its capabilities, as
+    /// the running kernel reports them, lack it (rxe before Linux 6.2 has
+    /// no ATOMIC_WRITE or FLUSH, for one). No command was sent. Its
+    /// [`Error::errno`] is `EOPNOTSUPP`.
+    #[error("the device does not offer {what} (its capabilities, as the running kernel reports them, lack it)")]
+    NotOffered {
+        /// What it lacks.
+        what: &'static str,
+    },
     /// No RDMA device has that name.
     #[error("no RDMA device named {0:?}")]
     NoSuchDevice(String),
@@ -124,6 +133,11 @@ impl Error {
                 ..
             } => Some(*e),
             Error::Io { source, .. } => source.raw_os_error().map(Errno::from_raw),
+            Error::NotOffered { .. }
+            | Error::Post {
+                error: PostError::OpcodeUnsupported(_),
+                ..
+            } => Some(Errno::EOPNOTSUPP),
             Error::Cm(
                 crate::cm::CmError::AddrError { errno }
                 | crate::cm::CmError::RouteError { errno }

@@ -89,6 +89,7 @@ pub use qp::{
 };
 pub use rverbs_abi::wr::Sge;
 pub use rverbs_provider::wr::{
-    opcode, MwBindWr, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode,
+    opcode, FlushLevel, FlushType, FlushWr, MwBindWr, Payload, RecvWr, SendFlags, SendWr, UdDest,
+    WrOpcode,
 };
 pub use srq::{Srq, SrqAttr, SrqInitAttr};

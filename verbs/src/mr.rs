@@ -31,10 +31,12 @@ use rverbs_abi::cmd::{nr, write_cmd, NoResp};
 pub use rverbs_abi::mr::AccessFlags;
 use rverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
 use rverbs_abi::wr::Sge;
-use rverbs_provider::wr::SendWr;
+use rverbs_provider::wr::{opcode, FlushType, SendWr};
 
+use crate::context::Caps;
 use crate::error::{Errno, Error, Result};
 use crate::pd::Pd;
+use rverbs_abi::device::device_cap_ex;
 
 /// A registered memory region that owns its memory `B` (a [`PageBuf`] by
 /// default: what [`Pd::alloc_mr`] returns). Dropping it deregisters the
@@ -72,6 +74,9 @@ pub struct Mr<B = PageBuf> {
     rkey: u32,
     addr: *mut u8,
     len: usize,
+    /// The address the device knows the start by (`addr` unless registered
+    /// with [`Pd::register_at`]).
+    iova: u64,
     access: AccessFlags,
     // Released right after DEREG_MR succeeds (in `deregister`), before the
     // buffer goes; kept for good if it fails.
@@ -221,6 +226,40 @@ impl RemoteMr {
         Ok(SendWr::fetch_add(wr_id, sge, self.addr, self.rkey, add))
     }
 
+    /// An ATOMIC_WRITE of `value` (its bytes as they are) to the region's
+    /// first 8 bytes, which must be 8-byte aligned; the peer's MR needs
+    /// `REMOTE_WRITE`. The device must offer ATOMIC_WRITE (rxe on Linux
+    /// 6.2 and later): elsewhere the post is refused with
+    /// [`PostError::OpcodeUnsupported`](crate::PostError::OpcodeUnsupported).
+    pub fn atomic_write(&self, wr_id: u64, value: [u8; 8]) -> Result<SendWr<'static>> {
+        self.atomic_target()?;
+        Ok(SendWr::atomic_write(wr_id, self.addr, self.rkey, value))
+    }
+
+    /// An RDMA FLUSH of this whole region (at most 4 GiB - 1 bytes; slice
+    /// it first) to `kind`'s placement: data earlier RDMA WRITEs placed in
+    /// it are then globally visible (or persistent). The peer's MR needs
+    /// the matching `FLUSH_*` access; the device must offer FLUSH.
+    pub fn flush(&self, wr_id: u64, kind: FlushType) -> Result<SendWr<'static>> {
+        let length = u32::try_from(self.len).map_err(|_| {
+            Error::invalid(format!(
+                "a FLUSH range is at most 4 GiB - 1 bytes; this one is {}",
+                self.len
+            ))
+        })?;
+        Ok(SendWr::rdma_flush(
+            wr_id, self.addr, self.rkey, length, kind,
+        ))
+    }
+
+    /// An RDMA FLUSH of the whole MR this region's rkey names, whatever
+    /// the region's bounds ([`FlushLevel::Mr`](crate::FlushLevel::Mr)).
+    pub fn flush_mr(&self, wr_id: u64, kind: FlushType) -> SendWr<'static> {
+        opcode::Flush::new(wr_id, self.addr, self.rkey, 0, kind)
+            .whole_mr()
+            .build()
+    }
+
     fn atomic_target(&self) -> Result<()> {
         if self.len < 8 || self.addr % 8 != 0 {
             return Err(Error::invalid(format!(
@@ -296,6 +335,56 @@ fn check_access(access: AccessFlags) -> Result<()> {
     Ok(())
 }
 
+/// `Ok` unless `access` (an MR's or a QP's) asks for a FLUSH type the
+/// device does not offer ([`Error::NotOffered`]); `caps` is asked only if
+/// it asks for one.
+pub(crate) fn check_flush_offered(access: AccessFlags, caps: impl FnOnce() -> Caps) -> Result<()> {
+    let flush = AccessFlags::FLUSH_GLOBAL | AccessFlags::FLUSH_PERSISTENT;
+    if !access.intersects(flush) {
+        return Ok(());
+    }
+    let caps = caps();
+    for (flag, bit, what) in [
+        (
+            AccessFlags::FLUSH_GLOBAL,
+            device_cap_ex::FLUSH_GLOBAL,
+            "RDMA FLUSH to global visibility (AccessFlags::FLUSH_GLOBAL)",
+        ),
+        (
+            AccessFlags::FLUSH_PERSISTENT,
+            device_cap_ex::FLUSH_PERSISTENT,
+            "RDMA FLUSH to persistence (AccessFlags::FLUSH_PERSISTENT)",
+        ),
+    ] {
+        if access.contains(flag) && caps.cap_flags_ex & bit == 0 {
+            return Err(Error::NotOffered { what });
+        }
+    }
+    Ok(())
+}
+
+/// Runs `reg` (a registration command) with `access`; if the kernel
+/// answers EINVAL and `access` holds optional flags
+/// ([`AccessFlags::OPTIONAL_RANGE`], relaxed ordering first), runs it
+/// again without them. Kernels from 5.9 accept optional flags (ignoring
+/// those the device does not honour); older ones refuse any unknown flag
+/// with EINVAL. libibverbs decides from the context's core-support bits,
+/// which only the ioctl form of GET_CONTEXT reports; this asks the kernel
+/// itself, at the cost of a second command only where the first failed.
+/// Returns the result and the flags that were used.
+fn with_optional_fallback<T>(
+    access: AccessFlags,
+    mut reg: impl FnMut(AccessFlags) -> std::result::Result<T, Errno>,
+) -> (std::result::Result<T, Errno>, AccessFlags) {
+    match reg(access) {
+        Err(Errno::EINVAL) if access.intersects(AccessFlags::OPTIONAL_RANGE) => {
+            let plain = access.difference(AccessFlags::OPTIONAL_RANGE);
+            (reg(plain), plain)
+        }
+        r => (r, access),
+    }
+}
+
 impl Pd {
     /// Registers `buf` and takes ownership of it: the MR gives it back from
     /// [`Mr::into_inner`] after deregistration, or drops it after
@@ -320,7 +409,30 @@ impl Pd {
         // SAFETY: by `MrBuf`'s contract `addr..addr+len` is valid, owned by
         // `buf` alone and stable while `buf` lives; the MR keeps `buf` until
         // DEREG_MR succeeded, and leaks it otherwise.
-        unsafe { self.reg(addr, len, access, buf, false) }
+        unsafe { self.reg(addr, len, access, None, buf, false) }
+            .map_err(|(error, buf)| RegisterError { error, buf })
+    }
+
+    /// Registers `buf` as [`Pd::register`] does, but so that the device
+    /// addresses it from `iova` (an I/O virtual address of the caller's
+    /// choosing) rather than from its virtual address: SGEs
+    /// ([`Mr::sge`]) and peers ([`Mr::remote`]) then name `iova + offset`.
+    /// Useful to give a peer offsets from 0, or the same addresses for
+    /// buffers that live at different places in different processes.
+    ///
+    /// `iova` must lie at the same offset within a page as the buffer
+    /// (the kernel maps whole pages; it answers EINVAL otherwise, and this
+    /// refuses first), and `iova + len` must not pass `u64::MAX`.
+    pub fn register_at<B: MrBuf>(
+        &self,
+        mut buf: B,
+        access: AccessFlags,
+        iova: u64,
+    ) -> Result<Mr<B>, RegisterError<B>> {
+        let (addr, len) = (buf.mr_ptr(), buf.mr_len());
+        // SAFETY: as in `register`; the IOVA is a number the device
+        // translates through this registration, not a user address.
+        unsafe { self.reg(addr, len, access, Some(iova), buf, false) }
             .map_err(|(error, buf)| RegisterError { error, buf })
     }
 
@@ -372,6 +484,7 @@ impl Pd {
                 buf.as_mut_ptr(),
                 buf.len(),
                 access,
+                None,
                 Scoped(PhantomData),
                 true,
             )
@@ -399,7 +512,7 @@ impl Pd {
         access: AccessFlags,
     ) -> Result<Mr<Raw>> {
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.reg(addr, len, access, Raw(()), true) }.map_err(|(e, _)| e)
+        unsafe { self.reg(addr, len, access, None, Raw(()), true) }.map_err(|(e, _)| e)
     }
 
     /// # Safety
@@ -411,6 +524,7 @@ impl Pd {
         addr: *mut u8,
         len: usize,
         access: AccessFlags,
+        iova: Option<u64>,
         buf: B,
         borrowed: bool,
     ) -> std::result::Result<Mr<B>, (Error, B)> {
@@ -423,24 +537,34 @@ impl Pd {
         if let Err(e) = check_access(access) {
             return Err((e, buf));
         }
+        if let Err(e) = check_flush_offered(access, || self.context().caps()) {
+            return Err((e, buf));
+        }
+        let iova = match check_iova(addr as u64, len, iova) {
+            Ok(v) => v,
+            Err(e) => return Err((e, buf)),
+        };
         // Marked before pinning (see crate::fork); unmarked if this fails.
         let fork = match crate::fork::protect(addr, len) {
             Ok(fork) => fork,
             Err(e) => return Err((e, buf)),
         };
-        let cmd = RegMr {
-            response: 0,
-            start: addr as u64,
-            length: len as u64,
-            hca_va: addr as u64,
-            pd_handle: self.inner.handle,
-            access_flags: access.bits(),
-        };
-        // SAFETY: REG_MR's start..start+length is addr..addr+len, which this
-        // function's caller keeps valid, and untouched but through the MR,
-        // until the MR is deregistered (Drop or into_inner), or forever if
-        // deregistration fails; the response pointer is write_cmd's own.
-        let resp = unsafe { write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut []) };
+        let (resp, access) = with_optional_fallback(access, |access| {
+            let cmd = RegMr {
+                response: 0,
+                start: addr as u64,
+                length: len as u64,
+                hca_va: iova,
+                pd_handle: self.inner.handle,
+                access_flags: access.bits(),
+            };
+            // SAFETY: REG_MR's start..start+length is addr..addr+len, which
+            // this function's caller keeps valid, and untouched but through
+            // the MR, until the MR is deregistered (Drop or into_inner), or
+            // forever if deregistration fails; the response pointer is
+            // write_cmd's own.
+            unsafe { write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut []) }
+        });
         let resp: RegMrResp = match resp {
             Ok(resp) => resp,
             Err(errno) => return Err((Error::kernel("reg_mr")(errno), buf)),
@@ -452,6 +576,7 @@ impl Pd {
             rkey: resp.rkey,
             addr,
             len,
+            iova,
             access,
             fork,
             buf: MaybeUninit::new(buf),
@@ -459,6 +584,33 @@ impl Pd {
             finished: false,
         })
     }
+}
+
+/// The IOVA to register `len` bytes at `addr` under: `iova` if given and
+/// usable (same offset within a page as `addr`, end within `u64`), else
+/// `addr` itself.
+fn check_iova(addr: u64, len: usize, iova: Option<u64>) -> Result<u64> {
+    let Some(iova) = iova else {
+        return Ok(addr);
+    };
+    // SAFETY: sysconf has no memory effects.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as u64,
+        _ => 4096,
+    };
+    if iova % page != addr % page {
+        return Err(Error::invalid(format!(
+            "IOVA {iova:#x} is at offset {:#x} within a page, the buffer at {:#x}: they must match",
+            iova % page,
+            addr % page
+        )));
+    }
+    if iova.checked_add(len as u64).is_none() {
+        return Err(Error::invalid(format!(
+            "IOVA {iova:#x} + {len} bytes passes the end of the address space"
+        )));
+    }
+    Ok(iova)
 }
 
 impl<B: MrBuf> Mr<B> {
@@ -514,9 +666,15 @@ impl<B> Mr<B> {
     pub fn rkey(&self) -> u32 {
         self.rkey
     }
-    /// Start address.
+    /// Start address (in this process).
     pub fn addr(&self) -> u64 {
         self.addr as u64
+    }
+    /// The address the device knows the start by: what SGEs and peers
+    /// name. Equal to [`Mr::addr`] unless registered with
+    /// [`Pd::register_at`].
+    pub fn iova(&self) -> u64 {
+        self.iova
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
@@ -526,7 +684,8 @@ impl<B> Mr<B> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// Access flags it was registered with.
+    /// Access flags it was registered with (without the optional ones
+    /// where the kernel does not take them: see [`AccessFlags::OPTIONAL_RANGE`]).
     pub fn access(&self) -> AccessFlags {
         self.access
     }
@@ -561,7 +720,8 @@ impl<B> Mr<B> {
         let length =
             u32::try_from(e - s).map_err(|_| Error::invalid("an SGE covers at most 4 GiB - 1"))?;
         Ok(Sge {
-            addr: self.addr as u64 + s as u64,
+            // `iova + len` fits a u64 (checked at registration).
+            addr: self.iova + s as u64,
             length,
             lkey: self.lkey,
         })
@@ -573,6 +733,7 @@ impl<B> Mr<B> {
     /// Linux 6.4 or so has no re-registration at all).
     pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
         check_access(access)?;
+        check_flush_offered(access, || self.pd.context().caps())?;
         self.rereg(REREG_ACCESS, self.pd.clone(), access)
     }
 
@@ -585,22 +746,25 @@ impl<B> Mr<B> {
     }
 
     fn rereg(&mut self, flags: u32, pd: Pd, access: AccessFlags) -> Result<()> {
-        let cmd = ReregMr {
-            response: 0,
-            mr_handle: self.handle,
-            flags,
-            start: self.addr as u64,
-            length: self.len as u64,
-            hca_va: self.addr as u64,
-            pd_handle: pd.handle(),
-            access_flags: access.bits(),
-        };
-        // SAFETY: REREG_MR's start..start+length is the MR's own memory,
-        // already registered and held by `self` until DEREG_MR; the
-        // response pointer is write_cmd's own.
-        let resp: ReregMrResp =
+        // The kernel checks the flags before it touches the MR: an EINVAL
+        // for optional flags leaves it as it was, and may be retried.
+        let (resp, access) = with_optional_fallback(access, |access| {
+            let cmd = ReregMr {
+                response: 0,
+                mr_handle: self.handle,
+                flags,
+                start: self.addr as u64,
+                length: self.len as u64,
+                hca_va: self.iova,
+                pd_handle: pd.handle(),
+                access_flags: access.bits(),
+            };
+            // SAFETY: REREG_MR's start..start+length is the MR's own
+            // memory, already registered and held by `self` until
+            // DEREG_MR; the response pointer is write_cmd's own.
             unsafe { write_cmd(self.pd.context().fd(), nr::REREG_MR, &cmd, &[], &mut []) }
-                .map_err(Error::kernel("rereg_mr"))?;
+        });
+        let resp: ReregMrResp = resp.map_err(Error::kernel("rereg_mr"))?;
         self.lkey = resp.lkey;
         self.rkey = resp.rkey;
         self.access = access;
@@ -611,7 +775,7 @@ impl<B> Mr<B> {
     /// The descriptor a peer needs for RDMA on the whole MR.
     pub fn remote(&self) -> RemoteMr {
         RemoteMr {
-            addr: self.addr as u64,
+            addr: self.iova,
             len: self.len as u64,
             rkey: self.rkey,
         }
@@ -696,6 +860,68 @@ impl<B> Drop for Mr<B> {
 #[cfg(test)]
 mod remote_tests {
     use super::*;
+
+    /// Optional flags are sent as asked; dropped and retried once only
+    /// when the kernel answers EINVAL to a request that had some.
+    #[test]
+    fn optional_flags_fall_back_on_einval() {
+        let ro = AccessFlags::LOCAL_WRITE | AccessFlags::RELAXED_ORDERING;
+        let mut seen = vec![];
+        // A kernel that takes them (5.9 on).
+        let (r, used) = with_optional_fallback(ro, |a| {
+            seen.push(a);
+            Ok(1)
+        });
+        assert_eq!((r, used, seen.len()), (Ok(1), ro, 1));
+        // One that refuses unknown flags.
+        seen.clear();
+        let (r, used) = with_optional_fallback(ro, |a| {
+            seen.push(a);
+            if a.intersects(AccessFlags::OPTIONAL_RANGE) {
+                Err(Errno::EINVAL)
+            } else {
+                Ok(2)
+            }
+        });
+        assert_eq!((r, used), (Ok(2), AccessFlags::LOCAL_WRITE));
+        assert_eq!(seen, [ro, AccessFlags::LOCAL_WRITE]);
+        // No optional flags, or another errno: one try, the error as is.
+        let (r, _) =
+            with_optional_fallback(AccessFlags::LOCAL_WRITE, |_| Err::<(), _>(Errno::EINVAL));
+        assert_eq!(r, Err(Errno::EINVAL));
+        let mut n = 0;
+        let (r, _) = with_optional_fallback(ro, |_| {
+            n += 1;
+            Err::<(), _>(Errno::ENOMEM)
+        });
+        assert_eq!((r, n), (Err(Errno::ENOMEM), 1));
+    }
+
+    /// FLUSH access needs the device's capability of the same type; the
+    /// capabilities are not even asked for otherwise.
+    #[test]
+    fn flush_access_needs_the_capability() {
+        let none = || Caps::default();
+        assert!(check_flush_offered(AccessFlags::LOCAL_WRITE, || unreachable!()).is_ok());
+        assert!(matches!(
+            check_flush_offered(AccessFlags::FLUSH_GLOBAL, none),
+            Err(Error::NotOffered { .. })
+        ));
+        let global = || Caps {
+            cap_flags_ex: device_cap_ex::FLUSH_GLOBAL,
+            ..Caps::default()
+        };
+        assert!(check_flush_offered(AccessFlags::FLUSH_GLOBAL, global).is_ok());
+        assert!(check_flush_offered(AccessFlags::FLUSH_PERSISTENT, global).is_err());
+    }
+
+    #[test]
+    fn iova_is_checked() {
+        assert_eq!(check_iova(0x1000, 10, None).unwrap(), 0x1000);
+        assert_eq!(check_iova(0x1234, 10, Some(0x5234)).unwrap(), 0x5234);
+        assert!(check_iova(0x1234, 10, Some(0x5235)).is_err(), "page offset");
+        assert!(check_iova(0x1000, 0x2000, Some(!0xfff)).is_err());
+    }
 
     #[test]
     fn remote_slices_and_requests_are_checked() {

@@ -141,10 +141,10 @@ impl<B> Mr<B> {
         if start == end {
             return Err(Error::invalid("a window binds a non-empty range"));
         }
-        // Cannot overflow: the range lies inside the MR's mapping.
+        // Cannot overflow: iova + len fits a u64 (checked at registration).
         Ok(MwBind {
             mr_lkey: self.lkey(),
-            addr: self.addr() + start as u64,
+            addr: self.iova() + start as u64,
             length: (end - start) as u64,
             access,
         })

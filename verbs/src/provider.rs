@@ -20,7 +20,7 @@ use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 use rverbs_mlx5::Mlx5;
-use rverbs_provider::wr::{RecvWr, SendWr};
+use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
     CompletionQueue, Feature, PostError, Provider, QpCreated, QpState, RecvQueue as RecvQueueOps,
     RingLost, SendQueue as SendQueueOps, SharedRecvQueue,
@@ -113,6 +113,9 @@ impl SendQueueOps for SendQueue {
     }
     fn set_ud_mtu(&mut self, mtu: u32) {
         dispatch!(self, q => SendQueueOps::set_ud_mtu(q, mtu))
+    }
+    fn allow(&mut self, op: WrOpcode) -> bool {
+        dispatch!(self, q => SendQueueOps::allow(q, op))
     }
     fn capacity(&self) -> u32 {
         dispatch!(self, q => SendQueueOps::capacity(q))

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use rverbs_abi::qp::qp_type;
 use rverbs_abi::wr::Sge;
 use rverbs_abi::Errno;
-use rverbs_provider::wr::{opcode, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode};
+use rverbs_provider::wr::{
+    opcode, FlushType, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode,
+};
 
 use super::geom::{geometry, Geometry, Request};
 use super::{RecvQueue, SendQueue, SqInit, State};
@@ -812,11 +814,31 @@ fn send_refusals() {
             SendWr::send(1, &big),
             PostError::MessageTooLong,
         ),
+        // Not built on mlx5 yet: refused even where the library would
+        // allow them (this queue's `allow` answers no).
+        (
+            qp_type::RC,
+            SendWr::atomic_write(1, 0x1000, 1, [0; 8]),
+            PostError::OpcodeUnsupported(WrOpcode::AtomicWrite),
+        ),
+        (
+            qp_type::RC,
+            SendWr::rdma_flush(1, 0x1000, 1, 64, FlushType::GLOBAL),
+            PostError::OpcodeUnsupported(WrOpcode::Flush),
+        ),
     ];
     for (qpt, wr, want) in cases {
         let mut qp = TestQp::new(&req(qpt, 4, 2, 16), false, 0, false);
         qp.sq.set_state(State::Rts);
         qp.sq.set_ud_mtu(1024);
+        assert!(!rverbs_provider::SendQueue::allow(
+            &mut qp.sq,
+            WrOpcode::AtomicWrite
+        ));
+        assert!(!rverbs_provider::SendQueue::allow(
+            &mut qp.sq,
+            WrOpcode::Flush
+        ));
         assert_eq!(qp.sq.post(&[wr]), Err((0, want)), "{qpt} {wr:?}");
         assert_eq!((qp.sq.cur_post, qp.db(1)), (0, [0; 4]));
     }

@@ -9,7 +9,7 @@ use std::io::IoSlice;
 use rverbs_abi::qp::qp_type;
 use rverbs_abi::wr::Sge;
 
-use crate::wr::{Payload, SendWr, UdDest, WrOpcode};
+use crate::wr::{FlushType, Payload, SendWr, UdDest, WrOpcode};
 use crate::PostError;
 
 /// Opcodes (bit `1 << opcode`) that, on a QP of type `qp_type` and without
@@ -94,7 +94,8 @@ pub fn inline_len(
 /// (`length` bytes): READ and atomics on RC only, no RDMA on UD, atomics
 /// 8 bytes in one SGE to an 8-byte aligned address, no memory window
 /// operation (BIND_MW, LOCAL_INV, SEND_WITH_INV: see [`check_mw`] for a
-/// provider that has them), and a UD destination
+/// provider that has them), no ATOMIC_WRITE or FLUSH (see
+/// [`check_capability_op`]), and a UD destination
 /// exactly on UD QPs (`has_dest`: the provider found in `wr.ud` what its
 /// WQE needs), UD messages at most `ud_mtu` bytes (one packet).
 pub fn check_send(
@@ -106,6 +107,9 @@ pub fn check_send(
 ) -> Result<(), PostError> {
     if wr.opcode().is_mw() {
         return Err(PostError::InvalidateUnsupported);
+    }
+    if wr.opcode().needs_capability() {
+        return Err(PostError::OpcodeUnsupported(wr.opcode()));
     }
     if qpt != qp_type::RC && (wr.opcode() == WrOpcode::RdmaRead || wr.opcode().is_atomic()) {
         return Err(PostError::InvalidOpcode);
@@ -160,6 +164,33 @@ pub fn check_mw(qpt: u8, wr: &SendWr<'_>, length: u64) -> Result<(), PostError> 
     Ok(())
 }
 
+/// The rules of the operations a device may lack (ATOMIC_WRITE, FLUSH),
+/// for a queue that accepts them ([`SendChecks::allow`]): RC only, no data
+/// of their own in SGEs or inline bytes, no UD destination; an
+/// ATOMIC_WRITE to an 8-byte aligned address, a FLUSH of a known placement
+/// type. Returns the length the operation moves or covers: 8 for
+/// ATOMIC_WRITE, the range's for FLUSH.
+pub fn check_capability_op(qpt: u8, wr: &SendWr<'_>) -> Result<u64, PostError> {
+    if qpt != qp_type::RC || !matches!(wr.payload(), Payload::Sge([])) {
+        return Err(PostError::InvalidOpcode);
+    }
+    if wr.ud_dest().is_some() {
+        return Err(PostError::UnexpectedAddress);
+    }
+    if wr.atomic_write_value().is_some() {
+        if wr.remote_addr() % 8 != 0 {
+            return Err(PostError::BadAtomic);
+        }
+        return Ok(8);
+    }
+    match wr.flush() {
+        Some(f) if !f.kind.is_empty() && FlushType::all().contains(f.kind) => {
+            Ok(u64::from(f.length))
+        }
+        _ => Err(PostError::InvalidOpcode),
+    }
+}
+
 /// Largest IB MTU: the UD message bound until [`SendChecks::set_ud_mtu`]
 /// says what the port's active MTU is.
 pub const MAX_MTU: u32 = 4096;
@@ -174,6 +205,9 @@ pub struct SendChecks {
     ud_mtu: u32,
     simple_ops: u32,
     mw: bool,
+    /// Opcodes (bit `1 << opcode`) of [`WrOpcode::needs_capability`]
+    /// that this queue accepts.
+    capable_ops: u32,
 }
 
 impl SendChecks {
@@ -189,6 +223,26 @@ impl SendChecks {
             ud_mtu: MAX_MTU,
             simple_ops: simple_send_ops(qp_type),
             mw: false,
+            capable_ops: 0,
+        }
+    }
+    /// Accepts `op`, one of [`WrOpcode::needs_capability`]'s (the caller
+    /// has seen the device's capability for it and builds its WQE), under
+    /// [`check_capability_op`]'s rules; until then it is refused with
+    /// [`PostError::OpcodeUnsupported`]. Other opcodes are ignored.
+    pub fn allow(&mut self, op: WrOpcode) {
+        if op.needs_capability() {
+            self.capable_ops |= 1 << (op as u32);
+        }
+    }
+    /// Whether `op` is accepted (always for the opcodes that need no
+    /// capability and the memory window ones where [`SendChecks::allow_mw`]
+    /// was called; see [`SendChecks::allow`]).
+    pub fn allows(&self, op: WrOpcode) -> bool {
+        if op.needs_capability() {
+            self.capable_ops & (1 << (op as u32)) != 0
+        } else {
+            !op.is_mw() || self.mw
         }
     }
     /// Accepts the memory window operations (BIND_MW, LOCAL_INV,
@@ -227,7 +281,8 @@ impl SendChecks {
     /// length, then (unless [`SendChecks::is_simple`]) the opcode, QP type
     /// and destination rules of [`check_send`], where `has_dest` says
     /// whether the UD destination carries what this provider's WQE needs.
-    /// Returns the message length in bytes.
+    /// Returns the message length in bytes (for ATOMIC_WRITE and FLUSH,
+    /// what [`check_capability_op`] returns).
     #[inline(always)]
     pub fn check(
         &self,
@@ -252,12 +307,26 @@ impl SendChecks {
         if !self.is_simple(wr) {
             if self.mw && wr.opcode().is_mw() {
                 check_mw(self.qp_type, wr, length)?;
+            } else if wr.opcode().needs_capability() {
+                return self.check_capable(wr);
             } else {
                 let dest = wr.ud_dest().is_some_and(|d| has_dest(&d));
                 check_send(self.qp_type, self.ud_mtu, wr, length, dest)?;
             }
         }
         Ok(length)
+    }
+}
+
+impl SendChecks {
+    /// ATOMIC_WRITE and FLUSH: rare, kept out of the post path's line.
+    #[cold]
+    #[inline(never)]
+    fn check_capable(&self, wr: &SendWr<'_>) -> Result<u64, PostError> {
+        if self.capable_ops & (1 << (wr.opcode() as u32)) == 0 {
+            return Err(PostError::OpcodeUnsupported(wr.opcode()));
+        }
+        check_capability_op(self.qp_type, wr)
     }
 }
 
@@ -292,7 +361,7 @@ pub fn check_recv_sges(sg_list: &[Sge], max_sge: u32) -> Result<(), PostError> {
 mod send_check_tests {
     use super::*;
 
-    const OPCODES: [WrOpcode; 10] = [
+    const OPCODES: [WrOpcode; 12] = [
         WrOpcode::RdmaWrite,
         WrOpcode::RdmaWriteWithImm,
         WrOpcode::Send,
@@ -303,6 +372,8 @@ mod send_check_tests {
         WrOpcode::LocalInv,
         WrOpcode::BindMw,
         WrOpcode::SendWithInv,
+        WrOpcode::Flush,
+        WrOpcode::AtomicWrite,
     ];
 
     /// Providers skip `check_send` exactly for the opcodes in
@@ -484,6 +555,73 @@ mod send_check_tests {
             rc.check(&sinv.ud(1, 2, 3), |_| true),
             Err(PostError::UnexpectedAddress)
         );
+    }
+
+    /// ATOMIC_WRITE and FLUSH: refused until allowed (and always by
+    /// `check_send`), then RC only, without data or UD destination, an
+    /// ATOMIC_WRITE 8-byte aligned, a FLUSH of a known type; the length
+    /// returned is what the WQE's data length must say.
+    #[test]
+    fn capability_op_rules() {
+        use crate::wr::{opcode, FlushLevel, FlushType};
+        let aw = SendWr::atomic_write(1, 0x2000, 7, *b"abcdefgh");
+        assert_eq!(aw.atomic_write_value(), Some(*b"abcdefgh"));
+        assert_eq!((aw.remote_addr(), aw.rkey()), (0x2000, 7));
+        assert_eq!(aw.flush(), None);
+        let fl = SendWr::rdma_flush(2, 0x3000, 9, 4096, FlushType::GLOBAL);
+        let f = fl.flush().unwrap();
+        assert_eq!(
+            (f.remote_addr, f.rkey, f.length, f.kind, f.level),
+            (0x3000, 9, 4096, FlushType::GLOBAL, FlushLevel::Range)
+        );
+        assert_eq!(fl.atomic_write_value(), None);
+        let whole = opcode::Flush::new(3, 0, 9, 0, FlushType::all())
+            .whole_mr()
+            .build();
+        let w = whole.flush().unwrap();
+        assert_eq!((w.kind, w.level), (FlushType::all(), FlushLevel::Mr));
+
+        let mut rc = SendChecks::new(qp_type::RC, 4, 64);
+        for wr in [aw, fl, whole] {
+            let want = PostError::OpcodeUnsupported(wr.opcode());
+            assert_eq!(rc.check(&wr, |_| true), Err(want));
+            assert_eq!(check_send(qp_type::RC, 4096, &wr, 0, false), Err(want));
+        }
+        rc.allow(WrOpcode::AtomicWrite);
+        assert!(rc.allows(WrOpcode::AtomicWrite) && !rc.allows(WrOpcode::Flush));
+        assert_eq!(rc.check(&aw, |_| true), Ok(8));
+        assert_eq!(
+            rc.check(&fl, |_| true),
+            Err(PostError::OpcodeUnsupported(WrOpcode::Flush))
+        );
+        rc.allow(WrOpcode::Flush);
+        assert_eq!(rc.check(&fl, |_| true), Ok(4096));
+        assert_eq!(rc.check(&whole, |_| true), Ok(0));
+        let unaligned = SendWr::atomic_write(4, 0x2004, 7, [0; 8]);
+        assert_eq!(rc.check(&unaligned, |_| true), Err(PostError::BadAtomic));
+        let no_type = SendWr::rdma_flush(5, 0x3000, 9, 64, FlushType::empty());
+        assert_eq!(rc.check(&no_type, |_| true), Err(PostError::InvalidOpcode));
+        let sge = [Sge::default()];
+        let with_data = SendWr::any(6, WrOpcode::AtomicWrite, Payload::Sge(&sge));
+        assert_eq!(
+            rc.check(&with_data, |_| true),
+            Err(PostError::InvalidOpcode)
+        );
+        assert_eq!(
+            rc.check(&aw.ud(1, 2, 3), |_| true),
+            Err(PostError::UnexpectedAddress)
+        );
+        for qpt in [qp_type::UC, qp_type::UD] {
+            let mut q = SendChecks::new(qpt, 4, 64);
+            q.allow(WrOpcode::AtomicWrite);
+            q.allow(WrOpcode::Flush);
+            assert_eq!(q.check(&aw, |_| true), Err(PostError::InvalidOpcode));
+            assert_eq!(q.check(&fl, |_| true), Err(PostError::InvalidOpcode));
+        }
+        // `allow` ignores the opcodes that need no capability.
+        let mut plain = SendChecks::new(qp_type::RC, 4, 64);
+        plain.allow(WrOpcode::BindMw);
+        assert!(!plain.allows(WrOpcode::BindMw) && plain.allows(WrOpcode::Send));
     }
 
     /// The shared payload checks: inline totals up to the maximum pass,

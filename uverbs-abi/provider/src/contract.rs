@@ -21,7 +21,7 @@ use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 
-use crate::wr::{RecvWr, SendWr};
+use crate::wr::{RecvWr, SendWr, WrOpcode};
 use crate::PostError;
 
 /// QP state (`enum ib_qp_state`).
@@ -86,6 +86,10 @@ pub enum Feature {
     /// Memory windows: ALLOC_MW and the BIND_MW, LOCAL_INV and
     /// SEND_WITH_INV work requests.
     MemoryWindows,
+    /// The ATOMIC_WRITE work request (where the device offers it).
+    AtomicWrite,
+    /// The RDMA FLUSH work request (where the device offers it).
+    Flush,
 }
 
 impl fmt::Display for Feature {
@@ -96,6 +100,8 @@ impl fmt::Display for Feature {
             Feature::RoceAddressHandle => "address handles on a RoCE port",
             Feature::SrqResize => "resizing an SRQ",
             Feature::MemoryWindows => "memory windows",
+            Feature::AtomicWrite => "ATOMIC_WRITE",
+            Feature::Flush => "RDMA FLUSH",
         })
     }
 }
@@ -144,6 +150,12 @@ pub trait SendQueue: Send + fmt::Debug {
     fn set_state(&mut self, state: QpState);
     /// Bounds UD messages by the port's active MTU (bytes).
     fn set_ud_mtu(&mut self, mtu: u32);
+    /// Accepts `op`, an operation the device may lack
+    /// ([`WrOpcode::needs_capability`]), which the library has seen the
+    /// device offer; returns whether this queue now accepts it (a provider
+    /// that does not build it answers `false` and keeps refusing it with
+    /// [`PostError::OpcodeUnsupported`]).
+    fn allow(&mut self, op: WrOpcode) -> bool;
     /// Requests that may be outstanding at once.
     fn capacity(&self) -> u32;
     /// Requests posted and not yet known complete.

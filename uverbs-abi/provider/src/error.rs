@@ -54,6 +54,12 @@ pub enum PostError {
     /// windows (mlx5 here: its windows need UMR work requests, not built
     /// yet). rxe has them.
     InvalidateUnsupported,
+    /// An operation the device does not offer (its capability bits, as the
+    /// running kernel reports them, lack it) or that this provider does not
+    /// build: ATOMIC_WRITE and FLUSH need Linux 6.2 or later on rxe and are
+    /// not built by the mlx5 provider yet. The library maps it to
+    /// `EOPNOTSUPP`.
+    OpcodeUnsupported(crate::wr::WrOpcode),
     /// A receive posted to a QP that takes its receives from a shared
     /// receive queue: post them to the SRQ.
     UsesSrq,
@@ -101,6 +107,11 @@ impl std::fmt::Display for PostError {
                 f,
                 "memory windows (BIND_MW, LOCAL_INV, SEND_WITH_INV) are not supported by \
                  this provider"
+            ),
+            PostError::OpcodeUnsupported(op) => write!(
+                f,
+                "{op:?} is not offered on this QP: the device's capabilities (as the running \
+                 kernel reports them) or the provider lack it"
             ),
             PostError::UsesSrq => write!(
                 f,

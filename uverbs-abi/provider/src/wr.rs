@@ -11,7 +11,7 @@
 use std::io::IoSlice;
 
 use rverbs_abi::mr::AccessFlags;
-use rverbs_abi::wr::{send_flags, wr_opcode, Sge};
+use rverbs_abi::wr::{flush_level, flush_type, send_flags, wr_opcode, Sge};
 
 /// A send work request's operation (`enum ib_uverbs_wr_opcode`).
 #[repr(u32)]
@@ -37,6 +37,11 @@ pub enum WrOpcode {
     BindMw = wr_opcode::BIND_MW,
     /// Send, invalidating an rkey at the peer.
     SendWithInv = wr_opcode::SEND_WITH_INV,
+    /// Make earlier RDMA WRITEs to a remote range globally visible or
+    /// persistent (RDMA FLUSH).
+    Flush = wr_opcode::FLUSH,
+    /// Write 8 bytes to remote memory as one atomic store.
+    AtomicWrite = wr_opcode::ATOMIC_WRITE,
 }
 
 impl WrOpcode {
@@ -60,6 +65,53 @@ impl WrOpcode {
     pub fn has_imm(self) -> bool {
         matches!(self, Self::RdmaWriteWithImm | Self::SendWithImm)
     }
+    /// Whether the operation is one newer kernels added and a device may
+    /// lack (ATOMIC_WRITE, FLUSH): a send queue accepts it only once the
+    /// library has seen the device's capability for it.
+    pub fn needs_capability(self) -> bool {
+        matches!(self, Self::AtomicWrite | Self::Flush)
+    }
+}
+
+bitflags::bitflags! {
+    /// The placement types of an RDMA FLUSH (`IB_FLUSH_GLOBAL`,
+    /// `IB_FLUSH_PERSISTENT`); a request names one or both.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct FlushType: u8 {
+        /// To the responder's global visibility point: later reads by
+        /// any agent see the data.
+        const GLOBAL = flush_type::GLOBAL;
+        /// To persistence (only MRs registered with `FLUSH_PERSISTENT`,
+        /// which needs persistent memory).
+        const PERSISTENT = flush_type::PERSISTENT;
+    }
+}
+
+/// What an RDMA FLUSH covers (`IB_FLUSH_RANGE`, `IB_FLUSH_MR`).
+#[repr(u8)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FlushLevel {
+    /// The range the request names.
+    #[default]
+    Range = flush_level::RANGE,
+    /// The whole MR the rkey names (address and length are ignored).
+    Mr = flush_level::MR,
+}
+
+/// What a FLUSH request asks for: `length` bytes at `remote_addr` under
+/// `rkey` (or the whole MR at [`FlushLevel::Mr`]), made `kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlushWr {
+    /// Start of the range.
+    pub remote_addr: u64,
+    /// Bytes in the range.
+    pub length: u32,
+    /// The remote MR's rkey.
+    pub rkey: u32,
+    /// Placement type(s).
+    pub kind: FlushType,
+    /// Range or whole MR.
+    pub level: FlushLevel,
 }
 
 bitflags::bitflags! {
@@ -173,6 +225,22 @@ impl<'a> SendWr<'a> {
     /// SEND of the gather list `sges` ([`opcode::Send`]).
     pub const fn send(wr_id: u64, sges: &'a [Sge]) -> Self {
         opcode::Send::new(wr_id, sges).build()
+    }
+    /// ATOMIC_WRITE of `value` to `remote_addr` under `rkey`
+    /// ([`opcode::AtomicWrite`]).
+    pub const fn atomic_write(wr_id: u64, remote_addr: u64, rkey: u32, value: [u8; 8]) -> Self {
+        opcode::AtomicWrite::new(wr_id, remote_addr, rkey, value).build()
+    }
+    /// FLUSH of `length` bytes at `remote_addr` under `rkey` to `kind`'s
+    /// placement ([`opcode::Flush`]; `.whole_mr()` there for the MR).
+    pub const fn rdma_flush(
+        wr_id: u64,
+        remote_addr: u64,
+        rkey: u32,
+        length: u32,
+        kind: FlushType,
+    ) -> Self {
+        opcode::Flush::new(wr_id, remote_addr, rkey, length, kind).build()
     }
     /// SEND of `sges` with immediate data `imm` (host order).
     pub const fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
@@ -368,6 +436,34 @@ impl<'a> SendWr<'a> {
         }
     }
 
+    /// The 8 bytes an ATOMIC_WRITE stores (`None` for the other opcodes),
+    /// exactly as they land in remote memory.
+    #[inline(always)]
+    pub const fn atomic_write_value(&self) -> Option<[u8; 8]> {
+        match self.opcode {
+            WrOpcode::AtomicWrite => Some(self.compare_add.to_ne_bytes()),
+            _ => None,
+        }
+    }
+    /// What a FLUSH asks for (`None` for the other opcodes).
+    #[inline(always)]
+    pub const fn flush(&self) -> Option<FlushWr> {
+        match self.opcode {
+            WrOpcode::Flush => Some(FlushWr {
+                remote_addr: self.remote_addr,
+                length: self.compare_add as u32,
+                rkey: self.rkey,
+                kind: FlushType::from_bits_retain(self.swap as u8),
+                level: if (self.swap >> 8) as u8 == flush_level::MR {
+                    FlushLevel::Mr
+                } else {
+                    FlushLevel::Range
+                },
+            }),
+            _ => None,
+        }
+    }
+
     /// A request of any opcode with any payload, for the tests of the
     /// post-time checks, which must refuse what the builders cannot write
     /// (the `test-util` feature, for the providers' unit tests; not API).
@@ -401,7 +497,76 @@ pub mod opcode {
             }
         )*};
     }
-    into_wr!(Send, Write, Read, CompareSwap, FetchAdd, LocalInv, BindMw);
+    into_wr!(
+        Send,
+        Write,
+        Read,
+        CompareSwap,
+        FetchAdd,
+        LocalInv,
+        BindMw,
+        AtomicWrite,
+        Flush
+    );
+
+    /// ATOMIC_WRITE: stores 8 bytes at an 8-byte aligned remote address as
+    /// one atomic write, ordered after the QP's earlier writes (the IBTA's
+    /// "atomic write" extension). RC only; the device must offer it.
+    #[derive(Debug, Clone, Copy)]
+    pub struct AtomicWrite<'a>(SendWr<'a>);
+
+    impl<'a> AtomicWrite<'a> {
+        /// Writes `value` (its bytes as they are: use `to_le_bytes` or
+        /// `to_be_bytes` to fix the peer's view of a number) to
+        /// `remote_addr` under `rkey`, which needs remote write access.
+        pub const fn new(wr_id: u64, remote_addr: u64, rkey: u32, value: [u8; 8]) -> Self {
+            let mut wr = SendWr::raw(wr_id, WrOpcode::AtomicWrite, Payload::Sge(&[]));
+            wr.remote_addr = remote_addr;
+            wr.rkey = rkey;
+            wr.compare_add = u64::from_ne_bytes(value);
+            AtomicWrite(wr)
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
+
+    /// RDMA FLUSH: makes the data earlier RDMA WRITEs placed in a remote
+    /// range globally visible or persistent, completing once it is. RC
+    /// only; the device must offer it, and the remote MR must have been
+    /// registered with the matching `FLUSH_*` access.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Flush<'a>(SendWr<'a>);
+
+    impl<'a> Flush<'a> {
+        /// Flushes `length` bytes at `remote_addr` under `rkey` to
+        /// `kind`'s placement, for [`FlushLevel::Range`].
+        pub const fn new(
+            wr_id: u64,
+            remote_addr: u64,
+            rkey: u32,
+            length: u32,
+            kind: FlushType,
+        ) -> Self {
+            let mut wr = SendWr::raw(wr_id, WrOpcode::Flush, Payload::Sge(&[]));
+            wr.remote_addr = remote_addr;
+            wr.rkey = rkey;
+            wr.compare_add = length as u64;
+            wr.swap = kind.bits() as u64;
+            Flush(wr)
+        }
+        /// Flushes the whole MR `rkey` names instead of the range
+        /// ([`FlushLevel::Mr`]).
+        pub const fn whole_mr(mut self) -> Self {
+            self.0.swap = (self.0.swap & 0xff) | ((flush_level::MR as u64) << 8);
+            self
+        }
+        /// The work request.
+        pub const fn build(self) -> SendWr<'a> {
+            self.0
+        }
+    }
 
     /// LOCAL_INV: invalidates the local rkey `rkey` (a type 2 memory
     /// window bound on this QP). RC only; no data.

@@ -11,10 +11,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use rverbs_abi::cmd::exec;
+use rverbs_abi::device::device_cap_ex;
 pub use rverbs_abi::qp::QpCreateFlags;
 use rverbs_abi::qp::{CreateQp, CreateQpResp, DestroyQp, QueryQp};
+use rverbs_provider::wr::WrOpcode;
 pub use rverbs_provider::QpState;
-use rverbs_provider::{RecvQueue as _, SendQueue as _};
+use rverbs_provider::{Feature, RecvQueue as _, SendQueue as _};
 
 use crate::cq::{Cq, CqInner};
 use crate::error::{Error, Result};
@@ -143,7 +145,11 @@ impl Pd {
             &shared(attr.recv_cq),
             srq.map(|s| s.ring()),
         )?;
-        Ok(self.new_qp(attr, srq, event_id, r, sq, rq))
+        let mut qp = self.new_qp(attr, srq, event_id, r, sq, rq);
+        if attr.qp_type == QpType::Rc {
+            qp.allow_capability_ops();
+        }
+        Ok(qp)
     }
 
     fn new_qp(
@@ -174,6 +180,35 @@ impl Pd {
             _recv_cq: attr.recv_cq.inner().clone(),
             srq: srq.map(|s| s.inner().clone()),
             event_id,
+        }
+    }
+}
+
+/// The operations a device may lack, each with the provider feature that
+/// builds it and the `device_cap_flags_ex` bits that offer it (either).
+const CAPABILITY_OPS: [(Feature, WrOpcode, u64); 2] = [
+    (
+        Feature::AtomicWrite,
+        WrOpcode::AtomicWrite,
+        device_cap_ex::ATOMIC_WRITE,
+    ),
+    (
+        Feature::Flush,
+        WrOpcode::Flush,
+        device_cap_ex::FLUSH_GLOBAL | device_cap_ex::FLUSH_PERSISTENT,
+    ),
+];
+
+impl Qp {
+    /// Lets the send queue accept ATOMIC_WRITE and FLUSH where the provider
+    /// builds them and the device offers them (the capabilities are asked
+    /// once per context, on the first RC QP of a provider that has them).
+    fn allow_capability_ops(&mut self) {
+        let ctx = self.pd.context().clone();
+        for (feature, op, bits) in CAPABILITY_OPS {
+            if ctx.provider().supports(feature) && ctx.caps().cap_flags_ex & bits != 0 {
+                self.sq.allow(op);
+            }
         }
     }
 }
@@ -241,6 +276,9 @@ impl Qp {
     /// attribute is refused by the kernel with its errno (EINVAL).
     pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
         let cmd = attr.encode(self.handle)?;
+        if let Some(access) = attr.qp_access_flags {
+            crate::mr::check_flush_offered(access, || self.pd.context().caps())?;
+        }
         // A UD message must fit the port's active MTU: learn it when the
         // port is set, so post_send can refuse longer ones.
         let ud_mtu = match (self.qp_type, attr.port_num) {
