@@ -154,6 +154,8 @@ impl Provider for Mlx5 {
             Feature::MemoryWindows => false,
             // Not built yet (ConnectX-7 has them, through its own opcodes).
             Feature::AtomicWrite | Feature::Flush => false,
+            // A kernel method of the mlx5 driver: nothing of ours.
+            Feature::OdpAdvice => true,
             // A feature the contract gains is unsupported until done here.
             _ => false,
         }

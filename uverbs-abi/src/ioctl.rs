@@ -62,7 +62,41 @@ pub struct IoctlHdr {
 pub mod object {
     /// `UVERBS_OBJECT_DEVICE`.
     pub const DEVICE: u16 = 0;
+    /// `UVERBS_OBJECT_MR`.
+    pub const MR: u16 = 7;
 }
+
+/// Methods of the MR object (`enum uverbs_methods_mr`).
+pub mod mr_method {
+    /// `UVERBS_METHOD_ADVISE_MR`.
+    pub const ADVISE_MR: u16 = 2;
+}
+
+/// Attributes of `UVERBS_METHOD_ADVISE_MR`.
+pub mod advise_mr_attr {
+    /// In: the PD (an object handle).
+    pub const PD_HANDLE: u16 = 0;
+    /// In: the advice (`IB_UVERBS_ADVISE_MR_ADVICE_*`, a constant).
+    pub const ADVICE: u16 = 1;
+    /// In: `IB_UVERBS_ADVISE_MR_FLAG_*` (u32).
+    pub const FLAGS: u16 = 2;
+    /// In: the ranges, an array of `struct ib_uverbs_sge`.
+    pub const SGE_LIST: u16 = 3;
+}
+
+/// `enum ib_uverbs_advise_mr_advice`.
+pub mod advise_mr_advice {
+    /// Fault the pages in for reading.
+    pub const PREFETCH: u32 = 0;
+    /// Fault the pages in for writing.
+    pub const PREFETCH_WRITE: u32 = 1;
+    /// Map the pages already present, without faulting any in.
+    pub const PREFETCH_NO_FAULT: u32 = 2;
+}
+
+/// `IB_UVERBS_ADVISE_MR_FLAG_FLUSH`: return once the advice is carried out
+/// (else it may run after the call returns).
+pub const ADVISE_MR_FLAG_FLUSH: u32 = 1 << 0;
 
 /// Methods of the device object (`enum uverbs_methods_device`).
 pub mod device_method {
@@ -167,6 +201,41 @@ impl<'a> IoctlCmd<'a> {
             flags: UVERBS_ATTR_F_MANDATORY,
             attr_data: 0,
             data: value as u64,
+        })
+    }
+
+    /// A mandatory input naming an object by its handle (an IDR
+    /// attribute: length 0, the handle in `data`).
+    pub fn in_handle(&mut self, id: u16, handle: u32) -> &mut Self {
+        self.push(Attr {
+            attr_id: id,
+            len: 0,
+            flags: UVERBS_ATTR_F_MANDATORY,
+            attr_data: 0,
+            data: handle as u64,
+        })
+    }
+
+    /// A mandatory input buffer the kernel reads: carried inline when it
+    /// is at most 8 bytes (as the kernel expects), else by pointer.
+    pub fn in_bytes(&mut self, id: u16, buf: &'a [u8]) -> &mut Self {
+        if buf.len() > u16::MAX as usize {
+            self.overflow = true;
+            return self;
+        }
+        let data = if buf.len() <= 8 {
+            let mut v = [0u8; 8];
+            v[..buf.len()].copy_from_slice(buf);
+            u64::from_ne_bytes(v)
+        } else {
+            buf.as_ptr() as u64
+        };
+        self.push(Attr {
+            attr_id: id,
+            len: buf.len() as u16,
+            flags: UVERBS_ATTR_F_MANDATORY,
+            attr_data: 0,
+            data,
         })
     }
 

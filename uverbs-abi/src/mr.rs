@@ -80,7 +80,9 @@ bitflags::bitflags! {
         const MW_BIND = 1 << 4;
         /// Addresses are offsets from the MR start.
         const ZERO_BASED = 1 << 5;
-        /// On-demand paging.
+        /// On-demand paging: the pages are not pinned; the device faults
+        /// them in as it reaches them (where the device offers ODP: see
+        /// `odp_caps` of the extended device query).
         const ON_DEMAND = 1 << 6;
         /// Hint: the range is huge-page backed.
         const HUGETLB = 1 << 7;

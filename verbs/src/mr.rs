@@ -28,15 +28,20 @@ use std::ops::{Bound, RangeBounds};
 
 pub use buf::{MrBuf, PageBuf};
 use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::ioctl::{
+    advise_mr_advice, advise_mr_attr as am, mr_method, object, IoctlCmd, ADVISE_MR_FLAG_FLUSH,
+};
 pub use rverbs_abi::mr::AccessFlags;
 use rverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
 use rverbs_abi::wr::Sge;
 use rverbs_provider::wr::{opcode, FlushType, SendWr};
+use zerocopy::IntoBytes;
 
 use crate::context::Caps;
+use crate::error::Feature;
 use crate::error::{Errno, Error, Result};
 use crate::pd::Pd;
-use rverbs_abi::device::device_cap_ex;
+use rverbs_abi::device::{device_cap_ex, odp_general};
 
 /// A registered memory region that owns its memory `B` (a [`PageBuf`] by
 /// default: what [`Pd::alloc_mr`] returns). Dropping it deregisters the
@@ -284,6 +289,19 @@ impl RemoteMr {
     }
 }
 
+/// What [`Mr::advise`] asks of an on-demand MR's range
+/// (`enum ib_uverbs_advise_mr_advice`).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OdpAdvice {
+    /// Fault the pages in, readable by the device.
+    Prefetch = advise_mr_advice::PREFETCH,
+    /// Fault the pages in, writable by the device.
+    PrefetchWrite = advise_mr_advice::PREFETCH_WRITE,
+    /// Map the pages already present; fault none in.
+    PrefetchNoFault = advise_mr_advice::PREFETCH_NO_FAULT,
+}
+
 /// A registration refused by [`Pd::register`]: the error, and the buffer,
 /// handed back unregistered. Converts into [`Error`] (dropping the buffer),
 /// so `?` works in functions returning [`Result`].
@@ -335,15 +353,20 @@ fn check_access(access: AccessFlags) -> Result<()> {
     Ok(())
 }
 
-/// `Ok` unless `access` (an MR's or a QP's) asks for a FLUSH type the
-/// device does not offer ([`Error::NotOffered`]); `caps` is asked only if
-/// it asks for one.
-pub(crate) fn check_flush_offered(access: AccessFlags, caps: impl FnOnce() -> Caps) -> Result<()> {
+/// `Ok` unless `access` (an MR's or a QP's) asks for a FLUSH type or
+/// on-demand paging the device does not offer ([`Error::NotOffered`]);
+/// `caps` is asked only if it asks for one of them.
+pub(crate) fn check_offered(access: AccessFlags, caps: impl FnOnce() -> Caps) -> Result<()> {
     let flush = AccessFlags::FLUSH_GLOBAL | AccessFlags::FLUSH_PERSISTENT;
-    if !access.intersects(flush) {
+    if !access.intersects(flush | AccessFlags::ON_DEMAND) {
         return Ok(());
     }
     let caps = caps();
+    if access.contains(AccessFlags::ON_DEMAND) && caps.odp_general & odp_general::SUPPORT == 0 {
+        return Err(Error::NotOffered {
+            what: "on-demand paging (AccessFlags::ON_DEMAND)",
+        });
+    }
     for (flag, bit, what) in [
         (
             AccessFlags::FLUSH_GLOBAL,
@@ -537,7 +560,7 @@ impl Pd {
         if let Err(e) = check_access(access) {
             return Err((e, buf));
         }
-        if let Err(e) = check_flush_offered(access, || self.context().caps()) {
+        if let Err(e) = check_offered(access, || self.context().caps()) {
             return Err((e, buf));
         }
         let iova = match check_iova(addr as u64, len, iova) {
@@ -733,7 +756,7 @@ impl<B> Mr<B> {
     /// Linux 6.4 or so has no re-registration at all).
     pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
         check_access(access)?;
-        check_flush_offered(access, || self.pd.context().caps())?;
+        check_offered(access, || self.pd.context().caps())?;
         self.rereg(REREG_ACCESS, self.pd.clone(), access)
     }
 
@@ -770,6 +793,38 @@ impl<B> Mr<B> {
         self.access = access;
         self.pd = pd;
         Ok(())
+    }
+
+    /// Advises the device about `range` of an on-demand (ODP) MR
+    /// (`ibv_advise_mr`): fault its pages in now, for reading or for
+    /// writing, or map those already present ([`OdpAdvice`]), so that the
+    /// first requests on it do not wait for page faults. With `sync` the
+    /// call returns once that is done, else the kernel may finish after it
+    /// returns. Refused by the kernel (EOPNOTSUPP) where the driver has no
+    /// advice, and (EINVAL) for an MR that is not on-demand. On rxe it is
+    /// refused before the kernel is asked ([`Error::Unsupported`]): rxe's
+    /// prefetch crashes the 7.3 kernel.
+    pub fn advise(
+        &self,
+        range: impl RangeBounds<usize>,
+        advice: OdpAdvice,
+        sync: bool,
+    ) -> Result<()> {
+        let sge = self.sge(range)?;
+        let ctx = self.pd.context();
+        ctx.provider().require(Feature::OdpAdvice)?;
+        let flags = if sync { ADVISE_MR_FLAG_FLUSH } else { 0 };
+        let mut call = IoctlCmd::new(object::MR, mr_method::ADVISE_MR);
+        call.driver_id(ctx.device().driver().id().unwrap_or(0))
+            .in_handle(am::PD_HANDLE, self.pd.handle())
+            .in_u64(am::ADVICE, advice as u64)
+            .in_u32(am::FLAGS, flags)
+            .in_bytes(am::SGE_LIST, sge.as_bytes());
+        // SAFETY: the only address is the SGE's, inside this MR (checked by
+        // `sge`), which the kernel looks up by its lkey and checks again;
+        // advice only maps pages of the MR's own range. The SGE list is a
+        // borrowed local. The fd is the context's uverbs node.
+        unsafe { call.execute(ctx.fd()) }.map_err(Error::kernel("advise_mr"))
     }
 
     /// The descriptor a peer needs for RDMA on the whole MR.
@@ -902,17 +957,17 @@ mod remote_tests {
     #[test]
     fn flush_access_needs_the_capability() {
         let none = || Caps::default();
-        assert!(check_flush_offered(AccessFlags::LOCAL_WRITE, || unreachable!()).is_ok());
+        assert!(check_offered(AccessFlags::LOCAL_WRITE, || unreachable!()).is_ok());
         assert!(matches!(
-            check_flush_offered(AccessFlags::FLUSH_GLOBAL, none),
+            check_offered(AccessFlags::FLUSH_GLOBAL, none),
             Err(Error::NotOffered { .. })
         ));
         let global = || Caps {
             cap_flags_ex: device_cap_ex::FLUSH_GLOBAL,
             ..Caps::default()
         };
-        assert!(check_flush_offered(AccessFlags::FLUSH_GLOBAL, global).is_ok());
-        assert!(check_flush_offered(AccessFlags::FLUSH_PERSISTENT, global).is_err());
+        assert!(check_offered(AccessFlags::FLUSH_GLOBAL, global).is_ok());
+        assert!(check_offered(AccessFlags::FLUSH_PERSISTENT, global).is_err());
     }
 
     #[test]

@@ -90,6 +90,8 @@ pub enum Feature {
     AtomicWrite,
     /// The RDMA FLUSH work request (where the device offers it).
     Flush,
+    /// Advice on an on-demand MR's pages (`UVERBS_METHOD_ADVISE_MR`).
+    OdpAdvice,
 }
 
 impl fmt::Display for Feature {
@@ -102,6 +104,7 @@ impl fmt::Display for Feature {
             Feature::MemoryWindows => "memory windows",
             Feature::AtomicWrite => "ATOMIC_WRITE",
             Feature::Flush => "RDMA FLUSH",
+            Feature::OdpAdvice => "advice on on-demand MRs (prefetch)",
         })
     }
 }

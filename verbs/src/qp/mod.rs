@@ -277,7 +277,7 @@ impl Qp {
     pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
         let cmd = attr.encode(self.handle)?;
         if let Some(access) = attr.qp_access_flags {
-            crate::mr::check_flush_offered(access, || self.pd.context().caps())?;
+            crate::mr::check_offered(access, || self.pd.context().caps())?;
         }
         // A UD message must fit the port's active MTU: learn it when the
         // port is set, so post_send can refuse longer ones.
