@@ -27,7 +27,7 @@ use std::mem::MaybeUninit;
 use std::ops::{Bound, RangeBounds};
 
 pub use buf::{MrBuf, PageBuf};
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::cmd::{nr, write_cmd_fixed, NoResp};
 use rverbs_abi::ioctl::{
     advise_mr_advice, advise_mr_attr as am, mr_method, object, IoctlCmd, ADVISE_MR_FLAG_FLUSH,
 };
@@ -585,8 +585,8 @@ impl Pd {
             // this function's caller keeps valid, and untouched but through
             // the MR, until the MR is deregistered (Drop or into_inner), or
             // forever if deregistration fails; the response pointer is
-            // write_cmd's own.
-            unsafe { write_cmd(self.context().fd(), nr::REG_MR, &cmd, &[], &mut []) }
+            // write_cmd_fixed's own (REG_MR starts with it).
+            unsafe { write_cmd_fixed(self.context().fd(), nr::REG_MR, &cmd) }
         });
         let resp: RegMrResp = match resp {
             Ok(resp) => resp,
@@ -663,9 +663,8 @@ impl<B> Mr<B> {
             mr_handle: self.handle,
         };
         // SAFETY: DEREG_MR carries no user address.
-        let done = unsafe {
-            write_cmd::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd, &[], &mut [])
-        };
+        let done =
+            unsafe { write_cmd_fixed::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd) };
         match done {
             Ok(_) | Err(Errno::EIO | Errno::ENODEV) => {
                 // Unmarked before the owner can free the pages.
@@ -784,8 +783,8 @@ impl<B> Mr<B> {
             };
             // SAFETY: REREG_MR's start..start+length is the MR's own
             // memory, already registered and held by `self` until
-            // DEREG_MR; the response pointer is write_cmd's own.
-            unsafe { write_cmd(self.pd.context().fd(), nr::REREG_MR, &cmd, &[], &mut []) }
+            // DEREG_MR; the response pointer is write_cmd_fixed's own (REREG_MR starts with it).
+            unsafe { write_cmd_fixed(self.pd.context().fd(), nr::REREG_MR, &cmd) }
         });
         let resp: ReregMrResp = resp.map_err(Error::kernel("rereg_mr"))?;
         self.lkey = resp.lkey;

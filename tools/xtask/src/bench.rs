@@ -199,6 +199,8 @@ fn perf_cases() -> Vec<PerfCase> {
 struct Binaries {
     probe_rs: PathBuf,
     probe_c: PathBuf,
+    regmr_rs: PathBuf,
+    regmr_c: PathBuf,
     rverbs: PathBuf,
 }
 
@@ -224,9 +226,20 @@ fn build(target: &Path) -> Result<Binaries> {
             .arg("-libverbs"),
     )
     .context("compiling tools/bench/postpoll.c against libibverbs (libibverbs-dev)")?;
+    let regmr_c = bench_dir.join("regmr-c");
+    util::run(
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-o"])
+            .arg(&regmr_c)
+            .arg(workspace_root().join("tools/bench/regmr.c"))
+            .arg("-libverbs"),
+    )
+    .context("compiling tools/bench/regmr.c against libibverbs (libibverbs-dev)")?;
     Ok(Binaries {
         probe_rs: release.join("examples/postpoll"),
         probe_c,
+        regmr_rs: release.join("examples/regmr"),
+        regmr_c,
         rverbs: release.join("rverbs"),
     })
 }
@@ -269,7 +282,7 @@ fn rverbs_perf_available(rverbs: &Path) -> bool {
 /// Checks, with the linkage check's inspector, that our binaries are free
 /// of rdma-core and that the C probe really uses it.
 fn check_linkage(b: &Binaries) -> Result<()> {
-    for ours in [&b.probe_rs, &b.rverbs] {
+    for ours in [&b.probe_rs, &b.regmr_rs, &b.rverbs] {
         let problems = linkage::inspect(ours)?;
         if !problems.is_empty() {
             bail!(
@@ -279,12 +292,14 @@ fn check_linkage(b: &Binaries) -> Result<()> {
             );
         }
     }
-    let theirs = linkage::inspect(&b.probe_c)?;
-    if !theirs.iter().any(|p| p.contains("libibverbs")) {
-        bail!(
-            "{} does not link libibverbs: the comparison would be meaningless",
-            b.probe_c.display()
-        );
+    for c in [&b.probe_c, &b.regmr_c] {
+        let theirs = linkage::inspect(c)?;
+        if !theirs.iter().any(|p| p.contains("libibverbs")) {
+            bail!(
+                "{} does not link libibverbs: the comparison would be meaningless",
+                c.display()
+            );
+        }
     }
     Ok(())
 }
@@ -337,6 +352,7 @@ fn payload(
             )?;
         }
     }
+    crate::regbench::payload(&mut s, &q(&b.regmr_rs)?, &q(&b.regmr_c)?, DEVICE)?;
     let Some(cases) = cases else {
         return Ok(s);
     };
@@ -744,6 +760,7 @@ fn report(
     opts: &BenchOptions,
     env: &Environment,
     probes: &[ProbeResult<'_>],
+    reg: &crate::regbench::Rows,
     mlx5: &Result<Vec<ProbeResult<'_>>>,
     perf: Option<&[(PerfCase, PerfResult)]>,
     perf_note: &str,
@@ -777,6 +794,24 @@ fn report(
     ));
     w("");
     if !insn_table(&mut w, probes) {
+        ok = false;
+    }
+    w("");
+    w("### What registration costs (rxe)");
+    w("");
+    w(
+        "`verbs/examples/regmr.rs` (`Pd::register` of a `PageBuf`, then `Mr::into_inner`) \
+         and its C twin `tools/bench/regmr.c` (`ibv_reg_mr`/`ibv_dereg_mr` of an mmap'd \
+         buffer) map the same untouched anonymous buffer, register it once unmeasured \
+         (reading VmPin before, while held and after), then time each of N register + \
+         deregister pairs (the median is shown; N is 200, 50, 10 and 3 from the smallest \
+         size up). The time is nearly all the kernel's (pinning and mapping every page, \
+         the same work on both sides); the instructions are the library's own, counted \
+         by callgrind in user space only. On-demand rows need a kernel whose rxe has \
+         on-demand paging (7.x here); elsewhere both sides are refused.",
+    );
+    w("");
+    if !crate::regbench::table(&mut w, reg) {
         ok = false;
     }
     w("");
@@ -1049,7 +1084,16 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
             .collect()
     });
     let env = environment(&run_dir);
-    let (md, met) = report(opts, &env, &probes, &mlx5, perf.as_deref(), &perf_note);
+    let reg = crate::regbench::read(&run_dir);
+    let (md, met) = report(
+        opts,
+        &env,
+        &probes,
+        &reg,
+        &mlx5,
+        perf.as_deref(),
+        &perf_note,
+    );
     let path = target.join("bench").join("BENCHMARKS.md");
     util::write_atomic(&path, md.as_bytes())?;
     print_line("");

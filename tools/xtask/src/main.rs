@@ -59,6 +59,7 @@ mod initramfs;
 mod kernel;
 mod linkage;
 mod mlx5;
+mod regbench;
 mod testrun;
 mod vm;
 
