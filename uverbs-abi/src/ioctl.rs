@@ -102,8 +102,6 @@ pub const ADVISE_MR_FLAG_FLUSH: u32 = 1 << 0;
 pub mod device_method {
     /// `UVERBS_METHOD_QUERY_PORT`.
     pub const QUERY_PORT: u16 = 2;
-    /// `UVERBS_METHOD_QUERY_CONTEXT`.
-    pub const QUERY_CONTEXT: u16 = 4;
     /// `UVERBS_METHOD_QUERY_GID_TABLE`.
     pub const QUERY_GID_TABLE: u16 = 5;
     /// `UVERBS_METHOD_QUERY_GID_ENTRY`.
@@ -121,19 +119,6 @@ pub mod query_gid_table_attr {
     /// Out: number of entries written (u64).
     pub const RESP_NUM_ENTRIES: u16 = 3;
 }
-
-/// Attributes of `UVERBS_METHOD_QUERY_CONTEXT`.
-pub mod query_context_attr {
-    /// Out: the number of completion vectors (u32).
-    pub const NUM_COMP_VECTORS: u16 = 0;
-    /// Out: what the core supports (u64, `IB_UVERBS_CORE_SUPPORT_*`).
-    pub const CORE_SUPPORT: u16 = 1;
-}
-
-/// `IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS`: the kernel accepts (and
-/// may ignore) the optional access flags
-/// ([`AccessFlags::OPTIONAL_RANGE`](crate::mr::AccessFlags::OPTIONAL_RANGE)).
-pub const CORE_SUPPORT_OPTIONAL_MR_ACCESS: u64 = 1 << 0;
 
 /// Most attributes one [`IoctlCmd`] carries.
 pub const MAX_ATTRS: usize = 16;

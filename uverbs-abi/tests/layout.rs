@@ -605,7 +605,6 @@ fn constants() -> Vec<Const> {
         "UVERBS_OBJECT_DEVICE" => ioctl::object::DEVICE,
         "UVERBS_METHOD_QUERY_PORT" => ioctl::device_method::QUERY_PORT,
         "UVERBS_METHOD_QUERY_GID_TABLE" => ioctl::device_method::QUERY_GID_TABLE,
-        "UVERBS_METHOD_QUERY_CONTEXT" => ioctl::device_method::QUERY_CONTEXT,
         "UVERBS_OBJECT_MR" => ioctl::object::MR,
         "UVERBS_METHOD_ADVISE_MR" => ioctl::mr_method::ADVISE_MR,
         "UVERBS_ATTR_ADVISE_MR_PD_HANDLE" => ioctl::advise_mr_attr::PD_HANDLE,
@@ -624,8 +623,6 @@ fn constants() -> Vec<Const> {
         "IBV_ODP_SUPPORT_READ" => device::odp_transport::READ,
         "IBV_ODP_SUPPORT_ATOMIC" => device::odp_transport::ATOMIC,
         "IBV_ODP_SUPPORT_SRQ_RECV" => device::odp_transport::SRQ_RECV,
-        "UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS" => ioctl::query_context_attr::NUM_COMP_VECTORS,
-        "UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT" => ioctl::query_context_attr::CORE_SUPPORT,
         "UVERBS_METHOD_QUERY_GID_ENTRY" => ioctl::device_method::QUERY_GID_ENTRY,
         "UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE" => ioctl::query_gid_table_attr::ENTRY_SIZE,
         "UVERBS_ATTR_QUERY_GID_TABLE_FLAGS" => ioctl::query_gid_table_attr::FLAGS,
@@ -684,7 +681,6 @@ fn constants() -> Vec<Const> {
         "IBV_WR_ATOMIC_WRITE" => op::ATOMIC_WRITE,
         "IBV_WC_ATOMIC_WRITE" => wc::ATOMIC_WRITE,
         "IB_UVERBS_ACCESS_OPTIONAL_RANGE" => A::OPTIONAL_RANGE.bits(),
-        "IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS" => ioctl::CORE_SUPPORT_OPTIONAL_MR_ACCESS,
         "sizeof(struct ib_uverbs_send_wr)" => wr::UVERBS_SEND_WR_SIZE,
 
         // rxe.rs

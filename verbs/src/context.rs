@@ -48,8 +48,6 @@ pub(crate) struct Caps {
     pub cap_flags_ex: u64,
     /// `odp_caps.general_caps`.
     pub odp_general: u64,
-    /// `odp_caps.rc_odp_caps`.
-    pub odp_rc: u32,
 }
 
 /// An open RDMA device. Cheap to clone; every object created from it keeps
@@ -164,17 +162,12 @@ impl Context {
         let Ok(attr) = self.query_device() else {
             return Caps::default();
         };
-        let (cap_flags_ex, odp_general, odp_rc) = attr.ex().map_or((0, 0, 0), |ex| {
-            (
-                ex.device_cap_flags_ex,
-                ex.odp_caps.general_caps,
-                ex.odp_caps.rc_odp_caps,
-            )
+        let (cap_flags_ex, odp_general) = attr.ex().map_or((0, 0), |ex| {
+            (ex.device_cap_flags_ex, ex.odp_caps.general_caps)
         });
         let caps = Caps {
             cap_flags_ex,
             odp_general,
-            odp_rc,
         };
         *self.inner.caps.get_or_init(|| caps)
     }

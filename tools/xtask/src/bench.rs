@@ -479,6 +479,17 @@ fn mlx5_probes(
 type ProbeResult<'a> = (&'a Probe, Result<f64>, Result<f64>);
 
 /// An instruction-count result: instructions per measured iteration.
+/// The instruction total of a callgrind output file (its `summary:` or
+/// `totals:` line).
+pub fn callgrind_total(data: &str) -> Option<u64> {
+    data.lines()
+        .find_map(|l| {
+            l.strip_prefix("summary:")
+                .or_else(|| l.strip_prefix("totals:"))
+        })
+        .and_then(|v| v.trim().parse().ok())
+}
+
 fn read_probe(out: &Path, family: &str, tool: Tool, p: &Probe, iters: u32) -> Result<f64> {
     let name = probe_name(family, tool, p.mode);
     let status = std::fs::read_to_string(out.join(format!("{name}.status"))).unwrap_or_default();
@@ -501,14 +512,8 @@ fn read_probe(out: &Path, family: &str, tool: Tool, p: &Probe, iters: u32) -> Re
     }
     let data = std::fs::read_to_string(out.join(format!("{name}.out")))
         .with_context(|| format!("no callgrind output for {name}"))?;
-    let total: u64 = data
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("summary:")
-                .or_else(|| l.strip_prefix("totals:"))
-        })
-        .and_then(|v| v.trim().parse().ok())
-        .with_context(|| format!("no instruction total in {name}.out"))?;
+    let total =
+        callgrind_total(&data).with_context(|| format!("no instruction total in {name}.out"))?;
     if total == 0 {
         bail!("{name}: callgrind counted nothing (were the *measured_* functions inlined away?)");
     }

@@ -26,8 +26,6 @@ pub struct Run {
     /// VmPin (KiB) while the unmeasured registration was held, minus
     /// before it.
     pub pinned_kib: i64,
-    /// VmPin (KiB) after it was released, minus before it.
-    pub left_kib: i64,
 }
 
 /// The outcome of one probe run: measured, or refused by the kernel.
@@ -59,7 +57,6 @@ pub fn parse(log: &str) -> Result<Outcome> {
     Ok(Outcome::Ran(Run {
         median_ns: field("median_ns")?,
         pinned_kib: (field("vmpin_held_kib")? - before) as i64,
-        left_kib: (field("vmpin_after_kib")? - before) as i64,
     }))
 }
 
@@ -127,15 +124,9 @@ fn read_side(out: &Path, tool: &str, mode: &str, size: u64, iters: u32) -> Resul
         Outcome::Ran(_) => {
             let data = std::fs::read_to_string(out.join(format!("{cg}.out")))
                 .with_context(|| format!("no callgrind output {cg}.out"))?;
-            let total: f64 = data
-                .lines()
-                .find_map(|l| {
-                    l.strip_prefix("summary:")
-                        .or_else(|| l.strip_prefix("totals:"))
-                })
-                .and_then(|v| v.trim().parse().ok())
+            let total = crate::bench::callgrind_total(&data)
                 .with_context(|| format!("no instruction total in {cg}.out"))?;
-            Some(total / f64::from(iters))
+            Some(total as f64 / f64::from(iters))
         }
     };
     Ok(Side { outcome, insns })
@@ -236,7 +227,6 @@ mod tests {
             Outcome::Ran(Run {
                 median_ns: 15000.0,
                 pinned_kib: 4,
-                left_kib: 0
             })
         );
         let u = "regmr: size=4096 mode=odp unsupported errno=95\n";

@@ -204,7 +204,7 @@ impl Qp {
     /// builds them and the device offers them (the capabilities are asked
     /// once per context, on the first RC QP of a provider that has them).
     fn allow_capability_ops(&mut self) {
-        let ctx = self.pd.context().clone();
+        let ctx = self.pd.context();
         for (feature, op, bits) in CAPABILITY_OPS {
             if ctx.provider().supports(feature) && ctx.caps().cap_flags_ex & bits != 0 {
                 self.sq.allow(op);
