@@ -6,10 +6,11 @@
 //! from Linux 6.2: on 6.12 and 7.x each is exercised (data checked, the
 //! completion's opcode, the responder's refusal without the access it
 //! needs); on 6.1 each is refused before anything is posted, with
-//! `EOPNOTSUPP`. Persistent flush needs persistent memory (pmem), which the
-//! VM has not: registering ordinary memory for it is refused, as asserted.
+//! `EOPNOTSUPP`. Persistent flush needs persistent memory: the VM's
+//! emulated NVDIMM, which the harness makes the device-DAX namespace
+//! `/dev/dax0.0`; registering ordinary memory for it is refused.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use rverbs::QpAttr;
 use rverbs::{
@@ -217,6 +218,107 @@ fn persistent_flush_needs_persistent_memory() {
         Err(Error::NotOffered { .. }) if !offered() => {}
         other => panic!("FLUSH_PERSISTENT on ordinary memory: {other:?}"),
     }
+}
+
+/// The VM's persistent memory: its emulated NVDIMM, a device-DAX namespace
+/// (set up by the harness's guest script).
+const PMEM: &str = "/dev/dax0.0";
+
+/// Device DAX maps in units of its alignment (2 MiB).
+const PMEM_CHUNK: usize = 2 << 20;
+
+/// Maps the `index`th 2 MiB of the VM's persistent memory.
+#[allow(unsafe_code)]
+fn map_pmem(index: u64) -> memmap2::MmapMut {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(PMEM)
+        .unwrap_or_else(|e| panic!("{PMEM}: {e} (the VM harness provides it)"));
+    // SAFETY: each test maps its own 2 MiB of the device, which nothing
+    // else in the guest maps; the mapping is owned by the MR from here on.
+    unsafe {
+        memmap2::MmapOptions::new()
+            .offset(index * PMEM_CHUNK as u64)
+            .len(PMEM_CHUNK)
+            .map_mut(&file)
+    }
+    .unwrap_or_else(|e| panic!("mmap {PMEM}: {e}"))
+}
+
+#[test]
+fn persistent_flush_to_pmem() {
+    let persistent =
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::FLUSH_PERSISTENT;
+    if !offered() {
+        let p = Pair::new();
+        match p.pd.register(map_pmem(0), persistent) {
+            Err(rverbs::RegisterError {
+                error: Error::NotOffered { .. },
+                ..
+            }) => {}
+            other => panic!("FLUSH_PERSISTENT registration not refused: {other:?}"),
+        }
+        // Persistent memory registers like any other memory.
+        let mut p = Pair::new();
+        let target = p.pd.register(map_pmem(0), all_access()).unwrap();
+        let mut src = p.pd.alloc_mr(4096, all_access()).unwrap();
+        let data = pattern(4096, 3);
+        src.write_at(0, &data).unwrap();
+        let s = [src.sge(..).unwrap()];
+        let wr = target.remote().slice(8192, 4096).unwrap();
+        p.a.post_send(&[wr.rdma_write(1, &s).unwrap().signaled()])
+            .unwrap();
+        wait_ok(&mut p.cq_a);
+        assert_eq!(&target.to_vec()[8192..12288], &data[..]);
+        return;
+    }
+    let mut p = Pair::with(PairOpts {
+        access: all_access() | AccessFlags::FLUSH_GLOBAL | AccessFlags::FLUSH_PERSISTENT,
+        ..PairOpts::default()
+    });
+    let target =
+        p.pd.register(map_pmem(0), persistent | AccessFlags::FLUSH_GLOBAL)
+            .unwrap();
+    let len = 65536;
+    let mut src = p.pd.alloc_mr(len, all_access()).unwrap();
+    let data = pattern(len, 11);
+    src.write_at(0, &data).unwrap();
+    let s = [src.sge(..).unwrap()];
+    let remote = target.remote().slice(4096, len as u64).unwrap();
+    // WRITE, then FLUSH to persistence of its range, of both placement
+    // types at once, and of the whole MR.
+    p.a.post_send(&[
+        remote.rdma_write(1, &s).unwrap(),
+        remote.flush(2, FlushType::PERSISTENT).unwrap().signaled(),
+        remote
+            .flush(3, FlushType::PERSISTENT | FlushType::GLOBAL)
+            .unwrap()
+            .signaled(),
+        target
+            .remote()
+            .flush_mr(4, FlushType::PERSISTENT)
+            .signaled(),
+    ])
+    .unwrap();
+    let wc = wait(&mut p.cq_a, 3);
+    for (wc, id) in wc.iter().zip([2, 3, 4]) {
+        assert!(wc.is_success(), "{wc:?}");
+        assert_eq!((wc.wr_id(), wc.opcode()), (id, WcOpcode::FLUSH));
+    }
+    let all = target.to_vec();
+    assert_eq!(&all[4096..4096 + len], &data[..]);
+
+    // Persistent memory registered for global flushes only: a flush to
+    // persistence is an access error at the responder.
+    let global_only = p.pd.register(map_pmem(1), flushable()).unwrap();
+    let wr = global_only
+        .remote()
+        .flush_mr(5, FlushType::PERSISTENT)
+        .signaled();
+    p.a.post_send(&[wr]).unwrap();
+    let wc = wait(&mut p.cq_a, 1)[0];
+    assert_eq!(wc.status(), WcStatus::REM_ACCESS_ERR, "{wc:?}");
 }
 
 #[test]

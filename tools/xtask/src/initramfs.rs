@@ -26,6 +26,9 @@ use crate::util::{cache_dir, ensure_tool, mkdir_p, write_atomic, Fnv};
 /// `rdma_ucm` (with `rdma_cm`, `ib_cm`, `iw_cm`) gives /dev/infiniband/rdma_cm
 /// for rdma-core tools in rdma_cm mode (perftest `-R`, `rping`) and the CM
 /// ids that `rverbs inspect` lists.
+/// `nfit`, `dax_pmem` and `device_dax` (with `libnvdimm`) turn the single
+/// guest's emulated NVDIMM into `/dev/dax0.0`, persistent memory for RDMA
+/// FLUSH.
 pub const MODULES: &[&str] = &[
     "crc32_generic",
     "virtio_pci",
@@ -39,10 +42,13 @@ pub const MODULES: &[&str] = &[
     "veth",
     "virtio_net",
     "rdma_ucm",
+    "nfit",
+    "dax_pmem",
+    "device_dax",
 ];
 
 /// Bump to force a rebuild when the archive layout changes.
-const FORMAT: &str = "xtask-initramfs-2";
+const FORMAT: &str = "xtask-initramfs-3";
 
 /// The guest's /init. The harness passes `xtask_ws` (the workspace path)
 /// and `xtask_run` (the run dir) on the kernel command line, which the

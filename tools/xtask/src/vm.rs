@@ -303,6 +303,15 @@ ip addr add 10.0.0.2/24 dev veth1 || fail "cannot address veth1"
 ip link set veth0 up || fail "cannot bring veth0 up"
 ip link set veth1 up || fail "cannot bring veth1 up"
 rdma link add rxe0 type rxe netdev veth0 || fail "rdma link add rxe0 type rxe netdev veth0 failed"
+n=0
+until [ -e /sys/bus/nd/devices/namespace0.0 ]; do
+    n=$((n + 1))
+    [ "$n" -le 200 ] || fail "no NVDIMM namespace after 10 s (nfit not loaded, or qemu gave no nvdimm?)"
+    sleep 0.05
+done
+ndctl create-namespace --force --reconfig=namespace0.0 --mode=devdax --map=dev >/dev/null 2>"$RUN/ndctl.err" ||
+    fail "ndctl could not make namespace0.0 a device-DAX namespace: $(cat "$RUN/ndctl.err")"
+[ -c /dev/dax0.0 ] || fail "no /dev/dax0.0 after ndctl create-namespace"
 "#
             .to_string(),
             "ffff:0a00:0001",
@@ -550,6 +559,8 @@ fn prepare_boot(opts: &VmOptions) -> Result<Boot> {
     // The guest runs the host's iproute2 `ip` and `rdma` in the chroot.
     ensure_tool("rdma", "iproute2")?;
     ensure_tool("ip", "iproute2")?;
+    // It makes the NVDIMM of a single guest a device-DAX namespace.
+    ensure_tool("ndctl", "ndctl")?;
     let _lock = lock_cache()?;
     let kernel = kernel::prepare(&opts.series)?;
     let initrd = initramfs::prepare(&kernel)?;
@@ -584,6 +595,46 @@ struct Guest {
     ran_for: Option<f64>,
     killed: Option<Killed>,
 }
+
+/// The guest's RAM in MiB.
+const GUEST_RAM_MIB: u64 = 2048;
+
+/// Size in MiB of the emulated NVDIMM a single guest gets, which its
+/// `guest.sh` turns into the device-DAX namespace `/dev/dax0.0`: persistent
+/// memory for RDMA FLUSH with the persistent placement type. rxe accepts
+/// only pages in a region the firmware describes as persistent (ACPI NFIT,
+/// which qemu's `nvdimm` device provides; `memmap=` regions are "legacy"
+/// and refused), and only device DAX can be pinned (FOLL_LONGTERM refuses
+/// filesystem DAX).
+const PMEM_MIB: u64 = 64;
+
+/// The qemu memory arguments of a single guest: its RAM plus an NVDIMM
+/// backed by a sparse file in the run directory (removed when the guest is
+/// done).
+fn pmem_args(run_dir: &Path) -> Result<Vec<String>> {
+    let image = run_dir.join(PMEM_IMAGE);
+    let file = std::fs::File::create(&image)
+        .with_context(|| format!("cannot create {}", image.display()))?;
+    file.set_len(PMEM_MIB << 20)
+        .with_context(|| format!("cannot size {}", image.display()))?;
+    let path = plain_path(&image)?.replace(',', ",,");
+    Ok(vec![
+        "-machine".into(),
+        "pc,nvdimm=on".into(),
+        "-m".into(),
+        format!(
+            "{GUEST_RAM_MIB}M,slots=1,maxmem={}M",
+            GUEST_RAM_MIB + PMEM_MIB
+        ),
+        "-object".into(),
+        format!("memory-backend-file,id=pmem0,share=on,mem-path={path},size={PMEM_MIB}M"),
+        "-device".into(),
+        "nvdimm,id=nvdimm0,memdev=pmem0".into(),
+    ])
+}
+
+/// The NVDIMM's backing file in a run directory.
+const PMEM_IMAGE: &str = "pmem.img";
 
 /// Boots one guest: writes `guest.sh` and `payload.sh` into `run_dir`
 /// (inside the workspace) and starts qemu with `nic` (extra qemu arguments
@@ -623,10 +674,15 @@ fn spawn_guest(
         .with_context(|| format!("cannot create {}", stderr_path.display()))?;
     let append =
         format!("console=ttyS0 quiet loglevel=1 panic=-1 xtask_ws={ws_str} xtask_run={run_str}");
+    let memory = match net {
+        GuestNet::Veth => pmem_args(run_dir)?,
+        GuestNet::Link { .. } => vec!["-m".into(), format!("{GUEST_RAM_MIB}")],
+    };
     let mut cmd = Command::new(&boot.qemu);
     cmd.args(["-nodefaults", "-no-user-config", "-no-reboot"])
         .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
-        .args(["-m", "2048", "-smp", "2"])
+        .args(&memory)
+        .args(["-smp", "2"])
         .args(["-display", "none", "-monitor", "none"])
         .args([
             "-chardev",
@@ -732,6 +788,8 @@ impl Guest {
         if let Some(pump) = self.pump.take() {
             let _ = pump.join();
         }
+        // Only the guest reads it (a single guest's NVDIMM, if any).
+        let _ = std::fs::remove_file(self.run_dir.join(PMEM_IMAGE));
         let total = self
             .ran_for
             .unwrap_or_else(|| self.start.elapsed().as_secs_f64());
@@ -1159,6 +1217,7 @@ mod tests {
         assert!(s.contains("cd '/w s' ||"));
         assert!(s.contains("rdma link add rxe0 type rxe netdev veth0"));
         assert!(s.contains("'ffff:0a00:0001'"));
+        assert!(s.contains("ndctl create-namespace --force --reconfig=namespace0.0 --mode=devdax"));
         assert!(!s.contains("ping"));
     }
 
@@ -1181,6 +1240,7 @@ mod tests {
         assert!(s.contains("RVERBS_ROLE=b RVERBS_ADDR=10.0.1.2 RVERBS_PEER_ADDR=10.0.1.1"));
         assert!(s.contains("RVERBS_PEER_RUN_DIR=/w/target/vm-run/1/a"));
         assert!(!s.contains("veth"));
+        assert!(!s.contains("ndctl"), "a pair guest has no NVDIMM");
     }
 
     #[test]
