@@ -42,26 +42,36 @@ fn page_size() -> usize {
     usize::try_from(ps).expect("page size")
 }
 
-/// Whether the mapping holding `addr` has VM_DONTCOPY (`dc` in the VmFlags
-/// of /proc/self/smaps), i.e. is marked MADV_DONTFORK.
-fn dontcopy(addr: usize) -> bool {
+/// The process's mappings from /proc/self/smaps, in address order: start,
+/// end, and whether VM_DONTCOPY is set (`dc` in VmFlags, i.e. marked
+/// MADV_DONTFORK).
+fn mappings() -> Vec<(usize, usize, bool)> {
     let smaps = std::fs::read_to_string("/proc/self/smaps").expect("reading smaps");
-    let mut inside = false;
+    let mut out = Vec::new();
     for line in smaps.lines() {
         let head = line.split_whitespace().next().unwrap_or("");
         if let Some((s, e)) = head.split_once('-') {
             if let (Ok(s), Ok(e)) = (usize::from_str_radix(s, 16), usize::from_str_radix(e, 16)) {
-                inside = s <= addr && addr < e;
+                out.push((s, e, false));
                 continue;
             }
         }
-        if inside {
-            if let Some(flags) = line.strip_prefix("VmFlags:") {
-                return flags.split_whitespace().any(|f| f == "dc");
-            }
+        if let (Some(flags), Some(last)) = (line.strip_prefix("VmFlags:"), out.last_mut()) {
+            last.2 = flags.split_whitespace().any(|f| f == "dc");
         }
     }
-    panic!("address {addr:#x} is not mapped");
+    out
+}
+
+/// Whether `addr` is marked MADV_DONTFORK in `maps`; `None` if unmapped.
+fn marked_in(maps: &[(usize, usize, bool)], addr: usize) -> Option<bool> {
+    let i = maps.partition_point(|&(_, e, _)| e <= addr);
+    maps.get(i).filter(|m| m.0 <= addr).map(|m| m.2)
+}
+
+/// Whether the mapping holding `addr` is marked MADV_DONTFORK.
+fn dontcopy(addr: usize) -> bool {
+    marked_in(&mappings(), addr).unwrap_or_else(|| panic!("address {addr:#x} is not mapped"))
 }
 
 /// What a child is told before the fork (plain data: the child must not
@@ -347,4 +357,54 @@ fn dontfork_marks_follow_registrations_of_caller_buffers() {
     for i in 0..4 {
         assert!(!dontcopy(page(i)), "page {i} still marked");
     }
+
+    // 4096 registrations of heap buffers smaller than a page, so that
+    // neighbours share pages (overlapping marks), deregistered in a
+    // scrambled order: every page stays marked while any MR covers it and
+    // none is marked after the last.
+    let n = 4096;
+    let mut mrs: Vec<Option<rverbs::Mr<Vec<u8>>>> = (0..n)
+        .map(|_| {
+            Some(
+                pd.register(vec![0u8; 3000], verbs_tests::all_access())
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let addrs: Vec<usize> = mrs
+        .iter()
+        .map(|m| m.as_ref().unwrap().addr() as usize)
+        .collect();
+    let all_marked = |mrs: &[Option<rverbs::Mr<Vec<u8>>>]| {
+        let maps = mappings();
+        for (j, m) in mrs.iter().enumerate() {
+            if m.is_some() {
+                for a in [addrs[j], addrs[j] + 2999] {
+                    assert_eq!(marked_in(&maps, a), Some(true), "MR {j} at {a:#x}");
+                }
+            }
+        }
+    };
+    all_marked(&mrs);
+    for k in 0..n {
+        let i = (k * 2_654_435_761) % n;
+        let mr = mrs[i].take().expect("each index once");
+        drop(mr);
+        if k % 1024 == 1023 {
+            all_marked(&mrs);
+        }
+    }
+    // The buffers went with their MRs; of their pages still mapped (the
+    // allocator keeps most of its heap), none is marked any more.
+    let maps = mappings();
+    let still: Vec<bool> = addrs.iter().filter_map(|&a| marked_in(&maps, a)).collect();
+    assert!(
+        still.len() > n / 2,
+        "only {} of the heap still mapped",
+        still.len()
+    );
+    assert!(
+        still.iter().all(|&m| !m),
+        "pages still marked after the last MR"
+    );
 }

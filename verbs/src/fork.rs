@@ -64,6 +64,7 @@
 //! and fails with `EINVAL`; on a kernel that needs the marking such a
 //! registration fails with [`Error::Kernel`] `op: "madvise(MADV_DONTFORK)"`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -223,60 +224,120 @@ fn page_range(addr: usize, len: usize, ps: usize) -> Option<(usize, usize)> {
     Some((start, end))
 }
 
-/// The page ranges currently marked `MADV_DONTFORK` for registrations, one
-/// entry per registration (a multiset), so a page stays marked while any
-/// registration covers it.
+/// The page ranges currently marked `MADV_DONTFORK` for registrations.
+///
+/// `records` counts the registrations per range (a multiset: releasing a
+/// range never recorded changes nothing). `cover` holds the marked pages as
+/// disjoint segments, each with the number of registrations covering it;
+/// every boundary between segments is a boundary of a live registration
+/// (segments left equal by a release are merged), so there are at most
+/// two segments per registration. Protecting or releasing a range costs
+/// O((k + 1) log n) for n registrations and k segments inside the range
+/// (k = 1 for registrations that do not overlap), and allocates only when
+/// the maps grow.
 #[derive(Debug)]
 struct Tracker {
-    ranges: Vec<(usize, usize)>,
+    records: BTreeMap<(usize, usize), usize>,
+    /// Segment start -> (segment end, registrations covering it).
+    cover: BTreeMap<usize, (usize, usize)>,
 }
 
 impl Tracker {
     const fn new() -> Tracker {
-        Tracker { ranges: Vec::new() }
+        Tracker {
+            records: BTreeMap::new(),
+            cover: BTreeMap::new(),
+        }
     }
 
-    /// Marks `start..end` (page-aligned) and records it.
+    /// Marks `start..end` (page-aligned, non-empty) and records it.
     fn protect(&mut self, start: usize, end: usize) -> std::result::Result<(), Errno> {
         madvise(start, end, libc::MADV_DONTFORK)?;
-        self.ranges.push((start, end));
+        *self.records.entry((start, end)).or_insert(0) += 1;
+        self.split_at(start);
+        self.split_at(end);
+        let mut at = start;
+        while at < end {
+            match self.cover.range(at..end).next().map(|(&s, &v)| (s, v)) {
+                Some((s, (e, n))) => {
+                    if s > at {
+                        self.cover.insert(at, (s, 1));
+                    }
+                    self.cover.insert(s, (e, n + 1));
+                    at = e;
+                }
+                None => {
+                    self.cover.insert(at, (end, 1));
+                    at = end;
+                }
+            }
+        }
         Ok(())
     }
 
-    /// Forgets one record of `start..end` and unmarks the parts of it no
-    /// other record covers. Unmarking errors (the range was unmapped
-    /// already) are ignored: there is nothing left to unmark.
+    /// Forgets one record of `start..end` and unmarks the pages no other
+    /// record covers. Unmarking errors (the range was unmapped already) are
+    /// ignored: there is nothing left to unmark.
     fn release(&mut self, start: usize, end: usize) {
-        let Some(i) = self.ranges.iter().position(|&r| r == (start, end)) else {
-            return;
-        };
-        self.ranges.swap_remove(i);
-        for (s, e) in self.uncovered(start, end) {
-            let _ = madvise(s, e, libc::MADV_DOFORK);
+        match self.records.get_mut(&(start, end)) {
+            None => return,
+            Some(1) => {
+                self.records.remove(&(start, end));
+            }
+            Some(n) => *n -= 1,
+        }
+        // Protecting the range split the segments at its ends, and only a
+        // release of a range with the same boundary merges them again.
+        self.split_at(start);
+        self.split_at(end);
+        // Contiguous segments that nothing covers any more, unmarked at once.
+        let mut unmark: Option<(usize, usize)> = None;
+        let mut at = start;
+        while let Some((s, (e, n))) = self.cover.range(at..end).next().map(|(&s, &v)| (s, v)) {
+            if n > 1 {
+                self.cover.insert(s, (e, n - 1));
+            } else {
+                self.cover.remove(&s);
+                unmark = match unmark {
+                    Some((us, ue)) if ue == s => Some((us, e)),
+                    Some((us, ue)) => {
+                        let _ = madvise(us, ue, libc::MADV_DOFORK);
+                        Some((s, e))
+                    }
+                    None => Some((s, e)),
+                };
+            }
+            at = e;
+        }
+        if let Some((us, ue)) = unmark {
+            let _ = madvise(us, ue, libc::MADV_DOFORK);
+        }
+        self.merge_at(start);
+        self.merge_at(end);
+    }
+
+    /// Splits the segment that strictly contains `at`, if any, in two.
+    fn split_at(&mut self, at: usize) {
+        if let Some((&s, &(e, n))) = self.cover.range(..at).next_back() {
+            if e > at {
+                self.cover.insert(s, (at, n));
+                self.cover.insert(at, (e, n));
+            }
         }
     }
 
-    /// The parts of `start..end` that no recorded range overlaps, in order.
-    fn uncovered(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
-        let mut cover: Vec<(usize, usize)> = self
-            .ranges
-            .iter()
-            .filter(|&&(s, e)| s < end && e > start)
-            .map(|&(s, e)| (s.max(start), e.min(end)))
-            .collect();
-        cover.sort_unstable();
-        let mut out = Vec::new();
-        let mut at = start;
-        for (s, e) in cover {
-            if s > at {
-                out.push((at, s));
+    /// Merges the segment starting at `at` into the one ending there when
+    /// both are covered by as many registrations.
+    fn merge_at(&mut self, at: usize) {
+        let Some(&(e, n)) = self.cover.get(&at) else {
+            return;
+        };
+        if let Some((&s, &(pe, pn))) = self.cover.range(..at).next_back() {
+            if pe == at && pn == n {
+                self.cover.remove(&at);
+                self.cover.insert(s, (e, n));
             }
-            at = at.max(e);
         }
-        if at < end {
-            out.push((at, end));
-        }
-        out
     }
 }
 
@@ -409,13 +470,94 @@ mod tests {
         assert_eq!(page_range(usize::MAX - 10, 5, 4096), None);
     }
 
+    /// Checks the segments against the records: both, as runs of equal
+    /// coverage with adjacent equal runs joined, must be the same; and
+    /// there are at most two segments per registration.
+    fn check(t: &Tracker) {
+        fn joined(runs: impl Iterator<Item = (usize, usize, usize)>) -> Vec<(usize, usize, usize)> {
+            let mut out: Vec<(usize, usize, usize)> = Vec::new();
+            for (s, e, n) in runs.filter(|r| r.2 > 0) {
+                match out.last_mut() {
+                    Some(last) if last.1 == s && last.2 == n => last.1 = e,
+                    _ => out.push((s, e, n)),
+                }
+            }
+            out
+        }
+        let mut prev_end = 0;
+        for (&s, &(e, n)) in &t.cover {
+            assert!(
+                s < e && n > 0 && prev_end <= s,
+                "segment {s:#x}..{e:#x} x{n}"
+            );
+            prev_end = e;
+        }
+        let mut delta: BTreeMap<usize, isize> = BTreeMap::new();
+        for (&(s, e), &c) in &t.records {
+            *delta.entry(s).or_default() += c as isize;
+            *delta.entry(e).or_default() -= c as isize;
+        }
+        let mut level = 0isize;
+        let mut sweep = Vec::new();
+        let points: Vec<(usize, isize)> = delta.into_iter().collect();
+        for w in points.windows(2) {
+            level += w[0].1;
+            sweep.push((w[0].0, w[1].0, level as usize));
+        }
+        let segments = t.cover.iter().map(|(&s, &(e, n))| (s, e, n));
+        assert_eq!(joined(segments), joined(sweep.into_iter()));
+        assert!(t.cover.len() <= 2 * t.records.values().sum::<usize>());
+    }
+
     #[test]
-    fn uncovered_subtracts_other_ranges() {
+    fn segments_follow_overlapping_records() {
+        let m = Map::new(64);
+        let p = |i| m.page(i);
         let mut t = Tracker::new();
-        t.ranges = vec![(0, 10), (20, 30), (25, 40)];
-        assert_eq!(t.uncovered(5, 50), vec![(10, 20), (40, 50)]);
-        assert_eq!(t.uncovered(21, 39), vec![]);
-        assert_eq!(t.uncovered(50, 60), vec![(50, 60)]);
+        t.protect(p(0), p(10)).unwrap();
+        t.protect(p(20), p(30)).unwrap();
+        t.protect(p(25), p(40)).unwrap();
+        t.protect(p(5), p(6)).unwrap();
+        check(&t);
+        assert_eq!(t.cover.len(), 6);
+        t.release(p(5), p(6));
+        check(&t);
+        assert_eq!(t.cover.len(), 4, "{:?}", t.cover);
+        t.release(p(20), p(30));
+        t.release(p(25), p(40));
+        check(&t);
+        assert_eq!(t.cover.len(), 1);
+        t.release(p(0), p(10));
+        assert!(t.cover.is_empty() && t.records.is_empty());
+    }
+
+    #[test]
+    fn four_thousand_registrations() {
+        // 4096 one-page registrations, every 8th also covered by a
+        // four-page one, released in a scrambled order.
+        let n = 4096;
+        let m = Map::new(n + 4);
+        let mut t = Tracker::new();
+        let mut ranges: Vec<(usize, usize)> = (0..n).map(|i| (m.page(i), m.page(i + 1))).collect();
+        ranges.extend((0..n).step_by(8).map(|i| (m.page(i), m.page(i + 4))));
+        for &(s, e) in &ranges {
+            t.protect(s, e).unwrap();
+        }
+        check(&t);
+        assert!(dontcopy(m.page(n - 1)) && !dontcopy(m.page(n)));
+        // A multiplicative scramble of the indices (odd factor: a bijection).
+        let len = ranges.len();
+        for k in 0..len {
+            let (s, e) = ranges[(k * 2_654_435_761) % len];
+            t.release(s, e);
+            if k % 512 == 0 {
+                check(&t);
+            }
+        }
+        assert!(t.cover.is_empty() && t.records.is_empty());
+        for i in [0, 1, 8, n / 2, n - 1] {
+            assert!(!dontcopy(m.page(i)), "page {i} still marked");
+        }
     }
 
     #[test]
@@ -443,7 +585,7 @@ mod tests {
         for i in 0..4 {
             assert!(!dontcopy(m.page(i)), "page {i} still marked");
         }
-        assert!(t.ranges.is_empty());
+        assert!(t.records.is_empty() && t.cover.is_empty());
     }
 
     #[test]
@@ -463,6 +605,6 @@ mod tests {
         // Page 0 is never mapped (vm.mmap_min_addr).
         let mut t = Tracker::new();
         assert_eq!(t.protect(0, page_size()), Err(Errno::ENOMEM));
-        assert!(t.ranges.is_empty());
+        assert!(t.records.is_empty() && t.cover.is_empty());
     }
 }
