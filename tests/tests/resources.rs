@@ -227,6 +227,55 @@ fn port_attributes_and_gid_table_match_ibv_devinfo() {
     let e = table.iter().find(|e| e.index == idx as u32).unwrap();
     assert_eq!(e.gid_type, GidType::RoceV2);
     assert!(e.gid.to_ipv4().is_some(), "{:?}", e.gid);
+
+    // One entry at a time: the same entries; empty slots, indexes past
+    // the table and absent ports are invalid arguments.
+    for e in &table {
+        assert_eq!(ctx.query_gid_entry(e.port as u8, e.index).unwrap(), *e);
+    }
+    let len = ctx.query_port(1).unwrap().gid_tbl_len as u32;
+    let empty = (0..len).find(|i| table.iter().all(|e| e.index != *i)).unwrap();
+    for (port, index) in [(1, empty), (1, len), (1, u32::MAX), (nports + 1, 0), (0, 0)] {
+        match ctx.query_gid_entry(port, index) {
+            Err(rverbs::Error::InvalidArgument(_)) => {}
+            other => panic!("GID {index} of port {port}: {other:?}"),
+        }
+    }
+
+    // More valid GIDs than the table query asks for first (16): twenty
+    // IPv6 addresses on veth0 add as many GIDs per type (rxe has RoCE v2
+    // only); the table is asked for again whole.
+    let ip = |args: &[&str]| {
+        let st = Command::new("ip").args(args).status().expect("ip");
+        assert!(st.success(), "ip {args:?}");
+    };
+    let addrs: Vec<String> = (1..=20).map(|i| format!("fd00:5::{i}/128")).collect();
+    for a in &addrs {
+        ip(&["-6", "addr", "add", a, "dev", "veth0", "nodad"]);
+    }
+    let per_addr = table.iter().filter(|e| e.gid.to_ipv4().is_some()).count();
+    let want = table.len() + per_addr * addrs.len();
+    let mut big = Vec::new();
+    for _ in 0..100 {
+        big = ctx.query_gid_table().unwrap();
+        if big.len() >= want {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    for a in &addrs {
+        ip(&["-6", "addr", "del", a, "dev", "veth0"]);
+    }
+    assert_eq!(big.len(), want, "{big:?}");
+    for e in &table {
+        assert!(big.contains(e), "{e:?} kept");
+    }
+    let v6 = big
+        .iter()
+        .filter(|e| e.gid.to_string().starts_with("fd00:5::"))
+        .count();
+    assert_eq!(v6, per_addr * addrs.len());
+    assert_eq!(ctx.default_gid_index(1).unwrap(), idx);
 }
 
 fn open_fds() -> usize {

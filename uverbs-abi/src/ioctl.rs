@@ -120,6 +120,18 @@ pub mod query_gid_table_attr {
     pub const RESP_NUM_ENTRIES: u16 = 3;
 }
 
+/// Attributes of `UVERBS_METHOD_QUERY_GID_ENTRY`.
+pub mod query_gid_entry_attr {
+    /// In: the port number (u32).
+    pub const PORT: u16 = 0;
+    /// In: the GID index (u32).
+    pub const GID_INDEX: u16 = 1;
+    /// In: flags, must be zero.
+    pub const FLAGS: u16 = 2;
+    /// Out: one `struct ib_uverbs_gid_entry`.
+    pub const RESP_ENTRY: u16 = 3;
+}
+
 /// Most attributes one [`IoctlCmd`] carries.
 pub const MAX_ATTRS: usize = 16;
 

@@ -19,7 +19,9 @@ use rverbs_abi::device::{
     ExQueryDevice, ExQueryDeviceResp, GidEntry as RawGidEntry, QueryDevice, QueryDeviceResp,
     QueryPort, QueryPortResp,
 };
-use rverbs_abi::ioctl::{device_method, object, query_gid_table_attr as gt, IoctlCmd};
+use rverbs_abi::ioctl::{
+    device_method, object, query_gid_entry_attr as ge, query_gid_table_attr as gt, IoctlCmd,
+};
 use rverbs_abi::Errno;
 use zerocopy::FromZeros;
 
@@ -190,18 +192,50 @@ impl Context {
     /// slots), their type from `gid_attrs/types/<i>` and their netdev from
     /// `gid_attrs/ndevs/<i>`.
     pub fn query_gid_table(&self) -> Result<Vec<GidEntry>> {
-        let attr = self.query_device()?;
-        let mut ports = Vec::with_capacity(attr.phys_port_cnt as usize);
-        let mut max = 0usize;
-        for port in 1..=attr.phys_port_cnt {
-            let p = self.query_port(port)?;
-            max += p.gid_tbl_len as usize;
-            ports.push((port, p));
+        // Devices have a few valid GIDs and tables of hundreds of slots
+        // (rxe: 1024 of 32 bytes): ask for a few first. The kernel refuses
+        // an array shorter than its valid entries with EINVAL; then the
+        // whole table is asked for.
+        let mut few = [RawGidEntry::default(); FEW_GIDS];
+        match self.gid_table_ioctl(&mut few) {
+            Ok(n) => return Ok(few[..n].iter().map(gid_entry).collect()),
+            Err(Errno::EINVAL) => {}
+            Err(e) if no_ioctl(e) => {
+                let dir = crate::device::ibdev_dir(self.inner.device.name());
+                return gid_table_from_sysfs(&dir, &self.ports()?);
+            }
+            Err(e) => return Err(Error::kernel("query_gid_table")(e)),
         }
-        let mut raw = vec![RawGidEntry::default(); max.max(1)];
+        let max: usize = self
+            .ports()?
+            .iter()
+            .map(|(_, p)| p.gid_tbl_len as usize)
+            .sum();
+        if max <= FEW_GIDS {
+            return Err(Error::kernel("query_gid_table")(Errno::EINVAL));
+        }
+        let mut raw = vec![RawGidEntry::default(); max];
+        let n = self
+            .gid_table_ioctl(&mut raw)
+            .map_err(Error::kernel("query_gid_table"))?;
+        Ok(raw[..n].iter().map(gid_entry).collect())
+    }
+
+    /// Every port's number and attributes.
+    fn ports(&self) -> Result<Vec<(u8, PortAttr)>> {
+        let attr = self.query_device()?;
+        (1..=attr.phys_port_cnt)
+            .map(|port| Ok((port, self.query_port(port)?)))
+            .collect()
+    }
+
+    /// `UVERBS_METHOD_QUERY_GID_TABLE` into `raw`: how many entries the
+    /// kernel wrote.
+    fn gid_table_ioctl(&self, raw: &mut [RawGidEntry]) -> std::result::Result<usize, Errno> {
+        let len = raw.len();
         let mut n: u64 = 0;
-        let res = {
-            let bytes = zerocopy::IntoBytes::as_mut_bytes(raw.as_mut_slice());
+        {
+            let bytes = zerocopy::IntoBytes::as_mut_bytes(raw);
             let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_TABLE);
             call.driver_id(self.inner.device.driver().id().unwrap_or(0))
                 .in_u64(gt::ENTRY_SIZE, size_of::<RawGidEntry>() as u64)
@@ -211,32 +245,47 @@ impl Context {
             // SAFETY: the inline values are a size and flags, no address;
             // the outputs are borrowed buffers. The fd is this context's,
             // a uverbs node that passed Device::open_node's check.
+            unsafe { call.execute(self.fd()) }?;
+        }
+        Ok(usize::try_from(n).map_or(len, |n| n.min(len)))
+    }
+
+    /// The GID entry at `index` of `port`, asked for alone through the
+    /// kernel's `UVERBS_METHOD_QUERY_GID_ENTRY` (as libibverbs'
+    /// `ibv_query_gid_ex` does), or read from sysfs where the kernel lacks
+    /// the method (see [`Context::query_gid_table`]). An empty slot, an
+    /// index past the table or a port the device lacks is
+    /// [`Error::InvalidArgument`].
+    pub fn query_gid_entry(&self, port: u8, index: u32) -> Result<GidEntry> {
+        let mut raw = RawGidEntry::default();
+        let res = {
+            let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_ENTRY);
+            call.driver_id(self.inner.device.driver().id().unwrap_or(0))
+                .in_u64(ge::PORT, u64::from(port))
+                .in_u64(ge::GID_INDEX, u64::from(index))
+                .in_u32(ge::FLAGS, 0)
+                .out_value(ge::RESP_ENTRY, &mut raw);
+            // SAFETY: the inline values are numbers, no address; the output
+            // is a borrowed entry. The fd is this context's, a uverbs node
+            // that passed Device::open_node's check.
             unsafe { call.execute(self.fd()) }
         };
+        let no_gid = || Error::invalid(format!("port {port} has no GID at index {index}"));
         match res {
-            Ok(()) => {}
-            Err(Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EPROTONOSUPPORT) => {
+            Ok(()) => Ok(gid_entry(&raw)),
+            // An empty slot (ENODATA), an index past the table or a port
+            // the device lacks (EINVAL).
+            Err(Errno::ENODATA | Errno::EINVAL) => Err(no_gid()),
+            Err(e) if no_ioctl(e) => {
+                let attr = self.query_port(port)?;
                 let dir = crate::device::ibdev_dir(self.inner.device.name());
-                return gid_table_from_sysfs(&dir, &ports);
-            }
-            Err(e) => return Err(Error::kernel("query_gid_table")(e)),
-        }
-        let n = (n as usize).min(raw.len());
-        Ok(raw[..n]
-            .iter()
-            .map(|e| {
-                let mut g = [0u8; 16];
-                g[..8].copy_from_slice(&e.gid[0].to_ne_bytes());
-                g[8..].copy_from_slice(&e.gid[1].to_ne_bytes());
-                GidEntry {
-                    gid: Gid(g),
-                    index: e.gid_index,
-                    port: e.port_num,
-                    gid_type: GidType::from_raw(e.gid_type),
-                    netdev_ifindex: e.netdev_ifindex,
+                if index >= attr.gid_tbl_len {
+                    return Err(no_gid());
                 }
-            })
-            .collect())
+                gid_entry_from_sysfs(&dir, port, &attr, index)?.ok_or_else(no_gid)
+            }
+            Err(e) => Err(Error::kernel("query_gid_entry")(e)),
+        }
     }
 
     /// The GID index to use on `port` when none is given: a RoCE v2 GID
@@ -261,11 +310,33 @@ impl Context {
     /// index has the type of [`crate::ConnectOpts::sgid_index`] and
     /// [`crate::GlobalRoute::sgid_index`] (the kernel ABI's `u8`).
     pub fn query_gid(&self, port: u8, index: u8) -> Result<Gid> {
-        self.query_gid_table()?
-            .into_iter()
-            .find(|e| e.port == u32::from(port) && e.index == u32::from(index))
-            .map(|e| e.gid)
-            .ok_or_else(|| Error::invalid(format!("port {port} has no GID at index {index}")))
+        Ok(self.query_gid_entry(port, u32::from(index))?.gid)
+    }
+}
+
+/// How many GID entries [`Context::query_gid_table`] asks for first.
+const FEW_GIDS: usize = 16;
+
+/// Whether `e` says the kernel has no such ioctl method (before Linux 5.9,
+/// or without ioctl support).
+fn no_ioctl(e: Errno) -> bool {
+    matches!(
+        e,
+        Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EPROTONOSUPPORT
+    )
+}
+
+/// A kernel GID entry as a [`GidEntry`].
+fn gid_entry(e: &RawGidEntry) -> GidEntry {
+    let mut g = [0u8; 16];
+    g[..8].copy_from_slice(&e.gid[0].to_ne_bytes());
+    g[8..].copy_from_slice(&e.gid[1].to_ne_bytes());
+    GidEntry {
+        gid: Gid(g),
+        index: e.gid_index,
+        port: e.port_num,
+        gid_type: GidType::from_raw(e.gid_type),
+        netdev_ifindex: e.netdev_ifindex,
     }
 }
 
@@ -309,64 +380,75 @@ fn sysfs_error(path: &Path, source: std::io::Error) -> Error {
 fn gid_table_from_sysfs(dir: &Path, ports: &[(u8, PortAttr)]) -> Result<Vec<GidEntry>> {
     let mut out = Vec::new();
     for (port, attr) in ports {
-        let pdir = dir.join(format!("ports/{port}"));
-        let attrs_dir = pdir.join("gid_attrs");
-        let ethernet = attr.link_layer() == LinkLayer::Ethernet;
-        // "IB/RoCE v1" names the same type on both link layers.
-        let v1 = if ethernet {
-            GidType::RoceV1
-        } else {
-            GidType::Ib
-        };
         for index in 0..attr.gid_tbl_len {
-            let path = pdir.join(format!("gids/{index}"));
-            let text = fs::read_to_string(&path).map_err(|e| sysfs_error(&path, e))?;
-            let gid = parse_sysfs_gid(text.trim()).ok_or_else(|| {
-                let msg = format!("not a GID: {:?}", text.trim());
-                sysfs_error(
-                    &path,
-                    std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
-                )
-            })?;
-            if gid.is_zero() {
-                continue;
-            }
-            let tpath = attrs_dir.join(format!("types/{index}"));
-            let gid_type = match fs::read_to_string(&tpath) {
-                Ok(t) => match t.trim() {
-                    "IB/RoCE v1" => v1,
-                    "RoCE v2" => GidType::RoceV2,
-                    other => {
-                        let msg = format!("unknown GID type {other:?}");
-                        return Err(sysfs_error(
-                            &tpath,
-                            std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
-                        ));
-                    }
-                },
-                // No gid_attrs at all (old kernels, InfiniBand-only
-                // drivers): the one type there is.
-                Err(_) if !attrs_dir.exists() => v1,
-                Err(e) => return Err(sysfs_error(&tpath, e)),
-            };
-            // Entries without a netdev fail to read (or are absent): 0.
-            let netdev_ifindex = fs::read_to_string(attrs_dir.join(format!("ndevs/{index}")))
-                .ok()
-                .and_then(|name| CString::new(name.trim()).ok())
-                // SAFETY: `name` is a NUL-terminated string that lives
-                // through the call; if_nametoindex only reads it.
-                .map(|name| unsafe { libc::if_nametoindex(name.as_ptr()) })
-                .unwrap_or(0);
-            out.push(GidEntry {
-                gid,
-                index,
-                port: *port as u32,
-                gid_type,
-                netdev_ifindex,
-            });
+            out.extend(gid_entry_from_sysfs(dir, *port, attr, index)?);
         }
     }
     Ok(out)
+}
+
+/// GID `index` of `port` (with attributes `attr`) of the ibdev whose sysfs
+/// directory is `dir`, read from sysfs: `None` for an empty slot.
+fn gid_entry_from_sysfs(
+    dir: &Path,
+    port: u8,
+    attr: &PortAttr,
+    index: u32,
+) -> Result<Option<GidEntry>> {
+    let pdir = dir.join(format!("ports/{port}"));
+    let attrs_dir = pdir.join("gid_attrs");
+    let ethernet = attr.link_layer() == LinkLayer::Ethernet;
+    // "IB/RoCE v1" names the same type on both link layers.
+    let v1 = if ethernet {
+        GidType::RoceV1
+    } else {
+        GidType::Ib
+    };
+    let path = pdir.join(format!("gids/{index}"));
+    let text = fs::read_to_string(&path).map_err(|e| sysfs_error(&path, e))?;
+    let gid = parse_sysfs_gid(text.trim()).ok_or_else(|| {
+        let msg = format!("not a GID: {:?}", text.trim());
+        sysfs_error(
+            &path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
+        )
+    })?;
+    if gid.is_zero() {
+        return Ok(None);
+    }
+    let tpath = attrs_dir.join(format!("types/{index}"));
+    let gid_type = match fs::read_to_string(&tpath) {
+        Ok(t) => match t.trim() {
+            "IB/RoCE v1" => v1,
+            "RoCE v2" => GidType::RoceV2,
+            other => {
+                let msg = format!("unknown GID type {other:?}");
+                return Err(sysfs_error(
+                    &tpath,
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, msg),
+                ));
+            }
+        },
+        // No gid_attrs at all (old kernels, InfiniBand-only drivers): the
+        // one type there is.
+        Err(_) if !attrs_dir.exists() => v1,
+        Err(e) => return Err(sysfs_error(&tpath, e)),
+    };
+    // Entries without a netdev fail to read (or are absent): 0.
+    let netdev_ifindex = fs::read_to_string(attrs_dir.join(format!("ndevs/{index}")))
+        .ok()
+        .and_then(|name| CString::new(name.trim()).ok())
+        // SAFETY: `name` is a NUL-terminated string that lives through the
+        // call; if_nametoindex only reads it.
+        .map(|name| unsafe { libc::if_nametoindex(name.as_ptr()) })
+        .unwrap_or(0);
+    Ok(Some(GidEntry {
+        gid,
+        index,
+        port: u32::from(port),
+        gid_type,
+        netdev_ifindex,
+    }))
 }
 
 /// Device attributes (`ibv_device_attr` and its extension). Dereferences to
