@@ -234,7 +234,9 @@ fn port_attributes_and_gid_table_match_ibv_devinfo() {
         assert_eq!(ctx.query_gid_entry(e.port as u8, e.index).unwrap(), *e);
     }
     let len = ctx.query_port(1).unwrap().gid_tbl_len as u32;
-    let empty = (0..len).find(|i| table.iter().all(|e| e.index != *i)).unwrap();
+    let empty = (0..len)
+        .find(|i| table.iter().all(|e| e.index != *i))
+        .unwrap();
     for (port, index) in [(1, empty), (1, len), (1, u32::MAX), (nports + 1, 0), (0, 0)] {
         match ctx.query_gid_entry(port, index) {
             Err(rverbs::Error::InvalidArgument(_)) => {}
