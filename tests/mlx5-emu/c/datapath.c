@@ -97,6 +97,37 @@ static void expect_bytes(const char *step, const uint8_t *got,
 }
 
 static struct ibv_context *ctx;
+
+/*
+ * Waits up to TIMEOUT_MS for an async event on the context's async fd and
+ * reads it; the caller acks it (ibv_destroy_qp/cq wait for the acks).
+ */
+static void get_async_event(const char *step, struct ibv_async_event *ev)
+{
+	struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
+
+	if (poll(&pfd, 1, TIMEOUT_MS) != 1)
+		fail(step, "no async event within the timeout");
+	check_ret(step, ibv_get_async_event(ctx, ev) ? errno : 0);
+}
+
+/* Fails the step if an async event is pending within 50 ms. */
+static void expect_no_async_event(const char *step)
+{
+	struct pollfd pfd = { .fd = ctx->async_fd, .events = POLLIN };
+
+	expect(step, poll(&pfd, 1, 50) == 0, "unexpected async event");
+}
+
+static enum ibv_qp_state qp_state(const char *step, struct ibv_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr init;
+
+	check_ret(step, ibv_query_qp(qp, &a, IBV_QP_STATE, &init));
+	return a.qp_state;
+}
+
 static struct ibv_pd *pd;
 static struct ibv_mr *mr;
 static uint8_t *buf;
@@ -209,6 +240,43 @@ int main(void)
 	connect_rc(qa, qb->qp_num, lid, 7);
 	connect_rc(qb, qa->qp_num, lid, 7);
 	pass("setup");
+
+	/*
+	 * ibv_query_qp's capacities are libmlx5's (mlx5_query_qp: the send
+	 * ones from its own queue, the receive ones from the kernel), for
+	 * make_qp's request (64 WRs, 4 SGEs each way, 64 inline bytes): RC
+	 * WQEs are 320 bytes (192 of overhead, room for 124 inline bytes),
+	 * 102 of them in a 32 KiB ring; UD WQEs 192 bytes (64 of overhead),
+	 * 85 in 16 KiB; receive WQEs 64 bytes, 64 of them, 4 SGEs.
+	 */
+	{
+		struct ibv_qp *ud = make_qp(IBV_QPT_UD, cqa, NULL);
+		struct ibv_qp *qs[2] = { qa, ud };
+		const uint32_t want[2][5] = { { 102, 64, 4, 4, 124 }, { 85, 64, 4, 4, 124 } };
+		struct ibv_qp_attr a;
+		struct ibv_qp_init_attr init;
+		char why[160];
+		int k;
+
+		for (k = 0; k < 2; k++) {
+			memset(&a, 0, sizeof(a));
+			memset(&init, 0, sizeof(init));
+			check_ret("query_qp_caps", ibv_query_qp(qs[k], &a, IBV_QP_CAP, &init));
+			snprintf(why, sizeof(why), "%s caps %u %u %u %u %u",
+				 k ? "UD" : "RC", init.cap.max_send_wr, init.cap.max_recv_wr,
+				 init.cap.max_send_sge, init.cap.max_recv_sge,
+				 init.cap.max_inline_data);
+			expect("query_qp_caps", init.cap.max_send_wr == want[k][0] &&
+				   init.cap.max_recv_wr == want[k][1] &&
+				   init.cap.max_send_sge == want[k][2] &&
+				   init.cap.max_recv_sge == want[k][3] &&
+				   init.cap.max_inline_data == want[k][4], why);
+			expect("query_qp_caps", !memcmp(&a.cap, &init.cap, sizeof(a.cap)),
+			       "attr.cap differs from init_attr.cap");
+		}
+		check_ret("query_qp_caps", ibv_destroy_qp(ud));
+	}
+	pass("query_qp_caps");
 
 	/* SEND / RECV. */
 	fill(buf + SRC, 1000, 1);
@@ -733,14 +801,22 @@ int main(void)
 	}
 	pass("comp_solicited");
 
-	/* Bad rkey: REM_ACCESS_ERR, then the next WR is flushed. */
+	/*
+	 * Bad rkey: REM_ACCESS_ERR, then the next WR is flushed. The
+	 * responder NAKs and moves to ERR too (IBA class C error): its
+	 * posted receives flush, and it raises QP_ACCESS_ERR.
+	 */
 	{
 		struct ibv_send_wr w2;
+		struct ibv_async_event aev;
 		struct ibv_qp *b1 = make_qp(IBV_QPT_RC, cqa, NULL);
 		struct ibv_qp *b2 = make_qp(IBV_QPT_RC, cqb, NULL);
 
 		connect_rc(b1, b2->qp_num, lid, 7);
 		connect_rc(b2, b1->qp_num, lid, 7);
+		r[0] = sge(AUX, 64);
+		post_recv("bad_rkey", b2, 504, r, 1);
+		post_recv("bad_rkey", b2, 505, r, 1);
 		s[0] = sge(SRC, 8);
 		wr = write_wr(500, s, DST, IBV_SEND_SIGNALED);
 		wr.wr.rdma.rkey = mr->rkey ^ 0x5500;
@@ -753,6 +829,26 @@ int main(void)
 		expect_wc("bad_rkey_flush", &wc, IBV_WC_WR_FLUSH_ERR, 501);
 		pass("bad_rkey");
 		pass("bad_rkey_flush");
+		expect("bad_rkey_requester_err", qp_state("bad_rkey_requester_err", b1) == IBV_QPS_ERR,
+		       "the requester is not in ERR");
+		pass("bad_rkey_requester_err");
+		expect("bad_rkey_responder_err", qp_state("bad_rkey_responder_err", b2) == IBV_QPS_ERR,
+		       "the responder is not in ERR");
+		pass("bad_rkey_responder_err");
+		poll_one("bad_rkey_responder_flush", cqb, &wc);
+		expect_wc("bad_rkey_responder_flush", &wc, IBV_WC_WR_FLUSH_ERR, 504);
+		poll_one("bad_rkey_responder_flush", cqb, &wc);
+		expect_wc("bad_rkey_responder_flush", &wc, IBV_WC_WR_FLUSH_ERR, 505);
+		expect_quiet("bad_rkey_responder_flush", cqb);
+		pass("bad_rkey_responder_flush");
+		get_async_event("bad_rkey_access_event", &aev);
+		expect("bad_rkey_access_event", aev.event_type == IBV_EVENT_QP_ACCESS_ERR,
+		       ibv_event_type_str(aev.event_type));
+		expect("bad_rkey_access_event", aev.element.qp == b2,
+		       "the event names another QP");
+		ibv_ack_async_event(&aev);
+		expect_no_async_event("bad_rkey_access_event");
+		pass("bad_rkey_access_event");
 
 		/* A bad lkey on a fresh connection: LOC_PROT_ERR. */
 		{
@@ -922,6 +1018,52 @@ int main(void)
 		check_ret("cq_resize", ibv_destroy_cq(rcq));
 	}
 	pass("cq_resize");
+
+	/*
+	 * CQ overrun: a 2-entry CQ gets a third completion while nothing is
+	 * polled. The CQ goes to error with a CQ_ERR async event naming it;
+	 * the two CQEs already in the ring stay, the third is lost, and the
+	 * CQ takes no completion after (it stays in error).
+	 */
+	{
+		struct ibv_cq *ocq = check_ptr("cq_overrun", ibv_create_cq(ctx, 1, NULL, NULL, 0));
+		struct ibv_qp *z1 = make_qp(IBV_QPT_RC, ocq, NULL);
+		struct ibv_qp *z2 = make_qp(IBV_QPT_RC, cqb, NULL);
+		struct ibv_send_wr w[3];
+		struct ibv_async_event aev;
+		int k;
+
+		expect("cq_overrun", ocq->cqe == 1, "a 1-entry CQ does not have 2 entries");
+		connect_rc(z1, z2->qp_num, lid, 7);
+		connect_rc(z2, z1->qp_num, lid, 7);
+		s[0] = sge(SRC, 8);
+		expect_no_async_event("cq_overrun");
+		for (k = 0; k < 3; k++) {
+			w[k] = write_wr(1100 + k, s, DST, IBV_SEND_SIGNALED);
+			w[k].next = k < 2 ? &w[k + 1] : NULL;
+		}
+		post_send("cq_overrun", z1, &w[0]);
+		get_async_event("cq_overrun", &aev);
+		expect("cq_overrun", aev.event_type == IBV_EVENT_CQ_ERR,
+		       ibv_event_type_str(aev.event_type));
+		expect("cq_overrun", aev.element.cq == ocq, "the event names another CQ");
+		ibv_ack_async_event(&aev);
+		for (k = 0; k < 2; k++) {
+			poll_one("cq_overrun", ocq, &wc);
+			expect_wc("cq_overrun", &wc, IBV_WC_SUCCESS, 1100 + k);
+		}
+		expect_quiet("cq_overrun", ocq);
+		pass("cq_overrun");
+		/* Room again, but the CQ stays in error: nothing more lands. */
+		w[0] = write_wr(1103, s, DST, IBV_SEND_SIGNALED);
+		post_send("cq_overrun_stops", z1, &w[0]);
+		expect_quiet("cq_overrun_stops", ocq);
+		expect_no_async_event("cq_overrun_stops");
+		check_ret("cq_overrun_stops", ibv_destroy_qp(z1));
+		check_ret("cq_overrun_stops", ibv_destroy_qp(z2));
+		check_ret("cq_overrun_stops", ibv_destroy_cq(ocq));
+	}
+	pass("cq_overrun_stops");
 
 	/* Teardown. */
 	check_ret("teardown", ibv_destroy_qp(qa));

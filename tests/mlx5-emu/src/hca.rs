@@ -8,9 +8,15 @@
 //! receive queues and SRQs; key, range and access checks with the PRM
 //! error syndromes; RNR (immediate error with `rnr_retry` 0, retried
 //! otherwise); the error state with flush CQEs; CQ arming and completion
-//! events. UD receives start with the 40-byte GRH area: written (and the
-//! CQE's GRH bits set) when the address vector carries a GRH, else left
-//! untouched but counted in the byte count. Not executed: SEND_WITH_INV,
+//! events; the RC responder's class C errors (a remote access violation or
+//! an invalid request moves the responder to the error state too, with an
+//! affiliated async event: see `Fail::Nak`); CQ overrun (the CQ stops in
+//! an error state and a CQ_ERR async event is raised: see `Hw::push`).
+//! The HCA never waits for room in a CQ: like the hardware, it writes the
+//! CQE and an application that let its CQ fill up loses it. UD receives
+//! start with the 40-byte GRH area: written (and the CQE's GRH bits set)
+//! when the address vector carries a GRH, else left untouched but counted
+//! in the byte count. Not executed: SEND_WITH_INV,
 //! LOCAL_INV/BIND_MW (UMR), TSO (they complete with a local QP operation
 //! error), scatter-to-CQE. CQ resize is done by the RESIZE_CQ command
 //! itself, under the lock (`write_resize_cqe`).
@@ -33,7 +39,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
-use rverbs_abi::cq::CompEventDesc;
+use rverbs_abi::cq::{AsyncEventDesc, CompEventDesc};
 use rverbs_abi::mlx5::prm::{
     self, AtomicSeg, Av, Cqe64, CtrlSeg, DataSeg, DatagramSeg, ErrCqe, InlineSeg, RaddrSeg,
     SrqNextSeg,
@@ -53,6 +59,16 @@ const REMOTE_WRITE: u32 = 2;
 const REMOTE_READ: u32 = 4;
 /// `IB_ACCESS_REMOTE_ATOMIC`.
 const REMOTE_ATOMIC: u32 = 8;
+
+/// `enum ib_event_type` values the HCA raises on the async event fd.
+pub mod event {
+    /// `IB_EVENT_CQ_ERR`: a CQ overrun.
+    pub const CQ_ERR: u32 = 0;
+    /// `IB_EVENT_QP_REQ_ERR`: invalid request local work queue error.
+    pub const QP_REQ_ERR: u32 = 2;
+    /// `IB_EVENT_QP_ACCESS_ERR`: local access violation work queue error.
+    pub const QP_ACCESS_ERR: u32 = 3;
+}
 
 /// Send WQE opcodes (ctrl segment byte 3).
 pub mod op {
@@ -486,6 +502,8 @@ struct CqHw {
     ever_armed: bool,
     /// Armed: solicited-only flag.
     armed: Option<bool>,
+    /// Overrun: the CQ is in the error state and takes no more CQEs.
+    error: bool,
 }
 
 /// A copy of the QP fields a pass needs.
@@ -562,6 +580,25 @@ enum Fail {
     /// Requester error syndrome; with `Some`, the responder also gets an
     /// error CQE with that syndrome (and goes to ERR).
     Err(u8, Option<Box<(QpView, Recv, u8)>>),
+    /// An RC responder's class C error on a request that consumes no
+    /// receive WQE (RDMA WRITE, RDMA READ, atomics): a remote access
+    /// violation (bad rkey, range or rights; the QP not granting the
+    /// access) or an invalid request (a misaligned atomic).
+    ///
+    /// InfiniBand Architecture Specification vol 1 (release 1.2.1
+    /// numbering): the responder answers with a NAK, Remote Access Error
+    /// or Invalid Request (the AETH NAK codes of 9.7.5.2.4 / 9.7.5.2.3),
+    /// and per the responder error behaviour of 9.9.3 (class C) it puts
+    /// its QP in the Error state; since no WQE of its own carries the
+    /// error, the responder's consumer learns it from an affiliated
+    /// asynchronous error (11.6.3.1: Local Access Violation / Invalid
+    /// Request Local Work Queue Error, `IB_EVENT_QP_ACCESS_ERR` /
+    /// `IB_EVENT_QP_REQ_ERR`, mlx5's WQ_ACCESS_ERROR /
+    /// WQ_INVAL_REQ_ERROR events). The requester completes its WQE with
+    /// the matching error (9.9.2: REM_ACCESS_ERR / REM_INV_REQ_ERR) and
+    /// moves to the Error state, flushing what follows. Fields: the
+    /// requester's syndrome, the responder QP's handle.
+    Nak(u8, u32),
 }
 
 /// All HCA state (owned by the thread).
@@ -652,9 +689,35 @@ impl Hw {
 
     /// Writes a CQE to CQ `h`; `event` says whether it may fire a
     /// solicited-only arm.
+    ///
+    /// A CQE that finds the CQ full (the consumer index, as the
+    /// application last wrote it to the doorbell record, a whole ring
+    /// behind) is not written: the CQ enters the error state and a CQ_ERR
+    /// async event names it, once; from then on the CQ takes no CQE
+    /// (those already in the ring stay). This is the CQ Error affiliated
+    /// asynchronous error of the InfiniBand specification (vol 1, 11.6.3.1
+    /// in release 1.2.1 numbering: "CQ overrun", after which no more CQEs
+    /// are posted to the CQ), what mlx5 raises as its CQ_ERROR event
+    /// (syndrome CQ overrun) and the kernel forwards as
+    /// `IB_EVENT_CQ_ERR`. The QP whose completion was lost is not moved
+    /// to an error state here (the specification's Local Work Queue
+    /// Catastrophic Error for later users of the CQ is not modelled).
     fn push(&mut self, e: &mut Emu, h: u32, cqe: &Cqe, event: bool) {
         let Some(cq) = e.cqs.get(&h) else { return };
-        let ring = cq.ring;
+        let (ring, ctx, user_handle) = (cq.ring, cq.ctx, cq.user_handle());
+        if self.cqs.get(&h).is_some_and(|s| s.error) {
+            return;
+        }
+        if self.cq_room(e, h) == 0 {
+            self.cqs.entry(h).or_default().error = true;
+            crate::log::line(format_args!("cq {h}: overrun, CQ in error"));
+            if async_event(e, ctx, user_handle, event::CQ_ERR) {
+                if let Some(c) = e.cqs.get_mut(&h) {
+                    c.note_async_event();
+                }
+            }
+            return;
+        }
         let st = self.cqs.entry(h).or_default();
         let idx = u64::from(st.pi & (ring.entries - 1));
         let addr = ring.buf + idx * u64::from(ring.cqe_size) + u64::from(ring.cqe_size - 64);
@@ -709,9 +772,6 @@ impl Hw {
             if st.rnr.is_some_and(|(t, _)| Instant::now() < t) {
                 break;
             }
-            if self.cq_room(e, q.send_cq) == 0 {
-                break;
-            }
             let off = u64::from(st.sq_pc & (q.sq.wqe_cnt - 1)) * 64;
             let ctrl = read_ring(&q.sq, off, size_of::<CtrlSeg>());
             let ds = seg::<CtrlSeg>(&ctrl, 0).map_or(0, |c| (c.qpn_ds.get() & 0x3f) as usize);
@@ -744,7 +804,7 @@ impl Hw {
                         self.push(e, q.send_cq, &c, false);
                     }
                 }
-                Err(Fail::Err(s, resp)) => {
+                Err(Fail::Err(s, _) | Fail::Nak(s, _)) => {
                     let mut c = Cqe::new(cqe_op::REQ_ERR);
                     c.sop_qpn(opcode, q.qpn)
                         .wqe_counter(pi)
@@ -752,9 +812,13 @@ impl Hw {
                         .syndrome(s);
                     self.push(e, q.send_cq, &c, true);
                     set_err(e, h);
-                    if let Some(b) = resp {
-                        let (d, r, rs) = *b;
-                        self.resp_err(e, &d, &r, rs);
+                    match result {
+                        Err(Fail::Err(_, Some(b))) => {
+                            let (d, r, rs) = *b;
+                            self.resp_err(e, &d, &r, rs);
+                        }
+                        Err(Fail::Nak(s, dh)) => responder_fatal(e, dh, s),
+                        _ => {}
                     }
                 }
             }
@@ -777,7 +841,7 @@ impl Hw {
         if q.sq.wqe_cnt > 0 {
             for _ in 0..64 {
                 let db = read_dbrec(q.db + 4) & 0xffff;
-                if st.sq_pc & 0xffff == db || self.cq_room(e, q.send_cq) == 0 {
+                if st.sq_pc & 0xffff == db {
                     break;
                 }
                 let off = u64::from(st.sq_pc & (q.sq.wqe_cnt - 1)) * 64;
@@ -797,7 +861,7 @@ impl Hw {
         if q.srq.is_none() && q.rq.wqe_cnt > 0 {
             for _ in 0..64 {
                 let db = read_dbrec(q.db) & 0xffff;
-                if st.rq_cons & 0xffff == db || self.cq_room(e, q.recv_cq) == 0 {
+                if st.rq_cons & 0xffff == db {
                     break;
                 }
                 let mut c = Cqe::new(cqe_op::RESP_ERR);
@@ -881,7 +945,10 @@ impl Hw {
                 return Ok(0);
             }
         }
-        let remote_err = |s| if reliable { Err(local_err(s)) } else { Ok(0) };
+        // A class C error at an RC responder (see [`Fail::Nak`]); UC drops
+        // the request silently.
+        let nak = |s| Fail::Nak(s, d.h);
+        let remote_err = |s| if reliable { Err(nak(s)) } else { Ok(0) };
         let len = payload.len() as u32;
         match w.opcode {
             op::RDMA_WRITE | op::RDMA_WRITE_IMM => {
@@ -893,9 +960,6 @@ impl Hw {
                 else {
                     return remote_err(synd::REMOTE_ACCESS);
                 };
-                if w.opcode == op::RDMA_WRITE_IMM && self.cq_room(e, d.recv_cq) < resp_room(q, &d) {
-                    return Err(Fail::Stall);
-                }
                 if w.opcode == op::RDMA_WRITE {
                     write_user(user, &payload);
                     return Ok(len);
@@ -920,9 +984,6 @@ impl Hw {
                 Ok(len)
             }
             op::SEND | op::SEND_IMM => {
-                if self.cq_room(e, d.recv_cq) < resp_room(q, &d) {
-                    return Err(Fail::Stall);
-                }
                 let r = match self.take_recv(e, &d) {
                     Some(r) => r,
                     None if q.ty == qp_type::RC => return self.rnr(q),
@@ -1005,12 +1066,12 @@ impl Hw {
                 let (va, rkey) = w.raddr.unwrap_or_default();
                 let total: u64 = locals.iter().map(|l| u64::from(l.1)).sum();
                 if d.access & REMOTE_READ == 0 {
-                    return Err(local_err(synd::REMOTE_ACCESS));
+                    return Err(nak(synd::REMOTE_ACCESS));
                 }
                 let Some(user) =
                     translate(e, d.ctx, d.pd, rkey, va, total as u32, REMOTE_READ, true)
                 else {
-                    return Err(local_err(synd::REMOTE_ACCESS));
+                    return Err(nak(synd::REMOTE_ACCESS));
                 };
                 let data = read_user(user, total as usize);
                 let mut src = &data[..];
@@ -1028,16 +1089,16 @@ impl Hw {
                     return Err(local_err(synd::LOCAL_LENGTH));
                 }
                 if d.access & REMOTE_ATOMIC == 0 {
-                    return Err(local_err(synd::REMOTE_ACCESS));
+                    return Err(nak(synd::REMOTE_ACCESS));
                 }
                 if va % 8 != 0 {
-                    return Err(local_err(synd::REMOTE_INVAL_REQ));
+                    return Err(nak(synd::REMOTE_INVAL_REQ));
                 }
                 let Some(user) = translate(e, d.ctx, d.pd, rkey, va, 8, REMOTE_ATOMIC, true) else {
-                    return Err(local_err(synd::REMOTE_ACCESS));
+                    return Err(nak(synd::REMOTE_ACCESS));
                 };
                 if user % 8 != 0 {
-                    return Err(local_err(synd::REMOTE_INVAL_REQ));
+                    return Err(nak(synd::REMOTE_INVAL_REQ));
                 }
                 // SAFETY: `user` is an 8-byte aligned address inside a live
                 // MR with remote atomic access (checked above).
@@ -1131,12 +1192,6 @@ impl Hw {
     }
 }
 
-/// CQE slots a responder CQE needs in `d`'s receive CQ: one more when the
-/// requester's CQE goes to the same CQ.
-fn resp_room(q: &QpView, d: &QpView) -> u32 {
-    1 + u32::from(q.send_cq == d.recv_cq)
-}
-
 /// The srqn_uidx field of a responder CQE for QP `d`.
 fn resp_uidx(d: &QpView) -> u32 {
     if d.v1 {
@@ -1195,6 +1250,51 @@ fn translate(
         return None;
     }
     mr.translate(va, u64::from(len))
+}
+
+/// Moves responder QP `h` to ERR after a class C error (see [`Fail::Nak`])
+/// and raises the matching affiliated async event for it.
+fn responder_fatal(e: &mut Emu, h: u32, syndrome: u8) {
+    let Some(q) = e.qps.get(&h) else { return };
+    if q.state == qp_state::ERR || q.state == qp_state::RESET {
+        return;
+    }
+    let (ctx, user_handle) = (q.ctx, q.user_handle());
+    set_err(e, h);
+    let kind = if syndrome == synd::REMOTE_ACCESS {
+        event::QP_ACCESS_ERR
+    } else {
+        event::QP_REQ_ERR
+    };
+    if async_event(e, ctx, user_handle, kind) {
+        if let Some(q) = e.qps.get_mut(&h) {
+            q.note_async_event();
+        }
+    }
+}
+
+/// Writes an async event (`struct ib_uverbs_async_event_desc`) for the
+/// object with `user_handle` to the async event fd of context `ctx`, as
+/// the kernel's uverbs async event file queues it. False if the context
+/// or its channel is gone (the event is then not counted, as the kernel
+/// counts only events it queued).
+fn async_event(e: &Emu, ctx: u64, user_handle: u64, event_type: u32) -> bool {
+    let Some(ch) = e
+        .context(ctx)
+        .and_then(|c| c.ucontext())
+        .and_then(|u| e.channel(u.async_channel()))
+    else {
+        return false;
+    };
+    let desc = AsyncEventDesc {
+        element: user_handle,
+        event_type,
+        reserved: 0,
+    };
+    crate::log::line(format_args!(
+        "async event {event_type} for {user_handle:#x}"
+    ));
+    real::write_all(ch.peer_fd(), desc.as_bytes())
 }
 
 /// Writes a completion event for CQ `h` to its channel, if it has one.

@@ -326,15 +326,16 @@ pub fn file_id(fd: c_int) -> Option<(u64, u64)> {
     Some((st.st_dev, st.st_ino))
 }
 
-/// Writes all of `bytes` to `fd` with the real `write` (for log lines),
-/// ignoring errors.
-pub fn write_all(fd: c_int, mut bytes: &[u8]) {
+/// Writes all of `bytes` to `fd` with the real `write` (log lines, event
+/// records); false if a write failed (the rest is dropped).
+pub fn write_all(fd: c_int, mut bytes: &[u8]) -> bool {
     while !bytes.is_empty() {
         // SAFETY: `bytes` is a live slice of that many bytes.
         let n = unsafe { write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n <= 0 {
-            return;
+            return false;
         }
         bytes = &bytes[n as usize..];
     }
+    true
 }

@@ -16,8 +16,8 @@ use crate::events::poll_blocking;
 use crate::open_fds;
 use crate::report::{fail, Ctx, Fail, Report, BUDGET, R};
 use crate::reset::reset_clean;
-use crate::resize::cq_resize;
-use crate::send_queue::{query_caps, signal_every, unsignaled_queue_full};
+use crate::resize::{cq_overrun, cq_resize};
+use crate::send_queue::{query_caps, query_qp_caps, signal_every, unsignaled_queue_full};
 use crate::srq::srq_destroy_unpolled;
 
 /// How long one completion may take (the C programs' `TIMEOUT_MS`).
@@ -27,6 +27,7 @@ pub(crate) const QUIET: Duration = Duration::from_millis(50);
 
 pub(crate) const DATAPATH_STEPS: &[&str] = &[
     "setup",
+    "query_qp_caps",
     "send_recv",
     "send_imm",
     "send_inline",
@@ -48,6 +49,10 @@ pub(crate) const DATAPATH_STEPS: &[&str] = &[
     "comp_solicited",
     "bad_rkey",
     "bad_rkey_flush",
+    "bad_rkey_requester_err",
+    "bad_rkey_responder_err",
+    "bad_rkey_responder_flush",
+    "bad_rkey_access_event",
     "bad_lkey",
     "reset_reuse",
     "recv_too_small",
@@ -55,6 +60,8 @@ pub(crate) const DATAPATH_STEPS: &[&str] = &[
     "rnr_retry",
     "rnr_retry_exceeded",
     "cq_resize",
+    "cq_overrun",
+    "cq_overrun_stops",
     "reset_clean",
     "reset_rq_capacity",
     "srq_destroy_unpolled",
@@ -324,6 +331,7 @@ pub(crate) fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
     rep.pass("setup");
 
     let scenarios: &[(&[&'static str], Scenario)] = &[
+        (&["query_qp_caps"], query_qp_caps),
         (&["send_recv"], |d, _| d.send_recv()),
         (&["send_imm"], |d, _| d.send_imm()),
         (&["send_inline"], |d, _| d.send_inline()),
@@ -342,6 +350,10 @@ pub(crate) fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
             &[
                 "bad_rkey",
                 "bad_rkey_flush",
+                "bad_rkey_requester_err",
+                "bad_rkey_responder_err",
+                "bad_rkey_responder_flush",
+                "bad_rkey_access_event",
                 "bad_lkey",
                 "reset_reuse",
                 "recv_too_small",
@@ -352,6 +364,7 @@ pub(crate) fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
         (&["rnr_retry"], |d, _| d.rnr_retry()),
         (&["rnr_retry_exceeded"], |d, _| d.rnr_retry_exceeded()),
         (&["cq_resize"], cq_resize),
+        (&["cq_overrun", "cq_overrun_stops"], cq_overrun),
         (&["reset_clean", "reset_rq_capacity"], reset_clean),
         (&["srq_destroy_unpolled"], srq_destroy_unpolled),
         (&["unsignaled_queue_full"], unsignaled_queue_full),

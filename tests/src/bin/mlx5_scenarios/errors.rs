@@ -1,16 +1,20 @@
-//! Error completions on RC: a bad rkey (and the flush behind it), a bad
-//! lkey, a pair reset and reused, a receive too small (and the flush
-//! behind it), and RNR with and without retries.
+//! Error completions on RC: a bad rkey (and the flush behind it, the
+//! responder's move to the error state, the flush of its receives and its
+//! QP_ACCESS_ERR event), a bad lkey, a pair reset and reused, a receive too
+//! small (and the flush behind it), and RNR with and without retries.
 
-use rverbs::{QpAttr, QpState, QpType, RecvWr, SendWr, WcStatus};
+use rverbs::{AsyncEventKind, QpAttr, QpState, QpType, RecvWr, SendWr, WcStatus};
 
 use crate::datapath::{
-    connect_rc, expect_bytes, expect_quiet, expect_wc, pattern, poll_one, Dp, AUX, DST, SRC,
+    connect_rc, expect_bytes, expect_quiet, expect_wc, pattern, poll_one, Dp, AUX, DST, QUIET, SRC,
+    TIMEOUT,
 };
-use crate::report::{expect, Ctx, Report, R};
+use crate::report::{expect, fail, Ctx, Report, R};
 
 impl Dp {
-    /// bad_rkey, bad_rkey_flush, bad_lkey, reset_reuse, recv_too_small,
+    /// bad_rkey, bad_rkey_flush, bad_rkey_requester_err,
+    /// bad_rkey_responder_err, bad_rkey_responder_flush,
+    /// bad_rkey_access_event, bad_lkey, reset_reuse, recv_too_small,
     /// recv_flush: one pair, reset and reconnected between cases.
     pub(crate) fn errors(&mut self, rep: &mut Report) -> R {
         let s = "bad_rkey";
@@ -18,6 +22,9 @@ impl Dp {
         let mut b2 = self.make_qp(s, QpType::Rc, &self.cqb, None)?;
         connect_rc(s, &mut b1, b2.qp_num(), self.lid, 7)?;
         connect_rc(s, &mut b2, b1.qp_num(), self.lid, 7)?;
+        let r = [self.sge(AUX, 64)];
+        b2.post_recv(&[RecvWr::new(504, &r), RecvWr::new(505, &r)])
+            .at(s)?;
         let sg = [self.sge(SRC, 8)];
         let (dst, rkey) = (self.remote(DST), self.mr.rkey());
         let chain = [
@@ -31,6 +38,43 @@ impl Dp {
         expect_wc("bad_rkey_flush", &wc, WcStatus::WR_FLUSH_ERR, 501)?;
         rep.pass("bad_rkey");
         rep.pass("bad_rkey_flush");
+
+        // Both ends are in ERR: the responder NAKed a class C error.
+        for (s, qp, who) in [
+            ("bad_rkey_requester_err", &b1, "requester"),
+            ("bad_rkey_responder_err", &b2, "responder"),
+        ] {
+            let state = qp.query().at(s)?.0.qp_state;
+            expect(
+                s,
+                state == Some(QpState::Err),
+                &format!("the {who} is in {state:?}, not ERR"),
+            )?;
+            rep.pass(s);
+        }
+        let s = "bad_rkey_responder_flush";
+        for id in [504, 505] {
+            let wc = poll_one(s, &mut self.cqb)?;
+            expect_wc(s, &wc, WcStatus::WR_FLUSH_ERR, id)?;
+        }
+        expect_quiet(s, &mut self.cqb)?;
+        rep.pass(s);
+        let s = "bad_rkey_access_event";
+        match self.ctx.get_async_event_timeout(TIMEOUT).at(s)? {
+            None => fail(s, "no async event within the timeout")?,
+            Some(ev) => {
+                expect(
+                    s,
+                    ev.kind == AsyncEventKind::QpAccessErr,
+                    &format!("event {ev}"),
+                )?;
+                expect(s, ev.is_for_qp(&b2), "the event names another QP")?;
+            }
+        }
+        if let Some(ev) = self.ctx.get_async_event_timeout(QUIET).at(s)? {
+            fail(s, format!("unexpected async event {ev}"))?;
+        }
+        rep.pass(s);
 
         // A bad lkey on a fresh connection: LOC_PROT_ERR.
         let s = "bad_lkey";

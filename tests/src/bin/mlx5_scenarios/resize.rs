@@ -1,11 +1,12 @@
-//! Resizing a CQ that holds unpolled completions past its first lap.
+//! Resizing a CQ that holds unpolled completions past its first lap, and
+//! a CQ overrun.
 
 use std::time::Instant;
 
-use rverbs::{QpType, SendWr, WcOpcode, WcStatus};
+use rverbs::{AsyncEventKind, QpType, SendWr, WcOpcode, WcStatus};
 
 use crate::datapath::{
-    connect_rc, expect_quiet, expect_wc, pattern, poll_one, Dp, DST, SRC, TIMEOUT,
+    connect_rc, expect_quiet, expect_wc, pattern, poll_one, Dp, DST, QUIET, SRC, TIMEOUT,
 };
 use crate::report::{expect, fail, Ctx, Report, R};
 
@@ -64,4 +65,51 @@ pub(crate) fn cq_resize(d: &mut Dp, _: &mut Report) -> R {
         expect_wc(s, &wc, WcStatus::SUCCESS, 1000 + k)?;
     }
     expect_quiet(s, &mut rcq)
+}
+
+/// datapath.c's `cq_overrun`: a 2-entry CQ gets a third completion while
+/// nothing is polled. The CQ goes to error with a CQ_ERR async event
+/// naming it; the two CQEs already in the ring stay, the third is lost,
+/// and the CQ takes no completion after (it stays in error).
+pub(crate) fn cq_overrun(d: &mut Dp, rep: &mut Report) -> R {
+    let s = "cq_overrun";
+    let mut ocq = d.ctx.create_cq(1).at(s)?;
+    expect(s, ocq.cqe() == 1, "a 1-entry CQ does not have 2 entries")?;
+    let mut z1 = d.make_qp(s, QpType::Rc, &ocq, None)?;
+    let mut z2 = d.make_qp(s, QpType::Rc, &d.cqb, None)?;
+    connect_rc(s, &mut z1, z2.qp_num(), d.lid, 7)?;
+    connect_rc(s, &mut z2, z1.qp_num(), d.lid, 7)?;
+    let no_event = |s| match d.ctx.get_async_event_timeout(QUIET).at(s)? {
+        Some(ev) => fail(s, format!("unexpected async event {ev}")),
+        None => Ok(()),
+    };
+    no_event(s)?;
+    let sg = [d.sge(SRC, 8)];
+    let wrs: Vec<SendWr> = (0..3u64)
+        .map(|k| SendWr::rdma_write(1100 + k, &sg, d.remote(DST), d.mr.rkey()).signaled())
+        .collect();
+    z1.post_send(&wrs).at(s)?;
+    match d.ctx.get_async_event_timeout(TIMEOUT).at(s)? {
+        None => fail(s, "no async event within the timeout")?,
+        Some(ev) => {
+            expect(s, ev.kind == AsyncEventKind::CqErr, &format!("event {ev}"))?;
+            expect(s, ev.is_for_cq(&ocq), "the event names another CQ")?;
+        }
+    }
+    for k in 0..2u64 {
+        let wc = poll_one(s, &mut ocq)?;
+        expect_wc(s, &wc, WcStatus::SUCCESS, 1100 + k)?;
+    }
+    expect_quiet(s, &mut ocq)?;
+    rep.pass(s);
+
+    // Room again, but the CQ stays in error: nothing more lands.
+    let s = "cq_overrun_stops";
+    let wr = SendWr::rdma_write(1103, &sg, d.remote(DST), d.mr.rkey()).signaled();
+    z1.post_send(&[wr]).at(s)?;
+    expect_quiet(s, &mut ocq)?;
+    no_event(s)?;
+    drop((z1, z2, ocq));
+    rep.pass(s);
+    Ok(())
 }

@@ -1,11 +1,12 @@
 //! The send queue: a chain of unsignaled writes, the ring wrapping many
 //! times, and (no C twin) only unsignaled sends filling it for good,
 //! `SignalEvery` keeping it from filling, and its capacities as `query`
-//! reports them and as one chain fills them.
+//! reports them (the numbers libmlx5's `ibv_query_qp` reports for the same
+//! QPs) and as one chain fills them.
 
 use std::time::Instant;
 
-use rverbs::{Error, RecvWr, SendFlags, SendWr, Sge, Wc, WcStatus};
+use rverbs::{Error, QpCap, QpType, RecvWr, SendFlags, SendWr, Sge, Wc, WcStatus};
 
 use crate::datapath::{
     expect_bytes, expect_quiet, expect_wc, fresh_pair, pattern, poll_one, Dp, AUX, DST, SRC,
@@ -219,4 +220,32 @@ pub(crate) fn query_caps(d: &mut Dp, _: &mut Report) -> R {
         other => fail(s, format!("posting max_send_wr + 1: {other:?}"))?,
     }
     expect_quiet(s, &mut cq)
+}
+
+/// datapath.c's `query_qp_caps`: `query` reports, for `make_qp`'s request
+/// (64 WRs, 4 SGEs each way, 64 inline bytes), what libmlx5's
+/// `ibv_query_qp` reports for it (`mlx5_query_qp`: the send capacities
+/// from its own queue, the receive ones from the kernel): RC WQEs of 320
+/// bytes (192 of overhead, room for 124 inline bytes), 102 of them in a
+/// 32 KiB ring; UD WQEs of 192 bytes (64 of overhead), 85 in 16 KiB;
+/// receive WQEs of 64 bytes, 64 of them, 4 SGEs.
+pub(crate) fn query_qp_caps(d: &mut Dp, _: &mut Report) -> R {
+    let s = "query_qp_caps";
+    let want = |max_send_wr| QpCap {
+        max_send_wr,
+        max_recv_wr: 64,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 124,
+    };
+    let ud = d.make_qp(s, QpType::Ud, &d.cqa, None)?;
+    for (name, qp, want) in [("RC", &d.qa, want(102)), ("UD", &ud, want(85))] {
+        let (_, cap, _) = qp.query().at(s)?;
+        expect(
+            s,
+            cap == want,
+            &format!("{name}: query says {cap:?}, libmlx5 {want:?}"),
+        )?;
+    }
+    Ok(())
 }
