@@ -133,17 +133,23 @@ impl Pd {
         }
         let port = ctx.query_port(attr.port_num)?;
         if let Some(g) = &attr.grh {
-            let table = ctx.query_gid_table()?;
-            let on_port: Vec<u32> = table
-                .iter()
-                .filter(|e| e.port == attr.port_num as u32)
-                .map(|e| e.index)
-                .collect();
-            if !on_port.contains(&(g.sgid_index as u32)) {
-                return Err(Error::invalid(format!(
+            // The one entry is asked for; the table only to name the valid
+            // indices when it is missing.
+            match ctx.query_gid_entry(attr.port_num, u32::from(g.sgid_index)) {
+                Ok(_) => {}
+                Err(Error::InvalidArgument(_)) => {
+                    let on_port: Vec<u32> = ctx
+                        .query_gid_table()?
+                        .iter()
+                        .filter(|e| e.port == attr.port_num as u32)
+                        .map(|e| e.index)
+                        .collect();
+                    return Err(Error::invalid(format!(
                     "address handle: port {} has no GID at sgid_index {} (valid indices: {on_port:?})",
                     attr.port_num, g.sgid_index
                 )));
+                }
+                Err(e) => return Err(e),
             }
         } else if port.link_layer() == LinkLayer::Ethernet {
             return Err(Error::invalid(format!(
