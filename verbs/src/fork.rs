@@ -161,7 +161,8 @@ pub fn enable_dontfork() -> Result<()> {
     Ok(())
 }
 
-fn page_size() -> usize {
+/// The system's page size (asked once; 4096 if the answer is unusable).
+pub(crate) fn page_size() -> usize {
     static PS: OnceLock<usize> = OnceLock::new();
     *PS.get_or_init(|| {
         // SAFETY: sysconf has no memory-safety preconditions.

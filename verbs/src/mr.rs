@@ -616,11 +616,7 @@ fn check_iova(addr: u64, len: usize, iova: Option<u64>) -> Result<u64> {
     let Some(iova) = iova else {
         return Ok(addr);
     };
-    // SAFETY: sysconf has no memory effects.
-    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-        p if p > 0 => p as u64,
-        _ => 4096,
-    };
+    let page = crate::fork::page_size() as u64;
     if iova % page != addr % page {
         return Err(Error::invalid(format!(
             "IOVA {iova:#x} is at offset {:#x} within a page, the buffer at {:#x}: they must match",
