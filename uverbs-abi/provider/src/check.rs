@@ -323,7 +323,7 @@ impl SendChecks {
     #[cold]
     #[inline(never)]
     fn check_capable(&self, wr: &SendWr<'_>) -> Result<u64, PostError> {
-        if self.capable_ops & (1 << (wr.opcode() as u32)) == 0 {
+        if !self.allows(wr.opcode()) {
             return Err(PostError::OpcodeUnsupported(wr.opcode()));
         }
         check_capability_op(self.qp_type, wr)
