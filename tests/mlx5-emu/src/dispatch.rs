@@ -43,7 +43,7 @@ use crate::emu::{
 };
 use crate::fdtable::{self, FdKind};
 use crate::mem::{self, all_zero, read_padded, UserBuf};
-use crate::{cdev, device, log, qp_fsm};
+use crate::{cdev, device, log, qp_fsm, record};
 
 /// `IB_USER_VERBS_CMD_COMMAND_MASK`.
 const COMMAND_MASK: u32 = 0xff;
@@ -319,6 +319,7 @@ pub unsafe fn write(
         Ok(p) => p,
         Err(e) => {
             log::line(format_args!("command {command:#x} (len {len}) -> {e:?}"));
+            record::write_command(bytes, Err(e));
             return Some(Err(e));
         }
     };
@@ -340,6 +341,7 @@ pub unsafe fn write(
         (parsed.method.run)(&mut emu, &mut call)
     };
     drop(emu);
+    record::write_command(bytes, result);
     if log::enabled() {
         let sep = if call.detail.is_empty() { "" } else { " " };
         match &result {

@@ -22,6 +22,16 @@
 //! created and destroyed between two passes, which a program that waits
 //! for its completions (as wqe_seq.c does) never does.
 //!
+//! With `MLX5_EMU_CMD_LOG=<path>` every command the device receives is
+//! appended too, one line each, before its response is written:
+//! - `write <result> <bytes>`: a `write()` command, all its bytes (the
+//!   uverbs header, the extended header if any, the core command and the
+//!   driver data), `result` `ok` or the errno's name.
+//! - `ioctl <result> <object> <method> <attr>...`: an ioctl method, each
+//!   attribute as `<id>:<flags>:<data>`, `data` the input bytes (inline
+//!   value or the bytes the pointer names) in hex, or `out<len>` for an
+//!   output attribute.
+//!
 //! Not captured: the 8 bytes written to the UAR bfreg (doorbell register or
 //! BlueFlame buffer). The emulator never reads them for send queues (it
 //! acts on the doorbell record), and a slot is overwritten by the next
@@ -32,6 +42,8 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
+
+use rverbs_abi::Errno;
 
 use crate::emu::Emu;
 
@@ -66,6 +78,74 @@ fn rec() -> Option<&'static Mutex<Recorder>> {
 /// Whether recording is on.
 pub fn enabled() -> bool {
     rec().is_some()
+}
+
+static CMD_LOG: OnceLock<Option<Mutex<File>>> = OnceLock::new();
+
+fn cmd_log() -> Option<&'static Mutex<File>> {
+    CMD_LOG
+        .get_or_init(|| {
+            let path = std::env::var_os("MLX5_EMU_CMD_LOG")?;
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .ok()?;
+            Some(Mutex::new(file))
+        })
+        .as_ref()
+}
+
+fn result_word(result: Result<(), Errno>) -> String {
+    match result {
+        Ok(()) => "ok".into(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+fn append_cmd(line: &str) {
+    let Some(f) = cmd_log() else { return };
+    let Ok(mut f) = f.lock() else { return };
+    let _ = f.write_all(line.as_bytes());
+}
+
+/// Logs one `write()` command (all of `bytes`) and its outcome.
+pub fn write_command(bytes: &[u8], result: Result<(), Errno>) {
+    if cmd_log().is_none() {
+        return;
+    }
+    append_cmd(&format!("write {} {}\n", result_word(result), hex(bytes)));
+}
+
+/// One ioctl attribute as recorded.
+#[derive(Debug, Clone, Copy)]
+pub enum AttrData<'a> {
+    /// Input data: the inline value or the bytes the pointer names.
+    In(&'a [u8]),
+    /// An output attribute of this many bytes.
+    Out(usize),
+}
+
+/// Logs one ioctl method call: object, method, attributes `(id, flags,
+/// data)` in the order given, and its outcome.
+pub fn ioctl_command(
+    object: u16,
+    method: u16,
+    attrs: &[(u16, u16, AttrData<'_>)],
+    result: Result<(), Errno>,
+) {
+    if cmd_log().is_none() {
+        return;
+    }
+    let mut line = format!("ioctl {} {object:x} {method:x}", result_word(result));
+    for (id, flags, data) in attrs {
+        match data {
+            AttrData::In(b) => line += &format!(" {id:x}:{flags:x}:{}", hex(b)),
+            AttrData::Out(n) => line += &format!(" {id:x}:{flags:x}:out{n:x}"),
+        }
+    }
+    line.push('\n');
+    append_cmd(&line);
 }
 
 fn hex(b: &[u8]) -> String {
