@@ -125,7 +125,7 @@ impl Uctx {
             uars,
             dbrecs: DbPool::new(),
             uidx: Mutex::new(Uidx {
-                next: 1,
+                next: 0,
                 used: HashSet::new(),
             }),
             table: Table::default(),
@@ -143,7 +143,7 @@ impl Uctx {
             uars: Vec::new(),
             dbrecs: DbPool::new(),
             uidx: Mutex::new(Uidx {
-                next: 1,
+                next: 0,
                 used: HashSet::new(),
             }),
             table: Table::default(),
@@ -200,9 +200,9 @@ impl Uctx {
         Doorbell::new(self.uars.first()?, CQ_DOORBELL)
     }
 
-    /// A fresh user index (CQE version 1): a counter modulo 2^24 that
-    /// skips 0xFFFFFF and indexes in use, so a destroyed QP's index is
-    /// not reused soon.
+    /// A fresh user index (CQE version 1): a counter modulo 2^24 from 0
+    /// (libmlx5's first index too) that skips 0xFFFFFF and indexes in use,
+    /// so a destroyed QP's index is not reused soon.
     pub(crate) fn alloc_uidx(&self) -> Result<u32, Errno> {
         let mut u = self.uidx.lock().unwrap_or_else(|p| p.into_inner());
         if u.used.len() >= UIDX_INVALID as usize {
@@ -245,15 +245,16 @@ mod tests {
         let u = Uctx::for_tests(Limits::default());
         let a = u.alloc_uidx().unwrap();
         let b = u.alloc_uidx().unwrap();
-        assert_eq!((a, b), (1, 2));
+        // From 0, as libmlx5's first indexes (the command comparison).
+        assert_eq!((a, b), (0, 1));
         u.unregister_qp(a);
         // Not reused right away.
-        assert_eq!(u.alloc_uidx().unwrap(), 3);
+        assert_eq!(u.alloc_uidx().unwrap(), 2);
         // Wrap: skips 0xFFFFFF and indexes in use.
         u.uidx.lock().unwrap().next = UIDX_INVALID - 1;
         u.uidx.lock().unwrap().used.insert(0);
         assert_eq!(u.alloc_uidx().unwrap(), UIDX_INVALID - 1);
-        assert_eq!(u.alloc_uidx().unwrap(), 1);
+        assert_eq!(u.alloc_uidx().unwrap(), 3);
         assert_eq!(u.alloc_uidx().unwrap(), 4);
     }
 

@@ -94,6 +94,41 @@ pub struct AllocUcontextResp {
     pub dump_fill_mkey: u32,
 }
 
+/// `struct mlx5_ib_query_device_resp`: driver response of the extended
+/// QUERY_DEVICE (mlx5's offload capabilities). The nested capability
+/// structs are kept as bytes: the library only asks for the response so
+/// its command is the one libmlx5 sends.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct QueryDeviceResp {
+    /// Which optional parts the kernel filled.
+    pub comp_mask: u32,
+    /// Bytes the kernel filled.
+    pub response_length: u32,
+    /// `struct mlx5_ib_tso_caps`.
+    pub tso_caps: [u8; 8],
+    /// `struct mlx5_ib_rss_caps`.
+    pub rss_caps: [u8; 16],
+    /// `struct mlx5_ib_cqe_comp_caps`.
+    pub cqe_comp_caps: [u8; 8],
+    /// `struct mlx5_packet_pacing_caps`.
+    pub packet_pacing_caps: [u8; 16],
+    /// Multi-packet send WQE support.
+    pub mlx5_ib_support_multi_pkt_send_wqes: u32,
+    /// `enum mlx5_ib_query_dev_resp_flags`.
+    pub flags: u32,
+    /// `struct mlx5_ib_sw_parsing_caps`.
+    pub sw_parsing_caps: [u8; 8],
+    /// `struct mlx5_ib_striding_rq_caps`.
+    pub striding_rq_caps: [u8; 24],
+    /// `enum mlx5_ib_tunnel_offloads`.
+    pub tunnel_offloads_caps: u32,
+    /// `struct mlx5_ib_dci_streams_caps`.
+    pub dci_streams_caps: [u8; 2],
+    /// Reserved.
+    pub reserved: u16,
+}
+
 /// `struct mlx5_ib_alloc_pd_resp`: driver response of ALLOC_PD.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]

@@ -493,6 +493,12 @@ fn entries() -> Vec<Entry> {
             num_uars_per_page, num_dyn_bfregs, dump_fill_mkey
         }
         mlx5::AllocPdResp => "struct mlx5_ib_alloc_pd_resp" { pdn }
+        mlx5::QueryDeviceResp => "struct mlx5_ib_query_device_resp"
+            [lower_align = "the nested capability structs are byte arrays here"] {
+            comp_mask, response_length, tso_caps, rss_caps, cqe_comp_caps, packet_pacing_caps,
+            mlx5_ib_support_multi_pkt_send_wqes, flags, sw_parsing_caps, striding_rq_caps,
+            tunnel_offloads_caps, dci_streams_caps, reserved
+        }
         mlx5::CreateCq => "struct mlx5_ib_create_cq" {
             buf_addr, db_addr, cqe_size, cqe_comp_en, cqe_comp_res_format, flags,
             uar_page_index, reserved0, reserved1

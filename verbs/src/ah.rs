@@ -124,14 +124,14 @@ impl Pd {
     /// valid GID of that port.
     pub fn create_ah(&self, attr: &AhAttr) -> Result<Ah> {
         let ctx = self.context();
-        let ports = ctx.query_device()?.phys_port_cnt;
+        let ports = ctx.phys_port_cnt()?;
         if attr.port_num == 0 || attr.port_num > ports {
             return Err(Error::invalid(format!(
                 "address handle on port {}: the device has ports 1..={ports}",
                 attr.port_num
             )));
         }
-        let port = ctx.query_port(attr.port_num)?;
+        let link_layer = ctx.link_layer(attr.port_num)?;
         if let Some(g) = &attr.grh {
             // The one entry is asked for; the table only to name the valid
             // indices when it is missing.
@@ -151,7 +151,7 @@ impl Pd {
                 }
                 Err(e) => return Err(e),
             }
-        } else if port.link_layer() == LinkLayer::Ethernet {
+        } else if link_layer == LinkLayer::Ethernet {
             return Err(Error::invalid(format!(
                 "address handle: port {} is RoCE (Ethernet), which needs a GRH (destination GID)",
                 attr.port_num
@@ -164,7 +164,7 @@ impl Pd {
             reserved: 0,
             attr: to_raw(attr),
         };
-        if port.link_layer() == LinkLayer::Ethernet {
+        if link_layer == LinkLayer::Ethernet {
             ctx.provider().require(Feature::RoceAddressHandle)?;
         }
         if let Some(av) = ctx.provider().address_vector(&cmd.attr) {

@@ -40,7 +40,14 @@ pub(crate) struct ContextInner {
     /// What the device and kernel offer beyond the basics, asked once on
     /// first need ([`Context::caps`]).
     caps: std::sync::OnceLock<Caps>,
+    /// Each port's link layer (index: port - 1), learnt from the first
+    /// QUERY_PORT of that port: it is fixed for the life of the device.
+    link_layers: [std::sync::OnceLock<LinkLayer>; CACHED_PORTS],
 }
+
+/// Ports whose link layer [`Context`] keeps (mlx5 functions have one port,
+/// rxe devices one; a port past this is asked every time).
+const CACHED_PORTS: usize = 4;
 
 /// The capabilities the library itself acts on: the device's extended
 /// capability flags and its on-demand paging support.
@@ -50,6 +57,8 @@ pub(crate) struct Caps {
     pub cap_flags_ex: u64,
     /// `odp_caps.general_caps`.
     pub odp_general: u64,
+    /// Number of physical ports (0: the query failed).
+    pub phys_port_cnt: u8,
 }
 
 /// An open RDMA device. Cheap to clone; every object created from it keeps
@@ -81,6 +90,7 @@ impl Context {
                 device,
                 num_comp_vectors,
                 caps: std::sync::OnceLock::new(),
+                link_layers: Default::default(),
             }),
         })
     }
@@ -122,6 +132,10 @@ impl Context {
     /// otherwise.
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let mut ex = ExQueryDeviceResp::new_zeroed();
+        // The driver's part (mlx5: offload capabilities) is asked for as the
+        // provider's C library does, not used.
+        let mut drv = [0u8; 128];
+        let n = self.provider().query_device_resp_len().min(drv.len());
         // SAFETY: the extended QUERY_DEVICE carries no user address
         // (write_ex_cmd supplies the response buffer).
         match unsafe {
@@ -130,24 +144,28 @@ impl Context {
                 nr::EX_QUERY_DEVICE,
                 &ExQueryDevice::default(),
                 &[],
-                &mut [],
+                &mut drv[..n],
             )
         } {
             Ok(r) => {
                 ex = r;
-                Ok(DeviceAttr {
+                let attr = DeviceAttr {
                     raw: ex,
                     extended: true,
-                })
+                };
+                self.remember_caps(&attr);
+                Ok(attr)
             }
             Err(Errno::EOPNOTSUPP | Errno::ENOSYS | Errno::EINVAL) => {
                 let base = exec(self.fd(), &QueryDevice::default(), &mut [])
                     .map_err(Error::kernel("query_device"))?;
                 ex.base = base;
-                Ok(DeviceAttr {
+                let attr = DeviceAttr {
                     raw: ex,
                     extended: false,
-                })
+                };
+                self.remember_caps(&attr);
+                Ok(attr)
             }
             Err(e) => Err(Error::kernel("query_device_ex")(e)),
         }
@@ -161,15 +179,23 @@ impl Context {
         if let Some(c) = self.inner.caps.get() {
             return *c;
         }
-        let Ok(attr) = self.query_device() else {
-            return Caps::default();
-        };
+        match self.query_device() {
+            // query_device keeps them.
+            Ok(attr) => self.remember_caps(&attr),
+            Err(_) => Caps::default(),
+        }
+    }
+
+    /// Keeps the capabilities of `attr` (the first query's; they do not
+    /// change) and returns those kept.
+    fn remember_caps(&self, attr: &DeviceAttr) -> Caps {
         let (cap_flags_ex, odp_general) = attr.ex().map_or((0, 0), |ex| {
             (ex.device_cap_flags_ex, ex.odp_caps.general_caps)
         });
         let caps = Caps {
             cap_flags_ex,
             odp_general,
+            phys_port_cnt: attr.phys_port_cnt,
         };
         *self.inner.caps.get_or_init(|| caps)
     }
@@ -181,7 +207,35 @@ impl Context {
             ..Default::default()
         };
         let raw = exec(self.fd(), &cmd, &mut []).map_err(Error::kernel("query_port"))?;
-        Ok(PortAttr(raw))
+        let attr = PortAttr(raw);
+        if let Some(c) = usize::from(port)
+            .checked_sub(1)
+            .and_then(|i| self.inner.link_layers.get(i))
+        {
+            let _ = c.set(attr.link_layer());
+        }
+        Ok(attr)
+    }
+
+    /// Port `port`'s link layer: from the first QUERY_PORT of that port
+    /// (any [`Context::query_port`] call), asked now if there was none.
+    pub(crate) fn link_layer(&self, port: u8) -> Result<LinkLayer> {
+        let cached = usize::from(port)
+            .checked_sub(1)
+            .and_then(|i| self.inner.link_layers.get(i))
+            .and_then(|c| c.get().copied());
+        match cached {
+            Some(l) => Ok(l),
+            None => Ok(self.query_port(port)?.link_layer()),
+        }
+    }
+
+    /// The number of physical ports (kept with [`Context::caps`]).
+    pub(crate) fn phys_port_cnt(&self) -> Result<u8> {
+        match self.caps().phys_port_cnt {
+            0 => Ok(self.query_device()?.phys_port_cnt),
+            n => Ok(n),
+        }
     }
 
     /// The valid entries of every port's GID table, through the kernel's
@@ -277,12 +331,19 @@ impl Context {
             // the device lacks (EINVAL).
             Err(Errno::ENODATA | Errno::EINVAL) => Err(no_gid()),
             Err(e) if no_ioctl(e) => {
-                let attr = self.query_port(port)?;
+                // The port's link layer (kept from an earlier QUERY_PORT)
+                // names the GID type; a slot past the table has no file.
+                let ethernet = self.link_layer(port)? == LinkLayer::Ethernet;
                 let dir = crate::device::ibdev_dir(self.inner.device.name());
-                if index >= attr.gid_tbl_len {
-                    return Err(no_gid());
+                match gid_entry_from_sysfs(&dir, port, ethernet, index) {
+                    Ok(e) => e.ok_or_else(no_gid),
+                    Err(Error::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        Err(no_gid())
+                    }
+                    Err(e) => Err(e),
                 }
-                gid_entry_from_sysfs(&dir, port, &attr, index)?.ok_or_else(no_gid)
             }
             Err(e) => Err(Error::kernel("query_gid_entry")(e)),
         }
@@ -381,23 +442,24 @@ fn gid_table_from_sysfs(dir: &Path, ports: &[(u8, PortAttr)]) -> Result<Vec<GidE
     let mut out = Vec::new();
     for (port, attr) in ports {
         for index in 0..attr.gid_tbl_len {
-            out.extend(gid_entry_from_sysfs(dir, *port, attr, index)?);
+            let ethernet = attr.link_layer() == LinkLayer::Ethernet;
+            out.extend(gid_entry_from_sysfs(dir, *port, ethernet, index)?);
         }
     }
     Ok(out)
 }
 
-/// GID `index` of `port` (with attributes `attr`) of the ibdev whose sysfs
-/// directory is `dir`, read from sysfs: `None` for an empty slot.
+/// GID `index` of `port` (an Ethernet port if `ethernet`) of the ibdev
+/// whose sysfs directory is `dir`, read from sysfs: `None` for an empty
+/// slot.
 fn gid_entry_from_sysfs(
     dir: &Path,
     port: u8,
-    attr: &PortAttr,
+    ethernet: bool,
     index: u32,
 ) -> Result<Option<GidEntry>> {
     let pdir = dir.join(format!("ports/{port}"));
     let attrs_dir = pdir.join("gid_attrs");
-    let ethernet = attr.link_layer() == LinkLayer::Ethernet;
     // "IB/RoCE v1" names the same type on both link layers.
     let v1 = if ethernet {
         GidType::RoceV1
@@ -620,6 +682,7 @@ mod tests {
                 device: Device::for_tests("null0", Driver::Rxe, Path::new("/dev/null")),
                 num_comp_vectors: 1,
                 caps: std::sync::OnceLock::new(),
+                link_layers: Default::default(),
             }),
         }
     }

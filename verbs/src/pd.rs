@@ -45,8 +45,11 @@ impl fmt::Debug for Pd {
 impl Context {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        let resp =
-            exec(self.fd(), &AllocPd::new_zeroed(), &mut []).map_err(Error::kernel("alloc_pd"))?;
+        // The driver's part (mlx5: the PD number) is asked for, not used.
+        let mut drv = [0u8; 8];
+        let n = self.provider().alloc_pd_resp_len().min(drv.len());
+        let resp = exec(self.fd(), &AllocPd::new_zeroed(), &mut drv[..n])
+            .map_err(Error::kernel("alloc_pd"))?;
         Ok(Pd {
             inner: Arc::new(PdInner {
                 ctx: self.clone(),

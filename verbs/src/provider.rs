@@ -280,6 +280,26 @@ impl Ctx {
         }
     }
 
+    /// Room for the driver's part of ALLOC_PD's response (mlx5: the PD
+    /// number), asked for as the provider's C library does so the kernel
+    /// sees the same command. Not read.
+    pub(crate) fn alloc_pd_resp_len(&self) -> usize {
+        match self {
+            Ctx::Mlx5(_) => size_of::<rverbs_abi::mlx5::AllocPdResp>(),
+            Ctx::Rxe(_) => 0,
+        }
+    }
+
+    /// Room for the driver's part of the extended QUERY_DEVICE response
+    /// (mlx5: its offload capabilities), as for
+    /// [`Ctx::alloc_pd_resp_len`]. rxe's kernel refuses driver data there.
+    pub(crate) fn query_device_resp_len(&self) -> usize {
+        match self {
+            Ctx::Mlx5(_) => size_of::<rverbs_abi::mlx5::QueryDeviceResp>(),
+            Ctx::Rxe(_) => 0,
+        }
+    }
+
     /// The provider's name.
     pub(crate) fn name(&self) -> &'static str {
         match self {
