@@ -17,8 +17,11 @@
 //! Last, the WQE comparison: `wqe_seq.c` (libmlx5) and `mlx5_wqe_seq`
 //! (ours) post the same fixed sequence with `MLX5_EMU_WQE_LOG` set, and
 //! [`wqe_compare`] compares the two logs byte for byte after the
-//! normalisations it lists (report: `logs/wqe_compare.log`). The closing
-//! line counts all three.
+//! normalisations it lists (report: `logs/wqe_compare.log`). Likewise the
+//! command comparison: `cmd_seq.c` and `mlx5_cmd_seq` make the same fixed
+//! control-path calls with `MLX5_EMU_CMD_LOG` set, and [`cmd_compare`]
+//! compares every command field by field (report: `logs/cmd_compare.log`).
+//! The closing line counts all four.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,8 @@ use anyhow::{bail, Context, Result};
 
 use crate::util::{self, cargo_bin, describe, workspace_root};
 
+#[path = "cmd_compare.rs"]
+pub mod cmd_compare;
 #[path = "wqe_compare.rs"]
 pub mod wqe_compare;
 
@@ -66,6 +71,15 @@ pub enum Group {
         passed: usize,
         /// `FAIL` lines (plus one if the program itself failed otherwise).
         failed: usize,
+    },
+    /// The command comparison of libmlx5 against our provider.
+    Commands {
+        /// Commands paired and compared.
+        compared: usize,
+        /// Identical after normalisation.
+        identical: usize,
+        /// Differing, or sent by one side only.
+        differing: usize,
     },
     /// The WQE comparison of libmlx5 against our provider.
     Compare {
@@ -184,6 +198,9 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     // The WQE logs of the same sequence (wqe_compare.rs).
     let theirs_wqes = logs.join("wqe_seq.rdma-core.wqe");
     let ours_wqes = logs.join("wqe_seq.ours.wqe");
+    // The command logs of the same sequence of verbs (cmd_compare.rs).
+    let theirs_cmds = logs.join("cmd_seq.rdma-core.cmd");
+    let ours_cmds = logs.join("cmd_seq.ours.cmd");
 
     let mut outcomes = Vec::new();
     let mut record_in =
@@ -214,7 +231,8 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             .env("MLX5_EMU_SYSFS", &sysfs)
             .env("SYSFS_PATH", &sysfs)
             .env_remove("MLX5_EMU_LOG")
-            .env_remove("MLX5_EMU_WQE_LOG");
+            .env_remove("MLX5_EMU_WQE_LOG")
+            .env_remove("MLX5_EMU_CMD_LOG");
     };
 
     // rdma-core's own tools.
@@ -289,15 +307,32 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             let _ = fs::remove_file(&theirs_wqes);
             c.env("MLX5_EMU_WQE_LOG", &theirs_wqes);
         }
+        if stem == CMD_SEQ_C {
+            let _ = fs::remove_file(&theirs_cmds);
+            c.env("MLX5_EMU_CMD_LOG", &theirs_cmds);
+        }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let steps = out.lines().filter(|l| l.starts_with("PASS ")).count();
         record(name, steps, check_program(&out, code), &log);
     }
 
     // The same scenarios through our own provider.
-    for (group, name, verdict, log) in run_ours(&ws, target_dir, &preload, &logs, &ours_wqes)? {
+    let recorded = Recorded {
+        wqes: &ours_wqes,
+        cmds: &ours_cmds,
+    };
+    for (group, name, verdict, log) in run_ours(&ws, target_dir, &preload, &logs, &recorded)? {
         record_in(group, name, verdict, &log);
     }
+
+    // The commands both sent for the same sequence of verbs.
+    let (group, verdict, log) = compare_cmds(&theirs_cmds, &ours_cmds, &logs);
+    record_in(
+        group,
+        "commands: libmlx5 against our provider".into(),
+        verdict,
+        &log,
+    );
 
     // The WQEs both wrote for the same sequence.
     let (group, verdict, log) = compare_wqes(&theirs_wqes, &ours_wqes, &logs);
@@ -316,8 +351,18 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 const WQE_SEQ_C: &str = "wqe_seq";
 /// Our program posting the same sequence (tests/src/bin/mlx5_wqe_seq.rs).
 const WQE_SEQ_OURS: &str = "mlx5_wqe_seq";
+/// The C program whose commands are recorded (tests/mlx5-emu/c/cmd_seq.c).
+const CMD_SEQ_C: &str = "cmd_seq";
+/// Our program making the same calls (tests/src/bin/mlx5_cmd_seq.rs).
+const CMD_SEQ_OURS: &str = "mlx5_cmd_seq";
 /// Our programs expected even if their source went missing.
-const OURS_EXPECTED: &[&str] = &["mlx5_scenarios", WQE_SEQ_OURS];
+const OURS_EXPECTED: &[&str] = &["mlx5_scenarios", WQE_SEQ_OURS, CMD_SEQ_OURS];
+
+/// Where our sequence programs record: WQEs and commands.
+struct Recorded<'a> {
+    wqes: &'a Path,
+    cmds: &'a Path,
+}
 
 /// Time limit of building our programs (a cold build of the workspace on
 /// a small machine takes minutes).
@@ -380,18 +425,20 @@ fn our_programs(bin_dir: &Path) -> Vec<String> {
 /// `tests/src/bin/mlx5_*.rs` or `tests/src/bin/mlx5_*/main.rs`, plus
 /// [`OURS_EXPECTED`]; see [`our_programs`]) under the emulator like the
 /// C programs, each bounded by [`ITEM_LIMIT`] and logging to
-/// `logs/<name>.log`; [`WQE_SEQ_OURS`] records its WQEs to `ours_wqes`.
+/// `logs/<name>.log`; [`WQE_SEQ_OURS`] records its WQEs and
+/// [`CMD_SEQ_OURS`] its commands where `recorded` says.
 /// A program that is expected but missing or does not build fails.
 fn run_ours(
     ws: &Path,
     target_dir: &Path,
     preload: &dyn Fn(&mut Command),
     logs: &Path,
-    ours_wqes: &Path,
+    recorded: &Recorded<'_>,
 ) -> Result<Vec<Item>> {
     let bin_dir = ws.join("tests").join("src").join("bin");
     let names = our_programs(&bin_dir);
-    let _ = fs::remove_file(ours_wqes);
+    let _ = fs::remove_file(recorded.wqes);
+    let _ = fs::remove_file(recorded.cmds);
     let present: Vec<&String> = names
         .iter()
         .filter(|n| our_source(&bin_dir, n).is_some())
@@ -437,7 +484,10 @@ fn run_ours(
         let mut c = Command::new(&exe);
         preload(&mut c);
         if n == WQE_SEQ_OURS {
-            c.env("MLX5_EMU_WQE_LOG", ours_wqes);
+            c.env("MLX5_EMU_WQE_LOG", recorded.wqes);
+        }
+        if n == CMD_SEQ_OURS {
+            c.env("MLX5_EMU_CMD_LOG", recorded.cmds);
         }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let v = check_program(&out, code);
@@ -510,6 +560,65 @@ fn compare_wqes(
     (group, verdict, log)
 }
 
+/// Compares the two command logs, writing the full report (the rules, the
+/// differences, libmlx5's sequence) to `logs/cmd_compare.log`. Fails when
+/// a log is missing or empty, or anything differs.
+fn compare_cmds(
+    theirs: &Path,
+    ours: &Path,
+    logs: &Path,
+) -> (Group, std::result::Result<String, String>, PathBuf) {
+    let log = logs.join("cmd_compare.log");
+    let none = Group::Commands {
+        compared: 0,
+        identical: 0,
+        differing: 0,
+    };
+    let read = |p: &Path, who: &str| -> std::result::Result<Vec<cmd_compare::Command>, String> {
+        let text = fs::read_to_string(p)
+            .map_err(|e| format!("no command log from {who} ({}: {e})", p.display()))?;
+        let l = cmd_compare::parse(&text).map_err(|e| format!("{who}'s command log: {e:#}"))?;
+        if l.is_empty() {
+            return Err(format!("{who}'s command log records no command"));
+        }
+        Ok(l)
+    };
+    let (t, o) = match (read(theirs, "rdma-core"), read(ours, "our provider")) {
+        (Ok(t), Ok(o)) => (t, o),
+        (Err(e), _) | (_, Err(e)) => {
+            let _ = fs::write(&log, format!("{e}\n"));
+            return (none, Err(e), log);
+        }
+    };
+    let r = cmd_compare::compare(&t, &o);
+    let _ = fs::write(&log, cmd_compare::render(&t, &o, &r));
+    let group = Group::Commands {
+        compared: r.compared,
+        identical: r.identical,
+        differing: r.differing + r.unpaired,
+    };
+    let verdict = if r.ok() {
+        Ok(format!(
+            "{} commands identical after normalisation ({} more only one side sends, \
+             each allowed by a rule)",
+            r.identical, r.allowed
+        ))
+    } else {
+        Err(format!(
+            "{} of {} paired commands differ, {} sent by one side only; first: {}",
+            r.differing,
+            r.compared,
+            r.unpaired,
+            r.lines
+                .iter()
+                .find(|l| !l.contains("allowed by rule"))
+                .cloned()
+                .unwrap_or_default()
+        ))
+    };
+    (group, verdict, log)
+}
+
 /// Prints the closing summary and returns whether everything passed.
 pub fn summary(outcomes: &[Outcome]) -> bool {
     util::print_line(&summary_line(outcomes));
@@ -519,6 +628,7 @@ pub fn summary(outcomes: &[Outcome]) -> bool {
 /// The closing summary line.
 fn summary_line(outcomes: &[Outcome]) -> String {
     let (mut n, mut m, mut s, mut p, mut q, mut w, mut x, mut y) = (0, 0, 0, 0, 0, 0, 0, 0);
+    let (mut cc, mut ci, mut cd) = (0, 0, 0);
     for o in outcomes {
         match o.group {
             Group::RdmaCore { steps } => {
@@ -532,6 +642,15 @@ fn summary_line(outcomes: &[Outcome]) -> String {
             Group::Ours { passed, failed } => {
                 p += passed;
                 q += failed;
+            }
+            Group::Commands {
+                compared,
+                identical,
+                differing,
+            } => {
+                cc += compared;
+                ci += identical;
+                cd += differing;
             }
             Group::Compare {
                 compared,
@@ -547,6 +666,7 @@ fn summary_line(outcomes: &[Outcome]) -> String {
     format!(
         "mlx5: rdma-core against the emulated ConnectX-5: {n} items passed, {m} failed \
          ({s} scenario steps passed); our provider: {p} scenario steps passed, {q} failed; \
+         commands compared: {cc} ({ci} identical after normalisation, {cd} differing); \
          WQEs compared: {w} ({x} identical after normalisation, {y} differing)"
     )
 }
@@ -598,6 +718,14 @@ mod tests {
                 true,
             ),
             o(
+                Group::Commands {
+                    compared: 4,
+                    identical: 3,
+                    differing: 1,
+                },
+                false,
+            ),
+            o(
                 Group::Compare {
                     compared: 10,
                     identical: 9,
@@ -609,8 +737,9 @@ mod tests {
         assert_eq!(
             summary_line(&all),
             "mlx5: rdma-core against the emulated ConnectX-5: 2 items passed, 1 failed (9 \
-             scenario steps passed); our provider: 8 scenario steps passed, 1 failed; WQEs \
-             compared: 10 (9 identical after normalisation, 1 differing)"
+             scenario steps passed); our provider: 8 scenario steps passed, 1 failed; commands \
+             compared: 4 (3 identical after normalisation, 1 differing); WQEs compared: 10 (9 \
+             identical after normalisation, 1 differing)"
         );
     }
 
