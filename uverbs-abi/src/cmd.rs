@@ -135,7 +135,7 @@ pub fn response_fd(raw: u32) -> Option<std::os::fd::RawFd> {
 /// address the kernel acts on (handles, counts, attributes and opaque
 /// `user_handle` cookies are fine). The implementations are this crate's
 /// (sealed by this contract, not by type).
-pub unsafe trait PlainCmd: IntoBytes + Immutable {
+pub unsafe trait PlainCmd: IntoBytes + Immutable + Copy {
     /// The command number (`IB_USER_VERBS_CMD_*`).
     const NR: u32;
     /// The core response ([`NoResp`] if none).
@@ -184,6 +184,12 @@ pub fn exec<C: PlainCmd>(
     cmd: &C,
     drv_out: &mut [u8],
 ) -> Result<C::Resp, Errno> {
+    if drv_out.is_empty() {
+        // The common case, framed at its exact size (no staging buffers).
+        // SAFETY: `C: PlainCmd` carries no user address but the response
+        // pointer write_cmd_fixed supplies.
+        return unsafe { write_cmd_fixed::<C, C::Resp>(fd, C::NR, cmd) };
+    }
     // SAFETY: `C: PlainCmd` carries no user address but the response
     // pointer write_cmd supplies, and no driver data goes in.
     unsafe { write_cmd(fd, C::NR, cmd, &[], drv_out) }
@@ -275,25 +281,81 @@ where
     if in_len % 4 != 0 || out_len % 4 != 0 || (resp_len > 0 && req_len < 8) {
         return Err(Errno::EINVAL);
     }
-    let mut inb = [0u8; MAX_CMD_BYTES];
-    let mut outb = [0u8; MAX_CMD_BYTES];
-    let hdr = CmdHdr {
+    // Staging buffers of the smallest size that fits: zeroing and copying
+    // 512 bytes twice per command is most of a small command's cost.
+    let framing = Framing {
+        fd,
         command,
-        in_words: (in_len / 4) as u16,
-        out_words: (out_len / 4) as u16,
+        in_len,
+        out_len,
     };
-    inb[..hdr_len].copy_from_slice(hdr.as_bytes());
-    inb[hdr_len..hdr_len + req_len].copy_from_slice(req.as_bytes());
-    inb[hdr_len + req_len..in_len].copy_from_slice(drv_in);
-    if out_len > 0 {
-        let ptr = outb.as_mut_ptr() as u64;
-        inb[hdr_len..hdr_len + 8].copy_from_slice(&ptr.to_ne_bytes());
+    let len = in_len.max(out_len);
+    if len <= STAGE_SMALL {
+        framing.send::<STAGE_SMALL, Q, R>(req, resp, drv_in, drv_out)
+    } else if len <= STAGE_MEDIUM {
+        framing.send::<STAGE_MEDIUM, Q, R>(req, resp, drv_in, drv_out)
+    } else {
+        framing.send::<MAX_CMD_BYTES, Q, R>(req, resp, drv_in, drv_out)
     }
-    outb[..resp_len].copy_from_slice(resp.as_bytes());
-    do_write(fd, &inb[..in_len])?;
-    drv_out.copy_from_slice(&outb[resp_len..out_len]);
-    resp.as_mut_bytes().copy_from_slice(&outb[..resp_len]);
-    Ok(())
+}
+
+/// Staging-buffer sizes of [`write_cmd_prefilled`] below [`MAX_CMD_BYTES`].
+const STAGE_SMALL: usize = 128;
+const STAGE_MEDIUM: usize = 256;
+
+/// A legacy command's framing, lengths checked ([`write_cmd_prefilled`]).
+struct Framing<'fd> {
+    fd: BorrowedFd<'fd>,
+    command: u32,
+    in_len: usize,
+    out_len: usize,
+}
+
+impl Framing<'_> {
+    /// Frames and sends the command in staging buffers of `N` bytes (`N`
+    /// at least both lengths, checked by the caller's choice of `N`; the
+    /// slicing below would panic rather than overrun otherwise).
+    #[inline]
+    fn send<const N: usize, Q, R>(
+        &self,
+        req: &Q,
+        resp: &mut R,
+        drv_in: &[u8],
+        drv_out: &mut [u8],
+    ) -> Result<(), Errno>
+    where
+        Q: IntoBytes + Immutable,
+        R: FromBytes + IntoBytes + KnownLayout + Immutable,
+    {
+        let Framing {
+            fd,
+            command,
+            in_len,
+            out_len,
+        } = *self;
+        let hdr_len = size_of::<CmdHdr>();
+        let req_len = size_of::<Q>();
+        let resp_len = size_of::<R>();
+        let mut inb = [0u8; N];
+        let mut outb = [0u8; N];
+        let hdr = CmdHdr {
+            command,
+            in_words: (in_len / 4) as u16,
+            out_words: (out_len / 4) as u16,
+        };
+        inb[..hdr_len].copy_from_slice(hdr.as_bytes());
+        inb[hdr_len..hdr_len + req_len].copy_from_slice(req.as_bytes());
+        inb[hdr_len + req_len..in_len].copy_from_slice(drv_in);
+        if out_len > 0 {
+            let ptr = outb.as_mut_ptr() as u64;
+            inb[hdr_len..hdr_len + 8].copy_from_slice(&ptr.to_ne_bytes());
+        }
+        outb[..resp_len].copy_from_slice(resp.as_bytes());
+        do_write(fd, &inb[..in_len])?;
+        drv_out.copy_from_slice(&outb[resp_len..out_len]);
+        resp.as_mut_bytes().copy_from_slice(&outb[..resp_len]);
+        Ok(())
+    }
 }
 
 /// A legacy command at its exact size: the header, then the core command.
@@ -413,4 +475,114 @@ where
     do_write(fd, &inb[..in_len])?;
     drv_out.copy_from_slice(&outb[resp_len..out_len]);
     R::read_from_bytes(&outb[..resp_len]).map_err(|_| Errno::EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::io::Read;
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+
+    /// A pipe: (read end, write end).
+    fn pipe() -> (File, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two fds pipe() writes.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: pipe() just opened both; nothing else owns them.
+        unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    /// The bytes `write_cmd_prefilled` writes for a request of `req_words`
+    /// 4-byte words (the first two: the response pointer), `drv` words of
+    /// driver data, a 2-word response and `out` words of driver response.
+    fn framed(req_words: usize, drv: usize, out: usize) -> (Vec<u8>, [u32; 2], Vec<u8>) {
+        let (mut r, w) = pipe();
+        let req: Vec<u32> = (0..req_words as u32).map(|i| 0x100 + i).collect();
+        let drv_in: Vec<u8> = (0..drv * 4).map(|i| i as u8).collect();
+        let mut drv_out = vec![0xAAu8; out * 4];
+        let mut resp = [7u32, 9];
+        macro_rules! send {
+            ($n:literal) => {{
+                let mut q = [0u32; $n];
+                q.copy_from_slice(&req);
+                // SAFETY: the "command" goes to a pipe; nothing acts on the
+                // addresses in it.
+                unsafe {
+                    write_cmd_prefilled(w.as_fd(), 0x42, &q, &mut resp, &drv_in, &mut drv_out)
+                }
+            }};
+        }
+        match req_words {
+            4 => send!(4),
+            40 => send!(40),
+            100 => send!(100),
+            _ => unreachable!(),
+        }
+        .unwrap();
+        drop(w);
+        let mut bytes = Vec::new();
+        r.read_to_end(&mut bytes).unwrap();
+        (bytes, resp, drv_out)
+    }
+
+    #[test]
+    fn staged_framing_is_exact_at_every_size() {
+        // Small, medium and full staging buffers.
+        for (req_words, drv, out) in [(4, 2, 1), (40, 10, 20), (100, 20, 60)] {
+            let (b, resp, drv_out) = framed(req_words, drv, out);
+            let in_len = 8 + req_words * 4 + drv * 4;
+            assert_eq!(b.len(), in_len);
+            assert_eq!(u32::from_ne_bytes(b[0..4].try_into().unwrap()), 0x42);
+            assert_eq!(
+                u16::from_ne_bytes(b[4..6].try_into().unwrap()) as usize,
+                in_len / 4
+            );
+            assert_eq!(
+                u16::from_ne_bytes(b[6..8].try_into().unwrap()) as usize,
+                2 + out
+            );
+            // The response pointer replaced words 0-1; the rest verbatim.
+            assert_ne!(u64::from_ne_bytes(b[8..16].try_into().unwrap()), 0);
+            for i in 2..req_words {
+                let at = 8 + i * 4;
+                assert_eq!(
+                    u32::from_ne_bytes(b[at..at + 4].try_into().unwrap()),
+                    0x100 + i as u32
+                );
+            }
+            let d = 8 + req_words * 4;
+            assert!(b[d..].iter().enumerate().all(|(i, x)| *x == i as u8));
+            // Nothing answered: the prefilled response is kept, the driver
+            // response reads back as the zeroed staging bytes.
+            assert_eq!(resp, [7, 9]);
+            assert!(drv_out.iter().all(|x| *x == 0));
+        }
+    }
+
+    #[test]
+    fn exact_framing_of_plain_commands() {
+        let (mut r, w) = pipe();
+        let cmd = crate::qp::DestroyQp {
+            response: 0,
+            qp_handle: 5,
+            reserved: 0,
+        };
+        let resp = exec(w.as_fd(), &cmd, &mut []).unwrap();
+        drop(w);
+        let mut b = Vec::new();
+        r.read_to_end(&mut b).unwrap();
+        assert_eq!(b.len(), 8 + size_of::<crate::qp::DestroyQp>());
+        assert_eq!(
+            u32::from_ne_bytes(b[0..4].try_into().unwrap()),
+            nr::DESTROY_QP
+        );
+        assert_eq!(
+            u16::from_ne_bytes(b[6..8].try_into().unwrap()) as usize,
+            size_of::<crate::qp::DestroyQpResp>() / 4
+        );
+        assert_ne!(u64::from_ne_bytes(b[8..16].try_into().unwrap()), 0);
+        assert_eq!(u32::from_ne_bytes(b[16..20].try_into().unwrap()), 5);
+        assert_eq!(resp.events_reported, 0);
+    }
 }
