@@ -2,11 +2,33 @@
 //! carries, built in user space from an address handle's attributes. The
 //! Q_Key and remote QPN are filled per work request; the rest comes from
 //! here. It travels as bytes (the provider-neutral `wr::UdDest` holds
-//! `[u8; 48]`).
+//! `[u8; 48]`). On a RoCE port the kernel's address handle is created
+//! too, for the destination MAC it resolves ([`create_roce_ah`]).
 
-use rverbs_abi::ah::AhAttr;
+use std::os::fd::BorrowedFd;
+
+use rverbs_abi::ah::{AhAttr, CreateAh, DestroyAh};
+use rverbs_abi::cmd::exec;
 use rverbs_abi::mlx5::prm::Av;
+use rverbs_abi::mlx5::CreateAhResp;
+use rverbs_abi::Errno;
 use zerocopy::network_endian::{U16, U32};
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::uctx::Uctx;
+
+/// What an address vector is built for: the port's link layer and, on
+/// RoCE, the type of the source GID (only RoCE v2 carries a UDP source
+/// port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AvKind {
+    /// An InfiniBand port.
+    Ib,
+    /// A RoCE port, from a RoCE v1 GID.
+    RoceV1,
+    /// A RoCE port, from a RoCE v2 GID.
+    RoceV2,
+}
 
 /// Flow labels are 20 bits.
 const FLOW_LABEL_MASK: u32 = 0xF_FFFF;
@@ -56,15 +78,17 @@ fn udp_sport(attr: &AhAttr) -> u16 {
     folded as u16 | ROCE_SPORT_MIN
 }
 
-/// Builds the address vector for `attr` on a port of link layer
-/// InfiniBand (`roce == false`) or Ethernet (RoCE v2; the destination MAC
-/// is left zero for the caller to fill with [`set_rmac`]).
-pub fn av(attr: &AhAttr, roce: bool) -> [u8; 48] {
+/// Builds the address vector for `attr` of `kind` (on RoCE the
+/// destination MAC is left zero for the caller to fill with [`set_rmac`];
+/// the GRH bit stays clear, since every RoCE packet has a network header).
+pub fn av(attr: &AhAttr, kind: AvKind) -> [u8; 48] {
     let mut av = Av::default();
     let rate = mlx5_rate(attr.static_rate);
-    let grh_bit: u32 = if roce {
+    let grh_bit: u32 = if kind != AvKind::Ib {
         av.stat_rate_sl = rate << 4 | (attr.sl & 0x7) << 1;
-        av.rlid = U16::new(udp_sport(attr));
+        if kind == AvKind::RoceV2 {
+            av.rlid = U16::new(udp_sport(attr));
+        }
         0
     } else {
         av.stat_rate_sl = rate << 4 | (attr.sl & 0xF);
@@ -89,6 +113,39 @@ pub fn av(attr: &AhAttr, roce: bool) -> [u8; 48] {
 pub fn set_rmac(av: &mut [u8; 48], mac: [u8; 6]) {
     let at = std::mem::offset_of!(Av, rmac);
     av[at..at + mac.len()].copy_from_slice(&mac);
+}
+
+/// Bytes of the mlx5 CREATE_AH answer up to the end of the MAC.
+const AH_RESP_DMAC_END: usize = std::mem::offset_of!(CreateAhResp, reserved);
+
+/// CREATE_AH for `cmd` on the command fd `fd` of context `uctx`, and the
+/// destination MAC the kernel answers stored in `av`. Returns the AH's
+/// handle (destroyed again if the answer is unusable).
+pub(crate) fn create_roce_ah(
+    fd: BorrowedFd<'_>,
+    uctx: &Uctx,
+    cmd: &CreateAh,
+    av: &mut [u8; 48],
+) -> Result<u32, Errno> {
+    if !uctx.create_ah_answers_dmac() {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let mut drv = CreateAhResp::new_zeroed();
+    let resp = exec(fd, cmd, drv.as_mut_bytes())?;
+    if (drv.response_length as usize) < AH_RESP_DMAC_END {
+        // On failure (device removed) the kernel frees the AH with the
+        // context.
+        let _ = exec(
+            fd,
+            &DestroyAh {
+                ah_handle: resp.ah_handle,
+            },
+            &mut [],
+        );
+        return Err(Errno::EPROTO);
+    }
+    set_rmac(av, drv.dmac);
+    Ok(resp.ah_handle)
 }
 
 #[cfg(test)]
@@ -118,7 +175,7 @@ mod tests {
 
     #[test]
     fn ib_global() {
-        let av = av(&attr(), false);
+        let av = av(&attr(), AvKind::Ib);
         let mut want = [0u8; 48];
         want[12] = 8 << 4 | 0xb;
         want[13] = 0x7f;
@@ -135,14 +192,14 @@ mod tests {
         let mut a = attr();
         a.is_global = 0;
         a.static_rate = 0;
-        let av = av(&a, false);
+        let av = av(&a, AvKind::Ib);
         assert_eq!(&av[12..16], &[0x0b, 0x7f, 0x12, 0x34]);
         assert!(av[16..].iter().all(|&b| b == 0));
     }
 
     #[test]
     fn roce_v2() {
-        let mut av = av(&attr(), true);
+        let mut av = av(&attr(), AvKind::RoceV2);
         assert_eq!(av[12], 8 << 4 | (0x1b & 7) << 1);
         assert_eq!(av[13], 0);
         // 0x12345: (0x2345) ^ (0x10000 >> 14 = 4) = 0x2341 | 0xC000.
@@ -153,10 +210,19 @@ mod tests {
         // No flow label: a fixed port in the RoCE range.
         let mut a = attr();
         a.grh.flow_label = 0;
-        let p1 = u16::from_be_bytes(super::av(&a, true)[14..16].try_into().unwrap());
-        let p2 = u16::from_be_bytes(super::av(&a, true)[14..16].try_into().unwrap());
+        let p1 = u16::from_be_bytes(super::av(&a, AvKind::RoceV2)[14..16].try_into().unwrap());
+        let p2 = u16::from_be_bytes(super::av(&a, AvKind::RoceV2)[14..16].try_into().unwrap());
         assert_eq!(p1, p2);
         assert!(p1 >= 0xC000);
+    }
+
+    #[test]
+    fn roce_v1_has_no_udp_port() {
+        let av = av(&attr(), AvKind::RoceV1);
+        assert_eq!(av[12], 8 << 4 | (0x1b & 7) << 1);
+        assert_eq!(&av[13..16], &[0, 0, 0]);
+        assert_eq!(&av[28..32], &(3u32 << 20 | 0x12345).to_be_bytes());
+        assert_eq!(&av[32..48], &attr().grh.dgid);
     }
 
     #[test]

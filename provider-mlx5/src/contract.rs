@@ -5,6 +5,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
+use rverbs_abi::ah::CreateAh;
 use rverbs_abi::cq::CreateCq;
 use rverbs_abi::qp::CreateQp;
 use rverbs_abi::srq::CreateSrq;
@@ -43,6 +44,16 @@ impl Mlx5 {
 
     fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// Creates the kernel's address handle for RoCE address vector `av`
+    /// (built by [`crate::ah::av`] from `cmd`'s attributes) and stores the
+    /// destination MAC the kernel resolved in it. Returns the AH's handle.
+    /// `EOPNOTSUPP` if the kernel does not answer the MAC
+    /// ([`crate::uctx::Uctx::create_ah_answers_dmac`]), `EPROTO` if its
+    /// answer stops short of it.
+    pub fn create_roce_ah(&self, cmd: &CreateAh, av: &mut [u8; 48]) -> Result<u32, Errno> {
+        crate::ah::create_roce_ah(self.fd(), &self.uctx, cmd, av)
     }
 }
 
@@ -147,9 +158,9 @@ impl Provider for Mlx5 {
             Feature::CqCreateFlags | Feature::QpCreateFlags => false,
             // The kernel driver cannot resize an mlx5 SRQ.
             Feature::SrqResize => false,
-            // RoCE needs the destination MAC (CREATE_AH's mlx5 answer) in
-            // the address vector, which this provider does not set yet.
-            Feature::RoceAddressHandle => false,
+            // RoCE needs the destination MAC in the address vector: taken
+            // from CREATE_AH's mlx5 answer where the kernel gives it.
+            Feature::RoceAddressHandle => self.uctx.create_ah_answers_dmac(),
             // mlx5 binds windows with UMR work requests, not built yet.
             Feature::MemoryWindows => false,
             // Not built yet (ConnectX-7 has them, through its own opcodes).

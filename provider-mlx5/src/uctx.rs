@@ -68,6 +68,8 @@ pub struct Uctx {
     dbrecs: Arc<DbPool>,
     uidx: Mutex<Uidx>,
     table: Table,
+    /// `MLX5_USER_CMDS_SUPP_UHW_*`: which commands carry mlx5 data.
+    cmds_supp_uhw: u8,
 }
 
 /// The limits GET_CONTEXT reported, which creation checks against.
@@ -129,7 +131,16 @@ impl Uctx {
                 used: HashSet::new(),
             }),
             table: Table::default(),
+            cmds_supp_uhw: r.cmds_supp_uhw,
         })
+    }
+
+    /// Whether CREATE_AH answers the destination MAC the kernel resolved
+    /// (`MLX5_USER_CMDS_SUPP_UHW_CREATE_AH`): what address handles on a
+    /// RoCE port need here (libmlx5 otherwise asks the neighbour table
+    /// over netlink, which this provider does not do).
+    pub fn create_ah_answers_dmac(&self) -> bool {
+        self.cmds_supp_uhw & mlx5::MLX5_USER_CMDS_SUPP_UHW_CREATE_AH != 0
     }
 
     /// A context without a device (no UAR pages), for unit tests.
@@ -147,6 +158,7 @@ impl Uctx {
                 used: HashSet::new(),
             }),
             table: Table::default(),
+            cmds_supp_uhw: 0,
         })
     }
 

@@ -32,9 +32,20 @@
 //! The address vector (`mlx5_wqe_av`) is built in user space when the
 //! [`Ah`] is created and copied into every UD send WQE; on an InfiniBand
 //! port no kernel object is created ([`Ah::handle`] is 0, [`Ah::ah_num`]
-//! 0). RoCE ports need the destination MAC in the address vector, which
-//! the provider cannot set yet: [`Pd::create_ah`] refuses them there with
-//! [`Error::Kernel`] `EOPNOTSUPP`.
+//! 0). On a RoCE port the address needs a GRH, the vector carries the
+//! UDP source port when the source GID is RoCE v2, and the destination
+//! MAC comes from the kernel: CREATE_AH resolves it (its own address:
+//! the port's MAC; a neighbour: the neighbour table, which can take the
+//! kernel a while and fail with `ETIMEDOUT`) and the mlx5 driver answers
+//! it, so a kernel AH exists too ([`Ah::handle`] non-zero). A kernel whose
+//! mlx5 driver does not answer the MAC (before Linux 4.15) is refused
+//! with [`Error::Unsupported`]: libmlx5 would ask the neighbour table
+//! itself over netlink, this crate does not.
+//!
+//! A UD receive on RoCE starts with the network header of the sender's
+//! GID type ([`Grh::parse`] tells which): an IB GRH (RoCE v1), an IPv6
+//! header (RoCE v2, IPv6 GID), or 20 undefined bytes and an IPv4 header
+//! (RoCE v2, IPv4 GID).
 //!
 //! # Invalidation on rxe
 //!
@@ -131,12 +142,14 @@ impl Pd {
                 attr.port_num
             )));
         }
-        let link_layer = ctx.link_layer(attr.port_num)?;
+        let roce = ctx.link_layer(attr.port_num)? == LinkLayer::Ethernet;
+        // RoCE: the source GID's type decides the packet format.
+        let mut gid_type = None;
         if let Some(g) = &attr.grh {
             // The one entry is asked for; the table only to name the valid
             // indices when it is missing.
             match ctx.query_gid_entry(attr.port_num, u32::from(g.sgid_index)) {
-                Ok(_) => {}
+                Ok(e) => gid_type = roce.then_some(e.gid_type),
                 Err(Error::InvalidArgument(_)) => {
                     let on_port: Vec<u32> = ctx
                         .query_gid_table()?
@@ -151,7 +164,7 @@ impl Pd {
                 }
                 Err(e) => return Err(e),
             }
-        } else if link_layer == LinkLayer::Ethernet {
+        } else if roce {
             return Err(Error::invalid(format!(
                 "address handle: port {} is RoCE (Ethernet), which needs a GRH (destination GID)",
                 attr.port_num
@@ -164,10 +177,22 @@ impl Pd {
             reserved: 0,
             attr: to_raw(attr),
         };
-        if link_layer == LinkLayer::Ethernet {
+        if roce {
             ctx.provider().require(Feature::RoceAddressHandle)?;
         }
-        if let Some(av) = ctx.provider().address_vector(&cmd.attr) {
+        if let Some(mut av) = ctx.provider().address_vector(&cmd.attr, gid_type) {
+            if roce {
+                // The kernel's AH, for the destination MAC it resolves.
+                if let Some(handle) = ctx.provider().create_roce_ah(&cmd, &mut av) {
+                    return Ok(Ah {
+                        pd: self.clone(),
+                        handle: Some(handle?),
+                        ah_num: 0,
+                        attr: *attr,
+                        av: Some(av),
+                    });
+                }
+            }
             // The address vector is all there is (mlx5 over InfiniBand): no
             // kernel object (libmlx5 creates none either).
             return Ok(Ah {
@@ -266,7 +291,8 @@ impl<'a> UdSendWr<'a> for SendWr<'a> {
 /// Which network header a [`Grh`] was parsed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NetworkHeader {
-    /// RoCE v2 over IPv4: 20 zero bytes, then the IPv4 header.
+    /// RoCE v2 over IPv4: 20 undefined bytes (rxe writes zeros, mlx5
+    /// leaves what was there), then the IPv4 header.
     Ipv4,
     /// An IB GRH, or RoCE v2 over IPv6: the IPv6 header (same layout).
     Ipv6,
@@ -299,6 +325,13 @@ impl Grh {
     pub const LEN: usize = 40;
 
     /// Decodes the first [`Grh::LEN`] bytes of a UD receive buffer.
+    ///
+    /// Which header it is, is told as libibverbs' `ibv_init_ah_from_wc`
+    /// (and the kernel's `ib_get_rdma_header_version`) tell it, since the
+    /// 20 bytes before an IPv4 header are undefined: not IP version 6 in
+    /// byte 0 means IPv4 (if byte 20 says so); IP version 6 means IPv6
+    /// unless bytes 20..40 are an option-less IPv4 header with a valid
+    /// checksum.
     pub fn parse(buf: &[u8]) -> Result<Grh> {
         let b: &[u8; 40] = buf
             .get(..Self::LEN)
@@ -316,8 +349,13 @@ impl Grh {
             g.copy_from_slice(&b[i..i + 16]);
             Gid(g)
         };
-        if b[..20].iter().all(|&x| x == 0) && b[20] >> 4 == 4 {
-            let ip = &b[20..];
+        let ip = &b[20..];
+        let ipv4 = if b[0] >> 4 != 6 {
+            ip[0] >> 4 == 4
+        } else {
+            ip[0] == 0x45 && ipv4_checksum_ok(ip)
+        };
+        if ipv4 {
             let ihl = (ip[0] & 0xf) as u16 * 4;
             let v4 =
                 |i: usize| Gid::from_ipv4(Ipv4Addr::new(ip[i], ip[i + 1], ip[i + 2], ip[i + 3]));
@@ -392,9 +430,56 @@ impl Grh {
     }
 }
 
+/// Whether the 20-byte IPv4 header `h` has a valid checksum (its 16-bit
+/// words, checksum included, sum to 0xffff in ones' complement).
+fn ipv4_checksum_ok(h: &[u8]) -> bool {
+    let mut sum: u32 = h
+        .chunks_exact(2)
+        .take(10)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum == 0xffff
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An IPv4 header 10.0.0.1 -> 10.0.0.2, TOS 2, TTL 64, UDP, with its
+    /// checksum.
+    fn ipv4_header() -> [u8; 20] {
+        let mut h = [
+            0x45, 0x02, 0x00, 0x3c, 0x12, 0x34, 0x40, 0x00, 0x40, 0x11, 0, 0, 10, 0, 0, 1, 10, 0,
+            0, 2,
+        ];
+        let mut sum: u32 = h
+            .chunks_exact(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        h
+    }
+
+    #[test]
+    fn ipv4_after_undefined_bytes() {
+        // mlx5 leaves the 20 bytes before the header as they were: here
+        // they look like the start of an IPv6 header, and the checksum
+        // tells the IPv4 header.
+        let mut b = [0x65u8; 40];
+        b[20..].copy_from_slice(&ipv4_header());
+        let g = Grh::parse(&b).unwrap();
+        assert_eq!(g.network, NetworkHeader::Ipv4);
+        assert_eq!(g.sgid, "::ffff:10.0.0.1".parse().unwrap());
+        // A bad checksum: the bytes are an IPv6 header after all.
+        b[31] ^= 1;
+        assert_eq!(Grh::parse(&b).unwrap().network, NetworkHeader::Ipv6);
+    }
 
     #[test]
     fn parses_roce_v2_ipv4() {

@@ -416,10 +416,38 @@ impl Ctx {
 
     /// The address vector a provider puts in each UD WQE for `attr`
     /// (mlx5), or `None` if its address handles are kernel objects (rxe).
-    pub(crate) fn address_vector(&self, attr: &rverbs_abi::ah::AhAttr) -> Option<[u8; 48]> {
+    /// `roce`: the port is RoCE, and the source GID has this type.
+    pub(crate) fn address_vector(
+        &self,
+        attr: &rverbs_abi::ah::AhAttr,
+        roce: Option<crate::gid::GidType>,
+    ) -> Option<[u8; 48]> {
+        use rverbs_mlx5::ah::AvKind;
+        let kind = match roce {
+            None => AvKind::Ib,
+            Some(crate::gid::GidType::RoceV2) => AvKind::RoceV2,
+            Some(_) => AvKind::RoceV1,
+        };
         match self {
             Ctx::Rxe(_) => None,
-            Ctx::Mlx5(_) => Some(rverbs_mlx5::ah::av(attr, false)),
+            Ctx::Mlx5(_) => Some(rverbs_mlx5::ah::av(attr, kind)),
+        }
+    }
+
+    /// mlx5 on RoCE: the kernel's address handle for `cmd`, whose answer
+    /// completes address vector `av` with the destination MAC. Returns the
+    /// handle. Other providers: `None`.
+    pub(crate) fn create_roce_ah(
+        &self,
+        cmd: &rverbs_abi::ah::CreateAh,
+        av: &mut [u8; 48],
+    ) -> Option<Result<u32>> {
+        match self {
+            Ctx::Rxe(_) => None,
+            Ctx::Mlx5(p) => Some(
+                p.create_roce_ah(cmd, av)
+                    .map_err(Error::kernel("create_ah")),
+            ),
         }
     }
 }

@@ -651,9 +651,20 @@ fn create_ah(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     owned(&emu.pds, call.ctx, req.pd_handle)?;
-    if a.is_global != 0 && u32::from(a.grh.sgid_index) >= device::GID_TBL_LEN {
-        return Err(Errno::EINVAL);
-    }
+    // RoCE: the kernel resolves the destination MAC and mlx5 answers it.
+    let dmac = if device::link() == device::Link::Eth {
+        let dmac = roce_path(a.is_global, a.grh.sgid_index, &a.grh.dgid)?;
+        // mlx5_ib_create_ah: room for the answer up to `dmac`.
+        if call.drv_out.len < ROCE_AH_RESP_LEN {
+            return Err(Errno::EINVAL);
+        }
+        Some(dmac)
+    } else {
+        if a.is_global != 0 && u32::from(a.grh.sgid_index) >= device::GID_TBL_LEN {
+            return Err(Errno::EINVAL);
+        }
+        None
+    };
     let handle = emu.handle();
     emu.ahs.insert(
         handle,
@@ -665,14 +676,45 @@ fn create_ah(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     );
     add_users(&mut emu.pds, req.pd_handle, 1);
     call.out.put(&CreateAhResp { ah_handle: handle }, true);
-    // InfiniBand link layer: no MAC to resolve.
-    let resp = mlx5::CreateAhResp {
-        response_length: call.drv_out.len.min(size_of::<mlx5::CreateAhResp>()) as u32,
-        ..Default::default()
-    };
-    call.drv_out.put(&resp, false);
+    if let Some(dmac) = dmac {
+        // The kernel answers `response_length` and `dmac`, nothing past.
+        let resp = mlx5::CreateAhResp {
+            response_length: ROCE_AH_RESP_LEN as u32,
+            dmac,
+            ..Default::default()
+        };
+        call.drv_out
+            .put_bytes(&resp.as_bytes()[..ROCE_AH_RESP_LEN], false);
+        call.note(format_args!("dmac {dmac:02x?}"));
+    } else {
+        // InfiniBand link layer: no MAC to resolve.
+        let resp = mlx5::CreateAhResp {
+            response_length: call.drv_out.len.min(size_of::<mlx5::CreateAhResp>()) as u32,
+            ..Default::default()
+        };
+        call.drv_out.put(&resp, false);
+    }
     call.note(format_args!("-> ah {handle}"));
     Ok(())
+}
+
+/// Bytes of `struct mlx5_ib_create_ah_resp` the kernel answers on RoCE
+/// (up to the end of `dmac`).
+const ROCE_AH_RESP_LEN: usize = std::mem::offset_of!(mlx5::CreateAhResp, reserved);
+
+/// The checks and the MAC resolution the kernel applies to a RoCE address
+/// vector (CREATE_AH, and MODIFY_QP of a connected QP; the alternate path
+/// is checked but not resolved): `rdma_check_ah_attr` refuses one without
+/// a GRH (`EINVAL`), `rdma_fill_sgid_attr` one whose source GID index
+/// names no valid entry (`rdma_get_gid_attr`: `ENODATA`), and
+/// `ib_resolve_eth_dmac` yields the destination MAC or its error (see
+/// [`device::resolve_dmac`]).
+fn roce_path(is_global: u8, sgid_index: u8, dgid: &[u8; 16]) -> Result<[u8; 6], Errno> {
+    if is_global == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let sgid = device::gid_entry(u32::from(sgid_index)).ok_or(Errno::ENODATA)?;
+    device::resolve_dmac(&sgid, dgid)
 }
 
 fn destroy_ah(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
@@ -1122,8 +1164,9 @@ fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     if !qp_fsm::transition_ok(cur, next, qp.qp_type, mask) {
         return Err(Errno::EINVAL);
     }
+    let eth = device::link() == device::Link::Eth;
     let sgid_ok = |d: &rverbs_abi::qp::QpDest| {
-        d.is_global == 0 || u32::from(d.sgid_index) < device::GID_TBL_LEN
+        eth || d.is_global == 0 || u32::from(d.sgid_index) < device::GID_TBL_LEN
     };
     if (mask & am::PORT != 0 && !device::port_valid(req.port_num))
         || (mask & am::AV != 0 && (!device::port_valid(req.dest.port_num) || !sgid_ok(&req.dest)))
@@ -1131,8 +1174,8 @@ fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             && (!device::port_valid(req.alt_port_num)
                 || !device::port_valid(req.alt_dest.port_num)
                 || !sgid_ok(&req.alt_dest)))
-        || (mask & am::PKEY_INDEX != 0 && req.pkey_index >= device::PKEY_TBL_LEN)
-        || (mask & am::ALT_PATH != 0 && req.alt_pkey_index >= device::PKEY_TBL_LEN)
+        || (mask & am::PKEY_INDEX != 0 && req.pkey_index >= device::pkey_tbl_len())
+        || (mask & am::ALT_PATH != 0 && req.alt_pkey_index >= device::pkey_tbl_len())
         || (mask & am::PATH_MTU != 0 && !(1..=device::MTU_4096).contains(&req.path_mtu))
         || (mask & am::MAX_QP_RD_ATOMIC != 0
             && u32::from(req.max_rd_atomic) > device::MAX_RD_ATOMIC)
@@ -1140,6 +1183,23 @@ fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             && u32::from(req.max_dest_rd_atomic) > device::MAX_RD_ATOMIC)
     {
         return Err(Errno::EINVAL);
+    }
+    if eth {
+        // _ib_modify_qp: both paths checked, the primary one of a
+        // connected QP resolved to a MAC (the emulated HCA routes by QP
+        // number, so the MAC itself is not kept).
+        let d = &req.dest;
+        if mask & am::AV != 0 {
+            let dmac = roce_path(d.is_global, d.sgid_index, &d.dgid)?;
+            call.note(format_args!("dmac {dmac:02x?}"));
+        }
+        let alt = &req.alt_dest;
+        if mask & am::ALT_PATH != 0 && alt.is_global == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if mask & am::ALT_PATH != 0 && device::gid_entry(u32::from(alt.sgid_index)).is_none() {
+            return Err(Errno::ENODATA);
+        }
     }
     if cur == qp_state::RESET && next == qp_state::RESET {
         return Ok(());

@@ -16,7 +16,11 @@
 //! CQE and an application that let its CQ fill up loses it. UD receives
 //! start with the 40-byte GRH area: written (and the CQE's GRH bits set)
 //! when the address vector carries a GRH, else left untouched but counted
-//! in the byte count. Not executed: SEND_WITH_INV,
+//! in the byte count. On a RoCE port (`device::Link::Eth`) every UD
+//! datagram carries a network header built from its address vector and
+//! source GID type (IB GRH, IPv6 or IPv4; see `roce_header`), the port
+//! takes only datagrams to its MAC and its own GIDs, and the CQE says
+//! which header it was. Not executed: SEND_WITH_INV,
 //! LOCAL_INV/BIND_MW (UMR), TSO (they complete with a local QP operation
 //! error), scatter-to-CQE. CQ resize is done by the RESIZE_CQ command
 //! itself, under the lock (`write_resize_cqe`).
@@ -232,6 +236,19 @@ impl Cqe {
     /// Marks a received GRH (flags_rqpn bits 29..28).
     pub fn grh(&mut self) -> &mut Self {
         self.0.flags_rqpn = U32::new(self.0.flags_rqpn.get() | 1 << 28);
+        self
+    }
+    /// The network header of a RoCE receive (flags_rqpn bits 25..24: 0 an
+    /// IB GRH, RoCE v1; 1 IPv6; 2 IPv4), what the kernel's mlx5
+    /// `handle_responder` reads as `roce_packet_type` on an Ethernet port
+    /// (`MLX5_CQE_ROCE_L3_HEADER_TYPE_*`).
+    pub fn roce_l3(&mut self, l3: RoceL3) -> &mut Self {
+        let t = match l3 {
+            RoceL3::Grh => 0,
+            RoceL3::Ipv6 => 1,
+            RoceL3::Ipv4 => 2,
+        };
+        self.0.flags_rqpn = U32::new(self.0.flags_rqpn.get() | t << 24);
         self
     }
     /// The source LID.
@@ -973,7 +990,7 @@ impl Hw {
                 c.byte_cnt(len)
                     .imm(w.imm)
                     .rqpn(q.qpn)
-                    .slid(crate::device::LID)
+                    .slid(crate::device::lid())
                     .srqn_uidx(resp_uidx(&d))
                     .sop_qpn(0, d.qpn)
                     .wqe_counter(r.counter);
@@ -984,16 +1001,34 @@ impl Hw {
                 Ok(len)
             }
             op::SEND | op::SEND_IMM => {
+                // The network header a UD receive starts with: on an
+                // InfiniBand port a GRH if the address vector has one
+                // (otherwise the 40-byte area is consumed but not
+                // written); on a RoCE port always one, and a datagram the
+                // port does not take is dropped before it consumes a
+                // receive (see `roce_header`).
+                let data = len + if w.opcode == op::SEND_IMM { 4 } else { 0 };
+                let net = match w.av.as_ref() {
+                    Some(av) if crate::device::link() == crate::device::Link::Eth => {
+                        match roce_header(av, data) {
+                            Ok(Some(h)) => Some(h),
+                            Ok(None) => return Ok(0),
+                            Err(s) => return Err(local_err(s)),
+                        }
+                    }
+                    Some(av) => grh_of(av, data).map(|bytes| Net {
+                        bytes,
+                        from: 0,
+                        roce: None,
+                    }),
+                    None => None,
+                };
                 let r = match self.take_recv(e, &d) {
                     Some(r) => r,
                     None if q.ty == qp_type::RC => return self.rnr(q),
                     None => return Ok(0),
                 };
                 let grh = if q.ty == qp_type::UD { 40u32 } else { 0 };
-                // A GRH is delivered if the address vector has one;
-                // otherwise the 40-byte area is consumed but not written.
-                let data = len + if w.opcode == op::SEND_IMM { 4 } else { 0 };
-                let grh_bytes = w.av.as_ref().and_then(|av| grh_of(av, data));
                 // Scatter: skip the GRH area for UD, then the payload.
                 let mut targets = Vec::new();
                 for s in &r.segs {
@@ -1023,10 +1058,10 @@ impl Hw {
                     return Ok(0);
                 }
                 let message;
-                let (mut skip, mut src) = match &grh_bytes {
-                    Some(g) => {
-                        message = [&g[..], &payload[..]].concat();
-                        (0, &message[..])
+                let (mut skip, mut src) = match &net {
+                    Some(n) => {
+                        message = [&n.bytes[n.from..], &payload[..]].concat();
+                        (n.from, &message[..])
                     }
                     None => (grh as usize, &payload[..]),
                 };
@@ -1046,15 +1081,18 @@ impl Hw {
                 let mut c = Cqe::new(opc);
                 c.byte_cnt(len + grh)
                     .rqpn(q.qpn)
-                    .slid(crate::device::LID)
+                    .slid(crate::device::lid())
                     .srqn_uidx(resp_uidx(&d))
                     .sop_qpn(0, d.qpn)
                     .wqe_counter(r.counter);
                 if w.opcode == op::SEND_IMM {
                     c.imm(w.imm);
                 }
-                if grh_bytes.is_some() {
+                if let Some(n) = &net {
                     c.grh();
+                    if let Some(l3) = n.roce {
+                        c.roce_l3(l3);
+                    }
                 }
                 if w.fm_ce_se & prm::WQE_CTRL_SOLICITED != 0 {
                     c.solicited();
@@ -1201,25 +1239,169 @@ fn resp_uidx(d: &QpView) -> u32 {
     }
 }
 
-/// The 40-byte GRH a UD receiver gets for address vector `av` (if it
-/// carries a GRH), for a packet with `data` bytes after the headers.
+/// The network header a RoCE datagram carries, by the type of the GID
+/// entry it is sent from (the HCA's GID table records it: the kernel's
+/// mlx5 `set_roce_addr` programs each entry with its RoCE version and, for
+/// v2, its L3 type, IPv4 for an IPv4-mapped GID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoceL3 {
+    /// RoCE v1: an InfiniBand GRH (IPv6 layout, next header 0x1B).
+    Grh,
+    /// RoCE v2 over IPv6 (next header UDP).
+    Ipv6,
+    /// RoCE v2 over IPv4 (protocol UDP).
+    Ipv4,
+}
+
+/// The network header a UD receive starts with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Net {
+    /// The 40-byte GRH area.
+    bytes: [u8; 40],
+    /// Where the written part of it starts: 0, or 20 for an IPv4 header
+    /// (the 20 bytes before it are left as they were: "garbled" in the
+    /// kernel's words, `ib_get_rdma_header_version`).
+    from: usize,
+    /// On a RoCE port, which header it is (for the CQE).
+    roce: Option<RoceL3>,
+}
+
+/// Bytes a UD packet carries after its network header for `data` bytes
+/// of payload (immediate included): BTH, DETH, the payload padded to 4
+/// bytes, ICRC.
+fn transport_len(data: u32) -> u32 {
+    (12 + 8 + 4u32).saturating_add(data.saturating_add(3) & !3)
+}
+
+/// An IPv6 header (also the IB GRH's layout): version 6, `tclass`, flow
+/// label `fl`, `paylen` bytes after it, next header `nh`, `hop_limit`.
+fn ipv6_header(tclass: u8, fl: u32, paylen: u32, nh: u8, hop_limit: u8) -> [u8; 40] {
+    let mut g = [0u8; 40];
+    let w0 = (6u32 << 28) | (u32::from(tclass) << 20) | (fl & 0xf_ffff);
+    g[0..4].copy_from_slice(&w0.to_be_bytes());
+    g[4..6].copy_from_slice(&(paylen.min(0xffff) as u16).to_be_bytes());
+    g[6] = nh;
+    g[7] = hop_limit;
+    g
+}
+
+/// The 40-byte GRH a UD receiver on an InfiniBand port gets for address
+/// vector `av` (if it carries a GRH), for a packet with `data` bytes after
+/// the headers.
 fn grh_of(av: &Av, data: u32) -> Option<[u8; 40]> {
     let fl = av.grh_gid_fl.get();
     if fl & (1 << 30) == 0 {
         return None;
     }
-    let mut g = [0u8; 40];
-    let w0 = (6u32 << 28) | (u32::from(av.tclass) << 20) | (fl & 0xf_ffff);
-    g[0..4].copy_from_slice(&w0.to_be_bytes());
-    // BTH + DETH + data + pad + ICRC.
-    let paylen = 12 + 8 + data.next_multiple_of(4) + 4;
-    g[4..6].copy_from_slice(&(paylen as u16).to_be_bytes());
-    g[6] = 0x1b;
-    g[7] = av.hop_limit;
+    let mut g = ipv6_header(av.tclass, fl, transport_len(data), 0x1b, av.hop_limit);
     let sgid = crate::device::gid((fl >> 20) & 0xff).unwrap_or_default();
     g[8..24].copy_from_slice(&sgid);
     g[24..40].copy_from_slice(&av.rgid);
     Some(g)
+}
+
+/// The RoCE port's handling of a UD datagram sent with address vector
+/// `av` and `data` bytes after the headers (immediate included):
+///
+/// - `Err(syndrome)`: the source GID index names no valid entry of the
+///   GID table, so the HCA cannot build the packet's network header: the
+///   send completes in error (local QP operation error; an emulator
+///   choice, the PRM is not public on this point).
+/// - `Ok(None)`: the datagram goes out but this port does not take it:
+///   its destination MAC is not the port's, or its destination address
+///   is not one of the port's GIDs of the same RoCE version and address
+///   family (the receiver's header validation: IBA vol 1 9.6.1.1 for the
+///   GRH's DGID, applied to the IP destination on RoCE v2). On a real
+///   network it would reach another host or none; here there is none.
+/// - `Ok(Some(net))`: the header the receive buffer gets. RoCE packets
+///   always carry a network header (libmlx5 `mlx5_create_ah` leaves the
+///   address vector's GRH bit clear on Ethernet for that reason), built
+///   from the address vector: traffic class, flow label, hop limit, the
+///   source GID entry's address and type, the destination GID. RoCE v1:
+///   an IB GRH (next header 0x1B); RoCE v2 over IPv6: an IPv6 header
+///   with next header UDP (17), the payload length counting the 8-byte
+///   UDP header; RoCE v2 over IPv4: a 20-byte IPv4 header (no options,
+///   don't-fragment, TTL = hop limit, protocol UDP, a valid header
+///   checksum) at offset 20 of the area, as the kernel's
+///   `union rdma_network_hdr` and libibverbs' `ibv_init_ah_from_wc` read
+///   it. The UDP source port the address vector carries (`rlid`) is not
+///   part of what a receive buffer gets.
+fn roce_header(av: &Av, data: u32) -> Result<Option<Net>, u8> {
+    use crate::device::{self, GidKind};
+    let fl = av.grh_gid_fl.get();
+    let Some(sgid) = device::roce_gid((fl >> 20) & 0xff) else {
+        return Err(synd::LOCAL_QP_OP);
+    };
+    let l3 = match sgid.kind {
+        GidKind::RoceV2 if sgid.is_ipv4() => RoceL3::Ipv4,
+        GidKind::RoceV2 => RoceL3::Ipv6,
+        GidKind::RoceV1 | GidKind::Ib => RoceL3::Grh,
+    };
+    if av.rmac != device::PORT_MAC {
+        return Ok(None);
+    }
+    let taken = (0..device::ROCE_GID_TBL_LEN)
+        .filter_map(device::roce_gid)
+        .filter(|e| e.kind == sgid.kind)
+        .any(|e| match l3 {
+            RoceL3::Ipv4 => e.is_ipv4() && e.gid[12..] == av.rgid[12..],
+            RoceL3::Ipv6 => !e.is_ipv4() && e.gid == av.rgid,
+            RoceL3::Grh => e.gid == av.rgid,
+        });
+    if !taken || (l3 == RoceL3::Ipv4 && !device::is_ipv4_mapped(&av.rgid)) {
+        return Ok(None);
+    }
+    let transport = transport_len(data);
+    let bytes = match l3 {
+        RoceL3::Ipv4 => {
+            let mut g = [0u8; 40];
+            let h = &mut g[20..];
+            let total = (20u32 + 8).saturating_add(transport).min(0xffff) as u16;
+            h[0] = 0x45;
+            h[1] = av.tclass;
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            h[6..8].copy_from_slice(&0x4000u16.to_be_bytes());
+            h[8] = av.hop_limit;
+            h[9] = 17;
+            h[12..16].copy_from_slice(&sgid.gid[12..]);
+            h[16..20].copy_from_slice(&av.rgid[12..]);
+            let sum = ipv4_checksum(h);
+            h[10..12].copy_from_slice(&sum.to_be_bytes());
+            g
+        }
+        RoceL3::Ipv6 | RoceL3::Grh => {
+            let (paylen, nh) = if l3 == RoceL3::Ipv6 {
+                (transport.saturating_add(8), 17)
+            } else {
+                (transport, 0x1b)
+            };
+            let mut g = ipv6_header(av.tclass, fl, paylen, nh, av.hop_limit);
+            g[8..24].copy_from_slice(&sgid.gid);
+            g[24..40].copy_from_slice(&av.rgid);
+            g
+        }
+    };
+    Ok(Some(Net {
+        bytes,
+        from: if l3 == RoceL3::Ipv4 { 20 } else { 0 },
+        roce: Some(l3),
+    }))
+}
+
+/// The IPv4 header checksum of the 20-byte header `h` (its checksum
+/// field taken as zero): the ones' complement of the ones' complement sum
+/// of its 16-bit words (RFC 791).
+fn ipv4_checksum(h: &[u8]) -> u16 {
+    let mut sum: u32 = h
+        .chunks_exact(2)
+        .enumerate()
+        .filter(|(i, _)| *i != 5)
+        .map(|(_, w)| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }
 
 /// Moves QP `h` to ERR on the HCA's account.
@@ -1391,6 +1573,78 @@ mod tests {
         assert_eq!((g[6], g[7]), (0x1b, 64));
         assert_eq!(&g[8..24], &crate::device::gid(0).unwrap());
         assert_eq!(&g[24..40], &[9; 16]);
+    }
+
+    /// A RoCE address vector from GID entry `sgid` to `dgid`.
+    fn roce_av(sgid: u32, dgid: [u8; 16], rmac: [u8; 6]) -> Av {
+        let mut av = Av::read_from_bytes(&[0u8; 48]).unwrap();
+        av.tclass = 0x20;
+        av.hop_limit = 9;
+        av.grh_gid_fl = U32::new((sgid << 20) | 0x12345);
+        av.rgid = dgid;
+        av.rmac = rmac;
+        av
+    }
+
+    #[test]
+    fn roce_headers_by_gid_type() {
+        use crate::device::{roce_gid, PORT_MAC};
+        let g = |i| roce_gid(i).unwrap().gid;
+        // RoCE v2 over IPv4: the header at 20, checksum valid.
+        let n = roce_header(&roce_av(3, g(3), PORT_MAC), 100)
+            .unwrap()
+            .unwrap();
+        assert_eq!((n.from, n.roce), (20, Some(RoceL3::Ipv4)));
+        let h = &n.bytes[20..];
+        assert_eq!(&h[..4], &[0x45, 0x20, 0, 20 + 8 + 12 + 8 + 100 + 4]);
+        assert_eq!((h[6], h[8], h[9]), (0x40, 9, 17));
+        assert_eq!(&h[12..16], &[192, 0, 2, 1]);
+        assert_eq!(&h[16..20], &[192, 0, 2, 1]);
+        let folded = h
+            .chunks_exact(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum::<u32>();
+        assert_eq!((folded & 0xffff) + (folded >> 16), 0xffff, "checksum");
+        // RoCE v2 over IPv6: UDP follows; v1: an IB GRH.
+        let n = roce_header(&roce_av(5, g(5), PORT_MAC), 5)
+            .unwrap()
+            .unwrap();
+        assert_eq!((n.from, n.roce), (0, Some(RoceL3::Ipv6)));
+        assert_eq!(
+            &n.bytes[..4],
+            &((6u32 << 28) | (0x20 << 20) | 0x12345).to_be_bytes()
+        );
+        assert_eq!(
+            u16::from_be_bytes([n.bytes[4], n.bytes[5]]),
+            8 + 12 + 8 + 8 + 4
+        );
+        assert_eq!((n.bytes[6], n.bytes[7]), (17, 9));
+        assert_eq!((&n.bytes[8..24], &n.bytes[24..40]), (&g(5)[..], &g(5)[..]));
+        let n = roce_header(&roce_av(0, g(0), PORT_MAC), 5)
+            .unwrap()
+            .unwrap();
+        assert_eq!((n.roce, n.bytes[6]), (Some(RoceL3::Grh), 0x1b));
+        assert_eq!(u16::from_be_bytes([n.bytes[4], n.bytes[5]]), 12 + 8 + 8 + 4);
+    }
+
+    #[test]
+    fn roce_datagrams_the_port_does_not_take() {
+        use crate::device::{roce_gid, PORT_MAC};
+        let g = |i| roce_gid(i).unwrap().gid;
+        let mut other_mac = PORT_MAC;
+        other_mac[0] ^= 0x80;
+        assert_eq!(roce_header(&roce_av(3, g(3), other_mac), 1), Ok(None));
+        let mut stranger = g(3);
+        stranger[15] = 7;
+        assert_eq!(roce_header(&roce_av(3, stranger, PORT_MAC), 1), Ok(None));
+        // An IPv4 source towards an IPv6 destination, and the reverse.
+        assert_eq!(roce_header(&roce_av(3, g(5), PORT_MAC), 1), Ok(None));
+        assert_eq!(roce_header(&roce_av(5, g(3), PORT_MAC), 1), Ok(None));
+        // An empty source entry: the send fails.
+        assert_eq!(
+            roce_header(&roce_av(6, g(3), PORT_MAC), 1),
+            Err(synd::LOCAL_QP_OP)
+        );
     }
 
     #[test]

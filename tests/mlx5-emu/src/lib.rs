@@ -43,7 +43,10 @@
 //! Environment: `MLX5_EMU_LOG=1` prints one line per command to stderr;
 //! `MLX5_EMU_SYSFS=<dir>` chooses where the sysfs tree is written;
 //! `MLX5_EMU_WQE_LOG=<path>` records every WQE the HCA executes or
-//! consumes (module `record`).
+//! consumes (module `record`); `MLX5_EMU_LINK=eth` gives the port an
+//! Ethernet link layer (RoCE: IP-based GIDs, destination MACs resolved by
+//! CREATE_AH and MODIFY_QP, network headers in UD receives; see
+//! `device::Link`) instead of InfiniBand.
 
 #![warn(missing_docs)]
 

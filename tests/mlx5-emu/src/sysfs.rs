@@ -83,25 +83,52 @@ pub fn files() -> Vec<(String, String)> {
         ),
         (format!("{port}/state"), "4: ACTIVE\n".to_string()),
         (format!("{port}/phys_state"), "5: LinkUp\n".to_string()),
-        (format!("{port}/link_layer"), "InfiniBand\n".to_string()),
-        (format!("{port}/lid"), format!("{:#x}\n", device::LID)),
-        (format!("{port}/sm_lid"), format!("{:#x}\n", device::SM_LID)),
         (format!("{port}/lid_mask_count"), "0\n".to_string()),
         (format!("{port}/sm_sl"), "0\n".to_string()),
-        (
-            format!("{port}/cap_mask"),
-            format!("{:#010x}\n", device::PORT_CAP_FLAGS),
-        ),
         (format!("{port}/rate"), "100 Gb/sec (4X EDR)\n".to_string()),
     ];
-    for i in 0..device::GID_TBL_LEN {
+    let eth = device::link() == device::Link::Eth;
+    let (link_layer, cap_mask) = if eth {
+        ("Ethernet", device::ROCE_PORT_CAP_FLAGS)
+    } else {
+        ("InfiniBand", device::PORT_CAP_FLAGS)
+    };
+    let sm_lid = if eth { 0 } else { device::SM_LID };
+    f.extend([
+        (format!("{port}/link_layer"), format!("{link_layer}\n")),
+        (format!("{port}/lid"), format!("{:#x}\n", device::lid())),
+        (format!("{port}/sm_lid"), format!("{sm_lid:#x}\n")),
+        (format!("{port}/cap_mask"), format!("{cap_mask:#010x}\n")),
+    ]);
+    for i in 0..device::gid_tbl_len() {
         let gid = device::gid(i).expect("index below the table length");
         f.push((
             format!("{port}/gids/{i}"),
             format!("{}\n", device::gid_sysfs(&gid)),
         ));
+        if !eth {
+            // InfiniBand ports of mlx5 have no gid_attrs.
+            continue;
+        }
+        // The kernel fails the read of an empty entry's type with EINVAL,
+        // which libibverbs reads as "IB/RoCE v1"; a plain file cannot fail
+        // a read, so it says that. An empty entry has no netdev: its file
+        // fails to read in the kernel, is absent here (libibverbs reads
+        // both as "no netdev").
+        let entry = device::gid_entry(i);
+        let kind = match entry.map(|e| e.kind) {
+            Some(device::GidKind::RoceV2) => "RoCE v2",
+            _ => "IB/RoCE v1",
+        };
+        f.push((format!("{port}/gid_attrs/types/{i}"), format!("{kind}\n")));
+        if entry.is_some() {
+            f.push((
+                format!("{port}/gid_attrs/ndevs/{i}"),
+                format!("{}\n", device::PORT_NETDEV),
+            ));
+        }
     }
-    for i in 0..device::PKEY_TBL_LEN {
+    for i in 0..device::pkey_tbl_len() {
         let pkey = device::pkey(i).expect("index below the table length");
         f.push((format!("{port}/pkeys/{i}"), format!("{pkey:#06x}\n")));
     }

@@ -22,6 +22,12 @@
 //! control-path calls with `MLX5_EMU_CMD_LOG` set, and [`cmd_compare`]
 //! compares every command field by field (report: `logs/cmd_compare.log`).
 //! The closing line counts all four.
+//!
+//! RoCE: the emulator plays an Ethernet (RoCE) port instead of its
+//! InfiniBand one when `MLX5_EMU_LINK=eth` is set. The scenario programs
+//! named `roce*.c` and our `mlx5_roce*` programs run with it (and a sysfs
+//! tree of their own), as does a second `ibv_devinfo -v`; everything else
+//! sees the InfiniBand port.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -195,6 +201,8 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     // cannot interfere.
     let sysfs = out_dir.join("sysfs");
     let _ = fs::remove_dir_all(&sysfs);
+    let sysfs_eth = out_dir.join("sysfs-eth");
+    let _ = fs::remove_dir_all(&sysfs_eth);
     // The WQE logs of the same sequence (wqe_compare.rs).
     let theirs_wqes = logs.join("wqe_seq.rdma-core.wqe");
     let ours_wqes = logs.join("wqe_seq.ours.wqe");
@@ -232,13 +240,29 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             .env("SYSFS_PATH", &sysfs)
             .env_remove("MLX5_EMU_LOG")
             .env_remove("MLX5_EMU_WQE_LOG")
-            .env_remove("MLX5_EMU_CMD_LOG");
+            .env_remove("MLX5_EMU_CMD_LOG")
+            .env_remove(LINK_ENV);
+    };
+    // The RoCE personality, with its own sysfs tree.
+    let preload_eth = |c: &mut Command| {
+        preload(c);
+        c.env(LINK_ENV, "eth")
+            .env("MLX5_EMU_SYSFS", &sysfs_eth)
+            .env("SYSFS_PATH", &sysfs_eth);
+    };
+    let preload_for = |c: &mut Command, name: &str| {
+        if is_roce(name) {
+            preload_eth(c)
+        } else {
+            preload(c)
+        }
     };
 
-    // rdma-core's own tools.
-    let tools: [(&str, &[&str], &[&str]); 2] = [
-        ("ibv_devices", &[], &["mlx5_0"]),
+    // rdma-core's own tools (the last on the RoCE port).
+    let tools: [(&str, &str, &[&str], &[&str]); 3] = [
+        ("ibv_devices", "ibv_devices", &[], &["mlx5_0"]),
         (
+            "ibv_devinfo",
             "ibv_devinfo",
             &["-v", "-d", "mlx5_0"],
             &[
@@ -251,13 +275,30 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
                 "GID[  0]:",
             ],
         ),
+        (
+            "roce_ibv_devinfo",
+            "ibv_devinfo",
+            &["-v", "-d", "mlx5_0"],
+            &[
+                "hca_id:\tmlx5_0",
+                "state:\t\t\tPORT_ACTIVE (4)",
+                "active_mtu:\t\t1024 (3)",
+                "link_layer:\t\tEthernet",
+                "gid_tbl_len:\t\t256",
+                "GID[  0]:\t\tfe80:0000:0000:0000:0e42:a1ff:fefb:1234, RoCE v1",
+                "GID[  1]:\t\tfe80::e42:a1ff:fefb:1234, RoCE v2",
+                "GID[  2]:\t\t0000:0000:0000:0000:0000:ffff:c000:0201, RoCE v1",
+                "GID[  3]:\t\t::ffff:192.0.2.1, RoCE v2",
+                "GID[  5]:\t\t2001:db8::1, RoCE v2",
+            ],
+        ),
     ];
-    for (tool, args, needles) in tools {
-        let name = format!("rdma-core {tool} {}", args.join(" "));
-        let log = logs.join(format!("{tool}.log"));
+    for (label, tool, args, needles) in tools {
+        let name = format!("rdma-core {label} {}", args.join(" "));
+        let log = logs.join(format!("{label}.log"));
         let mut c = Command::new(tool);
         c.args(args);
-        preload(&mut c);
+        preload_for(&mut c, label);
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         record(
             name.trim_end().to_string(),
@@ -302,7 +343,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             continue;
         }
         let mut c = Command::new(&exe);
-        preload(&mut c);
+        preload_for(&mut c, &stem);
         if stem == WQE_SEQ_C {
             let _ = fs::remove_file(&theirs_wqes);
             c.env("MLX5_EMU_WQE_LOG", &theirs_wqes);
@@ -321,7 +362,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         wqes: &ours_wqes,
         cmds: &ours_cmds,
     };
-    for (group, name, verdict, log) in run_ours(&ws, target_dir, &preload, &logs, &recorded)? {
+    for (group, name, verdict, log) in run_ours(&ws, target_dir, &preload_for, &logs, &recorded)? {
         record_in(group, name, verdict, &log);
     }
 
@@ -346,6 +387,17 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 }
 
 // ---- Our provider: the `mlx5_*` programs of verbs-tests -----------------
+
+/// The emulator's link-layer switch (`mlx5-emu`'s `device::LINK_ENV`).
+const LINK_ENV: &str = "MLX5_EMU_LINK";
+
+/// Whether the program or tool item `name` runs on the RoCE port: C
+/// programs `roce*`, our `mlx5_roce*` programs, items labelled `roce_*`.
+fn is_roce(name: &str) -> bool {
+    name.strip_prefix("mlx5_")
+        .unwrap_or(name)
+        .starts_with("roce")
+}
 
 /// The C program whose WQEs are recorded (tests/mlx5-emu/c/wqe_seq.c).
 const WQE_SEQ_C: &str = "wqe_seq";
@@ -428,10 +480,11 @@ fn our_programs(bin_dir: &Path) -> Vec<String> {
 /// `logs/<name>.log`; [`WQE_SEQ_OURS`] records its WQEs and
 /// [`CMD_SEQ_OURS`] its commands where `recorded` says.
 /// A program that is expected but missing or does not build fails.
+/// `preload` sets a program's environment up by its name.
 fn run_ours(
     ws: &Path,
     target_dir: &Path,
-    preload: &dyn Fn(&mut Command),
+    preload: &dyn Fn(&mut Command, &str),
     logs: &Path,
     recorded: &Recorded<'_>,
 ) -> Result<Vec<Item>> {
@@ -482,7 +535,7 @@ fn run_ours(
         }
         let log = logs.join(format!("{n}.log"));
         let mut c = Command::new(&exe);
-        preload(&mut c);
+        preload(&mut c, n);
         if n == WQE_SEQ_OURS {
             c.env("MLX5_EMU_WQE_LOG", recorded.wqes);
         }
@@ -807,6 +860,17 @@ mod tests {
         assert_eq!(our_source(&dir, "mlx5_no_main"), None);
         assert_eq!(our_source(&dir, OURS_EXPECTED[0]), None);
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn roce_items_by_name() {
+        assert!(is_roce("roce"));
+        assert!(is_roce("roce_ud"));
+        assert!(is_roce("mlx5_roce"));
+        assert!(is_roce("roce_ibv_devinfo"));
+        assert!(!is_roce("datapath"));
+        assert!(!is_roce("mlx5_scenarios"));
+        assert!(!is_roce("ibv_devinfo"));
     }
 
     #[test]
