@@ -13,7 +13,9 @@
 //!    counting only the functions named `*measured_*` (the post and the
 //!    poll calls, everything below them included; user space only, as
 //!    callgrind cannot see the kernel, and both sides make the same
-//!    syscalls). Then, unless `rverbs perf` is missing from the build or
+//!    syscalls); then the registration costs (module `regbench`) and the
+//!    control path at scale, N = 1 to 1024 QPs and MRs (module
+//!    `scalebench`). Then, unless `rverbs perf` is missing from the build or
 //!    `--skip-perf` was given, every bandwidth and latency case runs
 //!    server + client on rxe0 (GID index 1, TCP over 127.0.0.1) with our
 //!    `rverbs perf` and with rdma-core's perftest (`ib_*_bw`, `ib_*_lat`),
@@ -201,6 +203,8 @@ struct Binaries {
     probe_c: PathBuf,
     regmr_rs: PathBuf,
     regmr_c: PathBuf,
+    scale_rs: PathBuf,
+    scale_c: PathBuf,
     rverbs: PathBuf,
 }
 
@@ -235,11 +239,22 @@ fn build(target: &Path) -> Result<Binaries> {
             .arg("-libverbs"),
     )
     .context("compiling tools/bench/regmr.c against libibverbs (libibverbs-dev)")?;
+    let scale_c = bench_dir.join("scale-c");
+    util::run(
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-o"])
+            .arg(&scale_c)
+            .arg(workspace_root().join("tools/bench/scale.c"))
+            .arg("-libverbs"),
+    )
+    .context("compiling tools/bench/scale.c against libibverbs (libibverbs-dev)")?;
     Ok(Binaries {
         probe_rs: release.join("examples/postpoll"),
         probe_c,
         regmr_rs: release.join("examples/regmr"),
         regmr_c,
+        scale_rs: release.join("examples/scale"),
+        scale_c,
         rverbs: release.join("rverbs"),
     })
 }
@@ -282,7 +297,7 @@ fn rverbs_perf_available(rverbs: &Path) -> bool {
 /// Checks, with the linkage check's inspector, that our binaries are free
 /// of rdma-core and that the C probe really uses it.
 fn check_linkage(b: &Binaries) -> Result<()> {
-    for ours in [&b.probe_rs, &b.regmr_rs, &b.rverbs] {
+    for ours in [&b.probe_rs, &b.regmr_rs, &b.scale_rs, &b.rverbs] {
         let problems = linkage::inspect(ours)?;
         if !problems.is_empty() {
             bail!(
@@ -292,7 +307,7 @@ fn check_linkage(b: &Binaries) -> Result<()> {
             );
         }
     }
-    for c in [&b.probe_c, &b.regmr_c] {
+    for c in [&b.probe_c, &b.regmr_c, &b.scale_c] {
         let theirs = linkage::inspect(c)?;
         if !theirs.iter().any(|p| p.contains("libibverbs")) {
             bail!(
@@ -353,6 +368,7 @@ fn payload(
         }
     }
     crate::regbench::payload(&mut s, &q(&b.regmr_rs)?, &q(&b.regmr_c)?, DEVICE)?;
+    crate::scalebench::payload(&mut s, &q(&b.scale_rs)?, &q(&b.scale_c)?, DEVICE)?;
     let Some(cases) = cases else {
         return Ok(s);
     };
@@ -759,13 +775,20 @@ fn insn_table(w: &mut impl FnMut(&str), probes: &[ProbeResult<'_>]) -> bool {
     ok
 }
 
+/// The control-path results of the guest: registration costs and the
+/// scale probe.
+struct ControlRows {
+    reg: crate::regbench::Rows,
+    scale: crate::scalebench::Rows,
+}
+
 /// The markdown report. Returns it and whether every target was met and
 /// every run succeeded.
 fn report(
     opts: &BenchOptions,
     env: &Environment,
     probes: &[ProbeResult<'_>],
-    reg: &crate::regbench::Rows,
+    control: &ControlRows,
     mlx5: &Result<Vec<ProbeResult<'_>>>,
     perf: Option<&[(PerfCase, PerfResult)]>,
     perf_note: &str,
@@ -816,7 +839,22 @@ fn report(
          on-demand paging (7.x here); elsewhere both sides are refused.",
     );
     w("");
-    if !crate::regbench::table(&mut w, reg) {
+    if !crate::regbench::table(&mut w, &control.reg) {
+        ok = false;
+    }
+    w("");
+    w("### The control path at scale (rxe)");
+    w("");
+    w(
+        "`verbs/examples/scale.rs` and its C twin `tools/bench/scale.c`: `qp` creates N CQs \
+         and N RC QPs, asks each QP's endpoint (port and GID), connects them in pairs \
+         through RTS and destroys everything; `mr` registers N 4 KiB buffers and \
+         deregisters them. One unmeasured round first; then one round under callgrind \
+         (the library's own instructions, `*measured_*` only) and three timed rounds \
+         (median), per object. Target: at or below rdma-core's instructions at every N.",
+    );
+    w("");
+    if !crate::scalebench::table(&mut w, &control.scale) {
         ok = false;
     }
     w("");
@@ -1089,12 +1127,15 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
             .collect()
     });
     let env = environment(&run_dir);
-    let reg = crate::regbench::read(&run_dir);
+    let control = ControlRows {
+        reg: crate::regbench::read(&run_dir),
+        scale: crate::scalebench::read(&run_dir),
+    };
     let (md, met) = report(
         opts,
         &env,
         &probes,
-        &reg,
+        &control,
         &mlx5,
         perf.as_deref(),
         &perf_note,

@@ -60,6 +60,7 @@ mod kernel;
 mod linkage;
 mod mlx5;
 mod regbench;
+mod scalebench;
 mod testrun;
 mod vm;
 
