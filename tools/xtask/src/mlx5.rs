@@ -17,8 +17,11 @@
 //! Last, the WQE comparison: `wqe_seq.c` (libmlx5) and `mlx5_wqe_seq`
 //! (ours) post the same fixed sequence with `MLX5_EMU_WQE_LOG` set, and
 //! [`wqe_compare`] compares the two logs byte for byte after the
-//! normalisations it lists (report: `logs/wqe_compare.log`). The closing
-//! line counts all three.
+//! normalisations it lists (report: `logs/wqe_compare.log`). And the
+//! dmabuf ioctls: `dmabuf.c` and `mlx5_dmabuf` run with `MLX5_EMU_CMD_LOG`
+//! set, and [`ioctl_compare`] checks every REG_DMABUF_MR call of ours is
+//! byte-identical to one of rdma-core's (report:
+//! `logs/ioctl_compare.log`). The closing line counts them all.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,8 @@ use anyhow::{bail, Context, Result};
 
 use crate::util::{self, cargo_bin, describe, workspace_root};
 
+#[path = "ioctl_compare.rs"]
+pub mod ioctl_compare;
 #[path = "wqe_compare.rs"]
 pub mod wqe_compare;
 
@@ -75,6 +80,13 @@ pub enum Group {
         identical: usize,
         /// Differing.
         differing: usize,
+    },
+    /// The REG_DMABUF_MR ioctls of our provider against rdma-core's.
+    Ioctl {
+        /// Our calls compared.
+        compared: usize,
+        /// Identical to rdma-core's.
+        identical: usize,
     },
 }
 
@@ -184,6 +196,9 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     // The WQE logs of the same sequence (wqe_compare.rs).
     let theirs_wqes = logs.join("wqe_seq.rdma-core.wqe");
     let ours_wqes = logs.join("wqe_seq.ours.wqe");
+    // The command logs of the dmabuf programs (ioctl_compare.rs).
+    let theirs_cmds = logs.join("dmabuf.rdma-core.cmd");
+    let ours_cmds = logs.join("dmabuf.ours.cmd");
 
     let mut outcomes = Vec::new();
     let mut record_in =
@@ -214,7 +229,8 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             .env("MLX5_EMU_SYSFS", &sysfs)
             .env("SYSFS_PATH", &sysfs)
             .env_remove("MLX5_EMU_LOG")
-            .env_remove("MLX5_EMU_WQE_LOG");
+            .env_remove("MLX5_EMU_WQE_LOG")
+            .env_remove("MLX5_EMU_CMD_LOG");
     };
 
     // rdma-core's own tools.
@@ -289,13 +305,21 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             let _ = fs::remove_file(&theirs_wqes);
             c.env("MLX5_EMU_WQE_LOG", &theirs_wqes);
         }
+        if stem == DMABUF_C {
+            let _ = fs::remove_file(&theirs_cmds);
+            c.env("MLX5_EMU_CMD_LOG", &theirs_cmds);
+        }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let steps = out.lines().filter(|l| l.starts_with("PASS ")).count();
         record(name, steps, check_program(&out, code), &log);
     }
 
     // The same scenarios through our own provider.
-    for (group, name, verdict, log) in run_ours(&ws, target_dir, &preload, &logs, &ours_wqes)? {
+    let outs = OursLogs {
+        wqes: &ours_wqes,
+        cmds: &ours_cmds,
+    };
+    for (group, name, verdict, log) in run_ours(&ws, target_dir, &preload, &logs, &outs)? {
         record_in(group, name, verdict, &log);
     }
 
@@ -304,6 +328,15 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     record_in(
         group,
         "WQE bytes: libmlx5 against our provider".into(),
+        verdict,
+        &log,
+    );
+
+    // The REG_DMABUF_MR ioctls both made for the same registrations.
+    let (group, verdict, log) = compare_ioctls(&theirs_cmds, &ours_cmds, &logs);
+    record_in(
+        group,
+        "dmabuf ioctls: libibverbs against ours".into(),
         verdict,
         &log,
     );
@@ -316,8 +349,21 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 const WQE_SEQ_C: &str = "wqe_seq";
 /// Our program posting the same sequence (tests/src/bin/mlx5_wqe_seq.rs).
 const WQE_SEQ_OURS: &str = "mlx5_wqe_seq";
+/// The C program whose REG_DMABUF_MR ioctls are compared
+/// (tests/mlx5-emu/c/dmabuf.c).
+const DMABUF_C: &str = "dmabuf";
+/// Our program making the same registrations (tests/src/bin/mlx5_dmabuf.rs).
+const DMABUF_OURS: &str = "mlx5_dmabuf";
 /// Our programs expected even if their source went missing.
-const OURS_EXPECTED: &[&str] = &["mlx5_scenarios", WQE_SEQ_OURS];
+const OURS_EXPECTED: &[&str] = &["mlx5_scenarios", WQE_SEQ_OURS, DMABUF_OURS];
+
+/// Where our recording programs write their logs.
+struct OursLogs<'a> {
+    /// [`WQE_SEQ_OURS`]'s WQE log.
+    wqes: &'a Path,
+    /// [`DMABUF_OURS`]'s command log.
+    cmds: &'a Path,
+}
 
 /// Time limit of building our programs (a cold build of the workspace on
 /// a small machine takes minutes).
@@ -380,18 +426,20 @@ fn our_programs(bin_dir: &Path) -> Vec<String> {
 /// `tests/src/bin/mlx5_*.rs` or `tests/src/bin/mlx5_*/main.rs`, plus
 /// [`OURS_EXPECTED`]; see [`our_programs`]) under the emulator like the
 /// C programs, each bounded by [`ITEM_LIMIT`] and logging to
-/// `logs/<name>.log`; [`WQE_SEQ_OURS`] records its WQEs to `ours_wqes`.
+/// `logs/<name>.log`; [`WQE_SEQ_OURS`] records its WQEs and
+/// [`DMABUF_OURS`] its commands to `outs`.
 /// A program that is expected but missing or does not build fails.
 fn run_ours(
     ws: &Path,
     target_dir: &Path,
     preload: &dyn Fn(&mut Command),
     logs: &Path,
-    ours_wqes: &Path,
+    outs: &OursLogs<'_>,
 ) -> Result<Vec<Item>> {
     let bin_dir = ws.join("tests").join("src").join("bin");
     let names = our_programs(&bin_dir);
-    let _ = fs::remove_file(ours_wqes);
+    let _ = fs::remove_file(outs.wqes);
+    let _ = fs::remove_file(outs.cmds);
     let present: Vec<&String> = names
         .iter()
         .filter(|n| our_source(&bin_dir, n).is_some())
@@ -437,7 +485,10 @@ fn run_ours(
         let mut c = Command::new(&exe);
         preload(&mut c);
         if n == WQE_SEQ_OURS {
-            c.env("MLX5_EMU_WQE_LOG", ours_wqes);
+            c.env("MLX5_EMU_WQE_LOG", outs.wqes);
+        }
+        if n == DMABUF_OURS {
+            c.env("MLX5_EMU_CMD_LOG", outs.cmds);
         }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let v = check_program(&out, code);
@@ -510,6 +561,47 @@ fn compare_wqes(
     (group, verdict, log)
 }
 
+/// Compares the REG_DMABUF_MR calls of the two command logs
+/// ([`ioctl_compare`]), writing both lists and the verdict to
+/// `logs/ioctl_compare.log`.
+fn compare_ioctls(
+    theirs: &Path,
+    ours: &Path,
+    logs: &Path,
+) -> (Group, std::result::Result<String, String>, PathBuf) {
+    let log = logs.join("ioctl_compare.log");
+    let t = fs::read_to_string(theirs).unwrap_or_default();
+    let o = fs::read_to_string(ours).unwrap_or_default();
+    let r = ioctl_compare::compare(&t, &o);
+    let mut text = String::from(
+        "REG_DMABUF_MR calls (ioctl records of MLX5_EMU_CMD_LOG, fd value normalised);\n\
+         each of ours must equal one of rdma-core's, in order\n\nrdma-core (dmabuf.c):\n",
+    );
+    for c in ioctl_compare::calls(&t) {
+        text += &format!("  {c}\n");
+    }
+    text += "ours (mlx5_dmabuf):\n";
+    for c in ioctl_compare::calls(&o) {
+        text += &format!("  {c}\n");
+    }
+    for p in &r.problems {
+        text += &format!("PROBLEM: {p}\n");
+    }
+    let _ = fs::write(&log, &text);
+    let group = Group::Ioctl {
+        compared: r.ours,
+        identical: r.identical,
+    };
+    let verdict = match r.problems.first() {
+        None => Ok(format!(
+            "{} of ours identical to rdma-core's ({} of theirs; the rest refused before the kernel)",
+            r.identical, r.theirs
+        )),
+        Some(p) => Err(p.clone()),
+    };
+    (group, verdict, log)
+}
+
 /// Prints the closing summary and returns whether everything passed.
 pub fn summary(outcomes: &[Outcome]) -> bool {
     util::print_line(&summary_line(outcomes));
@@ -519,6 +611,7 @@ pub fn summary(outcomes: &[Outcome]) -> bool {
 /// The closing summary line.
 fn summary_line(outcomes: &[Outcome]) -> String {
     let (mut n, mut m, mut s, mut p, mut q, mut w, mut x, mut y) = (0, 0, 0, 0, 0, 0, 0, 0);
+    let (mut ic, mut ii) = (0, 0);
     for o in outcomes {
         match o.group {
             Group::RdmaCore { steps } => {
@@ -542,12 +635,20 @@ fn summary_line(outcomes: &[Outcome]) -> String {
                 x += identical;
                 y += differing;
             }
+            Group::Ioctl {
+                compared,
+                identical,
+            } => {
+                ic += compared;
+                ii += identical;
+            }
         }
     }
     format!(
         "mlx5: rdma-core against the emulated ConnectX-5: {n} items passed, {m} failed \
          ({s} scenario steps passed); our provider: {p} scenario steps passed, {q} failed; \
-         WQEs compared: {w} ({x} identical after normalisation, {y} differing)"
+         WQEs compared: {w} ({x} identical after normalisation, {y} differing); \
+         dmabuf ioctls compared: {ic} ({ii} identical)"
     )
 }
 
@@ -610,7 +711,8 @@ mod tests {
             summary_line(&all),
             "mlx5: rdma-core against the emulated ConnectX-5: 2 items passed, 1 failed (9 \
              scenario steps passed); our provider: 8 scenario steps passed, 1 failed; WQEs \
-             compared: 10 (9 identical after normalisation, 1 differing)"
+             compared: 10 (9 identical after normalisation, 1 differing); dmabuf ioctls \
+             compared: 0 (0 identical)"
         );
     }
 
