@@ -167,6 +167,8 @@ impl Provider for Mlx5 {
             Feature::AtomicWrite | Feature::Flush => false,
             // A kernel method of the mlx5 driver: nothing of ours.
             Feature::OdpAdvice => true,
+            // A kernel method too (mlx5_ib_reg_user_mr_dmabuf).
+            Feature::DmabufMr => true,
             // A feature the contract gains is unsupported until done here.
             _ => false,
         }

@@ -154,7 +154,9 @@ impl Provider for Rxe {
         // on-demand MR (in ib_umem_odp_map_dma_and_lock, found by our
         // suite); rdma-core's rxe provider never calls it. Refused until
         // a kernel where it works can be told apart.
-        feature != Feature::OdpAdvice
+        // rxe has no dmabuf registration (no reg_user_mr_dmabuf: the
+        // kernel answers EOPNOTSUPP); refused before the kernel is asked.
+        !matches!(feature, Feature::OdpAdvice | Feature::DmabufMr)
     }
 
     fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqCreated<Self>, Errno> {

@@ -66,10 +66,43 @@ pub mod object {
     pub const MR: u16 = 7;
 }
 
+/// `UVERBS_ATTR_UHW_IN`: a method's driver-specific input (the driver
+/// data of a `write()` command).
+pub const UVERBS_ATTR_UHW_IN: u16 = 0x1000;
+/// `UVERBS_ATTR_UHW_OUT`: a method's driver-specific output.
+pub const UVERBS_ATTR_UHW_OUT: u16 = 0x1001;
+
 /// Methods of the MR object (`enum uverbs_methods_mr`).
 pub mod mr_method {
+    /// `UVERBS_METHOD_MR_DESTROY`.
+    pub const MR_DESTROY: u16 = 1;
     /// `UVERBS_METHOD_ADVISE_MR`.
     pub const ADVISE_MR: u16 = 2;
+    /// `UVERBS_METHOD_REG_DMABUF_MR`.
+    pub const REG_DMABUF_MR: u16 = 4;
+}
+
+/// Attributes of `UVERBS_METHOD_REG_DMABUF_MR`.
+pub mod reg_dmabuf_mr_attr {
+    /// Out: the new MR's handle (an object attribute the kernel fills).
+    pub const HANDLE: u16 = 0;
+    /// In: the PD (an object handle).
+    pub const PD_HANDLE: u16 = 1;
+    /// In: where in the dmabuf the region starts (u64).
+    pub const OFFSET: u16 = 2;
+    /// In: the region's length in bytes (u64).
+    pub const LENGTH: u16 = 3;
+    /// In: the address the device knows the start by (u64).
+    pub const IOVA: u16 = 4;
+    /// In: the dmabuf's file descriptor (u32).
+    pub const FD: u16 = 5;
+    /// In: `IB_ACCESS_*` flags (u32; only local write, remote read, write,
+    /// atomic and relaxed ordering are accepted).
+    pub const ACCESS_FLAGS: u16 = 6;
+    /// Out: the lkey (u32).
+    pub const RESP_LKEY: u16 = 7;
+    /// Out: the rkey (u32).
+    pub const RESP_RKEY: u16 = 8;
 }
 
 /// Attributes of `UVERBS_METHOD_ADVISE_MR`.
@@ -100,6 +133,10 @@ pub const ADVISE_MR_FLAG_FLUSH: u32 = 1 << 0;
 
 /// Methods of the device object (`enum uverbs_methods_device`).
 pub mod device_method {
+    /// `UVERBS_METHOD_INVOKE_WRITE`: a `write()` command carried by ioctl.
+    pub const INVOKE_WRITE: u16 = 0;
+    /// `UVERBS_METHOD_GET_CONTEXT`.
+    pub const GET_CONTEXT: u16 = 3;
     /// `UVERBS_METHOD_QUERY_PORT`.
     pub const QUERY_PORT: u16 = 2;
     /// `UVERBS_METHOD_QUERY_GID_TABLE`.
@@ -107,6 +144,30 @@ pub mod device_method {
     /// `UVERBS_METHOD_QUERY_GID_ENTRY`.
     pub const QUERY_GID_ENTRY: u16 = 6;
 }
+
+/// Attributes of `UVERBS_METHOD_INVOKE_WRITE` (and [`UVERBS_ATTR_UHW_IN`],
+/// [`UVERBS_ATTR_UHW_OUT`] for the driver data).
+pub mod invoke_write_attr {
+    /// In: the core command (what follows the `write()` headers).
+    pub const CORE_IN: u16 = 0;
+    /// Out: the core response.
+    pub const CORE_OUT: u16 = 1;
+    /// In: the command number (`IB_USER_VERBS_CMD_*`, with
+    /// `IB_USER_VERBS_CMD_FLAG_EXTENDED` for an extended one), a constant.
+    pub const WRITE_CMD: u16 = 2;
+}
+
+/// Attributes of `UVERBS_METHOD_QUERY_PORT`.
+pub mod query_port_attr {
+    /// In: the port number (a constant).
+    pub const PORT_NUM: u16 = 0;
+    /// Out: `struct ib_uverbs_query_port_resp_ex`.
+    pub const RESP: u16 = 1;
+}
+
+/// Length of `struct ib_uverbs_query_port_resp_ex`: the legacy answer,
+/// `port_cap_flags2` (u16) and reserved bytes.
+pub const QUERY_PORT_RESP_EX_LEN: usize = 48;
 
 /// Attributes of `UVERBS_METHOD_QUERY_GID_TABLE`.
 pub mod query_gid_table_attr {
@@ -213,6 +274,23 @@ impl<'a> IoctlCmd<'a> {
         })
     }
 
+    /// A mandatory output naming the object the method creates (an IDR
+    /// attribute of access NEW: length 0, the kernel writes the new
+    /// handle into `data`; read it with [`IoctlCmd::handle`]).
+    pub fn out_handle(&mut self, id: u16) -> &mut Self {
+        self.in_handle(id, 0)
+    }
+
+    /// After a successful [`execute`](Self::execute): the handle the kernel
+    /// wrote into object attribute `id` (see [`out_handle`](Self::out_handle));
+    /// `None` if there is no such attribute or the value is not a handle.
+    pub fn handle(&self, id: u16) -> Option<u32> {
+        self.attrs[..self.n]
+            .iter()
+            .find(|a| a.attr_id == id && a.len == 0)
+            .and_then(|a| u32::try_from(a.data).ok())
+    }
+
     /// A mandatory input buffer the kernel reads: carried inline when it
     /// is at most 8 bytes (as the kernel expects), else by pointer.
     pub fn in_bytes(&mut self, id: u16, buf: &'a [u8]) -> &mut Self {
@@ -291,6 +369,16 @@ impl<'a> IoctlCmd<'a> {
         let rc = unsafe { libc::ioctl(fd.as_raw_fd(), RDMA_VERBS_IOCTL as _, buf.as_mut_ptr()) };
         if rc < 0 {
             return Err(Errno::last());
+        }
+        // The kernel writes back into the array: new object handles and
+        // the flags of outputs it filled.
+        for (a, b) in self.attrs[..self.n]
+            .iter_mut()
+            .zip(buf[HDR..len].chunks_exact(ATTR))
+        {
+            if let Ok(v) = Attr::read_from_bytes(b) {
+                *a = v;
+            }
         }
         Ok(())
     }

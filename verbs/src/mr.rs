@@ -343,7 +343,7 @@ const REREG_PD: u32 = 1 << 1;
 /// `IB_MR_REREG_ACCESS`: REREG_MR changes the access flags.
 const REREG_ACCESS: u32 = 1 << 2;
 
-fn check_access(access: AccessFlags) -> Result<()> {
+pub(crate) fn check_access(access: AccessFlags) -> Result<()> {
     let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
         return Err(Error::invalid(

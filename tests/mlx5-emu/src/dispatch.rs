@@ -168,7 +168,6 @@ fn method(extended: bool, number: u32) -> Option<Method> {
 
 /// A command split into its parts, headers validated.
 struct Parsed<'a> {
-    method: Method,
     core: &'a [u8],
     drv: &'a [u8],
     out: UserBuf,
@@ -230,7 +229,6 @@ fn parse(bytes: &[u8]) -> Result<Parsed<'_>, Errno> {
         let core = &bytes[EX_HDRS..EX_HDRS + in_core];
         let drv = &bytes[EX_HDRS + in_core..];
         return Ok(Parsed {
-            method,
             core,
             drv,
             out,
@@ -281,7 +279,6 @@ fn parse(bytes: &[u8]) -> Result<Parsed<'_>, Errno> {
         (UserBuf::default(), UserBuf::default())
     };
     Ok(Parsed {
-        method,
         core,
         drv,
         out,
@@ -315,22 +312,78 @@ pub unsafe fn write(
     let command = CmdHdr::read_from_prefix(bytes)
         .map(|(h, _)| h.command)
         .unwrap_or(0);
-    let parsed = match parse(bytes) {
-        Ok(p) => p,
+    let result = match parse(bytes) {
+        Ok(p) => execute(
+            &mut emu,
+            ctx,
+            fd,
+            command,
+            Parts {
+                core: p.core,
+                drv: p.drv,
+                out: p.out,
+                drv_out: p.drv_out,
+            },
+        ),
         Err(e) => {
             log::line(format_args!("command {command:#x} (len {len}) -> {e:?}"));
-            record::write_command(bytes, Err(e));
-            return Some(Err(e));
+            Err(e)
         }
+    };
+    drop(emu);
+    record::write_command(bytes, result);
+    Some(result.map(|()| len))
+}
+
+/// A command's parts: split from the `write()` bytes by the header rules,
+/// or given one by one by `UVERBS_METHOD_INVOKE_WRITE`'s attributes
+/// ([`crate::ioctl`]).
+pub(crate) struct Parts<'a> {
+    /// Core command bytes (without headers).
+    pub(crate) core: &'a [u8],
+    /// Driver (mlx5) command bytes.
+    pub(crate) drv: &'a [u8],
+    /// Core response buffer (validated).
+    pub(crate) out: UserBuf,
+    /// Driver response buffer (validated).
+    pub(crate) drv_out: UserBuf,
+}
+
+/// Looks `command` up as the kernel's `uapi_get_method` does: `EINVAL` for
+/// bits outside the command mask, `EOPNOTSUPP` for a command it does not
+/// know. Returns the core request and response sizes the command needs at
+/// least (shorter ones are `ENOSPC`).
+pub(crate) fn command_sizes(command: u32) -> Result<(usize, usize), Errno> {
+    if command & !(IB_USER_VERBS_CMD_FLAG_EXTENDED | COMMAND_MASK) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let extended = command & IB_USER_VERBS_CMD_FLAG_EXTENDED != 0;
+    let m = method(extended, command & COMMAND_MASK).ok_or(Errno::EOPNOTSUPP)?;
+    Ok((m.req, m.resp))
+}
+
+/// Runs `command`, its parts split and sized already, on context `ctx`
+/// (command fd `fd`): the one way into the handlers, for `write()` and
+/// `INVOKE_WRITE` alike. Logs the outcome; the caller records it.
+pub(crate) fn execute(
+    emu: &mut Emu,
+    ctx: u64,
+    fd: c_int,
+    command: u32,
+    parts: Parts<'_>,
+) -> Result<(), Errno> {
+    let extended = command & IB_USER_VERBS_CMD_FLAG_EXTENDED != 0;
+    let Some(m) = method(extended, command & COMMAND_MASK) else {
+        return Err(Errno::EOPNOTSUPP);
     };
     let has_uctx = emu.context(ctx).is_some_and(|c| c.ucontext().is_some());
     let mut call = Call {
         ctx,
         fd,
-        core: parsed.core,
-        drv: parsed.drv,
-        out: parsed.out,
-        drv_out: parsed.drv_out,
+        core: parts.core,
+        drv: parts.drv,
+        out: parts.out,
+        drv_out: parts.drv_out,
         detail: String::new(),
     };
     let is_get_context = command == nr::GET_CONTEXT;
@@ -338,24 +391,16 @@ pub unsafe fn write(
         // GET_CONTEXT twice, or anything else before it.
         Err(Errno::EINVAL)
     } else {
-        (parsed.method.run)(&mut emu, &mut call)
+        (m.run)(emu, &mut call)
     };
-    drop(emu);
-    record::write_command(bytes, result);
     if log::enabled() {
         let sep = if call.detail.is_empty() { "" } else { " " };
         match &result {
-            Ok(()) => log::line(format_args!(
-                "{}{sep}{} -> ok",
-                parsed.method.name, call.detail
-            )),
-            Err(e) => log::line(format_args!(
-                "{}{sep}{} -> {e:?}",
-                parsed.method.name, call.detail
-            )),
+            Ok(()) => log::line(format_args!("{}{sep}{} -> ok", m.name, call.detail)),
+            Err(e) => log::line(format_args!("{}{sep}{} -> {e:?}", m.name, call.detail)),
         }
     }
-    Some(result.map(|()| len))
+    result
 }
 
 // ---------------------------------------------------------------------------
@@ -615,6 +660,7 @@ fn reg_mr(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             access,
             lkey: key,
             rkey: key,
+            backing: None,
         },
     );
     add_users(&mut emu.pds, req.pd_handle, 1);

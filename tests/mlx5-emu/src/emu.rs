@@ -236,6 +236,12 @@ pub struct Mr {
     pub(crate) access: u32,
     pub(crate) lkey: u32,
     pub(crate) rkey: u32,
+    /// For a dmabuf MR (`UVERBS_METHOD_REG_DMABUF_MR`): the emulator's own
+    /// mapping of the stand-in dmabuf, which `start` points into; unmapped
+    /// when the MR goes. `None` for an MR of user memory. Held for its
+    /// drop only.
+    #[allow(dead_code)]
+    pub(crate) backing: Option<crate::dmabuf::Mapping>,
 }
 
 impl Mr {

@@ -159,8 +159,8 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> 
     unsafe { real::write(fd, buf, count) }
 }
 
-/// `ioctl(2)`; every request on a device fd fails with `ENOTTY`, which
-/// makes libibverbs use the `write()` command ABI.
+/// `ioctl(2)`; on a device fd, a uverbs method (`RDMA_VERBS_IOCTL`,
+/// module `ioctl`; any other request is `ENOTTY`).
 ///
 /// # Safety
 /// As `ioctl(2)`. C-variadic in glibc; see the module docs for why the
@@ -168,9 +168,17 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> 
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
     if fdtable::kind(fd) == FdKind::Cmd {
-        log::line(format_args!("ioctl fd {fd} request {request:#x} -> ENOTTY"));
-        set_errno(Errno::ENOTTY);
-        return -1;
+        // SAFETY: `arg` is the caller's ioctl() argument.
+        let r = guarded(|| Ok(unsafe { crate::ioctl::ioctl(fd, request, arg) }));
+        match r {
+            Ok(Some(Ok(v))) => return v,
+            Ok(Some(Err(e))) | Err(e) => {
+                set_errno(e);
+                return -1;
+            }
+            // Not ours after all (stale fd number): pass through.
+            Ok(None) => {}
+        }
     }
     // SAFETY: pass-through with the caller's arguments.
     unsafe { real::ioctl(fd, request, arg) }

@@ -26,9 +26,12 @@
 //!   `mmap`/`munmap`/`write` and `socket` are interposed (module
 //!   `interpose`). Opening `/dev/infiniband/uverbs0` returns a memfd of our
 //!   own (so `close`/`poll`/fd numbering behave); `fstat` on it reports a
-//!   character device whose `st_rdev` matches the sysfs `dev` file; every
-//!   `ioctl` on it fails with `ENOTTY`, which makes libibverbs use the
-//!   legacy `write()` command ABI; `socket(AF_NETLINK, *, NETLINK_RDMA)`
+//!   character device whose `st_rdev` matches the sysfs `dev` file;
+//!   `ioctl` on it answers the uverbs methods of module `ioctl` (among
+//!   them `INVOKE_WRITE`, which libibverbs then uses for every `write()`
+//!   command, as on a real kernel; methods not there are
+//!   `EPROTONOSUPPORT`, for which it falls back to `write()` method by
+//!   method); `socket(AF_NETLINK, *, NETLINK_RDMA)`
 //!   fails with `EPROTONOSUPPORT` so discovery always takes the sysfs route.
 //! - **Commands.** `write()` on the device fd is decoded like the kernel's
 //!   uverbs layer does (header rules, errnos) and answered by a small
@@ -39,6 +42,8 @@
 //!   (module `hca`) watches the doorbell records, executes the posted work
 //!   requests between QPs of this process and writes CQEs and completion
 //!   events.
+//! - **dmabuf.** `UVERBS_METHOD_REG_DMABUF_MR` registers a stand-in for a
+//!   dmabuf (a memfd sealed against shrinking, module `dmabuf`).
 //!
 //! Environment: `MLX5_EMU_LOG=1` prints one line per command to stderr;
 //! `MLX5_EMU_SYSFS=<dir>` chooses where the sysfs tree is written;
@@ -57,6 +62,8 @@ pub mod device;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod dispatch;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod dmabuf;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod emu;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod fdtable;
@@ -64,6 +71,8 @@ pub mod fdtable;
 pub mod hca;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod interpose;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod ioctl;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod log;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -21,7 +21,10 @@
 //! command comparison: `cmd_seq.c` and `mlx5_cmd_seq` make the same fixed
 //! control-path calls with `MLX5_EMU_CMD_LOG` set, and [`cmd_compare`]
 //! compares every command field by field (report: `logs/cmd_compare.log`).
-//! The closing line counts all four.
+//! And the dmabuf ioctls: `dmabuf.c` and `mlx5_dmabuf` run with
+//! `MLX5_EMU_CMD_LOG` set, and [`ioctl_compare`] checks every
+//! REG_DMABUF_MR call of ours is byte-identical to one of rdma-core's
+//! (report: `logs/ioctl_compare.log`). The closing line counts them all.
 //!
 //! RoCE: the emulator plays an Ethernet (RoCE) port instead of its
 //! InfiniBand one when `MLX5_EMU_LINK=eth` is set. The scenario programs
@@ -40,6 +43,8 @@ use crate::util::{self, cargo_bin, describe, workspace_root};
 
 #[path = "cmd_compare.rs"]
 pub mod cmd_compare;
+#[path = "ioctl_compare.rs"]
+pub mod ioctl_compare;
 #[path = "wqe_compare.rs"]
 pub mod wqe_compare;
 
@@ -86,6 +91,13 @@ pub enum Group {
         identical: usize,
         /// Differing, or sent by one side only.
         differing: usize,
+    },
+    /// The REG_DMABUF_MR ioctls of our provider against rdma-core's.
+    Ioctl {
+        /// Our calls compared.
+        compared: usize,
+        /// Identical to rdma-core's.
+        identical: usize,
     },
     /// The WQE comparison of libmlx5 against our provider.
     Compare {
@@ -209,6 +221,9 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     // The command logs of the same sequence of verbs (cmd_compare.rs).
     let theirs_cmds = logs.join("cmd_seq.rdma-core.cmd");
     let ours_cmds = logs.join("cmd_seq.ours.cmd");
+    // The command logs of the dmabuf programs (ioctl_compare.rs).
+    let theirs_dmabuf = logs.join("dmabuf.rdma-core.cmd");
+    let ours_dmabuf = logs.join("dmabuf.ours.cmd");
 
     let mut outcomes = Vec::new();
     let mut record_in =
@@ -352,6 +367,10 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
             let _ = fs::remove_file(&theirs_cmds);
             c.env("MLX5_EMU_CMD_LOG", &theirs_cmds);
         }
+        if stem == DMABUF_C {
+            let _ = fs::remove_file(&theirs_dmabuf);
+            c.env("MLX5_EMU_CMD_LOG", &theirs_dmabuf);
+        }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let steps = out.lines().filter(|l| l.starts_with("PASS ")).count();
         record(name, steps, check_program(&out, code), &log);
@@ -361,6 +380,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     let recorded = Recorded {
         wqes: &ours_wqes,
         cmds: &ours_cmds,
+        dmabuf: &ours_dmabuf,
     };
     for (group, name, verdict, log) in run_ours(&ws, target_dir, &preload_for, &logs, &recorded)? {
         record_in(group, name, verdict, &log);
@@ -380,6 +400,15 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     record_in(
         group,
         "WQE bytes: libmlx5 against our provider".into(),
+        verdict,
+        &log,
+    );
+
+    // The REG_DMABUF_MR ioctls both made for the same registrations.
+    let (group, verdict, log) = compare_ioctls(&theirs_dmabuf, &ours_dmabuf, &logs);
+    record_in(
+        group,
+        "dmabuf ioctls: libibverbs against ours".into(),
         verdict,
         &log,
     );
@@ -407,13 +436,22 @@ const WQE_SEQ_OURS: &str = "mlx5_wqe_seq";
 const CMD_SEQ_C: &str = "cmd_seq";
 /// Our program making the same calls (tests/src/bin/mlx5_cmd_seq.rs).
 const CMD_SEQ_OURS: &str = "mlx5_cmd_seq";
+/// The C program whose REG_DMABUF_MR ioctls are compared
+/// (tests/mlx5-emu/c/dmabuf.c).
+const DMABUF_C: &str = "dmabuf";
+/// Our program making the same registrations (tests/src/bin/mlx5_dmabuf.rs).
+const DMABUF_OURS: &str = "mlx5_dmabuf";
 /// Our programs expected even if their source went missing.
-const OURS_EXPECTED: &[&str] = &["mlx5_scenarios", WQE_SEQ_OURS, CMD_SEQ_OURS];
+const OURS_EXPECTED: &[&str] = &["mlx5_scenarios", WQE_SEQ_OURS, CMD_SEQ_OURS, DMABUF_OURS];
 
-/// Where our sequence programs record: WQEs and commands.
+/// Where our recording programs write their logs.
 struct Recorded<'a> {
+    /// [`WQE_SEQ_OURS`]'s WQE log.
     wqes: &'a Path,
+    /// [`CMD_SEQ_OURS`]'s command log.
     cmds: &'a Path,
+    /// [`DMABUF_OURS`]'s command log.
+    dmabuf: &'a Path,
 }
 
 /// Time limit of building our programs (a cold build of the workspace on
@@ -478,7 +516,8 @@ fn our_programs(bin_dir: &Path) -> Vec<String> {
 /// [`OURS_EXPECTED`]; see [`our_programs`]) under the emulator like the
 /// C programs, each bounded by [`ITEM_LIMIT`] and logging to
 /// `logs/<name>.log`; [`WQE_SEQ_OURS`] records its WQEs and
-/// [`CMD_SEQ_OURS`] its commands where `recorded` says.
+/// [`CMD_SEQ_OURS`] and [`DMABUF_OURS`] their commands where `recorded`
+/// says.
 /// A program that is expected but missing or does not build fails.
 /// `preload` sets a program's environment up by its name.
 fn run_ours(
@@ -492,6 +531,7 @@ fn run_ours(
     let names = our_programs(&bin_dir);
     let _ = fs::remove_file(recorded.wqes);
     let _ = fs::remove_file(recorded.cmds);
+    let _ = fs::remove_file(recorded.dmabuf);
     let present: Vec<&String> = names
         .iter()
         .filter(|n| our_source(&bin_dir, n).is_some())
@@ -541,6 +581,9 @@ fn run_ours(
         }
         if n == CMD_SEQ_OURS {
             c.env("MLX5_EMU_CMD_LOG", recorded.cmds);
+        }
+        if n == DMABUF_OURS {
+            c.env("MLX5_EMU_CMD_LOG", recorded.dmabuf);
         }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let v = check_program(&out, code);
@@ -672,6 +715,47 @@ fn compare_cmds(
     (group, verdict, log)
 }
 
+/// Compares the REG_DMABUF_MR calls of the two command logs
+/// ([`ioctl_compare`]), writing both lists and the verdict to
+/// `logs/ioctl_compare.log`.
+fn compare_ioctls(
+    theirs: &Path,
+    ours: &Path,
+    logs: &Path,
+) -> (Group, std::result::Result<String, String>, PathBuf) {
+    let log = logs.join("ioctl_compare.log");
+    let t = fs::read_to_string(theirs).unwrap_or_default();
+    let o = fs::read_to_string(ours).unwrap_or_default();
+    let r = ioctl_compare::compare(&t, &o);
+    let mut text = String::from(
+        "REG_DMABUF_MR calls (ioctl records of MLX5_EMU_CMD_LOG, fd value normalised);\n\
+         each of ours must equal one of rdma-core's, in order\n\nrdma-core (dmabuf.c):\n",
+    );
+    for c in ioctl_compare::calls(&t) {
+        text += &format!("  {c}\n");
+    }
+    text += "ours (mlx5_dmabuf):\n";
+    for c in ioctl_compare::calls(&o) {
+        text += &format!("  {c}\n");
+    }
+    for p in &r.problems {
+        text += &format!("PROBLEM: {p}\n");
+    }
+    let _ = fs::write(&log, &text);
+    let group = Group::Ioctl {
+        compared: r.ours,
+        identical: r.identical,
+    };
+    let verdict = match r.problems.first() {
+        None => Ok(format!(
+            "{} of ours identical to rdma-core's ({} of theirs; the rest refused before the kernel)",
+            r.identical, r.theirs
+        )),
+        Some(p) => Err(p.clone()),
+    };
+    (group, verdict, log)
+}
+
 /// Prints the closing summary and returns whether everything passed.
 pub fn summary(outcomes: &[Outcome]) -> bool {
     util::print_line(&summary_line(outcomes));
@@ -682,6 +766,7 @@ pub fn summary(outcomes: &[Outcome]) -> bool {
 fn summary_line(outcomes: &[Outcome]) -> String {
     let (mut n, mut m, mut s, mut p, mut q, mut w, mut x, mut y) = (0, 0, 0, 0, 0, 0, 0, 0);
     let (mut cc, mut ci, mut cd) = (0, 0, 0);
+    let (mut ic, mut ii) = (0, 0);
     for o in outcomes {
         match o.group {
             Group::RdmaCore { steps } => {
@@ -695,6 +780,13 @@ fn summary_line(outcomes: &[Outcome]) -> String {
             Group::Ours { passed, failed } => {
                 p += passed;
                 q += failed;
+            }
+            Group::Ioctl {
+                compared,
+                identical,
+            } => {
+                ic += compared;
+                ii += identical;
             }
             Group::Commands {
                 compared,
@@ -720,7 +812,8 @@ fn summary_line(outcomes: &[Outcome]) -> String {
         "mlx5: rdma-core against the emulated ConnectX-5: {n} items passed, {m} failed \
          ({s} scenario steps passed); our provider: {p} scenario steps passed, {q} failed; \
          commands compared: {cc} ({ci} identical after normalisation, {cd} differing); \
-         WQEs compared: {w} ({x} identical after normalisation, {y} differing)"
+         WQEs compared: {w} ({x} identical after normalisation, {y} differing); \
+         dmabuf ioctls compared: {ic} ({ii} identical)"
     )
 }
 
@@ -792,7 +885,8 @@ mod tests {
             "mlx5: rdma-core against the emulated ConnectX-5: 2 items passed, 1 failed (9 \
              scenario steps passed); our provider: 8 scenario steps passed, 1 failed; commands \
              compared: 4 (3 identical after normalisation, 1 differing); WQEs compared: 10 (9 \
-             identical after normalisation, 1 differing)"
+             identical after normalisation, 1 differing); dmabuf ioctls compared: 0 (0 \
+             identical)"
         );
     }
 

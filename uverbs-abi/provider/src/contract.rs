@@ -92,6 +92,9 @@ pub enum Feature {
     Flush,
     /// Advice on an on-demand MR's pages (`UVERBS_METHOD_ADVISE_MR`).
     OdpAdvice,
+    /// Registering a dmabuf (`UVERBS_METHOD_REG_DMABUF_MR`): memory another
+    /// device's driver exports, GPU memory for one.
+    DmabufMr,
 }
 
 impl fmt::Display for Feature {
@@ -105,6 +108,7 @@ impl fmt::Display for Feature {
             Feature::AtomicWrite => "ATOMIC_WRITE",
             Feature::Flush => "RDMA FLUSH",
             Feature::OdpAdvice => "advice on on-demand MRs (prefetch)",
+            Feature::DmabufMr => "dmabuf memory registration (reg_dmabuf_mr)",
         })
     }
 }
