@@ -422,44 +422,151 @@ fn cq_entries(cqe: u32) -> Result<u32, Errno> {
 }
 
 // ---------------------------------------------------------------------------
-// Device-level commands.
+// mlx5 driver-data rules: what the mlx5 kernel driver (Linux 6.12) refuses
+// in the driver data of each command, with its errno. Each helper names
+// the kernel function whose rule it plays.
 
-fn get_context(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
-    call.req::<GetContext>()?;
-    // mlx5: the 8-byte original request, or the v2 request at least up to
-    // `max_cqe_version` (providers truncate it when retrying).
-    let drv = call.drv;
+/// The granularity of a queue buffer's offset in its first page: the
+/// quantized `page_offset` of the QP, CQ and SRQ contexts counts 64ths of
+/// a 4 KiB page.
+const BUF_OFFSET_QUANTUM: u64 = 64;
+
+/// The GET_CONTEXT driver data (`mlx5_ib_alloc_ucontext`): exactly the
+/// 8-byte original request, or the v2 request at least up to
+/// `max_cqe_version` (`EINVAL` otherwise); whether it is v2. The kernel
+/// copies at most the v2 struct: later bytes are not read. Unknown flags
+/// (only DEVX exists), a `comp_mask` or non-zero reserved fields:
+/// `EOPNOTSUPP`. `lib_caps` is not checked (the kernel does not either).
+fn ucontext_req(drv: &[u8]) -> Result<(mlx5::AllocUcontextReqV2, bool), Errno> {
     const V2_MIN: usize = std::mem::offset_of!(mlx5::AllocUcontextReqV2, max_cqe_version);
     let v2 = match drv.len() {
         8 => false,
         n if n >= V2_MIN => true,
         _ => return Err(Errno::EINVAL),
     };
-    if drv.len() > size_of::<mlx5::AllocUcontextReqV2>()
-        && !all_zero(&drv[size_of::<mlx5::AllocUcontextReqV2>()..])
-    {
+    let req: mlx5::AllocUcontextReqV2 = read_padded(drv);
+    if req.flags & !mlx5::MLX5_IB_ALLOC_UCTX_DEVX != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if req.comp_mask != 0 || req.reserved0 != 0 || req.reserved1 != 0 || req.reserved2 != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok((req, v2))
+}
+
+/// The static bfregs of a new ucontext (`mlx5_ib_alloc_ucontext` and
+/// `calc_total_bfregs`): the count rounds up to whole UARs in 32-bit
+/// arithmetic (so `u32::MAX` wraps to 0); more low-latency bfregs than
+/// that count less one is `EINVAL` (checked first, with the same wrapping
+/// subtraction, so a zero count passes it); then zero is `EINVAL` and more
+/// than [`device::MAX_TOTAL_BFREGS`] `ENOMEM`. (A library asking for
+/// dynamic UARs, `MLX5_LIB_CAP_DYN_UAR`, skips the last two on the
+/// kernel; the emulator has no dynamic UAR object and serves every
+/// context from static UARs, as a kernel without that capability does.)
+fn ucontext_bfregs(total: u32, low_latency: u32) -> Result<u32, Errno> {
+    let per_uar = device::BFREGS_PER_UAR;
+    let total = total.wrapping_add(per_uar - 1) & !(per_uar - 1);
+    if low_latency > total.wrapping_sub(1) {
         return Err(Errno::EINVAL);
     }
-    let req: mlx5::AllocUcontextReqV2 = read_padded(drv);
-    if v2 {
-        if req.flags & !mlx5::MLX5_IB_ALLOC_UCTX_DEVX != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        if req.comp_mask != 0 || req.reserved0 != 0 || req.reserved1 != 0 || req.reserved2 != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
+    if total == 0 {
+        return Err(Errno::EINVAL);
     }
-    let total = req
-        .total_num_bfregs
-        .checked_next_multiple_of(device::BFREGS_PER_UAR)
-        .ok_or(Errno::ENOMEM)?;
     if total > device::MAX_TOTAL_BFREGS {
         return Err(Errno::ENOMEM);
     }
-    // No static bfregs would mean dynamic UARs, an ioctl-only path.
-    if total == 0 || req.num_low_latency_bfregs > total - 1 {
+    Ok(total)
+}
+
+/// A queue buffer's start (`mlx5_umem_find_best_quantized_pgoff`, used by
+/// `create_cq_user`, `mlx5_ib_resize_cq`, `_create_user_qp` and the SRQ
+/// creation): its offset in the first 4 KiB page must be a whole number
+/// of 64-byte quanta, or no page size fits the context and the kernel
+/// answers `EINVAL`.
+fn check_buf_offset(addr: u64) -> Result<(), Errno> {
+    if addr % BUF_OFFSET_QUANTUM != 0 {
         return Err(Errno::EINVAL);
     }
+    Ok(())
+}
+
+/// The CREATE_CQ driver data (`create_cq_user`): at least up to `flags`
+/// (`EINVAL`); at most the struct is read, later bytes are ignored (6.12;
+/// the 7.x `ib_copy_validate_udata_in` answers `EOPNOTSUPP` to non-zero
+/// ones). Unknown flags, a CQE size other than 64 or 128, and non-zero
+/// reserved fields: `EINVAL`.
+fn create_cq_req(drv: &[u8]) -> Result<mlx5::CreateCq, Errno> {
+    const MIN: usize = std::mem::offset_of!(mlx5::CreateCq, flags);
+    if drv.len() < MIN {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::CreateCq = read_padded(drv);
+    let known = mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
+        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
+        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS;
+    if ucmd.flags & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    check_cqe_size(ucmd.cqe_size)?;
+    if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(ucmd)
+}
+
+/// The CQ features CREATE_CQ may ask for beyond the ring
+/// (`create_cq_user`), against the emulated device's capabilities:
+/// compression (`cqe_comp_en == 1`; other values are ignored), 128-byte
+/// padding and real-time stamps are not offered: `EOPNOTSUPP`. A dynamic
+/// UAR page for the arm doorbell names an object the emulator has not
+/// got: `EINVAL`, the firmware's answer to a foreign UAR.
+fn check_cq_features(ucmd: &mlx5::CreateCq) -> Result<(), Errno> {
+    if ucmd.cqe_comp_en == 1 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    // The kernel takes the flag here and refuses it when a QP is created
+    // on the CQ (get_qp_ts_format); the emulator, keeping no such state,
+    // refuses it at once with the same errno.
+    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// The RESIZE_CQ driver data (`resize_user`): the whole struct (shorter
+/// data is `EINVAL` here; 6.12 reads past it, 7.x refuses it likewise),
+/// later bytes ignored; non-zero reserved fields `EINVAL`. The CQE size
+/// must be 64 or 128 (`EINVAL`, the firmware's answer to any other).
+fn resize_cq_req(drv: &[u8]) -> Result<mlx5::ResizeCq, Errno> {
+    if drv.len() < size_of::<mlx5::ResizeCq>() {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::ResizeCq = read_padded(drv);
+    if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    check_cqe_size(u32::from(ucmd.cqe_size))?;
+    Ok(ucmd)
+}
+
+// ---------------------------------------------------------------------------
+// Device-level commands.
+
+fn get_context(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    call.req::<GetContext>()?;
+    let drv = call.drv;
+    let (req, v2) = ucontext_req(drv)?;
+    let total = ucontext_bfregs(req.total_num_bfregs, req.num_low_latency_bfregs)?;
+    // The response's CQE version: what both the firmware and the library
+    // support (mlx5_ib_alloc_ucontext); a request without the field asks
+    // for version 0.
+    const V2_MIN: usize = std::mem::offset_of!(mlx5::AllocUcontextReqV2, max_cqe_version);
     let cqe_version = if drv.len() > V2_MIN {
         req.max_cqe_version.min(device::MAX_CQE_VERSION)
     } else {
@@ -726,35 +833,13 @@ fn create_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         None
     };
     let entries = cq_entries(req.cqe)?;
-    // mlx5 driver data: at least the buffer, doorbell and CQE size.
-    const MIN: usize = std::mem::offset_of!(mlx5::CreateCq, cqe_comp_en);
-    let size = size_of::<mlx5::CreateCq>();
-    if call.drv.len() < MIN || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
-        return Err(Errno::EINVAL);
-    }
-    let ucmd: mlx5::CreateCq = read_padded(call.drv);
-    let known = mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
-        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
-        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS;
-    if ucmd.flags & !known != 0 || ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
-        return Err(Errno::EINVAL);
-    }
-    check_cqe_size(ucmd.cqe_size)?;
-    // Dynamic UAR pages (an ioctl-only object) do not exist here.
-    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX != 0 {
-        return Err(Errno::EINVAL);
-    }
-    // CQE compression, 128-byte padding and real-time stamps: not emulated.
-    if ucmd.cqe_comp_en != 0
-        || ucmd.flags
-            & (mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
-                | mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS)
-            != 0
-    {
-        return Err(Errno::EOPNOTSUPP);
-    }
+    // The kernel's order (create_cq_user): the request, the ring's pages
+    // and their offset, the doorbell page, then the features.
+    let ucmd = create_cq_req(call.drv)?;
     mem::check(ucmd.buf_addr, entries as usize * ucmd.cqe_size as usize)?;
+    check_buf_offset(ucmd.buf_addr)?;
     mem::check(ucmd.db_addr, 8)?;
+    check_cq_features(&ucmd)?;
     let handle = emu.handle();
     let cqn = emu.new_cqn();
     emu.cqs.insert(
@@ -803,18 +888,12 @@ fn resize_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     let entries = cq_entries(req.cqe)?;
+    // The same size again is done before the driver data is read
+    // (mlx5_ib_resize_cq).
     if entries != cur.entries {
-        if call.drv.len() < size_of::<mlx5::ResizeCq>()
-            || !all_zero(&call.drv[size_of::<mlx5::ResizeCq>()..])
-        {
-            return Err(Errno::EINVAL);
-        }
-        let ucmd: mlx5::ResizeCq = read_padded(call.drv);
-        if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
-            return Err(Errno::EINVAL);
-        }
-        check_cqe_size(u32::from(ucmd.cqe_size))?;
+        let ucmd = resize_cq_req(call.drv)?;
         mem::check(ucmd.buf_addr, entries as usize * usize::from(ucmd.cqe_size))?;
+        check_buf_offset(ucmd.buf_addr)?;
         let cq = emu.cqs.get_mut(&h).ok_or(Errno::EINVAL)?;
         // Like the HW: the RESIZE CQE ends the old ring at the producer
         // counter and production continues at the next counter in the new
@@ -1617,6 +1696,212 @@ mod tests {
         cdev::close(fd, FdKind::Cmd);
         crate::real::close(fd);
         assert_eq!(fdtable::kind(fd), FdKind::None);
+    }
+
+    // -----------------------------------------------------------------------
+    // mlx5 driver-data rules. Each test sends the driver data libmlx5
+    // (rdma-core 44) sends, as recorded by `cargo xtask mlx5` in
+    // target/mlx5/logs/cmd_seq.rdma-core.cmd (its user addresses replaced
+    // by buffers of this process), then malformed variants.
+
+    /// libmlx5's GET_CONTEXT driver data: 16 bfregs, 4 low-latency, DEVX,
+    /// CQE version 1, 4K UARs and dynamic UARs in `lib_caps`.
+    const LIBMLX5_UCTX: &str = "1000000004000000010000000000000001000000000000000300000000000000";
+    /// libmlx5's CREATE_CQ driver data (buffer and doorbell at 0 and 8).
+    const LIBMLX5_CQ: &str = "0080b028f955000000b0b028f955000040000000000000000000000000000000";
+    /// libmlx5's RESIZE_CQ driver data (buffer at 0).
+    const LIBMLX5_RESIZE_CQ: &str = "00e0b328f95500004000000000000000";
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    fn set_u32(v: &mut [u8], at: usize, x: u32) {
+        v[at..at + 4].copy_from_slice(&x.to_ne_bytes());
+    }
+
+    fn set_u64(v: &mut [u8], at: usize, x: u64) {
+        v[at..at + 8].copy_from_slice(&x.to_ne_bytes());
+    }
+
+    /// A zeroed, page-aligned buffer of `len` bytes that stays mapped for
+    /// the rest of the process (objects created in a test may outlive it).
+    fn user_mem(len: usize) -> u64 {
+        let v = vec![0u8; len + 4096].leak();
+        (v.as_mut_ptr() as u64 + 4095) & !4095
+    }
+
+    /// An opened device with a user context and a response buffer.
+    struct Ctx {
+        fd: c_int,
+        rp: u64,
+    }
+
+    impl Ctx {
+        fn resp(&self, i: usize) -> u32 {
+            // SAFETY: `rp` is a leaked buffer of 64 words.
+            unsafe { (self.rp as *const u32).add(i).read() }
+        }
+        fn run(&self, bytes: &[u8]) -> Result<usize, Errno> {
+            run(self.fd, bytes)
+        }
+        fn cmd<Q: IntoBytes + zerocopy::Immutable>(
+            &self,
+            command: u32,
+            req: &Q,
+            drv: &[u8],
+            out_words: u16,
+        ) -> Result<usize, Errno> {
+            self.run(&legacy(command, req, drv, out_words))
+        }
+        fn create_cq(&self, cqe: u32, drv: &[u8]) -> Result<u32, Errno> {
+            let req = CreateCq {
+                response: self.rp,
+                cqe,
+                comp_channel: -1,
+                ..Default::default()
+            };
+            self.cmd(nr::CREATE_CQ, &req, drv, 4).map(|_| self.resp(0))
+        }
+        /// libmlx5's CREATE_CQ driver data with fresh ring and doorbell.
+        fn cq_drv(entries: usize) -> Vec<u8> {
+            let mut d = unhex(LIBMLX5_CQ);
+            set_u64(&mut d, 0, user_mem(entries * 64));
+            set_u64(&mut d, 8, user_mem(64));
+            d
+        }
+    }
+
+    /// Opens the device and creates a user context from `drv`.
+    fn open_ctx(drv: &[u8]) -> (Ctx, Result<usize, Errno>) {
+        let fd = cdev::open(libc::O_CLOEXEC).expect("open the emulated device");
+        let rp = vec![0u64; 32].leak().as_mut_ptr() as u64;
+        let gc = legacy(nr::GET_CONTEXT, &GetContext { response: rp }, drv, 20);
+        let r = run(fd, &gc);
+        (Ctx { fd, rp }, r)
+    }
+
+    /// A context from libmlx5's own request (CQE version 1).
+    fn libmlx5_ctx() -> Ctx {
+        let (c, r) = open_ctx(&unhex(LIBMLX5_UCTX));
+        assert!(r.is_ok(), "libmlx5's GET_CONTEXT: {r:?}");
+        c
+    }
+
+    /// mlx5_ib_alloc_ucontext: request sizes, flags, reserved fields and
+    /// the bfreg counts.
+    #[test]
+    fn ucontext_driver_data_rules() {
+        let good = unhex(LIBMLX5_UCTX);
+        let variant = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = good.clone();
+            f(&mut d);
+            open_ctx(&d).1.map(|_| ())
+        };
+        assert_eq!(variant(&|_| ()), Ok(()), "libmlx5's request");
+        // Between the 8-byte original request and `max_cqe_version`.
+        assert_eq!(variant(&|d| d.truncate(12)), Err(Errno::EINVAL));
+        // The original request: CQE version 0.
+        let (c, r) = open_ctx(&good[..8]);
+        assert!(r.is_ok());
+        let uresp = mlx5::AllocUcontextResp::read_from_bytes(
+            // SAFETY: the leaked response buffer, 72 bytes of driver response.
+            unsafe { std::slice::from_raw_parts((c.rp + 8) as *const u8, 72) },
+        )
+        .unwrap();
+        assert_eq!(uresp.cqe_version, 0);
+        // Unknown flags, a comp_mask, reserved fields.
+        assert_eq!(variant(&|d| d[8] = 2), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[12] = 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[17] = 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[20] = 1), Err(Errno::EOPNOTSUPP));
+        // Bytes past the struct are not read (6.12).
+        assert_eq!(variant(&|d| d.extend_from_slice(&[7; 8])), Ok(()));
+        // Low-latency bfregs: at most all but one.
+        assert_eq!(variant(&|d| set_u32(d, 4, 16)), Err(Errno::EINVAL));
+        // No bfregs; too many; too many with too many low-latency ones
+        // (that check comes first); a count that wraps when rounded up.
+        assert_eq!(variant(&|d| set_u32(d, 0, 0)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 0, 1000)), Err(Errno::ENOMEM));
+        assert_eq!(
+            variant(&|d| {
+                set_u32(d, 0, 1000);
+                set_u32(d, 4, 2000);
+            }),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u32(d, 0, u32::MAX)), Err(Errno::EINVAL));
+        assert_eq!(ucontext_bfregs(15, 14), Ok(16));
+        assert_eq!(ucontext_bfregs(u32::MAX - 1, 0), Err(Errno::ENOMEM));
+    }
+
+    /// create_cq_user and mlx5_ib_resize_cq: sizes, flags, reserved
+    /// fields, CQE size, buffer offset and the features not offered.
+    #[test]
+    fn cq_driver_data_rules() {
+        let c = libmlx5_ctx();
+        let variant = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = Ctx::cq_drv(128);
+            f(&mut d);
+            c.create_cq(127, &d).map(|_| ())
+        };
+        assert_eq!(variant(&|_| ()), Ok(()), "libmlx5's request");
+        // Shorter than up to `flags`.
+        assert_eq!(variant(&|d| d.truncate(20)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d.truncate(24)), Ok(()));
+        // Bytes past the struct are not read (6.12).
+        assert_eq!(variant(&|d| d.extend_from_slice(&[9; 4])), Ok(()));
+        // Unknown flag, CQE size, reserved fields.
+        assert_eq!(variant(&|d| d[22] = 1 << 3), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 16, 32)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d[26] = 1), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d[28] = 1), Err(Errno::EINVAL));
+        // A ring not on a 64-byte boundary; an unmapped one.
+        assert_eq!(
+            variant(&|d| set_u64(d, 0, user_mem(128 * 64 + 64) + 32)),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u64(d, 0, 8)), Err(Errno::EFAULT));
+        // Compression (only the value 1 asks), padding, real-time stamps,
+        // a dynamic UAR page.
+        assert_eq!(variant(&|d| d[20] = 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[20] = 2), Ok(()));
+        assert_eq!(
+            variant(&|d| {
+                set_u32(d, 16, 128);
+                d[22] = 1;
+            }),
+            Err(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(variant(&|d| d[22] = 4), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[22] = 2), Err(Errno::EINVAL));
+
+        // RESIZE_CQ from 128 to 256 entries.
+        let cq = c.create_cq(127, &Ctx::cq_drv(128)).expect("CQ");
+        let resize = |cqe: u32, f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = unhex(LIBMLX5_RESIZE_CQ);
+            set_u64(&mut d, 0, user_mem(256 * 64));
+            f(&mut d);
+            let req = ResizeCq {
+                response: c.rp,
+                cq_handle: cq,
+                cqe,
+            };
+            c.cmd(nr::RESIZE_CQ, &req, &d, 4).map(|_| ())
+        };
+        // The same size needs no driver data.
+        assert_eq!(resize(127, &|d| d.clear()), Ok(()));
+        assert_eq!(resize(255, &|d| d.truncate(8)), Err(Errno::EINVAL));
+        assert_eq!(resize(255, &|d| d[10] = 1), Err(Errno::EINVAL));
+        assert_eq!(resize(255, &|d| d[12] = 1), Err(Errno::EINVAL));
+        assert_eq!(resize(255, &|d| d[8] = 32), Err(Errno::EINVAL));
+        assert_eq!(
+            resize(255, &|d| set_u64(d, 0, user_mem(256 * 64 + 64) + 8)),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(resize(255, &|_| ()), Ok(()), "libmlx5's request");
     }
 
     #[test]
