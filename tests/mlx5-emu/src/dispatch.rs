@@ -11,6 +11,11 @@
 //! `EBUSY` for destroying an object still in use; `EBADF` for a completion
 //! channel fd that is not one of this context's. Every response is written
 //! only after the command succeeded, into ranges validated beforehand.
+//!
+//! The mlx5 driver data of each command is held to the rules the Linux 6.12
+//! mlx5 driver applies (sizes, reserved bytes, flags, user indexes, queue
+//! sizes and buffer alignment), with its errnos: see the "mlx5 driver-data
+//! rules" helpers and tests/mlx5-emu/notes/driver-data-rules.md.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -426,10 +431,19 @@ fn cq_entries(cqe: u32) -> Result<u32, Errno> {
 // in the driver data of each command, with its errno. Each helper names
 // the kernel function whose rule it plays.
 
+/// `MLX5_IB_DEFAULT_UIDX`: "no user index" (CQE version 0).
+const DEFAULT_UIDX: u32 = 0xff_ffff;
+/// `MLX5_USER_ASSIGNED_UIDX_MASK`: user indexes are 24 bits.
+const UIDX_MASK: u32 = 0xff_ffff;
 /// The granularity of a queue buffer's offset in its first page: the
 /// quantized `page_offset` of the QP, CQ and SRQ contexts counts 64ths of
 /// a 4 KiB page.
 const BUF_OFFSET_QUANTUM: u64 = 64;
+/// `MLX5_QP_FLAG_ALLOW_SCATTER_CQE`.
+const QP_FLAG_ALLOW_SCATTER_CQE: u32 = 1 << 8;
+/// `sizeof(struct mlx5_ib_modify_qp)`: `comp_mask`, the burst information
+/// (`max_burst_sz`, `typical_pkt_sz`, `reserved`) and `ece_options`.
+const MODIFY_QP_UDATA: usize = 16;
 
 /// The GET_CONTEXT driver data (`mlx5_ib_alloc_ucontext`): exactly the
 /// 8-byte original request, or the v2 request at least up to
@@ -552,6 +566,153 @@ fn resize_cq_req(drv: &[u8]) -> Result<mlx5::ResizeCq, Errno> {
         return Err(Errno::EINVAL);
     }
     check_cqe_size(u32::from(ucmd.cqe_size))?;
+    Ok(ucmd)
+}
+
+/// The CREATE_QP driver data (`process_udata_size`, `check_ucmd_data`):
+/// at least up to `ece_options` (`EINVAL`); from `reserved` on, every byte
+/// sent must be zero (`EINVAL`).
+fn create_qp_req(drv: &[u8]) -> Result<mlx5::CreateQp, Errno> {
+    const MIN: usize = std::mem::offset_of!(mlx5::CreateQp, ece_options);
+    const LAST: usize = std::mem::offset_of!(mlx5::CreateQp, reserved);
+    if drv.len() < MIN {
+        return Err(Errno::EINVAL);
+    }
+    if drv.len() > LAST && !all_zero(&drv[LAST..]) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(read_padded(drv))
+}
+
+/// The vendor flags of an RC, UC or UD QP (`process_vendor_flags`):
+/// signatures are always granted; scatter-to-CQE (either flag) is granted
+/// or silently dropped by the device's capability, never refused; a
+/// caller-chosen bfreg or UAR page passes here and is refused by
+/// [`check_qp_uar`]. Everything else (DC types, DCI streams, raw-packet
+/// offloads, packet-based credits, unknown bits) is `EINVAL` on this
+/// device.
+fn check_qp_flags(flags: u32) -> Result<(), Errno> {
+    let granted = mlx5::MLX5_QP_FLAG_SIGNATURE
+        | mlx5::MLX5_QP_FLAG_SCATTER_CQE
+        | QP_FLAG_ALLOW_SCATTER_CQE
+        | mlx5::MLX5_QP_FLAG_BFREG_INDEX
+        | mlx5::MLX5_QP_FLAG_UAR_PAGE_INDEX;
+    if flags & !granted != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// The QP's doorbell register (`_create_user_qp`): with neither flag the
+/// kernel allocates a bfreg. Both flags are `EINVAL`; a bfreg index names
+/// a dynamic bfreg, of which an emulated context has none, and a UAR page
+/// index names a dynamic UAR object the emulator has not got: `EINVAL`.
+fn check_qp_uar(flags: u32) -> Result<(), Errno> {
+    if flags & (mlx5::MLX5_QP_FLAG_BFREG_INDEX | mlx5::MLX5_QP_FLAG_UAR_PAGE_INDEX) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// The user index of a QP (`get_qp_user_index`, `verify_assign_uidx`).
+/// With CQE version 0 the library must send [`DEFAULT_UIDX`] (`EINVAL`
+/// otherwise); with version 1 it must send a 24-bit index other than that
+/// one (`EINVAL`).
+fn qp_user_index(cqe_version: u8, uidx: u32) -> Result<u32, Errno> {
+    if cqe_version == 0 {
+        return if uidx == DEFAULT_UIDX {
+            Ok(DEFAULT_UIDX)
+        } else {
+            Err(Errno::EINVAL)
+        };
+    }
+    if uidx == DEFAULT_UIDX || uidx & !UIDX_MASK != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(uidx)
+}
+
+/// The receive queue a QP's driver data describes (`set_rq_size` with the
+/// library's sizes, then `create_user_qp`'s comparison). A QP has one
+/// when it has no SRQ and asked for receive WRs; with none, the WQE count
+/// and shift must be 0 (`EINVAL`). With one, a shift past 32 and, with
+/// signatures, a WQE too small for the signature are `EINVAL`. The
+/// emulator also refuses, with the `EINVAL` the firmware gives a context
+/// it cannot build, a WQE count that is not 0 or a power of two (the
+/// kernel passes its log, rounded down) or above the device limit, and a
+/// WQE size outside 16 bytes..`max_rq_desc_sz`.
+fn qp_rq(ucmd: &mlx5::CreateQp, has_rq: bool) -> Result<WorkQueue, Errno> {
+    if !has_rq {
+        if ucmd.rq_wqe_count != 0 || ucmd.rq_wqe_shift != 0 {
+            return Err(Errno::EINVAL);
+        }
+        return Ok(WorkQueue::default());
+    }
+    if ucmd.rq_wqe_shift > u32::BITS {
+        return Err(Errno::EINVAL);
+    }
+    let sig = ucmd.flags & mlx5::MLX5_QP_FLAG_SIGNATURE != 0;
+    if sig && ucmd.rq_wqe_shift < 4 {
+        return Err(Errno::EINVAL);
+    }
+    if !zero_or_pow2(ucmd.rq_wqe_count) || ucmd.rq_wqe_count > device::MAX_QP_WR {
+        return Err(Errno::EINVAL);
+    }
+    let max_shift = u32::from(device::MAX_RQ_DESC_SZ).trailing_zeros();
+    if ucmd.rq_wqe_count > 0 && !(4..=max_shift).contains(&ucmd.rq_wqe_shift) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(WorkQueue {
+        buf: ucmd.buf_addr,
+        wqe_cnt: ucmd.rq_wqe_count,
+        wqe_shift: if ucmd.rq_wqe_count > 0 {
+            ucmd.rq_wqe_shift
+        } else {
+            0
+        },
+    })
+}
+
+/// The MODIFY_QP driver data (`mlx5_ib_modify_qp`): none, or at least up
+/// to `ece_options` (`EINVAL`); bytes past the struct must be zero
+/// (`EOPNOTSUPP`); a `comp_mask` (only out-of-order data placement exists,
+/// which the device does not offer) or a non-zero burst `reserved`:
+/// `EOPNOTSUPP`. The burst sizes (raw-packet rate limits) and the ECE
+/// options (without the firmware's ECE support) are not used.
+fn check_modify_qp_udata(drv: &[u8]) -> Result<(), Errno> {
+    if drv.is_empty() {
+        return Ok(());
+    }
+    if drv.len() < MODIFY_QP_UDATA {
+        return Err(Errno::EINVAL);
+    }
+    if !all_zero(&drv[MODIFY_QP_UDATA..]) {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let word = |at: usize| u32::from_ne_bytes([drv[at], drv[at + 1], drv[at + 2], drv[at + 3]]);
+    let comp_mask = word(0);
+    let burst_reserved = u16::from_ne_bytes([drv[10], drv[11]]);
+    if comp_mask != 0 || burst_reserved != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(())
+}
+
+/// The CREATE_SRQ driver data of a basic SRQ (`create_srq_user`): fields
+/// not sent count as zero (6.12 has no minimum; 7.x wants up to `flags`);
+/// non-zero reserved fields and non-zero bytes past the struct are
+/// `EINVAL` (7.x: `EOPNOTSUPP` for the latter). The kernel reads only the
+/// signature flag and checks the user index only for XRC and
+/// tag-matching SRQs, so neither unknown flags nor the index are refused.
+fn create_srq_req(drv: &[u8]) -> Result<mlx5::CreateSrq, Errno> {
+    let size = size_of::<mlx5::CreateSrq>();
+    if drv.len() > size && !all_zero(&drv[size..]) {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::CreateSrq = read_padded(drv);
+    if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+        return Err(Errno::EINVAL);
+    }
     Ok(ucmd)
 }
 
@@ -975,60 +1136,36 @@ fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     {
         return Err(Errno::EINVAL);
     }
-    // mlx5 driver data: at least up to `bfreg_index`.
-    const MIN: usize = std::mem::offset_of!(mlx5::CreateQp, sq_buf_addr);
-    let size = size_of::<mlx5::CreateQp>();
-    if call.drv.len() < MIN || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
-        return Err(Errno::EINVAL);
-    }
-    let ucmd: mlx5::CreateQp = read_padded(call.drv);
-    // Signatures and scatter-to-CQE are plain verbs features; naming a
-    // bfreg or a dynamic UAR page (DV paths) is not emulated.
-    if ucmd.flags & !(mlx5::MLX5_QP_FLAG_SIGNATURE | mlx5::MLX5_QP_FLAG_SCATTER_CQE) != 0 {
-        return Err(Errno::EINVAL);
-    }
+    // The mlx5 driver data, in the kernel's order (mlx5_ib_create_qp,
+    // create_user_qp, _create_user_qp).
+    let ucmd = create_qp_req(call.drv)?;
+    check_qp_flags(ucmd.flags)?;
     let cqe_version = emu
         .context(ctx)
         .and_then(|c| c.ucontext())
         .map_or(0, |u| u.cqe_version());
-    let uidx = if cqe_version == 0 {
-        0xff_ffff
-    } else if ucmd.uidx > 0xff_ffff {
-        return Err(Errno::EINVAL);
-    } else {
-        ucmd.uidx
-    };
-    if !zero_or_pow2(ucmd.sq_wqe_count) || ucmd.sq_wqe_count > device::MAX_QP_WR {
+    let uidx = qp_user_index(cqe_version, ucmd.uidx)?;
+    let rq = qp_rq(&ucmd, srq.is_none() && req.max_recv_wr != 0)?;
+    // The send queue in 64-byte basic blocks (create_user_qp,
+    // set_user_buf_size): 0 or a power of two, at most the device's.
+    if ucmd.sq_wqe_count > device::MAX_QP_WR {
         return Err(Errno::EINVAL);
     }
-    let rq = if srq.is_some() {
-        WorkQueue::default()
-    } else {
-        if !zero_or_pow2(ucmd.rq_wqe_count) || ucmd.rq_wqe_count > device::MAX_QP_WR {
-            return Err(Errno::EINVAL);
-        }
-        let max_shift = u32::from(device::MAX_RQ_DESC_SZ).trailing_zeros();
-        if ucmd.rq_wqe_count > 0 && !(4..=max_shift).contains(&ucmd.rq_wqe_shift) {
-            return Err(Errno::EINVAL);
-        }
-        WorkQueue {
-            buf: ucmd.buf_addr,
-            wqe_cnt: ucmd.rq_wqe_count,
-            wqe_shift: if ucmd.rq_wqe_count > 0 {
-                ucmd.rq_wqe_shift
-            } else {
-                0
-            },
-        }
-    };
+    check_qp_uar(ucmd.flags)?;
+    if !zero_or_pow2(ucmd.sq_wqe_count) {
+        return Err(Errno::EINVAL);
+    }
+    // The send queue follows the receive queue; a range past the end of
+    // the address space is ib_umem_get's EINVAL.
     let sq = WorkQueue {
-        buf: ucmd.buf_addr + rq.bytes(),
+        buf: ucmd.buf_addr.checked_add(rq.bytes()).ok_or(Errno::EINVAL)?,
         wqe_cnt: ucmd.sq_wqe_count,
         wqe_shift: 6,
     };
     let total = rq.bytes() + sq.bytes();
     if total > 0 {
         mem::check(ucmd.buf_addr, total as usize)?;
+        check_buf_offset(ucmd.buf_addr)?;
     }
     mem::check(ucmd.db_addr, 8)?;
     let bfreg = emu.ucontext_mut(ctx).ok_or(Errno::EINVAL)?.alloc_bfreg()?;
@@ -1176,10 +1313,7 @@ fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     if mask & !LEGACY_QP_ATTR_MASK != 0 {
         return Err(Errno::EOPNOTSUPP);
     }
-    // mlx5 driver data (ECE, rate-limit bursts): not emulated.
-    if !all_zero(call.drv) {
-        return Err(Errno::EOPNOTSUPP);
-    }
+    check_modify_qp_udata(call.drv)?;
     if (mask & am::STATE != 0 && req.qp_state > qp_state::ERR)
         || (mask & am::CUR_STATE != 0 && req.cur_qp_state > qp_state::ERR)
     {
@@ -1335,39 +1469,14 @@ fn create_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     if desc > u32::from(device::MAX_RQ_DESC_SZ) {
         return Err(Errno::EINVAL);
     }
-    let cqe_version = emu
-        .context(ctx)
-        .and_then(|c| c.ucontext())
-        .map_or(0, |u| u.cqe_version());
-    // mlx5 driver data: at least up to `flags`; with CQE version 1 also
-    // the user index.
-    const MIN: usize = std::mem::offset_of!(mlx5::CreateSrq, reserved0);
-    const MIN_V1: usize = std::mem::offset_of!(mlx5::CreateSrq, reserved1);
-    let size = size_of::<mlx5::CreateSrq>();
-    let min = if cqe_version == 0 { MIN } else { MIN_V1 };
-    if call.drv.len() < min || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
-        return Err(Errno::EINVAL);
-    }
-    let ucmd: mlx5::CreateSrq = read_padded(call.drv);
-    if ucmd.flags & !mlx5::MLX5_SRQ_FLAG_SIGNATURE != 0
-        || ucmd.reserved0 != 0
-        || ucmd.reserved1 != 0
-    {
-        return Err(Errno::EINVAL);
-    }
-    let uidx = if cqe_version == 0 {
-        0xff_ffff
-    } else if ucmd.uidx > 0xff_ffff {
-        return Err(Errno::EINVAL);
-    } else {
-        ucmd.uidx
-    };
+    let ucmd = create_srq_req(call.drv)?;
     let wq = WorkQueue {
         buf: ucmd.buf_addr,
         wqe_cnt: max,
         wqe_shift: desc.trailing_zeros(),
     };
     mem::check(ucmd.buf_addr, wq.bytes() as usize)?;
+    check_buf_offset(ucmd.buf_addr)?;
     mem::check(ucmd.db_addr, 4)?;
     let handle = emu.handle();
     let srqn = emu.new_srqn();
@@ -1383,8 +1492,11 @@ fn create_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             wq,
             max_gs,
             db_addr: ucmd.db_addr,
-            flags: ucmd.flags,
-            uidx,
+            // Only the signature flag means anything (create_srq_user).
+            flags: ucmd.flags & mlx5::MLX5_SRQ_FLAG_SIGNATURE,
+            // A basic SRQ has no user index of its own: its CQEs carry
+            // the QP's.
+            uidx: DEFAULT_UIDX,
             srq_limit: 0,
             users: 0,
             events_reported: 0,
@@ -1711,6 +1823,17 @@ mod tests {
     const LIBMLX5_CQ: &str = "0080b028f955000000b0b028f955000040000000000000000000000000000000";
     /// libmlx5's RESIZE_CQ driver data (buffer at 0).
     const LIBMLX5_RESIZE_CQ: &str = "00e0b328f95500004000000000000000";
+    /// libmlx5's CREATE_SRQ driver data (buffer and doorbell at 0 and 8).
+    const LIBMLX5_SRQ: &str = "0000b128f955000080b0b028f955000000000000000000000000000000000000";
+    /// libmlx5's CREATE_QP driver data for an RC QP with 32 receive WQEs
+    /// of 32 bytes and 128 send basic blocks, scatter-to-CQE asked, user
+    /// index 0 (buffer and doorbell at 0 and 8).
+    const LIBMLX5_QP: &str = concat!(
+        "00a0b128f9550000c0b0b028f9550000",
+        "8000000020000000050000000200000000000000000000000000000000000000",
+        "0000000000000000",
+    );
+
     fn unhex(s: &str) -> Vec<u8> {
         (0..s.len())
             .step_by(2)
@@ -1755,6 +1878,11 @@ mod tests {
             out_words: u16,
         ) -> Result<usize, Errno> {
             self.run(&legacy(command, req, drv, out_words))
+        }
+        fn alloc_pd(&self) -> u32 {
+            let ok = self.cmd(nr::ALLOC_PD, &AllocPd { response: self.rp }, &[], 3);
+            assert!(ok.is_ok());
+            self.resp(0)
         }
         fn create_cq(&self, cqe: u32, drv: &[u8]) -> Result<u32, Errno> {
             let req = CreateCq {
@@ -1902,6 +2030,237 @@ mod tests {
             Err(Errno::EINVAL)
         );
         assert_eq!(resize(255, &|_| ()), Ok(()), "libmlx5's request");
+    }
+
+    /// A CREATE_QP of `qp_type` with libmlx5's caps: RC/UC/UD, 16 send WRs
+    /// of 3 SGEs and 124 inline bytes, 32 receive WRs of 2 SGEs (none on an
+    /// SRQ).
+    fn create_qp(c: &Ctx, pd: u32, cq: u32, srq: Option<u32>, drv: &[u8]) -> Result<(), Errno> {
+        let req = CreateQp {
+            response: c.rp,
+            pd_handle: pd,
+            send_cq_handle: cq,
+            recv_cq_handle: cq,
+            srq_handle: srq.unwrap_or(0),
+            max_send_wr: 16,
+            max_recv_wr: if srq.is_some() { 0 } else { 32 },
+            max_send_sge: 3,
+            max_recv_sge: if srq.is_some() { 0 } else { 2 },
+            max_inline_data: 124,
+            qp_type: qp_type::RC,
+            is_srq: u8::from(srq.is_some()),
+            ..Default::default()
+        };
+        c.cmd(nr::CREATE_QP, &req, drv, 18).map(|_| ())
+    }
+
+    /// libmlx5's CREATE_QP driver data with a fresh buffer and doorbell,
+    /// `rq_bytes` of receive queue before 128 send basic blocks.
+    fn qp_drv(rq_bytes: usize) -> Vec<u8> {
+        let mut d = unhex(LIBMLX5_QP);
+        set_u64(&mut d, 0, user_mem(rq_bytes + 128 * 64));
+        set_u64(&mut d, 8, user_mem(64));
+        d
+    }
+
+    /// mlx5_ib_create_qp: udata sizes, reserved bytes, vendor flags, user
+    /// indexes (get_qp_user_index), the receive queue against the QP's
+    /// (set_rq_size), the send queue, the doorbell register and the buffer.
+    #[test]
+    fn qp_driver_data_rules() {
+        let c = libmlx5_ctx();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(127, &Ctx::cq_drv(128)).expect("CQ");
+        let variant = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = qp_drv(32 * 32);
+            f(&mut d);
+            create_qp(&c, pd, cq, None, &d)
+        };
+        assert_eq!(variant(&|_| ()), Ok(()), "libmlx5's request");
+        // Shorter than up to `ece_options`; up to it is enough.
+        assert_eq!(variant(&|d| d.truncate(44)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d.truncate(48)), Ok(()));
+        // `reserved` and every byte past the struct must be zero.
+        assert_eq!(variant(&|d| d[54] = 1), Err(Errno::EINVAL));
+        assert_eq!(
+            variant(&|d| d.extend_from_slice(&[0, 0, 0, 1])),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| d.extend_from_slice(&[0; 8])), Ok(()));
+        // Vendor flags: signatures and both scatter-to-CQE flags are
+        // granted; DC, raw-packet and unknown ones are not; a chosen
+        // bfreg or UAR page, or both, cannot be served.
+        assert_eq!(variant(&|d| set_u32(d, 28, 1 | 2 | 1 << 8)), Ok(()));
+        for bad in [1 << 2, 1 << 4, 1 << 5, 1 << 6, 1 << 9, 1 << 11, 1 << 12] {
+            assert_eq!(
+                variant(&|d| set_u32(d, 28, bad)),
+                Err(Errno::EINVAL),
+                "{bad:#x}"
+            );
+        }
+        for uar in [1 << 3, 1 << 10, 1 << 3 | 1 << 10] {
+            assert_eq!(
+                variant(&|d| set_u32(d, 28, uar)),
+                Err(Errno::EINVAL),
+                "{uar:#x}"
+            );
+        }
+        // CQE version 1: a 24-bit index other than the "none" one.
+        assert_eq!(variant(&|d| set_u32(d, 32, 0xff_fffe)), Ok(()));
+        assert_eq!(variant(&|d| set_u32(d, 32, 0xff_ffff)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 32, 0x100_0000)), Err(Errno::EINVAL));
+        // Receive queue: a shift past 32; with signatures, a WQE smaller
+        // than the signature; counts and sizes the device cannot build.
+        assert_eq!(variant(&|d| set_u32(d, 24, 33)), Err(Errno::EINVAL));
+        assert_eq!(
+            variant(&|d| {
+                set_u32(d, 20, 0);
+                set_u32(d, 24, 3);
+                set_u32(d, 28, 1);
+            }),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u32(d, 20, 48)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 24, 10)), Err(Errno::EINVAL));
+        // Send queue: a power of two, at most the device's.
+        assert_eq!(variant(&|d| set_u32(d, 16, 96)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 16, 1 << 16)), Err(Errno::EINVAL));
+        // The buffer on a 64-byte boundary, mapped; a mapped doorbell.
+        assert_eq!(
+            variant(&|d| set_u64(d, 0, user_mem(32 * 32 + 128 * 64 + 64) + 16)),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u64(d, 0, 16)), Err(Errno::EFAULT));
+        assert_eq!(variant(&|d| set_u64(d, 8, 16)), Err(Errno::EFAULT));
+
+        // A QP without a receive queue (on an SRQ, or with no receive WRs)
+        // must describe none.
+        let mut s = unhex(LIBMLX5_SRQ);
+        set_u64(&mut s, 0, user_mem(64 * 64));
+        set_u64(&mut s, 8, user_mem(64));
+        let srq_req = CreateSrq {
+            response: c.rp,
+            pd_handle: pd,
+            max_wr: 63,
+            max_sge: 3,
+            ..Default::default()
+        };
+        assert!(c.cmd(nr::CREATE_SRQ, &srq_req, &s, 6).is_ok());
+        let srq = c.resp(0);
+        let on_srq = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = qp_drv(0);
+            set_u32(&mut d, 20, 0);
+            set_u32(&mut d, 24, 0);
+            f(&mut d);
+            create_qp(&c, pd, cq, Some(srq), &d)
+        };
+        assert_eq!(on_srq(&|_| ()), Ok(()), "libmlx5's request on an SRQ");
+        assert_eq!(on_srq(&|d| set_u32(d, 20, 32)), Err(Errno::EINVAL));
+        assert_eq!(on_srq(&|d| set_u32(d, 24, 5)), Err(Errno::EINVAL));
+
+        // CQE version 0: the library must send the "none" index.
+        let (v0, r) = open_ctx(&unhex(LIBMLX5_UCTX)[..8]);
+        assert!(r.is_ok());
+        let pd0 = v0.alloc_pd();
+        let cq0 = v0.create_cq(127, &Ctx::cq_drv(128)).expect("CQ");
+        let v0_qp = |uidx: u32| {
+            let mut d = qp_drv(32 * 32);
+            set_u32(&mut d, 32, uidx);
+            create_qp(&v0, pd0, cq0, None, &d)
+        };
+        assert_eq!(v0_qp(0), Err(Errno::EINVAL));
+        assert_eq!(v0_qp(0xff_ffff), Ok(()));
+    }
+
+    /// mlx5_ib_modify_qp: the driver data is absent or at least up to
+    /// `ece_options`, zero past the struct, with no `comp_mask` and a zero
+    /// burst `reserved`.
+    #[test]
+    fn modify_qp_driver_data_rules() {
+        let c = libmlx5_ctx();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(127, &Ctx::cq_drv(128)).expect("CQ");
+        create_qp(&c, pd, cq, None, &qp_drv(32 * 32)).expect("QP");
+        let qp = c.resp(0);
+        // RESET to RESET: accepted and changes nothing, so every variant
+        // meets the same QP.
+        let modify = |drv: &[u8]| {
+            let req = ModifyQp {
+                qp_handle: qp,
+                attr_mask: am::STATE,
+                qp_state: qp_state::RESET,
+                ..Default::default()
+            };
+            c.cmd(nr::MODIFY_QP, &req, drv, 0).map(|_| ())
+        };
+        let udata = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = vec![0u8; 16];
+            f(&mut d);
+            modify(&d)
+        };
+        assert_eq!(modify(&[]), Ok(()), "libmlx5's request");
+        assert_eq!(modify(&[0; 8]), Err(Errno::EINVAL));
+        assert_eq!(udata(&|_| ()), Ok(()));
+        // Burst sizes and ECE options are accepted (and not used).
+        assert_eq!(udata(&|d| set_u32(d, 4, 4096)), Ok(()));
+        assert_eq!(udata(&|d| set_u32(d, 12, 0x1000_0001)), Ok(()));
+        assert_eq!(udata(&|d| set_u32(d, 0, 1)), Err(Errno::EOPNOTSUPP));
+        assert_eq!(udata(&|d| d[10] = 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(udata(&|d| d.extend_from_slice(&[0; 4])), Ok(()));
+        assert_eq!(
+            udata(&|d| d.extend_from_slice(&[0, 1, 0, 0])),
+            Err(Errno::EOPNOTSUPP)
+        );
+        // libmlx5's RESET to INIT.
+        let init = ModifyQp {
+            qp_handle: qp,
+            attr_mask: am::STATE | am::PKEY_INDEX | am::PORT | am::ACCESS_FLAGS,
+            qp_state: qp_state::INIT,
+            port_num: 1,
+            qp_access_flags: 0xf,
+            ..Default::default()
+        };
+        assert_eq!(c.cmd(nr::MODIFY_QP, &init, &[], 0).map(|_| ()), Ok(()));
+    }
+
+    /// create_srq_user: reserved fields and trailing bytes; the flags and
+    /// user index of a basic SRQ are not checked; the buffer offset.
+    #[test]
+    fn srq_driver_data_rules() {
+        let c = libmlx5_ctx();
+        let pd = c.alloc_pd();
+        let variant = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = unhex(LIBMLX5_SRQ);
+            set_u64(&mut d, 0, user_mem(64 * 64));
+            set_u64(&mut d, 8, user_mem(64));
+            f(&mut d);
+            let req = CreateSrq {
+                response: c.rp,
+                pd_handle: pd,
+                max_wr: 63,
+                max_sge: 3,
+                ..Default::default()
+            };
+            c.cmd(nr::CREATE_SRQ, &req, &d, 6).map(|_| ())
+        };
+        assert_eq!(variant(&|_| ()), Ok(()), "libmlx5's request");
+        assert_eq!(variant(&|d| d[20] = 1), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d[28] = 1), Err(Errno::EINVAL));
+        assert_eq!(
+            variant(&|d| d.extend_from_slice(&[0, 0, 1, 0])),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| d.extend_from_slice(&[0; 4])), Ok(()));
+        // Fields not sent count as zero (6.12 has no minimum).
+        assert_eq!(variant(&|d| d.truncate(16)), Ok(()));
+        // Neither the flags nor the user index of a basic SRQ are read.
+        assert_eq!(variant(&|d| set_u32(d, 16, 1 << 5)), Ok(()));
+        assert_eq!(variant(&|d| set_u32(d, 24, 0x100_0000)), Ok(()));
+        assert_eq!(
+            variant(&|d| set_u64(d, 0, user_mem(64 * 64 + 64) + 48)),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u64(d, 8, 16)), Err(Errno::EFAULT));
     }
 
     #[test]
