@@ -11,6 +11,11 @@
 //! `EBUSY` for destroying an object still in use; `EBADF` for a completion
 //! channel fd that is not one of this context's. Every response is written
 //! only after the command succeeded, into ranges validated beforehand.
+//!
+//! The mlx5 driver data of each command is held to the rules the Linux 6.12
+//! mlx5 driver applies (sizes, reserved bytes, flags, user indexes, queue
+//! sizes and buffer alignment), with its errnos: see the "mlx5 driver-data
+//! rules" helpers and tests/mlx5-emu/notes/driver-data-rules.md.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -467,44 +472,307 @@ fn cq_entries(cqe: u32) -> Result<u32, Errno> {
 }
 
 // ---------------------------------------------------------------------------
-// Device-level commands.
+// mlx5 driver-data rules: what the mlx5 kernel driver (Linux 6.12) refuses
+// in the driver data of each command, with its errno. Each helper names
+// the kernel function whose rule it plays.
 
-fn get_context(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
-    call.req::<GetContext>()?;
-    // mlx5: the 8-byte original request, or the v2 request at least up to
-    // `max_cqe_version` (providers truncate it when retrying).
-    let drv = call.drv;
+/// `MLX5_IB_DEFAULT_UIDX`: "no user index" (CQE version 0).
+const DEFAULT_UIDX: u32 = 0xff_ffff;
+/// `MLX5_USER_ASSIGNED_UIDX_MASK`: user indexes are 24 bits.
+const UIDX_MASK: u32 = 0xff_ffff;
+/// The granularity of a queue buffer's offset in its first page: the
+/// quantized `page_offset` of the QP, CQ and SRQ contexts counts 64ths of
+/// a 4 KiB page.
+const BUF_OFFSET_QUANTUM: u64 = 64;
+/// `MLX5_QP_FLAG_ALLOW_SCATTER_CQE`.
+const QP_FLAG_ALLOW_SCATTER_CQE: u32 = 1 << 8;
+/// `sizeof(struct mlx5_ib_modify_qp)`: `comp_mask`, the burst information
+/// (`max_burst_sz`, `typical_pkt_sz`, `reserved`) and `ece_options`.
+const MODIFY_QP_UDATA: usize = 16;
+
+/// The GET_CONTEXT driver data (`mlx5_ib_alloc_ucontext`): exactly the
+/// 8-byte original request, or the v2 request at least up to
+/// `max_cqe_version` (`EINVAL` otherwise); whether it is v2. The kernel
+/// copies at most the v2 struct: later bytes are not read. Unknown flags
+/// (only DEVX exists), a `comp_mask` or non-zero reserved fields:
+/// `EOPNOTSUPP`. `lib_caps` is not checked (the kernel does not either).
+fn ucontext_req(drv: &[u8]) -> Result<(mlx5::AllocUcontextReqV2, bool), Errno> {
     const V2_MIN: usize = std::mem::offset_of!(mlx5::AllocUcontextReqV2, max_cqe_version);
     let v2 = match drv.len() {
         8 => false,
         n if n >= V2_MIN => true,
         _ => return Err(Errno::EINVAL),
     };
-    if drv.len() > size_of::<mlx5::AllocUcontextReqV2>()
-        && !all_zero(&drv[size_of::<mlx5::AllocUcontextReqV2>()..])
-    {
+    let req: mlx5::AllocUcontextReqV2 = read_padded(drv);
+    if req.flags & !mlx5::MLX5_IB_ALLOC_UCTX_DEVX != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if req.comp_mask != 0 || req.reserved0 != 0 || req.reserved1 != 0 || req.reserved2 != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok((req, v2))
+}
+
+/// The static bfregs of a new ucontext (`mlx5_ib_alloc_ucontext` and
+/// `calc_total_bfregs`): the count rounds up to whole UARs in 32-bit
+/// arithmetic (so `u32::MAX` wraps to 0); more low-latency bfregs than
+/// that count less one is `EINVAL` (checked first, with the same wrapping
+/// subtraction, so a zero count passes it); then zero is `EINVAL` and more
+/// than [`device::MAX_TOTAL_BFREGS`] `ENOMEM`. (A library asking for
+/// dynamic UARs, `MLX5_LIB_CAP_DYN_UAR`, skips the last two on the
+/// kernel; the emulator has no dynamic UAR object and serves every
+/// context from static UARs, as a kernel without that capability does.)
+fn ucontext_bfregs(total: u32, low_latency: u32) -> Result<u32, Errno> {
+    let per_uar = device::BFREGS_PER_UAR;
+    let total = total.wrapping_add(per_uar - 1) & !(per_uar - 1);
+    if low_latency > total.wrapping_sub(1) {
         return Err(Errno::EINVAL);
     }
-    let req: mlx5::AllocUcontextReqV2 = read_padded(drv);
-    if v2 {
-        if req.flags & !mlx5::MLX5_IB_ALLOC_UCTX_DEVX != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
-        if req.comp_mask != 0 || req.reserved0 != 0 || req.reserved1 != 0 || req.reserved2 != 0 {
-            return Err(Errno::EOPNOTSUPP);
-        }
+    if total == 0 {
+        return Err(Errno::EINVAL);
     }
-    let total = req
-        .total_num_bfregs
-        .checked_next_multiple_of(device::BFREGS_PER_UAR)
-        .ok_or(Errno::ENOMEM)?;
     if total > device::MAX_TOTAL_BFREGS {
         return Err(Errno::ENOMEM);
     }
-    // No static bfregs would mean dynamic UARs, an ioctl-only path.
-    if total == 0 || req.num_low_latency_bfregs > total - 1 {
+    Ok(total)
+}
+
+/// A queue buffer's start (`mlx5_umem_find_best_quantized_pgoff`, used by
+/// `create_cq_user`, `mlx5_ib_resize_cq`, `_create_user_qp` and the SRQ
+/// creation): its offset in the first 4 KiB page must be a whole number
+/// of 64-byte quanta, or no page size fits the context and the kernel
+/// answers `EINVAL`.
+fn check_buf_offset(addr: u64) -> Result<(), Errno> {
+    if addr % BUF_OFFSET_QUANTUM != 0 {
         return Err(Errno::EINVAL);
     }
+    Ok(())
+}
+
+/// The CREATE_CQ driver data (`create_cq_user`): at least up to `flags`
+/// (`EINVAL`); at most the struct is read, later bytes are ignored (6.12;
+/// the 7.x `ib_copy_validate_udata_in` answers `EOPNOTSUPP` to non-zero
+/// ones). Unknown flags, a CQE size other than 64 or 128, and non-zero
+/// reserved fields: `EINVAL`.
+fn create_cq_req(drv: &[u8]) -> Result<mlx5::CreateCq, Errno> {
+    const MIN: usize = std::mem::offset_of!(mlx5::CreateCq, flags);
+    if drv.len() < MIN {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::CreateCq = read_padded(drv);
+    let known = mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
+        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
+        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS;
+    if ucmd.flags & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    check_cqe_size(ucmd.cqe_size)?;
+    if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(ucmd)
+}
+
+/// The CQ features CREATE_CQ may ask for beyond the ring
+/// (`create_cq_user`), against the emulated device's capabilities:
+/// compression (`cqe_comp_en == 1`; other values are ignored), 128-byte
+/// padding and real-time stamps are not offered: `EOPNOTSUPP`. A dynamic
+/// UAR page for the arm doorbell names an object the emulator has not
+/// got: `EINVAL`, the firmware's answer to a foreign UAR.
+fn check_cq_features(ucmd: &mlx5::CreateCq) -> Result<(), Errno> {
+    if ucmd.cqe_comp_en == 1 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    // The kernel takes the flag here and refuses it when a QP is created
+    // on the CQ (get_qp_ts_format); the emulator, keeping no such state,
+    // refuses it at once with the same errno.
+    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// The RESIZE_CQ driver data (`resize_user`): the whole struct (shorter
+/// data is `EINVAL` here; 6.12 reads past it, 7.x refuses it likewise),
+/// later bytes ignored; non-zero reserved fields `EINVAL`. The CQE size
+/// must be 64 or 128 (`EINVAL`, the firmware's answer to any other).
+fn resize_cq_req(drv: &[u8]) -> Result<mlx5::ResizeCq, Errno> {
+    if drv.len() < size_of::<mlx5::ResizeCq>() {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::ResizeCq = read_padded(drv);
+    if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    check_cqe_size(u32::from(ucmd.cqe_size))?;
+    Ok(ucmd)
+}
+
+/// The CREATE_QP driver data (`process_udata_size`, `check_ucmd_data`):
+/// at least up to `ece_options` (`EINVAL`); from `reserved` on, every byte
+/// sent must be zero (`EINVAL`).
+fn create_qp_req(drv: &[u8]) -> Result<mlx5::CreateQp, Errno> {
+    const MIN: usize = std::mem::offset_of!(mlx5::CreateQp, ece_options);
+    const LAST: usize = std::mem::offset_of!(mlx5::CreateQp, reserved);
+    if drv.len() < MIN {
+        return Err(Errno::EINVAL);
+    }
+    if drv.len() > LAST && !all_zero(&drv[LAST..]) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(read_padded(drv))
+}
+
+/// The vendor flags of an RC, UC or UD QP (`process_vendor_flags`):
+/// signatures are always granted; scatter-to-CQE (either flag) is granted
+/// or silently dropped by the device's capability, never refused; a
+/// caller-chosen bfreg or UAR page passes here and is refused by
+/// [`check_qp_uar`]. Everything else (DC types, DCI streams, raw-packet
+/// offloads, packet-based credits, unknown bits) is `EINVAL` on this
+/// device.
+fn check_qp_flags(flags: u32) -> Result<(), Errno> {
+    let granted = mlx5::MLX5_QP_FLAG_SIGNATURE
+        | mlx5::MLX5_QP_FLAG_SCATTER_CQE
+        | QP_FLAG_ALLOW_SCATTER_CQE
+        | mlx5::MLX5_QP_FLAG_BFREG_INDEX
+        | mlx5::MLX5_QP_FLAG_UAR_PAGE_INDEX;
+    if flags & !granted != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// The QP's doorbell register (`_create_user_qp`): with neither flag the
+/// kernel allocates a bfreg. Both flags are `EINVAL`; a bfreg index names
+/// a dynamic bfreg, of which an emulated context has none, and a UAR page
+/// index names a dynamic UAR object the emulator has not got: `EINVAL`.
+fn check_qp_uar(flags: u32) -> Result<(), Errno> {
+    if flags & (mlx5::MLX5_QP_FLAG_BFREG_INDEX | mlx5::MLX5_QP_FLAG_UAR_PAGE_INDEX) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+/// The user index of a QP (`get_qp_user_index`, `verify_assign_uidx`).
+/// With CQE version 0 the library must send [`DEFAULT_UIDX`] (`EINVAL`
+/// otherwise); with version 1 it must send a 24-bit index other than that
+/// one (`EINVAL`).
+fn qp_user_index(cqe_version: u8, uidx: u32) -> Result<u32, Errno> {
+    if cqe_version == 0 {
+        return if uidx == DEFAULT_UIDX {
+            Ok(DEFAULT_UIDX)
+        } else {
+            Err(Errno::EINVAL)
+        };
+    }
+    if uidx == DEFAULT_UIDX || uidx & !UIDX_MASK != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(uidx)
+}
+
+/// The receive queue a QP's driver data describes (`set_rq_size` with the
+/// library's sizes, then `create_user_qp`'s comparison). A QP has one
+/// when it has no SRQ and asked for receive WRs; with none, the WQE count
+/// and shift must be 0 (`EINVAL`). With one, a shift past 32 and, with
+/// signatures, a WQE too small for the signature are `EINVAL`. The
+/// emulator also refuses, with the `EINVAL` the firmware gives a context
+/// it cannot build, a WQE count that is not 0 or a power of two (the
+/// kernel passes its log, rounded down) or above the device limit, and a
+/// WQE size outside 16 bytes..`max_rq_desc_sz`.
+fn qp_rq(ucmd: &mlx5::CreateQp, has_rq: bool) -> Result<WorkQueue, Errno> {
+    if !has_rq {
+        if ucmd.rq_wqe_count != 0 || ucmd.rq_wqe_shift != 0 {
+            return Err(Errno::EINVAL);
+        }
+        return Ok(WorkQueue::default());
+    }
+    if ucmd.rq_wqe_shift > u32::BITS {
+        return Err(Errno::EINVAL);
+    }
+    let sig = ucmd.flags & mlx5::MLX5_QP_FLAG_SIGNATURE != 0;
+    if sig && ucmd.rq_wqe_shift < 4 {
+        return Err(Errno::EINVAL);
+    }
+    if !zero_or_pow2(ucmd.rq_wqe_count) || ucmd.rq_wqe_count > device::MAX_QP_WR {
+        return Err(Errno::EINVAL);
+    }
+    let max_shift = u32::from(device::MAX_RQ_DESC_SZ).trailing_zeros();
+    if ucmd.rq_wqe_count > 0 && !(4..=max_shift).contains(&ucmd.rq_wqe_shift) {
+        return Err(Errno::EINVAL);
+    }
+    Ok(WorkQueue {
+        buf: ucmd.buf_addr,
+        wqe_cnt: ucmd.rq_wqe_count,
+        wqe_shift: if ucmd.rq_wqe_count > 0 {
+            ucmd.rq_wqe_shift
+        } else {
+            0
+        },
+    })
+}
+
+/// The MODIFY_QP driver data (`mlx5_ib_modify_qp`): none, or at least up
+/// to `ece_options` (`EINVAL`); bytes past the struct must be zero
+/// (`EOPNOTSUPP`); a `comp_mask` (only out-of-order data placement exists,
+/// which the device does not offer) or a non-zero burst `reserved`:
+/// `EOPNOTSUPP`. The burst sizes (raw-packet rate limits) and the ECE
+/// options (without the firmware's ECE support) are not used.
+fn check_modify_qp_udata(drv: &[u8]) -> Result<(), Errno> {
+    if drv.is_empty() {
+        return Ok(());
+    }
+    if drv.len() < MODIFY_QP_UDATA {
+        return Err(Errno::EINVAL);
+    }
+    if !all_zero(&drv[MODIFY_QP_UDATA..]) {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let word = |at: usize| u32::from_ne_bytes([drv[at], drv[at + 1], drv[at + 2], drv[at + 3]]);
+    let comp_mask = word(0);
+    let burst_reserved = u16::from_ne_bytes([drv[10], drv[11]]);
+    if comp_mask != 0 || burst_reserved != 0 {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    Ok(())
+}
+
+/// The CREATE_SRQ driver data of a basic SRQ (`create_srq_user`): fields
+/// not sent count as zero (6.12 has no minimum; 7.x wants up to `flags`);
+/// non-zero reserved fields and non-zero bytes past the struct are
+/// `EINVAL` (7.x: `EOPNOTSUPP` for the latter). The kernel reads only the
+/// signature flag and checks the user index only for XRC and
+/// tag-matching SRQs, so neither unknown flags nor the index are refused.
+fn create_srq_req(drv: &[u8]) -> Result<mlx5::CreateSrq, Errno> {
+    let size = size_of::<mlx5::CreateSrq>();
+    if drv.len() > size && !all_zero(&drv[size..]) {
+        return Err(Errno::EINVAL);
+    }
+    let ucmd: mlx5::CreateSrq = read_padded(drv);
+    if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(ucmd)
+}
+
+// ---------------------------------------------------------------------------
+// Device-level commands.
+
+fn get_context(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
+    call.req::<GetContext>()?;
+    let drv = call.drv;
+    let (req, v2) = ucontext_req(drv)?;
+    let total = ucontext_bfregs(req.total_num_bfregs, req.num_low_latency_bfregs)?;
+    // The response's CQE version: what both the firmware and the library
+    // support (mlx5_ib_alloc_ucontext); a request without the field asks
+    // for version 0.
+    const V2_MIN: usize = std::mem::offset_of!(mlx5::AllocUcontextReqV2, max_cqe_version);
     let cqe_version = if drv.len() > V2_MIN {
         req.max_cqe_version.min(device::MAX_CQE_VERSION)
     } else {
@@ -814,35 +1082,13 @@ fn create_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         None
     };
     let entries = cq_entries(req.cqe)?;
-    // mlx5 driver data: at least the buffer, doorbell and CQE size.
-    const MIN: usize = std::mem::offset_of!(mlx5::CreateCq, cqe_comp_en);
-    let size = size_of::<mlx5::CreateCq>();
-    if call.drv.len() < MIN || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
-        return Err(Errno::EINVAL);
-    }
-    let ucmd: mlx5::CreateCq = read_padded(call.drv);
-    let known = mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
-        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX
-        | mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS;
-    if ucmd.flags & !known != 0 || ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
-        return Err(Errno::EINVAL);
-    }
-    check_cqe_size(ucmd.cqe_size)?;
-    // Dynamic UAR pages (an ioctl-only object) do not exist here.
-    if ucmd.flags & mlx5::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX != 0 {
-        return Err(Errno::EINVAL);
-    }
-    // CQE compression, 128-byte padding and real-time stamps: not emulated.
-    if ucmd.cqe_comp_en != 0
-        || ucmd.flags
-            & (mlx5::MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD
-                | mlx5::MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS)
-            != 0
-    {
-        return Err(Errno::EOPNOTSUPP);
-    }
+    // The kernel's order (create_cq_user): the request, the ring's pages
+    // and their offset, the doorbell page, then the features.
+    let ucmd = create_cq_req(call.drv)?;
     mem::check(ucmd.buf_addr, entries as usize * ucmd.cqe_size as usize)?;
+    check_buf_offset(ucmd.buf_addr)?;
     mem::check(ucmd.db_addr, 8)?;
+    check_cq_features(&ucmd)?;
     let handle = emu.handle();
     let cqn = emu.new_cqn();
     emu.cqs.insert(
@@ -891,18 +1137,12 @@ fn resize_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         return Err(Errno::EINVAL);
     }
     let entries = cq_entries(req.cqe)?;
+    // The same size again is done before the driver data is read
+    // (mlx5_ib_resize_cq).
     if entries != cur.entries {
-        if call.drv.len() < size_of::<mlx5::ResizeCq>()
-            || !all_zero(&call.drv[size_of::<mlx5::ResizeCq>()..])
-        {
-            return Err(Errno::EINVAL);
-        }
-        let ucmd: mlx5::ResizeCq = read_padded(call.drv);
-        if ucmd.reserved0 != 0 || ucmd.reserved1 != 0 {
-            return Err(Errno::EINVAL);
-        }
-        check_cqe_size(u32::from(ucmd.cqe_size))?;
+        let ucmd = resize_cq_req(call.drv)?;
         mem::check(ucmd.buf_addr, entries as usize * usize::from(ucmd.cqe_size))?;
+        check_buf_offset(ucmd.buf_addr)?;
         let cq = emu.cqs.get_mut(&h).ok_or(Errno::EINVAL)?;
         // Like the HW: the RESIZE CQE ends the old ring at the producer
         // counter and production continues at the next counter in the new
@@ -984,60 +1224,36 @@ fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     {
         return Err(Errno::EINVAL);
     }
-    // mlx5 driver data: at least up to `bfreg_index`.
-    const MIN: usize = std::mem::offset_of!(mlx5::CreateQp, sq_buf_addr);
-    let size = size_of::<mlx5::CreateQp>();
-    if call.drv.len() < MIN || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
-        return Err(Errno::EINVAL);
-    }
-    let ucmd: mlx5::CreateQp = read_padded(call.drv);
-    // Signatures and scatter-to-CQE are plain verbs features; naming a
-    // bfreg or a dynamic UAR page (DV paths) is not emulated.
-    if ucmd.flags & !(mlx5::MLX5_QP_FLAG_SIGNATURE | mlx5::MLX5_QP_FLAG_SCATTER_CQE) != 0 {
-        return Err(Errno::EINVAL);
-    }
+    // The mlx5 driver data, in the kernel's order (mlx5_ib_create_qp,
+    // create_user_qp, _create_user_qp).
+    let ucmd = create_qp_req(call.drv)?;
+    check_qp_flags(ucmd.flags)?;
     let cqe_version = emu
         .context(ctx)
         .and_then(|c| c.ucontext())
         .map_or(0, |u| u.cqe_version());
-    let uidx = if cqe_version == 0 {
-        0xff_ffff
-    } else if ucmd.uidx > 0xff_ffff {
-        return Err(Errno::EINVAL);
-    } else {
-        ucmd.uidx
-    };
-    if !zero_or_pow2(ucmd.sq_wqe_count) || ucmd.sq_wqe_count > device::MAX_QP_WR {
+    let uidx = qp_user_index(cqe_version, ucmd.uidx)?;
+    let rq = qp_rq(&ucmd, srq.is_none() && req.max_recv_wr != 0)?;
+    // The send queue in 64-byte basic blocks (create_user_qp,
+    // set_user_buf_size): 0 or a power of two, at most the device's.
+    if ucmd.sq_wqe_count > device::MAX_QP_WR {
         return Err(Errno::EINVAL);
     }
-    let rq = if srq.is_some() {
-        WorkQueue::default()
-    } else {
-        if !zero_or_pow2(ucmd.rq_wqe_count) || ucmd.rq_wqe_count > device::MAX_QP_WR {
-            return Err(Errno::EINVAL);
-        }
-        let max_shift = u32::from(device::MAX_RQ_DESC_SZ).trailing_zeros();
-        if ucmd.rq_wqe_count > 0 && !(4..=max_shift).contains(&ucmd.rq_wqe_shift) {
-            return Err(Errno::EINVAL);
-        }
-        WorkQueue {
-            buf: ucmd.buf_addr,
-            wqe_cnt: ucmd.rq_wqe_count,
-            wqe_shift: if ucmd.rq_wqe_count > 0 {
-                ucmd.rq_wqe_shift
-            } else {
-                0
-            },
-        }
-    };
+    check_qp_uar(ucmd.flags)?;
+    if !zero_or_pow2(ucmd.sq_wqe_count) {
+        return Err(Errno::EINVAL);
+    }
+    // The send queue follows the receive queue; a range past the end of
+    // the address space is ib_umem_get's EINVAL.
     let sq = WorkQueue {
-        buf: ucmd.buf_addr + rq.bytes(),
+        buf: ucmd.buf_addr.checked_add(rq.bytes()).ok_or(Errno::EINVAL)?,
         wqe_cnt: ucmd.sq_wqe_count,
         wqe_shift: 6,
     };
     let total = rq.bytes() + sq.bytes();
     if total > 0 {
         mem::check(ucmd.buf_addr, total as usize)?;
+        check_buf_offset(ucmd.buf_addr)?;
     }
     mem::check(ucmd.db_addr, 8)?;
     let bfreg = emu.ucontext_mut(ctx).ok_or(Errno::EINVAL)?.alloc_bfreg()?;
@@ -1185,10 +1401,7 @@ fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     if mask & !LEGACY_QP_ATTR_MASK != 0 {
         return Err(Errno::EOPNOTSUPP);
     }
-    // mlx5 driver data (ECE, rate-limit bursts): not emulated.
-    if !all_zero(call.drv) {
-        return Err(Errno::EOPNOTSUPP);
-    }
+    check_modify_qp_udata(call.drv)?;
     if (mask & am::STATE != 0 && req.qp_state > qp_state::ERR)
         || (mask & am::CUR_STATE != 0 && req.cur_qp_state > qp_state::ERR)
     {
@@ -1362,39 +1575,14 @@ fn create_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     if desc > u32::from(device::MAX_RQ_DESC_SZ) {
         return Err(Errno::EINVAL);
     }
-    let cqe_version = emu
-        .context(ctx)
-        .and_then(|c| c.ucontext())
-        .map_or(0, |u| u.cqe_version());
-    // mlx5 driver data: at least up to `flags`; with CQE version 1 also
-    // the user index.
-    const MIN: usize = std::mem::offset_of!(mlx5::CreateSrq, reserved0);
-    const MIN_V1: usize = std::mem::offset_of!(mlx5::CreateSrq, reserved1);
-    let size = size_of::<mlx5::CreateSrq>();
-    let min = if cqe_version == 0 { MIN } else { MIN_V1 };
-    if call.drv.len() < min || (call.drv.len() > size && !all_zero(&call.drv[size..])) {
-        return Err(Errno::EINVAL);
-    }
-    let ucmd: mlx5::CreateSrq = read_padded(call.drv);
-    if ucmd.flags & !mlx5::MLX5_SRQ_FLAG_SIGNATURE != 0
-        || ucmd.reserved0 != 0
-        || ucmd.reserved1 != 0
-    {
-        return Err(Errno::EINVAL);
-    }
-    let uidx = if cqe_version == 0 {
-        0xff_ffff
-    } else if ucmd.uidx > 0xff_ffff {
-        return Err(Errno::EINVAL);
-    } else {
-        ucmd.uidx
-    };
+    let ucmd = create_srq_req(call.drv)?;
     let wq = WorkQueue {
         buf: ucmd.buf_addr,
         wqe_cnt: max,
         wqe_shift: desc.trailing_zeros(),
     };
     mem::check(ucmd.buf_addr, wq.bytes() as usize)?;
+    check_buf_offset(ucmd.buf_addr)?;
     mem::check(ucmd.db_addr, 4)?;
     let handle = emu.handle();
     let srqn = emu.new_srqn();
@@ -1410,8 +1598,11 @@ fn create_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
             wq,
             max_gs,
             db_addr: ucmd.db_addr,
-            flags: ucmd.flags,
-            uidx,
+            // Only the signature flag means anything (create_srq_user).
+            flags: ucmd.flags & mlx5::MLX5_SRQ_FLAG_SIGNATURE,
+            // A basic SRQ has no user index of its own: its CQEs carry
+            // the QP's.
+            uidx: DEFAULT_UIDX,
             srq_limit: 0,
             users: 0,
             events_reported: 0,
@@ -1723,6 +1914,459 @@ mod tests {
         cdev::close(fd, FdKind::Cmd);
         crate::real::close(fd);
         assert_eq!(fdtable::kind(fd), FdKind::None);
+    }
+
+    // -----------------------------------------------------------------------
+    // mlx5 driver-data rules. Each test sends the driver data libmlx5
+    // (rdma-core 44) sends, as recorded by `cargo xtask mlx5` in
+    // target/mlx5/logs/cmd_seq.rdma-core.cmd (its user addresses replaced
+    // by buffers of this process), then malformed variants.
+
+    /// libmlx5's GET_CONTEXT driver data: 16 bfregs, 4 low-latency, DEVX,
+    /// CQE version 1, 4K UARs and dynamic UARs in `lib_caps`.
+    const LIBMLX5_UCTX: &str = "1000000004000000010000000000000001000000000000000300000000000000";
+    /// libmlx5's CREATE_CQ driver data (buffer and doorbell at 0 and 8).
+    const LIBMLX5_CQ: &str = "0080b028f955000000b0b028f955000040000000000000000000000000000000";
+    /// libmlx5's RESIZE_CQ driver data (buffer at 0).
+    const LIBMLX5_RESIZE_CQ: &str = "00e0b328f95500004000000000000000";
+    /// libmlx5's CREATE_SRQ driver data (buffer and doorbell at 0 and 8).
+    const LIBMLX5_SRQ: &str = "0000b128f955000080b0b028f955000000000000000000000000000000000000";
+    /// libmlx5's CREATE_QP driver data for an RC QP with 32 receive WQEs
+    /// of 32 bytes and 128 send basic blocks, scatter-to-CQE asked, user
+    /// index 0 (buffer and doorbell at 0 and 8).
+    const LIBMLX5_QP: &str = concat!(
+        "00a0b128f9550000c0b0b028f9550000",
+        "8000000020000000050000000200000000000000000000000000000000000000",
+        "0000000000000000",
+    );
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+            .collect()
+    }
+
+    fn set_u32(v: &mut [u8], at: usize, x: u32) {
+        v[at..at + 4].copy_from_slice(&x.to_ne_bytes());
+    }
+
+    fn set_u64(v: &mut [u8], at: usize, x: u64) {
+        v[at..at + 8].copy_from_slice(&x.to_ne_bytes());
+    }
+
+    /// A zeroed, page-aligned buffer of `len` bytes that stays mapped for
+    /// the rest of the process (objects created in a test may outlive it).
+    fn user_mem(len: usize) -> u64 {
+        let v = vec![0u8; len + 4096].leak();
+        (v.as_mut_ptr() as u64 + 4095) & !4095
+    }
+
+    /// An opened device with a user context and a response buffer.
+    struct Ctx {
+        fd: c_int,
+        rp: u64,
+    }
+
+    impl Ctx {
+        fn resp(&self, i: usize) -> u32 {
+            // SAFETY: `rp` is a leaked buffer of 64 words.
+            unsafe { (self.rp as *const u32).add(i).read() }
+        }
+        fn run(&self, bytes: &[u8]) -> Result<usize, Errno> {
+            run(self.fd, bytes)
+        }
+        fn cmd<Q: IntoBytes + zerocopy::Immutable>(
+            &self,
+            command: u32,
+            req: &Q,
+            drv: &[u8],
+            out_words: u16,
+        ) -> Result<usize, Errno> {
+            self.run(&legacy(command, req, drv, out_words))
+        }
+        fn alloc_pd(&self) -> u32 {
+            let ok = self.cmd(nr::ALLOC_PD, &AllocPd { response: self.rp }, &[], 3);
+            assert!(ok.is_ok());
+            self.resp(0)
+        }
+        fn create_cq(&self, cqe: u32, drv: &[u8]) -> Result<u32, Errno> {
+            let req = CreateCq {
+                response: self.rp,
+                cqe,
+                comp_channel: -1,
+                ..Default::default()
+            };
+            self.cmd(nr::CREATE_CQ, &req, drv, 4).map(|_| self.resp(0))
+        }
+        /// libmlx5's CREATE_CQ driver data with fresh ring and doorbell.
+        fn cq_drv(entries: usize) -> Vec<u8> {
+            let mut d = unhex(LIBMLX5_CQ);
+            set_u64(&mut d, 0, user_mem(entries * 64));
+            set_u64(&mut d, 8, user_mem(64));
+            d
+        }
+    }
+
+    /// Opens the device and creates a user context from `drv`.
+    fn open_ctx(drv: &[u8]) -> (Ctx, Result<usize, Errno>) {
+        let fd = cdev::open(libc::O_CLOEXEC).expect("open the emulated device");
+        let rp = vec![0u64; 32].leak().as_mut_ptr() as u64;
+        let gc = legacy(nr::GET_CONTEXT, &GetContext { response: rp }, drv, 20);
+        let r = run(fd, &gc);
+        (Ctx { fd, rp }, r)
+    }
+
+    /// A context from libmlx5's own request (CQE version 1).
+    fn libmlx5_ctx() -> Ctx {
+        let (c, r) = open_ctx(&unhex(LIBMLX5_UCTX));
+        assert!(r.is_ok(), "libmlx5's GET_CONTEXT: {r:?}");
+        c
+    }
+
+    /// mlx5_ib_alloc_ucontext: request sizes, flags, reserved fields and
+    /// the bfreg counts.
+    #[test]
+    fn ucontext_driver_data_rules() {
+        let good = unhex(LIBMLX5_UCTX);
+        let variant = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = good.clone();
+            f(&mut d);
+            open_ctx(&d).1.map(|_| ())
+        };
+        assert_eq!(variant(&|_| ()), Ok(()), "libmlx5's request");
+        // Between the 8-byte original request and `max_cqe_version`.
+        assert_eq!(variant(&|d| d.truncate(12)), Err(Errno::EINVAL));
+        // The original request: CQE version 0.
+        let (c, r) = open_ctx(&good[..8]);
+        assert!(r.is_ok());
+        let uresp = mlx5::AllocUcontextResp::read_from_bytes(
+            // SAFETY: the leaked response buffer, 72 bytes of driver response.
+            unsafe { std::slice::from_raw_parts((c.rp + 8) as *const u8, 72) },
+        )
+        .unwrap();
+        assert_eq!(uresp.cqe_version, 0);
+        // Unknown flags, a comp_mask, reserved fields.
+        assert_eq!(variant(&|d| d[8] = 2), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[12] = 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[17] = 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[20] = 1), Err(Errno::EOPNOTSUPP));
+        // Bytes past the struct are not read (6.12).
+        assert_eq!(variant(&|d| d.extend_from_slice(&[7; 8])), Ok(()));
+        // Low-latency bfregs: at most all but one.
+        assert_eq!(variant(&|d| set_u32(d, 4, 16)), Err(Errno::EINVAL));
+        // No bfregs; too many; too many with too many low-latency ones
+        // (that check comes first); a count that wraps when rounded up.
+        assert_eq!(variant(&|d| set_u32(d, 0, 0)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 0, 1000)), Err(Errno::ENOMEM));
+        assert_eq!(
+            variant(&|d| {
+                set_u32(d, 0, 1000);
+                set_u32(d, 4, 2000);
+            }),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u32(d, 0, u32::MAX)), Err(Errno::EINVAL));
+        assert_eq!(ucontext_bfregs(15, 14), Ok(16));
+        assert_eq!(ucontext_bfregs(u32::MAX - 1, 0), Err(Errno::ENOMEM));
+    }
+
+    /// create_cq_user and mlx5_ib_resize_cq: sizes, flags, reserved
+    /// fields, CQE size, buffer offset and the features not offered.
+    #[test]
+    fn cq_driver_data_rules() {
+        let c = libmlx5_ctx();
+        let variant = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = Ctx::cq_drv(128);
+            f(&mut d);
+            c.create_cq(127, &d).map(|_| ())
+        };
+        assert_eq!(variant(&|_| ()), Ok(()), "libmlx5's request");
+        // Shorter than up to `flags`.
+        assert_eq!(variant(&|d| d.truncate(20)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d.truncate(24)), Ok(()));
+        // Bytes past the struct are not read (6.12).
+        assert_eq!(variant(&|d| d.extend_from_slice(&[9; 4])), Ok(()));
+        // Unknown flag, CQE size, reserved fields.
+        assert_eq!(variant(&|d| d[22] = 1 << 3), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 16, 32)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d[26] = 1), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d[28] = 1), Err(Errno::EINVAL));
+        // A ring not on a 64-byte boundary; an unmapped one.
+        assert_eq!(
+            variant(&|d| set_u64(d, 0, user_mem(128 * 64 + 64) + 32)),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u64(d, 0, 8)), Err(Errno::EFAULT));
+        // Compression (only the value 1 asks), padding, real-time stamps,
+        // a dynamic UAR page.
+        assert_eq!(variant(&|d| d[20] = 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[20] = 2), Ok(()));
+        assert_eq!(
+            variant(&|d| {
+                set_u32(d, 16, 128);
+                d[22] = 1;
+            }),
+            Err(Errno::EOPNOTSUPP)
+        );
+        assert_eq!(variant(&|d| d[22] = 4), Err(Errno::EOPNOTSUPP));
+        assert_eq!(variant(&|d| d[22] = 2), Err(Errno::EINVAL));
+
+        // RESIZE_CQ from 128 to 256 entries.
+        let cq = c.create_cq(127, &Ctx::cq_drv(128)).expect("CQ");
+        let resize = |cqe: u32, f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = unhex(LIBMLX5_RESIZE_CQ);
+            set_u64(&mut d, 0, user_mem(256 * 64));
+            f(&mut d);
+            let req = ResizeCq {
+                response: c.rp,
+                cq_handle: cq,
+                cqe,
+            };
+            c.cmd(nr::RESIZE_CQ, &req, &d, 4).map(|_| ())
+        };
+        // The same size needs no driver data.
+        assert_eq!(resize(127, &|d| d.clear()), Ok(()));
+        assert_eq!(resize(255, &|d| d.truncate(8)), Err(Errno::EINVAL));
+        assert_eq!(resize(255, &|d| d[10] = 1), Err(Errno::EINVAL));
+        assert_eq!(resize(255, &|d| d[12] = 1), Err(Errno::EINVAL));
+        assert_eq!(resize(255, &|d| d[8] = 32), Err(Errno::EINVAL));
+        assert_eq!(
+            resize(255, &|d| set_u64(d, 0, user_mem(256 * 64 + 64) + 8)),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(resize(255, &|_| ()), Ok(()), "libmlx5's request");
+    }
+
+    /// A CREATE_QP of `qp_type` with libmlx5's caps: RC/UC/UD, 16 send WRs
+    /// of 3 SGEs and 124 inline bytes, 32 receive WRs of 2 SGEs (none on an
+    /// SRQ).
+    fn create_qp(c: &Ctx, pd: u32, cq: u32, srq: Option<u32>, drv: &[u8]) -> Result<(), Errno> {
+        let req = CreateQp {
+            response: c.rp,
+            pd_handle: pd,
+            send_cq_handle: cq,
+            recv_cq_handle: cq,
+            srq_handle: srq.unwrap_or(0),
+            max_send_wr: 16,
+            max_recv_wr: if srq.is_some() { 0 } else { 32 },
+            max_send_sge: 3,
+            max_recv_sge: if srq.is_some() { 0 } else { 2 },
+            max_inline_data: 124,
+            qp_type: qp_type::RC,
+            is_srq: u8::from(srq.is_some()),
+            ..Default::default()
+        };
+        c.cmd(nr::CREATE_QP, &req, drv, 18).map(|_| ())
+    }
+
+    /// libmlx5's CREATE_QP driver data with a fresh buffer and doorbell,
+    /// `rq_bytes` of receive queue before 128 send basic blocks.
+    fn qp_drv(rq_bytes: usize) -> Vec<u8> {
+        let mut d = unhex(LIBMLX5_QP);
+        set_u64(&mut d, 0, user_mem(rq_bytes + 128 * 64));
+        set_u64(&mut d, 8, user_mem(64));
+        d
+    }
+
+    /// mlx5_ib_create_qp: udata sizes, reserved bytes, vendor flags, user
+    /// indexes (get_qp_user_index), the receive queue against the QP's
+    /// (set_rq_size), the send queue, the doorbell register and the buffer.
+    #[test]
+    fn qp_driver_data_rules() {
+        let c = libmlx5_ctx();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(127, &Ctx::cq_drv(128)).expect("CQ");
+        let variant = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = qp_drv(32 * 32);
+            f(&mut d);
+            create_qp(&c, pd, cq, None, &d)
+        };
+        assert_eq!(variant(&|_| ()), Ok(()), "libmlx5's request");
+        // Shorter than up to `ece_options`; up to it is enough.
+        assert_eq!(variant(&|d| d.truncate(44)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d.truncate(48)), Ok(()));
+        // `reserved` and every byte past the struct must be zero.
+        assert_eq!(variant(&|d| d[54] = 1), Err(Errno::EINVAL));
+        assert_eq!(
+            variant(&|d| d.extend_from_slice(&[0, 0, 0, 1])),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| d.extend_from_slice(&[0; 8])), Ok(()));
+        // Vendor flags: signatures and both scatter-to-CQE flags are
+        // granted; DC, raw-packet and unknown ones are not; a chosen
+        // bfreg or UAR page, or both, cannot be served.
+        assert_eq!(variant(&|d| set_u32(d, 28, 1 | 2 | 1 << 8)), Ok(()));
+        for bad in [1 << 2, 1 << 4, 1 << 5, 1 << 6, 1 << 9, 1 << 11, 1 << 12] {
+            assert_eq!(
+                variant(&|d| set_u32(d, 28, bad)),
+                Err(Errno::EINVAL),
+                "{bad:#x}"
+            );
+        }
+        for uar in [1 << 3, 1 << 10, 1 << 3 | 1 << 10] {
+            assert_eq!(
+                variant(&|d| set_u32(d, 28, uar)),
+                Err(Errno::EINVAL),
+                "{uar:#x}"
+            );
+        }
+        // CQE version 1: a 24-bit index other than the "none" one.
+        assert_eq!(variant(&|d| set_u32(d, 32, 0xff_fffe)), Ok(()));
+        assert_eq!(variant(&|d| set_u32(d, 32, 0xff_ffff)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 32, 0x100_0000)), Err(Errno::EINVAL));
+        // Receive queue: a shift past 32; with signatures, a WQE smaller
+        // than the signature; counts and sizes the device cannot build.
+        assert_eq!(variant(&|d| set_u32(d, 24, 33)), Err(Errno::EINVAL));
+        assert_eq!(
+            variant(&|d| {
+                set_u32(d, 20, 0);
+                set_u32(d, 24, 3);
+                set_u32(d, 28, 1);
+            }),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u32(d, 20, 48)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 24, 10)), Err(Errno::EINVAL));
+        // Send queue: a power of two, at most the device's.
+        assert_eq!(variant(&|d| set_u32(d, 16, 96)), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| set_u32(d, 16, 1 << 16)), Err(Errno::EINVAL));
+        // The buffer on a 64-byte boundary, mapped; a mapped doorbell.
+        assert_eq!(
+            variant(&|d| set_u64(d, 0, user_mem(32 * 32 + 128 * 64 + 64) + 16)),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u64(d, 0, 16)), Err(Errno::EFAULT));
+        assert_eq!(variant(&|d| set_u64(d, 8, 16)), Err(Errno::EFAULT));
+
+        // A QP without a receive queue (on an SRQ, or with no receive WRs)
+        // must describe none.
+        let mut s = unhex(LIBMLX5_SRQ);
+        set_u64(&mut s, 0, user_mem(64 * 64));
+        set_u64(&mut s, 8, user_mem(64));
+        let srq_req = CreateSrq {
+            response: c.rp,
+            pd_handle: pd,
+            max_wr: 63,
+            max_sge: 3,
+            ..Default::default()
+        };
+        assert!(c.cmd(nr::CREATE_SRQ, &srq_req, &s, 6).is_ok());
+        let srq = c.resp(0);
+        let on_srq = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = qp_drv(0);
+            set_u32(&mut d, 20, 0);
+            set_u32(&mut d, 24, 0);
+            f(&mut d);
+            create_qp(&c, pd, cq, Some(srq), &d)
+        };
+        assert_eq!(on_srq(&|_| ()), Ok(()), "libmlx5's request on an SRQ");
+        assert_eq!(on_srq(&|d| set_u32(d, 20, 32)), Err(Errno::EINVAL));
+        assert_eq!(on_srq(&|d| set_u32(d, 24, 5)), Err(Errno::EINVAL));
+
+        // CQE version 0: the library must send the "none" index.
+        let (v0, r) = open_ctx(&unhex(LIBMLX5_UCTX)[..8]);
+        assert!(r.is_ok());
+        let pd0 = v0.alloc_pd();
+        let cq0 = v0.create_cq(127, &Ctx::cq_drv(128)).expect("CQ");
+        let v0_qp = |uidx: u32| {
+            let mut d = qp_drv(32 * 32);
+            set_u32(&mut d, 32, uidx);
+            create_qp(&v0, pd0, cq0, None, &d)
+        };
+        assert_eq!(v0_qp(0), Err(Errno::EINVAL));
+        assert_eq!(v0_qp(0xff_ffff), Ok(()));
+    }
+
+    /// mlx5_ib_modify_qp: the driver data is absent or at least up to
+    /// `ece_options`, zero past the struct, with no `comp_mask` and a zero
+    /// burst `reserved`.
+    #[test]
+    fn modify_qp_driver_data_rules() {
+        let c = libmlx5_ctx();
+        let pd = c.alloc_pd();
+        let cq = c.create_cq(127, &Ctx::cq_drv(128)).expect("CQ");
+        create_qp(&c, pd, cq, None, &qp_drv(32 * 32)).expect("QP");
+        let qp = c.resp(0);
+        // RESET to RESET: accepted and changes nothing, so every variant
+        // meets the same QP.
+        let modify = |drv: &[u8]| {
+            let req = ModifyQp {
+                qp_handle: qp,
+                attr_mask: am::STATE,
+                qp_state: qp_state::RESET,
+                ..Default::default()
+            };
+            c.cmd(nr::MODIFY_QP, &req, drv, 0).map(|_| ())
+        };
+        let udata = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = vec![0u8; 16];
+            f(&mut d);
+            modify(&d)
+        };
+        assert_eq!(modify(&[]), Ok(()), "libmlx5's request");
+        assert_eq!(modify(&[0; 8]), Err(Errno::EINVAL));
+        assert_eq!(udata(&|_| ()), Ok(()));
+        // Burst sizes and ECE options are accepted (and not used).
+        assert_eq!(udata(&|d| set_u32(d, 4, 4096)), Ok(()));
+        assert_eq!(udata(&|d| set_u32(d, 12, 0x1000_0001)), Ok(()));
+        assert_eq!(udata(&|d| set_u32(d, 0, 1)), Err(Errno::EOPNOTSUPP));
+        assert_eq!(udata(&|d| d[10] = 1), Err(Errno::EOPNOTSUPP));
+        assert_eq!(udata(&|d| d.extend_from_slice(&[0; 4])), Ok(()));
+        assert_eq!(
+            udata(&|d| d.extend_from_slice(&[0, 1, 0, 0])),
+            Err(Errno::EOPNOTSUPP)
+        );
+        // libmlx5's RESET to INIT.
+        let init = ModifyQp {
+            qp_handle: qp,
+            attr_mask: am::STATE | am::PKEY_INDEX | am::PORT | am::ACCESS_FLAGS,
+            qp_state: qp_state::INIT,
+            port_num: 1,
+            qp_access_flags: 0xf,
+            ..Default::default()
+        };
+        assert_eq!(c.cmd(nr::MODIFY_QP, &init, &[], 0).map(|_| ()), Ok(()));
+    }
+
+    /// create_srq_user: reserved fields and trailing bytes; the flags and
+    /// user index of a basic SRQ are not checked; the buffer offset.
+    #[test]
+    fn srq_driver_data_rules() {
+        let c = libmlx5_ctx();
+        let pd = c.alloc_pd();
+        let variant = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut d = unhex(LIBMLX5_SRQ);
+            set_u64(&mut d, 0, user_mem(64 * 64));
+            set_u64(&mut d, 8, user_mem(64));
+            f(&mut d);
+            let req = CreateSrq {
+                response: c.rp,
+                pd_handle: pd,
+                max_wr: 63,
+                max_sge: 3,
+                ..Default::default()
+            };
+            c.cmd(nr::CREATE_SRQ, &req, &d, 6).map(|_| ())
+        };
+        assert_eq!(variant(&|_| ()), Ok(()), "libmlx5's request");
+        assert_eq!(variant(&|d| d[20] = 1), Err(Errno::EINVAL));
+        assert_eq!(variant(&|d| d[28] = 1), Err(Errno::EINVAL));
+        assert_eq!(
+            variant(&|d| d.extend_from_slice(&[0, 0, 1, 0])),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| d.extend_from_slice(&[0; 4])), Ok(()));
+        // Fields not sent count as zero (6.12 has no minimum).
+        assert_eq!(variant(&|d| d.truncate(16)), Ok(()));
+        // Neither the flags nor the user index of a basic SRQ are read.
+        assert_eq!(variant(&|d| set_u32(d, 16, 1 << 5)), Ok(()));
+        assert_eq!(variant(&|d| set_u32(d, 24, 0x100_0000)), Ok(()));
+        assert_eq!(
+            variant(&|d| set_u64(d, 0, user_mem(64 * 64 + 64) + 48)),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(variant(&|d| set_u64(d, 8, 16)), Err(Errno::EFAULT));
     }
 
     #[test]
