@@ -8,6 +8,8 @@
 
 use std::time::Duration;
 
+pub mod step;
+
 use rverbs::{AccessFlags, ConnectOpts, Context, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Wc};
 
 /// The device an `mlx5_*` program runs on: the one named `name` (its

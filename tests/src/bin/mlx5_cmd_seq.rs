@@ -19,33 +19,7 @@ use rverbs::{
     AccessFlags, AhAttr, Cq, GlobalRoute, Mtu, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType,
     Srq, SrqInitAttr,
 };
-
-/// A step's failure.
-struct Fail(String, String);
-
-type R<T = ()> = Result<T, Fail>;
-
-trait At<T> {
-    fn at(self, step: &str) -> R<T>;
-}
-
-impl<T> At<T> for rverbs::Result<T> {
-    fn at(self, step: &str) -> R<T> {
-        self.map_err(|e| Fail(step.to_string(), e.to_string()))
-    }
-}
-
-fn pass(step: &str) {
-    println!("PASS {step}");
-}
-
-fn expect(step: &str, ok: bool, what: &str) -> R {
-    if ok {
-        Ok(())
-    } else {
-        Err(Fail(step.into(), what.into()))
-    }
-}
+use verbs_tests::step::{expect, main_with, pass, At, Fail, R};
 
 fn all_access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE
@@ -257,11 +231,5 @@ fn run() -> R {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Fail(step, why)) => {
-            println!("FAIL {step}: {why}");
-            ExitCode::FAILURE
-        }
-    }
+    main_with(run)
 }

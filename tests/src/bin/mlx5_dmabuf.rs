@@ -29,6 +29,7 @@ use rverbs::{
     AccessFlags, ConnectOpts, Cq, Error, OdpAdvice, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr,
     SendFlags, SendWr, Wc, WcStatus,
 };
+use verbs_tests::step::{expect, fail, main_with, pass, pass_note, At, Fail, R};
 
 /// The stand-in dmabuf's size (two pages).
 const DMABUF_SIZE: u64 = 8192;
@@ -37,41 +38,6 @@ const OFFSET: u64 = 0x1100;
 const LENGTH: u64 = 0x800;
 const IOVA: u64 = 0x700_0100;
 const TIMEOUT: Duration = Duration::from_millis(2000);
-
-/// A step's failure.
-struct Fail(String, String);
-
-type R<T = ()> = Result<T, Fail>;
-
-trait At<T> {
-    fn at(self, step: &str) -> R<T>;
-}
-
-impl<T> At<T> for rverbs::Result<T> {
-    fn at(self, step: &str) -> R<T> {
-        self.map_err(|e| Fail(step.to_string(), e.to_string()))
-    }
-}
-
-fn fail<T>(step: &str, why: impl Into<String>) -> R<T> {
-    Err(Fail(step.to_string(), why.into()))
-}
-
-fn expect(step: &str, ok: bool, what: &str) -> R {
-    if ok {
-        Ok(())
-    } else {
-        fail(step, what)
-    }
-}
-
-fn pass(step: &str) {
-    println!("PASS {step}");
-}
-
-fn pass_note(step: &str, note: &str) {
-    println!("PASS {step} ({note})");
-}
 
 fn access() -> AccessFlags {
     AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ
@@ -394,11 +360,5 @@ fn run() -> R {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Fail(step, why)) => {
-            println!("FAIL {step}: {why}");
-            ExitCode::FAILURE
-        }
-    }
+    main_with(run)
 }

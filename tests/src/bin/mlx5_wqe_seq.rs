@@ -22,6 +22,7 @@ use rverbs::{
     opcode, AccessFlags, Ah, AhAttr, ConnectOpts, Context, Cq, Mr, Pd, Qp, QpCap, QpInitAttr,
     QpType, RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr, UdSendWr, Wc, WcStatus, WrOpcode,
 };
+use verbs_tests::step::{main_with, pass, At, Fail, R};
 
 /// The registered buffer (wqe_seq.c `BUF_SIZE`).
 const BUF_SIZE: usize = 1 << 20;
@@ -36,25 +37,6 @@ const SRC: usize = 0x00000;
 const DST: usize = 0x40000;
 const RCV: usize = 0x80000;
 const ATOM: usize = 0xF0000;
-
-/// A step's failure.
-struct Fail(String, String);
-
-type R<T = ()> = Result<T, Fail>;
-
-trait At<T> {
-    fn at(self, step: &str) -> R<T>;
-}
-
-impl<T> At<T> for rverbs::Result<T> {
-    fn at(self, step: &str) -> R<T> {
-        self.map_err(|e| Fail(step.to_string(), e.to_string()))
-    }
-}
-
-fn pass(step: &str) {
-    println!("PASS {step}");
-}
 
 /// The byte wqe_seq.c stores at `buf[SRC + i]` (i < 0x1000).
 fn src_byte(i: usize) -> u8 {
@@ -608,11 +590,5 @@ fn run() -> R {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(Fail(step, why)) => {
-            println!("FAIL {step}: {why}");
-            ExitCode::FAILURE
-        }
-    }
+    main_with(run)
 }
