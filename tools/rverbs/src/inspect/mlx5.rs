@@ -649,6 +649,46 @@ garbage
         assert!(elf_info(b"not an elf").is_err());
     }
 
+    // The directory of the provider linked into this test program (the
+    // workspace shares one version).
+    extern "C" {
+        #[link_name = concat!(
+            "RVERBS_MLX5_QUEUE_DIR_V1_",
+            env!("CARGO_PKG_VERSION_MAJOR"),
+            "_",
+            env!("CARGO_PKG_VERSION_MINOR"),
+            "_",
+            env!("CARGO_PKG_VERSION_PATCH")
+        )]
+        static DIRECTORY: [u8; 64];
+    }
+
+    #[test]
+    fn finds_its_own_directory() {
+        // Only the address of the extern static is taken (safe); it is
+        // never read through Rust.
+        let real = std::ptr::addr_of!(DIRECTORY) as u64;
+        let pid = std::process::id();
+        let (mut dirs, notes) = locate(pid).unwrap();
+        let mine: Vec<&Dir> = dirs
+            .iter()
+            .filter(|d| d.symbol.starts_with("RVERBS_MLX5_QUEUE_DIR_V1_"))
+            .collect();
+        // Found at its real address, whether this program is a PIE or a
+        // static fixed-address executable (the musl build).
+        assert_eq!(mine.len(), 1, "{dirs:?} {notes:?}");
+        assert_eq!(mine[0].addr, real);
+        assert!(mine[0].size >= 64);
+        // No queue was created here: zero, so "not in use yet".
+        let qs = read_all(&Process(pid), &mut dirs);
+        assert!(qs.is_empty());
+        assert!(dirs[0]
+            .error
+            .as_deref()
+            .unwrap_or("")
+            .contains("not in use"));
+    }
+
     fn header(slots: u32) -> DirHeader {
         DirHeader {
             magic: qdir::MAGIC,
