@@ -15,12 +15,14 @@ use std::sync::{Arc, Mutex};
 use rverbs_abi::cq::{CreateCq, CreateCqResp, ResizeCq};
 use rverbs_abi::mlx5;
 use rverbs_abi::mlx5::prm::{self, cqe_opcode as cqe_op, syndrome};
+use rverbs_abi::mlx5::qdir::kind;
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
 use rverbs_abi::Errno;
 use zerocopy::FromZeros;
 
 use crate::hw::cqe::{CqReader, CqRing, Cqe, KeyField, CQE_SIZE};
 use crate::hw::dbrec::DbRec;
+use crate::hw::qdir::{self, Listing};
 use crate::hw::uar::Doorbell;
 use crate::hw::{barrier, cmd};
 use crate::uctx::Uctx;
@@ -78,10 +80,9 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateCq) -> Result<Cr
         cmd::destroy_cq(fd, resp.cq_handle);
         return Err(Errno::EPROTO);
     }
-    Ok(Created {
-        resp,
-        cq: Cq::new(uctx, mem, drv_resp.cqn),
-    })
+    let mut cq = Cq::new(uctx, mem, drv_resp.cqn);
+    cq.listing = qdir::list(&cq.dir_entry());
+    Ok(Created { resp, cq })
 }
 
 /// The CQE ring(s) and doorbell record of a CQ. Normally one ring; during
@@ -338,6 +339,8 @@ pub struct Cq {
     /// The QP table snapshot.
     lookup: Lookup,
     mem: Arc<Mem>,
+    /// The ring's slot in the queue directory.
+    listing: Listing,
 }
 
 impl Cq {
@@ -364,6 +367,21 @@ impl Cq {
                 uctx: Arc::clone(uctx),
             },
             mem,
+            listing: Listing::default(),
+        }
+    }
+
+    /// What the queue directory says about this CQ (its current ring).
+    fn dir_entry(&self) -> qdir::Entry {
+        qdir::Entry {
+            kind: kind::CQ,
+            num: self.cqn,
+            entries: self.cqes.ncqe(),
+            stride_shift: CQE_SIZE.trailing_zeros(),
+            info: u32::from(self.mem.cqe_version),
+            buf: self.cqes.ring().addr(),
+            dbrec: self.db.addr(),
+            ..qdir::Entry::default()
         }
     }
 
@@ -475,6 +493,7 @@ impl Cq {
             ci = ci.wrapping_add(1);
         }
         self.cqes = new.reader();
+        self.listing.update(&self.dir_entry());
         self.mem.cons_index.store(ci, Ordering::Relaxed);
         let mut rings = self.mem.rings.lock().unwrap_or_else(|p| p.into_inner());
         rings.push(new);

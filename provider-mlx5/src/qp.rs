@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use rverbs_abi::mlx5;
 use rverbs_abi::mlx5::prm::{self, DataSeg, DatagramSeg};
+use rverbs_abi::mlx5::qdir::kind;
 use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp};
 use rverbs_abi::wr::{send_flags, Sge};
 use rverbs_abi::Errno;
@@ -34,8 +35,9 @@ use zerocopy::FromZeros;
 use crate::cq::CqMemory;
 use crate::hw::dbrec::DbRec;
 use crate::hw::map::Mapping;
+use crate::hw::qdir::{self, Listing};
 use crate::hw::uar::BlueFlame;
-use crate::hw::wqe::{wqe_bbs, RecvRing, SendRing};
+use crate::hw::wqe::{wqe_bbs, RecvRing, SendRing, SEND_WQE_BB};
 use crate::hw::{barrier, cmd};
 use crate::srq::Srq;
 use crate::uctx::Uctx;
@@ -176,16 +178,50 @@ pub fn create(
     });
     reg.cleaner = Some(Arc::clone(&cleaner));
 
+    // The queue directory: where an outside tool finds the rings.
     let rq = rq_ring.map(|ring| {
-        RecvQueue::new(
+        let mut rq = RecvQueue::new(
             ring,
             db.clone(),
             g.rq_wqe_cnt,
             Arc::clone(&rq_shared),
             Some(Arc::clone(&cleaner)),
-        )
+        );
+        let (wrid, retired) = rq_shared.addrs();
+        rq.listing = qdir::list(&qdir::Entry {
+            kind: kind::RQ,
+            num: resp.qpn,
+            entries: g.rq_wqe_cnt,
+            stride_shift: g.rq_wqe_shift,
+            info: g.rq_max_gs,
+            buf: buf.addr(),
+            dbrec: db.addr(),
+            wrid,
+            retired,
+            ..qdir::Entry::default()
+        });
+        rq
     });
+    let listing = if g.sq_wqe_cnt == 0 {
+        Listing::default()
+    } else {
+        let (wrid, retired, wr_counter) = sq_shared.addrs();
+        qdir::list(&qdir::Entry {
+            kind: kind::SQ,
+            num: resp.qpn,
+            entries: g.sq_wqe_cnt,
+            stride_shift: SEND_WQE_BB.trailing_zeros(),
+            info: u32::from(cmd.qp_type),
+            buf: buf.addr() + g.sq_offset() as u64,
+            dbrec: db.addr(),
+            wrid,
+            retired,
+            extra: wr_counter,
+            ..qdir::Entry::default()
+        })
+    };
     let sq = SendQueue::new(SqInit {
+        listing,
         reg: Some(reg),
         cleaner: Some(cleaner),
         ring: sq_ring,
@@ -257,6 +293,7 @@ impl Cleaner {
 
 /// Everything [`SendQueue::new`] needs.
 struct SqInit {
+    listing: Listing,
     reg: Option<Registration>,
     cleaner: Option<Arc<Cleaner>>,
     ring: SendRing,
@@ -301,6 +338,8 @@ pub struct SendQueue {
     cleaner: Option<Arc<Cleaner>>,
     /// Cleans the CQs and frees the user index on drop.
     _reg: Option<Registration>,
+    /// The ring's slot in the queue directory.
+    _listing: Listing,
 }
 
 /// The QP states the queues care about (the caller tells them after each
@@ -347,6 +386,7 @@ impl SendQueue {
             shared: init.shared,
             cleaner: init.cleaner,
             _reg: init.reg,
+            _listing: init.listing,
         }
     }
 
@@ -664,6 +704,8 @@ pub struct RecvQueue {
     shared: Arc<RqShared>,
     /// Removes the QP's CQEs from its CQs on RESET (`None` in unit tests).
     cleaner: Option<Arc<Cleaner>>,
+    /// The ring's slot in the queue directory.
+    listing: Listing,
 }
 
 impl RecvQueue {
@@ -683,6 +725,7 @@ impl RecvQueue {
             enabled: false,
             shared,
             cleaner,
+            listing: Listing::default(),
         }
     }
 

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use rverbs_abi::mlx5;
 use rverbs_abi::mlx5::prm::{DataSeg, SrqNextSeg};
+use rverbs_abi::mlx5::qdir::kind;
 use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
 use rverbs_abi::Errno;
 use rverbs_provider::check::check_recv_sges;
@@ -21,6 +22,7 @@ use zerocopy::FromZeros;
 
 use crate::hw::dbrec::DbRec;
 use crate::hw::map::Mapping;
+use crate::hw::qdir::{self, Listing};
 use crate::hw::wqe::SrqRing;
 use crate::hw::{barrier, cmd};
 use crate::uctx::{Limits, Uctx};
@@ -90,7 +92,7 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateSrq) -> Result<C
     let g = geometry(&uctx.limits(), cmd.max_wr, cmd.max_sge)?;
     let buf = Arc::new(Mapping::anon((g.max as usize) << g.wqe_shift)?);
     let db = uctx.alloc_dbrec()?;
-    let srq = Srq::new(buf, db, g)?;
+    let mut srq = Srq::new(buf, db, g)?;
     let mut core = *cmd;
     core.max_wr = g.max - 1;
     core.max_sge = g.max_gs;
@@ -108,6 +110,22 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateSrq) -> Result<C
     let mut resp = cmd::create_srq(fd, &core, &drv, &mut drv_resp, srq.ring.mem(), &srq.db)?;
     resp.max_wr = g.tail;
     resp.max_sge = g.max_gs;
+    // The queue directory: where an outside tool finds the WQEs.
+    let (wrid, completed, list, freed) = srq.shared.addrs();
+    srq.listing = qdir::list(&qdir::Entry {
+        kind: kind::SRQ,
+        num: drv_resp.srqn,
+        entries: g.max,
+        stride_shift: g.wqe_shift,
+        info: g.max_gs,
+        info2: g.tail + 1,
+        buf: srq.ring.mem().addr(),
+        dbrec: srq.db.addr(),
+        wrid,
+        retired: completed,
+        extra: list,
+        extra2: freed,
+    });
     Ok(Created {
         resp,
         srqn: drv_resp.srqn,
@@ -142,6 +160,8 @@ pub struct Srq {
     /// What the SRQ reports it holds.
     capacity: u32,
     shared: Arc<SrqShared>,
+    /// The WQEs' slot in the queue directory.
+    listing: Listing,
 }
 
 impl Srq {
@@ -157,10 +177,12 @@ impl Srq {
             counter: 0,
             capacity: g.tail,
             shared: Arc::new(SrqShared::new(g.max)),
+            listing: Listing::default(),
         };
         for i in 0..g.tail {
             srq.ring.set_next(i, i + 1);
         }
+        srq.shared.publish_list(srq.head, srq.tail);
         // WQEs past `tail` (libmlx5's ODP wait queue) stay unused.
         Ok(srq)
     }
@@ -208,6 +230,8 @@ impl Srq {
             self.head = self.ring.next(idx);
             n += 1;
         }
+        // For the queue directory's reader (one store per call).
+        self.shared.publish_list(self.head, self.tail);
         if n > 0 {
             self.counter = self.counter.wrapping_add(n);
             // The WQEs (and wr_ids) are written before the device can see

@@ -75,6 +75,16 @@ impl SqShared {
         self.tail.store(0, Ordering::Release);
     }
 
+    /// Addresses for the queue directory: the `wr_id` array, the retired
+    /// WR counter, the WR-counter array.
+    pub(crate) fn addrs(&self) -> (u64, u64, u64) {
+        (
+            self.wrid.as_ptr() as u64,
+            std::ptr::addr_of!(self.tail) as u64,
+            self.wqe_head.as_ptr() as u64,
+        )
+    }
+
     /// The `wr_id` and WR-counter arrays (at least one entry each), which
     /// the send ring stores into (Relaxed, before its doorbell).
     pub(crate) fn slots(&self) -> (&[AtomicU64], &[AtomicU32]) {
@@ -161,6 +171,15 @@ impl RqShared {
         self.tail.store(0, Ordering::Release);
     }
 
+    /// Addresses for the queue directory: the `wr_id` array and the
+    /// retired WQE counter.
+    pub(crate) fn addrs(&self) -> (u64, u64) {
+        (
+            self.wrid.as_ptr() as u64,
+            std::ptr::addr_of!(self.tail) as u64,
+        )
+    }
+
     /// The `wr_id` array (at least one entry), which the receive ring
     /// stores into (Relaxed, before its doorbell record).
     pub(crate) fn slots(&self) -> &[AtomicU64] {
@@ -197,6 +216,10 @@ pub(crate) struct SrqShared {
     freed: Box<[AtomicU64]>,
     /// Receives completed (a counter the poster compares with its own).
     completed: AtomicU32,
+    /// The poster's list ends for an outside reader (the queue
+    /// directory): next WQE to post in the low 32 bits, the list's last
+    /// WQE in the high 32. Stored once per post call, never read here.
+    list: AtomicU64,
 }
 
 impl SrqShared {
@@ -208,7 +231,27 @@ impl SrqShared {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             completed: AtomicU32::new(0),
+            list: AtomicU64::new(0),
         }
+    }
+
+    /// Publishes the poster's free-list ends (for the queue directory's
+    /// reader only: one Relaxed store per post call).
+    #[inline(always)]
+    pub(crate) fn publish_list(&self, head: u32, tail: u32) {
+        self.list
+            .store(u64::from(head) | u64::from(tail) << 32, Ordering::Relaxed);
+    }
+
+    /// Addresses for the queue directory: the `wr_id` array, the
+    /// completed counter, the published list ends, the completed bitmap.
+    pub(crate) fn addrs(&self) -> (u64, u64, u64, u64) {
+        (
+            self.wrid.as_ptr() as u64,
+            std::ptr::addr_of!(self.completed) as u64,
+            std::ptr::addr_of!(self.list) as u64,
+            self.freed.as_ptr() as u64,
+        )
     }
 
     /// Retires WQE `wqe_counter`; returns its `wr_id`, or `None` if the

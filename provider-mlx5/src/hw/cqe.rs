@@ -136,7 +136,6 @@ pub(crate) struct CqReader {
     base: NonNull<Cqe64>,
     ncqe: u32,
     /// Keeps the ring mapped.
-    #[cfg_attr(not(test), allow(dead_code))]
     ring: Arc<CqRing>,
 }
 
@@ -161,8 +160,7 @@ impl CqReader {
         self.ncqe
     }
 
-    /// The ring (tests).
-    #[cfg(test)]
+    /// The ring.
     pub(crate) fn ring(&self) -> &Arc<CqRing> {
         &self.ring
     }

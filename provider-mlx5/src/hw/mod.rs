@@ -13,7 +13,8 @@
 //! - [`wqe`]: the send ring's WQE cursors, the receive ring and the SRQ's
 //!   WQEs, writing typed PRM segments;
 //! - [`cqe`]: CQE rings and reading the CQEs the device wrote;
-//! - [`cmd`]: the commands that hand this memory to the kernel.
+//! - [`cmd`]: the commands that hand this memory to the kernel;
+//! - [`qdir`]: the queue directory an outside tool finds the queues by.
 //!
 //! Ring memory is never borrowed as a Rust reference: the device writes
 //! it outside the program. It is read and written through raw pointers
@@ -26,5 +27,6 @@ pub(crate) mod cmd;
 pub(crate) mod cqe;
 pub(crate) mod dbrec;
 pub(crate) mod map;
+pub(crate) mod qdir;
 pub(crate) mod uar;
 pub(crate) mod wqe;

@@ -85,6 +85,7 @@ impl TestQp {
         });
         let shared = Arc::new(SqShared::new(g.sq_wqe_cnt));
         let sq = SendQueue::new(SqInit {
+            listing: Default::default(),
             reg: None,
             cleaner: None,
             ring: SendRing::new(&ring, g.sq_offset(), g.sq_wqe_cnt, &shared).unwrap(),

@@ -7,7 +7,13 @@
 //! Works on any process using rxe through the uverbs ABI (rdma-core's
 //! libibverbs or this stack): it reads what the kernel and the rings say,
 //! not the library's private state.
+//!
+//! mlx5 queues are the process's own memory, which the kernel does not
+//! describe: `--pid` shows them only for processes on our mlx5 provider,
+//! which lists them in its queue directory ([`mlx5`]): every SQ's WQEs,
+//! RQ and SRQ entries, CQEs, doorbell records and counters.
 
+pub mod mlx5;
 pub mod res;
 pub mod rings;
 
@@ -20,6 +26,7 @@ use serde_json::{json, Value};
 use crate::common::num;
 use res::{QpDepths, Snapshot};
 use rings::{Kind, Ring};
+use rverbs_abi::mlx5::qdir::kind as qdir_kind;
 
 /// Options of `rverbs inspect`.
 #[derive(Debug, Clone, clap::Args)]
@@ -171,22 +178,37 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
     }
     rings::classify(&mut rs, &snap, pid);
     rs.sort_by_key(|r| (r.map.dev.clone(), r.map.offset));
+    // The mlx5 queues our provider lists.
+    let (mut dirs, mlx5_notes) = mlx5::locate(pid)?;
+    let mut mq = mlx5::read_all(&mlx5::Process(pid), &mut dirs);
+    let comm_s = comm.clone().unwrap_or_else(|| "?".into());
 
     let mine = |o: &res::Owner| o.pid == Some(pid);
     if let Some(qpn) = a.qp {
-        if !snap.qps.iter().any(|q| q.lqpn == qpn && mine(&q.owner)) {
+        let is_qp = |q: &mlx5::Queue| {
+            matches!(q.image.slot.kind, qdir_kind::SQ | qdir_kind::RQ) && q.image.slot.num == qpn
+        };
+        let in_mlx5 = mq.iter().any(is_qp);
+        if !in_mlx5 && !snap.qps.iter().any(|q| q.lqpn == qpn && mine(&q.owner)) {
             bail!(
-                "process {pid} owns no QP {qpn} (the kernel lists its QPs as: {})",
+                "process {pid} owns no QP {qpn} (the kernel lists its QPs as: {}; its mlx5 \
+                 queue directory as: {})",
                 snap.qps
                     .iter()
                     .filter(|q| mine(&q.owner))
                     .map(|q| q.lqpn.to_string())
                     .collect::<Vec<_>>()
+                    .join(", "),
+                mq.iter()
+                    .filter(|q| q.image.slot.kind == qdir_kind::SQ)
+                    .map(|q| format!("{:#x}", q.image.slot.num))
+                    .collect::<Vec<_>>()
                     .join(", ")
             );
         }
         rs.retain(|r| r.qpn == Some(qpn));
-        if rs.is_empty() {
+        mq.retain(is_qp);
+        if rs.is_empty() && mq.is_empty() {
             bail!("could not tell which of process {pid}'s rings belong to QP {qpn}");
         }
     }
@@ -198,26 +220,61 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
                 .and_then(|q| q.qp_type)
         })
     };
-    let comm_s = comm.clone().unwrap_or_else(|| "?".into());
     let none_msg = format!(
-        "process {pid} ({comm_s}) has no RDMA queues mapped (no /dev/infiniband/uverbs* mappings)"
+        "process {pid} ({comm_s}) has no rxe rings mapped (no /dev/infiniband/uverbs* mappings)"
     );
+    let mlx5_msg = if dirs.is_empty() {
+        Some(mlx5::no_directory_message(pid, &comm_s))
+    } else if mq.is_empty() {
+        Some(format!(
+            "process {pid} ({comm_s}): its mlx5 queue directory lists no queue{}",
+            dirs.iter()
+                .filter_map(|d| d.error.as_ref())
+                .map(|e| format!(" ({e})"))
+                .collect::<String>()
+        ))
+    } else {
+        None
+    };
+    let message = (rs.is_empty() && mq.is_empty()).then(|| {
+        let mut m = none_msg.clone();
+        if let Some(x) = &mlx5_msg {
+            m = format!("{m}\n{x}");
+        }
+        m
+    });
     if a.json {
         let v = json!({
             "pid": pid,
             "comm": comm,
             "rings": rs.iter().map(|r| ring_json(r, a.entries, qp_type(r))).collect::<Vec<_>>(),
+            "mlx5": {
+                "directories": dirs.iter().map(mlx5::dir_json).collect::<Vec<_>>(),
+                "queues": mq.iter().map(|q| mlx5::queue_json(q, a.entries)).collect::<Vec<_>>(),
+                "message": mlx5_msg,
+                "notes": mlx5_notes,
+            },
             "qps": snap.qps.iter().filter(|q| mine(&q.owner)).map(|q| q.json(None)).collect::<Vec<_>>(),
             "cqs": snap.cqs.iter().filter(|c| mine(&c.owner)).map(|c| c.json(None)).collect::<Vec<_>>(),
             "srqs": snap.srqs.iter().filter(|s| mine(&s.owner)).map(res::SrqRes::json).collect::<Vec<_>>(),
-            "message": if rs.is_empty() { Some(&none_msg) } else { None },
+            "message": message,
             "notes": snap_err.iter().chain(&snap.notes).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
+    if let Some(m) = &message {
+        println!("{m}");
+        for n in &mlx5_notes {
+            println!("note: {n}");
+        }
+        return Ok(());
+    }
     if rs.is_empty() {
-        println!("{none_msg}");
+        print!(
+            "{}",
+            mlx5_text(pid, &comm_s, &dirs, &mq, &mlx5_notes, a.entries)
+        );
         return Ok(());
     }
     let mut out = String::new();
@@ -322,6 +379,115 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
     for n in &snap.notes {
         let _ = writeln!(out, "note: {n}");
     }
+    if !mq.is_empty() {
+        out.push('\n');
+        out += &mlx5_text(pid, &comm_s, &dirs, &mq, &mlx5_notes, a.entries);
+    }
     print!("{out}");
     Ok(())
+}
+
+/// The mlx5 part of `--pid` as text: the directories, a table of the
+/// queues with their counters, and with `entries` every queued entry.
+fn mlx5_text(
+    pid: u32,
+    comm: &str,
+    dirs: &[mlx5::Dir],
+    qs: &[mlx5::Queue],
+    notes: &[String],
+    entries: bool,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "process {pid} ({comm}): {} mlx5 queues", qs.len());
+    for d in dirs {
+        let _ = write!(
+            out,
+            "queue directory {} at {:#x} in {}",
+            d.symbol, d.addr, d.file
+        );
+        match (&d.header, &d.error) {
+            (_, Some(e)) => {
+                let _ = writeln!(out, ": {e}");
+            }
+            (Some(h), None) => {
+                let _ = writeln!(
+                    out,
+                    ": {} of {} slots listed, {} queues not listed (no free slot)",
+                    h.listed, h.slot_count, h.dropped
+                );
+            }
+            (None, None) => out.push('\n'),
+        }
+    }
+    let decoded: Vec<_> = qs
+        .iter()
+        .map(|q| mlx5::decode::decode(&q.image, entries))
+        .collect();
+    let g = |d: &mlx5::decode::Decoded, k: &str| {
+        d.fields
+            .get(k)
+            .filter(|v| !v.is_null())
+            .map_or("-".to_string(), |v| {
+                v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+            })
+    };
+    let num_hex = |d: &mlx5::decode::Decoded| {
+        d.fields
+            .get("num")
+            .and_then(Value::as_u64)
+            .map_or("-".into(), |n| format!("{n:#x}"))
+    };
+    let rows: Vec<Vec<String>> = decoded
+        .iter()
+        .map(|d| {
+            vec![
+                g(d, "kind"),
+                num_hex(d),
+                g(d, "entries"),
+                g(d, "stride"),
+                g(d, "producer"),
+                g(d, "consumer"),
+                g(d, "queued"),
+                g(d, "buf"),
+                g(d, "dbrec_addr"),
+            ]
+        })
+        .collect();
+    out.push('\n');
+    res::table(
+        &mut out,
+        "mlx5 queues",
+        &[
+            "KIND", "NUM", "ENTRIES", "STRIDE", "PROD", "CONS", "QUEUED", "BUFFER", "DBREC",
+        ],
+        &rows,
+    );
+    let _ = writeln!(
+        out,
+        "\nPROD/CONS: SQ in basic blocks (the doorbell record's send counter; the oldest \
+         outstanding WQE), RQ in WQEs, SRQ the doorbell counter, CQ the consumer index \
+         (doorbell record) and the first entry hardware still owns."
+    );
+    for d in &decoded {
+        for n in &d.notes {
+            let _ = writeln!(out, "note: {} {}: {n}", g(d, "kind"), num_hex(d));
+        }
+        if !entries {
+            continue;
+        }
+        let kind = g(d, "kind");
+        let what = match kind.as_str() {
+            "SQ" => "outstanding send WQEs",
+            "CQ" => "unpolled CQEs",
+            _ => "posted receive WQEs",
+        };
+        let _ = writeln!(out, "\n{kind} {} ({} {what}):", num_hex(d), d.entries.len());
+        for v in &d.entries {
+            let _ = writeln!(out, "  {}", mlx5::entry_text(&kind, v));
+        }
+    }
+    for n in notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    out
 }

@@ -3,7 +3,9 @@
 //! scenarios rdma-core's own libibverbs + libmlx5 run against it, on the
 //! host (no VM: the emulator is user space).
 //!
-//! Steps: build `mlx5-emu`; compile every `tests/mlx5-emu/c/*.c` with
+//! Steps: build `mlx5-emu` and the `rverbs` tool (`RVERBS_CLI` in every
+//! program's environment: `inspect.c` and `mlx5_inspect` run its
+//! `inspect --pid` on a paused process of theirs); compile every `tests/mlx5-emu/c/*.c` with
 //! `cc ... -libverbs` into `target/mlx5/` (test-only programs: that folder
 //! is outside what the linkage check inspects, on purpose); run, each with
 //! the library preloaded and bounded in time, rdma-core's `ibv_devices`,
@@ -50,6 +52,8 @@ pub mod wqe_compare;
 
 /// The emulator's package.
 pub const EMU_PACKAGE: &str = "mlx5-emu";
+/// The `rverbs` tool's package (its `inspect --pid` is tested here).
+const CLI_PACKAGE: &str = "rverbs-cli";
 /// Time limit of one scenario process.
 const ITEM_LIMIT: Duration = Duration::from_secs(60);
 
@@ -205,6 +209,18 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     if !lib.is_file() {
         bail!("{} was not built", lib.display());
     }
+    // The `rverbs` tool, which `inspect.c` and `mlx5_inspect` run on
+    // themselves (`RVERBS_CLI`).
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["build", "-p", CLI_PACKAGE, "--bin", "rverbs"])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
+    say!("building the rverbs tool: {}", describe(&cmd));
+    util::run(&mut cmd)?;
+    let cli = target_dir.join("debug").join("rverbs");
+    if !cli.is_file() {
+        bail!("{} was not built", cli.display());
+    }
 
     let out_dir = target_dir.join("mlx5");
     let logs = out_dir.join("logs");
@@ -251,6 +267,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 
     let preload = |c: &mut Command| {
         c.env("LD_PRELOAD", &lib)
+            .env("RVERBS_CLI", &cli)
             .env("MLX5_EMU_SYSFS", &sysfs)
             .env("SYSFS_PATH", &sysfs)
             .env_remove("MLX5_EMU_LOG")
@@ -442,7 +459,13 @@ const DMABUF_C: &str = "dmabuf";
 /// Our program making the same registrations (tests/src/bin/mlx5_dmabuf.rs).
 const DMABUF_OURS: &str = "mlx5_dmabuf";
 /// Our programs expected even if their source went missing.
-const OURS_EXPECTED: &[&str] = &["mlx5_scenarios", WQE_SEQ_OURS, CMD_SEQ_OURS, DMABUF_OURS];
+const OURS_EXPECTED: &[&str] = &[
+    "mlx5_scenarios",
+    "mlx5_inspect",
+    WQE_SEQ_OURS,
+    CMD_SEQ_OURS,
+    DMABUF_OURS,
+];
 
 /// Where our recording programs write their logs.
 struct Recorded<'a> {
