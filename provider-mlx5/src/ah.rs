@@ -3,7 +3,7 @@
 //! Q_Key and remote QPN are filled per work request; the rest comes from
 //! here. It travels as bytes (the provider-neutral `wr::UdDest` holds
 //! `[u8; 48]`). On a RoCE port the kernel's address handle is created
-//! too, for the destination MAC it resolves ([`create_roce_ah`]).
+//! too, for the destination MAC it resolves (`create_roce_ah`).
 
 use std::os::fd::BorrowedFd;
 

@@ -9,6 +9,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -97,8 +98,17 @@ fn long_lived(dev: &rverbs::Device) -> (rverbs::Pd, rverbs::Cq, rverbs::Mr<rverb
 fn a_thousand_connections_leak_no_fd_memory_or_kernel_object() {
     let l = Listener::bind(format!("{RXE_IP}:0").parse().unwrap(), 16).unwrap();
     let dst: SocketAddr = l.local_addr();
-    let sync = Arc::new(Barrier::new(2));
-    let server_sync = sync.clone();
+    // The cycles in lockstep through a channel, not a barrier: a server
+    // that fails ends the test with its message instead of leaving the
+    // client waiting. A bounded channel allocates its buffer at creation;
+    // the first blocking receive allocates the thread's waiting context,
+    // done here, before anything is measured. The last step (the server
+    // keeps its objects until measured) is a barrier: the server has
+    // finished every cycle by then, and a barrier allocates nothing.
+    let (cycle_tx, cycle_rx) = mpsc::sync_channel::<()>(1);
+    let _ = cycle_rx.recv_timeout(Duration::from_millis(1));
+    let measured = Arc::new(Barrier::new(2));
+    let server_measured = measured.clone();
     let server = std::thread::spawn(move || {
         let mut objects = None;
         for i in 0..CYCLES {
@@ -125,11 +135,21 @@ fn a_thousand_connections_leak_no_fd_memory_or_kernel_object() {
                 .unwrap_or_else(|| panic!("cycle {i}: no disconnect within 20 s"));
             assert_eq!(ev.kind(), CmEventKind::Disconnected);
             drop(conn);
-            server_sync.wait();
+            cycle_tx.send(()).unwrap();
         }
         // The listener and this side's objects live until measured.
-        server_sync.wait();
+        server_measured.wait();
     });
+    let mut server = Some(server);
+    // Waits for the server to finish cycle `i`; its failure is the test's.
+    let mut server_done = |i: u32| match cycle_rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => {}
+        Err(RecvTimeoutError::Disconnected) => match server.take().map(|s| s.join()) {
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            _ => panic!("cycle {i}: the server ended early"),
+        },
+        Err(RecvTimeoutError::Timeout) => panic!("cycle {i}: the server is stuck"),
+    };
 
     let mut objects = None;
     let mut baseline = None;
@@ -158,14 +178,16 @@ fn a_thousand_connections_leak_no_fd_memory_or_kernel_object() {
         assert_eq!(wait_ok(cq).wr_id(), u64::from(i));
         conn.disconnect().unwrap();
         drop(conn);
-        sync.wait();
+        server_done(i);
     }
     let took = start.elapsed();
     let (fd0, live0, kern0) = baseline.unwrap();
     let (fd1, live1) = (fds(), LIVE.load(Ordering::Relaxed));
     let kern1 = settled_kernel_objects(Some(&kern0));
-    sync.wait();
-    server.join().unwrap();
+    measured.wait();
+    if let Some(s) = server.take() {
+        s.join().unwrap();
+    }
     println!(
         "{CYCLES} cycles in {took:?}; fds {fd0} -> {fd1}; live heap {live0} -> {live1} bytes; \
          kernel: {kern0} -> {kern1}"

@@ -3,7 +3,7 @@
 //! library use:
 //!
 //! - DEVICE `INVOKE_WRITE`: a `write()` command carried by attributes; it
-//!   runs through the same handlers as `write()` ([`dispatch::execute`])
+//!   runs through the same handlers as `write()` (`dispatch::execute`)
 //!   and is recorded as the `write` record that `write()` would have made
 //!   for the same command. Once this answers, libibverbs sends every
 //!   write-style command this way (`has_ioctl_write`), as on a real kernel.

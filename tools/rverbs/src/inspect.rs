@@ -221,7 +221,8 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
         })
     };
     let none_msg = format!(
-        "process {pid} ({comm_s}) has no rxe rings mapped (no /dev/infiniband/uverbs* mappings)"
+        "process {pid} ({comm_s}) has no RDMA queues we can see: no rxe rings mapped (no \
+         /dev/infiniband/uverbs* mappings)"
     );
     let mlx5_msg = if dirs.is_empty() {
         Some(mlx5::no_directory_message(pid, &comm_s))
