@@ -15,6 +15,8 @@
 
 use anyhow::{bail, Context, Result};
 
+use super::wqe_compare::hex_bytes;
+
 /// The normalisation rules: every way two logs may legitimately differ,
 /// with why. Printed by `cargo xtask mlx5` into the report.
 pub const RULES: &[(&str, &str)] = &[
@@ -492,20 +494,6 @@ fn decode(out: &mut Vec<Value>, prefix: &str, bytes: &[u8], fields: &[F]) {
         ));
         off = end;
     }
-}
-
-fn hex_bytes(s: &str) -> Result<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        bail!("odd number of hex digits");
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            s.get(i..i + 2)
-                .and_then(|d| u8::from_str_radix(d, 16).ok())
-                .context("not hex")
-        })
-        .collect()
 }
 
 fn u16_at(b: &[u8], off: usize) -> u16 {

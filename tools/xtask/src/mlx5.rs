@@ -615,6 +615,28 @@ fn run_ours(
     Ok(items)
 }
 
+/// Reads and parses the `what` logs (WQE, command) of rdma-core
+/// (`theirs`) and our provider (`ours`); an error saying whose log is
+/// missing, malformed or `empty`.
+fn read_logs<L>(
+    theirs: &Path,
+    ours: &Path,
+    what: &str,
+    parse: fn(&str) -> Result<L>,
+    empty: fn(&L) -> bool,
+) -> std::result::Result<(L, L), String> {
+    let read = |p: &Path, who: &str| -> std::result::Result<L, String> {
+        let text = fs::read_to_string(p)
+            .map_err(|e| format!("no {what} log from {who} ({}: {e})", p.display()))?;
+        let l = parse(&text).map_err(|e| format!("{who}'s {what} log: {e:#}"))?;
+        if empty(&l) {
+            return Err(format!("{who}'s {what} log records no {what}"));
+        }
+        Ok(l)
+    };
+    Ok((read(theirs, "rdma-core")?, read(ours, "our provider")?))
+}
+
 /// Compares the two WQE logs, writing the full report (the rules, then
 /// every mismatch) to `logs/wqe_compare.log`. Fails when a log is missing
 /// or empty, or anything differs.
@@ -629,18 +651,11 @@ fn compare_wqes(
         identical: 0,
         differing: 0,
     };
-    let read = |p: &Path, who: &str| -> std::result::Result<wqe_compare::Log, String> {
-        let text = fs::read_to_string(p)
-            .map_err(|e| format!("no WQE log from {who} ({}: {e})", p.display()))?;
-        let l = wqe_compare::parse(&text).map_err(|e| format!("{who}'s WQE log: {e:#}"))?;
-        if l.wqes.is_empty() {
-            return Err(format!("{who}'s WQE log records no WQE"));
-        }
-        Ok(l)
-    };
-    let (t, o) = match (read(theirs, "rdma-core"), read(ours, "our provider")) {
-        (Ok(t), Ok(o)) => (t, o),
-        (Err(e), _) | (_, Err(e)) => {
+    let (t, o) = match read_logs(theirs, ours, "WQE", wqe_compare::parse, |l| {
+        l.wqes.is_empty()
+    }) {
+        Ok(both) => both,
+        Err(e) => {
             let _ = fs::write(&log, format!("{e}\n"));
             return (none, Err(e), log);
         }
@@ -693,18 +708,9 @@ fn compare_cmds(
         identical: 0,
         differing: 0,
     };
-    let read = |p: &Path, who: &str| -> std::result::Result<Vec<cmd_compare::Command>, String> {
-        let text = fs::read_to_string(p)
-            .map_err(|e| format!("no command log from {who} ({}: {e})", p.display()))?;
-        let l = cmd_compare::parse(&text).map_err(|e| format!("{who}'s command log: {e:#}"))?;
-        if l.is_empty() {
-            return Err(format!("{who}'s command log records no command"));
-        }
-        Ok(l)
-    };
-    let (t, o) = match (read(theirs, "rdma-core"), read(ours, "our provider")) {
-        (Ok(t), Ok(o)) => (t, o),
-        (Err(e), _) | (_, Err(e)) => {
+    let (t, o) = match read_logs(theirs, ours, "command", cmd_compare::parse, Vec::is_empty) {
+        Ok(both) => both,
+        Err(e) => {
             let _ = fs::write(&log, format!("{e}\n"));
             return (none, Err(e), log);
         }

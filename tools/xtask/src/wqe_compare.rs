@@ -159,13 +159,19 @@ fn hex_u64(s: &str) -> Result<u64> {
 fn hex_u32(s: &str) -> Result<u32> {
     u32::from_str_radix(s, 16).with_context(|| format!("bad hex number {s:?}"))
 }
-fn hex_bytes(s: &str) -> Result<Vec<u8>> {
+/// The bytes of a hex string (two digits a byte), as the emulator's logs
+/// write them; an error (never a panic) for anything else.
+pub(crate) fn hex_bytes(s: &str) -> Result<Vec<u8>> {
     if s.len() % 2 != 0 {
         bail!("odd hex byte string");
     }
     (0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).context("bad hex byte"))
+        .map(|i| {
+            s.get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+                .context("bad hex byte")
+        })
         .collect()
 }
 

@@ -28,7 +28,7 @@ use rverbs_abi::mlx5::qdir::{self, kind, DirHeader, DirSlot};
 use serde_json::{json, Value};
 use zerocopy::FromBytes;
 
-use super::rings::{read_mem, Refused};
+use super::rings::{read_mem, sge_text, Refused};
 use decode::{check_slot, Image, MAX_RING_BYTES};
 
 /// Largest ELF file whose symbols are read.
@@ -489,24 +489,6 @@ pub fn queue_json(q: &Queue, with_entries: bool) -> Value {
     }
     m.insert("notes".into(), json!(d.notes));
     Value::Object(m)
-}
-
-fn sge_text(v: &Value) -> String {
-    v.as_array()
-        .map(|a| {
-            a.iter()
-                .map(|s| {
-                    format!(
-                        "{:#x}+{} lkey {:#x}",
-                        s["addr"].as_u64().unwrap_or(0),
-                        s["length"].as_u64().unwrap_or(0),
-                        s["lkey"].as_u64().unwrap_or(0)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default()
 }
 
 /// One decoded entry of a queue of kind `kind` as a line of text.

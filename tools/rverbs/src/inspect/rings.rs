@@ -924,23 +924,6 @@ pub fn entry_text(kind: Kind, v: &Value) -> String {
         num("index").unwrap_or(0),
         num("wr_id").unwrap_or(0)
     );
-    let sge_text = |v: &Value| -> String {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|s| {
-                        format!(
-                            "{:#x}+{} lkey {:#x}",
-                            s["addr"].as_u64().unwrap_or(0),
-                            s["length"].as_u64().unwrap_or(0),
-                            s["lkey"].as_u64().unwrap_or(0)
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default()
-    };
     if let Some(e) = v.get("error").and_then(Value::as_str) {
         out.push_str(&format!(" ({e})"));
         return out;
@@ -1008,6 +991,26 @@ pub fn entry_text(kind: Kind, v: &Value) -> String {
         }
     }
     out
+}
+
+/// A decoded scatter list (`[{addr, length, lkey}...]`) as text, the same
+/// for rxe rings and mlx5 queues.
+pub(crate) fn sge_text(v: &Value) -> String {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .map(|s| {
+                    format!(
+                        "{:#x}+{} lkey {:#x}",
+                        s["addr"].as_u64().unwrap_or(0),
+                        s["length"].as_u64().unwrap_or(0),
+                        s["lkey"].as_u64().unwrap_or(0)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
