@@ -91,6 +91,38 @@ pub fn parse_libtest(output: &str) -> (Counts, usize) {
     (counts, results)
 }
 
+/// The tests libtest reported as failed (`test NAME ... FAILED`), each with
+/// the first lines of its captured output (`---- NAME stdout ----`), so the
+/// end of a long run names what failed and why.
+pub fn failed_tests(output: &str) -> Vec<String> {
+    /// Lines of a failure's output kept for the summary.
+    const KEEP: usize = 6;
+    let mut names: Vec<String> = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("test ")?.strip_suffix(" ... FAILED"))
+        .map(str::to_owned)
+        .collect();
+    names.dedup();
+    names
+        .into_iter()
+        .map(|name| {
+            let header = format!("---- {name} stdout ----");
+            let detail: Vec<&str> = output
+                .lines()
+                .skip_while(|l| *l != header)
+                .skip(1)
+                .take_while(|l| !l.starts_with("---- ") && !l.is_empty())
+                .take(KEEP)
+                .collect();
+            if detail.is_empty() {
+                name
+            } else {
+                format!("{name}: {}", detail.join(" | "))
+            }
+        })
+        .collect()
+}
+
 /// Counts for one item from its exit status and output: a failing item
 /// whose output reports no failed test counts as one failure; a passing
 /// item without libtest lines (a script) counts as one pass.
@@ -618,7 +650,10 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         say!("skipping host tests (--no-host)");
     } else {
         let mut cmd = Command::new(cargo_bin());
-        cmd.args(["test", "--workspace"]).current_dir(&ws);
+        // Every test binary runs even after one fails, so one run names
+        // every failure.
+        cmd.args(["test", "--workspace", "--no-fail-fast"])
+            .current_dir(&ws);
         if has(VM_SUITE) {
             cmd.args(["--exclude", VM_SUITE]);
         } else {
@@ -633,7 +668,12 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
             counts.failed
         );
         if !ok {
-            problems.push("host tests".into());
+            let failed = failed_tests(&out);
+            if failed.is_empty() {
+                problems.push("host tests".into());
+            } else {
+                problems.push(format!("host tests ({})", failed.join("; ")));
+            }
         }
         total.add(counts);
     }
@@ -904,7 +944,12 @@ fn run_kernel(
                         counts.failed
                     );
                     if !ok {
-                        problems.push(item.name.clone());
+                        let failed = failed_tests(&log);
+                        if failed.is_empty() {
+                            problems.push(item.name.clone());
+                        } else {
+                            problems.push(format!("{} ({})", item.name, failed.join("; ")));
+                        }
                     }
                     vm_total.add(counts);
                 }
@@ -1193,6 +1238,34 @@ mod tests {
                 failed: 1
             }
         );
+    }
+
+    #[test]
+    fn names_failed_tests_with_their_first_lines() {
+        let out = "running 3 tests\n\
+            test a::ok ... ok\n\
+            test a::bad ... FAILED\n\
+            test b::worse ... FAILED\n\
+            \n\
+            failures:\n\
+            \n\
+            ---- a::bad stdout ----\n\
+            thread 'a::bad' panicked at src/a.rs:3:5:\n\
+            assertion failed: x\n\
+            \n\
+            failures:\n\
+            \x20   a::bad\n\
+            \x20   b::worse\n\
+            test result: FAILED. 1 passed; 2 failed;\n";
+        assert_eq!(
+            failed_tests(out),
+            vec![
+                "a::bad: thread 'a::bad' panicked at src/a.rs:3:5: | assertion failed: x"
+                    .to_string(),
+                "b::worse".to_string(),
+            ]
+        );
+        assert!(failed_tests("test result: ok. 2 passed; 0 failed;\n").is_empty());
     }
 
     #[test]
