@@ -397,6 +397,9 @@ impl SendQueue {
         if !self.enabled {
             return Err((0, PostError::InvalidState));
         }
+        if let [wr] = wrs {
+            return self.post_one(wr).map_err(|e| (0, e));
+        }
         // Work requests of this chain written so far (also the index of
         // the next one: each WR is written or ends the chain).
         let mut nreq: u32 = 0;
@@ -437,6 +440,29 @@ impl SendQueue {
                 .ring(&self.ring, &self.db, self.cur_post, nreq, last_ds);
         }
         result
+    }
+
+    /// [`SendQueue::post`] of a lone request (the common call), in one
+    /// straight line: no chain counters to keep across iterations.
+    #[inline(always)]
+    fn post_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+        let mut used = self.head.wrapping_sub(self.tail);
+        if self.full(&mut used, 0) {
+            return Err(PostError::QueueFull);
+        }
+        let cur_post = self.cur_post;
+        let head = self.head;
+        let (ds, next) = match self.try_fast(wr, cur_post, head) {
+            Some(ds) => (ds, cur_post.wrapping_add(1)),
+            None => {
+                let ds = self.post_checked(wr, cur_post, head)?;
+                (ds, cur_post.wrapping_add(wqe_bbs(ds)))
+            }
+        };
+        self.cur_post = next;
+        self.head = head.wrapping_add(1);
+        self.bf.ring(&self.ring, &self.db, next, 1, ds);
+        Ok(())
     }
 
     /// Whether posting one more request (after `nreq` of this chain)

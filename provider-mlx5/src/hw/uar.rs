@@ -13,6 +13,9 @@ use super::dbrec::DbRec;
 use super::map::Mapping;
 use super::wqe::{wqe_bbs, SendRing, SEND_WQE_BB};
 
+/// 16-byte units in one basic block: a WQE of at most this many is one BB.
+const BB_DS: u32 = SEND_WQE_BB / 16;
+
 /// Writes `v` (already in the device's byte order) to the 8-byte UAR word
 /// at `reg` as one 64-bit store.
 ///
@@ -213,7 +216,13 @@ impl BlueFlame {
             // `ds <= max_ds` is `ds * 16 <= buf_size` on a dedicated
             // register (`max_ds` is 0 on the others, and when `buf_size`
             // is).
-            if nreq == 1 && ds > 1 && ds <= self.max_ds {
+            if nreq == 1 && ds > 1 && ds <= self.max_ds && ds <= BB_DS {
+                // One BB (the common small WQE): a straight copy, no wrap.
+                let src = src.cast::<u64>();
+                for i in 0..8 {
+                    write64(dst.add(i), src.add(i).read());
+                }
+            } else if nreq == 1 && ds > 1 && ds <= self.max_ds {
                 let mut src = src.cast::<u64>();
                 // The WQE's BBs.
                 let mut left = wqe_bbs(ds);
