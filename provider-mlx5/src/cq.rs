@@ -286,11 +286,18 @@ impl Lookup {
     fn complete(&mut self, cqe: Cqe<'_>, out: &mut Wc) -> bool {
         let key = cqe.key(self.key) & 0xFF_FFFF;
         // Most CQs serve one QP, or a few in turn: try the last hit first.
-        let hit = match self.rows.get(self.last) {
-            Some(r) if r.0 == key => Some(self.last),
-            _ => self.find(key),
-        };
-        let i = match hit {
+        if let Some(r) = self.rows.get(self.last) {
+            if r.0 == key {
+                return parse(cqe, &r.1, out);
+            }
+        }
+        self.complete_other(cqe, key, out)
+    }
+
+    /// [`Lookup::complete`] when the CQE is not of the last hit's QP.
+    #[inline(never)]
+    fn complete_other(&mut self, cqe: Cqe<'_>, key: u32, out: &mut Wc) -> bool {
+        let i = match self.find(key) {
             Some(i) => i,
             None => {
                 if self.uctx.table().generation() == self.generation {
@@ -586,29 +593,62 @@ fn parse_req(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
         return false;
     };
     // The WQE opcode: bits 31..24.
-    let (op, flags, len) = match c.sop_drop_qpn().to_bytes()[0] {
-        wqe_op::RDMA_WRITE => (wc_opcode::RDMA_WRITE, 0, 0),
-        wqe_op::RDMA_WRITE_IMM => (wc_opcode::RDMA_WRITE, wc_flags::WITH_IMM, 0),
-        wqe_op::SEND | wqe_op::SEND_INVAL => (wc_opcode::SEND, 0, 0),
-        wqe_op::SEND_IMM => (wc_opcode::SEND, wc_flags::WITH_IMM, 0),
-        wqe_op::RDMA_READ => (wc_opcode::RDMA_READ, 0, c.byte_cnt().get()),
-        wqe_op::ATOMIC_CS => (wc_opcode::COMP_SWAP, 0, 8),
-        wqe_op::ATOMIC_FA => (wc_opcode::FETCH_ADD, 0, 8),
-        wqe_op::UMR => (wc_opcode::BIND_MW, 0, 0),
-        wqe_op::LOCAL_INV_OLD => (wc_opcode::LOCAL_INV, 0, 0),
-        _ => (wc_opcode::SEND, 0, 0),
+    let r = REQ_WC[usize::from(c.sop_drop_qpn().to_bytes()[0])];
+    // RDMA READ reports the bytes read; the others a fixed length.
+    let len = if r.byte_cnt {
+        c.byte_cnt().get()
+    } else {
+        r.len
     };
     *out = Wc {
         wr_id,
         status: wc_status::SUCCESS,
-        opcode: op,
+        opcode: r.opcode,
         byte_len: len,
         qp_num: e.qpn,
-        wc_flags: flags,
+        wc_flags: r.flags,
         ..Wc::default()
     };
     true
 }
+
+/// What a successful requester completion reports for its WQE opcode.
+#[derive(Clone, Copy)]
+struct ReqWc {
+    /// The work completion's opcode.
+    opcode: u32,
+    /// Its flags.
+    flags: u32,
+    /// Its byte count, unless `byte_cnt`.
+    len: u32,
+    /// Whether the byte count is the CQE's (RDMA READ).
+    byte_cnt: bool,
+}
+
+/// [`ReqWc`] by WQE opcode, all 256 (any byte indexes it): what libmlx5
+/// reports for each, and a SEND for the ones plain verbs never posts.
+const REQ_WC: [ReqWc; 256] = {
+    let send = ReqWc {
+        opcode: wc_opcode::SEND,
+        flags: 0,
+        len: 0,
+        byte_cnt: false,
+    };
+    let mut t = [send; 256];
+    t[wqe_op::RDMA_WRITE as usize].opcode = wc_opcode::RDMA_WRITE;
+    t[wqe_op::RDMA_WRITE_IMM as usize].opcode = wc_opcode::RDMA_WRITE;
+    t[wqe_op::RDMA_WRITE_IMM as usize].flags = wc_flags::WITH_IMM;
+    t[wqe_op::SEND_IMM as usize].flags = wc_flags::WITH_IMM;
+    t[wqe_op::RDMA_READ as usize].opcode = wc_opcode::RDMA_READ;
+    t[wqe_op::RDMA_READ as usize].byte_cnt = true;
+    t[wqe_op::ATOMIC_CS as usize].opcode = wc_opcode::COMP_SWAP;
+    t[wqe_op::ATOMIC_CS as usize].len = 8;
+    t[wqe_op::ATOMIC_FA as usize].opcode = wc_opcode::FETCH_ADD;
+    t[wqe_op::ATOMIC_FA as usize].len = 8;
+    t[wqe_op::UMR as usize].opcode = wc_opcode::BIND_MW;
+    t[wqe_op::LOCAL_INV_OLD as usize].opcode = wc_opcode::LOCAL_INV;
+    t
+};
 
 /// [`parse`] of every CQE but a successful requester one.
 #[inline(never)]

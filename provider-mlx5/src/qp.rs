@@ -37,7 +37,7 @@ use crate::hw::dbrec::DbRec;
 use crate::hw::map::Mapping;
 use crate::hw::qdir::{self, Listing};
 use crate::hw::uar::BlueFlame;
-use crate::hw::wqe::{wqe_bbs, RecvRing, SendRing, SEND_WQE_BB};
+use crate::hw::wqe::{wqe_bbs, OneBb, RecvRing, SendRing, SEND_WQE_BB};
 use crate::hw::{barrier, cmd};
 use crate::srq::Srq;
 use crate::uctx::Uctx;
@@ -400,6 +400,13 @@ impl SendQueue {
         if let [wr] = wrs {
             return self.post_one(wr).map_err(|e| (0, e));
         }
+        self.post_chain(wrs)
+    }
+
+    /// [`SendQueue::post`] of a chain (or of nothing). Out of line: the
+    /// lone request's path keeps a small frame.
+    #[inline(never)]
+    fn post_chain(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
         // Work requests of this chain written so far (also the index of
         // the next one: each WR is written or ends the chain).
         let mut nreq: u32 = 0;
@@ -417,7 +424,7 @@ impl SendQueue {
                 result = Err((nreq as usize, PostError::QueueFull));
                 break;
             }
-            if let Some(ds) = self.try_fast(wr, cur_post, head.wrapping_add(nreq)) {
+            if let Some((ds, _)) = self.try_fast(wr, cur_post, head.wrapping_add(nreq)) {
                 last_ds = ds;
                 cur_post = cur_post.wrapping_add(1);
                 nreq += 1;
@@ -452,13 +459,15 @@ impl SendQueue {
         }
         let cur_post = self.cur_post;
         let head = self.head;
-        let (ds, next) = match self.try_fast(wr, cur_post, head) {
-            Some(ds) => (ds, cur_post.wrapping_add(1)),
-            None => {
-                let ds = self.post_checked(wr, cur_post, head)?;
-                (ds, cur_post.wrapping_add(wqe_bbs(ds)))
-            }
-        };
+        if let Some((ds, bb)) = self.try_fast(wr, cur_post, head) {
+            let next = cur_post.wrapping_add(1);
+            self.cur_post = next;
+            self.head = head.wrapping_add(1);
+            self.bf.ring_one_bb(&self.db, next, bb, ds);
+            return Ok(());
+        }
+        let ds = self.post_checked(wr, cur_post, head)?;
+        let next = cur_post.wrapping_add(wqe_bbs(ds));
         self.cur_post = next;
         self.head = head.wrapping_add(1);
         self.bf.ring(&self.ring, &self.db, next, 1, ds);
@@ -486,9 +495,9 @@ impl SendQueue {
     /// address and one data segment: no wrap inside it). `None`, with
     /// nothing written, for anything else: [`SendQueue::check`] and
     /// [`SendQueue::write_wqe`] take it. Same bytes as `write_wqe`.
+    /// Returns the WQE's size in 16-byte units and its BB.
     #[inline(always)]
-    fn try_fast(&self, wr: &SendWr<'_>, cur_post: u32, head: u32) -> Option<u32> {
-        let op = wr.opcode() as u32;
+    fn try_fast(&self, wr: &SendWr<'_>, cur_post: u32, head: u32) -> Option<(u32, OneBb)> {
         let Payload::Sge([sge]) = wr.payload() else {
             return None;
         };
@@ -498,19 +507,14 @@ impl SendQueue {
         {
             return None;
         }
-        // Simple opcodes are 0..=4 (`simple_send_ops`).
-        let (mop, raddr) = FAST_OPS[op as usize];
-        let imm = if op == WrOpcode::RdmaWriteWithImm as u32 || op == WrOpcode::SendWithImm as u32 {
-            wr.imm_data()
-        } else {
-            0
-        };
+        let fast = FAST_OPS[wr.opcode() as usize];
+        let imm = wr.imm_data() & fast.imm_mask;
         let flags = self.sig_bits | FAST_FLAGS[(wr.send_flags().bits() & 7) as usize];
         let mut ds = 1;
         // The BB is free (`full` said so) and unread by the device until
         // the doorbell record covers it.
         let mut bb = self.ring.bb(cur_post);
-        if raddr {
+        if fast.raddr {
             bb.raddr(wr.remote_addr(), wr.rkey());
             ds = 2;
         }
@@ -518,9 +522,8 @@ impl SendQueue {
             bb.data(sge.length, sge.lkey, sge.addr);
             ds += 1;
         }
-        bb.ctrl(cur_post, mop, self.qpn, ds, flags, imm);
-        bb.finish(wr.wr_id(), head);
-        Some(ds)
+        bb.ctrl(cur_post, fast.op, self.qpn, ds, flags, imm);
+        Some((ds, bb.finish(wr.wr_id(), head)))
     }
 
     /// The general path, for what [`SendQueue::try_fast`] does not take:
@@ -679,15 +682,55 @@ impl SendQueue {
     }
 }
 
-/// For the simple opcodes (work-request opcodes 0..=4): the WQE opcode,
-/// and whether a remote-address segment follows the control segment.
-const FAST_OPS: [(u8, bool); 5] = [
-    (wqe_op::RDMA_WRITE, true),
-    (wqe_op::RDMA_WRITE_IMM, true),
-    (wqe_op::SEND, false),
-    (wqe_op::SEND_IMM, false),
-    (wqe_op::RDMA_READ, true),
-];
+/// What [`SendQueue::try_fast`] needs of a simple opcode.
+#[derive(Clone, Copy)]
+struct FastOp {
+    /// The WQE opcode.
+    op: u8,
+    /// Whether a remote-address segment follows the control segment.
+    raddr: bool,
+    /// All ones if the opcode carries immediate data, else 0.
+    imm_mask: u32,
+}
+
+/// [`FastOp`] by work-request opcode: the simple ones (0..=4, see
+/// `simple_send_ops`) and a placeholder for each of the others, so that
+/// any opcode indexes it without a bounds check (`try_fast` takes only
+/// the simple ones).
+const FAST_OPS: [FastOp; 16] = {
+    let none = FastOp {
+        op: 0,
+        raddr: false,
+        imm_mask: 0,
+    };
+    let mut t = [none; 16];
+    t[WrOpcode::RdmaWrite as usize] = FastOp {
+        op: wqe_op::RDMA_WRITE,
+        raddr: true,
+        imm_mask: 0,
+    };
+    t[WrOpcode::RdmaWriteWithImm as usize] = FastOp {
+        op: wqe_op::RDMA_WRITE_IMM,
+        raddr: true,
+        imm_mask: !0,
+    };
+    t[WrOpcode::Send as usize] = FastOp {
+        op: wqe_op::SEND,
+        raddr: false,
+        imm_mask: 0,
+    };
+    t[WrOpcode::SendWithImm as usize] = FastOp {
+        op: wqe_op::SEND_IMM,
+        raddr: false,
+        imm_mask: !0,
+    };
+    t[WrOpcode::RdmaRead as usize] = FastOp {
+        op: wqe_op::RDMA_READ,
+        raddr: true,
+        imm_mask: 0,
+    };
+    t
+};
 
 /// `fm_ce_se` bits for the low three send flags (FENCE, SIGNALED,
 /// SOLICITED), indexed by those bits.

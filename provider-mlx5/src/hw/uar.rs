@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::barrier;
 use super::dbrec::DbRec;
 use super::map::Mapping;
-use super::wqe::{wqe_bbs, SendRing, SEND_WQE_BB};
+use super::wqe::{wqe_bbs, OneBb, SendRing, SEND_WQE_BB};
 
 /// 16-byte units in one basic block: a WQE of at most this many is one BB.
 const BB_DS: u32 = SEND_WQE_BB / 16;
@@ -193,12 +193,7 @@ impl BlueFlame {
     /// bytes), `mmio_flush_writes`, and the half toggle.
     #[inline(always)]
     pub(crate) fn ring(&mut self, sq: &SendRing, db: &DbRec, cur_post: u32, nreq: u32, ds: u32) {
-        // The WQEs are written before the device can see the counter that
-        // covers them.
-        barrier::to_device();
-        db.set_send(cur_post);
-        // The doorbell record reaches memory before the UAR write.
-        barrier::wc_start();
+        Self::publish(db, cur_post);
         let src = sq.last_wqe(cur_post, ds);
         // SAFETY: `reg + offset` is this QP's register (offset 0, or the
         // second half of a dedicated BlueFlame register, `buf_size` bytes
@@ -244,6 +239,44 @@ impl BlueFlame {
         // Flush the write-combining buffer before another doorbell.
         barrier::flush_writes();
         self.offset ^= self.toggle;
+    }
+
+    /// [`BlueFlame::ring`] for one request whose WQE is the one BB `wqe`
+    /// (`ds` 16-byte units, at most 4), which the producer counter
+    /// `cur_post` now ends after: the same steps, without the index
+    /// arithmetic and the wrap a longer WQE needs.
+    #[inline(always)]
+    pub(crate) fn ring_one_bb(&mut self, db: &DbRec, cur_post: u32, wqe: OneBb, ds: u32) {
+        Self::publish(db, cur_post);
+        let src = wqe.as_ptr().cast::<u64>();
+        // SAFETY: the register as in `ring`; a copy is one BB, 64 bytes,
+        // at most `buf_size` (`ds <= max_ds` and `buf_size` is a multiple
+        // of 64, so it is at least 64 when `max_ds` is not 0). The source
+        // is a whole BB of the ring (`OneBb`), initialised memory.
+        unsafe {
+            let dst = self.reg.as_ptr().add(self.offset as usize).cast::<u64>();
+            if ds > 1 && ds <= self.max_ds {
+                for i in 0..8 {
+                    write64(dst.add(i), src.add(i).read());
+                }
+            } else {
+                write64(dst, src.read());
+            }
+        }
+        barrier::flush_writes();
+        self.offset ^= self.toggle;
+    }
+
+    /// The first steps of every doorbell: `udma_to_device_barrier`, the
+    /// doorbell record's send counter, `mmio_wc_start`.
+    #[inline(always)]
+    fn publish(db: &DbRec, cur_post: u32) {
+        // The WQEs are written before the device can see the counter that
+        // covers them.
+        barrier::to_device();
+        db.set_send(cur_post);
+        // The doorbell record reaches memory before the UAR write.
+        barrier::wc_start();
     }
 }
 

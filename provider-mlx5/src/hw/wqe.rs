@@ -227,19 +227,26 @@ unsafe fn put_ctrl(
 ) {
     // SAFETY: as the caller guarantees; the 16-byte segment is inside the
     // BB and aligned (BBs are 64-byte multiples of a page-aligned ring).
+    // Written as whole words (a field-by-field write of `CtrlSeg` takes
+    // five stores); `ctrl_words` is `CtrlSeg`'s bytes.
     unsafe {
-        put_seg!(
-            p,
-            CtrlSeg {
-                opmod_idx_opcode: U32::new((cur_post & 0xffff) << 8 | opcode as u32),
-                qpn_ds: U32::new(qpn << 8 | ds),
-                signature: 0,
-                dci_stream_channel_id: U16::ZERO,
-                fm_ce_se: fm_ce_se,
-                imm: U32::new(imm),
-            }
-        )
+        let w = ctrl_words(cur_post, opcode, qpn, ds, fm_ce_se, imm);
+        p.cast::<[u32; 4]>().write(w);
     }
+}
+
+/// The bytes of the control segment [`put_ctrl`] writes, as four native
+/// 4-byte words: `CtrlSeg { opmod_idx_opcode: (cur_post & 0xffff) << 8 |
+/// opcode, qpn_ds: qpn << 8 | ds, signature: 0, dci_stream_channel_id:
+/// 0, fm_ce_se, imm }` (a unit test holds the two equal).
+#[inline(always)]
+fn ctrl_words(cur_post: u32, opcode: u8, qpn: u32, ds: u32, fm_ce_se: u8, imm: u32) -> [u32; 4] {
+    [
+        ((cur_post & 0xffff) << 8 | opcode as u32).to_be(),
+        (qpn << 8 | ds).to_be(),
+        u32::from_ne_bytes([0, 0, 0, fm_ce_se]),
+        imm.to_be(),
+    ]
 }
 
 /// A one-BB WQE being written (see [`SendRing::bb`]).
@@ -310,10 +317,25 @@ impl Bb<'_> {
         unsafe { put_ctrl(self.ctrl, cur_post, opcode, qpn, ds, fm_ce_se, imm) }
     }
 
-    /// Records the WQE's `wr_id` and WR counter.
+    /// Records the WQE's `wr_id` and WR counter; returns the BB, for a
+    /// BlueFlame copy ([`super::uar::BlueFlame::ring_one_bb`]).
     #[inline(always)]
-    pub(crate) fn finish(self, wr_id: u64, head: u32) {
+    pub(crate) fn finish(self, wr_id: u64, head: u32) -> OneBb {
         self.ring.record(self.idx, wr_id, head);
+        OneBb(self.ctrl)
+    }
+}
+
+/// A finished one-BB WQE of a ring: 64 readable bytes inside the ring
+/// (made only by [`Bb::finish`]).
+#[derive(Clone, Copy)]
+pub(crate) struct OneBb(*const u8);
+
+impl OneBb {
+    /// The BB's first byte.
+    #[inline(always)]
+    pub(crate) fn as_ptr(self) -> *const u8 {
+        self.0
     }
 }
 
@@ -701,5 +723,32 @@ impl SrqRing {
     pub(crate) fn bytes(&self, i: u32) -> Vec<u8> {
         let off = ((i & self.mask) as usize) << self.wqe_shift;
         self.mem.read_bytes(off, 1 << self.wqe_shift)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zerocopy::IntoBytes;
+
+    /// `ctrl_words` is the byte image of the `CtrlSeg` it stands for.
+    #[test]
+    fn ctrl_words_are_the_control_segment() {
+        for (cur_post, opcode, qpn, ds, fm_ce_se, imm) in [
+            (0u32, 0x0au8, 0x12_3456u32, 2u32, 8u8, 0u32),
+            (0x1_fffe, 0x08, 0xff_ffff, 3, 0x0a, 0xdead_beef),
+            (7, 0x10, 1, 63, 0x80, 1),
+        ] {
+            let seg = CtrlSeg {
+                opmod_idx_opcode: U32::new((cur_post & 0xffff) << 8 | opcode as u32),
+                qpn_ds: U32::new(qpn << 8 | ds),
+                signature: 0,
+                dci_stream_channel_id: U16::ZERO,
+                fm_ce_se,
+                imm: U32::new(imm),
+            };
+            let w = ctrl_words(cur_post, opcode, qpn, ds, fm_ce_se, imm);
+            assert_eq!(w.as_bytes(), seg.as_bytes());
+        }
     }
 }

@@ -81,6 +81,14 @@ impl SignalEvery {
     }
 }
 
+/// The error of a post that failed at `index`. Out of line and cold: the
+/// posting paths build no error value on success.
+#[cold]
+#[inline(never)]
+pub(crate) fn post_failed(index: usize, error: PostError) -> Error {
+    Error::Post { index, error }
+}
+
 impl Qp {
     /// Posts a chain of send work requests (one doorbell). On error the
     /// requests before [`Error::Post`]'s `index` were posted.
@@ -103,9 +111,10 @@ impl Qp {
                 error: PostError::InvalidState,
             });
         }
-        self.sq
-            .post(wrs)
-            .map_err(|(index, error)| Error::Post { index, error })
+        match self.sq.post(wrs) {
+            Ok(()) => Ok(()),
+            Err((index, error)) => Err(post_failed(index, error)),
+        }
     }
 
     /// Posts a chain of receive work requests. Refused in RESET (the QP
@@ -119,11 +128,13 @@ impl Qp {
             });
         }
         match &mut self.rq {
-            Some(rq) => rq.post(wrs),
-            None if self.srq.is_some() => Err((0, PostError::UsesSrq)),
-            None => Err((0, PostError::InvalidState)),
+            Some(rq) => match rq.post(wrs) {
+                Ok(()) => Ok(()),
+                Err((index, error)) => Err(post_failed(index, error)),
+            },
+            None if self.srq.is_some() => Err(post_failed(0, PostError::UsesSrq)),
+            None => Err(post_failed(0, PostError::InvalidState)),
         }
-        .map_err(|(index, error)| Error::Post { index, error })
     }
 
     /// Send WRs posted and not yet consumed by the device.
