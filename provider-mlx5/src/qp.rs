@@ -27,7 +27,7 @@ use rverbs_abi::mlx5::qdir::kind;
 use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp};
 use rverbs_abi::wr::{send_flags, Sge};
 use rverbs_abi::Errno;
-use rverbs_provider::check::{check_recv_sges, SendChecks, MAX_MSG};
+use rverbs_provider::check::{check_recv_sges, simple_send_ops, SendChecks, MAX_MSG};
 use rverbs_provider::wr::{Payload, RecvWr, SendFlags, SendWr, WrOpcode};
 use zerocopy::network_endian::U32;
 use zerocopy::FromZeros;
@@ -328,6 +328,15 @@ pub struct SendQueue {
     qpn: u32,
     /// `CQ_UPDATE` when the QP signals every send.
     sig_bits: u8,
+    /// The opcodes (bit `1 << opcode`) [`SendQueue::try_fast`] takes:
+    /// [`simple_send_ops`] of the QP type, none if the queue takes no SGE.
+    fast_ops: u32,
+    /// `qpn << 8` in the device's byte order (the control segment's
+    /// `qpn_ds` without the size).
+    qpn_be: u32,
+    /// The control segment's third word (signature, stream id and
+    /// `fm_ce_se`) by the low three send flags, `sig_bits` included.
+    flag_words: [u32; 8],
     /// Whether sends may be posted (RTS or later).
     enabled: bool,
     /// The doorbell register.
@@ -367,6 +376,11 @@ enum Data<'a> {
 impl SendQueue {
     fn new(init: SqInit) -> Self {
         let g = init.geometry;
+        let sig_bits = if init.sig_all {
+            prm::WQE_CTRL_CQ_UPDATE
+        } else {
+            0
+        };
         SendQueue {
             ring: init.ring,
             db: init.db,
@@ -376,11 +390,14 @@ impl SendQueue {
             max_post: g.sq_max_post,
             checks: SendChecks::new(init.qp_type, g.sq_max_gs, g.max_inline_data.unwrap_or(0)),
             qpn: init.qpn,
-            sig_bits: if init.sig_all {
-                prm::WQE_CTRL_CQ_UPDATE
-            } else {
+            sig_bits,
+            fast_ops: if g.sq_max_gs == 0 {
                 0
+            } else {
+                simple_send_ops(init.qp_type)
             },
+            qpn_be: (init.qpn << 8).to_be(),
+            flag_words: FAST_FLAGS.map(|f| u32::from_ne_bytes([0, 0, 0, f | sig_bits])),
             enabled: false,
             bf: init.bf,
             shared: init.shared,
@@ -501,28 +518,30 @@ impl SendQueue {
         let Payload::Sge([sge]) = wr.payload() else {
             return None;
         };
-        if !self.checks.is_simple(wr)
-            || self.checks.max_sge() == 0
+        // `is_simple` with the SGE count folded in (`fast_ops`).
+        if self.fast_ops & (1 << (wr.opcode() as u32)) == 0
+            || wr.ud_dest().is_some()
             || u64::from(sge.length) > MAX_MSG
         {
             return None;
         }
         let fast = FAST_OPS[wr.opcode() as usize];
-        let imm = wr.imm_data() & fast.imm_mask;
-        let flags = self.sig_bits | FAST_FLAGS[(wr.send_flags().bits() & 7) as usize];
-        let mut ds = 1;
         // The BB is free (`full` said so) and unread by the device until
         // the doorbell record covers it.
         let mut bb = self.ring.bb(cur_post);
         if fast.raddr {
             bb.raddr(wr.remote_addr(), wr.rkey());
-            ds = 2;
         }
-        if sge.length != 0 {
-            bb.data(sge.length, sge.lkey, sge.addr);
-            ds += 1;
-        }
-        bb.ctrl(cur_post, fast.op, self.qpn, ds, flags, imm);
+        // Written whatever its length: a zero-length one lies past `ds`,
+        // where the device does not look (the BB is the WQE's anyway).
+        bb.data(sge.length, sge.lkey, sge.addr);
+        let ds = 1 + u32::from(fast.raddr) + u32::from(sge.length != 0);
+        bb.ctrl_words([
+            ((cur_post & 0xffff) << 8 | fast.op as u32).to_be(),
+            self.qpn_be | ds.to_be(),
+            self.flag_words[(wr.send_flags().bits() & 7) as usize],
+            (wr.imm_data() & fast.imm_mask).to_be(),
+        ]);
         Some((ds, bb.finish(wr.wr_id(), head)))
     }
 

@@ -299,22 +299,14 @@ impl Bb<'_> {
         }
     }
 
-    /// The control segment: WQE opcode `opcode` at producer counter
-    /// `cur_post` (its low 16 bits are the WQE index), QP `qpn`, `ds`
-    /// 16-byte units, `fm_ce_se` flags and immediate `imm`; no signature.
+    /// The control segment from its four words in memory order (what
+    /// [`ctrl_words`] computes; a caller may build them from parts it
+    /// keeps precomputed).
     #[inline(always)]
-    pub(crate) fn ctrl(
-        &self,
-        cur_post: u32,
-        opcode: u8,
-        qpn: u32,
-        ds: u32,
-        fm_ce_se: u8,
-        imm: u32,
-    ) {
-        // SAFETY: a BB of the ring, which the poster owns until its
-        // doorbell.
-        unsafe { put_ctrl(self.ctrl, cur_post, opcode, qpn, ds, fm_ce_se, imm) }
+    pub(crate) fn ctrl_words(&self, words: [u32; 4]) {
+        // SAFETY: a BB of the ring (aligned), which the poster owns until
+        // its doorbell.
+        unsafe { self.ctrl.cast::<[u32; 4]>().write(words) }
     }
 
     /// Records the WQE's `wr_id` and WR counter; returns the BB, for a

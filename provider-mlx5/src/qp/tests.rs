@@ -1127,6 +1127,7 @@ fn shared_bfreg_doorbells_are_whole() {
             let mut qp = rc(16, 1, 0);
             qp.sq.bf = reg.clone();
             qp.sq.qpn = k;
+            qp.sq.qpn_be = (k << 8).to_be();
             qp.sq.cur_post = k << 12;
             qp
         })
