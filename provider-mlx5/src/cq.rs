@@ -576,8 +576,11 @@ fn status_of(syndrome: u8) -> u32 {
 /// common CQE, is parsed inline; the others out of line.
 #[inline(always)]
 fn parse(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
-    if c.op_own() >> 4 == cqe_op::REQ {
+    let opcode = c.op_own() >> 4;
+    if opcode == cqe_op::REQ {
         parse_req(c, e, out)
+    } else if opcode <= cqe_op::RESP_SEND_INV {
+        parse_resp(c, opcode, e, out)
     } else {
         parse_other(c, e, out)
     }
@@ -607,6 +610,48 @@ fn parse_req(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
         byte_len: len,
         qp_num: e.qpn,
         wc_flags: r.flags,
+        ..Wc::default()
+    };
+    true
+}
+
+/// [`parse`] of a successful responder CQE (`opcode` is one of
+/// `RESP_WR_IMM..=RESP_SEND_INV`).
+#[inline(always)]
+fn parse_resp(c: Cqe<'_>, opcode: u8, e: &QpEntry, out: &mut Wc) -> bool {
+    let Some(wr_id) = recv_wr_id(e, c.wqe_counter().get()) else {
+        return false;
+    };
+    // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
+    let imm = u32::from_ne_bytes(c.imm_inval_pkey().to_bytes());
+    let (op, mut flags, ex) = match opcode {
+        cqe_op::RESP_WR_IMM => (wc_opcode::RECV_RDMA_WITH_IMM, wc_flags::WITH_IMM, imm),
+        cqe_op::RESP_SEND => (wc_opcode::RECV, 0, 0),
+        cqe_op::RESP_SEND_IMM => (wc_opcode::RECV, wc_flags::WITH_IMM, imm),
+        _ => (
+            wc_opcode::RECV,
+            wc_flags::WITH_INVALIDATE,
+            u32::from_be(imm),
+        ),
+    };
+    let flags_rqpn = c.flags_rqpn().get();
+    if (flags_rqpn >> 28) & 3 != 0 {
+        flags |= wc_flags::GRH;
+    }
+    *out = Wc {
+        wr_id,
+        status: wc_status::SUCCESS,
+        opcode: op,
+        vendor_err: 0,
+        byte_len: c.byte_cnt().get(),
+        ex,
+        qp_num: e.qpn,
+        src_qp: flags_rqpn & 0xFF_FFFF,
+        wc_flags: flags,
+        pkey_index: (u32::from_be(imm) & 0xFFFF) as u16,
+        slid: c.slid().get(),
+        sl: ((flags_rqpn >> 24) & 0xF) as u8,
+        dlid_path_bits: c.ml_path() & 0x7F,
         ..Wc::default()
     };
     true
@@ -658,43 +703,7 @@ fn parse_other(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
     match opcode {
         // `parse` takes these; kept for callers of this function alone.
         cqe_op::REQ => return parse_req(c, e, out),
-        cqe_op::RESP_WR_IMM..=cqe_op::RESP_SEND_INV => {
-            let Some(wr_id) = recv_wr_id(e, wqe_counter) else {
-                return false;
-            };
-            // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
-            let imm = u32::from_ne_bytes(c.imm_inval_pkey().to_bytes());
-            let (op, mut flags, ex) = match opcode {
-                cqe_op::RESP_WR_IMM => (wc_opcode::RECV_RDMA_WITH_IMM, wc_flags::WITH_IMM, imm),
-                cqe_op::RESP_SEND => (wc_opcode::RECV, 0, 0),
-                cqe_op::RESP_SEND_IMM => (wc_opcode::RECV, wc_flags::WITH_IMM, imm),
-                _ => (
-                    wc_opcode::RECV,
-                    wc_flags::WITH_INVALIDATE,
-                    u32::from_be(imm),
-                ),
-            };
-            let flags_rqpn = c.flags_rqpn().get();
-            if (flags_rqpn >> 28) & 3 != 0 {
-                flags |= wc_flags::GRH;
-            }
-            *out = Wc {
-                wr_id,
-                status: wc_status::SUCCESS,
-                opcode: op,
-                vendor_err: 0,
-                byte_len: c.byte_cnt().get(),
-                ex,
-                qp_num: e.qpn,
-                src_qp: flags_rqpn & 0xFF_FFFF,
-                wc_flags: flags,
-                pkey_index: (u32::from_be(imm) & 0xFFFF) as u16,
-                slid: c.slid().get(),
-                sl: ((flags_rqpn >> 24) & 0xF) as u8,
-                dlid_path_bits: c.ml_path() & 0x7F,
-                ..Wc::default()
-            };
-        }
+        cqe_op::RESP_WR_IMM..=cqe_op::RESP_SEND_INV => return parse_resp(c, opcode, e, out),
         cqe_op::REQ_ERR | cqe_op::RESP_ERR => {
             let wr_id = if opcode == cqe_op::REQ_ERR {
                 e.sq.as_ref().and_then(|sq| sq.complete(wqe_counter))

@@ -836,6 +836,33 @@ impl RecvQueue {
         if !self.enabled {
             return Err((0, PostError::InvalidState));
         }
+        if let [wr] = wrs {
+            return self.post_one(wr).map_err(|e| (0, e));
+        }
+        self.post_chain(wrs)
+    }
+
+    /// [`RecvQueue::post`] of a lone request (the common call).
+    #[inline(always)]
+    fn post_one(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        let head = self.head;
+        if self.full(head) {
+            return Err(PostError::QueueFull);
+        }
+        check_recv_sges(wr.sg_list, self.ring.max_gs())?;
+        // The WQE is free (fewer than `wqe_cnt` outstanding).
+        self.ring.write(head, wr.sg_list, wr.wr_id);
+        self.head = head.wrapping_add(1);
+        // The WQE is written before the device can see the counter that
+        // covers it.
+        barrier::to_device();
+        self.db.set_recv(self.head);
+        Ok(())
+    }
+
+    /// [`RecvQueue::post`] of a chain (or of nothing), out of line.
+    #[inline(never)]
+    fn post_chain(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
         let mut nreq: u32 = 0;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {

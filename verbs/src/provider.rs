@@ -103,6 +103,31 @@ impl CompletionQueue for Cq {
     }
 }
 
+impl SendQueue {
+    /// [`SendQueueOps::post`] with the library's error, converted in each
+    /// provider's arm (so a success returns straight from the provider's
+    /// path, with no shared result to test again).
+    #[inline(always)]
+    pub(crate) fn post_wrs(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+        dispatch!(self, q => match SendQueueOps::post(q, wrs) {
+            Ok(()) => Ok(()),
+            Err((index, error)) => Err(crate::qp::post::post_failed(index, error)),
+        })
+    }
+}
+
+impl RecvQueue {
+    /// [`RecvQueueOps::post`] with the library's error (see
+    /// [`SendQueue::post_wrs`]).
+    #[inline(always)]
+    pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        dispatch!(self, q => match RecvQueueOps::post(q, wrs) {
+            Ok(()) => Ok(()),
+            Err((index, error)) => Err(crate::qp::post::post_failed(index, error)),
+        })
+    }
+}
+
 impl SendQueueOps for SendQueue {
     #[inline]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, PostError)> {

@@ -3,7 +3,7 @@
 //! allocation), and [`SignalEvery`] marks every Nth send signaled.
 
 use rverbs_provider::wr::{RecvWr, SendWr};
-use rverbs_provider::{RecvQueue as _, SendQueue as _};
+use rverbs_provider::SendQueue as _;
 
 use crate::error::{Error, PostError, Result};
 use crate::qp::{Qp, QpState};
@@ -111,10 +111,7 @@ impl Qp {
                 error: PostError::InvalidState,
             });
         }
-        match self.sq.post(wrs) {
-            Ok(()) => Ok(()),
-            Err((index, error)) => Err(post_failed(index, error)),
-        }
+        self.sq.post_wrs(wrs)
     }
 
     /// Posts a chain of receive work requests. Refused in RESET (the QP
@@ -128,10 +125,7 @@ impl Qp {
             });
         }
         match &mut self.rq {
-            Some(rq) => match rq.post(wrs) {
-                Ok(()) => Ok(()),
-                Err((index, error)) => Err(post_failed(index, error)),
-            },
+            Some(rq) => rq.post_wrs(wrs),
             None if self.srq.is_some() => Err(post_failed(0, PostError::UsesSrq)),
             None => Err(post_failed(0, PostError::InvalidState)),
         }
