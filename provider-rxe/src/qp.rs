@@ -128,6 +128,18 @@ impl SendQueue {
         if let [wr] = wrs {
             return self.post_one(fd, wr);
         }
+        self.post_chain(fd, wrs)
+    }
+
+    /// [`SendQueue::post`] of a chain (or of nothing). A function of its
+    /// own: its loop gets the registers to itself, whatever code the
+    /// caller is compiled into.
+    #[inline(never)]
+    fn post_chain(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        wrs: &[SendWr<'_>],
+    ) -> Result<(), (usize, PostError)> {
         let mut p = self.ring.producer();
         let mut result = Ok(());
         for wr in wrs {

@@ -107,12 +107,30 @@ impl SendQueue {
     /// [`SendQueueOps::post`] with the library's error, converted in each
     /// provider's arm (so a success returns straight from the provider's
     /// path, with no shared result to test again).
+    ///
+    /// Each provider's path is a function of its own: compiled together,
+    /// one provider's code would change the other's register allocation.
     #[inline(always)]
     pub(crate) fn post_wrs(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        dispatch!(self, q => match SendQueueOps::post(q, wrs) {
-            Ok(()) => Ok(()),
-            Err((index, error)) => Err(crate::qp::post::post_failed(index, error)),
-        })
+        dispatch!(self, q => post_send_on(q, wrs))
+    }
+}
+
+/// [`SendQueue::post_wrs`] on one provider's queue.
+#[inline(never)]
+fn post_send_on<Q: SendQueueOps>(q: &mut Q, wrs: &[SendWr<'_>]) -> Result<()> {
+    match q.post(wrs) {
+        Ok(()) => Ok(()),
+        Err((index, error)) => Err(crate::qp::post::post_failed(index, error)),
+    }
+}
+
+/// [`RecvQueue::post_wrs`] on one provider's queue.
+#[inline(never)]
+fn post_recv_on<Q: RecvQueueOps>(q: &mut Q, wrs: &[RecvWr<'_>]) -> Result<()> {
+    match q.post(wrs) {
+        Ok(()) => Ok(()),
+        Err((index, error)) => Err(crate::qp::post::post_failed(index, error)),
     }
 }
 
@@ -121,10 +139,7 @@ impl RecvQueue {
     /// [`SendQueue::post_wrs`]).
     #[inline(always)]
     pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        dispatch!(self, q => match RecvQueueOps::post(q, wrs) {
-            Ok(()) => Ok(()),
-            Err((index, error)) => Err(crate::qp::post::post_failed(index, error)),
-        })
+        dispatch!(self, q => post_recv_on(q, wrs))
     }
 }
 
