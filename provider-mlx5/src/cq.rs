@@ -624,16 +624,12 @@ fn parse_resp(c: Cqe<'_>, opcode: u8, e: &QpEntry, out: &mut Wc) -> bool {
     };
     // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
     let imm = u32::from_ne_bytes(c.imm_inval_pkey().to_bytes());
-    let (op, mut flags, ex) = match opcode {
-        cqe_op::RESP_WR_IMM => (wc_opcode::RECV_RDMA_WITH_IMM, wc_flags::WITH_IMM, imm),
-        cqe_op::RESP_SEND => (wc_opcode::RECV, 0, 0),
-        cqe_op::RESP_SEND_IMM => (wc_opcode::RECV, wc_flags::WITH_IMM, imm),
-        _ => (
-            wc_opcode::RECV,
-            wc_flags::WITH_INVALIDATE,
-            u32::from_be(imm),
-        ),
-    };
+    // `opcode >> 4` of a byte: below 16.
+    let r = RESP_WC[usize::from(opcode & 0xF)];
+    // The immediate (wire order) or the invalidated rkey (host order).
+    let ex = (imm & r.imm_mask) | (u32::from_be(imm) & r.rkey_mask);
+    let op = r.opcode;
+    let mut flags = r.flags;
     let flags_rqpn = c.flags_rqpn().get();
     if (flags_rqpn >> 28) & 3 != 0 {
         flags |= wc_flags::GRH;
@@ -656,6 +652,50 @@ fn parse_resp(c: Cqe<'_>, opcode: u8, e: &QpEntry, out: &mut Wc) -> bool {
     };
     true
 }
+
+/// What a successful responder completion reports for its CQE opcode.
+#[derive(Clone, Copy)]
+struct RespWc {
+    /// The work completion's opcode.
+    opcode: u32,
+    /// Its flags (GRH comes from the CQE).
+    flags: u32,
+    /// All ones if `ex` is the immediate data.
+    imm_mask: u32,
+    /// All ones if `ex` is the invalidated rkey.
+    rkey_mask: u32,
+}
+
+/// [`RespWc`] by CQE opcode (`RESP_WR_IMM..=RESP_SEND_INV` filled; 16
+/// entries, so any 4-bit opcode indexes it).
+const RESP_WC: [RespWc; 16] = {
+    let recv = RespWc {
+        opcode: wc_opcode::RECV,
+        flags: 0,
+        imm_mask: 0,
+        rkey_mask: 0,
+    };
+    let mut t = [recv; 16];
+    t[cqe_op::RESP_WR_IMM as usize] = RespWc {
+        opcode: wc_opcode::RECV_RDMA_WITH_IMM,
+        flags: wc_flags::WITH_IMM,
+        imm_mask: !0,
+        rkey_mask: 0,
+    };
+    t[cqe_op::RESP_SEND_IMM as usize] = RespWc {
+        opcode: wc_opcode::RECV,
+        flags: wc_flags::WITH_IMM,
+        imm_mask: !0,
+        rkey_mask: 0,
+    };
+    t[cqe_op::RESP_SEND_INV as usize] = RespWc {
+        opcode: wc_opcode::RECV,
+        flags: wc_flags::WITH_INVALIDATE,
+        imm_mask: 0,
+        rkey_mask: !0,
+    };
+    t
+};
 
 /// What a successful requester completion reports for its WQE opcode.
 #[derive(Clone, Copy)]

@@ -564,7 +564,7 @@ impl RecvRing {
         unsafe {
             let mut seg = self.start.add(idx << self.wqe_shift);
             let mut n = 0;
-            for s in sges.iter().filter(|s| s.length != 0) {
+            let put = |seg: *mut u8, s: &Sge| {
                 put_seg!(
                     seg,
                     DataSeg {
@@ -572,9 +572,21 @@ impl RecvRing {
                         lkey: U32::new(s.lkey),
                         addr: U64::new(s.addr),
                     }
-                );
-                seg = seg.add(SEG);
-                n += 1;
+                )
+            };
+            if let [s] = sges {
+                // The common receive: one entry, no loop.
+                if s.length != 0 {
+                    put(seg, s);
+                    seg = seg.add(SEG);
+                    n = 1;
+                }
+            } else {
+                for s in sges.iter().filter(|s| s.length != 0) {
+                    put(seg, s);
+                    seg = seg.add(SEG);
+                    n += 1;
+                }
             }
             if n < self.max_gs {
                 put_seg!(
