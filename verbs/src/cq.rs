@@ -366,8 +366,7 @@ impl Cq {
 fn poll_ring(ring: &mut crate::provider::Cq, wc: &mut [Wc]) -> Result<usize> {
     // SAFETY: Wc is repr(transparent) over the ABI's Wc.
     let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [rverbs_abi::wr::Wc]) };
-    ring.poll(raw)
-        .map_err(|e| Error::Unusable(format!("poll_cq: {e}")))
+    ring.poll_wcs(raw)
 }
 
 fn arm_ring(ring: &crate::provider::Cq, inner: &CqInner, solicited_only: bool) -> Result<()> {

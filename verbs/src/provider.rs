@@ -80,6 +80,31 @@ per_provider!(
     SrqShared => SrqShared
 );
 
+impl Cq {
+    /// [`CompletionQueue::poll`] with the library's error: one
+    /// non-inlined function per provider (see [`SendQueue::post_wrs`]).
+    #[inline(always)]
+    pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> Result<usize> {
+        dispatch!(self, c => poll_on(c, wc))
+    }
+}
+
+/// [`Cq::poll_wcs`] on one provider's CQ.
+#[inline(never)]
+fn poll_on<C: CompletionQueue>(c: &mut C, wc: &mut [Wc]) -> Result<usize> {
+    match c.poll(wc) {
+        Ok(n) => Ok(n),
+        Err(e) => Err(poll_failed(e)),
+    }
+}
+
+/// The error of a poll that found its ring lost. Out of line and cold.
+#[cold]
+#[inline(never)]
+fn poll_failed(e: RingLost) -> Error {
+    Error::Unusable(format!("poll_cq: {e}"))
+}
+
 impl CompletionQueue for Cq {
     #[inline]
     fn poll(&mut self, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
