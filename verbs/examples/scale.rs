@@ -48,31 +48,32 @@ pub fn rverbs_measured_mr_lifecycle(pd: &Pd, bufs: Vec<PageBuf>) -> rverbs::Resu
 /// directly, so that callgrind does not count it).
 #[inline(never)]
 fn qp_lifecycle(ctx: &Context, pd: &Pd, n: usize, gid_index: u8) -> rverbs::Result<()> {
-    let cqs = (0..n)
-        .map(|_| ctx.create_cq(16))
-        .collect::<rverbs::Result<Vec<_>>>()?;
-    let mut qps = cqs
-        .iter()
-        .map(|cq| {
-            pd.create_qp(&QpInitAttr {
-                send_cq: cq,
-                recv_cq: cq,
-                qp_type: QpType::Rc,
-                cap: QpCap::default(),
-                sq_sig_all: false,
-            })
-        })
-        .collect::<rverbs::Result<Vec<_>>>()?;
+    // Arrays sized up front, as the C twin's are (a `collect` of
+    // `Result`s grows its vector from empty, copying the objects at
+    // every step: the program's cost, not the library's).
+    let mut cqs = Vec::with_capacity(n);
+    for _ in 0..n {
+        cqs.push(ctx.create_cq(16)?);
+    }
+    let mut qps = Vec::with_capacity(n);
+    for cq in &cqs {
+        qps.push(pd.create_qp(&QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: QpType::Rc,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        })?);
+    }
     let opts = |i: usize| ConnectOpts {
         sgid_index: gid_index,
         sq_psn: i as u32 & 0xff_ffff,
         ..Default::default()
     };
-    let eps = qps
-        .iter()
-        .enumerate()
-        .map(|(i, qp)| qp.endpoint(&opts(i)))
-        .collect::<rverbs::Result<Vec<_>>>()?;
+    let mut eps = Vec::with_capacity(n);
+    for (i, qp) in qps.iter().enumerate() {
+        eps.push(qp.endpoint(&opts(i))?);
+    }
     for (i, qp) in qps.iter_mut().enumerate() {
         let peer = if n == 1 { 0 } else { (i ^ 1).min(n - 1) };
         qp.connect(&eps[peer], access(), &opts(i))?;
@@ -85,11 +86,15 @@ fn qp_lifecycle(ctx: &Context, pd: &Pd, n: usize, gid_index: u8) -> rverbs::Resu
 /// `bufs` registered one by one, then deregistered.
 #[inline(never)]
 fn mr_lifecycle(pd: &Pd, bufs: Vec<PageBuf>) -> rverbs::Result<Vec<PageBuf>> {
-    let mrs = bufs
-        .into_iter()
-        .map(|b| pd.register(b, access()).map_err(rverbs::Error::from))
-        .collect::<rverbs::Result<Vec<_>>>()?;
-    mrs.into_iter().map(|mr| mr.into_inner()).collect()
+    let mut mrs = Vec::with_capacity(bufs.len());
+    for b in bufs {
+        mrs.push(pd.register(b, access()).map_err(rverbs::Error::from)?);
+    }
+    let mut out = Vec::with_capacity(mrs.len());
+    for mr in mrs {
+        out.push(mr.into_inner()?);
+    }
+    Ok(out)
 }
 
 fn run() -> Res<()> {

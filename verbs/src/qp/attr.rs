@@ -286,11 +286,19 @@ pub struct QpAttr {
     pub rnr_retry: Option<u8>,
 }
 
+#[inline(always)]
 pub(crate) fn limit(name: &str, v: Option<u32>, max: u32) -> Result<()> {
     match v {
-        Some(x) if x > max => Err(Error::invalid(format!("{name} {x} exceeds {max}"))),
+        Some(x) if x > max => Err(over_limit(name, x, max)),
         _ => Ok(()),
     }
+}
+
+/// [`limit`]'s error, built out of line (the checks stay a compare each).
+#[cold]
+#[inline(never)]
+fn over_limit(name: &str, x: u32, max: u32) -> Error {
+    Error::invalid(format!("{name} {x} exceeds {max}"))
 }
 
 impl QpAttr {
