@@ -96,6 +96,11 @@ const PROBES: &[Probe] = &[
         wrs: 32,
     },
     Probe {
+        mode: "batch32",
+        what: "32 x 64 B RDMA WRITE (last one signaled) + the poll that returns its completion: rverbs post_send_batch, rdma-core the write32 chain (it has no batch call)",
+        wrs: 32,
+    },
+    Probe {
         mode: "recv",
         what: "post_recv of one 64 B receive + the poll that returns its completion",
         wrs: 1,
