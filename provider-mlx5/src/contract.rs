@@ -11,6 +11,7 @@ use rverbs_abi::qp::CreateQp;
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
+use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
     CqCreated, Feature, PostError, Provider, QpCreated, QpState, RingLost, SrqCreated,
@@ -70,6 +71,10 @@ impl rverbs_provider::SendQueue for qp::SendQueue {
     #[inline]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
         qp::SendQueue::post(self, wrs)
+    }
+    #[inline]
+    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)> {
+        qp::SendQueue::post_batch(self, batch, wrs)
     }
     fn set_state(&mut self, s: QpState) {
         qp::SendQueue::set_state(self, state(s));

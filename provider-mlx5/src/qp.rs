@@ -13,6 +13,7 @@
 //! small WQE). The layouts and every value follow libmlx5 byte for byte
 //! (see `tests/mlx5-emu/notes/objects-and-datapath.md`).
 
+mod batch;
 mod geom;
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,7 @@ use rverbs_abi::qp::{CreateQp, DestroyQp, ExCreateQp};
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
+use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
     CqCreated, Feature, PostError, Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
@@ -67,6 +68,9 @@ impl rverbs_provider::SendQueue for SendQueue {
     #[inline]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
         self.ring.post(self.fd.as_fd(), wrs)
+    }
+    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)> {
+        self.ring.post_batch(self.fd.as_fd(), batch, wrs)
     }
     /// rxe's rings follow the QP's state in the kernel: nothing to do.
     fn set_state(&mut self, _state: QpState) {}

@@ -261,6 +261,11 @@ impl SendRing {
         self.max_wr
     }
 
+    /// The checks every request is run through.
+    pub(crate) fn checks(&self) -> &SendChecks {
+        &self.checks
+    }
+
     /// Accepts `op` (ATOMIC_WRITE, FLUSH: see [`SendChecks::allow`]) if a
     /// slot can hold it: an ATOMIC_WRITE's 8 bytes follow the header, where
     /// SGEs and inline data go, so its slots must have that much room

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+pub mod batch;
 pub mod step;
 
 use rverbs::{AccessFlags, ConnectOpts, Context, Cq, Pd, Qp, QpCap, QpInitAttr, QpType, Wc};
@@ -127,7 +128,11 @@ impl Pair {
 
     /// A connected pair.
     pub fn with(o: PairOpts) -> Pair {
-        let ctx = open_rxe();
+        Pair::with_context(open_rxe(), o)
+    }
+
+    /// A connected pair on the open device `ctx` (port 1).
+    pub fn with_context(ctx: Context, o: PairOpts) -> Pair {
         let pd = ctx.alloc_pd().expect("alloc_pd");
         let cq_a = ctx.create_cq(o.cqe).expect("create_cq a");
         let cq_b = ctx.create_cq(o.cqe).expect("create_cq b");

@@ -11,7 +11,10 @@
 //! - `recv`: post_recv of one 64-byte receive on B + the poll that returns
 //!   its completion (A's SEND is posted and reaped unmeasured);
 //! - `write32`: post_send of a chain of 32 64-byte RDMA WRITEs, only the
-//!   last signaled, + the poll that returns the one completion.
+//!   last signaled, + the poll that returns the one completion;
+//! - `batch32`: the same 32 RDMA WRITEs through post_send_batch (one
+//!   `SendBatch`, 32 `BatchWr` entries, the last signaled) + the poll.
+//!   rdma-core has no batch call: its twin posts the `write32` chain.
 //!
 //! Between the post and the poll the program blocks on a completion channel
 //! (unmeasured), so every measured poll finds its completion and no empty
@@ -19,15 +22,15 @@
 //! At the end it checks that the bytes arrived. It runs without valgrind
 //! too (a quick self-check).
 //!
-//! Usage: `postpoll send|recv|write32 ITERS [DEVICE [GID_INDEX]]`
+//! Usage: `postpoll send|recv|write32|batch32 ITERS [DEVICE [GID_INDEX]]`
 //! (defaults: rxe0, GID index 1).
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use rverbs::{
-    AccessFlags, CompChannel, ConnectOpts, Cq, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
-    Sge, Wc, WcOpcode,
+    AccessFlags, BatchWr, CompChannel, ConnectOpts, Cq, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr,
+    SendBatch, SendWr, Sge, Wc, WcOpcode,
 };
 
 const MSG: usize = 64;
@@ -43,6 +46,17 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 #[inline(never)]
 pub fn rverbs_measured_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rverbs::Result<()> {
     qp.post_send(wrs)
+}
+
+/// Measured: one post_send_batch call.
+#[no_mangle]
+#[inline(never)]
+pub fn rverbs_measured_post_batch(
+    qp: &mut Qp,
+    batch: &SendBatch,
+    wrs: &[BatchWr],
+) -> rverbs::Result<()> {
+    qp.post_send_batch(batch, wrs)
 }
 
 /// Measured: one post_recv call.
@@ -64,6 +78,7 @@ enum Mode {
     Send,
     Recv,
     Write32,
+    Batch32,
 }
 
 /// Blocks until the armed `cq` fires (bounded, unmeasured).
@@ -106,11 +121,12 @@ fn got_one(n: usize) -> Res<()> {
 
 fn run() -> Res<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let usage = "usage: postpoll send|recv|write32 ITERS [DEVICE [GID_INDEX]]";
+    let usage = "usage: postpoll send|recv|write32|batch32 ITERS [DEVICE [GID_INDEX]]";
     let mode = match args.first().map(String::as_str) {
         Some("send") => Mode::Send,
         Some("recv") => Mode::Recv,
         Some("write32") => Mode::Write32,
+        Some("batch32") => Mode::Batch32,
         _ => return Err(usage.into()),
     };
     let iters: u64 = args
@@ -184,6 +200,12 @@ fn run() -> Res<()> {
         .map(|(k, s)| SendWr::rdma_write(100 + k as u64, s, rb.addr + (k * MSG) as u64, rb.rkey))
         .collect();
     chain[CHAIN - 1] = chain[CHAIN - 1].signaled();
+    let batch = SendBatch::rdma_write(rb.rkey);
+    let entries: Vec<BatchWr> = wsge
+        .iter()
+        .enumerate()
+        .map(|(k, s)| BatchWr::new(100 + k as u64, s[0], rb.addr + (k * MSG) as u64))
+        .collect();
 
     if mode == Mode::Send {
         qp_b.post_recv(&recv)?;
@@ -247,24 +269,40 @@ fn run() -> Res<()> {
                     return Err(format!("wr_id {}", wc[0].wr_id()).into());
                 }
             }
+            Mode::Batch32 => {
+                cq_a.req_notify(false)?;
+                if measure {
+                    rverbs_measured_post_batch(&mut qp_a, &batch, &entries)?;
+                } else {
+                    qp_a.post_send_batch(&batch, &entries)?;
+                }
+                wait_event(&ch, &cq_a)?;
+                got_one(if measure {
+                    rverbs_measured_poll(&mut cq_a, &mut wc)?
+                } else {
+                    cq_a.poll(&mut wc)?
+                })?;
+                check_wc(&wc[0], WcOpcode::RDMA_WRITE)?;
+                if wc[0].wr_id() != 100 + CHAIN as u64 - 1 {
+                    return Err(format!("wr_id {}", wc[0].wr_id()).into());
+                }
+            }
         }
     }
 
     // The bytes really moved.
-    let n = if mode == Mode::Write32 {
-        CHAIN * MSG
-    } else {
-        MSG
-    };
+    let chained = matches!(mode, Mode::Write32 | Mode::Batch32);
+    let n = if chained { CHAIN * MSG } else { MSG };
     check_bytes(&mr_b, &data[..n])?;
     let name = match mode {
         Mode::Send => "send",
         Mode::Recv => "recv",
         Mode::Write32 => "write32",
+        Mode::Batch32 => "batch32",
     };
     println!(
         "postpoll.rs: mode={name} iters={iters} wrs_per_iter={} verified={n} bytes",
-        if mode == Mode::Write32 { CHAIN } else { 1 }
+        if chained { CHAIN } else { 1 }
     );
     Ok(())
 }

@@ -90,6 +90,7 @@ pub use qp::{
     QpState, QpType, SignalEvery,
 };
 pub use rverbs_abi::wr::Sge;
+pub use rverbs_provider::batch::{BatchOp, BatchSignal, BatchWr, SendBatch};
 pub use rverbs_provider::wr::{
     opcode, FlushLevel, FlushType, FlushWr, MwBindWr, Payload, RecvWr, SendFlags, SendWr, UdDest,
     WrOpcode,

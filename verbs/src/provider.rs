@@ -20,6 +20,7 @@ use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 use rverbs_mlx5::Mlx5;
+use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
     CompletionQueue, Feature, PostError, Provider, QpCreated, QpState, RecvQueue as RecvQueueOps,
@@ -172,6 +173,14 @@ impl SendQueueOps for SendQueue {
     #[inline]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, PostError)> {
         dispatch!(self, q => SendQueueOps::post(q, wrs))
+    }
+    #[inline]
+    fn post_batch(
+        &mut self,
+        batch: &SendBatch,
+        wrs: &[BatchWr],
+    ) -> std::result::Result<(), (usize, PostError)> {
+        dispatch!(self, q => SendQueueOps::post_batch(q, batch, wrs))
     }
     fn set_state(&mut self, state: QpState) {
         dispatch!(self, q => SendQueueOps::set_state(q, state))

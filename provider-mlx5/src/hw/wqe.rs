@@ -15,6 +15,8 @@ use rverbs_abi::mlx5::prm::{
     self, AtomicSeg, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, SrqNextSeg,
 };
 use rverbs_abi::wr::Sge;
+use rverbs_provider::batch::{check_batch_wr, BatchWr};
+use rverbs_provider::PostError;
 use zerocopy::network_endian::{U16, U32, U64};
 
 use super::map::Mapping;
@@ -208,6 +210,258 @@ impl SendRing {
             seg: unsafe { ctrl.add(size_of::<CtrlSeg>()) },
             idx: cur_post & self.mask,
         }
+    }
+
+    /// The cursor a batch writes its WQEs with from producer counters
+    /// `cur_post` (BBs) and `head` (work requests) on (see
+    /// [`BatchCursor`]): the ring's pointers copied out, and `c`'s words
+    /// precomputed.
+    #[inline(always)]
+    pub(crate) fn batch_cursor(&self, c: &BatchWqe, cur_post: u32, head: u32) -> BatchCursor<'_> {
+        let imm = c.imm.to_bytes();
+        let rkey = c.rkey.to_bytes();
+        BatchCursor {
+            start: self.start,
+            mask: self.mask,
+            wrid: self.wrid,
+            wqe_head: self.wqe_head,
+            cur_post,
+            head,
+            ctrl_lo: u64::from(c.opcode) << 32 | u64::from(c.qpn << 8 | (c.ds + 1)),
+            ctrl_hi: u64::from_ne_bytes([0, 0, 0, c.fm_ce_se, imm[0], imm[1], imm[2], imm[3]]),
+            rkey_hi: u64::from_ne_bytes([rkey[0], rkey[1], rkey[2], rkey[3], 0, 0, 0, 0]),
+            _ring: std::marker::PhantomData,
+        }
+    }
+
+    /// Adds the `fm_ce_se` bits `flags` to the control segment of the WQE
+    /// at producer counter `cur_post` (a batch's last, signaled after the
+    /// fact: same bytes as if written so).
+    #[inline(always)]
+    pub(crate) fn add_fm_ce_se(&self, cur_post: u32, flags: u8) {
+        let ctrl = self.bb_ptr(cur_post).cast::<CtrlSeg>();
+        // SAFETY: a BB of the ring (masked, aligned), written by this
+        // poster and not yet covered by a doorbell; one byte of its
+        // control segment.
+        unsafe {
+            let f = std::ptr::addr_of_mut!((*ctrl).fm_ce_se);
+            f.write(f.read() | flags);
+        }
+    }
+}
+
+/// What the WQEs of a batch share, computed once per batch (see
+/// [`SendRing::batch_cursor`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BatchWqe {
+    /// WQE opcode.
+    pub(crate) opcode: u8,
+    /// QP number.
+    pub(crate) qpn: u32,
+    /// Size in 16-byte units without the data segment: 1, or 2 with a
+    /// remote address.
+    pub(crate) ds: u32,
+    /// `fm_ce_se` flags of every WQE.
+    pub(crate) fm_ce_se: u8,
+    /// Immediate data, as on the wire.
+    pub(crate) imm: U32,
+    /// Remote key, as on the wire.
+    pub(crate) rkey: U32,
+}
+
+// The byte offsets `BatchCursor` stores its words at.
+const _: () = {
+    use std::mem::offset_of;
+    assert!(size_of::<CtrlSeg>() == SEG && size_of::<RaddrSeg>() == SEG);
+    assert!(offset_of!(CtrlSeg, opmod_idx_opcode) == 0);
+    assert!(offset_of!(CtrlSeg, qpn_ds) == 4);
+    assert!(offset_of!(CtrlSeg, signature) == 8);
+    assert!(offset_of!(CtrlSeg, dci_stream_channel_id) == 9);
+    assert!(offset_of!(CtrlSeg, fm_ce_se) == 11);
+    assert!(offset_of!(CtrlSeg, imm) == 12);
+    assert!(offset_of!(RaddrSeg, raddr) == 0);
+    assert!(offset_of!(RaddrSeg, rkey) == 8);
+    assert!(offset_of!(RaddrSeg, reserved) == 12);
+    assert!(offset_of!(DataSeg, byte_count) == 0);
+    assert!(offset_of!(DataSeg, lkey) == 4);
+    assert!(offset_of!(DataSeg, addr) == 8);
+};
+
+/// The 8 bytes `len`, `lkey` as a data segment's first half holds them
+/// (each big-endian), from the word that holds them in an [`Sge`]
+/// (`length`, then `lkey`, native order).
+#[inline(always)]
+fn data_lo(v: u64) -> u64 {
+    if cfg!(target_endian = "little") {
+        // Memory order is reversed by the swap, halves put back by the
+        // rotation.
+        v.swap_bytes().rotate_left(32)
+    } else {
+        // Already in memory order; each word swapped.
+        let (len, lkey) = ((v >> 32) as u32, v as u32);
+        u64::from(len.swap_bytes()) << 32 | u64::from(lkey.swap_bytes())
+    }
+}
+
+/// `sge`'s `addr`, and its `length` and `lkey` as the one word they
+/// make in memory, with the `length` taken from that word. The word is
+/// one 8-byte load (a volatile read: else the compiler splits it into
+/// the two fields, two loads and the shift and OR that join them again).
+#[inline(always)]
+fn sge_words(sge: &Sge) -> (u64, u64, u32) {
+    const _: () = assert!(
+        size_of::<Sge>() == 16
+            && std::mem::offset_of!(Sge, length) == 8
+            && std::mem::offset_of!(Sge, lkey) == 12
+    );
+    // SAFETY: bytes 8..16 of the `Sge` behind the reference (its
+    // `length` and `lkey`: plain integers, initialised, every bit
+    // pattern a u64), 8-byte aligned (an `Sge` is: it starts with a
+    // u64), read through a pointer derived from the whole reference.
+    let word = unsafe { std::ptr::read_volatile(std::ptr::from_ref(sge).cast::<u64>().add(1)) };
+    let len = if cfg!(target_endian = "little") {
+        word as u32
+    } else {
+        (word >> 32) as u32
+    };
+    (sge.addr, word, len)
+}
+
+/// Writes the one-BB WQEs of a batch: a [`Bb`]'s bytes for the same
+/// request, with what the batch shares precomputed as whole words (each
+/// segment is two 8-byte stores), the ring's pointers in locals and the
+/// producer counters advanced as it writes. Borrowed from the ring, which
+/// keeps the memory mapped.
+pub(crate) struct BatchCursor<'r> {
+    start: *mut u8,
+    mask: u32,
+    wrid: *const AtomicU64,
+    wqe_head: *const AtomicU32,
+    /// Producer counter of BBs: where the next WQE goes.
+    cur_post: u32,
+    /// Producer counter of work requests (recorded with each WQE).
+    head: u32,
+    /// The control segment's first 8 bytes before the byte swap, with
+    /// WQE index 0 and a data segment: opcode in bits 32..40, the index
+    /// goes in 40..56 (opcode modifier 0 in 56..64), `qpn << 8 | ds` in
+    /// 0..32.
+    ctrl_lo: u64,
+    /// Bytes 8..16 of the control segment: signature 0, DCI stream 0,
+    /// `fm_ce_se`, immediate.
+    ctrl_hi: u64,
+    /// Bytes 8..16 of the remote-address segment: rkey, reserved 0.
+    rkey_hi: u64,
+    _ring: std::marker::PhantomData<&'r SendRing>,
+}
+
+impl BatchCursor<'_> {
+    /// Writes a WQE for each of `wrs` (with `RADDR` a remote-address
+    /// segment), in runs of consecutive BBs up to the ring's end: control
+    /// segment, remote address, a data segment unless the SGE is empty;
+    /// records each `wr_id` and WR counter. An entry that fails
+    /// [`check_batch_wr`] is not written and stops the loop. Returns how
+    /// many were written and that error.
+    ///
+    /// The caller owns the BBs of all of `wrs` (the ring has room for
+    /// them: `max_post` allowed, and the doorbell record does not cover
+    /// them yet); the writes stay inside the ring whatever `wrs` holds.
+    #[inline(always)]
+    pub(crate) fn write<const RADDR: bool>(
+        &mut self,
+        wrs: &[BatchWr],
+    ) -> (usize, Option<PostError>) {
+        let mut rest = wrs;
+        let mut done = 0usize;
+        while !rest.is_empty() {
+            let slot = self.cur_post & self.mask;
+            // BBs from `slot` to the ring's end (at least 1), and no
+            // further than the 16-bit WQE index's wrap (which a ring of
+            // at most 2^16 BBs never reaches inside a run).
+            let room =
+                ((self.mask - slot) as usize + 1).min(0x1_0000 - (self.cur_post & 0xffff) as usize);
+            let (run, after) = rest.split_at(rest.len().min(room));
+            let (n, err) = self.write_run::<RADDR>(slot as usize, run);
+            done += n;
+            if err.is_some() {
+                return (done, err);
+            }
+            rest = after;
+        }
+        (done, None)
+    }
+
+    /// [`BatchCursor::write`]'s run: `run` (at most the BBs from `slot`
+    /// to the ring's end, and before the WQE index wraps) at BB `slot`
+    /// on, without wrapping.
+    #[inline(always)]
+    fn write_run<const RADDR: bool>(
+        &mut self,
+        slot: usize,
+        run: &[BatchWr],
+    ) -> (usize, Option<PostError>) {
+        let mut err = None;
+        // The WQE index in bits 40..56, counted up there: it does not
+        // wrap inside a run.
+        let mut ctrl_lo = self.ctrl_lo | u64::from(self.cur_post as u16) << 40;
+        // The WR counter, as the index of the run's bookkeeping entries
+        // too: the arrays' pointers are offset by its start.
+        let first = self.head as usize;
+        let mut head = first;
+        // SAFETY: `slot <= mask`, so `start + slot` BBs and `wrid`,
+        // `wqe_head` + `slot` entries are inside the ring (kept mapped by
+        // the borrowed ring) and the bookkeeping arrays (at least `mask +
+        // 1` entries); `run` has at most `mask + 1 - slot` entries, so
+        // every BB below, advanced once per entry written, and every
+        // bookkeeping entry `head - first` past `slot` (the pointers
+        // offset by `-first` with wrapping arithmetic, so only the
+        // entries themselves are in bounds, and dereferenced) stay
+        // inside them. The BBs are the caller's to write (see `write`);
+        // each store is an aligned word of one (BBs are 64-byte aligned;
+        // the offsets are asserted above).
+        unsafe {
+            let mut bb = self.start.add(slot * SEND_WQE_BB as usize);
+            let wrid = self.wrid.add(slot).wrapping_sub(first);
+            let wqe_head = self.wqe_head.add(slot).wrapping_sub(first);
+            for e in run {
+                let (addr, word, len) = sge_words(&e.sge);
+                // One test for the two rare lengths: 0 (no data segment)
+                // and more than 2^31 (refused before a byte of the WQE is
+                // written). `len` is in 1..=2^31 exactly when its
+                // negation is negative.
+                let data = (len.wrapping_neg() as i32) < 0;
+                if !data {
+                    if let Err(x) = check_batch_wr(e) {
+                        err = Some(x);
+                        break;
+                    }
+                }
+                let mut seg = bb.add(SEG);
+                if RADDR {
+                    seg.cast::<u64>().write(e.remote_addr.to_be());
+                    seg.add(8).cast::<u64>().write(self.rkey_hi);
+                    seg = seg.add(SEG);
+                }
+                let mut lo = ctrl_lo;
+                if data {
+                    seg.cast::<u64>().write(data_lo(word));
+                    seg.add(8).cast::<u64>().write(addr.to_be());
+                } else {
+                    // No data segment: one unit less.
+                    lo -= 1;
+                }
+                bb.cast::<u64>().write(lo.swap_bytes());
+                bb.add(8).cast::<u64>().write(self.ctrl_hi);
+                (*wrid.wrapping_add(head)).store(e.wr_id, Ordering::Relaxed);
+                (*wqe_head.wrapping_add(head)).store(head as u32, Ordering::Relaxed);
+                bb = bb.add(SEND_WQE_BB as usize);
+                head = head.wrapping_add(1);
+                ctrl_lo = ctrl_lo.wrapping_add(1 << 40);
+            }
+        }
+        let n = head.wrapping_sub(first);
+        self.head = head as u32;
+        self.cur_post = self.cur_post.wrapping_add(n as u32);
+        (n, err)
     }
 }
 

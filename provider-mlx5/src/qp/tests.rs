@@ -1173,3 +1173,240 @@ fn shared_bfreg_doorbells_are_whole() {
     let last = reg.load();
     assert!(last != 0 && valid(last), "{last:#018x}");
 }
+
+// ------------------------------------------------------------ send batches
+
+mod batches {
+    use super::*;
+    use rverbs_provider::batch::{BatchSignal, BatchWr, SendBatch};
+
+    fn entry(k: u64, length: u32) -> BatchWr {
+        BatchWr::new(
+            0x500 + k,
+            Sge {
+                addr: 0x7f00_0000_1000 + k * 64,
+                length,
+                lkey: 0x1234 + k as u32,
+            },
+            0x9000_0000 + k * 128,
+        )
+    }
+
+    /// The same requests as a chain of `SendWr`s, signaled as the batch
+    /// says (all of `wrs` are posted).
+    fn as_chain<'a>(b: &SendBatch, wrs: &'a [BatchWr]) -> Vec<SendWr<'a>> {
+        wrs.iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let sig = match b.signaling() {
+                    BatchSignal::Each => true,
+                    BatchSignal::Last => i + 1 == wrs.len(),
+                    BatchSignal::Never => false,
+                };
+                b.to_wr(e, sig)
+            })
+            .collect()
+    }
+
+    /// Everything the device and the CQ see of a send queue: ring bytes,
+    /// bookkeeping, doorbell record, register bytes, counters, half.
+    type SqState = (Vec<u8>, Vec<(u64, u32)>, [u8; 4], Vec<u8>, u32, u32, u32);
+
+    fn state(qp: &TestQp) -> SqState {
+        let slots = (0..qp.g.sq_wqe_cnt as usize)
+            .map(|i| (qp.sq.shared.wrid(i), qp.sq.shared.wqe_head(i)))
+            .collect();
+        (
+            qp.sq_bytes(0, qp.g.sq_bytes()),
+            slots,
+            qp.db(1),
+            qp.uar(0, 512),
+            qp.sq.cur_post,
+            qp.sq.head,
+            qp.sq.bf.offset(),
+        )
+    }
+
+    fn pair(qpt: u8, sig_all: bool, start: u32) -> (TestQp, TestQp) {
+        let mk = || {
+            let mut qp = TestQp::new(&req(qpt, 10, 1, 0), sig_all, 256, true);
+            qp.sq.set_state(State::Rts);
+            qp.sq.cur_post = start;
+            qp.sq.head = start.wrapping_mul(3);
+            qp.sq.tail = qp.sq.head;
+            qp.sq.shared.retire_to(qp.sq.head);
+            qp
+        };
+        (mk(), mk())
+    }
+
+    /// A batch writes exactly the bytes the equivalent chain writes (WQEs,
+    /// bookkeeping, doorbell record, doorbell register and BlueFlame
+    /// half), for every operation, signaling, `sq_sig_all`, zero-length
+    /// entries, a lone request (BlueFlame), the ring's end and the 16-bit
+    /// WQE index's wrap.
+    #[test]
+    fn bytes_match_the_chain() {
+        let ops = [
+            SendBatch::rdma_write(0xabcd),
+            SendBatch::rdma_write_with_imm(0xabcd, 0x1122_3344),
+            SendBatch::send(),
+            SendBatch::send_with_imm(0x5566_7788),
+            SendBatch::rdma_read(0x4321),
+        ];
+        let lens: Vec<u32> = vec![64, 0, 1, 1 << 31, 4096, 0, 7, 64, 64, 0, 3, 9, 64, 64];
+        let mut cases = 0;
+        for b in ops {
+            for sig in [BatchSignal::Last, BatchSignal::Each, BatchSignal::Never] {
+                let b = b.signal(sig);
+                for sig_all in [false, true] {
+                    // 64 BBs: 60 and 0xfffc cross the ring's end, 0xfffc
+                    // the WQE index's wrap too.
+                    for start in [0, 5, 60, 0xfffc, u32::MAX - 2] {
+                        for n in [1, 2, 14] {
+                            let wrs: Vec<BatchWr> =
+                                (0..n).map(|k| entry(k as u64, lens[k])).collect();
+                            let (mut a, mut c) = pair(qp_type::RC, sig_all, start);
+                            assert_eq!(a.sq.post_batch(&b, &wrs), Ok(()));
+                            c.sq.post(&as_chain(&b, &wrs)).unwrap();
+                            assert!(
+                                state(&a) == state(&c),
+                                "{b:?} sig_all {sig_all} start {start} n {n}"
+                            );
+                            // A second batch on top.
+                            assert_eq!(a.sq.post_batch(&b, &wrs[..1]), Ok(()));
+                            c.sq.post(&as_chain(&b, &wrs[..1])).unwrap();
+                            assert!(state(&a) == state(&c), "second {b:?}");
+                            cases += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 5 * 3 * 2 * 5 * 3);
+        // UC takes the same WQEs for what it allows.
+        let wrs: Vec<BatchWr> = (0..5).map(|k| entry(k, lens[k as usize])).collect();
+        let (mut a, mut c) = pair(qp_type::UC, false, 3);
+        let b = SendBatch::rdma_write_with_imm(1, 2);
+        a.sq.post_batch(&b, &wrs).unwrap();
+        c.sq.post(&as_chain(&b, &wrs)).unwrap();
+        assert!(state(&a) == state(&c));
+    }
+
+    /// A batch longer than the room: what fits is posted (the last of it
+    /// signaled by default) and rung, `QueueFull` at the first that does
+    /// not; once the CQ retires work, the rest goes in.
+    #[test]
+    fn queue_full_posts_what_fits() {
+        let mut qp = rc(10, 1, 0);
+        assert_eq!(qp.sq.capacity(), 16);
+        let wrs: Vec<BatchWr> = (0..20).map(|k| entry(k, 16)).collect();
+        let b = SendBatch::rdma_write(7);
+        assert_eq!(qp.sq.post_batch(&b, &wrs), Err((16, PostError::QueueFull)));
+        assert_eq!((qp.sq.head, qp.sq.cur_post), (16, 16));
+        assert_eq!(qp.db(1), [0, 0, 0, 16]);
+        let fm = |qp: &TestQp, i: usize| qp.sq_bytes(i * 64 + 11, 1)[0];
+        assert_eq!(fm(&qp, 15), 0x08);
+        assert!((0..15).all(|i| fm(&qp, i) == 0));
+        assert_eq!(qp.sq.shared.wrid(15), 0x500 + 15);
+        // The doorbell: the 15th WQE's first 8 bytes.
+        assert_eq!(qp.uar(0, 8), qp.sq_bytes(15 * 64, 8));
+        // Full: nothing posted, nothing rung.
+        assert_eq!(
+            qp.sq.post_batch(&b, &wrs[16..]),
+            Err((0, PostError::QueueFull))
+        );
+        assert_eq!(qp.db(1), [0, 0, 0, 16]);
+        // The CQ retires up to WR 5: five more fit.
+        qp.sq.shared.retire_to(5);
+        assert_eq!(
+            qp.sq.post_batch(&b, &wrs[10..]),
+            Err((5, PostError::QueueFull))
+        );
+        assert_eq!((qp.sq.head, qp.sq.outstanding()), (21, 16));
+        assert_eq!(fm(&qp, 20), 0x08);
+        qp.sq.shared.retire_to(21);
+        assert_eq!(qp.sq.post_batch(&b, &wrs[15..]), Ok(()));
+        assert_eq!(qp.sq.outstanding(), 5);
+        // Empty batches post nothing and are fine, even when full.
+        assert_eq!(qp.sq.post_batch(&b, &[]), Ok(()));
+    }
+
+    /// An entry longer than 2^31 bytes is refused before any byte of it
+    /// is written; the entries before it are posted (the last signaled).
+    #[test]
+    fn too_long_is_refused_unwritten() {
+        for b in [SendBatch::rdma_write(7), SendBatch::send()] {
+            let mut qp = rc(10, 1, 0);
+            let mut wrs: Vec<BatchWr> = (0..4).map(|k| entry(k, 64)).collect();
+            wrs[2].sge.length = (1 << 31) + 1;
+            assert_eq!(
+                qp.sq.post_batch(&b, &wrs),
+                Err((2, PostError::MessageTooLong))
+            );
+            assert_eq!((qp.sq.head, qp.sq.cur_post), (2, 2));
+            assert_eq!(qp.db(1), [0, 0, 0, 2]);
+            assert_eq!(qp.sq_bytes(2 * 64, 64), [0; 64]);
+            assert_eq!(qp.sq_bytes(64 + 11, 1), [0x08]);
+            // First: nothing at all.
+            let mut qp = rc(10, 1, 0);
+            wrs[0].sge.length = u32::MAX;
+            assert_eq!(
+                qp.sq.post_batch(&b, &wrs),
+                Err((0, PostError::MessageTooLong))
+            );
+            assert_eq!((qp.sq.head, qp.sq.cur_post), (0, 0));
+            assert_eq!(qp.db(1), [0; 4]);
+            assert_eq!(qp.sq_bytes(0, 64), [0; 64]);
+            assert_eq!(qp.uar(0, 8), [0; 8]);
+        }
+    }
+
+    /// Zero-length entries have no data segment (ds 1 for SEND, 2 for
+    /// RDMA), as an empty gather list has.
+    #[test]
+    fn zero_length_has_no_data_segment() {
+        let mut qp = rc(10, 1, 0);
+        let wrs = [entry(0, 0), entry(1, 0)];
+        qp.sq.post_batch(&SendBatch::send(), &wrs).unwrap();
+        qp.sq.post_batch(&SendBatch::rdma_write(9), &wrs).unwrap();
+        assert_eq!(qp.sq_bytes(0, 16), ctrl(0, 0x0a, 1, 0, 0));
+        assert_eq!(qp.sq_bytes(64, 16), ctrl(1, 0x0a, 1, 0x08, 0));
+        assert_eq!(qp.sq_bytes(3 * 64, 16), ctrl(3, 0x08, 2, 0x08, 0));
+        assert_eq!(qp.sq_bytes(16, 48), [0; 48]);
+    }
+
+    /// What the uniform checks refuse, at index 0 with nothing posted.
+    #[test]
+    fn refusals() {
+        let wrs = [entry(0, 64)];
+        let mut ud = TestQp::new(&req(qp_type::UD, 10, 1, 0), false, 0, false);
+        ud.sq.set_state(State::Rts);
+        assert_eq!(
+            ud.sq.post_batch(&SendBatch::send(), &wrs),
+            Err((0, PostError::MissingAddress))
+        );
+        let mut uc = TestQp::new(&req(qp_type::UC, 10, 1, 0), false, 0, false);
+        uc.sq.set_state(State::Rts);
+        assert_eq!(
+            uc.sq.post_batch(&SendBatch::rdma_read(1), &wrs),
+            Err((0, PostError::InvalidOpcode))
+        );
+        let mut none = rc(10, 0, 0);
+        assert_eq!(
+            none.sq.post_batch(&SendBatch::send(), &wrs),
+            Err((0, PostError::TooManySge { given: 1, max: 0 }))
+        );
+        let mut init = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 0, false);
+        init.sq.set_state(State::Init);
+        assert_eq!(
+            init.sq.post_batch(&SendBatch::send(), &wrs),
+            Err((0, PostError::InvalidState))
+        );
+        for qp in [&ud, &uc, &none, &init] {
+            assert_eq!((qp.sq.head, qp.sq.cur_post), (0, 0));
+            assert_eq!(qp.db(1), [0; 4]);
+            assert_eq!(qp.uar(0, 8), [0; 8]);
+        }
+    }
+}

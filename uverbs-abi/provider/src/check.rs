@@ -270,6 +270,11 @@ impl SendChecks {
     pub fn qp_type(&self) -> u8 {
         self.qp_type
     }
+    /// The [`simple_send_ops`] of the QP type (bit `1 << opcode`).
+    #[inline(always)]
+    pub fn simple_ops(&self) -> u32 {
+        self.simple_ops
+    }
     /// Whether `wr` is a [`simple_send_ops`] opcode without a UD
     /// destination, which passes the opcode and destination rules whatever
     /// its payload: only the payload checks remain.

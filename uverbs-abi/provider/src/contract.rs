@@ -21,6 +21,7 @@ use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 
+use crate::batch::{BatchWr, SendBatch};
 use crate::wr::{RecvWr, SendWr, WrOpcode};
 use crate::PostError;
 
@@ -153,6 +154,15 @@ pub trait SendQueue: Send + fmt::Debug {
     /// Posts the chain `wrs` (one doorbell); on error the requests before
     /// the returned index were posted.
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
+    /// Posts the batch `wrs` of `batch`'s operation (one doorbell), the
+    /// requests the entries make with `batch` ([`SendBatch::to_wr`]) as
+    /// [`SendQueue::post`] would post them, signaled as the batch says:
+    /// the uniform part is checked once ([`crate::check::SendChecks::check_batch`],
+    /// its error at index 0 with nothing posted), each entry by
+    /// [`crate::batch::check_batch_wr`]. Entries that do not fit end with
+    /// [`PostError::QueueFull`] at the first of them. On error the entries
+    /// before the returned index were posted.
+    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)>;
     /// Follows the QP's state after a MODIFY_QP the kernel accepted.
     fn set_state(&mut self, state: QpState);
     /// Bounds UD messages by the port's active MTU (bytes).

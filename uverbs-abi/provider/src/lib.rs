@@ -3,6 +3,8 @@
 //!
 //! * [`wr`]: the typed work requests the post paths take, built by the
 //!   per-opcode builders of [`wr::opcode`];
+//! * [`batch`]: batch posting, many requests of one operation described
+//!   once ([`batch::SendBatch`]) with plain entries ([`batch::BatchWr`]);
 //! * [`check`]: the checks each provider runs on a request before a byte of
 //!   it reaches its ring (one copy, not one per provider);
 //! * [`PostError`]: why a request was refused;
@@ -11,6 +13,7 @@
 
 #![deny(missing_docs)]
 
+pub mod batch;
 pub mod check;
 pub mod contract;
 mod error;

@@ -1,0 +1,116 @@
+//! Batch posting on the send queue ([`SendQueue::post_batch`]): many
+//! requests of one simple operation, checked once, written one BB each in
+//! a tight loop, one doorbell.
+
+use rverbs_abi::mlx5::prm;
+use rverbs_provider::batch::{BatchSignal, BatchWr, SendBatch};
+use zerocopy::network_endian::U32;
+
+use super::{SendQueue, FAST_OPS};
+use crate::hw::wqe::BatchWqe;
+use crate::PostError;
+
+impl SendQueue {
+    /// Posts the batch `wrs` of `batch`'s operation: the same WQEs as the
+    /// chain of the equivalent [`SendWr`](rverbs_provider::wr::SendWr)s
+    /// ([`SendBatch::to_wr`]), signaled as the batch says, one doorbell.
+    ///
+    /// The uniform part is checked once (state, then
+    /// [`check_batch`](rverbs_provider::check::SendChecks::check_batch):
+    /// an error there is at index 0, nothing posted), the ring's room
+    /// once for the whole batch (entries past it end with
+    /// [`PostError::QueueFull`] at the first of them), each entry's
+    /// length as it is written ([`check_batch_wr`](rverbs_provider::batch::check_batch_wr): an entry refused is
+    /// not written, the ones before it are posted). Every WQE is one BB
+    /// (control, remote address for RDMA, one data segment).
+    #[inline]
+    pub fn post_batch(
+        &mut self,
+        batch: &SendBatch,
+        wrs: &[BatchWr],
+    ) -> Result<(), (usize, PostError)> {
+        if !self.enabled {
+            return Err((0, PostError::InvalidState));
+        }
+        self.checks.check_batch(batch).map_err(|e| (0, e))?;
+        // How many of `wrs` fit: `max_post` requests may be outstanding.
+        // The consumer counter is re-read only if the cached one says the
+        // batch does not fit.
+        let mut room = self
+            .max_post
+            .saturating_sub(self.head.wrapping_sub(self.tail));
+        if (room as usize) < wrs.len() {
+            self.tail = self.shared.retired();
+            room = self
+                .max_post
+                .saturating_sub(self.head.wrapping_sub(self.tail));
+        }
+        let (todo, full) = match wrs.split_at_checked(room as usize) {
+            Some((todo, _)) if todo.len() < wrs.len() => (todo, true),
+            _ => (wrs, false),
+        };
+        // Simple opcodes are 0..=4 (`check_batch` allowed only those).
+        let (opcode, raddr) = FAST_OPS[batch.op().opcode() as usize];
+        let signal = match batch.signaling() {
+            BatchSignal::Each => prm::WQE_CTRL_CQ_UPDATE,
+            BatchSignal::Last | BatchSignal::Never => 0,
+        };
+        let c = BatchWqe {
+            opcode,
+            qpn: self.qpn,
+            ds: if raddr { 2 } else { 1 },
+            fm_ce_se: self.sig_bits | signal,
+            imm: U32::new(if batch.op().opcode().has_imm() {
+                batch.imm()
+            } else {
+                0
+            }),
+            rkey: U32::new(batch.rkey()),
+        };
+        let (posted, err) = if raddr {
+            self.write_batch::<true>(&c, todo)
+        } else {
+            self.write_batch::<false>(&c, todo)
+        };
+        // The last WQE's size, for the doorbell: exact for a lone WQE
+        // (a BlueFlame copy if more than the control segment); after
+        // several the doorbell reads only its first BB, which every
+        // batch WQE is.
+        let last_ds = match todo {
+            [e, ..] if posted == 1 => c.ds + u32::from(e.sge.length != 0),
+            _ => c.ds + 1,
+        };
+        if posted != 0 {
+            let cur_post = self.cur_post.wrapping_add(posted);
+            if batch.signaling() == BatchSignal::Last {
+                self.ring
+                    .add_fm_ce_se(cur_post.wrapping_sub(1), prm::WQE_CTRL_CQ_UPDATE);
+            }
+            self.cur_post = cur_post;
+            self.head = self.head.wrapping_add(posted);
+            self.bf
+                .ring(&self.ring, &self.db, self.cur_post, posted, last_ds);
+        }
+        match err {
+            Some(e) => Err((posted as usize, e)),
+            None if full => Err((posted as usize, PostError::QueueFull)),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes the WQEs of `wrs` (which fit the ring) from the producer
+    /// counters on, each after [`check_batch_wr`](rverbs_provider::batch::check_batch_wr).
+    /// Returns how many were written and the error that stopped the loop,
+    /// if one did.
+    #[inline(always)]
+    fn write_batch<const RADDR: bool>(
+        &self,
+        c: &BatchWqe,
+        wrs: &[BatchWr],
+    ) -> (u32, Option<PostError>) {
+        let mut w = self.ring.batch_cursor(c, self.cur_post, self.head);
+        let (n, err) = w.write::<RADDR>(wrs);
+        // At most `max_post` (a u32) entries fit.
+        (n as u32, err)
+    }
+}

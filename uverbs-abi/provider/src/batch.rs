@@ -1,0 +1,398 @@
+//! Batch posting: many send work requests of one operation to one remote
+//! key, described once ([`SendBatch`]) and listed as plain entries
+//! ([`BatchWr`]) that carry only what varies (the `wr_id`, one local SGE
+//! and, for RDMA, the remote address).
+//!
+//! A provider checks the uniform part once per call
+//! ([`SendChecks::check_batch`]) and each entry only for its length
+//! ([`check_batch_wr`]); the entries then go to the ring without the
+//! per-request decoding a [`SendWr`] chain needs. The WQEs are the ones
+//! the same requests posted as a chain produce.
+
+use rverbs_abi::qp::qp_type;
+use rverbs_abi::wr::Sge;
+
+use crate::check::{SendChecks, MAX_MSG};
+use crate::wr::{SendFlags, SendWr, WrOpcode};
+use crate::PostError;
+
+/// The operation of every request of a batch: the simple ones, whose WQE
+/// is a control segment, a remote address for RDMA, and one data segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BatchOp {
+    /// RDMA WRITE of each entry's SGE to its remote address.
+    RdmaWrite,
+    /// RDMA WRITE with immediate data (the batch's): each consumes a
+    /// receive at the peer.
+    RdmaWriteWithImm,
+    /// SEND of each entry's SGE (its remote address is ignored).
+    Send,
+    /// SEND with immediate data (the batch's).
+    SendWithImm,
+    /// RDMA READ from each entry's remote address into its SGE. RC only.
+    RdmaRead,
+}
+
+impl BatchOp {
+    /// The work-request opcode.
+    #[inline(always)]
+    pub const fn opcode(self) -> WrOpcode {
+        match self {
+            BatchOp::RdmaWrite => WrOpcode::RdmaWrite,
+            BatchOp::RdmaWriteWithImm => WrOpcode::RdmaWriteWithImm,
+            BatchOp::Send => WrOpcode::Send,
+            BatchOp::SendWithImm => WrOpcode::SendWithImm,
+            BatchOp::RdmaRead => WrOpcode::RdmaRead,
+        }
+    }
+}
+
+/// Which requests of a batch produce a completion (on top of the QP's
+/// `sq_sig_all`, which signals them all whatever this says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum BatchSignal {
+    /// The last request the call posts: the batch's last, or, when the
+    /// queue fills before the end ([`PostError::QueueFull`] at index `k`),
+    /// entry `k - 1`. One completion per call that frees every slot the
+    /// call took (on mlx5 an unsignaled request's slot is freed only by a
+    /// later signaled completion). The default.
+    #[default]
+    Last,
+    /// Every request.
+    Each,
+    /// None: the caller signals later requests often enough (see
+    /// `Qp::post_send` on why a send queue must see signaled requests).
+    Never,
+}
+
+/// What every request of a batch shares: the operation, the remote key
+/// (RDMA), the immediate data (`*_WITH_IMM`) and the signaling. Built by
+/// the per-operation constructors, which take exactly what the operation
+/// has (no immediate on a READ, no remote key on a SEND).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SendBatch {
+    op: BatchOp,
+    rkey: u32,
+    imm: u32,
+    signal: BatchSignal,
+}
+
+impl SendBatch {
+    const fn new(op: BatchOp, rkey: u32, imm: u32) -> Self {
+        SendBatch {
+            op,
+            rkey,
+            imm,
+            signal: BatchSignal::Last,
+        }
+    }
+    /// RDMA WRITEs under the remote key `rkey`.
+    pub const fn rdma_write(rkey: u32) -> Self {
+        Self::new(BatchOp::RdmaWrite, rkey, 0)
+    }
+    /// RDMA WRITEs with immediate data `imm` (host order; sent big-endian)
+    /// under `rkey`.
+    pub const fn rdma_write_with_imm(rkey: u32, imm: u32) -> Self {
+        Self::new(BatchOp::RdmaWriteWithImm, rkey, imm)
+    }
+    /// SENDs (the entries' remote addresses are ignored).
+    pub const fn send() -> Self {
+        Self::new(BatchOp::Send, 0, 0)
+    }
+    /// SENDs with immediate data `imm` (host order; sent big-endian).
+    pub const fn send_with_imm(imm: u32) -> Self {
+        Self::new(BatchOp::SendWithImm, 0, imm)
+    }
+    /// RDMA READs under `rkey` (RC only).
+    pub const fn rdma_read(rkey: u32) -> Self {
+        Self::new(BatchOp::RdmaRead, rkey, 0)
+    }
+    /// Sets which requests are signaled (default [`BatchSignal::Last`]).
+    pub const fn signal(mut self, signal: BatchSignal) -> Self {
+        self.signal = signal;
+        self
+    }
+
+    /// The operation.
+    #[inline(always)]
+    pub const fn op(&self) -> BatchOp {
+        self.op
+    }
+    /// The remote key (0 for SENDs).
+    #[inline(always)]
+    pub const fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// The immediate data in host order (0 without one).
+    #[inline(always)]
+    pub const fn imm(&self) -> u32 {
+        self.imm
+    }
+    /// The signaling.
+    #[inline(always)]
+    pub const fn signaling(&self) -> BatchSignal {
+        self.signal
+    }
+
+    /// Entry `e` as the equivalent [`SendWr`] (signaled if `signaled`),
+    /// for providers that post batches as chains.
+    #[inline(always)]
+    pub fn to_wr<'a>(&self, e: &'a BatchWr, signaled: bool) -> SendWr<'a> {
+        let sges = core::slice::from_ref(&e.sge);
+        let wr = match self.op {
+            BatchOp::RdmaWrite => SendWr::rdma_write(e.wr_id, sges, e.remote_addr, self.rkey),
+            BatchOp::RdmaWriteWithImm => {
+                SendWr::rdma_write_with_imm(e.wr_id, sges, e.remote_addr, self.rkey, self.imm)
+            }
+            BatchOp::Send => SendWr::send(e.wr_id, sges),
+            BatchOp::SendWithImm => SendWr::send_with_imm(e.wr_id, sges, self.imm),
+            BatchOp::RdmaRead => SendWr::rdma_read(e.wr_id, sges, e.remote_addr, self.rkey),
+        };
+        if signaled {
+            wr.flags(SendFlags::SIGNALED)
+        } else {
+            wr
+        }
+    }
+}
+
+/// One request of a batch: what varies from request to request. 32 bytes,
+/// plain data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchWr {
+    /// Returned in the request's completion.
+    pub wr_id: u64,
+    /// The local buffer (gather for WRITE and SEND, scatter for READ); a
+    /// zero length moves no data, as an empty gather list would.
+    pub sge: Sge,
+    /// The remote address (RDMA; ignored for SENDs).
+    pub remote_addr: u64,
+}
+
+impl BatchWr {
+    /// Entry `wr_id` for the local buffer `sge` and the remote address
+    /// `remote_addr` (0 for SENDs).
+    pub const fn new(wr_id: u64, sge: Sge, remote_addr: u64) -> Self {
+        BatchWr {
+            wr_id,
+            sge,
+            remote_addr,
+        }
+    }
+}
+
+/// The check of one entry: its length fits an IB message
+/// ([`PostError::MessageTooLong`] past [`MAX_MSG`] bytes).
+#[inline(always)]
+pub fn check_batch_wr(e: &BatchWr) -> Result<(), PostError> {
+    if u64::from(e.sge.length) > MAX_MSG {
+        return Err(PostError::MessageTooLong);
+    }
+    Ok(())
+}
+
+impl SendChecks {
+    /// The checks of a batch's uniform part, once per call: a UD QP is
+    /// refused ([`PostError::MissingAddress`]: a batch carries no
+    /// destination), the operation must be one of the QP type's simple
+    /// opcodes (RDMA READ on RC only: [`PostError::InvalidOpcode`]), and
+    /// the queue must take one SGE per request
+    /// ([`PostError::TooManySge`]). An entry that passes
+    /// [`check_batch_wr`] then passes every check its [`SendWr`] would.
+    #[inline(always)]
+    pub fn check_batch(&self, batch: &SendBatch) -> Result<(), PostError> {
+        if self.simple_ops() & (1 << (batch.op().opcode() as u32)) == 0 {
+            // UD has no simple opcode: a batch has no destination.
+            return Err(if self.qp_type() == qp_type::UD {
+                PostError::MissingAddress
+            } else {
+                PostError::InvalidOpcode
+            });
+        }
+        if self.max_sge() == 0 {
+            return Err(PostError::TooManySge {
+                given: 1,
+                max: self.max_sge(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Requests per chain [`post_batch_as_chains`] builds on the stack.
+const CHUNK: usize = 32;
+
+/// Posts a batch through a provider's chain path, for providers without a
+/// batch loop of their own: after [`SendChecks::check_batch`] (the
+/// caller's), as many entries as `free` slots allow go to `post` in chains
+/// of up to 32 [`SendWr`]s built on the stack (no allocation), signaled as
+/// the batch says; entries that do not fit end with
+/// [`PostError::QueueFull`] at the first of them. `post` returns what a
+/// provider's [`crate::SendQueue::post`] returns; its indices are
+/// rebased to the batch.
+pub fn post_batch_as_chains(
+    batch: &SendBatch,
+    wrs: &[BatchWr],
+    free: u32,
+    mut post: impl FnMut(&[SendWr<'_>]) -> Result<(), (usize, PostError)>,
+) -> Result<(), (usize, PostError)> {
+    let fit = wrs.len().min(usize::try_from(free).unwrap_or(usize::MAX));
+    let (todo, rest) = wrs.split_at(fit);
+    let mut chain = [SendWr::send(0, &[]); CHUNK];
+    let mut done = 0usize;
+    for part in todo.chunks(CHUNK) {
+        for (slot, e) in chain.iter_mut().zip(part) {
+            let last = done + 1 == fit;
+            let signaled = match batch.signal {
+                BatchSignal::Each => true,
+                BatchSignal::Last => last,
+                BatchSignal::Never => false,
+            };
+            *slot = batch.to_wr(e, signaled);
+            done += 1;
+        }
+        post(&chain[..part.len()]).map_err(|(i, err)| (done - part.len() + i, err))?;
+    }
+    if !rest.is_empty() {
+        return Err((fit, PostError::QueueFull));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wr::Payload;
+
+    fn entry(k: u64, length: u32) -> BatchWr {
+        BatchWr::new(
+            k,
+            Sge {
+                addr: 0x1000 + k * 64,
+                length,
+                lkey: 5,
+            },
+            0x9000 + k * 64,
+        )
+    }
+
+    #[test]
+    fn uniform_checks() {
+        let rc = SendChecks::new(qp_type::RC, 1, 0);
+        let uc = SendChecks::new(qp_type::UC, 1, 0);
+        let ud = SendChecks::new(qp_type::UD, 1, 0);
+        let none = SendChecks::new(qp_type::RC, 0, 0);
+        let all = [
+            SendBatch::rdma_write(1),
+            SendBatch::rdma_write_with_imm(1, 2),
+            SendBatch::send(),
+            SendBatch::send_with_imm(3),
+            SendBatch::rdma_read(1),
+        ];
+        for b in all {
+            assert_eq!(rc.check_batch(&b), Ok(()), "{b:?}");
+            assert_eq!(ud.check_batch(&b), Err(PostError::MissingAddress));
+            assert_eq!(
+                none.check_batch(&b),
+                Err(PostError::TooManySge { given: 1, max: 0 })
+            );
+            let want = if b.op() == BatchOp::RdmaRead {
+                Err(PostError::InvalidOpcode)
+            } else {
+                Ok(())
+            };
+            assert_eq!(uc.check_batch(&b), want, "{b:?}");
+        }
+    }
+
+    #[test]
+    fn entry_lengths() {
+        assert_eq!(check_batch_wr(&entry(0, 0)), Ok(()));
+        assert_eq!(check_batch_wr(&entry(0, 1 << 31)), Ok(()));
+        assert_eq!(
+            check_batch_wr(&entry(0, (1 << 31) + 1)),
+            Err(PostError::MessageTooLong)
+        );
+    }
+
+    #[test]
+    fn entries_become_the_same_requests() {
+        let e = entry(7, 64);
+        let w = SendBatch::rdma_write_with_imm(9, 0xabcd).to_wr(&e, true);
+        assert_eq!(w.opcode(), WrOpcode::RdmaWriteWithImm);
+        assert_eq!(
+            (w.wr_id(), w.remote_addr(), w.rkey(), w.imm_data()),
+            (7, e.remote_addr, 9, 0xabcd)
+        );
+        assert!(w.send_flags().contains(SendFlags::SIGNALED));
+        assert!(matches!(w.payload(), Payload::Sge([s]) if *s == e.sge));
+        let s = SendBatch::send().to_wr(&e, false);
+        assert_eq!(
+            (s.opcode(), s.remote_addr(), s.rkey()),
+            (WrOpcode::Send, 0, 0)
+        );
+        assert!(s.send_flags().is_empty());
+        let r = SendBatch::rdma_read(4).to_wr(&e, false);
+        assert_eq!((r.opcode(), r.imm_data()), (WrOpcode::RdmaRead, 0));
+    }
+
+    /// The chain fallback: chunks of 32, the last posted signaled, queue
+    /// full and errors at the batch's indices.
+    #[test]
+    fn chains() {
+        let wrs: Vec<BatchWr> = (0..70).map(|k| entry(k, 64)).collect();
+        let mut seen: Vec<(u64, bool)> = Vec::new();
+        let mut calls = 0;
+        let mut record = |c: &[SendWr<'_>]| {
+            calls += 1;
+            for w in c {
+                seen.push((w.wr_id(), w.send_flags().contains(SendFlags::SIGNALED)));
+            }
+            Ok(())
+        };
+        let b = SendBatch::rdma_write(1);
+        assert_eq!(post_batch_as_chains(&b, &wrs, 100, &mut record), Ok(()));
+        assert_eq!(calls, 3);
+        assert_eq!(seen.len(), 70);
+        assert!(seen
+            .iter()
+            .enumerate()
+            .all(|(k, &(id, sig))| id == k as u64 && sig == (k == 69)));
+
+        seen.clear();
+        assert_eq!(
+            post_batch_as_chains(&b, &wrs, 40, |c| {
+                seen.extend(
+                    c.iter()
+                        .map(|w| (w.wr_id(), w.send_flags().contains(SendFlags::SIGNALED))),
+                );
+                Ok(())
+            }),
+            Err((40, PostError::QueueFull))
+        );
+        assert_eq!(seen.len(), 40);
+        assert_eq!(seen.iter().filter(|s| s.1).count(), 1);
+        assert_eq!(seen[39], (39, true));
+
+        // An error inside the second chain, at its index 3: batch index 35.
+        let r = post_batch_as_chains(&b.signal(BatchSignal::Each), &wrs, 100, |c| {
+            if c[0].wr_id() == 32 {
+                Err((3, PostError::MessageTooLong))
+            } else {
+                assert!(c
+                    .iter()
+                    .all(|w| w.send_flags().contains(SendFlags::SIGNALED)));
+                Ok(())
+            }
+        });
+        assert_eq!(r, Err((35, PostError::MessageTooLong)));
+        assert_eq!(
+            post_batch_as_chains(&b, &wrs, 0, |_| panic!("nothing fits")),
+            Err((0, PostError::QueueFull))
+        );
+        assert_eq!(
+            post_batch_as_chains(&b, &[], 0, |_| panic!("empty")),
+            Ok(())
+        );
+    }
+}
