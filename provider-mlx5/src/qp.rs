@@ -533,9 +533,9 @@ impl SendQueue {
         if fast.raddr {
             bb.raddr(wr.remote_addr(), wr.rkey());
         }
-        // Written whatever its length: a zero-length one lies past `ds`,
-        // where the device does not look (the BB is the WQE's anyway).
-        bb.data(sge.length, sge.lkey, sge.addr);
+        if sge.length != 0 {
+            bb.data(sge.length, sge.lkey, sge.addr);
+        }
         let ds = 1 + u32::from(fast.raddr) + u32::from(sge.length != 0);
         bb.ctrl_words([
             ((cur_post & 0xffff) << 8 | fast.op as u32).to_be(),

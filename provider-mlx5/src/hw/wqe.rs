@@ -465,7 +465,7 @@ impl BatchCursor<'_> {
     }
 }
 
-/// Writes the control segment at `p`. See [`Bb::ctrl`].
+/// Writes the control segment at `p` (see [`ctrl_words`]).
 ///
 /// # Safety
 /// `p` is a BB of a ring, free for the poster to write.
@@ -714,7 +714,7 @@ impl Wqe<'_> {
         }
     }
 
-    /// The control segment (see [`Bb::ctrl`]).
+    /// The control segment (see [`ctrl_words`]).
     #[inline(always)]
     pub(crate) fn ctrl(
         &self,

@@ -49,8 +49,9 @@ impl SendQueue {
             Some((todo, _)) if todo.len() < wrs.len() => (todo, true),
             _ => (wrs, false),
         };
-        // Simple opcodes are 0..=4 (`check_batch` allowed only those).
-        let (opcode, raddr) = FAST_OPS[batch.op().opcode() as usize];
+        // `check_batch` allowed only the simple opcodes.
+        let fast = FAST_OPS[batch.op().opcode() as usize];
+        let (opcode, raddr) = (fast.op, fast.raddr);
         let signal = match batch.signaling() {
             BatchSignal::Each => prm::WQE_CTRL_CQ_UPDATE,
             BatchSignal::Last | BatchSignal::Never => 0,

@@ -1362,8 +1362,9 @@ mod batches {
         }
     }
 
-    /// Zero-length entries have no data segment (ds 1 for SEND, 2 for
-    /// RDMA), as an empty gather list has.
+    /// Zero-length entries have no data segment in their size (ds 1 for
+    /// SEND, 2 for RDMA), as an empty gather list has; what lies past
+    /// `ds` is not the device's to read.
     #[test]
     fn zero_length_has_no_data_segment() {
         let mut qp = rc(10, 1, 0);
@@ -1373,7 +1374,6 @@ mod batches {
         assert_eq!(qp.sq_bytes(0, 16), ctrl(0, 0x0a, 1, 0, 0));
         assert_eq!(qp.sq_bytes(64, 16), ctrl(1, 0x0a, 1, 0x08, 0));
         assert_eq!(qp.sq_bytes(3 * 64, 16), ctrl(3, 0x08, 2, 0x08, 0));
-        assert_eq!(qp.sq_bytes(16, 48), [0; 48]);
     }
 
     /// What the uniform checks refuse, at index 0 with nothing posted.
