@@ -251,30 +251,14 @@ fn run() -> Res<()> {
                 }
                 reap(&mut cq_a, WcOpcode::SEND)?;
             }
-            Mode::Write32 => {
+            Mode::Write32 | Mode::Batch32 => {
                 cq_a.req_notify(false)?;
-                if measure {
-                    rverbs_measured_post_send(&mut qp_a, &chain)?;
-                } else {
-                    qp_a.post_send(&chain)?;
-                }
-                wait_event(&ch, &cq_a)?;
-                got_one(if measure {
-                    rverbs_measured_poll(&mut cq_a, &mut wc)?
-                } else {
-                    cq_a.poll(&mut wc)?
-                })?;
-                check_wc(&wc[0], WcOpcode::RDMA_WRITE)?;
-                if wc[0].wr_id() != 100 + CHAIN as u64 - 1 {
-                    return Err(format!("wr_id {}", wc[0].wr_id()).into());
-                }
-            }
-            Mode::Batch32 => {
-                cq_a.req_notify(false)?;
-                if measure {
-                    rverbs_measured_post_batch(&mut qp_a, &batch, &entries)?;
-                } else {
-                    qp_a.post_send_batch(&batch, &entries)?;
+                // The same 32 WRITEs, as a chain or as a batch.
+                match (mode == Mode::Batch32, measure) {
+                    (true, true) => rverbs_measured_post_batch(&mut qp_a, &batch, &entries)?,
+                    (true, false) => qp_a.post_send_batch(&batch, &entries)?,
+                    (false, true) => rverbs_measured_post_send(&mut qp_a, &chain)?,
+                    (false, false) => qp_a.post_send(&chain)?,
                 }
                 wait_event(&ch, &cq_a)?;
                 got_one(if measure {
