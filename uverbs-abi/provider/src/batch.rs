@@ -236,8 +236,18 @@ pub fn post_batch_as_chains(
     free: u32,
     mut post: impl FnMut(&[SendWr<'_>]) -> Result<(), (usize, PostError)>,
 ) -> Result<(), (usize, PostError)> {
-    let fit = wrs.len().min(usize::try_from(free).unwrap_or(usize::MAX));
-    let (todo, rest) = wrs.split_at(fit);
+    // The call stops at the first entry refused for its length, or where
+    // the queue is full, whichever comes first (as a batch loop that
+    // checks each entry as it writes it stops): only the entries before
+    // it are posted, and the last of them is the one `Last` signals.
+    let free = usize::try_from(free).unwrap_or(usize::MAX);
+    let refused = wrs
+        .iter()
+        .take(free)
+        .enumerate()
+        .find_map(|(k, e)| check_batch_wr(e).err().map(|err| (k, err)));
+    let fit = refused.as_ref().map_or(wrs.len().min(free), |&(k, _)| k);
+    let todo = &wrs[..fit];
     let mut chain = [SendWr::send(0, &[]); CHUNK];
     let mut done = 0usize;
     for part in todo.chunks(CHUNK) {
@@ -253,7 +263,10 @@ pub fn post_batch_as_chains(
         }
         post(&chain[..part.len()]).map_err(|(i, err)| (done - part.len() + i, err))?;
     }
-    if !rest.is_empty() {
+    if let Some(refused) = refused {
+        return Err(refused);
+    }
+    if fit < wrs.len() {
         return Err((fit, PostError::QueueFull));
     }
     Ok(())
@@ -386,6 +399,31 @@ mod tests {
             }
         });
         assert_eq!(r, Err((35, PostError::MessageTooLong)));
+
+        // An entry too long: the ones before it are posted, the last of
+        // them signaled, the error at its index; unless the queue fills
+        // first.
+        let mut long = wrs.clone();
+        long[5].sge.length = (1 << 31) + 1;
+        let posted = |free: u32| {
+            let mut seen: Vec<(u64, bool)> = Vec::new();
+            let r = post_batch_as_chains(&b, &long, free, |c| {
+                seen.extend(
+                    c.iter()
+                        .map(|w| (w.wr_id(), w.send_flags().contains(SendFlags::SIGNALED))),
+                );
+                Ok(())
+            });
+            (r, seen)
+        };
+        let (r, seen) = posted(100);
+        assert_eq!(r, Err((5, PostError::MessageTooLong)));
+        assert_eq!(seen.len(), 5);
+        assert_eq!(seen[4], (4, true));
+        assert_eq!(seen.iter().filter(|s| s.1).count(), 1);
+        let (r, seen) = posted(5);
+        assert_eq!(r, Err((5, PostError::QueueFull)));
+        assert_eq!((seen.len(), seen[4]), (5, (4, true)));
         assert_eq!(
             post_batch_as_chains(&b, &wrs, 0, |_| panic!("nothing fits")),
             Err((0, PostError::QueueFull))
