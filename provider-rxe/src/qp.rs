@@ -6,7 +6,7 @@ use std::os::fd::BorrowedFd;
 use rverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp};
 use rverbs_abi::rxe::{self, DmaInfo, RecvWqe};
 use rverbs_abi::Errno;
-use rverbs_provider::batch::{post_batch_as_chains, BatchWr, SendBatch};
+use rverbs_provider::batch::{push_batch, BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendFlags, SendWr, WrOpcode};
 use zerocopy::FromZeros;
 
@@ -160,12 +160,12 @@ impl SendQueue {
     }
 
     /// Posts the batch `wrs` of `batch`'s operation: its uniform part
-    /// checked once, then as many entries as the ring has free slots go
-    /// through [`SendQueue::post`] as chains of the equivalent requests
-    /// built on the stack ([`post_batch_as_chains`]: one doorbell per 32
-    /// requests, no allocation), signaled as the batch says. Entries that
-    /// do not fit end with [`PostError::QueueFull`] at the first of them;
-    /// on error the entries before the returned index were posted.
+    /// checked once, then as many entries as the ring has free slots are
+    /// written as the equivalent requests, one at a time
+    /// ([`push_batch`]: no array, no allocation), signaled as the batch
+    /// says, published with one release store and one doorbell. Entries
+    /// that do not fit end with [`PostError::QueueFull`] at the first of
+    /// them; on error the entries before the returned index were posted.
     pub fn post_batch(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -175,7 +175,17 @@ impl SendQueue {
         self.ring.checks().check_batch(batch).map_err(|e| (0, e))?;
         // The kernel only frees slots: all of these stay free.
         let free = self.ring.max_wr().saturating_sub(self.outstanding());
-        post_batch_as_chains(batch, wrs, free, |chain| self.post(fd, chain))
+        let mut p = self.ring.producer();
+        let result = push_batch(batch, wrs, free, |wr| {
+            p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))
+        });
+        let pushed = p.pushed();
+        if p.publish() {
+            if let Err(e) = cmd::doorbell(fd, self.qp_handle) {
+                return Err((pushed, PostError::Doorbell(e)));
+            }
+        }
+        result
     }
 
     /// [`SendQueue::post`] of a single request, the common case: the same

@@ -219,27 +219,24 @@ impl SendChecks {
     }
 }
 
-/// Requests per chain [`post_batch_as_chains`] builds on the stack.
-const CHUNK: usize = 32;
-
-/// Posts a batch through a provider's chain path, for providers without a
-/// batch loop of their own: after [`SendChecks::check_batch`] (the
-/// caller's), as many entries as `free` slots allow go to `post` in chains
-/// of up to 32 [`SendWr`]s built on the stack (no allocation), signaled as
-/// the batch says; entries that do not fit end with
-/// [`PostError::QueueFull`] at the first of them. `post` returns what a
-/// provider's [`crate::SendQueue::post`] returns; its indices are
-/// rebased to the batch.
-pub fn post_batch_as_chains(
+/// Pushes a batch request by request through a provider's own push of a
+/// [`SendWr`] (for providers without a batch loop of their own; the
+/// caller publishes what was pushed and rings once): after
+/// [`SendChecks::check_batch`] (the caller's), the entries go to `push` as
+/// the equivalent requests, one at a time (no array, no allocation),
+/// signaled as the batch says. The call stops at the first entry refused
+/// for its length ([`check_batch_wr`]) or where the `free` slots run out,
+/// whichever comes first, as a batch loop that checks each entry as it
+/// writes it stops: only the entries before it are pushed, and the last
+/// of them is the one [`BatchSignal::Last`] signals. Returns the refused
+/// entry's error or [`PostError::QueueFull`] at its index, or `push`'s
+/// error at the index of the entry it refused.
+pub fn push_batch(
     batch: &SendBatch,
     wrs: &[BatchWr],
     free: u32,
-    mut post: impl FnMut(&[SendWr<'_>]) -> Result<(), (usize, PostError)>,
+    mut push: impl FnMut(&SendWr<'_>) -> Result<(), PostError>,
 ) -> Result<(), (usize, PostError)> {
-    // The call stops at the first entry refused for its length, or where
-    // the queue is full, whichever comes first (as a batch loop that
-    // checks each entry as it writes it stops): only the entries before
-    // it are posted, and the last of them is the one `Last` signals.
     let free = usize::try_from(free).unwrap_or(usize::MAX);
     let refused = wrs
         .iter()
@@ -247,21 +244,13 @@ pub fn post_batch_as_chains(
         .enumerate()
         .find_map(|(k, e)| check_batch_wr(e).err().map(|err| (k, err)));
     let fit = refused.as_ref().map_or(wrs.len().min(free), |&(k, _)| k);
-    let todo = &wrs[..fit];
-    let mut chain = [SendWr::send(0, &[]); CHUNK];
-    let mut done = 0usize;
-    for part in todo.chunks(CHUNK) {
-        for (slot, e) in chain.iter_mut().zip(part) {
-            let last = done + 1 == fit;
-            let signaled = match batch.signal {
-                BatchSignal::Each => true,
-                BatchSignal::Last => last,
-                BatchSignal::Never => false,
-            };
-            *slot = batch.to_wr(e, signaled);
-            done += 1;
-        }
-        post(&chain[..part.len()]).map_err(|(i, err)| (done - part.len() + i, err))?;
+    for (k, e) in wrs[..fit].iter().enumerate() {
+        let signaled = match batch.signal {
+            BatchSignal::Each => true,
+            BatchSignal::Last => k + 1 == fit,
+            BatchSignal::Never => false,
+        };
+        push(&batch.to_wr(e, signaled)).map_err(|err| (k, err))?;
     }
     if let Some(refused) = refused {
         return Err(refused);
@@ -349,88 +338,58 @@ mod tests {
         assert_eq!((r.opcode(), r.imm_data()), (WrOpcode::RdmaRead, 0));
     }
 
-    /// The chain fallback: chunks of 32, the last posted signaled, queue
-    /// full and errors at the batch's indices.
+    /// The request-by-request fallback: the last pushed signaled, queue
+    /// full, a refused entry and push's errors at the batch's indices.
     #[test]
-    fn chains() {
+    fn pushes() {
         let wrs: Vec<BatchWr> = (0..70).map(|k| entry(k, 64)).collect();
-        let mut seen: Vec<(u64, bool)> = Vec::new();
-        let mut calls = 0;
-        let mut record = |c: &[SendWr<'_>]| {
-            calls += 1;
-            for w in c {
-                seen.push((w.wr_id(), w.send_flags().contains(SendFlags::SIGNALED)));
-            }
-            Ok(())
-        };
         let b = SendBatch::rdma_write(1);
-        assert_eq!(post_batch_as_chains(&b, &wrs, 100, &mut record), Ok(()));
-        assert_eq!(calls, 3);
+        let run = |b: &SendBatch, wrs: &[BatchWr], free: u32, fail_at: Option<u64>| {
+            let mut seen: Vec<(u64, bool)> = Vec::new();
+            let r = push_batch(b, wrs, free, |w| {
+                if Some(w.wr_id()) == fail_at {
+                    return Err(PostError::MessageTooLong);
+                }
+                seen.push((w.wr_id(), w.send_flags().contains(SendFlags::SIGNALED)));
+                Ok(())
+            });
+            (r, seen)
+        };
+        let (r, seen) = run(&b, &wrs, 100, None);
+        assert_eq!(r, Ok(()));
         assert_eq!(seen.len(), 70);
         assert!(seen
             .iter()
             .enumerate()
             .all(|(k, &(id, sig))| id == k as u64 && sig == (k == 69)));
-
-        seen.clear();
-        assert_eq!(
-            post_batch_as_chains(&b, &wrs, 40, |c| {
-                seen.extend(
-                    c.iter()
-                        .map(|w| (w.wr_id(), w.send_flags().contains(SendFlags::SIGNALED))),
-                );
-                Ok(())
-            }),
-            Err((40, PostError::QueueFull))
-        );
-        assert_eq!(seen.len(), 40);
+        // Queue full: what fits, the last of it signaled.
+        let (r, seen) = run(&b, &wrs, 40, None);
+        assert_eq!(r, Err((40, PostError::QueueFull)));
+        assert_eq!((seen.len(), seen[39]), (40, (39, true)));
         assert_eq!(seen.iter().filter(|s| s.1).count(), 1);
-        assert_eq!(seen[39], (39, true));
-
-        // An error inside the second chain, at its index 3: batch index 35.
-        let r = post_batch_as_chains(&b.signal(BatchSignal::Each), &wrs, 100, |c| {
-            if c[0].wr_id() == 32 {
-                Err((3, PostError::MessageTooLong))
-            } else {
-                assert!(c
-                    .iter()
-                    .all(|w| w.send_flags().contains(SendFlags::SIGNALED)));
-                Ok(())
-            }
-        });
+        // Every one signaled; push refusing entry 35.
+        let each = b.signal(BatchSignal::Each);
+        let (r, seen) = run(&each, &wrs, 100, Some(35));
         assert_eq!(r, Err((35, PostError::MessageTooLong)));
-
-        // An entry too long: the ones before it are posted, the last of
-        // them signaled, the error at its index; unless the queue fills
-        // first.
+        assert!(seen.len() == 35 && seen.iter().all(|s| s.1));
+        let (r, seen) = run(&b.signal(BatchSignal::Never), &wrs, 100, None);
+        assert!(r.is_ok() && seen.iter().all(|s| !s.1));
+        // An entry too long: the ones before it, the last of them
+        // signaled, the error at its index; unless the queue fills first.
         let mut long = wrs.clone();
         long[5].sge.length = (1 << 31) + 1;
-        let posted = |free: u32| {
-            let mut seen: Vec<(u64, bool)> = Vec::new();
-            let r = post_batch_as_chains(&b, &long, free, |c| {
-                seen.extend(
-                    c.iter()
-                        .map(|w| (w.wr_id(), w.send_flags().contains(SendFlags::SIGNALED))),
-                );
-                Ok(())
-            });
-            (r, seen)
-        };
-        let (r, seen) = posted(100);
+        let (r, seen) = run(&b, &long, 100, None);
         assert_eq!(r, Err((5, PostError::MessageTooLong)));
-        assert_eq!(seen.len(), 5);
-        assert_eq!(seen[4], (4, true));
+        assert_eq!((seen.len(), seen[4]), (5, (4, true)));
         assert_eq!(seen.iter().filter(|s| s.1).count(), 1);
-        let (r, seen) = posted(5);
+        let (r, seen) = run(&b, &long, 5, None);
         assert_eq!(r, Err((5, PostError::QueueFull)));
         assert_eq!((seen.len(), seen[4]), (5, (4, true)));
+        // Nothing fits; nothing to do.
         assert_eq!(
-            post_batch_as_chains(&b, &wrs, 0, |_| panic!("nothing fits")),
-            Err((0, PostError::QueueFull))
+            run(&b, &wrs, 0, None),
+            (Err((0, PostError::QueueFull)), vec![])
         );
-        assert_eq!(
-            post_batch_as_chains(&b, &[], 0, |_| panic!("empty")),
-            Ok(())
-        );
+        assert_eq!(run(&b, &[], 0, None), (Ok(()), vec![]));
     }
 }
