@@ -35,6 +35,9 @@ pub mod fuzz;
 
 /// Largest ring (`1 << 24` entries).
 const MAX_CQE: u64 = 1 << 24;
+/// How long [`Cq::resize`] waits for the RESIZE CQE after the command
+/// returned (the device writes it before answering: normally no wait).
+pub const RESIZE_CQE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 /// `MLX5_CQ_DB_REQ_NOT_SOL`: arm for solicited (and error) CQEs only.
 const ARM_SOLICITED: u32 = prm::CQ_DB_REQ_NOT_SOL;
 
@@ -430,9 +433,18 @@ impl Cq {
     /// The device ends the old ring with a RESIZE CQE at its producer
     /// index p and continues at p + 1 in the new ring; the unpolled CQEs
     /// before it move up by one in the new ring, and the consumer index
-    /// steps over the RESIZE CQE. If no RESIZE CQE is found (a device
-    /// breaking that rule) the rings are switched with the consumer index
-    /// unchanged, as libmlx5 does.
+    /// steps over the RESIZE CQE. So the new ring must hold every unpolled
+    /// CQE and the RESIZE CQE's counter (which the device counts as used
+    /// until the next poll moves the doorbell's consumer index past it),
+    /// and the old ring needs a free entry for the RESIZE CQE itself:
+    /// with more unpolled CQEs than that this fails with EINVAL before any
+    /// command, keeping them all (as rxe's kernel refuses a size below
+    /// its unpolled count, and as the emulated HCA refuses the command).
+    ///
+    /// The rings are switched only once the RESIZE CQE is found; if the
+    /// device has not written it (a device breaking the protocol, which
+    /// libmlx5 and the kernel also rely on) within [`RESIZE_CQE_WAIT`],
+    /// this fails with EIO and the old ring stays current.
     pub fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
         if cqe == 0 {
             return Err(Errno::EINVAL);
@@ -459,53 +471,92 @@ impl Cq {
         // No QP may clean the old ring while the device switches rings and
         // the unpolled CQEs move.
         self.mem.lock();
-        // switch_ring makes `ring` this CQ's ring, kept until the next
-        // resize but one or DESTROY_CQ.
-        let r = cmd::resize_cq(fd, &cmd, &drv, &ring);
-        if r.is_ok() {
-            self.switch_ring(ring);
-        }
+        let pending = self.pending();
+        let r = if pending >= ncqe.min(self.cqes.ncqe()) {
+            Err(Errno::EINVAL)
+        } else {
+            // switch_ring makes `ring` this CQ's ring, kept until the next
+            // resize but one or DESTROY_CQ.
+            cmd::resize_cq(fd, &cmd, &drv, &ring)
+                .and_then(|_| self.switch_ring(ring, RESIZE_CQE_WAIT))
+        };
         self.mem.unlock();
         r.map(|_| ncqe - 1)
     }
 
-    /// Moves the unpolled CQEs into `new` (a fresh ring) and makes it
-    /// current (for [`CqMemory::clean`] too: call it holding `mem`'s
-    /// lock). The previous ring stays mapped until the next resize (a late
-    /// device write to it must not hit unmapped memory); older ones are
-    /// released.
-    fn switch_ring(&mut self, new: Arc<CqRing>) {
-        let ncqe = new.ncqe();
-        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
-        let mut i = ci;
-        let mut found = false;
-        while let Some(cqe) = self.cqes.sw_cqe(i) {
-            let mut c = cqe.read();
-            if c.opcode() == cqe_op::RESIZE_CQ {
-                found = true;
-                break;
-            }
-            if i.wrapping_sub(ci) >= ncqe - 1 {
-                // More unpolled CQEs than the new ring holds: the device
-                // refuses such a resize; stop rather than overwrite.
-                break;
-            }
-            i = i.wrapping_add(1);
-            c.op_own = (c.op_own & !1) | u8::from(i & ncqe != 0);
-            // Nobody else writes the new ring yet (the device starts after
-            // the RESIZE CQE's counter, past every slot written here).
-            new.write(i, c);
+    /// The CQEs written and not yet consumed: the entries from the
+    /// consumer index on whose owner bit says the device wrote them (at
+    /// most a ring's worth). Call it holding `mem`'s lock.
+    fn pending(&self) -> u32 {
+        let ci = self.mem.cons_index.load(Ordering::Relaxed);
+        let mut n = 0;
+        while n < self.cqes.ncqe() && self.cqes.sw_cqe(ci.wrapping_add(n)).is_some() {
+            n += 1;
         }
-        if found {
-            ci = ci.wrapping_add(1);
+        n
+    }
+
+    /// After RESIZE_CQ: finds the RESIZE CQE in the current ring, moves
+    /// the unpolled CQEs before it into `new` (a fresh ring) and makes
+    /// `new` current, the consumer index past the RESIZE CQE (for
+    /// [`CqMemory::clean`] too: call it holding `mem`'s lock). The
+    /// previous ring stays mapped until the next resize (a late device
+    /// write to it must not hit unmapped memory); older ones are released.
+    ///
+    /// EIO, with nothing switched, if the RESIZE CQE does not appear
+    /// within `wait`.
+    fn switch_ring(&mut self, new: Arc<CqRing>, wait: std::time::Duration) -> Result<(), Errno> {
+        let ncqe = new.ncqe();
+        let ci = self.mem.cons_index.load(Ordering::Relaxed);
+        // The RESIZE CQE's counter p: the device wrote every entry from
+        // the consumer index up to it before answering the command.
+        let mut p = ci;
+        let mut waited: Option<std::time::Instant> = None;
+        loop {
+            match self.cqes.sw_cqe(p) {
+                Some(c) if c.op_own() >> 4 == cqe_op::RESIZE_CQ => break,
+                Some(_) if p.wrapping_sub(ci) < self.cqes.ncqe() => p = p.wrapping_add(1),
+                // Not written (yet), or a whole lap without one.
+                _ => {
+                    let start = *waited.get_or_insert_with(std::time::Instant::now);
+                    if start.elapsed() > wait {
+                        return Err(Errno::EIO);
+                    }
+                    std::thread::yield_now();
+                }
+            }
+        }
+        // The CQEs ci..p go to counters ci+1..=p of the new ring. More
+        // than it holds (a device that accepted a size the unpolled CQEs
+        // do not fit) would overwrite each other: the oldest are lost, as
+        // in an overrun.
+        let n = p.wrapping_sub(ci);
+        let lost = n.saturating_sub(ncqe);
+        let mut i = ci.wrapping_add(lost);
+        while i != p {
+            // Seen written above; the device writes it again only after
+            // the consumer index passes it.
+            let Some(c) = self.cqes.sw_cqe(i) else {
+                break;
+            };
+            let mut c = c.read();
+            let to = i.wrapping_add(1);
+            c.op_own = (c.op_own & !1) | u8::from(to & ncqe != 0);
+            // Nobody else writes the new ring yet (the device starts at
+            // p + 1, past every slot written here).
+            new.write(to, c);
+            i = to;
         }
         self.cqes = new.reader();
         self.listing.update(&self.dir_entry());
-        self.mem.cons_index.store(ci, Ordering::Relaxed);
+        self.mem
+            .cons_index
+            .store(ci.wrapping_add(lost).wrapping_add(1), Ordering::Relaxed);
         let mut rings = self.mem.rings.lock().unwrap_or_else(|p| p.into_inner());
         rings.push(new);
         let old = rings.len().saturating_sub(2);
         rings.drain(..old);
+        Ok(())
     }
 
     /// Arms the CQ (no system call: doorbell record, then the UAR's CQ
@@ -1066,7 +1117,8 @@ mod tests {
         let mut wc = [Wc::default(); 4];
         assert_eq!(f.cq.poll(&mut wc[..1]), 1);
         let old = f.cq.cqes.ring().addr();
-        f.cq.switch_ring(Arc::new(CqRing::new(8).unwrap()));
+        f.cq.switch_ring(Arc::new(CqRing::new(8).unwrap()), RESIZE_CQE_WAIT)
+            .unwrap();
         assert_ne!(f.cq.cqes.ring().addr(), old);
         assert_eq!((f.cq.cons_index(), f.cq.cqe()), (2, 7));
         // The device continues at counter 4 of the new ring.
@@ -1087,7 +1139,8 @@ mod tests {
         put(&f.cq, 8, &cqe(cqe_op::REQ, wqe_op::SEND, 0, true));
         put(&f.cq, 9, &cqe(cqe_op::RESIZE_CQ, 0, 0, true));
         assert_eq!(f.cq.poll(&mut wc[..3]), 3); // counters 5..7
-        f.cq.switch_ring(Arc::new(CqRing::new(2).unwrap()));
+        f.cq.switch_ring(Arc::new(CqRing::new(2).unwrap()), RESIZE_CQE_WAIT)
+            .unwrap();
         assert_eq!(f.cq.cons_index(), 9);
         assert_eq!(f.cq.mem.rings.lock().unwrap().len(), 2);
         // Counter 8 moved to counter 9: slot 1, owner (9 & 2 != 0) = 0.
@@ -1096,6 +1149,43 @@ mod tests {
         put(&f.cq, 10, &cqe(cqe_op::REQ, wqe_op::SEND, 1, true));
         assert_eq!(f.cq.poll(&mut wc), 1);
         assert_eq!((wc[0].wr_id, f.cq.cons_index()), (101, 11));
+    }
+
+    /// The unpolled count `resize` checks a new size against, from the
+    /// owner bits; without a RESIZE CQE the rings are not switched.
+    #[test]
+    fn resize_counts_pending_and_waits_for_its_cqe() {
+        let mut f = fixture(4);
+        for i in 0..8 {
+            f.sq.set_wrid(i, 100 + i as u64);
+        }
+        assert_eq!(f.cq.pending(), 0);
+        for n in 0..3u32 {
+            put(&f.cq, n, &cqe(cqe_op::REQ, wqe_op::SEND, n as u16, false));
+        }
+        assert_eq!(f.cq.pending(), 3);
+        let mut wc = [Wc::default(); 1];
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        assert_eq!(f.cq.pending(), 2);
+        // Counters 3 and 4 (second lap, owner 1): a full ring.
+        put(&f.cq, 3, &cqe(cqe_op::REQ, wqe_op::SEND, 3, false));
+        put(&f.cq, 4, &cqe(cqe_op::REQ, wqe_op::SEND, 4, true));
+        assert_eq!(f.cq.pending(), 4);
+        // No RESIZE CQE after them: EIO, the old ring still current and
+        // its CQEs all there.
+        let old = f.cq.cqes.ring().addr();
+        let r = f.cq.switch_ring(
+            Arc::new(CqRing::new(8).unwrap()),
+            std::time::Duration::from_millis(20),
+        );
+        assert_eq!(r, Err(Errno::EIO));
+        assert_eq!(f.cq.cqes.ring().addr(), old);
+        let mut wc = [Wc::default(); 8];
+        assert_eq!(f.cq.poll(&mut wc), 4);
+        assert_eq!(
+            wc[..4].iter().map(|w| w.wr_id).collect::<Vec<_>>(),
+            [101, 102, 103, 104]
+        );
     }
 
     #[test]

@@ -338,10 +338,15 @@ impl Cq {
     }
 
     /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.
+    /// A size that cannot hold the unpolled completions is refused
+    /// ([`Error::Kernel`] with EINVAL) and they all stay: poll some first.
     ///
     /// On mlx5 the provider allocates a new ring and moves the unpolled
     /// CQEs into it; the previous ring stays mapped (owned by the CQ's
-    /// shared memory) until the next resize or the CQ's destruction.
+    /// shared memory) until the next resize or the CQ's destruction. The
+    /// new ring must hold the unpolled CQEs plus one (the device's RESIZE
+    /// CQE), and a full ring cannot be resized (the device has no entry
+    /// for its RESIZE CQE): poll at least one completion first.
     ///
     /// On rxe the kernel replaces the ring and this maps the new one. If
     /// the kernel resized but the new ring cannot be mapped, the error is

@@ -1020,6 +1020,63 @@ int main(void)
 	pass("cq_resize");
 
 	/*
+	 * 40 completions unpolled. A resize to 8 cannot hold them: the HCA
+	 * refuses it (EINVAL) and all 40 stay, in order; the CQ works on.
+	 * Then a resize to 100 keeps 40 unpolled ones, in order, and later
+	 * completions land after them.
+	 */
+	{
+		struct ibv_cq *rcq = check_ptr("cq_resize_below_unpolled",
+					       ibv_create_cq(ctx, 63, NULL, NULL, 0));
+		struct ibv_qp *z1 = make_qp(IBV_QPT_RC, rcq, NULL);
+		struct ibv_qp *z2 = make_qp(IBV_QPT_RC, cqb, NULL);
+		const char *st = "cq_resize_below_unpolled";
+		uint64_t base[4] = { 1200, 1300, 1400, 1500 };
+		int n[4] = { 40, 24, 40, 24 };
+		int round, k;
+		long end;
+
+		expect(st, rcq->cqe == 63, "a 63-entry CQ does not have 64 entries");
+		connect_rc(z1, z2->qp_num, lid, 7);
+		connect_rc(z2, z1->qp_num, lid, 7);
+		for (round = 0; round < 4; round++) {
+			if (round == 2) {
+				pass(st);
+				st = "cq_resize_grow_unpolled";
+			}
+			for (k = 0; k < n[round]; k++) {
+				fill(buf + SRC + 64 * k, 64, (unsigned)(base[round] + k));
+				s[0] = sge(SRC + 64 * k, 64);
+				wr = write_wr(base[round] + k, s, DST + 64 * k, IBV_SEND_SIGNALED);
+				post_send(st, z1, &wr);
+			}
+			/* Each CQE is written with its data: wait for the last. */
+			end = now_ms() + TIMEOUT_MS;
+			while (memcmp(buf + DST + 64 * (n[round] - 1),
+				      buf + SRC + 64 * (n[round] - 1), 64))
+				if (now_ms() > end)
+					fail(st, "the writes did not arrive");
+			if (round == 0) {
+				expect(st, ibv_resize_cq(rcq, 8) == EINVAL,
+				       "resize(8) with 40 unpolled did not fail with EINVAL");
+				expect(st, rcq->cqe == 63, "a refused resize changed the depth");
+			} else if (round == 2) {
+				check_ret(st, ibv_resize_cq(rcq, 100));
+				expect(st, rcq->cqe == 127, "resized CQ does not have 128 entries");
+			}
+			for (k = 0; k < n[round]; k++) {
+				poll_one(st, rcq, &wc);
+				expect_wc(st, &wc, IBV_WC_SUCCESS, base[round] + k);
+			}
+			expect_quiet(st, rcq);
+		}
+		check_ret(st, ibv_destroy_qp(z1));
+		check_ret(st, ibv_destroy_qp(z2));
+		check_ret(st, ibv_destroy_cq(rcq));
+	}
+	pass("cq_resize_grow_unpolled");
+
+	/*
 	 * CQ overrun: a 2-entry CQ gets a third completion while nothing is
 	 * polled. The CQ goes to error with a CQ_ERR async event naming it;
 	 * the two CQEs already in the ring stay, the third is lost, and the

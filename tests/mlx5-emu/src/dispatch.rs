@@ -1144,6 +1144,17 @@ fn resize_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
         mem::check(ucmd.buf_addr, entries as usize * usize::from(ucmd.cqe_size))?;
         check_buf_offset(ucmd.buf_addr)?;
         let cq = emu.cqs.get_mut(&h).ok_or(Errno::EINVAL)?;
+        // The HCA's MODIFY_CQ (resize) fails, BAD_PARAM (the kernel's
+        // EINVAL), when the CQEs not yet consumed do not fit: they and
+        // the RESIZE CQE's counter must fit the new ring, and the RESIZE
+        // CQE needs a free entry in the old one (notes, 1.3).
+        let outstanding = crate::hca::cq_outstanding(cq);
+        if outstanding >= entries.min(cur.entries) {
+            call.note(format_args!(
+                "{outstanding} CQEs outstanding: {entries} entries cannot hold them"
+            ));
+            return Err(Errno::EINVAL);
+        }
         // Like the HW: the RESIZE CQE ends the old ring at the producer
         // counter and production continues at the next counter in the new
         // ring. The HCA thread writes CQEs only under the emulator lock,
@@ -2138,6 +2149,50 @@ mod tests {
             Err(Errno::EINVAL)
         );
         assert_eq!(resize(255, &|_| ()), Ok(()), "libmlx5's request");
+    }
+
+    /// RESIZE_CQ against the CQEs outstanding (the producer counter minus
+    /// the doorbell record's consumer index): refused (EINVAL) unless
+    /// they and the RESIZE CQE fit both rings; the counter advances past
+    /// the RESIZE CQE.
+    #[test]
+    fn cq_resize_checks_outstanding() {
+        let c = libmlx5_ctx();
+        let mut d = Ctx::cq_drv(128);
+        let db = user_mem(64);
+        set_u64(&mut d, 8, db);
+        let cq = c.create_cq(127, &d).expect("CQ");
+        let set = |pi: u32, ci: u32| {
+            emu::lock().cqs.get_mut(&cq).expect("the CQ").hw_pi = pi;
+            // SAFETY: `db` is a live, aligned 64-byte allocation.
+            unsafe { (db as *mut u32).write_volatile(ci.to_be()) };
+        };
+        let resize = |cqe: u32| {
+            let mut d = unhex(LIBMLX5_RESIZE_CQ);
+            set_u64(&mut d, 0, user_mem((cqe as usize + 1) * 64));
+            let req = ResizeCq {
+                response: c.rp,
+                cq_handle: cq,
+                cqe,
+            };
+            c.cmd(nr::RESIZE_CQ, &req, &d, 4).map(|_| ())
+        };
+        // 64 outstanding: not into 64 entries (no counter left for the
+        // RESIZE CQE), into 128 (the same size: nothing asked) or 256.
+        set(100, 36);
+        assert_eq!(resize(63), Err(Errno::EINVAL));
+        assert_eq!(emu::lock().cqs[&cq].hw_pi, 100, "refused: nothing written");
+        assert_eq!(resize(255), Ok(()));
+        assert_eq!(emu::lock().cqs[&cq].hw_pi, 101, "the RESIZE CQE's counter");
+        // 63 outstanding (the RESIZE CQE among them) fit 64 entries.
+        set(101, 38);
+        assert_eq!(resize(63), Ok(()));
+        // A full ring has no entry for the RESIZE CQE, even to grow.
+        set(102 + 64, 102);
+        assert_eq!(resize(127), Err(Errno::EINVAL));
+        // Counters compare modulo 2^24.
+        set(3, 0xff_fffe);
+        assert_eq!(resize(7), Ok(()));
     }
 
     /// A CREATE_QP of `qp_type` with libmlx5's caps: RC/UC/UD, 16 send WRs

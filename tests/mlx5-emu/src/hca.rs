@@ -311,6 +311,15 @@ fn write_user(addr: u64, bytes: &[u8]) {
     }
 }
 
+/// The CQEs of CQ `cq` its application has not consumed: the producer
+/// counter minus the consumer index it last wrote to the doorbell record,
+/// modulo 2^24 as the HCA compares them (called under the lock).
+pub(crate) fn cq_outstanding(cq: &emu::Cq) -> u32 {
+    // The record's range was checked mapped when the CQ was created.
+    let ci = read_dbrec(cq.db_addr) & 0xff_ffff;
+    cq.hw_pi.wrapping_sub(ci) & 0xff_ffff
+}
+
 /// Writes the RESIZE CQE (opcode 5, owner bit of counter `pi`) that ends
 /// `ring` at producer counter `pi` (called by RESIZE_CQ under the lock).
 pub(crate) fn write_resize_cqe(ring: emu::CqRing, pi: u32) {

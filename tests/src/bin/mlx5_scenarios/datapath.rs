@@ -16,7 +16,7 @@ use crate::events::poll_blocking;
 use crate::open_fds;
 use crate::report::{fail, Ctx, Fail, Report, BUDGET, R};
 use crate::reset::reset_clean;
-use crate::resize::{cq_overrun, cq_resize};
+use crate::resize::{cq_overrun, cq_resize, cq_resize_unpolled};
 use crate::send_queue::{query_caps, query_qp_caps, signal_every, unsignaled_queue_full};
 use crate::srq::srq_destroy_unpolled;
 
@@ -60,6 +60,8 @@ pub(crate) const DATAPATH_STEPS: &[&str] = &[
     "rnr_retry",
     "rnr_retry_exceeded",
     "cq_resize",
+    "cq_resize_below_unpolled",
+    "cq_resize_grow_unpolled",
     "cq_overrun",
     "cq_overrun_stops",
     "reset_clean",
@@ -364,6 +366,10 @@ pub(crate) fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
         (&["rnr_retry"], |d, _| d.rnr_retry()),
         (&["rnr_retry_exceeded"], |d, _| d.rnr_retry_exceeded()),
         (&["cq_resize"], cq_resize),
+        (
+            &["cq_resize_below_unpolled", "cq_resize_grow_unpolled"],
+            cq_resize_unpolled,
+        ),
         (&["cq_overrun", "cq_overrun_stops"], cq_overrun),
         (&["reset_clean", "reset_rq_capacity"], reset_clean),
         (&["srq_destroy_unpolled"], srq_destroy_unpolled),

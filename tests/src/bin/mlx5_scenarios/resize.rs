@@ -1,12 +1,14 @@
-//! Resizing a CQ that holds unpolled completions past its first lap, and
-//! a CQ overrun.
+//! Resizing a CQ that holds unpolled completions past its first lap, to a
+//! size below them (refused, as rxe's kernel does) and above them, and a
+//! CQ overrun.
 
 use std::time::Instant;
 
-use rverbs::{AsyncEventKind, QpType, SendWr, WcOpcode, WcStatus};
+use rverbs::{AsyncEventKind, Cq, Errno, Qp, QpType, SendWr, WcOpcode, WcStatus};
 
 use crate::datapath::{
-    connect_rc, expect_quiet, expect_wc, pattern, poll_one, Dp, DST, QUIET, SRC, TIMEOUT,
+    connect_rc, expect_quiet, expect_wc, fresh_pair, pattern, poll_one, Dp, DST, QUIET, SRC,
+    TIMEOUT,
 };
 use crate::report::{expect, fail, Ctx, Report, R};
 
@@ -65,6 +67,82 @@ pub(crate) fn cq_resize(d: &mut Dp, _: &mut Report) -> R {
         expect_wc(s, &wc, WcStatus::SUCCESS, 1000 + k)?;
     }
     expect_quiet(s, &mut rcq)
+}
+
+/// Posts `n` signaled RDMA WRITEs (wr_ids `base..`) on `z1`, each of 64
+/// bytes of its own pattern to its own place, and waits until the last
+/// one's data arrived: the emulated HCA has then written all `n` CQEs
+/// (each in the same pass as its data).
+fn unpolled_writes(d: &mut Dp, s: &'static str, z1: &mut Qp, base: u64, n: usize) -> R {
+    for k in 0..n {
+        let seed = (base as usize + k) as u32;
+        d.put(s, SRC + 64 * k, &pattern(64, seed))?;
+        let sg = [d.sge(SRC + 64 * k, 64)];
+        let wr = SendWr::rdma_write(base + k as u64, &sg, d.remote(DST + 64 * k), d.mr.rkey())
+            .signaled();
+        z1.post_send(&[wr]).at(s)?;
+    }
+    let last = (base as usize + n - 1) as u32;
+    let end = Instant::now() + TIMEOUT;
+    while d.get(DST + 64 * (n - 1), 64) != pattern(64, last) {
+        if Instant::now() > end {
+            return fail(s, "the writes did not arrive");
+        }
+    }
+    Ok(())
+}
+
+/// Polls `n` successful completions with wr_ids `base..`, in order.
+fn poll_in_order(s: &'static str, cq: &mut Cq, base: u64, n: u64) -> R {
+    for k in 0..n {
+        let wc = poll_one(s, cq)?;
+        expect_wc(s, &wc, WcStatus::SUCCESS, base + k)?;
+    }
+    Ok(())
+}
+
+/// Ours (issue 25): 40 unpolled completions. A resize to 8 cannot hold
+/// them: refused with EINVAL (as rxe's kernel, and the emulated HCA,
+/// refuse it) and all 40 are still there, in order, and the CQ works on
+/// (24 more sends complete). Then a resize to 100 with 40 unpolled keeps
+/// them all, in order, and later completions land after them.
+pub(crate) fn cq_resize_unpolled(d: &mut Dp, rep: &mut Report) -> R {
+    let s = "cq_resize_below_unpolled";
+    let mut rcq = d.ctx.create_cq(63).at(s)?;
+    expect(s, rcq.cqe() == 63, "a 63-entry CQ does not have 64 entries")?;
+    let (mut z1, _z2) = fresh_pair(d, s, &rcq)?;
+    unpolled_writes(d, s, &mut z1, 1200, 40)?;
+    match rcq.resize(8) {
+        Err(e) if e.errno() == Some(Errno::EINVAL) => {}
+        Err(e) => fail(s, format!("resize(8) with 40 unpolled: {e}, not EINVAL"))?,
+        Ok(()) => fail(
+            s,
+            format!(
+                "resize(8) with 40 unpolled succeeded ({} entries)",
+                rcq.cqe()
+            ),
+        )?,
+    }
+    expect(s, rcq.cqe() == 63, "a refused resize changed the depth")?;
+    poll_in_order(s, &mut rcq, 1200, 40)?;
+    expect_quiet(s, &mut rcq)?;
+    unpolled_writes(d, s, &mut z1, 1300, 24)?;
+    poll_in_order(s, &mut rcq, 1300, 24)?;
+    expect_quiet(s, &mut rcq)?;
+    rep.pass(s);
+
+    let s = "cq_resize_grow_unpolled";
+    unpolled_writes(d, s, &mut z1, 1400, 40)?;
+    rcq.resize(100).at(s)?;
+    expect(s, rcq.cqe() == 127, "resized CQ does not have 128 entries")?;
+    poll_in_order(s, &mut rcq, 1400, 40)?;
+    expect_quiet(s, &mut rcq)?;
+    unpolled_writes(d, s, &mut z1, 1500, 24)?;
+    poll_in_order(s, &mut rcq, 1500, 24)?;
+    expect_quiet(s, &mut rcq)?;
+    drop((z1, _z2, rcq));
+    rep.pass(s);
+    Ok(())
 }
 
 /// datapath.c's `cq_overrun`: a 2-entry CQ gets a third completion while
