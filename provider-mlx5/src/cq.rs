@@ -18,6 +18,7 @@ use rverbs_abi::mlx5::prm::{self, cqe_opcode as cqe_op, syndrome};
 use rverbs_abi::mlx5::qdir::kind;
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
 use rverbs_abi::Errno;
+use rverbs_provider::SharedCq;
 use zerocopy::FromZeros;
 
 use crate::hw::cqe::{CqReader, CqRing, Cqe, KeyField, CQE_SIZE};
@@ -108,6 +109,13 @@ struct Mem {
     cons_index: AtomicU32,
     /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
     cqe_version: u8,
+    /// Arm sequence number (the low 2 bits go into arm doorbells): the
+    /// completion events the library has read for this CQ
+    /// ([`CqMemory`]'s [`SharedCq::completion_event`]), as libmlx5's
+    /// `mlx5_cq_event` and the kernel's `mlx5_cq_completion` count them.
+    /// The device ignores an arm whose number is not its own count of the
+    /// events it raised: one issued before the last event was seen.
+    arm_sn: AtomicU32,
 }
 
 impl Mem {
@@ -121,6 +129,7 @@ impl Mem {
             busy: AtomicBool::new(false),
             cons_index: AtomicU32::new(0),
             cqe_version: uctx.cqe_version(),
+            arm_sn: AtomicU32::new(0),
         })
     }
 
@@ -265,6 +274,14 @@ impl CqMemory {
     }
 }
 
+impl SharedCq for CqMemory {
+    /// Steps the arm sequence number, as libmlx5's `mlx5_cq_event`: the
+    /// next arm carries the number the device expects after this event.
+    fn completion_event(&self) {
+        self.mem.arm_sn.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// How a CQ finds the QP a CQE belongs to: a snapshot of the context's QP
 /// table, keyed by what its CQEs name a QP by.
 #[derive(Debug)]
@@ -344,8 +361,6 @@ pub struct Cq {
     db: DbRec,
     /// The UAR's CQ doorbell register (`None` only in unit tests).
     uar: Option<Doorbell>,
-    /// Arm sequence number (low 2 bits used).
-    arm_sn: AtomicU32,
     /// The QP table snapshot.
     lookup: Lookup,
     mem: Arc<Mem>,
@@ -363,7 +378,6 @@ impl Cq {
             cqn,
             db: mem.db.clone(),
             uar: uctx.cq_doorbell(),
-            arm_sn: AtomicU32::new(0),
             lookup: Lookup {
                 key: if by_qpn {
                     KeyField::QPN
@@ -562,8 +576,15 @@ impl Cq {
     /// Arms the CQ (no system call: doorbell record, then the UAR's CQ
     /// doorbell). The next CQE (with `solicited_only`, the next solicited
     /// or error CQE) raises a completion event.
+    ///
+    /// The arm carries the sequence number of the events read so far
+    /// (stepped by [`SharedCq::completion_event`], not here): arming again
+    /// before an event is read repeats it, which the device accepts; an
+    /// arm made before an event the device raised but the library has not
+    /// read yet carries a stale one, which the device ignores (that event
+    /// is there to be read).
     pub fn arm(&self, solicited_only: bool) {
-        let sn = self.arm_sn.fetch_add(1, Ordering::Relaxed).wrapping_add(1) & 3;
+        let sn = self.mem.arm_sn.load(Ordering::Relaxed) & 3;
         // We are the only writer of the consumer index.
         let ci = self.db.ci();
         let cmd = if solicited_only { ARM_SOLICITED } else { 0 };
@@ -1091,17 +1112,23 @@ mod tests {
         put(&f.cq, 0, &cqe(cqe_op::REQ, wqe_op::SEND, 0, false));
         let mut wc = [Wc::default(); 1];
         assert_eq!(f.cq.poll(&mut wc), 1);
+        // Sequence number 0 until an event is read, however often armed.
         f.cq.arm(false);
-        let w1 = f.cq.db.load(1);
-        assert_eq!(w1, 1 << 28 | 1);
+        assert_eq!(f.cq.db.load(1), 1);
         f.cq.arm(true);
-        let w2 = f.cq.db.load(1);
-        assert_eq!(w2, 2 << 28 | ARM_SOLICITED | 1);
-        for _ in 0..2 {
-            f.cq.arm(false);
+        assert_eq!(f.cq.db.load(1), ARM_SOLICITED | 1);
+        f.cq.arm(false);
+        assert_eq!(f.cq.db.load(1), 1);
+        // Each event read steps it, modulo 4.
+        let mem = f.cq.memory();
+        mem.completion_event();
+        f.cq.arm(false);
+        assert_eq!(f.cq.db.load(1), 1 << 28 | 1);
+        for _ in 0..3 {
+            mem.completion_event();
         }
-        let w4 = f.cq.db.load(1);
-        assert_eq!(w4, 1);
+        f.cq.arm(true);
+        assert_eq!(f.cq.db.load(1), ARM_SOLICITED | 1);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rverbs_abi::cmd::{exec, exec_prefilled, NO_FD};
 use rverbs_abi::cq::{
@@ -22,8 +22,10 @@ pub(crate) struct CqInner {
     pub(crate) handle: u32,
     /// The `user_handle` events name this CQ by.
     pub(crate) event_id: EventId,
-    /// The completion channel the CQ signals, if any.
-    channel: Option<Arc<OwnedFd>>,
+    /// The completion channel the CQ signals, if any (it knows the CQ
+    /// from creation until DESTROY_CQ, to tell the provider of its
+    /// events).
+    channel: Option<CompChannel>,
     /// What outlives the ring (mlx5: the ring and doorbell record the
     /// device writes CQEs to for as long as the kernel CQ exists, which QPs
     /// on it keep after the [`Cq`] handle may be gone), freed only after
@@ -42,6 +44,10 @@ impl Drop for CqInner {
         // Every QP using the CQ is gone (they hold this Arc). On failure
         // (device removed) the kernel frees it with the context.
         let _ = exec(self.ctx.fd(), &cmd, &mut []);
+        // The kernel discarded its events still queued on the channel.
+        if let Some(chan) = &self.channel {
+            chan.forget(self.event_id);
+        }
     }
 }
 
@@ -78,9 +84,24 @@ impl fmt::Debug for Cq {
 /// and the kernel needs no acknowledgement (its DESTROY_CQ answer merely
 /// counts the events it delivered), so there is nothing to acknowledge.
 /// Destroying a CQ discards its events still queued on the channel.
+///
+/// Every way of reading an event ([`CompChannel::get_event`] and its
+/// variants, [`Cq::poll_blocking`], `rverbs::tokio::AsyncCq`) tells the
+/// CQ's provider that it was read, as `ibv_get_cq_event` does: mlx5 arms
+/// with a sequence number the device checks, which counts those events.
 #[derive(Clone, Debug)]
 pub struct CompChannel {
-    fd: Arc<OwnedFd>,
+    inner: Arc<ChannelInner>,
+}
+
+/// A completion channel's fd and the CQs it signals.
+#[derive(Debug)]
+struct ChannelInner {
+    fd: OwnedFd,
+    /// The CQs created on this channel and not destroyed, by event id:
+    /// what their providers keep of them (a short list, searched once per
+    /// event read: the control path).
+    cqs: Mutex<Vec<(EventId, crate::provider::CqShared)>>,
 }
 
 impl Context {
@@ -103,7 +124,12 @@ impl Context {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         crate::event::set_nonblocking(fd.as_fd())
             .map_err(Error::kernel("comp channel O_NONBLOCK"))?;
-        Ok(CompChannel { fd: Arc::new(fd) })
+        Ok(CompChannel {
+            inner: Arc::new(ChannelInner {
+                fd,
+                cqs: Mutex::new(Vec::new()),
+            }),
+        })
     }
 
     /// Creates a CQ with room for at least `cqe` completions.
@@ -168,7 +194,7 @@ impl Context {
             )));
         }
         let event_id = EventId::new(ObjectKind::Cq);
-        let comp_channel = channel.map_or(-1, |c| c.fd.as_raw_fd());
+        let comp_channel = channel.map_or(-1, |c| c.as_raw_fd());
         let cmd = CreateCq {
             response: 0,
             user_handle: event_id.raw(),
@@ -182,12 +208,15 @@ impl Context {
         let (resp, ring, shared) = self
             .provider()
             .create_cq(&cmd, extended.then_some(flags.bits()))?;
+        if let Some(c) = channel {
+            c.register(event_id, shared.clone());
+        }
         Ok(Cq {
             inner: Arc::new(CqInner {
                 ctx: self.clone(),
                 handle: resp.cq_handle,
                 event_id,
-                channel: channel.map(|c| c.fd.clone()),
+                channel: channel.cloned(),
                 shared,
             }),
             ring,
@@ -250,10 +279,7 @@ impl Cq {
 
     /// The completion channel this CQ signals, if it was created with one.
     pub fn channel(&self) -> Option<CompChannel> {
-        self.inner
-            .channel
-            .as_ref()
-            .map(|fd| CompChannel { fd: fd.clone() })
+        self.inner.channel.clone()
     }
 
     /// Waits, without spinning, until the CQ holds a completion, then
@@ -283,7 +309,7 @@ impl Cq {
             ));
         }
         let Cq { inner, ring, .. } = self;
-        let Some(chan) = inner.channel.as_deref() else {
+        let Some(chan) = inner.channel.as_ref() else {
             return Err(Error::invalid(
                 "poll_blocking needs a CQ with a completion channel (Context::create_cq_with)",
             ));
@@ -292,7 +318,7 @@ impl Cq {
         let mut w = BlockingWaiter {
             ring,
             inner,
-            chan: chan.as_fd(),
+            chan,
             wc,
             deadline,
         };
@@ -415,7 +441,7 @@ pub(crate) fn await_completions<W: Waiter>(w: &mut W) -> Result<Option<usize>> {
 struct BlockingWaiter<'a, 'w> {
     ring: &'a mut crate::provider::Cq,
     inner: &'a CqInner,
-    chan: BorrowedFd<'a>,
+    chan: &'a CompChannel,
     wc: &'w mut [Wc],
     deadline: Option<std::time::Instant>,
 }
@@ -431,10 +457,9 @@ impl Waiter for BlockingWaiter<'_, '_> {
         let left = self
             .deadline
             .map(|d| d.saturating_duration_since(std::time::Instant::now()));
-        let got =
-            crate::event::wait_event::<CompEventDesc>(self.chan, "get_cq_event", left)?.is_some();
+        let got = self.chan.get_event_timeout_inner(left)?.is_some();
         if got {
-            while crate::event::read_event::<CompEventDesc>(self.chan, "get_cq_event")?.is_some() {}
+            while self.chan.try_get_event()?.is_some() {}
         }
         Ok(got)
     }
@@ -456,8 +481,8 @@ impl CompChannel {
     /// blocks.
     pub fn try_get_event(&self) -> Result<Option<EventId>> {
         Ok(
-            crate::event::read_event::<CompEventDesc>(self.fd.as_fd(), "get_cq_event")?
-                .map(|d| EventId::from_raw(d.cq_handle)),
+            crate::event::read_event::<CompEventDesc>(self.as_fd(), "get_cq_event")?
+                .map(|d| self.read(d)),
         )
     }
 
@@ -471,21 +496,44 @@ impl CompChannel {
         timeout: Option<std::time::Duration>,
     ) -> Result<Option<EventId>> {
         Ok(
-            crate::event::wait_event::<CompEventDesc>(self.fd.as_fd(), "get_cq_event", timeout)?
-                .map(|d| EventId::from_raw(d.cq_handle)),
+            crate::event::wait_event::<CompEventDesc>(self.as_fd(), "get_cq_event", timeout)?
+                .map(|d| self.read(d)),
         )
+    }
+
+    /// An event read from the channel: its CQ's provider learns of it
+    /// (the `cq_event` step of `ibv_get_cq_event`); returns the CQ's id.
+    fn read(&self, d: CompEventDesc) -> EventId {
+        let id = EventId::from_raw(d.cq_handle);
+        let cqs = self.inner.cqs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, shared)) = cqs.iter().find(|(e, _)| *e == id) {
+            shared.completion_event();
+        }
+        id
+    }
+
+    /// Starts telling CQ `id`'s provider (through `shared`) of its events.
+    fn register(&self, id: EventId, shared: crate::provider::CqShared) {
+        let mut cqs = self.inner.cqs.lock().unwrap_or_else(|p| p.into_inner());
+        cqs.push((id, shared));
+    }
+
+    /// Forgets CQ `id` (destroyed).
+    fn forget(&self, id: EventId) {
+        let mut cqs = self.inner.cqs.lock().unwrap_or_else(|p| p.into_inner());
+        cqs.retain(|(e, _)| *e != id);
     }
 }
 
 impl AsFd for CompChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        self.inner.fd.as_fd()
     }
 }
 
 impl AsRawFd for CompChannel {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.fd.as_raw_fd()
+        self.inner.fd.as_raw_fd()
     }
 }
 

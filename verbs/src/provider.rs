@@ -24,7 +24,7 @@ use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
     CompletionQueue, Feature, PostError, Provider, QpCreated, QpState, RecvQueue as RecvQueueOps,
-    RingLost, SendQueue as SendQueueOps, SharedRecvQueue,
+    RingLost, SendQueue as SendQueueOps, SharedCq, SharedRecvQueue,
 };
 use rverbs_rxe::Rxe;
 use zerocopy::{FromZeros, IntoBytes};
@@ -80,6 +80,14 @@ per_provider!(
     #[allow(dead_code)]
     SrqShared => SrqShared
 );
+
+impl CqShared {
+    /// [`SharedCq::completion_event`]: a completion event of this CQ was
+    /// read from its channel.
+    pub(crate) fn completion_event(&self) {
+        dispatch!(self, s => SharedCq::completion_event(s))
+    }
+}
 
 impl Cq {
     /// [`CompletionQueue::poll`] with the library's error: one

@@ -47,7 +47,8 @@ fn register<T: OwnsFd>(what: &str, inner: T) -> Result<AsyncFd<T>> {
             "registering the {what} needs a tokio runtime (call inside one)"
         )));
     }
-    // SAFETY: `inner` is a CompChannel (an Arc of the channel's OwnedFd) or
+    // SAFETY: `inner` is a CompChannel (an Arc of the channel's state,
+    // which owns its OwnedFd and never replaces it) or
     // an EventFd (a Context, whose async fd is an OwnedFd closed only when
     // the last clone drops): the fd stays open and names the same file for
     // as long as the AsyncFd owns `inner`, and as_raw_fd always returns it.

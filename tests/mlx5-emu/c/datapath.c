@@ -802,6 +802,79 @@ int main(void)
 	pass("comp_solicited");
 
 	/*
+	 * The arm sequence number (libmlx5: stepped by ibv_get_cq_event,
+	 * carried by every arm, checked by the HCA). Arming twice with no
+	 * event in between still gets an event for the next completion, and
+	 * after each event read, arming again gets the next one (six rounds:
+	 * the 2-bit number wraps). Then an arm made while an event is raised
+	 * but not read is stale and ignored; once it is read, arming works.
+	 */
+	{
+		struct ibv_cq *acq;
+		struct ibv_qp *z1, *z2;
+		struct pollfd pfd;
+		const char *st = "comp_arm_twice";
+		uint64_t id = 1600;
+		int round;
+
+		chan = check_ptr(st, ibv_create_comp_channel(ctx));
+		acq = check_ptr(st, ibv_create_cq(ctx, 16, NULL, chan, 0));
+		z1 = make_qp(IBV_QPT_RC, acq, NULL);
+		z2 = make_qp(IBV_QPT_RC, cqb, NULL);
+		connect_rc(z1, z2->qp_num, lid, 7);
+		connect_rc(z2, z1->qp_num, lid, 7);
+		pfd.fd = chan->fd;
+		pfd.events = POLLIN;
+		s[0] = sge(SRC, 8);
+#define COMPLETE() do { \
+		wr = write_wr(id, s, DST, IBV_SEND_SIGNALED); \
+		post_send(st, z1, &wr); \
+		poll_one(st, acq, &wc); \
+		expect_wc(st, &wc, IBV_WC_SUCCESS, id); \
+		id++; \
+	} while (0)
+#define EVENT(what) do { \
+		pfd.revents = 0; \
+		expect(st, poll(&pfd, 1, TIMEOUT_MS) == 1, "no completion event " what); \
+		check_ret(st, ibv_get_cq_event(chan, &ev_cq, &ev_ctx)); \
+		expect(st, ev_cq == acq, "event for the wrong CQ"); \
+		ibv_ack_cq_events(ev_cq, 1); \
+	} while (0)
+#define NO_EVENT(what) do { \
+		pfd.revents = 0; \
+		expect(st, poll(&pfd, 1, 50) == 0, what); \
+	} while (0)
+		for (round = 0; round < 6; round++) {
+			check_ret(st, ibv_req_notify_cq(acq, 0));
+			if (round % 2 == 0)
+				check_ret(st, ibv_req_notify_cq(acq, 0));
+			COMPLETE();
+			EVENT("after arming (twice on even rounds)");
+			NO_EVENT("two events for one arm");
+		}
+		pass(st);
+		st = "comp_arm_stale";
+		check_ret(st, ibv_req_notify_cq(acq, 0));
+		COMPLETE();
+		/* Raised, not read: this arm repeats the old number. */
+		check_ret(st, ibv_req_notify_cq(acq, 0));
+		COMPLETE();
+		EVENT("for the first arm");
+		NO_EVENT("an event for an arm made before the last event was read");
+		check_ret(st, ibv_req_notify_cq(acq, 0));
+		COMPLETE();
+		EVENT("after arming once the event was read");
+#undef COMPLETE
+#undef EVENT
+#undef NO_EVENT
+		check_ret(st, ibv_destroy_qp(z1));
+		check_ret(st, ibv_destroy_qp(z2));
+		check_ret(st, ibv_destroy_cq(acq));
+		check_ret(st, ibv_destroy_comp_channel(chan));
+	}
+	pass("comp_arm_stale");
+
+	/*
 	 * Bad rkey: REM_ACCESS_ERR, then the next WR is flushed. The
 	 * responder NAKs and moves to ERR too (IBA class C error): its
 	 * posted receives flush, and it raises QP_ACCESS_ERR.

@@ -528,6 +528,9 @@ struct CqHw {
     ever_armed: bool,
     /// Armed: solicited-only flag.
     armed: Option<bool>,
+    /// Completion events raised: the arm sequence number the CQ expects
+    /// (its low 2 bits; see [`Hw::arms`]).
+    sn: u32,
     /// Overrun: the CQ is in the error state and takes no more CQEs.
     error: bool,
 }
@@ -693,8 +696,22 @@ impl Hw {
                 busy = true;
                 let sol = w & (1 << 24) != 0;
                 let ci = w & 0xff_ffff;
+                // The arm's sequence number (bits 29..28) must be the
+                // count of events this CQ raised: one made before the
+                // latest event was read (libmlx5 steps its number in
+                // mlx5_cq_event, for each event read) is stale, and
+                // ignored (notes, 4.8).
+                if (w >> 28) & 3 != st.sn & 3 {
+                    crate::log::line(format_args!(
+                        "cq {h}: stale arm ignored (sn {}, expected {})",
+                        (w >> 28) & 3,
+                        st.sn & 3
+                    ));
+                    continue;
+                }
                 if !sol && st.pi.wrapping_sub(ci) & 0xff_ffff != 0 {
                     st.armed = None;
+                    st.sn = st.sn.wrapping_add(1);
                     notify(e, h);
                 } else {
                     st.armed = Some(sol);
@@ -757,6 +774,7 @@ impl Hw {
         if let Some(sol) = st.armed {
             if !sol || event {
                 st.armed = None;
+                st.sn = st.sn.wrapping_add(1);
                 notify(e, h);
             }
         }

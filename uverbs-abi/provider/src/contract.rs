@@ -120,6 +120,20 @@ impl fmt::Display for Feature {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Unshared;
 
+/// What a CQ's kernel object and its QPs keep of it
+/// ([`Provider::CqShared`]), through which the library tells the provider
+/// of the CQ's completion events.
+pub trait SharedCq: Clone + Send + Sync + fmt::Debug {
+    /// The library read a completion event of this CQ from its channel
+    /// (what libibverbs' `ibv_get_cq_event` tells a provider through its
+    /// `cq_event` operation). A provider whose device numbers arm requests
+    /// by the events delivered (mlx5's arm sequence number, which the
+    /// device checks) steps it here; the default does nothing.
+    fn completion_event(&self) {}
+}
+
+impl SharedCq for Unshared {}
+
 /// A completion ring whose loss (a resize the kernel made but whose new
 /// ring could not be mapped) makes every later poll fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,8 +263,9 @@ pub trait Provider: Send + Sync + Sized + fmt::Debug {
     const NAME: &'static str;
     /// A CQ's ring.
     type Cq: CompletionQueue;
-    /// What a CQ's QPs and its kernel object keep of it.
-    type CqShared: Clone + Send + Sync + fmt::Debug;
+    /// What a CQ's QPs and its kernel object keep of it; the library
+    /// reports the CQ's completion events through it.
+    type CqShared: SharedCq;
     /// A QP's send queue.
     type SendQueue: SendQueue;
     /// A QP's receive queue.

@@ -21,7 +21,7 @@ pub mod wr;
 
 pub use contract::{
     CompletionQueue, CqCreated, Feature, Provider, QpCreated, QpState, RecvQueue, RingLost,
-    SendQueue, SharedRecvQueue, SrqCreated, Unshared,
+    SendQueue, SharedCq, SharedRecvQueue, SrqCreated, Unshared,
 };
 pub use error::PostError;
 pub use rverbs_abi::Errno;

@@ -12,7 +12,7 @@ use rverbs::{
     QpState, QpType, Sge, Srq, Wc, WcStatus,
 };
 
-use crate::events::poll_blocking;
+use crate::events::{comp_arm_sequence, poll_blocking};
 use crate::open_fds;
 use crate::report::{fail, Ctx, Fail, Report, BUDGET, R};
 use crate::reset::reset_clean;
@@ -47,6 +47,8 @@ pub(crate) const DATAPATH_STEPS: &[&str] = &[
     "uc",
     "comp_channel",
     "comp_solicited",
+    "comp_arm_twice",
+    "comp_arm_stale",
     "bad_rkey",
     "bad_rkey_flush",
     "bad_rkey_requester_err",
@@ -348,6 +350,7 @@ pub(crate) fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
         (&["ud", "ud_grh"], Dp::ud),
         (&["uc"], |d, _| d.uc()),
         (&["comp_channel", "comp_solicited"], Dp::comp_channel),
+        (&["comp_arm_twice", "comp_arm_stale"], comp_arm_sequence),
         (
             &[
                 "bad_rkey",

@@ -1,5 +1,6 @@
 //! Completion events: a CQ on a completion channel armed for any and for
-//! solicited completions only, and `Cq::poll_blocking` waiting on one.
+//! solicited completions only, arm sequence numbers (arming twice, a
+//! stale arm), and `Cq::poll_blocking` waiting on one.
 
 use rverbs::{Error, QpType, RecvWr, SendFlags, SendWr, Wc, WcStatus};
 
@@ -77,6 +78,70 @@ impl Dp {
         rep.pass(s);
         Ok(())
     }
+}
+
+/// datapath.c's `comp_arm_twice` and `comp_arm_stale`: the arm sequence
+/// number mlx5 carries in every arm, which the device checks, counts the
+/// events read (issue 25).
+///
+/// `comp_arm_twice`: arming twice with no event in between still gets an
+/// event for the next completion, and after each event read, arming again
+/// gets the next one (six rounds: the 2-bit number wraps).
+///
+/// `comp_arm_stale`: an arm made while an event is raised but not yet read
+/// carries the old number and is ignored (as the device does): the next
+/// completion raises nothing; once the event is read, arming works again.
+pub(crate) fn comp_arm_sequence(d: &mut Dp, rep: &mut Report) -> R {
+    let s = "comp_arm_twice";
+    let chan = d.ctx.create_comp_channel().at(s)?;
+    let mut cq = d.ctx.create_cq_with(16, Some(&chan), 0).at(s)?;
+    let (mut z1, _z2) = fresh_pair(d, s, &cq)?;
+    let sg = [d.sge(SRC, 8)];
+    let mut wr_id = 1600u64;
+    let mut complete = |s: &'static str, cq: &mut rverbs::Cq| -> R {
+        let wr = SendWr::rdma_write(wr_id, &sg, d.remote(DST), d.mr.rkey()).signaled();
+        z1.post_send(&[wr]).at(s)?;
+        let wc = poll_one(s, cq)?;
+        expect_wc(s, &wc, WcStatus::SUCCESS, wr_id)?;
+        wr_id += 1;
+        Ok(())
+    };
+    let event = |s: &'static str, cq: &rverbs::Cq, what: &str| -> R {
+        match chan.get_event_timeout(TIMEOUT).at(s)? {
+            None => fail(s, format!("no completion event {what}")),
+            Some(id) => expect(s, id == cq.event_id(), "event for the wrong CQ"),
+        }
+    };
+    let no_event = |s: &'static str, what: &str| -> R {
+        expect(s, chan.get_event_timeout(QUIET).at(s)?.is_none(), what)
+    };
+    for round in 0..6 {
+        cq.req_notify(false).at(s)?;
+        if round % 2 == 0 {
+            cq.req_notify(false).at(s)?;
+        }
+        complete(s, &mut cq)?;
+        event(s, &cq, "after arming (twice on even rounds)")?;
+        no_event(s, "two events for one arm")?;
+    }
+    rep.pass(s);
+
+    let s = "comp_arm_stale";
+    cq.req_notify(false).at(s)?;
+    complete(s, &mut cq)?;
+    // The event is raised; arming before reading it repeats the old
+    // number: ignored.
+    cq.req_notify(false).at(s)?;
+    complete(s, &mut cq)?;
+    event(s, &cq, "for the first arm")?;
+    no_event(s, "an event for an arm made before the last event was read")?;
+    // Read: the next arm carries the new number.
+    cq.req_notify(false).at(s)?;
+    complete(s, &mut cq)?;
+    event(s, &cq, "after arming once the event was read")?;
+    drop((z1, _z2, cq, chan));
+    rep.pass(s);
+    Ok(())
 }
 
 /// `Cq::poll_blocking` through the channel: times out when nothing comes,
