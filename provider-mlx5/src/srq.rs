@@ -358,13 +358,14 @@ mod tests {
         ];
         s.post(&wrs).unwrap();
         let w0 = bytes(&s, 0);
-        // Zero-length SGE kept.
+        // The zero-length SGE left out (a byte count of 0 is 2 GiB to the
+        // device): the real one first, then the terminator.
         assert_eq!(
             &w0[16..32],
-            &[0, 0, 0, 0, 0, 0, 0xab, 0xcd, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]
+            &[0, 0, 0, 9, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0x10]
         );
-        assert_eq!(&w0[32..40], &[0, 0, 0, 9, 0, 0, 0, 7]);
-        assert_eq!(&w0[48..56], &[0, 0, 0, 0, 0, 0, 1, 0]); // terminator
+        assert_eq!(&w0[32..40], &[0, 0, 0, 0, 0, 0, 1, 0]); // terminator
+        assert_eq!(&bytes(&s, 1)[16..40], &w0[16..40]);
         assert_eq!(&bytes(&s, 2)[16..24], &[0, 0, 0, 0, 0, 0, 1, 0]);
         assert_eq!(s.db.load(0), 3);
         assert_eq!(s.outstanding(), 3);

@@ -941,10 +941,16 @@ impl SrqRing {
         u32::from(v.get()) & self.mask
     }
 
-    /// Writes WQE `i`'s data segments: one per SGE of `sges` (zero-length
-    /// ones too), then an invalid-lkey terminator if fewer than `max_gs`.
-    /// Writes nothing if `sges` has more than `max_gs` entries (the
-    /// poster refuses those first).
+    /// Writes WQE `i`'s data segments: one per SGE of `sges` with a
+    /// nonzero length, then an invalid-lkey terminator if fewer than
+    /// `max_gs`. Writes nothing if `sges` has more than `max_gs` entries
+    /// (the poster refuses those first).
+    ///
+    /// Zero-length SGEs are left out, as for a QP's receive queue
+    /// ([`RecvRing::write`]): the device reads a byte count of 0 as 2 GiB,
+    /// and would scatter the message there. (libmlx5's
+    /// `mlx5_post_srq_recv` writes them as they are, unlike its
+    /// `mlx5_post_recv`; only such WQEs differ from its bytes.)
     #[inline]
     pub(crate) fn write(&mut self, i: u32, sges: &[Sge]) {
         if sges.len() > self.max_gs as usize {
@@ -956,23 +962,28 @@ impl SrqRing {
             // is 16 + 16 * max_gs or more, checked in `new`).
             unsafe { p.add(size_of::<SrqNextSeg>() + j * SEG) }
         };
-        let terminator = (sges.len() < self.max_gs as usize).then_some(Sge {
-            addr: 0,
-            length: 0,
-            lkey: prm::INVALID_LKEY,
-        });
-        for (j, s) in sges.iter().chain(terminator.iter()).enumerate() {
+        let mut n = 0;
+        for s in sges.iter().filter(|s| s.length != 0) {
             let d = DataSeg {
                 byte_count: U32::new(s.length),
                 lkey: U32::new(s.lkey),
                 addr: U64::new(s.addr),
             };
-            // SAFETY: j < max_gs (at most `sges.len() + 1` entries, the
-            // last only when `sges.len() < max_gs`), so the segment is
-            // inside WQE i, at a 16-byte multiple of the page-aligned
-            // buffer; only we write it, and the device reads it only after
-            // the doorbell counter covers it.
-            unsafe { seg(j).cast::<DataSeg>().write(d) };
+            // SAFETY: n < sges.len() <= max_gs, so the segment is inside
+            // WQE i, at a 16-byte multiple of the page-aligned buffer;
+            // only we write it, and the device reads it only after the
+            // doorbell counter covers it.
+            unsafe { seg(n).cast::<DataSeg>().write(d) };
+            n += 1;
+        }
+        if n < self.max_gs as usize {
+            let d = DataSeg {
+                byte_count: U32::ZERO,
+                lkey: U32::new(prm::INVALID_LKEY),
+                addr: U64::ZERO,
+            };
+            // SAFETY: n < max_gs: as above.
+            unsafe { seg(n).cast::<DataSeg>().write(d) };
         }
     }
 

@@ -373,6 +373,25 @@ pub struct Seg {
     pub addr: u64,
 }
 
+/// What a data segment's byte count of 0 means to the HCA: 2 GiB (0
+/// stands for 2^31, the largest segment; libmlx5's
+/// `mlx5_wr_memcpy` relies on it: "2 Gbyte is represented as 0 in data
+/// segment byte count"). libmlx5 therefore leaves zero-length SGEs out of
+/// send and RQ WQEs (its SRQ path writes them, see notes 3.2).
+pub const ZERO_BYTE_COUNT: u32 = 1 << 31;
+
+impl Seg {
+    /// The bytes the HCA may gather or scatter through this entry: its
+    /// byte count, [`ZERO_BYTE_COUNT`] for 0.
+    pub fn bytes(&self) -> u32 {
+        if self.len == 0 {
+            ZERO_BYTE_COUNT
+        } else {
+            self.len
+        }
+    }
+}
+
 /// The data part of a send WQE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Data {
@@ -951,9 +970,9 @@ impl Hw {
                 let need = if reads_into_local { LOCAL_WRITE } else { 0 };
                 let mut locals = Vec::with_capacity(segs.len());
                 for s in segs {
-                    let user = translate(e, q.ctx, q.pd, s.lkey, s.addr, s.len, need, false)
+                    let user = translate(e, q.ctx, q.pd, s.lkey, s.addr, s.bytes(), need, false)
                         .ok_or(local_err(synd::LOCAL_PROT))?;
-                    locals.push((user, s.len));
+                    locals.push((user, s.bytes()));
                 }
                 let mut payload = Vec::new();
                 if !reads_into_local {
@@ -1059,8 +1078,17 @@ impl Hw {
                 // Scatter: skip the GRH area for UD, then the payload.
                 let mut targets = Vec::new();
                 for s in &r.segs {
-                    match translate(e, d.ctx, d.pd, s.lkey, s.addr, s.len, LOCAL_WRITE, false) {
-                        Some(u) => targets.push((u, s.len)),
+                    match translate(
+                        e,
+                        d.ctx,
+                        d.pd,
+                        s.lkey,
+                        s.addr,
+                        s.bytes(),
+                        LOCAL_WRITE,
+                        false,
+                    ) {
+                        Some(u) => targets.push((u, s.bytes())),
                         None if reliable => {
                             return Err(Fail::Err(
                                 synd::REMOTE_OP,

@@ -1,6 +1,7 @@
 //! Shared receive queues: two QPs receiving through one SRQ, its free
 //! list reused many times, and (no C twin) the WQEs of unpolled CQEs given
-//! back when their QP is destroyed.
+//! back when their QP is destroyed, and a receive with a zero-length SGE
+//! before the real one (SRQ and RQ).
 
 use rverbs::{Error, QpType, RecvWr, SendWr, SrqInitAttr, WcStatus};
 
@@ -174,5 +175,73 @@ pub(crate) fn srq_destroy_unpolled(d: &mut Dp, _: &mut Report) -> R {
     expect(s, wc.byte_len() == 77, "byte_len is not 77")?;
     expect_bytes(s, &d.get(AUX, 77), &pattern(77, 60))?;
     drop((tx, rx, srq));
+    Ok(())
+}
+
+/// Ours (issue 25; no C twin: libmlx5's SRQ path writes the zero-length
+/// entry, which the device reads as 2 GiB, so its receive would fail
+/// here): a receive whose first SGE has length 0, then a real one, through
+/// an SRQ (`srq_zero_length_sge`) and a QP's own receive queue
+/// (`rq_zero_length_sge`). The message lands in the real buffer and
+/// nothing beyond it, nor at the zero-length SGE's address, changes.
+pub(crate) fn zero_length_sge(d: &mut Dp, rep: &mut Report) -> R {
+    const LEN: usize = 100;
+    // The zero-length SGE's address, the real buffer, a canary after it.
+    let (zero, real) = (AUX + 0x4000, AUX + 0x5000);
+    let canary = pattern(512, 77);
+    for (i, s) in ["srq_zero_length_sge", "rq_zero_length_sge"]
+        .into_iter()
+        .enumerate()
+    {
+        let mut srq = if i == 0 {
+            Some(
+                d.pd.create_srq(&SrqInitAttr {
+                    max_wr: 4,
+                    max_sge: 2,
+                    srq_limit: 0,
+                })
+                .at(s)?,
+            )
+        } else {
+            None
+        };
+        let mut rcq = d.ctx.create_cq(16).at(s)?;
+        let mut tx = d.make_qp(s, QpType::Rc, &d.cqa, None)?;
+        let mut rx = d.make_qp(s, QpType::Rc, &rcq, srq.as_ref())?;
+        connect_rc(s, &mut tx, rx.qp_num(), d.lid, 7)?;
+        connect_rc(s, &mut rx, tx.qp_num(), d.lid, 7)?;
+        d.put(s, zero, &canary)?;
+        d.put(s, real, &canary)?;
+        let r = [d.sge(zero, 0), d.sge(real, 256)];
+        let wr = RecvWr::new(1700 + i as u64, &r);
+        match &mut srq {
+            Some(q) => q.post_srq_recv(&[wr]).at(s)?,
+            None => rx.post_recv(&[wr]).at(s)?,
+        }
+        let msg = pattern(LEN, 90 + i as u32);
+        d.put(s, SRC, &msg)?;
+        let sg = [d.sge(SRC, LEN as u32)];
+        tx.post_send(&[SendWr::send(1710 + i as u64, &sg).signaled()])
+            .at(s)?;
+        let wc = poll_one(s, &mut d.cqa)?;
+        expect_wc(s, &wc, WcStatus::SUCCESS, 1710 + i as u64)?;
+        let wc = poll_one(s, &mut rcq)?;
+        expect_wc(s, &wc, WcStatus::SUCCESS, 1700 + i as u64)?;
+        expect(s, wc.byte_len() == LEN as u32, "wrong byte_len")?;
+        expect_bytes(s, &d.get(real, LEN), &msg)?;
+        expect(
+            s,
+            d.get(real + LEN, 512 - LEN) == canary[LEN..],
+            "bytes past the message changed",
+        )?;
+        expect(
+            s,
+            d.get(zero, 512) == canary,
+            "the zero-length SGE's memory changed",
+        )?;
+        expect_quiet(s, &mut rcq)?;
+        drop((tx, rx, rcq, srq));
+        rep.pass(s);
+    }
     Ok(())
 }
