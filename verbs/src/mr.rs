@@ -664,6 +664,10 @@ impl<B: MrBuf> Mr<B> {
     /// invalidate its windows and try again, or drop it (which tries once
     /// more and, failing again, leaks the memory rather than free what the
     /// device may still write).
+    // The error is the MR itself, handed back by value (as RegisterError
+    // hands back the buffer); boxing it would allocate on that rare path
+    // for nothing.
+    #[allow(clippy::result_large_err)]
     pub fn into_inner(mut self) -> std::result::Result<B, DeregisterError<B>> {
         if let Err(error) = self.deregister() {
             return Err(DeregisterError { error, mr: self });
