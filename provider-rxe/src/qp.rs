@@ -3,11 +3,11 @@
 
 use std::os::fd::BorrowedFd;
 
-use rverbs_abi::qp::{CreateQp, CreateQpResp, ExCreateQp};
+use rverbs_abi::qp::{qp_type as qpt, CreateQp, CreateQpResp, ExCreateQp};
 use rverbs_abi::rxe::{self, DmaInfo, RecvWqe};
 use rverbs_abi::Errno;
 use rverbs_provider::batch::{push_batch, BatchWr, SendBatch};
-use rverbs_provider::wr::{RecvWr, SendFlags, SendWr, WrOpcode};
+use rverbs_provider::wr::{AhHold, RecvWr, SendFlags, SendWr, WrOpcode};
 use zerocopy::FromZeros;
 
 use crate::cmd;
@@ -73,6 +73,13 @@ pub struct SendQueue {
     /// The ring, with the limits every request is checked against.
     ring: SendRing,
     qp_handle: u32,
+    /// UD only (empty otherwise), one per ring slot: the address handle
+    /// the send last written to that slot names. rxe finds the address
+    /// handle by its number when it builds the packet, so the number must
+    /// not be handed to another address handle before then: the hold is
+    /// dropped only when the slot is written again (the kernel has
+    /// consumed the send by then) or with the QP, after DESTROY_QP.
+    holds: Box<[Option<AhHold>]>,
 }
 
 impl SendQueue {
@@ -84,10 +91,24 @@ impl SendQueue {
         max_sge: u32,
         max_inline: u32,
     ) -> Result<Self, Errno> {
+        let holds = if qp_type == qpt::UD {
+            // Bounded by the mapping, which `Queue::map` checked holds
+            // this many slots.
+            (0..=ring.mask()).map(|_| None).collect()
+        } else {
+            Box::default()
+        };
         Ok(SendQueue {
             ring: SendRing::new(ring, qp_type, max_wr, max_sge, max_inline)?,
             qp_handle,
+            holds,
         })
+    }
+
+    /// Address handles held for sends the kernel may not have consumed
+    /// yet (UD; for tests and diagnostics).
+    pub fn ah_holds(&self) -> usize {
+        self.holds.iter().filter(|h| h.is_some()).count()
     }
 
     /// Sets the largest UD message this queue accepts: the active MTU of
@@ -144,12 +165,14 @@ impl SendQueue {
         let mut p = self.ring.producer();
         let mut result = Ok(());
         for wr in wrs {
+            let slot = p.next_slot();
             if let Err(e) = p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline)) {
                 // A failed push pushes nothing: what was pushed is the
                 // index of `wr` in the chain.
                 result = Err((p.pushed(), e));
                 break;
             }
+            keep_hold(&mut self.holds, slot, wr);
         }
         if p.publish() {
             if let Err(e) = cmd::doorbell(fd, self.qp_handle) {
@@ -194,10 +217,23 @@ impl SendQueue {
     #[inline]
     fn post_one(&mut self, fd: BorrowedFd<'_>, wr: &SendWr<'_>) -> Result<(), (usize, PostError)> {
         let mut p = self.ring.producer();
+        let slot = p.next_slot();
         p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))
             .map_err(|e| (0, e))?;
         p.publish();
+        keep_hold(&mut self.holds, slot, wr);
         cmd::doorbell(fd, self.qp_handle).map_err(|e| (1, PostError::Doorbell(e)))
+    }
+}
+
+/// Keeps the hold of `wr`'s address handle (none: drops the one kept) in
+/// `slot`, where `wr` was just written: whatever send used the slot
+/// before has been consumed by the kernel, or the slot would not have
+/// been free. No-op for a connected QP (no holds).
+#[inline(always)]
+fn keep_hold(holds: &mut [Option<AhHold>], slot: u32, wr: &SendWr<'_>) {
+    if let Some(h) = holds.get_mut(slot as usize) {
+        *h = wr.ud_dest().and_then(|d| d.hold).cloned();
     }
 }
 
@@ -351,6 +387,7 @@ mod tests {
 
     use super::*;
     use rverbs_abi::wr::Sge;
+    use rverbs_provider::wr::UdDest;
     use zerocopy::{FromBytes, IntoBytes};
 
     /// A ring of 8 slots of 2^log2 bytes in a memfd, mapped as the kernel's
@@ -471,6 +508,51 @@ mod tests {
 
     const PROD: usize = std::mem::offset_of!(rverbs_abi::rxe::QueueBuf, producer_index);
     const CONS: usize = std::mem::offset_of!(rverbs_abi::rxe::QueueBuf, consumer_index);
+
+    /// UD: each slot keeps the address handle its send names until the
+    /// slot is written again (the kernel consumed that send) or the queue
+    /// is dropped; a send without a hold (a destination built by hand)
+    /// drops the one its slot kept.
+    #[test]
+    fn ud_sends_hold_their_address_handle_until_the_slot_is_reused() {
+        let (q, fd) = ring(10);
+        let mut sq = SendQueue::new(q, 1, qp_type::UD, 6, 2, 64).unwrap();
+        sq.set_ud_mtu(4096);
+        let null = std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap();
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 9,
+        }];
+        let hold = AhHold::new(std::sync::Arc::new(()));
+        let dest = UdDest {
+            ah_num: 3,
+            av: None,
+            remote_qpn: 5,
+            remote_qkey: 7,
+            hold: Some(&hold),
+        };
+        let held = SendWr::send(1, &sge).dest(dest);
+        let by_hand = SendWr::send(2, &sge).dest(UdDest { hold: None, ..dest });
+        sq.post(null.as_fd(), &[held]).unwrap();
+        assert_eq!((hold.holders(), sq.ah_holds()), (2, 1));
+        sq.post(null.as_fd(), &[held, held]).unwrap();
+        assert_eq!((hold.holders(), sq.ah_holds()), (4, 3));
+        // The kernel consumes slots 0..3; five more fill 3..8 (no holds
+        // kept for them) and wrap the producer to 0.
+        set_index(&fd, CONS, 3);
+        sq.post(null.as_fd(), &[by_hand; 5]).unwrap();
+        assert_eq!((hold.holders(), sq.ah_holds()), (4, 3));
+        // Slot 0 is written again once the kernel has consumed it.
+        set_index(&fd, CONS, 0);
+        sq.post(null.as_fd(), &[by_hand]).unwrap();
+        assert_eq!((hold.holders(), sq.ah_holds()), (3, 2));
+        drop(sq);
+        assert_eq!(hold.holders(), 1);
+    }
 
     /// A chain fills the ring up to the granted depth, is published once,
     /// and the slots the kernel hands back are reused across the wrap.

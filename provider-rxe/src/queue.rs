@@ -393,6 +393,12 @@ impl<'r, L> Producer<'r, L> {
         self.prod.wrapping_sub(self.cons) & mask >= self.max_wr
     }
 
+    /// The slot index the next push writes (masked).
+    #[inline(always)]
+    pub(crate) fn next_slot(&self) -> u32 {
+        self.prod & self.q.mask
+    }
+
     /// Elements pushed in this run (fewer than the ring's slots).
     #[inline(always)]
     pub(crate) fn pushed(&self) -> usize {

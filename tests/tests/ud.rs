@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rverbs::{
     AccessFlags, Ah, AhAttr, Context, Cq, Error, Gid, GlobalRoute, Grh, NetworkHeader, Pd,
-    PostError, Qp, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, UdSendWr, WcOpcode,
+    PostError, Qp, QpAttr, QpCap, QpInitAttr, QpState, QpType, RecvWr, SendWr, UdSendWr, WcOpcode,
     WcStatus, WrOpcode,
 };
 use verbs_tests::{assert_quiet, pattern, wait, wait_ok, Pair};
@@ -599,4 +599,65 @@ fn create_ah_validates_port_gid_and_grh() {
     drop(u.pd);
     assert_ne!(b.ah_num(), 0);
     drop(b);
+}
+
+/// An AH dropped while a send that names it is still queued (held back by
+/// draining the send queue, SQD) must not be destroyed under it: rxe looks
+/// the AH up by number when it builds the packet and hands a destroyed
+/// AH's number to a later AH. The send completes and goes out with the
+/// dropped AH's attributes (traffic class 0), and a send through a new
+/// AH of traffic class 0x28 carries 0x28.
+#[test]
+fn ah_dropped_under_a_queued_send_stays_until_the_send_is_consumed() {
+    let mut u = ud(2);
+    let ah = u.ah();
+    let held = ah.ah_num();
+    let b_qpn = u.qps[1].qp_num();
+    let mut src = u.pd.alloc_mr(4096, all()).unwrap();
+    let dst = u.pd.alloc_mr(2 * 1024, all()).unwrap();
+    src.write_at(0, &pattern(64, 3)).unwrap();
+    for i in 0..2u64 {
+        let r = [dst.sge(i as usize * 1024..(i as usize + 1) * 1024).unwrap()];
+        u.qps[1].post_recv(&[RecvWr::new(10 + i, &r)]).unwrap();
+    }
+    u.qps[0]
+        .modify(&QpAttr {
+            qp_state: Some(QpState::Sqd),
+            ..Default::default()
+        })
+        .expect("RTS -> SQD");
+    let s = [src.sge(..64).unwrap()];
+    u.qps[0]
+        .post_send(&[SendWr::send(1, &s).to(&ah, b_qpn, QKEY).signaled()])
+        .unwrap();
+    drop(ah);
+    // rxe would fail the send (its AH number names nothing) or, once the
+    // number has been handed out again (its numbers are cyclic: after
+    // some 32,000 AHs), send it with that AH's attributes.
+    let mut attr = u.ah_attr();
+    attr.grh.as_mut().unwrap().traffic_class = 0x28;
+    let ah2 = u.pd.create_ah(&attr).expect("create_ah");
+    assert_ne!(ah2.ah_num(), held);
+    u.qps[0]
+        .modify(&QpAttr {
+            qp_state: Some(QpState::Rts),
+            ..Default::default()
+        })
+        .expect("SQD -> RTS");
+    u.qps[0]
+        .post_send(&[SendWr::send(2, &s).to(&ah2, b_qpn, QKEY).signaled()])
+        .unwrap();
+    let sent = wait(&mut u.cqs[0], 2);
+    assert!(sent.iter().all(|w| w.is_success()), "{sent:?}");
+    assert_eq!(sent.iter().map(|w| w.wr_id()).collect::<Vec<_>>(), [1, 2]);
+    let got = wait(&mut u.cqs[1], 2);
+    assert!(got.iter().all(|w| w.is_success()), "{got:?}");
+    assert_eq!(got.iter().map(|w| w.wr_id()).collect::<Vec<_>>(), [10, 11]);
+    let first = Grh::read(&dst, 0).unwrap();
+    let second = Grh::read(&dst, 1024).unwrap();
+    assert_eq!(
+        (first.traffic_class, second.traffic_class),
+        (0, 0x28),
+        "each datagram leaves with its own AH's traffic class"
+    );
 }

@@ -33,7 +33,7 @@ pub fn rverbs_measured_reg_dereg(
     buf: PageBuf,
     access: AccessFlags,
 ) -> rverbs::Result<PageBuf> {
-    pd.register(buf, access)?.into_inner()
+    Ok(pd.register(buf, access)?.into_inner()?)
 }
 
 fn vmpin_kib() -> i64 {

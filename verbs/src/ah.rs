@@ -13,10 +13,13 @@
 //!   refused with [`PostError::UdTooLong`](crate::PostError::UdTooLong) (rxe itself would drop it and
 //!   still report success, as IB spec C10-93.1.1 allows).
 //! * rxe looks the address handle up by its number when it builds the
-//!   packet, not when the request is posted. Keep the [`Ah`] alive until the
-//!   send completes: if it is destroyed first, the kernel fails the request
-//!   with `LOC_QP_OP_ERR` and moves the QP to the error state (and a newly
-//!   created AH may reuse the number).
+//!   packet, not when the request is posted, and hands a destroyed AH's
+//!   number to the next AH created. So the QP holds the kernel's AH for
+//!   every send that names it: dropping an [`Ah`] while such a send is
+//!   queued is safe, the send still goes where it was addressed, and the
+//!   kernel object is destroyed once the send's queue slot is reused (or
+//!   the QP destroyed), not before. (A destination built by hand,
+//!   [`UdDest`] without a hold, has no such protection.)
 //! * The receiver's buffer must have room for a 40-byte [`Grh`] before the
 //!   payload; the completion's `byte_len` counts it. On RoCE v2 over IPv4
 //!   rxe writes 20 zero bytes and then the IPv4 header. A datagram that
@@ -63,10 +66,11 @@
 
 use std::fmt;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 use rverbs_abi::ah::{AhAttr as RawAhAttr, CreateAh, DestroyAh, GlobalRoute as RawGrh};
 use rverbs_abi::cmd::exec;
-use rverbs_provider::wr::{SendWr, UdDest};
+use rverbs_provider::wr::{AhHold, SendWr, UdDest};
 use zerocopy::{FromZeros, IntoBytes};
 
 use crate::context::{Context, LinkLayer};
@@ -77,15 +81,25 @@ use crate::pd::Pd;
 use crate::qp::{AhAttr, GlobalRoute};
 
 /// An address handle: the path to a UD destination, created on a [`Pd`]
-/// (which it keeps alive) and destroyed when dropped.
+/// (which it keeps alive) and destroyed when dropped, or on rxe once the
+/// last queued send that names it is consumed (see the
+/// [module docs](self)).
 ///
 /// On mlx5 the address vector the device reads is built in user space
 /// and travels in every UD send WQE; on an InfiniBand port no kernel
 /// object is created at all (as libmlx5 does).
 pub struct Ah {
     pd: Pd,
-    /// The kernel's AH, if one was created.
-    handle: Option<u32>,
+    /// The kernel's AH, if one was created: destroyed when the last
+    /// holder lets go (this handle, and on rxe each send queue slot whose
+    /// send names it, see [`AhHold`]).
+    kernel: Option<AhHold>,
+    /// The kernel's handle for it (0: none).
+    handle: u32,
+    /// Whether sends carry [`Ah::kernel`] for the provider to hold (rxe,
+    /// which looks the AH up by number when it sends; mlx5 copies the
+    /// address into the WQE).
+    held_by_sends: bool,
     ah_num: u32,
     attr: AhAttr,
     /// mlx5: the 48-byte `mlx5_wqe_av` for UD sends.
@@ -127,6 +141,38 @@ fn destroy_ah(ctx: &Context, handle: u32) {
     let cmd = DestroyAh { ah_handle: handle };
     // On failure (device removed) the kernel frees the AH with the context.
     let _ = exec(ctx.fd(), &cmd, &mut []);
+}
+
+/// The kernel's AH: DESTROY_AH when the last [`AhHold`] of it goes.
+struct KernelAh {
+    pd: Pd,
+    handle: u32,
+}
+
+impl Drop for KernelAh {
+    fn drop(&mut self) {
+        destroy_ah(self.pd.context(), self.handle);
+    }
+}
+
+impl Ah {
+    fn new(pd: &Pd, handle: Option<u32>, ah_num: u32, attr: &AhAttr, av: Option<[u8; 48]>) -> Ah {
+        Ah {
+            pd: pd.clone(),
+            kernel: handle.map(|handle| {
+                AhHold::new(Arc::new(KernelAh {
+                    pd: pd.clone(),
+                    handle,
+                }))
+            }),
+            handle: handle.unwrap_or(0),
+            // rxe (no address vector) names the AH by number in its WQEs.
+            held_by_sends: av.is_none(),
+            ah_num,
+            attr: *attr,
+            av,
+        }
+    }
 }
 
 impl Pd {
@@ -184,24 +230,12 @@ impl Pd {
             if roce {
                 // The kernel's AH, for the destination MAC it resolves.
                 if let Some(handle) = ctx.provider().create_roce_ah(&cmd, &mut av) {
-                    return Ok(Ah {
-                        pd: self.clone(),
-                        handle: Some(handle?),
-                        ah_num: 0,
-                        attr: *attr,
-                        av: Some(av),
-                    });
+                    return Ok(Ah::new(self, Some(handle?), 0, attr, Some(av)));
                 }
             }
             // The address vector is all there is (mlx5 over InfiniBand): no
             // kernel object (libmlx5 creates none either).
-            return Ok(Ah {
-                pd: self.clone(),
-                handle: None,
-                ah_num: 0,
-                attr: *attr,
-                av: Some(av),
-            });
+            return Ok(Ah::new(self, None, 0, attr, Some(av)));
         }
         let mut drv = rverbs_abi::rxe::CreateAhResp::new_zeroed();
         // SAFETY: CREATE_AH carries an address vector and handles, no user
@@ -217,13 +251,7 @@ impl Pd {
                 errno: Errno::EOPNOTSUPP,
             });
         }
-        Ok(Ah {
-            pd: self.clone(),
-            handle: Some(resp.ah_handle),
-            ah_num: drv.ah_num,
-            attr: *attr,
-            av: None,
-        })
+        Ok(Ah::new(self, Some(resp.ah_handle), drv.ah_num, attr, None))
     }
 }
 
@@ -236,7 +264,7 @@ impl Ah {
     /// The kernel's handle (0 when there is no kernel object: mlx5 on an
     /// InfiniBand port).
     pub fn handle(&self) -> u32 {
-        self.handle.unwrap_or(0)
+        self.handle
     }
     /// The address vector UD send WQEs carry (mlx5), if the provider uses
     /// one.
@@ -259,14 +287,11 @@ impl Ah {
             av: self.av.as_ref(),
             remote_qpn,
             remote_qkey,
-        }
-    }
-}
-
-impl Drop for Ah {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle {
-            destroy_ah(self.pd.context(), h);
+            hold: if self.held_by_sends {
+                self.kernel.as_ref()
+            } else {
+                None
+            },
         }
     }
 }
@@ -275,9 +300,9 @@ impl Drop for Ah {
 /// `wr.to(&ah, qpn, qkey)`. Without importing this trait, the same is
 /// `wr.dest(ah.dest(qpn, qkey))` ([`SendWr::dest`], [`Ah::dest`]).
 pub trait UdSendWr<'a> {
-    /// Sends to QP `remote_qpn` through `ah`, presenting `remote_qkey`. The
-    /// borrow keeps `ah` alive as long as the request value; keep it until
-    /// the send completes (see the [module docs](self)).
+    /// Sends to QP `remote_qpn` through `ah`, presenting `remote_qkey`.
+    /// Once posted, the send keeps what it needs of `ah` itself: `ah` may
+    /// be dropped before the send completes (see the [module docs](self)).
     fn to(self, ah: &'a Ah, remote_qpn: u32, remote_qkey: u32) -> Self;
 }
 

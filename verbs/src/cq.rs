@@ -2,6 +2,7 @@
 //! that signals an armed CQ, pollable with `poll`/`epoll`).
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
@@ -31,7 +32,7 @@ pub(crate) struct CqInner {
     /// on it keep after the [`Cq`] handle may be gone), freed only after
     /// DESTROY_CQ (fields drop after [`Drop::drop`]'s body). QPs on the CQ
     /// also clean their CQEs out of it through this.
-    pub(crate) shared: crate::provider::CqShared,
+    pub(crate) shared: ManuallyDrop<crate::provider::CqShared>,
 }
 
 impl Drop for CqInner {
@@ -41,9 +42,15 @@ impl Drop for CqInner {
             cq_handle: self.handle,
             reserved: 0,
         };
-        // Every QP using the CQ is gone (they hold this Arc). On failure
-        // (device removed) the kernel frees it with the context.
-        let _ = exec(self.ctx.fd(), &cmd, &mut []);
+        // Every QP of ours using the CQ is gone (they hold this Arc). The
+        // ring and doorbell record are freed only once the kernel has
+        // destroyed the CQ (or the device is gone): a refused destroy
+        // leaves them the device's, so they are leaked.
+        if crate::event::destroyed(exec(self.ctx.fd(), &cmd, &mut [])) {
+            // SAFETY: this is the CqInner's drop: `shared` is not used
+            // again.
+            unsafe { ManuallyDrop::drop(&mut self.shared) };
+        }
         // The kernel discarded its events still queued on the channel.
         if let Some(chan) = &self.channel {
             chan.forget(self.event_id);
@@ -217,7 +224,7 @@ impl Context {
                 handle: resp.cq_handle,
                 event_id,
                 channel: channel.cloned(),
-                shared,
+                shared: ManuallyDrop::new(shared),
             }),
             ring,
             cqe: resp.cqe,

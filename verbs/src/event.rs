@@ -345,6 +345,15 @@ pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> std::result::Result<(), Err
     Ok(())
 }
 
+/// Whether a DESTROY command's answer means the object is gone, so that
+/// the memory its device side used (rings, doorbell records) may be
+/// freed: it succeeded, or the device is gone (EIO, ENODEV: the kernel
+/// tore the object down with the device). Any other refusal leaves the
+/// object alive, its memory still the device's: the caller leaks it.
+pub(crate) fn destroyed<T>(answer: std::result::Result<T, Errno>) -> bool {
+    matches!(answer, Ok(_) | Err(Errno::EIO | Errno::ENODEV))
+}
+
 /// How a wait for a readable fd ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Ready {

@@ -82,7 +82,10 @@ pub use error::{Errno, Error, Feature, PostError, Result};
 pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
 pub use fork::{fork_safety, ForkSafety};
 pub use gid::{Gid, GidEntry, GidType};
-pub use mr::{AccessFlags, Mr, MrBuf, OdpAdvice, PageBuf, Raw, RegisterError, RemoteMr, Scoped};
+pub use mr::{
+    AccessFlags, DeregisterError, Mr, MrBuf, OdpAdvice, PageBuf, Raw, RegisterError, RemoteMr,
+    Scoped,
+};
 pub use mw::{Mw, MwBind, MwType};
 pub use pd::Pd;
 pub use qp::{

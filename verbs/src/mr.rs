@@ -338,6 +338,23 @@ impl<B> From<RegisterError<B>> for Error {
     }
 }
 
+/// `Ok` unless `access` allows binding memory windows, which a borrowed
+/// registration ([`Pd::register_scoped`], [`Pd::register_raw`]) must not:
+/// the kernel refuses to deregister an MR while a window is bound to it,
+/// and a borrowed range cannot be kept from its owner once the borrow
+/// ends. Without `MW_BIND` on the MR the device refuses every bind to it,
+/// however the request was built.
+fn check_borrowed_access(access: AccessFlags) -> Result<()> {
+    if access.contains(AccessFlags::MW_BIND) {
+        return Err(Error::invalid(
+            "a borrowed registration (register_scoped, register_raw) cannot allow memory \
+             windows (MW_BIND): a bound window keeps the kernel from deregistering it; \
+             register an owned buffer (Pd::register, Pd::alloc_mr) to bind windows",
+        ));
+    }
+    Ok(())
+}
+
 /// `IB_MR_REREG_PD`: REREG_MR changes the PD.
 const REREG_PD: u32 = 1 << 1;
 /// `IB_MR_REREG_ACCESS`: REREG_MR changes the access flags.
@@ -479,8 +496,10 @@ impl Pd {
     /// Work requests still outstanding on it when `f` returns fail on the
     /// device with a protection error; they never reach the memory again.
     ///
-    /// If the kernel refuses to deregister (which only a failing kernel
-    /// does), the process aborts: the borrow cannot be kept from ending.
+    /// `access` may not include [`AccessFlags::MW_BIND`]: a window bound
+    /// to the region would make the kernel refuse to deregister it. So a
+    /// healthy kernel always deregisters it; if a failing one refuses, the
+    /// process aborts: the borrow cannot be kept from ending.
     ///
     /// ```no_run
     /// # fn main() -> rverbs::Result<()> {
@@ -498,6 +517,7 @@ impl Pd {
         access: AccessFlags,
         f: impl for<'s> FnOnce(&mut Mr<Scoped<'s>>) -> R,
     ) -> Result<R> {
+        check_borrowed_access(access)?;
         // SAFETY: `buf` is valid and exclusively borrowed for this whole
         // call; the MR is a local of this frame that `f` only borrows, so it
         // is dropped (DEREG_MR, or abort if that fails) before the borrow
@@ -527,13 +547,16 @@ impl Pd {
     /// reference to it may be live while the device can write it).
     /// Forgetting the MR (`std::mem::forget`) keeps the region registered
     /// forever: the memory must then never be freed or reused. If
-    /// deregistration fails when the MR drops, the process aborts.
+    /// deregistration fails when the MR drops, the process aborts (memory
+    /// windows, which would make a healthy kernel refuse, cannot be bound:
+    /// `access` may not include [`AccessFlags::MW_BIND`]).
     pub unsafe fn register_raw(
         &self,
         addr: *mut u8,
         len: usize,
         access: AccessFlags,
     ) -> Result<Mr<Raw>> {
+        check_borrowed_access(access)?;
         // SAFETY: forwarded from this function's contract.
         unsafe { self.reg(addr, len, access, None, Raw(()), true) }.map_err(|(e, _)| e)
     }
@@ -635,16 +658,63 @@ fn check_iova(addr: u64, len: usize, iova: Option<u64>) -> Result<u64> {
 impl<B: MrBuf> Mr<B> {
     /// Deregisters the region and gives its memory back, now plain memory
     /// that no work request or peer can reach. If the kernel refuses to
-    /// deregister, the error is returned and the memory is leaked (kept out
-    /// of the allocator's hands, since the device may still write it).
-    pub fn into_inner(mut self) -> Result<B> {
-        let result = self.deregister();
-        // Whatever happened, Drop must not deregister again nor touch `buf`.
+    /// deregister (a memory window is still bound to the region, which the
+    /// kernel answers with `EINVAL` or `EBUSY`; or a failing kernel), the
+    /// MR comes back in the error, still registered: deallocate or
+    /// invalidate its windows and try again, or drop it (which tries once
+    /// more and, failing again, leaks the memory rather than free what the
+    /// device may still write).
+    // The error is the MR itself, handed back by value (as RegisterError
+    // hands back the buffer); boxing it would allocate on that rare path
+    // for nothing.
+    #[allow(clippy::result_large_err)]
+    pub fn into_inner(mut self) -> std::result::Result<B, DeregisterError<B>> {
+        if let Err(error) = self.deregister() {
+            return Err(DeregisterError { error, mr: self });
+        }
+        // Drop must not deregister again nor touch `buf`.
         self.finished = true;
-        result?;
         // SAFETY: `buf` is initialised, and read out only here or in Drop,
         // which skips it now that `finished` is set.
         Ok(unsafe { self.buf.assume_init_read() })
+    }
+}
+
+/// A deregistration refused by [`Mr::into_inner`]: the error, and the MR,
+/// still registered. Converts into [`Error`] (dropping the MR, which tries
+/// to deregister once more and leaks the memory if that fails too), so `?`
+/// works in functions returning [`Result`].
+pub struct DeregisterError<B> {
+    /// Why the kernel refused.
+    pub error: Error,
+    /// The memory region, still registered.
+    pub mr: Mr<B>,
+}
+
+impl<B> fmt::Debug for DeregisterError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeregisterError")
+            .field("error", &self.error)
+            .field("mr", &self.mr)
+            .finish()
+    }
+}
+
+impl<B> fmt::Display for DeregisterError<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<B> std::error::Error for DeregisterError<B> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<B> From<DeregisterError<B>> for Error {
+    fn from(e: DeregisterError<B>) -> Error {
+        e.error
     }
 }
 
@@ -746,11 +816,16 @@ impl<B> Mr<B> {
     }
 
     /// Changes the MR's access flags in place (REREG_MR); the keys may
-    /// change, so send peers the new [`Mr::remote`]. Refused by the kernel
+    /// change, so send peers the new [`Mr::remote`]. A borrowed
+    /// registration cannot gain [`AccessFlags::MW_BIND`] (see
+    /// [`Pd::register_scoped`]). Refused by the kernel
     /// with `EOPNOTSUPP` where the driver cannot re-register (rxe before
     /// Linux 6.4 or so has no re-registration at all).
     pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
         check_access(access)?;
+        if self.borrowed {
+            check_borrowed_access(access)?;
+        }
         check_offered(access, || self.pd.context().caps())?;
         self.rereg(REREG_ACCESS, self.pd.clone(), access)
     }

@@ -28,10 +28,13 @@
 //! only what may be exposed.
 //!
 //! Memory stays owned by the MR: the kernel holds the MR while a window is
-//! bound to it and refuses to deregister it meanwhile, and a [`Mr`] whose
-//! deregistration fails keeps (leaks) its memory rather than free what a
-//! peer may still write. Deallocate or invalidate windows before dropping
-//! their MR.
+//! bound to it and refuses to deregister it meanwhile. So windows bind only
+//! to MRs that own their memory ([`Mr::mw_bind`] exists for `Mr<B: MrBuf>`
+//! alone, and borrowed registrations refuse [`AccessFlags::MW_BIND`]):
+//! [`Mr::into_inner`] then fails and hands the MR back, and a dropped [`Mr`]
+//! whose deregistration fails keeps (leaks) its memory rather than free
+//! what a peer may still write. Deallocate or invalidate windows before
+//! dropping or unwrapping their MR.
 //!
 //! The provider must have windows ([`Feature::MemoryWindows`]): rxe has
 //! them; mlx5 (which needs UMR work requests for them) refuses with
@@ -47,7 +50,7 @@ use rverbs_provider::contract::Feature;
 use rverbs_provider::wr::{MwBindWr, SendFlags, SendWr};
 
 use crate::error::{Error, Result};
-use crate::mr::{Mr, RemoteMr};
+use crate::mr::{Mr, MrBuf, RemoteMr};
 use crate::pd::Pd;
 use crate::qp::Qp;
 
@@ -111,13 +114,16 @@ impl MwBind {
     }
 }
 
-impl<B> Mr<B> {
+impl<B: MrBuf> Mr<B> {
     /// Describes `range` of this MR with the remote rights `access`
     /// (`REMOTE_READ`, `REMOTE_WRITE`, `REMOTE_ATOMIC`), for binding a
     /// window to it. Checked here as the device checks it: the MR must
     /// allow binding ([`AccessFlags::MW_BIND`]), writable or atomic rights
     /// need the MR's `LOCAL_WRITE`, and the range must be non-empty and
-    /// inside the MR.
+    /// inside the MR. Only for an MR that owns its memory: a borrowed
+    /// registration ([`Pd::register_scoped`], [`Pd::register_raw`]) cannot
+    /// allow windows, since a bound window keeps the kernel from
+    /// deregistering it.
     pub fn mw_bind(&self, range: impl RangeBounds<usize>, access: AccessFlags) -> Result<MwBind> {
         if !self.access().contains(AccessFlags::MW_BIND) {
             return Err(Error::invalid(

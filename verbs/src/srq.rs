@@ -8,6 +8,7 @@
 //! whatever order the handles are dropped in.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use rverbs_abi::cmd::exec;
@@ -27,19 +28,25 @@ pub(crate) struct SrqInner {
     /// QPs on the SRQ keep the kernel object (after the [`Srq`] handle may
     /// be gone) and the device uses this memory until DESTROY_SRQ (fields
     /// drop after [`Drop::drop`]'s body).
-    _shared: crate::provider::SrqShared,
+    shared: ManuallyDrop<crate::provider::SrqShared>,
 }
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        // Every QP on the SRQ is gone (they hold this Arc). On failure
-        // (device removed) the kernel frees it with the context.
+        // Every QP of ours on the SRQ is gone (they hold this Arc). The
+        // WQE buffer and doorbell record are freed only once the kernel
+        // has destroyed the SRQ (or the device is gone): a refused destroy
+        // leaves them the device's, so they are leaked.
         let cmd = DestroySrq {
             response: 0,
             srq_handle: self.handle,
             reserved: 0,
         };
-        let _ = exec(self.pd.context().fd(), &cmd, &mut []);
+        if crate::event::destroyed(exec(self.pd.context().fd(), &cmd, &mut [])) {
+            // SAFETY: this is the SrqInner's drop: `shared` is not used
+            // again.
+            unsafe { ManuallyDrop::drop(&mut self.shared) };
+        }
     }
 }
 
@@ -128,7 +135,7 @@ impl Pd {
                 pd: self.clone(),
                 handle: resp.srq_handle,
                 event_id,
-                _shared: shared,
+                shared: ManuallyDrop::new(shared),
             }),
             ring,
             srq_num,

@@ -224,7 +224,7 @@ struct ListenerFd(crate::cm::Listener);
 
 impl AsRawFd for ListenerFd {
     fn as_raw_fd(&self) -> RawFd {
-        std::os::fd::AsFd::as_fd(&self.0).as_raw_fd()
+        self.0.as_raw_fd()
     }
 }
 
@@ -233,7 +233,7 @@ struct ConnectionFd(crate::cm::Connection);
 
 impl AsRawFd for ConnectionFd {
     fn as_raw_fd(&self) -> RawFd {
-        std::os::fd::AsFd::as_fd(&self.0).as_raw_fd()
+        self.0.as_raw_fd()
     }
 }
 

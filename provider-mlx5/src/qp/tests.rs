@@ -585,6 +585,7 @@ fn ud_datagram() {
         av: Some(&av),
         remote_qpn: 0x00_0abc,
         remote_qkey: 0x1111_2222,
+        hold: None,
     };
     let sge = [Sge {
         addr: 0x9000,
@@ -741,6 +742,7 @@ fn send_refusals() {
         av: Some(&av),
         remote_qpn: 2,
         remote_qkey: 3,
+        hold: None,
     };
     let no_av = UdDest { av: None, ..dest };
     let op = |op| SendWr::any(1, op, Payload::Sge(&sge));
@@ -1017,6 +1019,7 @@ fn ud_wrap_matches_libmlx5() {
         av: Some(&av),
         remote_qpn: 0xabc,
         remote_qkey: 0x1111_2222,
+        hold: None,
     };
     let payload: Vec<u8> = (0..100u8)
         .map(|i| i.wrapping_mul(7).wrapping_add(1))

@@ -399,6 +399,7 @@ mod send_check_tests {
             av: Some(&av),
             remote_qpn: 2,
             remote_qkey: 3,
+            hold: None,
         };
         let mut skipped = 0;
         for qpt in [qp_type::RC, qp_type::UC, qp_type::UD] {

@@ -8,7 +8,10 @@
 //! or a remote address on a SEND cannot be written. The fields are private;
 //! providers read them through the accessors, which compile to plain loads.
 
+use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::io::IoSlice;
+use std::sync::Arc;
 
 use rverbs_abi::mr::AccessFlags;
 use rverbs_abi::wr::{flush_level, flush_type, send_flags, wr_opcode, Sge};
@@ -148,10 +151,60 @@ pub struct UdDest<'a> {
     /// The address vector the device reads from the WQE, for providers that
     /// put it there (mlx5: the 48-byte `mlx5_wqe_av`); `None` for rxe.
     pub av: Option<&'a [u8; 48]>,
+    /// What keeps the address handle's kernel object alive, for providers
+    /// whose device looks the handle up by number when it sends (rxe):
+    /// the provider keeps a clone until the send's queue slot is reused
+    /// or the QP is gone, so that the number cannot be handed to a new
+    /// address handle while the send still names it. `None` for a
+    /// destination built by hand: its address handle must then outlive
+    /// the send by other means.
+    pub hold: Option<&'a AhHold>,
     /// Remote QP number (24 bits).
     pub remote_qpn: u32,
     /// Q_Key the remote QP expects.
     pub remote_qkey: u32,
+}
+
+/// A reference that keeps an address handle's kernel object (and with it
+/// its number) alive: cloning it is one atomic increment, no allocation.
+/// The object is destroyed when the last clone is dropped. Compared and
+/// hashed by identity.
+#[derive(Clone)]
+pub struct AhHold(Arc<dyn Send + Sync>);
+
+impl AhHold {
+    /// Holds `owner`, whose drop destroys the address handle.
+    pub fn new<T: Send + Sync + 'static>(owner: Arc<T>) -> AhHold {
+        AhHold(owner)
+    }
+
+    /// Clones of this hold alive, this one included (for tests and
+    /// diagnostics).
+    pub fn holders(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+}
+
+impl fmt::Debug for AhHold {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("AhHold")
+            .field(&Arc::as_ptr(&self.0).cast::<()>())
+            .finish()
+    }
+}
+
+impl PartialEq for AhHold {
+    fn eq(&self, other: &AhHold) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for AhHold {}
+
+impl Hash for AhHold {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        Arc::as_ptr(&self.0).cast::<()>().hash(state);
+    }
 }
 
 /// What a BIND_MW request binds: window `mw_rkey` (its current key) to
@@ -330,6 +383,7 @@ impl<'a> SendWr<'a> {
             av: None,
             remote_qpn,
             remote_qkey,
+            hold: None,
         })
     }
     /// Requests a completion for this request.

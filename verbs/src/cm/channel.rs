@@ -3,7 +3,7 @@
 //! `rdma_get_cm_event`).
 
 use std::fs::OpenOptions;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,8 @@ pub const RDMA_CM_PATH: &str = "/dev/infiniband/rdma_cm";
 const RDMA_CM_SYSFS_DEV: &str = "/sys/class/misc/rdma_cm/dev";
 
 /// An open rdma_cm file: the ids created on it report their events here.
-/// Its fd is pollable (readable when an event is pending); dropping it
+/// Its fd is pollable (readable when an event is pending: [`EventChannel::wait`],
+/// or register [`AsRawFd`] with an event loop); dropping it
 /// destroys every id still on it (the kernel disconnects their
 /// connections and rejects their pending requests).
 #[derive(Debug)]
@@ -89,9 +90,37 @@ impl EventChannel {
     }
 }
 
-impl AsFd for EventChannel {
-    fn as_fd(&self) -> BorrowedFd<'_> {
+impl EventChannel {
+    /// The command fd, for this crate's commands only: a `write` to it
+    /// carries pointers the kernel writes responses to, so it is never
+    /// handed out as an [`AsFd`] (see [`AsRawFd`] below).
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+
+    /// Waits until an event is queued, without taking it: `Ok(true)`, or
+    /// `Ok(false)` when `timeout` (`None`: no limit) passed first.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        match wait_readable(self.fd.as_fd(), timeout).map_err(Error::kernel("poll rdma_cm"))? {
+            Ready::Readable => Ok(true),
+            Ready::TimedOut => Ok(false),
+            Ready::Failed => Err(Error::Kernel {
+                op: "poll rdma_cm",
+                errno: Errno::EIO,
+            }),
+        }
+    }
+}
+
+/// The fd's number, for registering it with `poll`, `epoll` or an event
+/// loop (readable when an event is queued). Only the number: the rdma_cm
+/// fd takes commands whose pointers the kernel writes through, so it is
+/// not offered as [`AsFd`] (a safe `write` could then corrupt memory);
+/// turning the number into a usable fd takes `unsafe`, whose contract
+/// (I/O safety) forbids writing to it.
+impl AsRawFd for EventChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
     }
 }
 

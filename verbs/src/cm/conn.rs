@@ -2,7 +2,7 @@
 //! listener, a connection request, an established connection.
 
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use rverbs_abi::qp::qp_type;
@@ -67,7 +67,7 @@ impl Id {
             Space::Udp => (port_space::UDP, qp_type::UD),
         };
         let resp = ucma::exec(
-            ch.as_fd(),
+            ch.fd(),
             &CreateId {
                 uid: next_uid(),
                 ps,
@@ -84,7 +84,7 @@ impl Id {
     }
 
     fn fd(&self) -> BorrowedFd<'_> {
-        self.ch.as_fd()
+        self.ch.fd()
     }
 
     /// The next event for this id, by `deadline`; events for other ids
@@ -597,9 +597,21 @@ impl Listener {
     }
 }
 
-impl AsFd for Listener {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.id.fd()
+impl Listener {
+    /// Waits until a connection request (or another event) is queued,
+    /// without taking it: `Ok(true)`, or `Ok(false)` when `timeout`
+    /// (`None`: no limit) passed first.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        self.id.ch.wait(timeout)
+    }
+}
+
+/// The number of the fd its events arrive on, for `poll`, `epoll` or an
+/// event loop. Not [`AsFd`](std::os::fd::AsFd): see
+/// [`EventChannel`]'s [`AsRawFd`].
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        self.id.fd().as_raw_fd()
     }
 }
 
@@ -847,7 +859,8 @@ impl Id {
 }
 
 /// An established RC connection: the QP, the peer's private data, and the
-/// id's events (pollable through [`AsFd`]). Dropping it disconnects.
+/// id's events (pollable: [`Connection::wait`], or register its
+/// [`AsRawFd`] with an event loop). Dropping it disconnects.
 #[derive(Debug)]
 pub struct Connection {
     id: Id,
@@ -946,9 +959,21 @@ impl Connection {
     }
 }
 
-impl AsFd for Connection {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.id.fd()
+impl Connection {
+    /// Waits until an event (a disconnect) is queued, without taking it:
+    /// `Ok(true)`, or `Ok(false)` when `timeout` (`None`: no limit) passed
+    /// first.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        self.id.ch.wait(timeout)
+    }
+}
+
+/// The number of the fd its events arrive on, for `poll`, `epoll` or an
+/// event loop. Not [`AsFd`](std::os::fd::AsFd): see
+/// [`EventChannel`]'s [`AsRawFd`].
+impl AsRawFd for Connection {
+    fn as_raw_fd(&self) -> RawFd {
+        self.id.fd().as_raw_fd()
     }
 }
 

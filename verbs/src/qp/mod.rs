@@ -8,6 +8,7 @@
 //! destruction.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use rverbs_abi::cmd::exec;
@@ -41,8 +42,10 @@ pub struct Qp {
     qpn: u32,
     qp_type: QpType,
     cap: QpCap,
-    sq: crate::provider::SendQueue,
-    rq: Option<crate::provider::RecvQueue>,
+    /// The rings (mlx5: memory the device reads and writes), freed only
+    /// once the kernel has destroyed the QP (see [`Drop`]).
+    sq: ManuallyDrop<crate::provider::SendQueue>,
+    rq: ManuallyDrop<Option<crate::provider::RecvQueue>>,
     state: QpState,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
@@ -173,8 +176,8 @@ impl Pd {
                 max_recv_sge: r.max_recv_sge,
                 max_inline_data: r.max_inline_data,
             },
-            sq,
-            rq,
+            sq: ManuallyDrop::new(sq),
+            rq: ManuallyDrop::new(rq),
             state: QpState::Reset,
             _send_cq: attr.send_cq.inner().clone(),
             _recv_cq: attr.recv_cq.inner().clone(),
@@ -213,13 +216,14 @@ impl Qp {
     }
 }
 
-fn destroy_qp(ctx: &crate::Context, handle: u32) {
+/// DESTROY_QP; whether the QP is gone ([`crate::event::destroyed`]).
+fn destroy_qp(ctx: &crate::Context, handle: u32) -> bool {
     let cmd = DestroyQp {
         response: 0,
         qp_handle: handle,
         reserved: 0,
     };
-    let _ = exec(ctx.fd(), &cmd, &mut []);
+    crate::event::destroyed(exec(ctx.fd(), &cmd, &mut []))
 }
 
 impl Qp {
@@ -295,7 +299,7 @@ impl Qp {
             self.state = s;
             // The queues follow the state (mlx5's: RESET clears them).
             self.sq.set_state(s);
-            if let Some(rq) = &mut self.rq {
+            if let Some(rq) = &mut *self.rq {
                 rq.set_state(s);
             }
         }
@@ -346,8 +350,15 @@ impl Qp {
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        // The rings are unmapped (rxe) or freed (mlx5) after: fields drop
-        // after this body.
-        destroy_qp(self.pd.context(), self.handle);
+        // The rings are unmapped (rxe) or freed (mlx5) only once the kernel
+        // has destroyed the QP: until then the device may still read and
+        // write them, so a refused destroy leaks them instead.
+        if destroy_qp(self.pd.context(), self.handle) {
+            // SAFETY: this is the Qp's drop: neither field is used again.
+            unsafe {
+                ManuallyDrop::drop(&mut self.sq);
+                ManuallyDrop::drop(&mut self.rq);
+            }
+        }
     }
 }

@@ -174,7 +174,7 @@ impl Qp {
                 error: PostError::InvalidState,
             });
         }
-        match &mut self.rq {
+        match &mut *self.rq {
             Some(rq) => rq.post_wrs(wrs),
             None if self.srq.is_some() => Err(post_failed(0, PostError::UsesSrq)),
             None => Err(post_failed(0, PostError::InvalidState)),
