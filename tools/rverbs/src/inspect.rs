@@ -13,6 +13,7 @@
 //! which lists them in its queue directory ([`mlx5`]): every SQ's WQEs,
 //! RQ and SRQ entries, CQEs, doorbell records and counters.
 
+pub mod guard;
 pub mod mlx5;
 pub mod res;
 pub mod rings;

@@ -19,6 +19,7 @@
 //! read (its sequence counter odd or changed) is read again, a few times.
 
 pub mod decode;
+pub mod elf;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
