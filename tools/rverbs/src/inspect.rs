@@ -12,18 +12,25 @@
 //! describe: `--pid` shows them only for processes on our mlx5 provider,
 //! which lists them in its queue directory ([`mlx5`]): every SQ's WQEs,
 //! RQ and SRQ entries, CQEs, doorbell records and counters.
+//!
+//! The inspected process may be hostile: everything it controls is read
+//! within a byte budget and a deadline, and only the regular files it maps
+//! are opened ([`guard`]).
 
+pub mod guard;
 pub mod mlx5;
 pub mod res;
 pub mod rings;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
 use crate::common::num;
+use guard::{Budget, ENTRY_COST};
 use res::{QpDepths, Snapshot};
 use rings::{Kind, Ring};
 use rverbs_abi::mlx5::qdir::kind as qdir_kind;
@@ -44,19 +51,66 @@ pub struct InspectArgs {
     /// Print JSON instead of tables.
     #[arg(long = "json")]
     pub json: bool,
+    /// Most bytes read from a process for one queue (its ring and
+    /// arrays); a larger queue shows its counters only.
+    #[arg(long = "max-queue-bytes", value_name = "BYTES", value_parser = num::<u64>,
+          default_value_t = guard::DEFAULT_MAX_QUEUE_BYTES)]
+    pub max_queue_bytes: u64,
+    /// Most bytes read from processes in the whole run, decoded entries
+    /// counted at 2 KiB each and queues at 8 KiB; past it, queues are
+    /// not read and entries not decoded (the output says so).
+    #[arg(long = "max-total-bytes", value_name = "BYTES", value_parser = num::<u64>,
+          default_value_t = guard::DEFAULT_MAX_TOTAL_BYTES)]
+    pub max_total_bytes: u64,
+    /// Give up after SECS seconds (fractions allowed) with an error.
+    #[arg(long = "timeout", value_name = "SECS", value_parser = parse_timeout,
+          default_value = "10")]
+    pub timeout: Duration,
 }
 
-/// Run `rverbs inspect`.
+/// `--timeout`: positive seconds, fractions allowed.
+fn parse_timeout(s: &str) -> std::result::Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(format!("{s} is not a positive number of seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{s} seconds is out of range"))
+}
+
+/// Run `rverbs inspect`: the whole inspection against the deadline of
+/// `--timeout`, within the budget of `--max-queue-bytes` and
+/// `--max-total-bytes`.
 pub fn run(a: &InspectArgs) -> Result<()> {
-    match a.pid {
-        None => host(a.json),
-        Some(pid) => process(pid, a),
+    let what = match a.pid {
+        Some(pid) => format!("the inspection of process {pid}"),
+        None => "the inspection".to_string(),
+    };
+    let args = a.clone();
+    let out = guard::with_deadline(a.timeout, &what, move || {
+        let mut budget = Budget::new(args.max_queue_bytes, args.max_total_bytes);
+        match args.pid {
+            None => host(args.json, &mut budget),
+            Some(pid) => process(pid, &args, &mut budget),
+        }
+    })?;
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        // The reader went away (`| head`): nothing more to say.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
     }
 }
 
 /// Rings of every process owning QPs or CQs, read quietly (processes that
-/// cannot be read are skipped), classified.
-fn all_rings(snap: &Snapshot) -> Vec<Ring> {
+/// cannot be read are skipped) within `budget`, classified.
+fn all_rings(snap: &Snapshot, budget: &mut Budget) -> Vec<Ring> {
     let pids: BTreeSet<u32> = snap
         .qps
         .iter()
@@ -71,7 +125,7 @@ fn all_rings(snap: &Snapshot) -> Vec<Ring> {
         };
         let mut rs: Vec<Ring> = maps
             .into_iter()
-            .filter_map(|m| Ring::read(pid, m).ok())
+            .filter_map(|m| Ring::read(pid, m, budget).ok())
             .collect();
         rings::classify(&mut rs, snap, pid);
         all.extend(rs);
@@ -79,9 +133,9 @@ fn all_rings(snap: &Snapshot) -> Vec<Ring> {
     all
 }
 
-fn host(as_json: bool) -> Result<()> {
+fn host(as_json: bool, budget: &mut Budget) -> Result<String> {
     let snap = Snapshot::take()?;
-    let rs = all_rings(&snap);
+    let rs = all_rings(&snap, budget);
     let mut depths: HashMap<(String, u32), QpDepths> = HashMap::new();
     let mut fills: HashMap<(String, u32), u32> = HashMap::new();
     for r in &rs {
@@ -114,18 +168,31 @@ fn host(as_json: bool) -> Result<()> {
             "contexts": snap.ctxs.iter().map(res::CtxRes::json).collect::<Vec<_>>(),
             "notes": snap.notes,
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        Ok(serde_json::to_string_pretty(&v)? + "\n")
     } else {
-        print!("{}", res::text(&snap, &qd, &cf));
-        println!(
-            "\nSQ/RQ: queued/capacity from the owner's rings (- if unreadable); \
-             UNPOLLED: completions waiting in the CQ ring."
-        );
+        Ok(format!(
+            "{}\nSQ/RQ: queued/capacity from the owner's rings (- if unreadable); \
+             UNPOLLED: completions waiting in the CQ ring.\n",
+            res::text(&snap, &qd, &cf)
+        ))
     }
-    Ok(())
 }
 
-fn ring_json(r: &Ring, with_entries: bool, qp_type: Option<u8>) -> Value {
+/// The queued entries of ring `r`, as many as `budget` holds (charged);
+/// with a note of those left out.
+fn ring_entries(
+    r: &Ring,
+    qp_type: Option<u8>,
+    budget: &mut Budget,
+) -> (Vec<Value>, Option<String>) {
+    let (max, why) = budget.entries_for_queue();
+    let (e, more) = rings::entries_limited(r, qp_type, max);
+    let _ = budget.charge((e.len() as u64).saturating_mul(ENTRY_COST));
+    let note = (more > 0).then(|| format!("{more} more queued entries not decoded: {why}"));
+    (e, note)
+}
+
+fn ring_json(r: &Ring, with_entries: bool, qp_type: Option<u8>, budget: &mut Budget) -> Value {
     let mut m = serde_json::Map::new();
     m.insert("kind".into(), json!(r.kind.name()));
     m.insert("dev".into(), json!(r.map.dev));
@@ -151,7 +218,9 @@ fn ring_json(r: &Ring, with_entries: bool, qp_type: Option<u8>) -> Value {
     }
     m.insert("basis".into(), json!(r.basis));
     if with_entries {
-        m.insert("entries".into(), Value::Array(rings::entries(r, qp_type)));
+        let (e, note) = ring_entries(r, qp_type, budget);
+        m.insert("entries".into(), Value::Array(e));
+        m.insert("entries_note".into(), json!(note));
     }
     Value::Object(m)
 }
@@ -165,7 +234,7 @@ fn owner_text(r: &Ring) -> String {
     }
 }
 
-fn process(pid: u32, a: &InspectArgs) -> Result<()> {
+fn process(pid: u32, a: &InspectArgs, budget: &mut Budget) -> Result<String> {
     let maps = rings::mappings(pid)?;
     let comm = res::comm_of(pid);
     let (snap, snap_err) = match Snapshot::take() {
@@ -174,19 +243,19 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
     };
     let mut rs = Vec::new();
     for m in maps {
-        rs.push(Ring::read(pid, m)?);
+        rs.push(Ring::read(pid, m, budget)?);
     }
     rings::classify(&mut rs, &snap, pid);
     rs.sort_by_key(|r| (r.map.dev.clone(), r.map.offset));
     // The mlx5 queues our provider lists.
     let (mut dirs, mlx5_notes) = mlx5::locate(pid)?;
-    let mut mq = mlx5::read_all(&mlx5::Process(pid), &mut dirs);
+    let mut mq = mlx5::read_all(&mlx5::Process(pid), &mut dirs, budget, a.entries);
     let comm_s = comm.clone().unwrap_or_else(|| "?".into());
 
     let mine = |o: &res::Owner| o.pid == Some(pid);
     if let Some(qpn) = a.qp {
         let is_qp = |q: &mlx5::Queue| {
-            matches!(q.image.slot.kind, qdir_kind::SQ | qdir_kind::RQ) && q.image.slot.num == qpn
+            matches!(q.listing.kind, qdir_kind::SQ | qdir_kind::RQ) && q.listing.num == qpn
         };
         let in_mlx5 = mq.iter().any(is_qp);
         if !in_mlx5 && !snap.qps.iter().any(|q| q.lqpn == qpn && mine(&q.owner)) {
@@ -200,8 +269,8 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
                     .collect::<Vec<_>>()
                     .join(", "),
                 mq.iter()
-                    .filter(|q| q.image.slot.kind == qdir_kind::SQ)
-                    .map(|q| format!("{:#x}", q.image.slot.num))
+                    .filter(|q| q.listing.kind == qdir_kind::SQ)
+                    .map(|q| format!("{:#x}", q.listing.num))
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -248,10 +317,10 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
         let v = json!({
             "pid": pid,
             "comm": comm,
-            "rings": rs.iter().map(|r| ring_json(r, a.entries, qp_type(r))).collect::<Vec<_>>(),
+            "rings": rs.iter().map(|r| ring_json(r, a.entries, qp_type(r), budget)).collect::<Vec<_>>(),
             "mlx5": {
                 "directories": dirs.iter().map(mlx5::dir_json).collect::<Vec<_>>(),
-                "queues": mq.iter().map(|q| mlx5::queue_json(q, a.entries)).collect::<Vec<_>>(),
+                "queues": mq.into_iter().map(|q| q.into_json(a.entries)).collect::<Vec<_>>(),
                 "message": mlx5_msg,
                 "notes": mlx5_notes,
             },
@@ -261,22 +330,17 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
             "message": message,
             "notes": snap_err.iter().chain(&snap.notes).collect::<Vec<_>>(),
         });
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+        return Ok(serde_json::to_string_pretty(&v)? + "\n");
     }
     if let Some(m) = &message {
-        println!("{m}");
+        let mut out = format!("{m}\n");
         for n in &mlx5_notes {
-            println!("note: {n}");
+            let _ = writeln!(out, "note: {n}");
         }
-        return Ok(());
+        return Ok(out);
     }
     if rs.is_empty() {
-        print!(
-            "{}",
-            mlx5_text(pid, &comm_s, &dirs, &mq, &mlx5_notes, a.entries)
-        );
-        return Ok(());
+        return Ok(mlx5_text(pid, &comm_s, &dirs, &mq, &mlx5_notes, a.entries));
     }
     let mut out = String::new();
     let _ = writeln!(out, "process {pid} ({comm_s}): {} rings", rs.len());
@@ -335,7 +399,7 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
     }
     if a.entries {
         for r in &rs {
-            let e = rings::entries(r, qp_type(r));
+            let (e, note) = ring_entries(r, qp_type(r), budget);
             let what = match r.kind {
                 Kind::Sq => "outstanding send WQEs",
                 Kind::Cq => "unpolled completions",
@@ -351,6 +415,9 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
             );
             for v in &e {
                 let _ = writeln!(out, "  {}", rings::entry_text(r.kind, v));
+            }
+            if let Some(n) = note {
+                let _ = writeln!(out, "  ({n})");
             }
         }
     }
@@ -384,8 +451,7 @@ fn process(pid: u32, a: &InspectArgs) -> Result<()> {
         out.push('\n');
         out += &mlx5_text(pid, &comm_s, &dirs, &mq, &mlx5_notes, a.entries);
     }
-    print!("{out}");
-    Ok(())
+    Ok(out)
 }
 
 /// The mlx5 part of `--pid` as text: the directories, a table of the
@@ -419,11 +485,11 @@ fn mlx5_text(
             }
             (None, None) => out.push('\n'),
         }
+        for n in &d.notes {
+            let _ = writeln!(out, "  note: {n}");
+        }
     }
-    let decoded: Vec<_> = qs
-        .iter()
-        .map(|q| mlx5::decode::decode(&q.image, entries))
-        .collect();
+    let decoded: Vec<_> = qs.iter().map(|q| &q.decoded).collect();
     let g = |d: &mlx5::decode::Decoded, k: &str| {
         d.fields
             .get(k)

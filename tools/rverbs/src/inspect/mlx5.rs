@@ -4,12 +4,15 @@
 //! kernel describes them nowhere a tool can read. Our provider lists them
 //! in its queue directory (`rverbs_abi::mlx5::qdir`): a static exported
 //! as `RVERBS_MLX5_QUEUE_DIR_V<layout>_<crate version>`. This module
-//! finds that symbol in the ELF symbol tables (`.symtab`, else `.dynsym`;
-//! parsed with the `object` crate) of the program (`/proc/PID/exe`) and
-//! of every file it has mapped, adds the load bias the mappings in
+//! finds that symbol in the ELF symbol tables (`.symtab` and `.dynsym`,
+//! read in bounded pieces: [`elf`]) of the program (`/proc/PID/exe`) and
+//! of every file it has mapped (each opened only as
+//! [`guard::open_mapped`] allows), adds the load bias the mappings in
 //! `/proc/PID/maps` give (zero for a fixed-address executable), reads the
-//! directory and every listed queue with `process_vm_readv`, checks all
-//! of it, and decodes it ([`decode`]).
+//! directory and every listed queue with `process_vm_readv` within a
+//! [`Budget`], checks all of it, and decodes it ([`decode`]), one queue
+//! at a time: a queue's bytes are dropped once it is decoded, and a ring
+//! that several slots name is read once.
 //!
 //! A process without the symbol (on rdma-core's libmlx5, or a stripped
 //! binary) cannot be inspected this way: [`no_directory_message`] says so.
@@ -19,24 +22,30 @@
 //! read (its sequence counter odd or changed) is read again, a few times.
 
 pub mod decode;
+pub mod elf;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::MetadataExt;
 
-use object::{Object, ObjectKind, ObjectSegment, ObjectSymbol};
 use rverbs_abi::mlx5::qdir::{self, kind, DirHeader, DirSlot};
 use serde_json::{json, Value};
 use zerocopy::FromBytes;
 
+use super::guard::{self, Budget, FileId, NotOpened, ENTRY_COST, QUEUE_COST};
 use super::rings::{read_mem, sge_text, Refused};
-use decode::{check_slot, Image, MAX_RING_BYTES};
+use decode::{check_slot, Decoded, Image};
+pub use elf::ElfInfo;
 
-/// Largest ELF file whose symbols are read.
-const MAX_ELF_BYTES: u64 = 2 << 30;
 /// Largest directory read (header and slots).
 const MAX_DIR_BYTES: u64 = 16 << 20;
 /// Reads of a directory until every slot reads the same twice.
 const SLOT_ATTEMPTS: usize = 5;
+/// Most directories taken from one process.
+const MAX_DIRS: usize = 64;
+/// Files named in the note of those not opened.
+const MAX_REFUSED_NAMED: usize = 16;
+/// Regions at least this long that several slots name are read once.
+const DEDUP_BYTES: u64 = 4096;
 
 /// Another process's memory (a trait so tests can supply bytes).
 pub trait Memory {
@@ -115,37 +124,10 @@ pub fn parse_file_maps(text: &str) -> Vec<FileMap> {
     out
 }
 
-/// What an ELF file says about the directory symbols.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ElfInfo {
-    /// Whether addresses are relative to a load bias (`ET_DYN`: PIE and
-    /// shared objects).
-    pub relocatable: bool,
-    /// Directory symbols: name, value, size.
-    pub symbols: Vec<(String, u64, u64)>,
-    /// Loadable segments: virtual address, file offset, file size.
-    pub loads: Vec<(u64, u64, u64)>,
-}
-
-/// The directory symbols of an ELF image (from `.symtab`, and `.dynsym`).
+/// The directory symbols of an ELF image in memory (from `.symtab`, and
+/// `.dynsym`; see [`elf::read_info`]).
 pub fn elf_info(data: &[u8]) -> Result<ElfInfo, String> {
-    let f = object::File::parse(data).map_err(|e| format!("not an ELF file: {e}"))?;
-    let mut info = ElfInfo {
-        relocatable: f.kind() == ObjectKind::Dynamic,
-        ..ElfInfo::default()
-    };
-    for s in f.symbols().chain(f.dynamic_symbols()) {
-        let Ok(name) = s.name() else { continue };
-        if name.starts_with(qdir::SYMBOL_PREFIX) && !info.symbols.iter().any(|(n, _, _)| n == name)
-        {
-            info.symbols.push((name.to_string(), s.address(), s.size()));
-        }
-    }
-    for seg in f.segments() {
-        let (off, size) = seg.file_range();
-        info.loads.push((seg.address(), off, size));
-    }
-    Ok(info)
+    elf::read_info(data)?.ok_or_else(|| "not a 64-bit ELF file".into())
 }
 
 /// The load bias of a relocatable file: where a mapping of it shows one
@@ -156,7 +138,7 @@ pub fn load_bias(info: &ElfInfo, maps: &[&FileMap]) -> Option<u64> {
     }
     for m in maps {
         for &(vaddr, off, _) in &info.loads {
-            let in_map = off >= m.offset && off - m.offset < m.end - m.start;
+            let in_map = off >= m.offset && off - m.offset < m.end.saturating_sub(m.start);
             if in_map {
                 // The file byte `off` is at `start + (off - offset)`.
                 let at = m.start.checked_add(off - m.offset)?;
@@ -182,47 +164,86 @@ pub struct Dir {
     pub header: Option<DirHeader>,
     /// Why it could not be used.
     pub error: Option<String>,
+    /// What of it was not read (the budget).
+    pub notes: Vec<String>,
 }
 
 /// Finds the directory symbols of process `pid`: its program and every
-/// mapped file, each ELF file once.
+/// mapped file, each ELF file once, each opened only as
+/// [`guard::open_mapped`] allows (a regular file, the very one mapped).
+/// Returns the directories and notes (files refused, tables not read).
 pub fn locate(pid: u32) -> Result<(Vec<Dir>, Vec<String>), Refused> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| {
-        match e.raw_os_error() {
+    let (text, cut) = guard::read_proc_text(&format!("/proc/{pid}/maps"), guard::MAX_MAPS_BYTES)
+        .map_err(|e| match e.raw_os_error() {
             Some(libc::EPERM | libc::EACCES) => Refused::Denied(pid, "read the memory map".into()),
             Some(libc::ENOENT | libc::ESRCH) => Refused::NoProcess(pid),
             _ => Refused::Other(pid, e),
-        }
-    })?;
+        })?;
     let maps = parse_file_maps(&text);
+    drop(text);
     let mut notes = Vec::new();
-    let exe = std::fs::metadata(format!("/proc/{pid}/exe")).ok();
+    if cut {
+        notes.push(format!(
+            "the memory map is longer than {} MiB: files mapped past that were not searched",
+            guard::MAX_MAPS_BYTES >> 20
+        ));
+    }
+    // stat (not open) of the program, to know it among the files.
+    let exe = std::fs::metadata(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|md| FileId {
+            dev: (libc::major(md.dev()), libc::minor(md.dev())),
+            inode: md.ino(),
+        });
     // Each file once, by device and inode.
-    let mut files: BTreeMap<((u32, u32), u64), Vec<&FileMap>> = BTreeMap::new();
+    let mut files: BTreeMap<FileId, Vec<&FileMap>> = BTreeMap::new();
     for m in &maps {
-        files.entry((m.dev, m.inode)).or_default().push(m);
+        let id = FileId {
+            dev: m.dev,
+            inode: m.inode,
+        };
+        files.entry(id).or_default().push(m);
     }
     let mut dirs = Vec::new();
-    for (&(dev, inode), ms) in &files {
-        let is_exe = exe.as_ref().is_some_and(|md| {
-            md.ino() == inode && libc::major(md.dev()) == dev.0 && libc::minor(md.dev()) == dev.1
-        });
+    let mut refused = Vec::new();
+    for (&id, ms) in &files {
         let first = ms[0];
-        let candidates = if is_exe {
-            vec![format!("/proc/{pid}/exe")]
-        } else {
-            vec![
-                format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end),
-                first.path.trim_end_matches(" (deleted)").to_string(),
-            ]
-        };
-        let Some(data) = candidates.iter().find_map(|p| read_elf(p)) else {
-            if is_exe {
-                notes.push(format!("could not read the program {}", first.path));
+        // The device's own queue mappings: not files to search.
+        if first.path.starts_with("/dev/infiniband/") {
+            continue;
+        }
+        if dirs.len() >= MAX_DIRS {
+            notes.push(format!(
+                "more than {MAX_DIRS} queue directories: the other files were not searched"
+            ));
+            break;
+        }
+        let is_exe = exe == Some(id);
+        let file = match guard::open_mapped(pid, first.start, first.end, &first.path, id, is_exe) {
+            Ok(f) => f,
+            Err(NotOpened::Refused(why)) => {
+                refused.push(format!("{} ({why})", first.path));
+                continue;
             }
+            Err(NotOpened::Unreachable(why)) => {
+                if is_exe {
+                    notes.push(format!("could not read the program {}: {why}", first.path));
+                }
+                continue;
+            }
+        };
+        let Ok(src) = elf::FileAt::new(file) else {
             continue;
         };
-        let Ok(info) = elf_info(&data) else { continue };
+        let info = match elf::read_info(&src) {
+            Ok(Some(i)) => i,
+            Ok(None) => continue,
+            Err(e) => {
+                notes.push(format!("{}: ELF headers not read: {e}", first.path));
+                continue;
+            }
+        };
+        notes.extend(info.notes.iter().map(|n| format!("{}: {n}", first.path)));
         if info.symbols.is_empty() {
             continue;
         }
@@ -241,22 +262,24 @@ pub fn locate(pid: u32) -> Result<(Vec<Dir>, Vec<String>), Refused> {
                 size,
                 header: None,
                 error: None,
+                notes: Vec::new(),
             });
         }
     }
-    Ok((dirs, notes))
-}
-
-/// The bytes of the ELF file at `path`, if it is one of sane size.
-fn read_elf(path: &str) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).ok()?;
-    let mut magic = [0u8; 4];
-    f.read_exact(&mut magic).ok()?;
-    if &magic != b"\x7fELF" || f.metadata().ok()?.len() > MAX_ELF_BYTES {
-        return None;
+    if !refused.is_empty() {
+        let more = refused.len().saturating_sub(MAX_REFUSED_NAMED);
+        refused.truncate(MAX_REFUSED_NAMED);
+        notes.push(format!(
+            "not opened (only a regular file that is the one mapped is read): {}{}",
+            refused.join(", "),
+            if more > 0 {
+                format!(", and {more} more")
+            } else {
+                String::new()
+            }
+        ));
     }
-    std::fs::read(path).ok()
+    Ok((dirs, notes))
 }
 
 /// Checks a directory header (and the symbol's size, if known); returns
@@ -286,6 +309,7 @@ pub fn check_header(h: &DirHeader, sym_size: u64) -> Result<u64, String> {
             h.slot_count
         ));
     }
+    // At most 4096 + 4096 * 2^16: no overflow.
     let total = header + slot * u64::from(h.slot_count);
     if total > MAX_DIR_BYTES || (sym_size != 0 && total > sym_size) {
         return Err(format!(
@@ -295,21 +319,26 @@ pub fn check_header(h: &DirHeader, sym_size: u64) -> Result<u64, String> {
     Ok(total)
 }
 
-/// A listed queue, read.
+/// A listed queue, read and decoded (its bytes dropped).
 #[derive(Debug, Clone)]
 pub struct Queue {
     /// Index of its directory in the list.
     pub dir: usize,
     /// Its slot.
     pub slot: u32,
-    /// What was read.
-    pub image: Image,
+    /// The slot as read: kind, number, geometry, addresses.
+    pub listing: DirSlot,
+    /// What its bytes decoded to.
+    pub decoded: Decoded,
 }
 
 /// Reads the slots of `dir` until each non-free one reads the same twice
 /// with an even sequence; returns them, and notes for the torn ones.
 fn read_slots(mem: &dyn Memory, dir: &Dir, h: &DirHeader) -> Result<Vec<(u32, DirSlot)>, String> {
-    let start = dir.addr + u64::from(h.header_size);
+    let start = dir
+        .addr
+        .checked_add(u64::from(h.header_size))
+        .ok_or("the directory runs past the end of the address space")?;
     let stride = h.slot_size as usize;
     let len = stride * h.slot_count as usize;
     let mut good: BTreeMap<u32, DirSlot> = BTreeMap::new();
@@ -353,59 +382,99 @@ fn read_slots(mem: &dyn Memory, dir: &Dir, h: &DirHeader) -> Result<Vec<(u32, Di
     Ok(good.into_iter().collect())
 }
 
-/// Reads a queue's ring, doorbell record and bookkeeping.
-fn read_queue(mem: &dyn Memory, s: DirSlot) -> Image {
+/// Regions of [`DEDUP_BYTES`] or more already read (or refused), by
+/// address and length: the directory and slot that named them first.
+type Seen = HashMap<(u64, u64), (usize, u32)>;
+
+/// Reads a queue's ring, doorbell record and bookkeeping within `budget`
+/// (the ring and arrays count against the queue's share; the 64-byte
+/// doorbell record and 4-byte counter only against the run's). A region
+/// that an earlier slot named (`seen`) is not read again. `who`: this
+/// queue's directory and slot.
+fn read_queue(
+    mem: &dyn Memory,
+    s: DirSlot,
+    budget: &mut Budget,
+    seen: &mut Seen,
+    who: (usize, u32),
+) -> Image {
     let mut img = Image {
         slot: s,
         ..Image::default()
     };
-    let bytes = match check_slot(&s) {
-        Ok(b) => b,
-        Err(_) => return img,
+    let Ok(bytes) = check_slot(&s) else {
+        return img;
     };
-    let mut get = |what: &str, addr: u64, len: u64| -> Option<Vec<u8>> {
+    let mut queue = 0u64;
+    let mut notes = Vec::new();
+    let mut get = |what: &str, addr: u64, len: Option<u64>, shared: bool| -> Option<Vec<u8>> {
         if addr == 0 {
             return None;
         }
-        match mem.read(addr, len as usize) {
+        let Some(len) = len else {
+            notes.push(format!("{what} at {addr:#x}: its size overflows"));
+            return None;
+        };
+        if len >= DEDUP_BYTES {
+            if let Some(&(d, k)) = seen.get(&(addr, len)) {
+                let dir = if d == who.0 {
+                    String::new()
+                } else {
+                    format!(" of directory {d}")
+                };
+                notes.push(format!(
+                    "{what} at {addr:#x} ({len} bytes) is slot {k}{dir}'s too: not read again"
+                ));
+                return None;
+            }
+            seen.insert((addr, len), who);
+        }
+        let charged = if shared {
+            budget.charge(len)
+        } else {
+            budget.charge_queue(&mut queue, len)
+        };
+        if let Err(e) = charged {
+            notes.push(format!("{what} at {addr:#x} not read: {e}"));
+            return None;
+        }
+        let n = usize::try_from(len).ok()?;
+        match mem.read(addr, n) {
             Ok(v) => Some(v),
             Err(e) => {
-                img.notes
-                    .push(format!("{what} at {addr:#x} unreadable: {e}"));
+                notes.push(format!("{what} at {addr:#x} unreadable: {e}"));
                 None
             }
         }
     };
-    let dbrec = get("doorbell record", s.dbrec, 64);
-    let ring = if bytes <= MAX_RING_BYTES {
-        get("ring", s.buf, bytes)
-    } else {
-        None
-    };
     let n = u64::from(s.entries);
-    let wrid = if s.kind == kind::CQ {
-        None
-    } else {
-        get("wr_id array", s.wrid, n * 8)
-    };
+    let dbrec = get("doorbell record", s.dbrec, Some(64), true);
     let retired = if s.kind == kind::CQ {
         None
     } else {
-        get("retired counter", s.retired, 4)
+        get("retired counter", s.retired, Some(4), true)
+    };
+    let ring = get("ring", s.buf, Some(bytes), false);
+    let wrid = if s.kind == kind::CQ {
+        None
+    } else {
+        get("wr_id array", s.wrid, n.checked_mul(8), false)
     };
     let extra = match s.kind {
-        kind::SQ => get("WR counters", s.extra, n * 4),
-        kind::SRQ => get("WQE list ends", s.extra, 8),
+        kind::SQ => get("WR counters", s.extra, n.checked_mul(4), false),
+        kind::SRQ => get("WQE list ends", s.extra, Some(8), false),
         _ => None,
     };
     let extra2 = match s.kind {
-        kind::SRQ => get("completed bitmap", s.extra2, n.div_ceil(64) * 8),
+        kind::SRQ => get(
+            "completed bitmap",
+            s.extra2,
+            n.div_ceil(64).checked_mul(8),
+            false,
+        ),
         _ => None,
     };
-    if bytes > MAX_RING_BYTES {
-        img.notes
-            .push(format!("ring of {bytes} bytes not read (counters only)"));
-    }
+    img.notes = notes;
     img.dbrec = dbrec;
     img.ring = ring;
     img.wrid = wrid;
@@ -416,9 +485,19 @@ fn read_queue(mem: &dyn Memory, s: DirSlot) -> Image {
 }
 
 /// Reads every directory of `dirs` (filling in its header or error) and
-/// the queues they list.
-pub fn read_all(mem: &dyn Memory, dirs: &mut [Dir]) -> Vec<Queue> {
+/// the queues they list, within `budget`: each queue is read, decoded
+/// (`with_entries`: its queued entries too, as many as the budget holds
+/// at [`ENTRY_COST`] each) and its bytes dropped before the next is read;
+/// each queue listed costs [`QUEUE_COST`]. Queues past the budget are
+/// counted in their directory's notes.
+pub fn read_all(
+    mem: &dyn Memory,
+    dirs: &mut [Dir],
+    budget: &mut Budget,
+    with_entries: bool,
+) -> Vec<Queue> {
     let mut queues = Vec::new();
+    let mut seen = Seen::new();
     for (di, dir) in dirs.iter_mut().enumerate() {
         let h = match mem.read(dir.addr, size_of::<DirHeader>()) {
             Ok(b) => match DirHeader::read_from_bytes(&b) {
@@ -438,17 +517,45 @@ pub fn read_all(mem: &dyn Memory, dirs: &mut [Dir]) -> Vec<Queue> {
             continue;
         }
         dir.header = Some(h);
-        match read_slots(mem, dir, &h) {
-            Ok(slots) => {
-                for (i, s) in slots {
-                    queues.push(Queue {
-                        dir: di,
-                        slot: i,
-                        image: read_queue(mem, s),
-                    });
-                }
+        let slots = match read_slots(mem, dir, &h) {
+            Ok(s) => s,
+            Err(e) => {
+                dir.error = Some(e);
+                continue;
             }
-            Err(e) => dir.error = Some(e),
+        };
+        let mut skipped = 0u64;
+        for (i, s) in slots {
+            if budget.charge(QUEUE_COST).is_err() {
+                skipped += 1;
+                continue;
+            }
+            let img = read_queue(mem, s, budget, &mut seen, (di, i));
+            let (max, why) = budget.entries_for_queue();
+            let mut decoded = decode::decode_limited(&img, with_entries, max);
+            drop(img);
+            let cost = (decoded.entries.len() as u64).saturating_mul(ENTRY_COST);
+            // Within what was left (max), so this cannot fail.
+            let _ = budget.charge(cost);
+            if decoded.not_decoded > 0 {
+                decoded.notes.push(format!(
+                    "{} more queued entries not decoded: {why}",
+                    decoded.not_decoded
+                ));
+            }
+            queues.push(Queue {
+                dir: di,
+                slot: i,
+                listing: s,
+                decoded,
+            });
+        }
+        if skipped > 0 {
+            dir.notes.push(format!(
+                "{skipped} listed queues not read: the run's budget is spent \
+                 (--max-total-bytes {})",
+                budget.total()
+            ));
         }
     }
     queues
@@ -476,19 +583,27 @@ pub fn dir_json(d: &Dir) -> Value {
         "listed": d.header.map(|h| h.listed),
         "dropped": d.header.map(|h| h.dropped),
         "error": d.error,
+        "notes": d.notes,
     })
 }
 
 /// The JSON of a decoded queue.
 pub fn queue_json(q: &Queue, with_entries: bool) -> Value {
-    let d = decode::decode(&q.image, with_entries);
-    let mut m = d.fields;
-    m.insert("slot".into(), json!(q.slot));
-    if with_entries {
-        m.insert("entries_decoded".into(), Value::Array(d.entries));
+    q.clone().into_json(with_entries)
+}
+
+impl Queue {
+    /// Its JSON (see [`queue_json`]), without a copy of what was decoded.
+    pub fn into_json(self, with_entries: bool) -> Value {
+        let d = self.decoded;
+        let mut m = d.fields;
+        m.insert("slot".into(), json!(self.slot));
+        if with_entries {
+            m.insert("entries_decoded".into(), Value::Array(d.entries));
+        }
+        m.insert("notes".into(), json!(d.notes));
+        Value::Object(m)
     }
-    m.insert("notes".into(), json!(d.notes));
-    Value::Object(m)
 }
 
 /// One decoded entry of a queue of kind `kind` as a line of text.
@@ -585,6 +700,8 @@ mod tests {
 
     impl Memory for Fake {
         fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, String> {
+            // A hostile size must never get here.
+            assert!(len <= 64 << 20, "read of {len} bytes");
             for (&base, b) in &self.0 {
                 if addr >= base && addr - base + len as u64 <= b.len() as u64 {
                     let at = (addr - base) as usize;
@@ -616,6 +733,7 @@ garbage
             relocatable: true,
             symbols: vec![],
             loads: vec![(0, 0, 0x21000), (0x22000, 0x21000, 0x1000)],
+            notes: vec![],
         };
         assert_eq!(load_bias(&info, &[&m[0], &m[1]]), Some(0x55d0c0a00000));
         // A fixed-address program has none; a file not mapped, none known.
@@ -662,7 +780,7 @@ garbage
         assert_eq!(mine[0].addr, real);
         assert!(mine[0].size >= 64);
         // No queue was created here: zero, so "not in use yet".
-        let qs = read_all(&Process(pid), &mut dirs);
+        let qs = read_all(&Process(pid), &mut dirs, &mut Budget::default(), false);
         assert!(qs.is_empty());
         assert!(dirs[0]
             .error
@@ -753,11 +871,12 @@ garbage
             size: 64 + 320,
             header: None,
             error: None,
+            notes: vec![],
         }];
-        let qs = read_all(&mem, &mut dirs);
+        let qs = read_all(&mem, &mut dirs, &mut Budget::default(), true);
         assert_eq!(dirs[0].error, None);
         assert_eq!(qs.len(), 1);
-        assert_eq!((qs[0].slot, qs[0].image.slot.num), (1, 7));
+        assert_eq!((qs[0].slot, qs[0].listing.num), (1, 7));
         let v = queue_json(&qs[0], true);
         assert_eq!(v["queued"], 0);
         assert_eq!(v["consumer"], 0);
@@ -765,13 +884,132 @@ garbage
         let mut d2 = dir.clone();
         d2[64 + 80..64 + 160].copy_from_slice(torn.as_bytes());
         mem.0.insert(dir_addr, d2);
-        let qs = read_all(&mem, &mut dirs);
+        let qs = read_all(&mem, &mut dirs, &mut Budget::default(), true);
         assert!(qs.is_empty());
         assert!(dirs[0].error.as_deref().unwrap().contains("being written"));
         // An unreadable directory is an error, not a panic.
         dirs[0].addr = 0x999_0000;
         dirs[0].error = None;
-        assert!(read_all(&mem, &mut dirs).is_empty());
+        assert!(read_all(&mem, &mut dirs, &mut Budget::default(), true).is_empty());
         assert!(dirs[0].error.is_some());
+    }
+
+    /// Counts the bytes read.
+    struct Counting(Fake, std::cell::Cell<u64>);
+
+    impl Memory for Counting {
+        fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>, String> {
+            self.1.set(self.1.get() + len as u64);
+            self.0.read(addr, len)
+        }
+    }
+
+    /// A directory of `n` CQ slots, each of `entries` CQEs at `buf(i)`,
+    /// at 0x1000; the rings are regions of zeros.
+    fn cq_dir(n: u32, entries: u32, buf: impl Fn(u32) -> u64) -> (Counting, Vec<Dir>) {
+        let mut dir = header(n).as_bytes().to_vec();
+        let mut mem = HashMap::new();
+        for i in 0..n {
+            let b = buf(i);
+            dir.extend(
+                DirSlot {
+                    seq: 2,
+                    kind: kind::CQ,
+                    num: i,
+                    entries,
+                    stride_shift: 6,
+                    buf: b,
+                    dbrec: 0x20000,
+                    ..Default::default()
+                }
+                .as_bytes(),
+            );
+            mem.insert(b, vec![0u8; (entries as usize) << 6]);
+        }
+        mem.insert(0x1000, dir);
+        mem.insert(0x20000, vec![0u8; 64]);
+        let dirs = vec![Dir {
+            symbol: "RVERBS_MLX5_QUEUE_DIR_V1_X".into(),
+            file: "/x".into(),
+            addr: 0x1000,
+            size: 0,
+            header: None,
+            error: None,
+            notes: vec![],
+        }];
+        (Counting(Fake(mem), std::cell::Cell::new(0)), dirs)
+    }
+
+    #[test]
+    fn a_ring_named_by_many_slots_is_read_once() {
+        let (mem, mut dirs) = cq_dir(1000, 1 << 10, |_| 0x100_0000);
+        let qs = read_all(&mem, &mut dirs, &mut Budget::default(), false);
+        assert_eq!(qs.len(), 1000);
+        // The header, the slots (twice), one ring, and the doorbell records.
+        let dir_bytes = 64 + 2 * 80 * 1000;
+        assert_eq!(mem.1.get(), dir_bytes + (64 << 10) + 1000 * 64);
+        assert!(qs[0].decoded.notes.is_empty(), "{:?}", qs[0].decoded.notes);
+        assert!(qs[1].decoded.notes[0].contains("is slot 0's too: not read again"));
+    }
+
+    #[test]
+    fn the_budget_bounds_queues_rings_and_entries() {
+        // Per queue: a ring over it is not read.
+        let (mem, mut dirs) = cq_dir(2, 1 << 10, |i| 0x100_0000 + u64::from(i) * 0x10_0000);
+        let qs = read_all(&mem, &mut dirs, &mut Budget::new(32 << 10, 1 << 30), true);
+        assert_eq!(qs.len(), 2);
+        assert!(
+            qs[0].decoded.notes[0].contains("--max-queue-bytes 32768"),
+            "{:?}",
+            qs[0].decoded.notes
+        );
+        assert!(qs[0].decoded.entries.is_empty());
+        // The run: distinct rings, read until the total is spent; the
+        // other queues are counted, not read.
+        let (mem, mut dirs) = cq_dir(100, 1 << 10, |i| 0x100_0000 + u64::from(i) * 0x10_0000);
+        let mut b = Budget::new(1 << 20, 1 << 20);
+        let qs = read_all(&mem, &mut dirs, &mut b, false);
+        assert!(b.used() <= b.total());
+        assert!(mem.1.get() <= 2 * (64 + 80 * 100) + (1 << 20));
+        let read = qs.iter().filter(|q| q.decoded.notes.is_empty()).count();
+        assert!((1..16).contains(&read), "{read}");
+        assert!(
+            dirs[0]
+                .notes
+                .iter()
+                .any(|n| n.contains("listed queues not read")
+                    && n.contains("--max-total-bytes 1048576")),
+            "{:?}",
+            dirs[0].notes
+        );
+        // Entries: all-zero CQEs read as 1024 queued completions; the
+        // budget decodes what it can hold and counts the rest.
+        let (mem, mut dirs) = cq_dir(1, 1 << 10, |_| 0x100_0000);
+        let mut b = Budget::new(1 << 20, QUEUE_COST + (64 << 10) + 64 + 100 * ENTRY_COST);
+        let qs = read_all(&mem, &mut dirs, &mut b, true);
+        assert_eq!(qs[0].decoded.entries.len(), 100);
+        assert_eq!(qs[0].decoded.not_decoded, 1024 - 100);
+        assert!(qs[0]
+            .decoded
+            .notes
+            .iter()
+            .any(|n| n.contains("924 more queued entries not decoded")
+                && n.contains("--max-total-bytes")));
+        assert_eq!(b.left(), 0);
+        // And a queue's share: its ring (64 KiB) fits, and 32 entries.
+        let (mem, mut dirs) = cq_dir(1, 1 << 10, |_| 0x100_0000);
+        let mut b = Budget::new(32 * ENTRY_COST, 1 << 30);
+        let qs = read_all(&mem, &mut dirs, &mut b, true);
+        assert_eq!(qs[0].decoded.entries.len(), 32);
+        assert!(
+            qs[0]
+                .decoded
+                .notes
+                .iter()
+                .any(|n| n.contains("992 more queued entries not decoded")
+                    && n.contains("--max-queue-bytes")),
+            "{:?}",
+            qs[0].decoded.notes
+        );
     }
 }

@@ -37,10 +37,8 @@ use rverbs_abi::wr::{Sge, Wc};
 use serde_json::{json, Map, Value};
 use zerocopy::{FromBytes, IntoBytes};
 
+use super::guard::{self, Budget};
 use super::res::Snapshot;
-
-/// Largest ring read whole (larger ones are decoded from the header only).
-const MAX_RING_READ: u64 = 256 << 20;
 
 /// One `/dev/infiniband/uverbs*` mapping of a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,7 +116,11 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
         let Some(node) = path.strip_prefix("/dev/infiniband/") else {
             continue;
         };
-        if !node.starts_with("uverbs") {
+        // uverbsN: the name also makes a sysfs path.
+        let Some(n) = node.strip_prefix("uverbs") else {
+            continue;
+        };
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
             continue;
         }
         let Some((s, e)) = range.split_once('-') else {
@@ -145,12 +147,13 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
     out
 }
 
-/// The uverbs mappings of process `pid`, each with its device name.
+/// The uverbs mappings of process `pid`, each with its device name (from
+/// the first [`guard::MAX_MAPS_BYTES`] of its memory map).
 pub fn mappings(pid: u32) -> Result<Vec<Mapping>, Refused> {
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         return Err(Refused::NoProcess(pid));
     }
-    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+    let (text, _) = guard::read_proc_text(&format!("/proc/{pid}/maps"), guard::MAX_MAPS_BYTES)
         .map_err(|e| refuse(pid, "read the memory map", e))?;
     let mut maps = parse_maps(&text);
     for m in &mut maps {
@@ -243,7 +246,8 @@ impl Header {
         if !slots.is_power_of_two() || slots < 2 {
             return Err(format!("index mask {:#x} is not 2^n - 1", h.index_mask));
         }
-        let need = QUEUE_DATA_OFFSET as u64 + (slots << h.log2_elem_size);
+        // slots <= 2^32, elements <= 2^16 bytes: no overflow.
+        let need = h.ring_bytes();
         if need > map_len {
             return Err(format!(
                 "{slots} slots of {} bytes need {need} bytes, the mapping has {map_len}",
@@ -256,13 +260,19 @@ impl Header {
         Ok(h)
     }
 
+    /// Bytes of the ring: header and every slot.
+    pub fn ring_bytes(&self) -> u64 {
+        let slots = u64::from(self.index_mask) + 1;
+        QUEUE_DATA_OFFSET as u64 + (slots << self.log2_elem_size.min(16))
+    }
     /// Element size in bytes.
     pub fn elem_size(&self) -> usize {
         1 << self.log2_elem_size
     }
-    /// Slot count.
+    /// Slot count (0 for a mask of all ones, which only a mapping of
+    /// 64 GiB or more could pass [`Header::parse`] with).
     pub fn slots(&self) -> u32 {
-        self.index_mask + 1
+        self.index_mask.wrapping_add(1)
     }
     /// Capacity: at most slots - 1 elements are ever queued.
     pub fn capacity(&self) -> u32 {
@@ -319,7 +329,7 @@ pub struct Ring {
     pub map: Mapping,
     /// The header, or why the mapping is not an rxe ring.
     pub header: Result<Header, String>,
-    /// The whole mapping, when it was read.
+    /// The ring (header and every slot), when it was read.
     pub data: Option<Vec<u8>>,
     /// The classification.
     pub kind: Kind,
@@ -334,11 +344,13 @@ pub struct Ring {
 }
 
 impl Ring {
-    /// Read the header (and, if it is a ring of sane size, the whole
-    /// mapping) of `map` in process `pid`. A mapping that cannot be read
-    /// (unmapped meanwhile: `EFAULT`) is kept, with the reason as its
-    /// header error; a refusal or a vanished process is an error.
-    pub fn read(pid: u32, map: Mapping) -> Result<Ring, Refused> {
+    /// Read the header of `map` in process `pid` and, if it is a ring
+    /// that fits `budget` (its header and slots: one queue's share, and
+    /// what the run has left), the ring; otherwise the header only, with a
+    /// note in [`Ring::basis`]. A mapping that cannot be read (unmapped
+    /// meanwhile: `EFAULT`) is kept, with the reason as its header error;
+    /// a refusal or a vanished process is an error.
+    pub fn read(pid: u32, map: Mapping, budget: &mut Budget) -> Result<Ring, Refused> {
         let mut ring = Ring {
             map,
             header: Err(String::new()),
@@ -350,16 +362,36 @@ impl Ring {
             srqn: None,
         };
         let (start, len) = (ring.map.start, ring.map.len());
-        let got = read_mem(pid, start, QUEUE_DATA_OFFSET.min(len as usize)).and_then(|head| {
+        let head_len = QUEUE_DATA_OFFSET.min(usize::try_from(len).unwrap_or(usize::MAX));
+        if let Err(e) = budget.charge(head_len as u64) {
+            ring.header = Err(format!("not read: {e}"));
+            return Ok(ring);
+        }
+        let mut basis = None;
+        let got = read_mem(pid, start, head_len).and_then(|head| {
             match Header::parse(&head, len) {
                 // Indices and elements from one read of the whole ring.
-                Ok(_) if len <= MAX_RING_READ => {
-                    let d = read_mem(pid, start, len as usize)?;
-                    Ok((Header::parse(&d, len), Some(d)))
+                Ok(h) => {
+                    // parse checked that this fits the mapping.
+                    let need = h.ring_bytes();
+                    let mut queue = 0;
+                    match budget.charge_queue(&mut queue, need) {
+                        Ok(()) => {
+                            let n = usize::try_from(need).unwrap_or(usize::MAX);
+                            let d = read_mem(pid, start, n)?;
+                            Ok((Header::parse(&d, len), Some(d)))
+                        }
+                        Err(e) => {
+                            basis =
+                                Some(format!("ring of {need} bytes not read (header only): {e}"));
+                            Ok((Ok(h), None))
+                        }
+                    }
                 }
                 h => Ok((h, None)),
             }
         });
+        ring.basis.extend(basis);
         match got {
             Ok((header, data)) => {
                 ring.header = header;
@@ -899,7 +931,14 @@ const UD_QP: u8 = 4;
 /// The queued entries of a classified ring, decoded (oldest first);
 /// `qp_type` is the type of the QP owning a send queue, if known.
 pub fn entries(r: &Ring, qp_type: Option<u8>) -> Vec<Value> {
-    let Ok(h) = &r.header else { return Vec::new() };
+    entries_limited(r, qp_type, usize::MAX).0
+}
+
+/// [`entries`], at most `max` of them; also how many more there were.
+pub fn entries_limited(r: &Ring, qp_type: Option<u8>, max: usize) -> (Vec<Value>, u64) {
+    let Ok(h) = &r.header else {
+        return (Vec::new(), 0);
+    };
     let kind = r.kind;
     let decode = |slot: u32, e: &[u8]| match kind {
         Kind::Sq => send_entry(slot, e, qp_type),
@@ -907,11 +946,19 @@ pub fn entries(r: &Ring, qp_type: Option<u8>) -> Vec<Value> {
         _ => recv_entry(slot, e),
     };
     if !(kind == Kind::Sq || kind == Kind::Cq || kind.is_recv()) {
-        return Vec::new();
+        return (Vec::new(), 0);
     }
-    h.queued()
-        .filter_map(|slot| r.elem(slot).map(|e| decode(slot, e)))
-        .collect()
+    let mut out = Vec::new();
+    let mut more = 0u64;
+    for slot in h.queued() {
+        let Some(e) = r.elem(slot) else { continue };
+        if out.len() < max {
+            out.push(decode(slot, e));
+        } else {
+            more += 1;
+        }
+    }
+    (out, more)
 }
 
 /// One decoded entry as a line of text.
@@ -1325,5 +1372,57 @@ garbage line
         assert!(!plausible_cqe(&recv_wqe(1, 4096)));
         assert!(plausible_send(&send_wqe(1, 2, 2)));
         assert!(!plausible_send(&send_wqe(1, 99, 2)));
+    }
+
+    #[test]
+    fn a_ring_is_read_within_the_budget_and_no_further() {
+        // A ring of 1024 slots of 64 bytes in this very process, inside a
+        // "mapping" four times as long.
+        let mut mem = header(6, 1023, 3, 1);
+        let ring_len = mem.len() + (1024 << 6);
+        mem.resize(ring_len * 4, 0);
+        let start = mem.as_ptr() as u64;
+        let map = Mapping {
+            start,
+            end: start + mem.len() as u64,
+            offset: 0,
+            uverbs: "uverbs0".into(),
+            dev: None,
+        };
+        let pid = std::process::id();
+        let mut b = Budget::default();
+        let r = Ring::read(pid, map.clone(), &mut b).unwrap();
+        // The ring, not the whole mapping.
+        assert_eq!(r.data.as_ref().map(Vec::len), Some(ring_len));
+        assert_eq!(r.header.as_ref().unwrap().fill(), 2);
+        assert_eq!(b.used(), (QUEUE_DATA_OFFSET + ring_len) as u64);
+        // Over a queue's share: the header only, and why.
+        let mut b = Budget::new(4096, 1 << 20);
+        let r = Ring::read(pid, map.clone(), &mut b).unwrap();
+        assert!(r.data.is_none() && r.header.is_ok());
+        assert!(
+            r.basis[0].contains("not read (header only)")
+                && r.basis[0].contains("--max-queue-bytes 4096"),
+            "{:?}",
+            r.basis
+        );
+        // The run's budget spent: not even the header.
+        let mut b = Budget::new(1 << 20, 100);
+        let r = Ring::read(pid, map, &mut b).unwrap();
+        assert!(r.header.unwrap_err().contains("--max-total-bytes 100"));
+        drop(mem);
+    }
+
+    #[test]
+    fn only_uverbs_nodes_by_number() {
+        let text = "\
+7f00-7f01 rw-s 0 00:05 1 /dev/infiniband/uverbs0
+7f01-7f02 rw-s 0 00:05 1 /dev/infiniband/uverbs12
+7f02-7f03 rw-s 0 00:05 1 /dev/infiniband/uverbs
+7f03-7f04 rw-s 0 00:05 1 /dev/infiniband/uverbs0x
+7f04-7f05 rw-s 0 00:05 1 /dev/infiniband/rdma_cm
+";
+        let m: Vec<String> = parse_maps(text).into_iter().map(|m| m.uverbs).collect();
+        assert_eq!(m, ["uverbs0", "uverbs12"]);
     }
 }

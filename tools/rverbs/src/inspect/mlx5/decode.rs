@@ -14,9 +14,6 @@ use rverbs_abi::mlx5::qdir::{kind, DirSlot};
 use serde_json::{json, Map, Value};
 use zerocopy::FromBytes;
 
-/// Largest ring (bytes) read whole; larger ones show counters only.
-pub const MAX_RING_BYTES: u64 = 64 << 20;
-
 /// `IB_QPT_UD`.
 const QPT_UD: u32 = 4;
 
@@ -377,6 +374,9 @@ pub struct Decoded {
     pub entries: Vec<Value>,
     /// Oddities found while decoding.
     pub notes: Vec<String>,
+    /// Queued entries left undecoded (past the limit of
+    /// [`decode_limited`]).
+    pub not_decoded: u64,
 }
 
 impl Decoded {
@@ -388,6 +388,12 @@ impl Decoded {
 /// Decodes a queue image (see [`Image`]); `with_entries` decodes every
 /// queued entry too.
 pub fn decode(img: &Image, with_entries: bool) -> Decoded {
+    decode_limited(img, with_entries, usize::MAX)
+}
+
+/// [`decode`], with at most `max_entries` entries decoded; the others
+/// are counted in [`Decoded::not_decoded`].
+pub fn decode_limited(img: &Image, with_entries: bool, max_entries: usize) -> Decoded {
     let mut d = Decoded {
         notes: img.notes.clone(),
         ..Decoded::default()
@@ -407,13 +413,36 @@ pub fn decode(img: &Image, with_entries: bool) -> Decoded {
     let word = |i: usize| db.and_then(|b| be32(b, i * 4));
     // The doorbell record's two words as the device reads them.
     d.set("dbrec", json!([word(0), word(1)]));
+    let lim = Limit {
+        with_entries,
+        max: max_entries,
+    };
     match s.kind {
-        kind::SQ => sq(img, &mut d, word(1), with_entries),
-        kind::RQ => rq(img, &mut d, word(0), with_entries),
-        kind::SRQ => srq(img, &mut d, word(0), with_entries),
-        _ => cq(img, &mut d, word(0), word(1), with_entries),
+        kind::SQ => sq(img, &mut d, word(1), lim),
+        kind::RQ => rq(img, &mut d, word(0), lim),
+        kind::SRQ => srq(img, &mut d, word(0), lim),
+        _ => cq(img, &mut d, word(0), word(1), lim),
     }
     d
+}
+
+/// Which entries to decode.
+#[derive(Clone, Copy)]
+struct Limit {
+    with_entries: bool,
+    max: usize,
+}
+
+impl Limit {
+    /// Whether one more entry is decoded into `d` (if not, it is counted).
+    fn take(self, d: &mut Decoded) -> bool {
+        if d.entries.len() < self.max {
+            true
+        } else {
+            d.not_decoded += 1;
+            false
+        }
+    }
 }
 
 /// The bytes of `len` starting at byte `at` of the ring, wrapping at its
@@ -426,7 +455,7 @@ fn ring_bytes(ring: &[u8], at: usize, len: usize) -> Vec<u8> {
     (0..len.min(n)).map(|i| ring[(at + i) % n]).collect()
 }
 
-fn sq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
+fn sq(img: &Image, d: &mut Decoded, db: Option<u32>, lim: Limit) {
     let s = &img.slot;
     d.set("qp_type", json!(s.info));
     let Some(db) = db else {
@@ -487,10 +516,13 @@ fn sq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
     d.set("queued", json!(queued.len()));
     d.set("queued_bbs", json!(prod.wrapping_sub(consumer) & 0xffff));
     d.set("wqes_in_ring", json!(found.len()));
-    if !with_entries {
+    if !lim.with_entries {
         return;
     }
     for (idx, bb, ds, wrc) in queued {
+        if !lim.take(d) {
+            continue;
+        }
         let bytes = ring_bytes(ring, bb << 6, ds as usize * 16);
         let mut m = send_wqe(&bytes, s.info);
         m.insert("index".into(), json!(idx));
@@ -502,7 +534,7 @@ fn sq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
     }
 }
 
-fn rq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
+fn rq(img: &Image, d: &mut Decoded, db: Option<u32>, lim: Limit) {
     let s = &img.slot;
     let Some(db) = db else {
         d.notes.push("no doorbell record: counters unknown".into());
@@ -527,11 +559,14 @@ fn rq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
         return;
     }
     d.set("queued", json!(fill));
-    let Some(ring) = img.ring.as_deref().filter(|_| with_entries) else {
+    let Some(ring) = img.ring.as_deref().filter(|_| lim.with_entries) else {
         return;
     };
     let wrid = img.wrid.as_deref();
     for i in 0..fill {
+        if !lim.take(d) {
+            continue;
+        }
         let idx = (cons.wrapping_add(i) & (s.entries - 1)) as usize;
         let at = idx << s.stride_shift;
         let wqe = ring
@@ -546,7 +581,7 @@ fn rq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
     }
 }
 
-fn srq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
+fn srq(img: &Image, d: &mut Decoded, db: Option<u32>, lim: Limit) {
     let s = &img.slot;
     d.set("max_sge", json!(s.info));
     d.set("capacity", json!(s.info2 - 1));
@@ -605,11 +640,14 @@ fn srq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
     let reclaim = (0..n).filter(|&i| pending(i)).count();
     d.set("queued", json!(queued.len()));
     d.set("completed_not_reclaimed", json!(reclaim));
-    if !with_entries {
+    if !lim.with_entries {
         return;
     }
     let wrid = img.wrid.as_deref();
     for i in queued {
+        if !lim.take(d) {
+            continue;
+        }
         let at = i as usize * stride;
         let wqe = ring.get(at..at + stride).unwrap_or_default();
         let body = wqe.get(size_of::<SrqNextSeg>()..).unwrap_or_default();
@@ -622,7 +660,7 @@ fn srq(img: &Image, d: &mut Decoded, db: Option<u32>, with_entries: bool) {
     }
 }
 
-fn cq(img: &Image, d: &mut Decoded, ci: Option<u32>, arm: Option<u32>, with_entries: bool) {
+fn cq(img: &Image, d: &mut Decoded, ci: Option<u32>, arm: Option<u32>, lim: Limit) {
     let s = &img.slot;
     d.set("cqe_version", json!(s.info));
     let Some(ci) = ci else {
@@ -652,7 +690,7 @@ fn cq(img: &Image, d: &mut Decoded, ci: Option<u32>, arm: Option<u32>, with_entr
         if !sw {
             break;
         }
-        if with_entries {
+        if lim.with_entries && lim.take(d) {
             let mut m = cqe(ring.get(at..at + 64).unwrap_or_default());
             m.insert("index".into(), json!(i & 0xff_ffff));
             m.insert("slot".into(), json!(i & (n - 1)));
