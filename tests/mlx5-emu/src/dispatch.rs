@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use libc::c_int;
 use rverbs_abi::ah::{CreateAh, CreateAhResp, DestroyAh};
@@ -419,6 +420,29 @@ fn owned<T: Owned>(map: &BTreeMap<u32, T>, ctx: u64, h: u32) -> Result<&T, Errno
 
 /// [`owned`] for a destroy command, whose errno for a bad handle is
 /// [`Emu::destroy_lookup_error`]'s (`ENOENT` or `EINVAL`, as the kernel's).
+/// Set by [`mlx5_emu_refuse_destroys`]: DESTROY_CQ, DESTROY_QP and
+/// DESTROY_SRQ fail with EBUSY and the object lives on, the HCA still
+/// using its rings, as after a firmware command failure.
+static REFUSE_DESTROYS: AtomicBool = AtomicBool::new(false);
+
+/// Test knob, found with `dlsym` by the programs that need it (our
+/// `mlx5_destroy_refused`): from now on (`on` non-zero) or no longer,
+/// the kernel side refuses to destroy CQs, QPs and SRQs (EBUSY) and keeps
+/// them, so that a program can check it keeps their memory.
+#[no_mangle]
+pub extern "C" fn mlx5_emu_refuse_destroys(on: std::ffi::c_int) {
+    REFUSE_DESTROYS.store(on != 0, Ordering::SeqCst);
+}
+
+/// EBUSY while [`mlx5_emu_refuse_destroys`] is on.
+fn destroy_allowed(call: &mut Call<'_>) -> Result<(), Errno> {
+    if REFUSE_DESTROYS.load(Ordering::SeqCst) {
+        call.note(format_args!("refused (mlx5_emu_refuse_destroys)"));
+        return Err(Errno::EBUSY);
+    }
+    Ok(())
+}
+
 fn owned_for_destroy<'a, T: Owned>(
     emu: &'a Emu,
     map: &'a BTreeMap<u32, T>,
@@ -1184,6 +1208,7 @@ fn destroy_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DestroyCq = call.req()?;
     let h = req.cq_handle;
     call.note(format_args!("cq {h}"));
+    destroy_allowed(call)?;
     let cq = owned_for_destroy(emu, &emu.cqs, call.ctx, h)?;
     if cq.users > 0 {
         return Err(Errno::EBUSY);
@@ -1547,6 +1572,7 @@ fn destroy_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DestroyQp = call.req()?;
     let h = req.qp_handle;
     call.note(format_args!("qp {h}"));
+    destroy_allowed(call)?;
     owned_for_destroy(emu, &emu.qps, call.ctx, h)?;
     let qp = emu.qps.remove(&h).ok_or(Errno::EINVAL)?;
     if let Some(u) = emu.ucontext_mut(call.ctx) {
@@ -1681,6 +1707,7 @@ fn destroy_srq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> {
     let req: DestroySrq = call.req()?;
     let h = req.srq_handle;
     call.note(format_args!("srq {h}"));
+    destroy_allowed(call)?;
     let srq = owned_for_destroy(emu, &emu.srqs, call.ctx, h)?;
     if srq.users > 0 {
         return Err(Errno::EBUSY);
