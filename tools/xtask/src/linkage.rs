@@ -68,7 +68,7 @@ pub fn inspect(path: &Path) -> Result<Vec<String>> {
     let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     for lib in FORBIDDEN_LIBS {
         let needle = format!("{lib}.so");
-        if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+        if memchr::memmem::find(&bytes, needle.as_bytes()).is_some() {
             found.push(format!("contains the string {needle:?} (dlopen?)"));
         }
     }
