@@ -41,6 +41,7 @@ pub(crate) fn ibdev_dir(name: &str) -> PathBuf {
 
 /// The driver behind a device, which decides the provider.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Driver {
     /// Soft-RoCE (`rdma_rxe`): served by `provider-rxe`.
     Rxe,

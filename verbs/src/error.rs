@@ -6,6 +6,7 @@ pub use rverbs_provider::{Feature, PostError};
 
 /// Everything a verbs call can fail with.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The kernel refused a command; `op` names it (e.g. `"modify_qp"`).
     #[error("{op}: {errno} ({})", errno.desc())]

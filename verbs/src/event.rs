@@ -118,6 +118,7 @@ impl fmt::Debug for EventId {
 /// libibverbs' `enum ibv_event_type`); values this crate does not know are
 /// kept in [`AsyncEventKind::Other`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AsyncEventKind {
     /// A CQ overran (a completion was lost) or failed. Element: the CQ.
     /// On rxe the completion that did not fit is dropped (poll cannot see

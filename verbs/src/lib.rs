@@ -41,6 +41,8 @@
 //! [`Error::Unsupported`] before any command is sent.
 
 #![deny(missing_docs)]
+// docs.rs (`--cfg docsrs`, see Cargo.toml) marks feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod ah;
 pub mod cm;
@@ -61,6 +63,7 @@ pub mod srq;
 #[cfg(test)]
 mod test_util;
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;
 
 /// The kernel's structures behind the attribute and completion types:

@@ -70,6 +70,7 @@ pub enum BatchSignal {
 /// the per-operation constructors, which take exactly what the operation
 /// has (no immediate on a READ, no remote key on a SEND).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "a batch description does nothing until posted with post_send_batch"]
 pub struct SendBatch {
     op: BatchOp,
     rkey: u32,

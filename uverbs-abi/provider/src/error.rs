@@ -5,6 +5,7 @@ use rverbs_abi::Errno;
 
 /// Why a work request was refused before it reached the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PostError {
     /// The queue has no free slot: poll completions and post again. A send
     /// slot is freed only when the device has completed the request; on

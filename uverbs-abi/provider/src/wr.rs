@@ -230,6 +230,7 @@ pub struct MwBindWr {
 /// A send work request, built by an [`opcode`] builder. Chains are slices
 /// of these.
 #[derive(Debug, Clone, Copy)]
+#[must_use = "a work request does nothing until it is posted; its builder methods return a new one"]
 pub struct SendWr<'a> {
     wr_id: u64,
     opcode: WrOpcode,
@@ -245,6 +246,7 @@ pub struct SendWr<'a> {
 
 /// A receive work request.
 #[derive(Debug, Clone, Copy)]
+#[must_use = "a work request does nothing until it is posted"]
 pub struct RecvWr<'a> {
     /// Returned in the completion.
     pub wr_id: u64,
@@ -295,7 +297,10 @@ impl<'a> SendWr<'a> {
     ) -> Self {
         opcode::Flush::new(wr_id, remote_addr, rkey, length, kind).build()
     }
-    /// SEND of `sges` with immediate data `imm` (host order).
+    /// SEND of `sges` with immediate data `imm` (host order). Replaces the
+    /// former `SendWr::with_imm`, which accepted an immediate on any
+    /// opcode.
+    #[doc(alias = "with_imm")]
     pub const fn send_with_imm(wr_id: u64, sges: &'a [Sge], imm: u32) -> Self {
         opcode::Send::new(wr_id, sges).imm(imm).build()
     }
@@ -321,7 +326,9 @@ impl<'a> SendWr<'a> {
         opcode::Write::new(wr_id, sges, remote_addr, rkey).build()
     }
     /// RDMA WRITE of `sges` with immediate data `imm` (host order), which
-    /// consumes a receive at the peer.
+    /// consumes a receive at the peer. Replaces the former
+    /// `SendWr::with_imm` for WRITEs.
+    #[doc(alias = "with_imm")]
     pub const fn rdma_write_with_imm(
         wr_id: u64,
         sges: &'a [Sge],
@@ -567,6 +574,7 @@ pub mod opcode {
     /// one atomic write, ordered after the QP's earlier writes (the IBTA's
     /// "atomic write" extension). RC only; the device must offer it.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct AtomicWrite<'a>(SendWr<'a>);
 
     impl<'a> AtomicWrite<'a> {
@@ -591,6 +599,7 @@ pub mod opcode {
     /// only; the device must offer it, and the remote MR must have been
     /// registered with the matching `FLUSH_*` access.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct Flush<'a>(SendWr<'a>);
 
     impl<'a> Flush<'a> {
@@ -625,6 +634,7 @@ pub mod opcode {
     /// LOCAL_INV: invalidates the local rkey `rkey` (a type 2 memory
     /// window bound on this QP). RC only; no data.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct LocalInv<'a>(SendWr<'a>);
 
     impl<'a> LocalInv<'a> {
@@ -644,6 +654,7 @@ pub mod opcode {
     /// through the library's bind verb, which posts the same request).
     /// RC and UC; no data.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct BindMw<'a>(SendWr<'a>);
 
     impl<'a> BindMw<'a> {
@@ -666,6 +677,7 @@ pub mod opcode {
     /// SEND (or SEND_WITH_IMM with [`Send::imm`]) of a gather list or of
     /// inline bytes.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct Send<'a>(SendWr<'a>);
 
     impl<'a> Send<'a> {
@@ -705,6 +717,7 @@ pub mod opcode {
     /// RDMA WRITE (or RDMA_WRITE_WITH_IMM with [`Write::imm`]) of a gather
     /// list or of inline bytes to remote memory.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct Write<'a>(SendWr<'a>);
 
     impl<'a> Write<'a> {
@@ -748,6 +761,7 @@ pub mod opcode {
 
     /// RDMA READ of remote memory into a scatter list. RC only.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct Read<'a>(SendWr<'a>);
 
     impl<'a> Read<'a> {
@@ -779,6 +793,7 @@ pub mod opcode {
 
     /// 64-bit compare-and-swap on remote memory. RC only.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct CompareSwap<'a>(SendWr<'a>);
 
     impl<'a> CompareSwap<'a> {
@@ -806,6 +821,7 @@ pub mod opcode {
 
     /// 64-bit fetch-and-add on remote memory. RC only.
     #[derive(Debug, Clone, Copy)]
+    #[must_use = "an opcode builder does nothing until built and posted"]
     pub struct FetchAdd<'a>(SendWr<'a>);
 
     impl<'a> FetchAdd<'a> {

@@ -132,6 +132,7 @@ fn parse_dev(s: &str) -> Option<u64> {
 
 /// What an rdma_cm event reports (`enum rdma_cm_event_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CmEventKind {
     /// The destination address resolved to a local device and port.
     AddrResolved,

@@ -67,6 +67,7 @@ pub const UDP_QKEY: u32 = 0x0123_4567;
 
 /// What the connection manager reported instead of success.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CmError {
     /// The address did not resolve to a local RDMA device (`errno` from
     /// the kernel: e.g. ENODEV for an address of a netdev without one).

@@ -160,18 +160,21 @@ impl<'a> QpInitAttr<'a> {
     }
 
     /// Receive completions go to `cq` instead.
+    #[must_use]
     pub fn recv_cq(mut self, cq: &'a Cq) -> Self {
         self.recv_cq = cq;
         self
     }
 
     /// Requested capacities.
+    #[must_use]
     pub fn cap(mut self, cap: QpCap) -> Self {
         self.cap = cap;
         self
     }
 
     /// Every send completes, signaled or not.
+    #[must_use]
     pub fn sq_sig_all(mut self, on: bool) -> Self {
         self.sq_sig_all = on;
         self
