@@ -7,13 +7,15 @@
 //! [`CreateQp`]. Pointers travel as `u64` user addresses.
 //!
 //! [`prm`] holds the hardware layouts the provider and the device share
-//! in memory (WQE segments, CQEs); [`qdir`] the directory through which
-//! an outside tool finds the queues of a process on our mlx5 provider.
+//! in memory (WQE segments, CQEs); [`wqe`] reads send WQEs back by those
+//! layouts; [`qdir`] the directory through which an outside tool finds
+//! the queues of a process on our mlx5 provider.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 pub mod prm;
 pub mod qdir;
+pub mod wqe;
 
 /// `MLX5_IB_UVERBS_ABI_VERSION`: the per-device `abi_version` an mlx5
 /// provider accepts.

@@ -44,10 +44,8 @@ use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use rverbs_abi::cq::{AsyncEventDesc, CompEventDesc};
-use rverbs_abi::mlx5::prm::{
-    self, AtomicSeg, Av, Cqe64, CtrlSeg, DataSeg, DatagramSeg, ErrCqe, InlineSeg, RaddrSeg,
-    SrqNextSeg,
-};
+use rverbs_abi::mlx5::prm::{self, Av, Cqe64, CtrlSeg, DataSeg, ErrCqe, SrqNextSeg};
+use rverbs_abi::mlx5::wqe::{self, DataItem, SendLayout};
 use rverbs_abi::qp::{qp_state, qp_type};
 use zerocopy::network_endian::{U16, U32};
 use zerocopy::{FromBytes, IntoBytes};
@@ -453,41 +451,39 @@ pub fn decode_send(bytes: &[u8], ty: u8) -> Option<SendWqe> {
         av: None,
         data: Data::Segs(Vec::new()),
     };
-    let mut off = size_of::<CtrlSeg>();
-    if ty == qp_type::UD {
-        let dg: DatagramSeg = seg(bytes, off)?;
+    // Where each segment is: the PRM's layout, read by rverbs-abi's one
+    // reader of it (also used by the WQE comparison and `rverbs inspect`).
+    let layout = SendLayout::of(ty, opcode);
+    if layout.datagram.is_some() {
+        let dg = layout.datagram_seg(bytes)?;
         w.ud = Some((dg.av.dqp_dct.get() & 0xff_ffff, dg.av.qkey.get()));
         w.av = Some(dg.av);
-        off += size_of::<DatagramSeg>();
-    } else {
-        let raddr = match opcode {
-            op::RDMA_WRITE | op::RDMA_WRITE_IMM => true,
-            op::RDMA_READ | op::ATOMIC_CS | op::ATOMIC_FA => ty == qp_type::RC,
-            _ => false,
-        };
-        if raddr {
-            let r: RaddrSeg = seg(bytes, off)?;
-            w.raddr = Some((r.raddr.get(), r.rkey.get()));
-            off += size_of::<RaddrSeg>();
-        }
-        if ty == qp_type::RC && matches!(opcode, op::ATOMIC_CS | op::ATOMIC_FA) {
-            let a: AtomicSeg = seg(bytes, off)?;
-            w.atomic = Some((a.swap_add.get(), a.compare.get()));
-            off += size_of::<AtomicSeg>();
-        }
     }
-    let inline = seg::<InlineSeg>(bytes, off)
-        .map(|h| h.byte_count.get())
-        .filter(|n| n & prm::INLINE_SEG != 0);
-    if let Some(n) = inline {
-        let start = off + size_of::<InlineSeg>();
-        let len = (n & !prm::INLINE_SEG) as usize;
-        w.data = Data::Inline(bytes.get(start..start.checked_add(len)?)?.to_vec());
+    if layout.raddr.is_some() {
+        let r = layout.raddr_seg(bytes)?;
+        w.raddr = Some((r.raddr.get(), r.rkey.get()));
+    }
+    if layout.atomic.is_some() {
+        let a = layout.atomic_seg(bytes)?;
+        w.atomic = Some((a.swap_add.get(), a.compare.get()));
+    }
+    let mut items = wqe::data_items(bytes, layout.data, bytes.len()).peekable();
+    if let Some(DataItem::Inline { len, bytes: b, .. }) = items.peek() {
+        // One inline payload, whole.
+        if b.len() != *len as usize {
+            return None;
+        }
+        w.data = Data::Inline(b.to_vec());
     } else {
         let mut segs = Vec::new();
-        while let Some(d) = seg::<DataSeg>(bytes, off) {
-            segs.push(Seg::from(d));
-            off += size_of::<DataSeg>();
+        for item in items {
+            match item {
+                DataItem::Seg { seg, .. } => segs.push(Seg::from(seg)),
+                // Inline data after gather entries: not a WQE anyone builds.
+                DataItem::Inline { .. } => return None,
+                // A partial segment at the end is not read.
+                DataItem::Trailing { .. } => break,
+            }
         }
         w.data = Data::Segs(segs);
     }

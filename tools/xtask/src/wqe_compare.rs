@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use rverbs_abi::mlx5::prm::{
     self, AtomicSeg, Av, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, RaddrSeg, SrqNextSeg,
 };
-use rverbs_abi::qp::qp_type;
+use rverbs_abi::mlx5::wqe::{data_items, DataItem, SendLayout};
 use zerocopy::FromBytes;
 
 /// The normalisation rules: every way the two logs may legitimately
@@ -327,10 +327,12 @@ fn send_fields(b: &[u8], ty: u32) -> Vec<Field> {
     seg_field!(v, 0, "ctrl", CtrlSeg.imm, How::Exact);
     let end = b.len();
     let opcode = CtrlSeg::read_from_prefix(b).map_or(0, |(c, _)| c.opmod_idx_opcode.get() as u8);
-    let (rc, ud) = (u32::from(qp_type::RC), u32::from(qp_type::UD));
-    let mut off = size_of::<CtrlSeg>();
-    if ty == ud {
-        let av = off + offset_of!(DatagramSeg, av);
+    // Where each segment is: the PRM's layout, from rverbs-abi's one reader
+    // of it (also used by the emulated HCA and `rverbs inspect`).
+    let layout = SendLayout::of(ty as u8, opcode);
+    let fits = |at: Option<usize>, len: usize| at.filter(|&o| o + len <= end);
+    if let Some(dg) = layout.datagram {
+        let av = dg + offset_of!(DatagramSeg, av);
         seg_field!(v, av, "av", Av.qkey, How::Exact);
         seg_field!(v, av, "av", Av.qkey_reserved, How::Exact);
         seg_field!(v, av, "av", Av.dqp_dct, How::Qpn);
@@ -348,39 +350,24 @@ fn send_fields(b: &[u8], ty: u32) -> Vec<Field> {
         seg_field!(v, av, "av", Av.hop_limit, How::Exact);
         seg_field!(v, av, "av", Av.grh_gid_fl, How::Exact);
         seg_field!(v, av, "av", Av.rgid, How::Exact);
-        off += size_of::<DatagramSeg>();
-    } else {
-        use prm::opcode::{ATOMIC_CS, ATOMIC_FA, RDMA_READ, RDMA_WRITE, RDMA_WRITE_IMM};
-        let atomic = matches!(opcode, ATOMIC_CS | ATOMIC_FA);
-        let raddr = match opcode {
-            RDMA_WRITE | RDMA_WRITE_IMM => true,
-            RDMA_READ | ATOMIC_CS | ATOMIC_FA => ty == rc,
-            _ => false,
-        };
-        if raddr && off + size_of::<RaddrSeg>() <= end {
-            seg_field!(v, off, "raddr", RaddrSeg.raddr, How::Addr);
-            seg_field!(v, off, "raddr", RaddrSeg.rkey, How::Rkey);
-            seg_field!(v, off, "raddr", RaddrSeg.reserved, How::Exact);
-            off += size_of::<RaddrSeg>();
-        }
-        if ty == rc && atomic && off + size_of::<AtomicSeg>() <= end {
-            seg_field!(v, off, "atomic", AtomicSeg.swap_add, How::Exact);
-            let cmp = if opcode == ATOMIC_FA {
-                How::Skip("faa-compare")
-            } else {
-                How::Exact
-            };
-            seg_field!(v, off, "atomic", AtomicSeg.compare, cmp);
-            off += size_of::<AtomicSeg>();
-        }
     }
-    let inline = b
-        .get(off..)
-        .and_then(|r| InlineSeg::read_from_prefix(r).ok())
-        .map(|(h, _)| h.byte_count.get())
-        .filter(|n| n & prm::INLINE_SEG != 0);
-    if let Some(n) = inline {
-        let len = (n & !prm::INLINE_SEG) as usize;
+    if let Some(off) = fits(layout.raddr, size_of::<RaddrSeg>()) {
+        seg_field!(v, off, "raddr", RaddrSeg.raddr, How::Addr);
+        seg_field!(v, off, "raddr", RaddrSeg.rkey, How::Rkey);
+        seg_field!(v, off, "raddr", RaddrSeg.reserved, How::Exact);
+    }
+    if let Some(off) = fits(layout.atomic, size_of::<AtomicSeg>()) {
+        seg_field!(v, off, "atomic", AtomicSeg.swap_add, How::Exact);
+        let cmp = if opcode == prm::opcode::ATOMIC_FA {
+            How::Skip("faa-compare")
+        } else {
+            How::Exact
+        };
+        seg_field!(v, off, "atomic", AtomicSeg.compare, cmp);
+    }
+    let off = layout.data;
+    if let Some(DataItem::Inline { len, .. }) = data_items(b, off, end).next() {
+        let len = len as usize;
         seg_field!(v, off, "inline", InlineSeg.byte_count, How::Exact);
         let start = off + size_of::<InlineSeg>();
         let data_end = start.saturating_add(len).min(end);

@@ -7,15 +7,11 @@
 //! size and index is checked, nothing panics, and a short or missing
 //! piece only leaves its fields out (with a note).
 
-use rverbs_abi::mlx5::prm::{
-    self, cqe_opcode, opcode, AtomicSeg, Cqe64, CtrlSeg, DataSeg, DatagramSeg, RaddrSeg, SrqNextSeg,
-};
+use rverbs_abi::mlx5::prm::{self, cqe_opcode, opcode, Cqe64, CtrlSeg, DataSeg, SrqNextSeg};
 use rverbs_abi::mlx5::qdir::{kind, DirSlot};
+use rverbs_abi::mlx5::wqe::{self, DataItem, SendLayout};
 use serde_json::{json, Map, Value};
 use zerocopy::FromBytes;
-
-/// `IB_QPT_UD`.
-const QPT_UD: u32 = 4;
 
 /// What was read of one queue.
 #[derive(Debug, Clone, Default)]
@@ -235,66 +231,43 @@ pub fn send_wqe(b: &[u8], qp_type: u32) -> Map<String, Value> {
         _ => {}
     }
     let end = (ds as usize * 16).min(b.len());
-    let mut off = size_of::<CtrlSeg>();
-    let seg = |off: usize, n: usize| {
-        b.get(off..off.checked_add(n)?.min(end).max(off))
-            .filter(|s| s.len() == n)
-    };
-    if qp_type == QPT_UD {
-        if let Some(d) =
-            seg(off, size_of::<DatagramSeg>()).and_then(|s| DatagramSeg::read_from_bytes(s).ok())
-        {
-            let av = d.av;
-            m.insert(
-                "ud".into(),
-                json!({
-                    "remote_qpn": av.dqp_dct.get() & 0xff_ffff,
-                    "remote_qkey": av.qkey.get(),
-                    "dlid": av.rlid.get(),
-                    "sl": av.stat_rate_sl & 0xf,
-                    "grh": av.grh_gid_fl.get() & (1 << 30) != 0,
-                }),
-            );
-        }
-        off += size_of::<DatagramSeg>();
-    } else {
-        let rdma = matches!(
-            op,
-            opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM | opcode::RDMA_READ
+    // Where each segment is: the PRM's layout, from rverbs-abi's one reader
+    // of it (also used by the emulated HCA and the WQE comparison). A
+    // segment cut by the WQE's end is left out.
+    let wqe = &b[..end];
+    let layout = SendLayout::of(u8::try_from(qp_type).unwrap_or(u8::MAX), op);
+    if let Some(d) = layout.datagram_seg(wqe) {
+        let av = d.av;
+        m.insert(
+            "ud".into(),
+            json!({
+                "remote_qpn": av.dqp_dct.get() & 0xff_ffff,
+                "remote_qkey": av.qkey.get(),
+                "dlid": av.rlid.get(),
+                "sl": av.stat_rate_sl & 0xf,
+                "grh": av.grh_gid_fl.get() & (1 << 30) != 0,
+            }),
         );
-        let atomic = matches!(op, opcode::ATOMIC_CS | opcode::ATOMIC_FA | 0x14 | 0x15);
-        if rdma || atomic {
-            if let Some(r) = seg(off, 16).and_then(|s| RaddrSeg::read_from_bytes(s).ok()) {
-                m.insert("remote_addr".into(), json!(r.raddr.get()));
-                m.insert("rkey".into(), json!(r.rkey.get()));
-            }
-            off += 16;
-        }
-        if atomic {
-            if let Some(a) = seg(off, 16).and_then(|s| AtomicSeg::read_from_bytes(s).ok()) {
-                m.insert("swap_add".into(), json!(a.swap_add.get()));
-                m.insert("compare".into(), json!(a.compare.get()));
-            }
-            off += 16;
-        }
+    }
+    if let Some(r) = layout.raddr_seg(wqe) {
+        m.insert("remote_addr".into(), json!(r.raddr.get()));
+        m.insert("rkey".into(), json!(r.rkey.get()));
+    }
+    if let Some(a) = layout.atomic_seg(wqe) {
+        m.insert("swap_add".into(), json!(a.swap_add.get()));
+        m.insert("compare".into(), json!(a.compare.get()));
     }
     let mut sges = Vec::new();
     let mut inline = String::new();
     let mut inline_len: u64 = 0;
-    while off < end {
-        let Some(bc) = be32(b, off) else { break };
-        if bc & prm::INLINE_SEG != 0 {
-            let n = (bc & !prm::INLINE_SEG) as usize;
-            let start = off + 4;
-            let stop = start.saturating_add(n).min(end);
-            inline.push_str(&hex(b.get(start..stop).unwrap_or_default()));
-            inline_len += n as u64;
-            off = start.saturating_add(n).next_multiple_of(16);
-        } else {
-            if let Some(d) = seg(off, 16).and_then(|s| DataSeg::read_from_bytes(s).ok()) {
-                sges.push(sge_json(&d));
+    for item in wqe::data_items(wqe, layout.data, end) {
+        match item {
+            DataItem::Inline { len, bytes, .. } => {
+                inline.push_str(&hex(bytes));
+                inline_len += u64::from(len);
             }
-            off += 16;
+            DataItem::Seg { seg, .. } => sges.push(sge_json(&seg)),
+            DataItem::Trailing { .. } => {}
         }
     }
     m.insert("sges".into(), Value::Array(sges));
@@ -706,7 +679,7 @@ fn cq(img: &Image, d: &mut Decoded, ci: Option<u32>, arm: Option<u32>, lim: Limi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rverbs_abi::mlx5::prm::{Av, InlineSeg};
+    use rverbs_abi::mlx5::prm::{AtomicSeg, Av, DatagramSeg, InlineSeg, RaddrSeg};
     use zerocopy::network_endian::{U16, U32, U64};
     use zerocopy::IntoBytes;
 
@@ -816,7 +789,7 @@ mod tests {
             .as_bytes(),
         );
         b.extend([1, 2, 3, 4, 5, 0, 0, 0, 0, 0, 0, 0]);
-        let m = send_wqe(&b, QPT_UD);
+        let m = send_wqe(&b, u32::from(rverbs_abi::qp::qp_type::UD));
         assert_eq!(m["ud"]["remote_qpn"], 0x456);
         assert_eq!(m["ud"]["remote_qkey"], 0x1111_1111u32);
         assert_eq!(m["imm_data"], 0x1234);
