@@ -185,7 +185,11 @@ impl RemoteMr {
             .iter()
             .try_fold(0u64, |t, s| t.checked_add(u64::from(s.length)));
         match total {
-            Some(t) if t <= self.len => Ok(()),
+            Some(t) if self.span(0, t).is_some() => Ok(()),
+            Some(t) if t <= self.len => Err(Error::invalid(format!(
+                "the remote region at {:#x} passes the end of the address space",
+                self.addr
+            ))),
             _ => Err(Error::invalid(format!(
                 "the gather list is longer than the {}-byte remote region",
                 self.len
@@ -266,7 +270,7 @@ impl RemoteMr {
     }
 
     fn atomic_target(&self) -> Result<()> {
-        if self.len < 8 || self.addr % 8 != 0 {
+        if self.span(0, 8).is_none() || self.addr % 8 != 0 {
             return Err(Error::invalid(format!(
                 "an atomic needs 8 aligned bytes; the remote region is {} bytes at {:#x}",
                 self.len, self.addr
@@ -276,16 +280,34 @@ impl RemoteMr {
     }
 
     /// The address `offset` bytes in, for `len` bytes, checked against the
-    /// length and the address space (a peer's descriptor may hold any
-    /// numbers).
+    /// length and the address space: the range ends inside the region, and
+    /// its last byte's address does not pass the end of the 64-bit address
+    /// space (a peer's descriptor may hold any numbers).
     pub fn at(&self, offset: u64, len: u64) -> Result<u64> {
-        match (offset.checked_add(len), self.addr.checked_add(offset)) {
-            (Some(end), Some(addr)) if end <= self.len => Ok(addr),
-            _ => Err(Error::invalid(format!(
-                "remote range {offset}+{len} outside the peer's {}-byte MR at {:#x}",
-                self.len, self.addr
+        match self.span(offset, len) {
+            Some(addr) => Ok(addr),
+            None => Err(Error::invalid(format!(
+                "remote range {offset}+{len} outside the peer's {}-byte MR at {:#x}{}",
+                self.len,
+                self.addr,
+                if offset.checked_add(len).is_some_and(|e| e <= self.len) {
+                    " (its end passes the end of the address space)"
+                } else {
+                    ""
+                }
             ))),
         }
+    }
+
+    /// The address `offset` bytes in if `offset..offset + len` lies inside
+    /// the region and inside the address space (its last byte at most at
+    /// `u64::MAX`).
+    fn span(&self, offset: u64, len: u64) -> Option<u64> {
+        let end = offset.checked_add(len).filter(|&e| e <= self.len)?;
+        if u128::from(self.addr) + u128::from(end) > 1 << 64 {
+            return None;
+        }
+        self.addr.checked_add(offset)
     }
 }
 
@@ -985,6 +1007,42 @@ impl<B> Drop for Mr<B> {
 #[cfg(test)]
 mod remote_tests {
     use super::*;
+
+    /// A descriptor near the top of the address space: every check the
+    /// docs promise refuses a range whose end would wrap.
+    #[test]
+    fn ranges_that_wrap_the_address_space_are_refused() {
+        let top = RemoteMr {
+            addr: u64::MAX,
+            len: 4096,
+            rkey: 1,
+        };
+        assert!(top.slice(0, 4096).is_err());
+        assert!(top.at(0, 2).is_err());
+        assert_eq!(top.at(0, 1).unwrap(), u64::MAX, "the last byte itself");
+        let sge = [Sge {
+            addr: 0,
+            length: 16,
+            lkey: 0,
+        }];
+        assert!(top.rdma_write(1, &sge).is_err());
+        assert!(top.rdma_read(1, &sge).is_err());
+        let aligned = RemoteMr {
+            addr: u64::MAX - 7,
+            len: 64,
+            rkey: 1,
+        };
+        assert!(aligned.fetch_add(1, &sge[0], 1).is_ok(), "the last 8 bytes");
+        assert!(aligned.slice(0, 9).is_err());
+        let ok = RemoteMr {
+            addr: u64::MAX - 4095,
+            len: 4096,
+            rkey: 1,
+        };
+        assert_eq!(ok.at(4095, 1).unwrap(), u64::MAX);
+        assert!(ok.slice(0, 4096).is_ok());
+        assert!(ok.rdma_write(1, &sge).is_ok());
+    }
 
     /// Optional flags are sent as asked; dropped and retried once only
     /// when the kernel answers EINVAL to a request that had some.
