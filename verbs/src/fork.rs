@@ -68,6 +68,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use nix::unistd::{sysconf, SysconfVar};
 use rverbs_abi::Errno;
 use rverbs_netlink::NlSocket;
 
@@ -165,10 +166,10 @@ pub fn enable_dontfork() -> Result<()> {
 pub(crate) fn page_size() -> usize {
     static PS: OnceLock<usize> = OnceLock::new();
     *PS.get_or_init(|| {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(ps)
-            .ok()
+        let ps = sysconf(SysconfVar::PAGE_SIZE);
+        ps.ok()
+            .flatten()
+            .and_then(|ps| usize::try_from(ps).ok())
             .filter(|p| p.is_power_of_two())
             .unwrap_or(4096)
     })
@@ -193,27 +194,13 @@ fn madvise_works() -> bool {
     static WORKS: OnceLock<bool> = OnceLock::new();
     *WORKS.get_or_init(|| {
         let ps = page_size();
-        // SAFETY: a fresh private anonymous mapping; no existing memory is
-        // touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ps,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        // A fresh private anonymous page, unmapped when `page` drops.
+        let Ok(page) = memmap2::MmapMut::map_anon(ps) else {
             return false;
-        }
-        let start = p as usize;
-        let ok = madvise(start, start + ps, libc::MADV_DONTFORK).is_ok()
-            && madvise(start, start + ps, libc::MADV_DOFORK).is_ok();
-        // SAFETY: unmapping the page mapped above, which nothing references.
-        unsafe { libc::munmap(p, ps) };
-        ok
+        };
+        let start = page.as_ptr() as usize;
+        madvise(start, start + ps, libc::MADV_DONTFORK).is_ok()
+            && madvise(start, start + ps, libc::MADV_DOFORK).is_ok()
     })
 }
 
@@ -404,38 +391,19 @@ mod tests {
     /// An anonymous private mapping of `pages` pages, unmapped on drop.
     struct Map {
         base: usize,
-        len: usize,
+        _map: memmap2::MmapMut,
     }
 
     impl Map {
         fn new(pages: usize) -> Map {
-            let len = pages * page_size();
-            // SAFETY: fresh anonymous mapping.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED, "mmap");
+            let map = memmap2::MmapMut::map_anon(pages * page_size()).expect("mmap");
             Map {
-                base: p as usize,
-                len,
+                base: map.as_ptr() as usize,
+                _map: map,
             }
         }
         fn page(&self, i: usize) -> usize {
             self.base + i * page_size()
-        }
-    }
-
-    impl Drop for Map {
-        fn drop(&mut self) {
-            // SAFETY: unmapping our own mapping.
-            unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
         }
     }
 
