@@ -11,7 +11,7 @@ use rverbs_abi::cq::{
     CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq,
 };
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
-use zerocopy::{FromBytes, FromZeros};
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -402,9 +402,13 @@ impl Cq {
 
 #[inline]
 fn poll_ring(ring: &mut crate::provider::Cq, wc: &mut [Wc]) -> Result<usize> {
-    // SAFETY: Wc is repr(transparent) over the ABI's Wc.
-    let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [rverbs_abi::wr::Wc]) };
-    ring.poll_wcs(raw)
+    // A `[Wc]` is a `[RawWc]`: Wc is repr(transparent) over it and both are
+    // plain bytes, so the bytes of `wc` always make a `[RawWc]` of the same
+    // length (size and alignment are equal; the check folds away).
+    match <[rverbs_abi::wr::Wc]>::mut_from_bytes(wc.as_mut_bytes()) {
+        Ok(raw) => ring.poll_wcs(raw),
+        Err(_) => unreachable!("[Wc] and [RawWc] have one layout"),
+    }
 }
 
 fn arm_ring(ring: &crate::provider::Cq, inner: &CqInner, solicited_only: bool) -> Result<()> {
@@ -547,7 +551,7 @@ impl AsRawFd for CompChannel {
 /// A work completion: the 48-byte `ib_uverbs_wc` the device wrote
 /// ([`abi::RawWc`](crate::abi::RawWc)), with typed accessors.
 #[repr(transparent)]
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes)]
 pub struct Wc(rverbs_abi::wr::Wc);
 
 impl Wc {
