@@ -73,6 +73,7 @@ use rverbs_abi::Errno;
 use rverbs_netlink::NlSocket;
 
 use crate::error::{Error, Result};
+use crate::sys::mem::{madvise_fork, ForkAdvice::*};
 
 /// What protects registered memory across `fork()` in this process (see
 /// the [module documentation](self)).
@@ -175,19 +176,6 @@ pub(crate) fn page_size() -> usize {
     })
 }
 
-fn madvise(start: usize, end: usize, advice: libc::c_int) -> std::result::Result<(), Errno> {
-    // SAFETY: MADV_DONTFORK/MADV_DOFORK only change whether the mapping is
-    // inherited by a child; they never change this process's memory
-    // contents, so no Rust reference can be invalidated. An unmapped range
-    // is reported as ENOMEM.
-    let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Errno::last())
-    }
-}
-
 /// Whether `madvise(MADV_DONTFORK)` and `MADV_DOFORK` work on a private
 /// anonymous page.
 fn madvise_works() -> bool {
@@ -199,8 +187,8 @@ fn madvise_works() -> bool {
             return false;
         };
         let start = page.as_ptr() as usize;
-        madvise(start, start + ps, libc::MADV_DONTFORK).is_ok()
-            && madvise(start, start + ps, libc::MADV_DOFORK).is_ok()
+        madvise_fork(start, start + ps, DontFork).is_ok()
+            && madvise_fork(start, start + ps, DoFork).is_ok()
     })
 }
 
@@ -240,7 +228,7 @@ impl Tracker {
 
     /// Marks `start..end` (page-aligned, non-empty) and records it.
     fn protect(&mut self, start: usize, end: usize) -> std::result::Result<(), Errno> {
-        madvise(start, end, libc::MADV_DONTFORK)?;
+        madvise_fork(start, end, DontFork)?;
         *self.records.entry((start, end)).or_insert(0) += 1;
         self.split_at(start);
         self.split_at(end);
@@ -289,7 +277,7 @@ impl Tracker {
                 unmark = match unmark {
                     Some((us, ue)) if ue == s => Some((us, e)),
                     Some((us, ue)) => {
-                        let _ = madvise(us, ue, libc::MADV_DOFORK);
+                        let _ = madvise_fork(us, ue, DoFork);
                         Some((s, e))
                     }
                     None => Some((s, e)),
@@ -298,7 +286,7 @@ impl Tracker {
             at = e;
         }
         if let Some((us, ue)) = unmark {
-            let _ = madvise(us, ue, libc::MADV_DOFORK);
+            let _ = madvise_fork(us, ue, DoFork);
         }
         self.merge_at(start);
         self.merge_at(end);

@@ -58,6 +58,7 @@ pub mod pd;
 mod provider;
 pub mod qp;
 pub mod srq;
+mod sys;
 #[cfg(test)]
 mod test_util;
 #[cfg(feature = "tokio")]
