@@ -19,6 +19,8 @@
 //! executes a request, and fails the request (a completion with an error
 //! status) rather than touch memory outside a registration.
 
+// `MrBuf` is an `unsafe trait` of the public API, with its implementations
+// for the buffer types; each is allowed where it stands.
 mod buf;
 
 use std::fmt;
@@ -121,13 +123,17 @@ impl Raw {
     }
 }
 
+// Public API, outside `sys`: the bounds are part of it (an automatic
+// implementation would follow the fields, `Region`'s pointer among them).
 // SAFETY: the MR's memory is only reached through `&self` reads and `&mut
 // self` writes (or unsafe views whose contract covers sharing); the raw
 // pointer is not tied to any thread, and the owner `B` moves with the MR
 // (hence `B: Send`).
+#[allow(unsafe_code)]
 unsafe impl<B: Send> Send for Mr<B> {}
 // SAFETY: `&Mr` allows reads of the memory and of plain fields only; it
 // never hands out `&B`, but `B: Sync` is asked for all the same.
+#[allow(unsafe_code)]
 unsafe impl<B: Send + Sync> Sync for Mr<B> {}
 
 impl<B> fmt::Debug for Mr<B> {
@@ -534,6 +540,8 @@ impl Pd {
     /// deregistration fails when the MR drops, the process aborts (memory
     /// windows, which would make a healthy kernel refuse, cannot be bound:
     /// `access` may not include [`AccessFlags::MW_BIND`]).
+    // Public API, outside `sys`: the contract is the caller's.
+    #[allow(unsafe_code)]
     pub unsafe fn register_raw(
         &self,
         addr: *mut u8,
@@ -874,6 +882,8 @@ impl<B> Mr<B> {
     /// # Safety
     /// No work request that writes this memory (receive, RDMA READ target,
     /// remote WRITE or atomic) may be outstanding while the slice lives.
+    // Public API, outside `sys`: the contract is the caller's.
+    #[allow(unsafe_code)]
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: the caller excludes writes while the slice lives, which
         // is Region::as_slice's contract.
@@ -885,6 +895,8 @@ impl<B> Mr<B> {
     /// # Safety
     /// No work request that reads or writes this memory may be outstanding
     /// while the slice lives.
+    // Public API, outside `sys`: the contract is the caller's.
+    #[allow(unsafe_code)]
     pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the caller excludes any other access while the slice
         // lives, which is Region::as_mut_slice's contract.
