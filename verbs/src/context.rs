@@ -14,13 +14,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{exec, nr, response_fd, write_ex_cmd};
+use rverbs_abi::cmd::{exec, response_fd};
 use rverbs_abi::device::{
-    ExQueryDevice, ExQueryDeviceResp, GidEntry as RawGidEntry, QueryDevice, QueryDeviceResp,
-    QueryPort, QueryPortResp,
-};
-use rverbs_abi::ioctl::{
-    device_method, object, query_gid_entry_attr as ge, query_gid_table_attr as gt, IoctlCmd,
+    ExQueryDeviceResp, GidEntry as RawGidEntry, QueryDevice, QueryDeviceResp, QueryPort,
+    QueryPortResp,
 };
 use rverbs_abi::Errno;
 use zerocopy::FromZeros;
@@ -136,17 +133,7 @@ impl Context {
         // provider's C library does, not used.
         let mut drv = [0u8; 128];
         let n = self.provider().query_device_resp_len().min(drv.len());
-        // SAFETY: the extended QUERY_DEVICE carries no user address
-        // (write_ex_cmd supplies the response buffer).
-        match unsafe {
-            write_ex_cmd::<_, ExQueryDeviceResp>(
-                self.fd(),
-                nr::EX_QUERY_DEVICE,
-                &ExQueryDevice::default(),
-                &[],
-                &mut drv[..n],
-            )
-        } {
+        match crate::sys::cmd::ex_query_device(self.fd(), &mut drv[..n]) {
             Ok(r) => {
                 ex = r;
                 let attr = DeviceAttr {
@@ -287,20 +274,8 @@ impl Context {
     /// kernel wrote.
     fn gid_table_ioctl(&self, raw: &mut [RawGidEntry]) -> std::result::Result<usize, Errno> {
         let len = raw.len();
-        let mut n: u64 = 0;
-        {
-            let bytes = zerocopy::IntoBytes::as_mut_bytes(raw);
-            let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_TABLE);
-            call.driver_id(self.inner.device.driver().id().unwrap_or(0))
-                .in_u64(gt::ENTRY_SIZE, size_of::<RawGidEntry>() as u64)
-                .in_u32(gt::FLAGS, 0)
-                .out_bytes(gt::RESP_ENTRIES, bytes)
-                .out_value(gt::RESP_NUM_ENTRIES, &mut n);
-            // SAFETY: the inline values are a size and flags, no address;
-            // the outputs are borrowed buffers. The fd is this context's,
-            // a uverbs node that passed Device::open_node's check.
-            unsafe { call.execute(self.fd()) }?;
-        }
+        let driver_id = self.inner.device.driver().id().unwrap_or(0);
+        let n = crate::sys::cmd::query_gid_table(self.fd(), driver_id, raw)?;
         Ok(usize::try_from(n).map_or(len, |n| n.min(len)))
     }
 
@@ -312,18 +287,8 @@ impl Context {
     /// [`Error::InvalidArgument`].
     pub fn query_gid_entry(&self, port: u8, index: u32) -> Result<GidEntry> {
         let mut raw = RawGidEntry::default();
-        let res = {
-            let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_ENTRY);
-            call.driver_id(self.inner.device.driver().id().unwrap_or(0))
-                .in_u64(ge::PORT, u64::from(port))
-                .in_u64(ge::GID_INDEX, u64::from(index))
-                .in_u32(ge::FLAGS, 0)
-                .out_value(ge::RESP_ENTRY, &mut raw);
-            // SAFETY: the inline values are numbers, no address; the output
-            // is a borrowed entry. The fd is this context's, a uverbs node
-            // that passed Device::open_node's check.
-            unsafe { call.execute(self.fd()) }
-        };
+        let driver_id = self.inner.device.driver().id().unwrap_or(0);
+        let res = crate::sys::cmd::query_gid_entry(self.fd(), driver_id, port, index, &mut raw);
         let no_gid = || Error::invalid(format!("port {port} has no GID at index {index}"));
         match res {
             Ok(()) => Ok(gid_entry(&raw)),
@@ -500,9 +465,7 @@ fn gid_entry_from_sysfs(
     let netdev_ifindex = fs::read_to_string(attrs_dir.join(format!("ndevs/{index}")))
         .ok()
         .and_then(|name| CString::new(name.trim()).ok())
-        // SAFETY: `name` is a NUL-terminated string that lives through the
-        // call; if_nametoindex only reads it.
-        .map(|name| unsafe { libc::if_nametoindex(name.as_ptr()) })
+        .map(|name| crate::sys::if_nametoindex(&name))
         .unwrap_or(0);
     Ok(Some(GidEntry {
         gid,
@@ -779,8 +742,7 @@ mod tests {
             (2, port(2, IB_LINK_LAYER_ETHERNET)),
         ];
         let table = gid_table_from_sysfs(&t.0, &ports).unwrap();
-        // SAFETY: a NUL-terminated literal.
-        let lo = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+        let lo = crate::sys::if_nametoindex(c"lo");
         assert_ne!(lo, 0);
         let got: Vec<(u32, u32, GidType, u32)> = table
             .iter()

@@ -2,23 +2,28 @@
 //! that signals an armed CQ, pollable with `poll`/`epoll`).
 
 use std::fmt;
-use std::mem::ManuallyDrop;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use rverbs_abi::cmd::{exec, exec_prefilled, NO_FD};
-use rverbs_abi::cq::{
-    CompEventDesc, CreateCompChannel, CreateCompChannelResp, CreateCq, DestroyCq,
-};
+use rverbs_abi::cmd::exec;
+use rverbs_abi::cq::{CompEventDesc, CreateCq, DestroyCq};
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
-use zerocopy::{FromBytes, FromZeros};
+use zerocopy::{FromBytes, IntoBytes};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{EventId, ObjectKind};
+use crate::sys::mem::Leakable;
 use rverbs_provider::CompletionQueue;
 
 pub(crate) struct CqInner {
+    /// What outlives the ring (mlx5: the ring and doorbell record the
+    /// device writes CQEs to for as long as the kernel CQ exists, which QPs
+    /// on it keep after the [`Cq`] handle may be gone), freed only after
+    /// DESTROY_CQ: declared first, it drops first, right after
+    /// [`Drop::drop`]'s body (leaked if the kernel refused). QPs on the CQ
+    /// also clean their CQEs out of it through this.
+    pub(crate) shared: Leakable<crate::provider::CqShared>,
     pub(crate) ctx: Context,
     pub(crate) handle: u32,
     /// The `user_handle` events name this CQ by.
@@ -27,12 +32,6 @@ pub(crate) struct CqInner {
     /// from creation until DESTROY_CQ, to tell the provider of its
     /// events).
     channel: Option<CompChannel>,
-    /// What outlives the ring (mlx5: the ring and doorbell record the
-    /// device writes CQEs to for as long as the kernel CQ exists, which QPs
-    /// on it keep after the [`Cq`] handle may be gone), freed only after
-    /// DESTROY_CQ (fields drop after [`Drop::drop`]'s body). QPs on the CQ
-    /// also clean their CQEs out of it through this.
-    pub(crate) shared: ManuallyDrop<crate::provider::CqShared>,
 }
 
 impl Drop for CqInner {
@@ -46,10 +45,8 @@ impl Drop for CqInner {
         // ring and doorbell record are freed only once the kernel has
         // destroyed the CQ (or the device is gone): a refused destroy
         // leaves them the device's, so they are leaked.
-        if crate::event::destroyed(exec(self.ctx.fd(), &cmd, &mut [])) {
-            // SAFETY: this is the CqInner's drop: `shared` is not used
-            // again.
-            unsafe { ManuallyDrop::drop(&mut self.shared) };
+        if !crate::event::destroyed(exec(self.ctx.fd(), &cmd, &mut [])) {
+            self.shared.leak();
         }
         // The kernel discarded its events still queued on the channel.
         if let Some(chan) = &self.channel {
@@ -114,21 +111,7 @@ struct ChannelInner {
 impl Context {
     /// Creates a completion channel.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        // The fd field starts as -1: a response the kernel did not write
-        // must not name fd 0.
-        let mut resp = CreateCompChannelResp { fd: NO_FD };
-        exec_prefilled(
-            self.fd(),
-            &CreateCompChannel::new_zeroed(),
-            &mut resp,
-            &mut [],
-        )
-        .map_err(Error::kernel("create_comp_channel"))?;
-        let raw = crate::context::kernel_fd("create_comp_channel", "fd", resp.fd)?;
-        // SAFETY: the kernel wrote this fd number over the -1 prefilled
-        // above: it opened it for us in this call on the context's checked
-        // uverbs node, and nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = crate::sys::cmd::create_comp_channel(self.fd())?;
         crate::event::set_nonblocking(fd.as_fd())
             .map_err(Error::kernel("comp channel O_NONBLOCK"))?;
         Ok(CompChannel {
@@ -224,7 +207,7 @@ impl Context {
                 handle: resp.cq_handle,
                 event_id,
                 channel: channel.cloned(),
-                shared: ManuallyDrop::new(shared),
+                shared: Leakable::new(shared),
             }),
             ring,
             cqe: resp.cqe,
@@ -402,9 +385,13 @@ impl Cq {
 
 #[inline]
 fn poll_ring(ring: &mut crate::provider::Cq, wc: &mut [Wc]) -> Result<usize> {
-    // SAFETY: Wc is repr(transparent) over the ABI's Wc.
-    let raw = unsafe { &mut *(wc as *mut [Wc] as *mut [rverbs_abi::wr::Wc]) };
-    ring.poll_wcs(raw)
+    // A `[Wc]` is a `[RawWc]`: Wc is repr(transparent) over it and both are
+    // plain bytes, so the bytes of `wc` always make a `[RawWc]` of the same
+    // length (size and alignment are equal; the check folds away).
+    match <[rverbs_abi::wr::Wc]>::mut_from_bytes(wc.as_mut_bytes()) {
+        Ok(raw) => ring.poll_wcs(raw),
+        Err(_) => unreachable!("[Wc] and [RawWc] have one layout"),
+    }
 }
 
 fn arm_ring(ring: &crate::provider::Cq, inner: &CqInner, solicited_only: bool) -> Result<()> {
@@ -547,7 +534,7 @@ impl AsRawFd for CompChannel {
 /// A work completion: the 48-byte `ib_uverbs_wc` the device wrote
 /// ([`abi::RawWc`](crate::abi::RawWc)), with typed accessors.
 #[repr(transparent)]
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Default, PartialEq, Eq, FromBytes, IntoBytes)]
 pub struct Wc(rverbs_abi::wr::Wc);
 
 impl Wc {

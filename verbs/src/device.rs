@@ -20,8 +20,7 @@ use crate::error::{Error, Result};
 /// slashes when it is set, not empty and the real and effective user ids
 /// agree (no set-uid program); `/sys` otherwise.
 pub(crate) fn sysfs_root() -> PathBuf {
-    // SAFETY: getuid and geteuid have no preconditions.
-    let same_user = unsafe { libc::getuid() == libc::geteuid() };
+    let same_user = nix::unistd::getuid() == nix::unistd::geteuid();
     if same_user {
         if let Some(v) = std::env::var_os("SYSFS_PATH") {
             let s = v.to_string_lossy();
@@ -366,17 +365,10 @@ impl Device {
             })?;
         // libc's fstat, not std's metadata (statx): the mlx5 emulator
         // interposes fstat to describe its device fds.
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: `file` is an open fd and `st` is writable storage for one
-        // `struct stat`, which fstat fills on success.
-        if unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
-            return Err(Error::Io {
-                what: format!("fstat {}", self.dev_path.display()),
-                source: std::io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: fstat succeeded, so it initialised `st`.
-        let st = unsafe { st.assume_init() };
+        let st = nix::sys::stat::fstat(file.as_raw_fd()).map_err(|errno| Error::Io {
+            what: format!("fstat {}", self.dev_path.display()),
+            source: errno.into(),
+        })?;
         if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
             return Err(not_uverbs("not a character device".into()));
         }

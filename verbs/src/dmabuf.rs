@@ -39,9 +39,6 @@
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use rverbs_abi::cmd::{nr, write_cmd_fixed, NoResp};
-use rverbs_abi::ioctl::{mr_method, object, reg_dmabuf_mr_attr as rd, IoctlCmd};
-use rverbs_abi::mr::DeregMr;
 use rverbs_abi::wr::Sge;
 
 use crate::error::{Errno, Error, Feature, Result};
@@ -139,26 +136,21 @@ impl Pd {
         }
         let raw_fd = u32::try_from(fd.as_raw_fd())
             .map_err(|_| Error::invalid("a negative file descriptor"))?;
-        let (mut lkey, mut rkey) = (0u32, 0u32);
-        let mut call = IoctlCmd::new(object::MR, mr_method::REG_DMABUF_MR);
-        // rdma-core's attribute order (ibv_cmd_reg_dmabuf_mr), so the
-        // bytes match its call.
-        call.driver_id(ctx.device().driver().id().unwrap_or(0))
-            .out_handle(rd::HANDLE)
-            .out_value(rd::RESP_LKEY, &mut lkey)
-            .out_value(rd::RESP_RKEY, &mut rkey)
-            .in_handle(rd::PD_HANDLE, self.handle())
-            .in_u64(rd::OFFSET, offset)
-            .in_u64(rd::LENGTH, len)
-            .in_u64(rd::IOVA, iova)
-            .in_u32(rd::FD, raw_fd)
-            .in_u32(rd::ACCESS_FLAGS, access.bits());
-        // SAFETY: no inline value is a user address: the offset, length
-        // and IOVA name places in the dma-buf, which the kernel resolves
-        // from the descriptor itself and checks against the buffer; the
-        // outputs are borrowed locals. The fd is the context's uverbs node.
-        let done = unsafe { call.execute(ctx.fd()) };
-        let handle = call.handle(rd::HANDLE);
+        let crate::sys::cmd::DmabufReg {
+            done,
+            handle,
+            lkey,
+            rkey,
+        } = crate::sys::cmd::reg_dmabuf_mr(
+            ctx.fd(),
+            ctx.device().driver().id().unwrap_or(0),
+            self.handle(),
+            offset,
+            len,
+            iova,
+            raw_fd,
+            access.bits(),
+        );
         match done {
             Ok(()) => {}
             Err(Errno::EOPNOTSUPP) => {
@@ -248,12 +240,8 @@ impl DmabufMr {
 
 impl Drop for DmabufMr {
     fn drop(&mut self) {
-        let cmd = DeregMr {
-            mr_handle: self.handle,
-        };
-        // SAFETY: DEREG_MR carries no user address. A failure (device
-        // gone) leaves the registration to the context's teardown; no
-        // process memory is at stake either way.
-        let _ = unsafe { write_cmd_fixed::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd) };
+        // A failure (device gone) leaves the registration to the context's
+        // teardown; no process memory is at stake either way.
+        let _ = crate::sys::cmd::dereg_mr(self.pd.context().fd(), self.handle);
     }
 }

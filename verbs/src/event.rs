@@ -36,6 +36,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::{fcntl, FcntlArg, OFlag};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rverbs_abi::cq::AsyncEventDesc;
 use rverbs_abi::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -334,15 +336,11 @@ impl fmt::Display for AsyncEvent {
 
 /// Puts `fd` in non-blocking mode.
 pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> std::result::Result<(), Errno> {
-    // SAFETY: fcntl on a live fd with integer arguments only.
-    let flags = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if flags < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(Errno::last());
-    }
+    let flags = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?;
+    fcntl(
+        fd.as_raw_fd(),
+        FcntlArg::F_SETFL(OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK),
+    )?;
     Ok(())
 }
 
@@ -375,36 +373,34 @@ pub(crate) fn wait_readable(
     // A timeout past what an Instant can hold is no timeout.
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
-        let ms: libc::c_int = match deadline {
-            None => -1,
+        let timeout = match deadline {
+            None => PollTimeout::NONE,
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 // Round up so a short remaining time does not become a busy poll.
                 let ms = left.as_nanos().div_ceil(1_000_000);
-                ms.min(libc::c_int::MAX as u128) as libc::c_int
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
             }
         };
-        let mut p = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
+        let mut p = [PollFd::new(fd, PollFlags::POLLIN)];
+        let n = match poll(&mut p, timeout) {
+            Ok(n) => n,
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e),
         };
-        // SAFETY: one valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n < 0 {
-            let e = Errno::last();
-            if e == Errno::EINTR {
-                continue;
-            }
-            return Err(e);
-        }
         if n == 0 {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(Ready::TimedOut);
             }
             continue;
         }
-        if p.revents & libc::POLLIN != 0 {
+        // revents is None only for bits nix does not know, which poll never
+        // reports for a POLLIN request (the kernel masks the answer to the
+        // events asked plus POLLERR, POLLHUP and POLLNVAL).
+        if p[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN))
+        {
             return Ok(Ready::Readable);
         }
         return Ok(Ready::Failed);
@@ -421,16 +417,13 @@ where
     let mut rec = T::new_zeroed();
     let buf = rec.as_mut_bytes();
     loop {
-        // SAFETY: reading into a live buffer of exactly `buf.len()` bytes.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            match Errno::last() {
-                Errno::EINTR => continue,
-                Errno::EAGAIN => return Ok(None),
-                e => return Err(Error::Kernel { op, errno: e }),
-            }
-        }
-        if n as usize != buf.len() {
+        let n = match nix::unistd::read(fd.as_raw_fd(), buf) {
+            Ok(n) => n,
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EAGAIN) => return Ok(None),
+            Err(e) => return Err(Error::Kernel { op, errno: e }),
+        };
+        if n != buf.len() {
             // End of file or a short record: the event file is unusable.
             return Err(Error::Kernel {
                 op,
@@ -521,14 +514,10 @@ impl Context {
     /// meanwhile and get the same device number, this reports `false`.
     pub fn removal_pending(&self) -> bool {
         use std::os::unix::fs::MetadataExt;
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: fstat fills `st` for a live fd; read only on success.
-        let ours = unsafe {
-            if libc::fstat(self.fd().as_raw_fd(), st.as_mut_ptr()) != 0 {
-                return true;
-            }
-            st.assume_init().st_rdev
+        let Ok(st) = nix::sys::stat::fstat(self.fd().as_raw_fd()) else {
+            return true;
         };
+        let ours = st.st_rdev;
         match std::fs::metadata(self.device().dev_path()) {
             Ok(m) => m.rdev() != ours,
             Err(_) => true,
@@ -589,28 +578,14 @@ mod tests {
     }
 
     fn pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
-        use std::os::fd::FromRawFd;
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two fds into `fds`, which has room for two;
-        // nothing else owns them.
-        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK) };
-        assert_eq!(rc, 0);
-        // SAFETY: fresh fds from pipe2, owned here.
-        unsafe {
-            (
-                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
-                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
-            )
-        }
+        nix::unistd::pipe2(OFlag::O_NONBLOCK).unwrap()
     }
 
     #[test]
     fn a_timeout_past_what_an_instant_holds_waits_instead_of_panicking() {
-        use std::os::fd::{AsFd, AsRawFd};
+        use std::os::fd::AsFd;
         let (r, w) = pipe();
-        // SAFETY: writes one byte from a live local to our pipe.
-        let n = unsafe { libc::write(w.as_raw_fd(), [1u8].as_ptr().cast(), 1) };
-        assert_eq!(n, 1);
+        assert_eq!(nix::unistd::write(&w, &[1u8]), Ok(1));
         let got = wait_readable(r.as_fd(), Some(Duration::MAX)).unwrap();
         assert!(matches!(got, Ready::Readable));
     }
@@ -634,9 +609,7 @@ mod tests {
             event_type: 15,
             reserved: 0,
         };
-        // SAFETY: writing a live 16-byte record to the pipe.
-        let n = unsafe { libc::write(w.as_fd().as_raw_fd(), rec.as_bytes().as_ptr().cast(), 16) };
-        assert_eq!(n, 16);
+        assert_eq!(nix::unistd::write(&w, rec.as_bytes()), Ok(16));
         let got = wait_event::<AsyncEventDesc>(fd, "t", None)
             .unwrap()
             .unwrap();

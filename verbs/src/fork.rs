@@ -68,10 +68,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use nix::unistd::{sysconf, SysconfVar};
 use rverbs_abi::Errno;
 use rverbs_netlink::NlSocket;
 
 use crate::error::{Error, Result};
+use crate::sys::mem::{madvise_fork, ForkAdvice::*};
 
 /// What protects registered memory across `fork()` in this process (see
 /// the [module documentation](self)).
@@ -165,26 +167,13 @@ pub fn enable_dontfork() -> Result<()> {
 pub(crate) fn page_size() -> usize {
     static PS: OnceLock<usize> = OnceLock::new();
     *PS.get_or_init(|| {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(ps)
-            .ok()
+        let ps = sysconf(SysconfVar::PAGE_SIZE);
+        ps.ok()
+            .flatten()
+            .and_then(|ps| usize::try_from(ps).ok())
             .filter(|p| p.is_power_of_two())
             .unwrap_or(4096)
     })
-}
-
-fn madvise(start: usize, end: usize, advice: libc::c_int) -> std::result::Result<(), Errno> {
-    // SAFETY: MADV_DONTFORK/MADV_DOFORK only change whether the mapping is
-    // inherited by a child; they never change this process's memory
-    // contents, so no Rust reference can be invalidated. An unmapped range
-    // is reported as ENOMEM.
-    let rc = unsafe { libc::madvise(start as *mut libc::c_void, end - start, advice) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Errno::last())
-    }
 }
 
 /// Whether `madvise(MADV_DONTFORK)` and `MADV_DOFORK` work on a private
@@ -193,27 +182,13 @@ fn madvise_works() -> bool {
     static WORKS: OnceLock<bool> = OnceLock::new();
     *WORKS.get_or_init(|| {
         let ps = page_size();
-        // SAFETY: a fresh private anonymous mapping; no existing memory is
-        // touched.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                ps,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        // A fresh private anonymous page, unmapped when `page` drops.
+        let Ok(page) = memmap2::MmapMut::map_anon(ps) else {
             return false;
-        }
-        let start = p as usize;
-        let ok = madvise(start, start + ps, libc::MADV_DONTFORK).is_ok()
-            && madvise(start, start + ps, libc::MADV_DOFORK).is_ok();
-        // SAFETY: unmapping the page mapped above, which nothing references.
-        unsafe { libc::munmap(p, ps) };
-        ok
+        };
+        let start = page.as_ptr() as usize;
+        madvise_fork(start, start + ps, DontFork).is_ok()
+            && madvise_fork(start, start + ps, DoFork).is_ok()
     })
 }
 
@@ -253,7 +228,7 @@ impl Tracker {
 
     /// Marks `start..end` (page-aligned, non-empty) and records it.
     fn protect(&mut self, start: usize, end: usize) -> std::result::Result<(), Errno> {
-        madvise(start, end, libc::MADV_DONTFORK)?;
+        madvise_fork(start, end, DontFork)?;
         *self.records.entry((start, end)).or_insert(0) += 1;
         self.split_at(start);
         self.split_at(end);
@@ -302,7 +277,7 @@ impl Tracker {
                 unmark = match unmark {
                     Some((us, ue)) if ue == s => Some((us, e)),
                     Some((us, ue)) => {
-                        let _ = madvise(us, ue, libc::MADV_DOFORK);
+                        let _ = madvise_fork(us, ue, DoFork);
                         Some((s, e))
                     }
                     None => Some((s, e)),
@@ -311,7 +286,7 @@ impl Tracker {
             at = e;
         }
         if let Some((us, ue)) = unmark {
-            let _ = madvise(us, ue, libc::MADV_DOFORK);
+            let _ = madvise_fork(us, ue, DoFork);
         }
         self.merge_at(start);
         self.merge_at(end);
@@ -404,38 +379,19 @@ mod tests {
     /// An anonymous private mapping of `pages` pages, unmapped on drop.
     struct Map {
         base: usize,
-        len: usize,
+        _map: memmap2::MmapMut,
     }
 
     impl Map {
         fn new(pages: usize) -> Map {
-            let len = pages * page_size();
-            // SAFETY: fresh anonymous mapping.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(p, libc::MAP_FAILED, "mmap");
+            let map = memmap2::MmapMut::map_anon(pages * page_size()).expect("mmap");
             Map {
-                base: p as usize,
-                len,
+                base: map.as_ptr() as usize,
+                _map: map,
             }
         }
         fn page(&self, i: usize) -> usize {
             self.base + i * page_size()
-        }
-    }
-
-    impl Drop for Map {
-        fn drop(&mut self) {
-            // SAFETY: unmapping our own mapping.
-            unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
         }
     }
 

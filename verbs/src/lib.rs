@@ -43,6 +43,11 @@
 #![deny(missing_docs)]
 // docs.rs (`--cfg docsrs`, see Cargo.toml) marks feature-gated items.
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// `unsafe` lives in one module, `sys`, which alone may use it; elsewhere
+// only the public API's own unsafe items (`Pd::register_raw`,
+// `Mr::as_slice`, `Mr::as_mut_slice`, `MrBuf` and its implementations,
+// `Mr`'s `Send`/`Sync`) are allowed, one by one, where they stand.
+#![deny(unsafe_code)]
 
 pub mod ah;
 pub mod cm;
@@ -60,6 +65,8 @@ pub mod pd;
 mod provider;
 pub mod qp;
 pub mod srq;
+#[allow(unsafe_code)]
+mod sys;
 #[cfg(test)]
 mod test_util;
 #[cfg(feature = "tokio")]

@@ -19,29 +19,29 @@
 //! executes a request, and fails the request (a completion with an error
 //! status) rather than touch memory outside a registration.
 
+// `MrBuf` is an `unsafe trait` of the public API, with its implementations
+// for the buffer types; each is allowed where it stands.
 mod buf;
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::mem::MaybeUninit;
 use std::ops::{Bound, RangeBounds};
 
 pub use buf::{MrBuf, PageBuf};
-use rverbs_abi::cmd::{nr, write_cmd_fixed, NoResp};
-use rverbs_abi::ioctl::{
-    advise_mr_advice, advise_mr_attr as am, mr_method, object, IoctlCmd, ADVISE_MR_FLAG_FLUSH,
-};
+use rverbs_abi::device::{device_cap_ex, odp_general};
+use rverbs_abi::ioctl::{advise_mr_advice, ADVISE_MR_FLAG_FLUSH};
 pub use rverbs_abi::mr::AccessFlags;
-use rverbs_abi::mr::{DeregMr, RegMr, RegMrResp, ReregMr, ReregMrResp};
+use rverbs_abi::mr::{RegMrResp, ReregMrResp};
 use rverbs_abi::wr::Sge;
 use rverbs_provider::wr::{opcode, FlushType, SendWr};
-use zerocopy::IntoBytes;
 
 use crate::context::Caps;
 use crate::error::Feature;
 use crate::error::{Errno, Error, Result};
 use crate::pd::Pd;
-use rverbs_abi::device::{device_cap_ex, odp_general};
+use crate::sys;
+use crate::sys::mem::TakeOnce;
+use crate::sys::mr::{Region, REREG_ACCESS, REREG_PD};
 
 /// A registered memory region that owns its memory `B` (a [`PageBuf`] by
 /// default: what [`Pd::alloc_mr`] returns). Dropping it deregisters the
@@ -77,8 +77,8 @@ pub struct Mr<B = PageBuf> {
     handle: u32,
     lkey: u32,
     rkey: u32,
-    addr: *mut u8,
-    len: usize,
+    /// The memory: `len` bytes at `addr`.
+    mem: Region,
     /// The address the device knows the start by (`addr` unless registered
     /// with [`Pd::register_at`]).
     iova: u64,
@@ -86,12 +86,11 @@ pub struct Mr<B = PageBuf> {
     // Released right after DEREG_MR succeeds (in `deregister`), before the
     // buffer goes; kept for good if it fails.
     fork: crate::fork::Guard,
-    // The owner of `addr..addr+len`. Kept in a `MaybeUninit` (a union), so
-    // that moving the MR never asserts uniqueness of the owner (a `Box`'s
-    // pointer, say) over memory the device and `addr` still reach; it is
-    // always initialised, and read out exactly once: in `Drop` or in
-    // `into_inner`.
-    buf: MaybeUninit<B>,
+    // The owner of the memory, held so that moving the MR never asserts
+    // uniqueness of the owner (a `Box`'s pointer, say) over memory the
+    // device and `mem` still reach; taken out once: in `Drop` or in
+    // `into_inner` (never, if deregistration fails: leaked).
+    buf: TakeOnce<B>,
     // The memory is borrowed ([`Scoped`], [`Raw`]): if deregistration fails,
     // it cannot be kept away from its owner, so the process aborts.
     borrowed: bool,
@@ -105,25 +104,43 @@ pub struct Mr<B = PageBuf> {
 /// closure nor be swapped with another scope's MR.
 pub struct Scoped<'s>(PhantomData<fn(&'s ()) -> &'s ()>);
 
+impl Scoped<'_> {
+    /// The brand of a new scoped registration.
+    pub(crate) fn new() -> Self {
+        Scoped(PhantomData)
+    }
+}
+
 /// The buffer type of an MR made by [`Pd::register_raw`]: memory the caller
 /// keeps valid by contract.
 #[derive(Debug)]
 pub struct Raw(());
 
+impl Raw {
+    /// The marker of a new raw registration.
+    pub(crate) fn new() -> Self {
+        Raw(())
+    }
+}
+
+// Public API, outside `sys`: the bounds are part of it (an automatic
+// implementation would follow the fields, `Region`'s pointer among them).
 // SAFETY: the MR's memory is only reached through `&self` reads and `&mut
 // self` writes (or unsafe views whose contract covers sharing); the raw
 // pointer is not tied to any thread, and the owner `B` moves with the MR
 // (hence `B: Send`).
+#[allow(unsafe_code)]
 unsafe impl<B: Send> Send for Mr<B> {}
 // SAFETY: `&Mr` allows reads of the memory and of plain fields only; it
 // never hands out `&B`, but `B: Sync` is asked for all the same.
+#[allow(unsafe_code)]
 unsafe impl<B: Send + Sync> Sync for Mr<B> {}
 
 impl<B> fmt::Debug for Mr<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mr")
-            .field("addr", &self.addr)
-            .field("len", &self.len)
+            .field("addr", &self.mem.addr())
+            .field("len", &self.mem.len())
             .field("lkey", &self.lkey)
             .field("rkey", &self.rkey)
             .field("access", &self.access)
@@ -366,7 +383,7 @@ impl<B> From<RegisterError<B>> for Error {
 /// and a borrowed range cannot be kept from its owner once the borrow
 /// ends. Without `MW_BIND` on the MR the device refuses every bind to it,
 /// however the request was built.
-fn check_borrowed_access(access: AccessFlags) -> Result<()> {
+pub(crate) fn check_borrowed_access(access: AccessFlags) -> Result<()> {
     if access.contains(AccessFlags::MW_BIND) {
         return Err(Error::invalid(
             "a borrowed registration (register_scoped, register_raw) cannot allow memory \
@@ -376,11 +393,6 @@ fn check_borrowed_access(access: AccessFlags) -> Result<()> {
     }
     Ok(())
 }
-
-/// `IB_MR_REREG_PD`: REREG_MR changes the PD.
-const REREG_PD: u32 = 1 << 1;
-/// `IB_MR_REREG_ACCESS`: REREG_MR changes the access flags.
-const REREG_ACCESS: u32 = 1 << 2;
 
 pub(crate) fn check_access(access: AccessFlags) -> Result<()> {
     let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
@@ -434,7 +446,7 @@ pub(crate) fn check_offered(access: AccessFlags, caps: impl FnOnce() -> Caps) ->
 /// which only the ioctl form of GET_CONTEXT reports; this asks the kernel
 /// itself, at the cost of a second command only where the first failed.
 /// Returns the result and the flags that were used.
-fn with_optional_fallback<T>(
+pub(crate) fn with_optional_fallback<T>(
     access: AccessFlags,
     mut reg: impl FnMut(AccessFlags) -> std::result::Result<T, Errno>,
 ) -> (std::result::Result<T, Errno>, AccessFlags) {
@@ -464,14 +476,10 @@ impl Pd {
     /// ```
     pub fn register<B: MrBuf>(
         &self,
-        mut buf: B,
+        buf: B,
         access: AccessFlags,
     ) -> Result<Mr<B>, RegisterError<B>> {
-        let (addr, len) = (buf.mr_ptr(), buf.mr_len());
-        // SAFETY: by `MrBuf`'s contract `addr..addr+len` is valid, owned by
-        // `buf` alone and stable while `buf` lives; the MR keeps `buf` until
-        // DEREG_MR succeeded, and leaks it otherwise.
-        unsafe { self.reg(addr, len, access, None, buf, false) }
+        sys::mr::register_owned(self, buf, access, None)
             .map_err(|(error, buf)| RegisterError { error, buf })
     }
 
@@ -487,14 +495,11 @@ impl Pd {
     /// refuses first), and `iova + len` must not pass `u64::MAX`.
     pub fn register_at<B: MrBuf>(
         &self,
-        mut buf: B,
+        buf: B,
         access: AccessFlags,
         iova: u64,
     ) -> Result<Mr<B>, RegisterError<B>> {
-        let (addr, len) = (buf.mr_ptr(), buf.mr_len());
-        // SAFETY: as in `register`; the IOVA is a number the device
-        // translates through this registration, not a user address.
-        unsafe { self.reg(addr, len, access, Some(iova), buf, false) }
+        sys::mr::register_owned(self, buf, access, Some(iova))
             .map_err(|(error, buf)| RegisterError { error, buf })
     }
 
@@ -540,22 +545,7 @@ impl Pd {
         f: impl for<'s> FnOnce(&mut Mr<Scoped<'s>>) -> R,
     ) -> Result<R> {
         check_borrowed_access(access)?;
-        // SAFETY: `buf` is valid and exclusively borrowed for this whole
-        // call; the MR is a local of this frame that `f` only borrows, so it
-        // is dropped (DEREG_MR, or abort if that fails) before the borrow
-        // ends, on return and on unwinding alike.
-        let mut mr = unsafe {
-            self.reg(
-                buf.as_mut_ptr(),
-                buf.len(),
-                access,
-                None,
-                Scoped(PhantomData),
-                true,
-            )
-        }
-        .map_err(|(e, _)| e)?;
-        Ok(f(&mut mr))
+        sys::mr::register_scoped(self, buf, access, f)
     }
 
     /// Registers `len` bytes at `addr`, which the caller keeps valid: for
@@ -572,6 +562,8 @@ impl Pd {
     /// deregistration fails when the MR drops, the process aborts (memory
     /// windows, which would make a healthy kernel refuse, cannot be bound:
     /// `access` may not include [`AccessFlags::MW_BIND`]).
+    // Public API, outside `sys`: the contract is the caller's.
+    #[allow(unsafe_code)]
     pub unsafe fn register_raw(
         &self,
         addr: *mut u8,
@@ -579,85 +571,16 @@ impl Pd {
         access: AccessFlags,
     ) -> Result<Mr<Raw>> {
         check_borrowed_access(access)?;
-        // SAFETY: forwarded from this function's contract.
-        unsafe { self.reg(addr, len, access, None, Raw(()), true) }.map_err(|(e, _)| e)
-    }
-
-    /// # Safety
-    /// `addr..addr+len` must stay valid, and untouched except through the MR,
-    /// until the MR is dropped or unwrapped by `into_inner` (`buf` owning it,
-    /// or, for `borrowed`, the caller guaranteeing it).
-    unsafe fn reg<B>(
-        &self,
-        addr: *mut u8,
-        len: usize,
-        access: AccessFlags,
-        iova: Option<u64>,
-        buf: B,
-        borrowed: bool,
-    ) -> std::result::Result<Mr<B>, (Error, B)> {
-        if len == 0 {
-            return Err((
-                Error::invalid("cannot register a zero-length memory region"),
-                buf,
-            ));
-        }
-        if let Err(e) = check_access(access) {
-            return Err((e, buf));
-        }
-        if let Err(e) = check_offered(access, || self.context().caps()) {
-            return Err((e, buf));
-        }
-        let iova = match check_iova(addr as u64, len, iova) {
-            Ok(v) => v,
-            Err(e) => return Err((e, buf)),
-        };
-        // Marked before pinning (see crate::fork); unmarked if this fails.
-        let fork = match crate::fork::protect(addr, len) {
-            Ok(fork) => fork,
-            Err(e) => return Err((e, buf)),
-        };
-        let (resp, access) = with_optional_fallback(access, |access| {
-            let cmd = RegMr {
-                response: 0,
-                start: addr as u64,
-                length: len as u64,
-                hca_va: iova,
-                pd_handle: self.inner.handle,
-                access_flags: access.bits(),
-            };
-            // SAFETY: REG_MR's start..start+length is addr..addr+len, which
-            // this function's caller keeps valid, and untouched but through
-            // the MR, until the MR is deregistered (Drop or into_inner), or
-            // forever if deregistration fails; the response pointer is
-            // write_cmd_fixed's own (REG_MR starts with it).
-            unsafe { write_cmd_fixed(self.context().fd(), nr::REG_MR, &cmd) }
-        });
-        let resp: RegMrResp = match resp {
-            Ok(resp) => resp,
-            Err(errno) => return Err((Error::kernel("reg_mr")(errno), buf)),
-        };
-        Ok(Mr {
-            pd: self.clone(),
-            handle: resp.mr_handle,
-            lkey: resp.lkey,
-            rkey: resp.rkey,
-            addr,
-            len,
-            iova,
-            access,
-            fork,
-            buf: MaybeUninit::new(buf),
-            borrowed,
-            finished: false,
-        })
+        // SAFETY: forwarded from this function's contract, which is
+        // sys::mr::register_raw's.
+        unsafe { sys::mr::register_raw(self, addr, len, access) }
     }
 }
 
 /// The IOVA to register `len` bytes at `addr` under: `iova` if given and
 /// usable (same offset within a page as `addr`, end within `u64`), else
 /// `addr` itself.
-fn check_iova(addr: u64, len: usize, iova: Option<u64>) -> Result<u64> {
+pub(crate) fn check_iova(addr: u64, len: usize, iova: Option<u64>) -> Result<u64> {
     let Some(iova) = iova else {
         return Ok(addr);
     };
@@ -696,9 +619,11 @@ impl<B: MrBuf> Mr<B> {
         }
         // Drop must not deregister again nor touch `buf`.
         self.finished = true;
-        // SAFETY: `buf` is initialised, and read out only here or in Drop,
-        // which skips it now that `finished` is set.
-        Ok(unsafe { self.buf.assume_init_read() })
+        match self.buf.take() {
+            Some(buf) => Ok(buf),
+            // Taken only here or in Drop, once.
+            None => unreachable!("an MR's buffer is taken once"),
+        }
     }
 }
 
@@ -741,19 +666,43 @@ impl<B> From<DeregisterError<B>> for Error {
 }
 
 impl<B> Mr<B> {
+    /// The MR REG_MR answered `resp` for, over `mem` (whose making in
+    /// `sys::mr` carries the memory's contract), owning `buf`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_registration(
+        pd: Pd,
+        resp: &RegMrResp,
+        mem: Region,
+        iova: u64,
+        access: AccessFlags,
+        fork: crate::fork::Guard,
+        buf: B,
+        borrowed: bool,
+    ) -> Mr<B> {
+        Mr {
+            pd,
+            handle: resp.mr_handle,
+            lkey: resp.lkey,
+            rkey: resp.rkey,
+            mem,
+            iova,
+            access,
+            fork,
+            buf: TakeOnce::new(buf),
+            borrowed,
+            finished: false,
+        }
+    }
+}
+
+impl<B> Mr<B> {
     /// DEREG_MR. On success the device no longer touches the memory. EIO and
     /// ENODEV mean the device is gone and the kernel already tore the
     /// registration down. On any other failure the pages stay marked
     /// against fork (the registration may live on) and the error is
     /// returned: the caller must keep the memory from being reused.
     fn deregister(&mut self) -> Result<()> {
-        let cmd = DeregMr {
-            mr_handle: self.handle,
-        };
-        // SAFETY: DEREG_MR carries no user address.
-        let done =
-            unsafe { write_cmd_fixed::<_, NoResp>(self.pd.context().fd(), nr::DEREG_MR, &cmd) };
-        match done {
+        match sys::cmd::dereg_mr(self.pd.context().fd(), self.handle) {
             Ok(_) | Err(Errno::EIO | Errno::ENODEV) => {
                 // Unmarked before the owner can free the pages.
                 self.fork.release();
@@ -778,7 +727,7 @@ impl<B> Mr<B> {
     }
     /// Start address (in this process).
     pub fn addr(&self) -> u64 {
-        self.addr as u64
+        self.mem.addr() as u64
     }
     /// The address the device knows the start by: what SGEs and peers
     /// name. Equal to [`Mr::addr`] unless registered with
@@ -788,11 +737,11 @@ impl<B> Mr<B> {
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.mem.len()
     }
     /// Always false: zero-length MRs are refused.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.mem.len() == 0
     }
     /// Access flags it was registered with (without the optional ones
     /// where the kernel does not take them: see [`AccessFlags::OPTIONAL_RANGE`]).
@@ -813,12 +762,12 @@ impl<B> Mr<B> {
         let end = match range.end_bound() {
             Bound::Included(&e) => e.saturating_add(1),
             Bound::Excluded(&e) => e,
-            Bound::Unbounded => self.len,
+            Bound::Unbounded => self.mem.len(),
         };
-        if start > end || end > self.len {
+        if start > end || end > self.mem.len() {
             return Err(Error::invalid(format!(
                 "range {start}..{end} outside the {}-byte memory region",
-                self.len
+                self.mem.len()
             )));
         }
         Ok((start, end))
@@ -864,20 +813,15 @@ impl<B> Mr<B> {
         // The kernel checks the flags before it touches the MR: an EINVAL
         // for optional flags leaves it as it was, and may be retried.
         let (resp, access) = with_optional_fallback(access, |access| {
-            let cmd = ReregMr {
-                response: 0,
-                mr_handle: self.handle,
+            sys::mr::rereg_mr(
+                self.pd.context().fd(),
+                &self.mem,
+                self.handle,
                 flags,
-                start: self.addr as u64,
-                length: self.len as u64,
-                hca_va: self.iova,
-                pd_handle: pd.handle(),
-                access_flags: access.bits(),
-            };
-            // SAFETY: REREG_MR's start..start+length is the MR's own
-            // memory, already registered and held by `self` until
-            // DEREG_MR; the response pointer is write_cmd_fixed's own (REREG_MR starts with it).
-            unsafe { write_cmd_fixed(self.pd.context().fd(), nr::REREG_MR, &cmd) }
+                self.iova,
+                pd.handle(),
+                access,
+            )
         });
         let resp: ReregMrResp = resp.map_err(Error::kernel("rereg_mr"))?;
         self.lkey = resp.lkey;
@@ -906,24 +850,22 @@ impl<B> Mr<B> {
         let ctx = self.pd.context();
         ctx.provider().require(Feature::OdpAdvice)?;
         let flags = if sync { ADVISE_MR_FLAG_FLUSH } else { 0 };
-        let mut call = IoctlCmd::new(object::MR, mr_method::ADVISE_MR);
-        call.driver_id(ctx.device().driver().id().unwrap_or(0))
-            .in_handle(am::PD_HANDLE, self.pd.handle())
-            .in_u64(am::ADVICE, advice as u64)
-            .in_u32(am::FLAGS, flags)
-            .in_bytes(am::SGE_LIST, sge.as_bytes());
-        // SAFETY: the only address is the SGE's, inside this MR (checked by
-        // `sge`), which the kernel looks up by its lkey and checks again;
-        // advice only maps pages of the MR's own range. The SGE list is a
-        // borrowed local. The fd is the context's uverbs node.
-        unsafe { call.execute(ctx.fd()) }.map_err(Error::kernel("advise_mr"))
+        sys::cmd::advise_mr(
+            ctx.fd(),
+            ctx.device().driver().id().unwrap_or(0),
+            self.pd.handle(),
+            advice as u64,
+            flags,
+            &sge,
+        )
+        .map_err(Error::kernel("advise_mr"))
     }
 
     /// The descriptor a peer needs for RDMA on the whole MR.
     pub fn remote(&self) -> RemoteMr {
         RemoteMr {
             addr: self.iova,
-            len: self.len as u64,
+            len: self.mem.len() as u64,
             rkey: self.rkey,
         }
     }
@@ -931,31 +873,27 @@ impl<B> Mr<B> {
     /// Copies `data` into the MR at `offset`.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<()> {
         let (s, _) = self.bounds(offset..offset.saturating_add(data.len()))?;
-        // SAFETY: bounds checked; the MR memory is valid and not referenced
-        // by any Rust reference (see the module docs).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.addr.add(s), data.len()) };
+        self.mem.write(s, data);
         Ok(())
     }
 
     /// Copies from the MR at `offset` into `out`.
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let (s, _) = self.bounds(offset..offset.saturating_add(out.len()))?;
-        // SAFETY: bounds checked; `out` is a distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(self.addr.add(s), out.as_mut_ptr(), out.len()) };
+        self.mem.read(s, out);
         Ok(())
     }
 
     /// Fills `range` with `byte`.
     pub fn fill(&mut self, range: impl RangeBounds<usize>, byte: u8) -> Result<()> {
         let (s, e) = self.bounds(range)?;
-        // SAFETY: bounds checked.
-        unsafe { std::ptr::write_bytes(self.addr.add(s), byte, e - s) };
+        self.mem.fill(s, e, byte);
         Ok(())
     }
 
     /// Copies the whole MR out.
     pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = vec![0u8; self.len];
+        let mut v = vec![0u8; self.mem.len()];
         // read_at cannot fail on the MR's own length.
         let _ = self.read_at(0, &mut v);
         v
@@ -966,9 +904,12 @@ impl<B> Mr<B> {
     /// # Safety
     /// No work request that writes this memory (receive, RDMA READ target,
     /// remote WRITE or atomic) may be outstanding while the slice lives.
+    // Public API, outside `sys`: the contract is the caller's.
+    #[allow(unsafe_code)]
     pub unsafe fn as_slice(&self) -> &[u8] {
-        // SAFETY: valid for len bytes; the caller excludes concurrent writes.
-        unsafe { std::slice::from_raw_parts(self.addr, self.len) }
+        // SAFETY: the caller excludes writes while the slice lives, which
+        // is Region::as_slice's contract.
+        unsafe { self.mem.as_slice() }
     }
 
     /// The MR's memory as a mutable slice.
@@ -976,9 +917,12 @@ impl<B> Mr<B> {
     /// # Safety
     /// No work request that reads or writes this memory may be outstanding
     /// while the slice lives.
+    // Public API, outside `sys`: the contract is the caller's.
+    #[allow(unsafe_code)]
     pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: valid for len bytes; the caller excludes concurrent access.
-        unsafe { std::slice::from_raw_parts_mut(self.addr, self.len) }
+        // SAFETY: the caller excludes any other access while the slice
+        // lives, which is Region::as_mut_slice's contract.
+        unsafe { self.mem.as_mut_slice() }
     }
 }
 
@@ -988,9 +932,8 @@ impl<B> Drop for Mr<B> {
             return;
         }
         match self.deregister() {
-            // SAFETY: `buf` is initialised and read out only here or in
-            // `into_inner`, which sets `finished` so that this is skipped.
-            Ok(()) => drop(unsafe { self.buf.assume_init_read() }),
+            // `into_inner` took the buffer only if it set `finished`.
+            Ok(()) => drop(self.buf.take()),
             // The device may still write the memory: an owned buffer is
             // leaked (it stays in the MaybeUninit, never dropped).
             Err(_) if !self.borrowed => {}

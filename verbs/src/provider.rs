@@ -8,12 +8,10 @@
 //! [`Driver`]), nothing elsewhere.
 
 use std::ops::RangeInclusive;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{nr, write_cmd_prefilled, NO_FD};
 use rverbs_abi::cq::CreateCq;
-use rverbs_abi::device::{GetContext, GetContextResp};
 use rverbs_abi::mlx5::AllocUcontextResp;
 use rverbs_abi::qp::CreateQp;
 use rverbs_abi::srq::CreateSrq;
@@ -284,75 +282,34 @@ pub(crate) fn pci_driver(vendor: u16, device: u16) -> Option<Driver> {
         .then_some(Driver::Mlx5)
 }
 
-/// The async event fd GET_CONTEXT answered, owned.
-fn async_fd(resp: &GetContextResp) -> Result<OwnedFd> {
-    let raw = crate::context::kernel_fd("get_context", "async_fd", resp.async_fd)?;
-    // SAFETY: the kernel wrote this fd number over the -1 prefilled before
-    // GET_CONTEXT: it opened it for us in that call on a checked uverbs
-    // node, and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
-
 impl Ctx {
     /// GET_CONTEXT on the checked uverbs node `fd` with the driver data of
     /// `device`'s provider; returns the provider's context, the async
     /// event fd and the number of completion vectors. On error nothing is
     /// left open.
     pub(crate) fn open(device: &Device, fd: &Arc<OwnedFd>) -> Result<(Ctx, OwnedFd, u32)> {
-        // The async fd field starts as -1: a response the kernel did not
-        // write (the node answered nothing) must not name fd 0.
-        let mut resp = GetContextResp {
-            async_fd: NO_FD,
-            num_comp_vectors: 0,
-        };
         match device.driver() {
             Driver::Mlx5 => {
                 let req = rverbs_mlx5::uctx::alloc_ucontext_req();
                 let mut drv = AllocUcontextResp::new_zeroed();
-                // SAFETY: GET_CONTEXT carries no user address but its
-                // response pointer, which write_cmd_prefilled supplies;
-                // mlx5's driver data (alloc_ucontext_req_v2) holds counts
-                // and flags only.
-                unsafe {
-                    write_cmd_prefilled(
-                        fd.as_fd(),
-                        nr::GET_CONTEXT,
-                        &GetContext::new_zeroed(),
-                        &mut resp,
-                        req.as_bytes(),
-                        drv.as_mut_bytes(),
-                    )
-                }
-                .map_err(Error::kernel("get_context"))?;
                 // Owned first: it closes if the user context fails.
-                let async_fd = async_fd(&resp)?;
+                let (async_fd, num_comp_vectors) =
+                    crate::sys::cmd::get_context(fd.as_fd(), Some(&req), drv.as_mut_bytes())?;
                 let uctx = rverbs_mlx5::uctx::Uctx::from_resp(fd.as_fd(), &drv)
                     .map_err(Error::kernel("get_context"))?;
                 Ok((
                     Ctx::Mlx5(Mlx5::new(Arc::clone(fd), uctx)),
                     async_fd,
-                    resp.num_comp_vectors,
+                    num_comp_vectors,
                 ))
             }
             Driver::Rxe => {
-                // SAFETY: GET_CONTEXT carries no user address but its
-                // response pointer, which write_cmd_prefilled supplies; rxe
-                // sends no driver data.
-                unsafe {
-                    write_cmd_prefilled(
-                        fd.as_fd(),
-                        nr::GET_CONTEXT,
-                        &GetContext::new_zeroed(),
-                        &mut resp,
-                        &[],
-                        &mut [],
-                    )
-                }
-                .map_err(Error::kernel("get_context"))?;
+                let (async_fd, num_comp_vectors) =
+                    crate::sys::cmd::get_context(fd.as_fd(), None, &mut [])?;
                 Ok((
                     Ctx::Rxe(Rxe::new(Arc::clone(fd))),
-                    async_fd(&resp)?,
-                    resp.num_comp_vectors,
+                    async_fd,
+                    num_comp_vectors,
                 ))
             }
             Driver::Other(d) => Err(Error::UnsupportedDriver {

@@ -7,8 +7,8 @@
 //! SRQ also holds, so the kernel SRQ is destroyed only after its last QP,
 //! whatever order the handles are dropped in.
 
+use crate::sys::mem::Leakable;
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use rverbs_abi::cmd::exec;
@@ -21,14 +21,15 @@ use crate::event::{EventId, ObjectKind};
 use crate::pd::Pd;
 
 pub(crate) struct SrqInner {
+    /// What outlives the ring (mlx5: the WQE buffer and doorbell record):
+    /// QPs on the SRQ keep the kernel object (after the [`Srq`] handle may
+    /// be gone) and the device uses this memory until DESTROY_SRQ:
+    /// declared first, it drops first, right after [`Drop::drop`]'s body
+    /// (leaked if the kernel refused).
+    shared: Leakable<crate::provider::SrqShared>,
     pub(crate) pd: Pd,
     pub(crate) handle: u32,
     pub(crate) event_id: EventId,
-    /// What outlives the ring (mlx5: the WQE buffer and doorbell record):
-    /// QPs on the SRQ keep the kernel object (after the [`Srq`] handle may
-    /// be gone) and the device uses this memory until DESTROY_SRQ (fields
-    /// drop after [`Drop::drop`]'s body).
-    shared: ManuallyDrop<crate::provider::SrqShared>,
 }
 
 impl Drop for SrqInner {
@@ -42,10 +43,8 @@ impl Drop for SrqInner {
             srq_handle: self.handle,
             reserved: 0,
         };
-        if crate::event::destroyed(exec(self.pd.context().fd(), &cmd, &mut [])) {
-            // SAFETY: this is the SrqInner's drop: `shared` is not used
-            // again.
-            unsafe { ManuallyDrop::drop(&mut self.shared) };
+        if !crate::event::destroyed(exec(self.pd.context().fd(), &cmd, &mut [])) {
+            self.shared.leak();
         }
     }
 }
@@ -135,7 +134,7 @@ impl Pd {
                 pd: self.clone(),
                 handle: resp.srq_handle,
                 event_id,
-                shared: ManuallyDrop::new(shared),
+                shared: Leakable::new(shared),
             }),
             ring,
             srq_num,

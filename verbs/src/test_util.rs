@@ -43,15 +43,7 @@ impl Drop for TempTree {
 /// fd 0's identity and flags, to see that nothing adopted, changed or
 /// closed it.
 pub(crate) fn fd0_state() -> Option<(u64, u64, i32)> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `st` is writable storage for one `struct stat`; fd 0 may
-    // or may not be open, which fstat reports.
-    if unsafe { libc::fstat(0, st.as_mut_ptr()) } != 0 {
-        return None;
-    }
-    // SAFETY: fstat succeeded and filled `st`.
-    let st = unsafe { st.assume_init() };
-    // SAFETY: F_GETFL on fd 0 reads its flags and changes nothing.
-    let flags = unsafe { libc::fcntl(0, libc::F_GETFL) };
+    let st = nix::sys::stat::fstat(0).ok()?;
+    let flags = nix::fcntl::fcntl(0, nix::fcntl::FcntlArg::F_GETFL).unwrap_or(-1);
     Some((st.st_dev, st.st_ino, flags))
 }

@@ -28,18 +28,12 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use ::tokio::io::unix::AsyncFd;
-use ::tokio::io::Interest;
 
 use crate::cq::{await_completions, CompChannel, Cq, Waiter};
 use crate::error::{Error, Result};
 use crate::event::AsyncEvent;
+use crate::sys::tokio::{register_readable, OwnsFd};
 use crate::{Context, Wc};
-
-/// The fd owners registered here: each keeps its fd open, unchanged, for
-/// as long as it lives.
-trait OwnsFd: AsRawFd {}
-impl OwnsFd for CompChannel {}
-impl OwnsFd for EventFd {}
 
 fn register<T: OwnsFd>(what: &str, inner: T) -> Result<AsyncFd<T>> {
     if ::tokio::runtime::Handle::try_current().is_err() {
@@ -47,12 +41,7 @@ fn register<T: OwnsFd>(what: &str, inner: T) -> Result<AsyncFd<T>> {
             "registering the {what} needs a tokio runtime (call inside one)"
         )));
     }
-    // SAFETY: `inner` is a CompChannel (an Arc of the channel's state,
-    // which owns its OwnedFd and never replaces it) or
-    // an EventFd (a Context, whose async fd is an OwnedFd closed only when
-    // the last clone drops): the fd stays open and names the same file for
-    // as long as the AsyncFd owns `inner`, and as_raw_fd always returns it.
-    unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }.map_err(|e| Error::Io {
+    register_readable(inner).map_err(|e| Error::Io {
         what: format!(
             "registering the {what} with tokio (the runtime needs I/O enabled; \
                  a channel can be registered once)"
@@ -170,7 +159,7 @@ impl Waiter for Step<'_, '_> {
 
 /// The context's async event fd, by value (the context stays open while
 /// it is registered).
-struct EventFd(Context);
+pub(crate) struct EventFd(Context);
 
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> RawFd {
@@ -220,7 +209,7 @@ impl AsyncEvents {
 }
 
 /// A [`Listener`](crate::cm::Listener) by value, its fd registered.
-struct ListenerFd(crate::cm::Listener);
+pub(crate) struct ListenerFd(crate::cm::Listener);
 
 impl AsRawFd for ListenerFd {
     fn as_raw_fd(&self) -> RawFd {
@@ -229,7 +218,7 @@ impl AsRawFd for ListenerFd {
 }
 
 /// A [`Connection`](crate::cm::Connection) by value, its fd registered.
-struct ConnectionFd(crate::cm::Connection);
+pub(crate) struct ConnectionFd(crate::cm::Connection);
 
 impl AsRawFd for ConnectionFd {
     fn as_raw_fd(&self) -> RawFd {
@@ -239,8 +228,6 @@ impl AsRawFd for ConnectionFd {
 
 // Each keeps its id's event channel (an OwnedFd) open and unchanged for
 // as long as it lives.
-impl OwnsFd for ListenerFd {}
-impl OwnsFd for ConnectionFd {}
 
 /// An rdma_cm [`Listener`](crate::cm::Listener) whose connection requests
 /// are awaited.

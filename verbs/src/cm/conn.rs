@@ -7,12 +7,10 @@ use std::time::{Duration, Instant};
 
 use rverbs_abi::qp::qp_type;
 use rverbs_abi::ucma::{
-    self, nr, port_space, query_option, Accept, Bind, ConnParam, Connect, CreateId, Disconnect,
-    InitQpAttr, Listen, MigrateId, MigrateResp, Query, QueryAddrResp, Reject, ResolveAddr,
-    ResolveRoute, SockaddrStorage,
+    self, port_space, query_option, Accept, Bind, ConnParam, Connect, CreateId, Disconnect,
+    InitQpAttr, Listen, Query, QueryAddrResp, Reject, ResolveAddr, ResolveRoute, SockaddrStorage,
 };
 use rverbs_abi::Errno;
-use zerocopy::{FromZeros, IntoBytes};
 
 use super::channel::{CmEvent, CmEventKind, EventChannel, UdInfo};
 use super::{
@@ -835,26 +833,8 @@ impl Id {
     /// Moves this id from the channel `from` (its listener's) to
     /// `self.ch`, with the events pending for it (MIGRATE_ID).
     fn migrate_from(&self, from: BorrowedFd<'_>) -> Result<()> {
-        let cmd = MigrateId {
-            id: self.handle,
-            fd: from.as_raw_fd() as u32,
-            ..Default::default()
-        };
-        let mut resp = MigrateResp::new_zeroed();
-        // SAFETY: MIGRATE_ID's struct, whose only user address is the
-        // response field (at the offset given, supplied by write_cmd) and
-        // whose fd is `from`, an rdma_cm file borrowed for the call whose
-        // ids (the listener's requests) this process owns.
-        unsafe {
-            ucma::write_cmd(
-                self.fd(),
-                nr::MIGRATE_ID,
-                &cmd,
-                Some(std::mem::offset_of!(MigrateId, response)),
-                resp.as_mut_bytes(),
-            )
-        }
-        .map_err(Error::kernel("rdma_migrate_id"))
+        crate::sys::cmd::migrate_id(self.fd(), self.handle, from)
+            .map_err(Error::kernel("rdma_migrate_id"))
     }
 }
 

@@ -30,6 +30,8 @@ use crate::error::{Error, Result};
 ///   safe code could use), and `b` itself touches it only when its own
 ///   methods are called, which the MR never does while registered;
 /// - the range stays valid until `b` is dropped (dropping may free it).
+// Public API, outside `sys`: the contract is the implementer's.
+#[allow(unsafe_code)]
 pub unsafe trait MrBuf: Send {
     /// Start of the owned range. Called once, before registration.
     fn mr_ptr(&mut self) -> *mut u8;
@@ -40,6 +42,7 @@ pub unsafe trait MrBuf: Send {
 // SAFETY: a Vec's elements live on the heap at an address that does not
 // change while the Vec is not resized (the MR never resizes it), the Vec
 // owns them exclusively, and they are freed only when the Vec drops.
+#[allow(unsafe_code)]
 unsafe impl MrBuf for Vec<u8> {
     fn mr_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
@@ -50,6 +53,7 @@ unsafe impl MrBuf for Vec<u8> {
 }
 
 // SAFETY: as for Vec: heap memory owned by the box, freed on drop.
+#[allow(unsafe_code)]
 unsafe impl MrBuf for Box<[u8]> {
     fn mr_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
@@ -65,6 +69,7 @@ unsafe impl MrBuf for Box<[u8]> {
 // also be written by other processes mapping the same file; that changes
 // the bytes the device sees, as any DMA-visible file page would, but never
 // the validity of the range, which is what registration needs.
+#[allow(unsafe_code)]
 unsafe impl MrBuf for MmapMut {
     fn mr_ptr(&mut self) -> *mut u8 {
         self.as_mut_ptr()
@@ -149,6 +154,7 @@ impl std::fmt::Debug for PageBuf {
 // SAFETY: the private anonymous mapping is made in `new`/`huge`, never
 // shared, lives at a fixed address, and is unmapped only when the PageBuf
 // drops; `len` never exceeds the mapping's length.
+#[allow(unsafe_code)]
 unsafe impl MrBuf for PageBuf {
     fn mr_ptr(&mut self) -> *mut u8 {
         self.map.as_mut_ptr()

@@ -7,8 +7,8 @@
 //! creation (through the provider contract), MODIFY_QP, QUERY_QP and
 //! destruction.
 
+use crate::sys::mem::Leakable;
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use rverbs_abi::cmd::exec;
@@ -37,15 +37,16 @@ pub use post::SignalEvery;
 /// on the data path. Dropping it destroys the QP (outstanding work is
 /// discarded by the kernel).
 pub struct Qp {
+    /// The rings (mlx5: memory the device reads and writes), freed only
+    /// once the kernel has destroyed the QP (see [`Drop`]): declared first,
+    /// they drop first, right after `Drop::drop`'s body.
+    sq: Leakable<crate::provider::SendQueue>,
+    rq: Leakable<Option<crate::provider::RecvQueue>>,
     pd: Pd,
     handle: u32,
     qpn: u32,
     qp_type: QpType,
     cap: QpCap,
-    /// The rings (mlx5: memory the device reads and writes), freed only
-    /// once the kernel has destroyed the QP (see [`Drop`]).
-    sq: ManuallyDrop<crate::provider::SendQueue>,
-    rq: ManuallyDrop<Option<crate::provider::RecvQueue>>,
     state: QpState,
     _send_cq: Arc<CqInner>,
     _recv_cq: Arc<CqInner>,
@@ -176,8 +177,8 @@ impl Pd {
                 max_recv_sge: r.max_recv_sge,
                 max_inline_data: r.max_inline_data,
             },
-            sq: ManuallyDrop::new(sq),
-            rq: ManuallyDrop::new(rq),
+            sq: Leakable::new(sq),
+            rq: Leakable::new(rq),
             state: QpState::Reset,
             _send_cq: attr.send_cq.inner().clone(),
             _recv_cq: attr.recv_cq.inner().clone(),
@@ -353,12 +354,9 @@ impl Drop for Qp {
         // The rings are unmapped (rxe) or freed (mlx5) only once the kernel
         // has destroyed the QP: until then the device may still read and
         // write them, so a refused destroy leaks them instead.
-        if destroy_qp(self.pd.context(), self.handle) {
-            // SAFETY: this is the Qp's drop: neither field is used again.
-            unsafe {
-                ManuallyDrop::drop(&mut self.sq);
-                ManuallyDrop::drop(&mut self.rq);
-            }
+        if !destroy_qp(self.pd.context(), self.handle) {
+            self.sq.leak();
+            self.rq.leak();
         }
     }
 }

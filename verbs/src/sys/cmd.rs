@@ -1,0 +1,261 @@
+//! The uverbs and rdma_cm commands that `rverbs_abi` can only offer as
+//! `unsafe` (they may carry user addresses, or hand back a file
+//! descriptor), each wrapped whole: its arguments are numbers, handles and
+//! borrowed response buffers, never an address the kernel keeps.
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use rverbs_abi::cmd::{
+    exec_prefilled, nr, write_cmd_fixed, write_cmd_prefilled, write_ex_cmd, NoResp, NO_FD,
+};
+use rverbs_abi::cq::{CreateCompChannel, CreateCompChannelResp};
+use rverbs_abi::device::{
+    ExQueryDevice, ExQueryDeviceResp, GetContext, GetContextResp, GidEntry as RawGidEntry,
+};
+use rverbs_abi::ioctl::{
+    advise_mr_attr as am, device_method, mr_method, object, query_gid_entry_attr as ge,
+    query_gid_table_attr as gt, reg_dmabuf_mr_attr as rd, IoctlCmd,
+};
+use rverbs_abi::mlx5::AllocUcontextReqV2;
+use rverbs_abi::mr::DeregMr;
+use rverbs_abi::ucma::{self, MigrateId, MigrateResp};
+use rverbs_abi::wr::Sge;
+use rverbs_abi::Errno;
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::context::kernel_fd;
+use crate::error::{Error, Result};
+
+/// The fd number `raw` of the response field `field` of `op`, which the
+/// command just sent on a checked uverbs node prefilled with [`NO_FD`],
+/// owned.
+///
+/// Private: sound only on the fresh answer of such a command, which is
+/// what every caller here passes.
+fn adopt(op: &'static str, field: &'static str, raw: u32) -> Result<OwnedFd> {
+    let raw = kernel_fd(op, field, raw)?;
+    // SAFETY: the kernel wrote this fd number over the -1 prefilled before
+    // the command (kernel_fd refused a field it left alone): it opened it
+    // for us in that call on a checked uverbs node, and nothing else owns
+    // it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// GET_CONTEXT on the checked uverbs node `fd`, with mlx5's driver data
+/// (`Some`) or none (rxe); the driver response lands in `drv_out`. Returns
+/// the async event fd, owned, and the number of completion vectors.
+pub(crate) fn get_context(
+    fd: BorrowedFd<'_>,
+    mlx5_req: Option<&AllocUcontextReqV2>,
+    drv_out: &mut [u8],
+) -> Result<(OwnedFd, u32)> {
+    // The async fd field starts as -1: a response the kernel did not
+    // write (the node answered nothing) must not name fd 0.
+    let mut resp = GetContextResp {
+        async_fd: NO_FD,
+        num_comp_vectors: 0,
+    };
+    let drv_in = mlx5_req.map_or(&[][..], |r| r.as_bytes());
+    // SAFETY: GET_CONTEXT carries no user address but its response
+    // pointer, which write_cmd_prefilled supplies; mlx5's driver data
+    // (alloc_ucontext_req_v2) holds counts and flags only.
+    unsafe {
+        write_cmd_prefilled(
+            fd,
+            nr::GET_CONTEXT,
+            &GetContext::new_zeroed(),
+            &mut resp,
+            drv_in,
+            drv_out,
+        )
+    }
+    .map_err(Error::kernel("get_context"))?;
+    Ok((
+        adopt("get_context", "async_fd", resp.async_fd)?,
+        resp.num_comp_vectors,
+    ))
+}
+
+/// CREATE_COMP_CHANNEL on the context's checked uverbs node `fd`: the
+/// channel's fd, owned.
+pub(crate) fn create_comp_channel(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    // The fd field starts as -1: a response the kernel did not write
+    // must not name fd 0.
+    let mut resp = CreateCompChannelResp { fd: NO_FD };
+    exec_prefilled(fd, &CreateCompChannel::new_zeroed(), &mut resp, &mut [])
+        .map_err(Error::kernel("create_comp_channel"))?;
+    adopt("create_comp_channel", "fd", resp.fd)
+}
+
+/// The extended QUERY_DEVICE, `drv_out.len()` bytes of driver response
+/// after the core one.
+pub(crate) fn ex_query_device(
+    fd: BorrowedFd<'_>,
+    drv_out: &mut [u8],
+) -> std::result::Result<ExQueryDeviceResp, Errno> {
+    // SAFETY: the extended QUERY_DEVICE carries no user address
+    // (write_ex_cmd supplies the response buffer).
+    unsafe {
+        write_ex_cmd::<_, ExQueryDeviceResp>(
+            fd,
+            nr::EX_QUERY_DEVICE,
+            &ExQueryDevice::default(),
+            &[],
+            drv_out,
+        )
+    }
+}
+
+/// `UVERBS_METHOD_QUERY_GID_TABLE` on the context's uverbs node `fd` into
+/// `raw`: how many entries the kernel says it wrote.
+pub(crate) fn query_gid_table(
+    fd: BorrowedFd<'_>,
+    driver_id: u32,
+    raw: &mut [RawGidEntry],
+) -> std::result::Result<u64, Errno> {
+    let mut n: u64 = 0;
+    let bytes = raw.as_mut_bytes();
+    let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_TABLE);
+    call.driver_id(driver_id)
+        .in_u64(gt::ENTRY_SIZE, size_of::<RawGidEntry>() as u64)
+        .in_u32(gt::FLAGS, 0)
+        .out_bytes(gt::RESP_ENTRIES, bytes)
+        .out_value(gt::RESP_NUM_ENTRIES, &mut n);
+    // SAFETY: the inline values are a size and flags, no address; the
+    // outputs are borrowed buffers. The fd is a context's, a uverbs node
+    // that passed Device::open_node's check.
+    unsafe { call.execute(fd) }?;
+    Ok(n)
+}
+
+/// `UVERBS_METHOD_QUERY_GID_ENTRY` on the context's uverbs node `fd`:
+/// entry `index` of `port` into `raw`.
+pub(crate) fn query_gid_entry(
+    fd: BorrowedFd<'_>,
+    driver_id: u32,
+    port: u8,
+    index: u32,
+    raw: &mut RawGidEntry,
+) -> std::result::Result<(), Errno> {
+    let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_GID_ENTRY);
+    call.driver_id(driver_id)
+        .in_u64(ge::PORT, u64::from(port))
+        .in_u64(ge::GID_INDEX, u64::from(index))
+        .in_u32(ge::FLAGS, 0)
+        .out_value(ge::RESP_ENTRY, raw);
+    // SAFETY: the inline values are numbers, no address; the output is a
+    // borrowed entry. The fd is a context's, a uverbs node that passed
+    // Device::open_node's check.
+    unsafe { call.execute(fd) }
+}
+
+/// What `UVERBS_METHOD_REG_DMABUF_MR` answered.
+pub(crate) struct DmabufReg {
+    /// The call's result.
+    pub(crate) done: std::result::Result<(), Errno>,
+    /// The new MR's handle, if the kernel wrote one.
+    pub(crate) handle: Option<u32>,
+    pub(crate) lkey: u32,
+    pub(crate) rkey: u32,
+}
+
+/// `UVERBS_METHOD_REG_DMABUF_MR` on the context's uverbs node `fd`:
+/// registers `len` bytes from `offset` of the dma-buf `dmabuf_fd` in PD
+/// `pd_handle`, addressed from `iova`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn reg_dmabuf_mr(
+    fd: BorrowedFd<'_>,
+    driver_id: u32,
+    pd_handle: u32,
+    offset: u64,
+    len: u64,
+    iova: u64,
+    dmabuf_fd: u32,
+    access: u32,
+) -> DmabufReg {
+    let (mut lkey, mut rkey) = (0u32, 0u32);
+    let mut call = IoctlCmd::new(object::MR, mr_method::REG_DMABUF_MR);
+    // rdma-core's attribute order (ibv_cmd_reg_dmabuf_mr), so the bytes
+    // match its call.
+    call.driver_id(driver_id)
+        .out_handle(rd::HANDLE)
+        .out_value(rd::RESP_LKEY, &mut lkey)
+        .out_value(rd::RESP_RKEY, &mut rkey)
+        .in_handle(rd::PD_HANDLE, pd_handle)
+        .in_u64(rd::OFFSET, offset)
+        .in_u64(rd::LENGTH, len)
+        .in_u64(rd::IOVA, iova)
+        .in_u32(rd::FD, dmabuf_fd)
+        .in_u32(rd::ACCESS_FLAGS, access);
+    // SAFETY: no inline value is a user address: the offset, length and
+    // IOVA name places in the dma-buf, which the kernel resolves from the
+    // descriptor itself and checks against the buffer; the outputs are
+    // borrowed locals. The fd is a context's uverbs node.
+    let done = unsafe { call.execute(fd) };
+    let handle = call.handle(rd::HANDLE);
+    DmabufReg {
+        done,
+        handle,
+        lkey,
+        rkey,
+    }
+}
+
+/// `UVERBS_METHOD_ADVISE_MR` on the context's uverbs node `fd`: `advice`
+/// with `flags` for the range of `sge`, in PD `pd_handle`.
+pub(crate) fn advise_mr(
+    fd: BorrowedFd<'_>,
+    driver_id: u32,
+    pd_handle: u32,
+    advice: u64,
+    flags: u32,
+    sge: &Sge,
+) -> std::result::Result<(), Errno> {
+    let mut call = IoctlCmd::new(object::MR, mr_method::ADVISE_MR);
+    call.driver_id(driver_id)
+        .in_handle(am::PD_HANDLE, pd_handle)
+        .in_u64(am::ADVICE, advice)
+        .in_u32(am::FLAGS, flags)
+        .in_bytes(am::SGE_LIST, sge.as_bytes());
+    // SAFETY: the only address is the SGE's, which the kernel looks up by
+    // its lkey among the MRs of this context and checks against that MR's
+    // range (failing the call otherwise); advice only maps pages of an
+    // MR's own range, never writing their contents. The SGE list is
+    // borrowed. The fd is a context's uverbs node.
+    unsafe { call.execute(fd) }
+}
+
+/// DEREG_MR of MR `mr_handle` on the context's uverbs node `fd`.
+pub(crate) fn dereg_mr(fd: BorrowedFd<'_>, mr_handle: u32) -> std::result::Result<(), Errno> {
+    let cmd = DeregMr { mr_handle };
+    // SAFETY: DEREG_MR carries no user address.
+    unsafe { write_cmd_fixed::<_, NoResp>(fd, nr::DEREG_MR, &cmd) }.map(|_| ())
+}
+
+/// MIGRATE_ID on the rdma_cm file `fd`: moves id `id` there from the
+/// rdma_cm file `from`, with its pending events.
+pub(crate) fn migrate_id(
+    fd: BorrowedFd<'_>,
+    id: u32,
+    from: BorrowedFd<'_>,
+) -> std::result::Result<(), Errno> {
+    let cmd = MigrateId {
+        id,
+        fd: from.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    let mut resp = MigrateResp::new_zeroed();
+    // SAFETY: MIGRATE_ID's struct, whose only user address is the
+    // response field (at the offset given, supplied by write_cmd) and
+    // whose fd is `from`, borrowed for the call (the kernel checks that it
+    // is an rdma_cm file and looks the id up among that file's).
+    unsafe {
+        ucma::write_cmd(
+            fd,
+            ucma::nr::MIGRATE_ID,
+            &cmd,
+            Some(std::mem::offset_of!(MigrateId, response)),
+            resp.as_mut_bytes(),
+        )
+    }
+}

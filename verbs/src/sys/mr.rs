@@ -1,0 +1,291 @@
+//! A registered region's memory ([`Region`]), and the commands that
+//! register it (REG_MR, REREG_MR) with the contracts that make them sound.
+
+use std::os::fd::BorrowedFd;
+
+use rverbs_abi::cmd::{nr, write_cmd_fixed};
+use rverbs_abi::mr::{RegMr, RegMrResp, ReregMr, ReregMrResp};
+use rverbs_abi::Errno;
+
+use crate::error::{Error, Result};
+use crate::mr::{
+    check_access, check_iova, check_offered, with_optional_fallback, AccessFlags, Mr, MrBuf, Raw,
+    Scoped,
+};
+use crate::pd::Pd;
+
+/// `IB_MR_REREG_PD`: REREG_MR changes the PD.
+pub(crate) const REREG_PD: u32 = 1 << 1;
+/// `IB_MR_REREG_ACCESS`: REREG_MR changes the access flags.
+pub(crate) const REREG_ACCESS: u32 = 1 << 2;
+
+/// `len` bytes at `addr` that the device may read and write at any time:
+/// the memory of an [`Mr`]. The CPU reaches it only through copies
+/// ([`Region::write`], [`Region::read`], [`Region::fill`]) and the
+/// `unsafe` views, never through a reference it could invalidate.
+///
+/// Made only here, by [`register`], whose contract is the one of
+/// [`Region::new`].
+pub(crate) struct Region {
+    addr: *mut u8,
+    len: usize,
+}
+
+impl Region {
+    /// # Safety
+    ///
+    /// `addr..addr + len` must stay valid for reads and writes for as
+    /// long as the region lives, and no Rust reference to any of it may be
+    /// live meanwhile but those the region's own `unsafe` views hand out.
+    unsafe fn new(addr: *mut u8, len: usize) -> Region {
+        Region { addr, len }
+    }
+
+    /// Start address.
+    pub(crate) fn addr(&self) -> *mut u8 {
+        self.addr
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Panics unless `offset..offset + n` lies in the region (the callers
+    /// checked it already, with an error of their own).
+    #[inline]
+    fn check(&self, offset: usize, n: usize) {
+        assert!(
+            offset <= self.len && n <= self.len - offset,
+            "range {offset}+{n} outside the {}-byte region",
+            self.len
+        );
+    }
+
+    /// Copies `data` in at `offset`.
+    pub(crate) fn write(&mut self, offset: usize, data: &[u8]) {
+        self.check(offset, data.len());
+        // SAFETY: in bounds (checked); the memory is valid for writes and
+        // no Rust reference to it is live (Region::new's contract), and
+        // `data`, a live Rust borrow, cannot overlap it.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.addr.add(offset), data.len()) };
+    }
+
+    /// Copies out from `offset` into `out`.
+    pub(crate) fn read(&self, offset: usize, out: &mut [u8]) {
+        self.check(offset, out.len());
+        // SAFETY: in bounds (checked); the memory is valid for reads, and
+        // `out` is a distinct, exclusively borrowed Rust buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.addr.add(offset), out.as_mut_ptr(), out.len())
+        };
+    }
+
+    /// Sets `start..end` to `byte`.
+    pub(crate) fn fill(&mut self, start: usize, end: usize, byte: u8) {
+        assert!(start <= end, "range {start}..{end} is reversed");
+        self.check(start, end - start);
+        // SAFETY: in bounds (checked); valid for writes, no reference live.
+        unsafe { std::ptr::write_bytes(self.addr.add(start), byte, end - start) };
+    }
+
+    /// The memory as a slice.
+    ///
+    /// # Safety
+    ///
+    /// Nothing may write the memory while the slice lives: no work
+    /// request that writes it (receive, RDMA READ target, remote WRITE or
+    /// atomic) may be outstanding.
+    pub(crate) unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: valid for `len` bytes (Region::new's contract); the
+        // caller excludes writes while the slice lives.
+        unsafe { std::slice::from_raw_parts(self.addr, self.len) }
+    }
+
+    /// The memory as a mutable slice.
+    ///
+    /// # Safety
+    ///
+    /// Nothing else may read or write the memory while the slice lives:
+    /// no work request on it may be outstanding.
+    pub(crate) unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: valid for `len` bytes (Region::new's contract); the
+        // caller excludes any other access while the slice lives, and
+        // `&mut self` any other view.
+        unsafe { std::slice::from_raw_parts_mut(self.addr, self.len) }
+    }
+}
+
+/// Registers `buf`, which owns its memory, in `pd` (addressed from `iova`
+/// if given): [`crate::Pd::register`] and [`crate::Pd::register_at`].
+pub(crate) fn register_owned<B: MrBuf>(
+    pd: &Pd,
+    mut buf: B,
+    access: AccessFlags,
+    iova: Option<u64>,
+) -> std::result::Result<Mr<B>, (Error, B)> {
+    let (addr, len) = (buf.mr_ptr(), buf.mr_len());
+    // SAFETY: by `MrBuf`'s contract `addr..addr+len` is valid, owned by
+    // `buf` alone and stable while `buf` lives; the MR keeps `buf` until
+    // DEREG_MR succeeded, and leaks it otherwise. An IOVA is a number the
+    // device translates through this registration, not a user address.
+    unsafe { register(pd, addr, len, access, iova, buf, false) }
+}
+
+/// Registers `buf` in `pd` for the call of `f` only:
+/// [`crate::Pd::register_scoped`] (which checked `access` for a borrowed
+/// registration).
+pub(crate) fn register_scoped<R>(
+    pd: &Pd,
+    buf: &mut [u8],
+    access: AccessFlags,
+    f: impl for<'s> FnOnce(&mut Mr<Scoped<'s>>) -> R,
+) -> Result<R> {
+    // SAFETY: `buf` is valid and exclusively borrowed for this whole
+    // call; the MR is a local of this frame that `f` only borrows, so it
+    // is dropped (DEREG_MR, or abort if that fails) before the borrow
+    // ends, on return and on unwinding alike.
+    let mut mr = unsafe {
+        register(
+            pd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            access,
+            None,
+            Scoped::new(),
+            true,
+        )
+    }
+    .map_err(|(e, _)| e)?;
+    Ok(f(&mut mr))
+}
+
+/// Registers `len` bytes at `addr` in `pd`: [`crate::Pd::register_raw`]
+/// (which checked `access` for a borrowed registration).
+///
+/// # Safety
+///
+/// [`crate::Pd::register_raw`]'s: until the returned MR has been
+/// dropped, `addr..addr+len` must stay mapped and valid for reads and
+/// writes, and no Rust reference to it may be live while the device can
+/// write it; if the MR is forgotten, the memory must never be freed or
+/// reused.
+pub(crate) unsafe fn register_raw(
+    pd: &Pd,
+    addr: *mut u8,
+    len: usize,
+    access: AccessFlags,
+) -> Result<Mr<Raw>> {
+    // SAFETY: forwarded from this function's contract; a borrowed MR
+    // aborts rather than return from a failed deregistration.
+    unsafe { register(pd, addr, len, access, None, Raw::new(), true) }.map_err(|(e, _)| e)
+}
+
+/// REG_MR of `addr..addr+len` in `pd`, checked first (length, access,
+/// capabilities, IOVA), with the fork protection of its pages; the MR
+/// owns `buf` (or, `borrowed`, stands for a borrow of the memory).
+///
+/// # Safety
+///
+/// `addr..addr+len` must stay valid, and untouched except through the MR,
+/// until the MR is dropped or unwrapped by `into_inner` (`buf` owning it,
+/// or, for `borrowed`, the caller guaranteeing it), and forever if the MR
+/// is forgotten or its deregistration fails and it leaks `buf`.
+unsafe fn register<B>(
+    pd: &Pd,
+    addr: *mut u8,
+    len: usize,
+    access: AccessFlags,
+    iova: Option<u64>,
+    buf: B,
+    borrowed: bool,
+) -> std::result::Result<Mr<B>, (Error, B)> {
+    if len == 0 {
+        return Err((
+            Error::invalid("cannot register a zero-length memory region"),
+            buf,
+        ));
+    }
+    if let Err(e) = check_access(access) {
+        return Err((e, buf));
+    }
+    if let Err(e) = check_offered(access, || pd.context().caps()) {
+        return Err((e, buf));
+    }
+    let iova = match check_iova(addr as u64, len, iova) {
+        Ok(v) => v,
+        Err(e) => return Err((e, buf)),
+    };
+    // Marked before pinning (see crate::fork); unmarked if this fails.
+    let fork = match crate::fork::protect(addr, len) {
+        Ok(fork) => fork,
+        Err(e) => return Err((e, buf)),
+    };
+    let (resp, access) = with_optional_fallback(access, |access| {
+        let cmd = RegMr {
+            response: 0,
+            start: addr as u64,
+            length: len as u64,
+            hca_va: iova,
+            pd_handle: pd.handle(),
+            access_flags: access.bits(),
+        };
+        // SAFETY: REG_MR's start..start+length is addr..addr+len, which
+        // this function's caller keeps valid, and untouched but through
+        // the MR, until the MR is deregistered (Drop or into_inner), or
+        // forever if deregistration fails; the response pointer is
+        // write_cmd_fixed's own (REG_MR starts with it).
+        unsafe { write_cmd_fixed(pd.context().fd(), nr::REG_MR, &cmd) }
+    });
+    let resp: RegMrResp = match resp {
+        Ok(resp) => resp,
+        Err(errno) => return Err((Error::kernel("reg_mr")(errno), buf)),
+    };
+    // SAFETY: this function's contract, which covers the MR's whole life.
+    let region = unsafe { Region::new(addr, len) };
+    Ok(Mr::from_registration(
+        pd.clone(),
+        &resp,
+        region,
+        iova,
+        access,
+        fork,
+        buf,
+        borrowed,
+    ))
+}
+
+/// REREG_MR of the MR `mr_handle`, whose memory is `region`, changing its
+/// PD and/or its access flags (`flags`: [`REREG_PD`], [`REREG_ACCESS`],
+/// nothing else).
+pub(crate) fn rereg_mr(
+    fd: BorrowedFd<'_>,
+    region: &Region,
+    mr_handle: u32,
+    flags: u32,
+    iova: u64,
+    pd_handle: u32,
+    access: AccessFlags,
+) -> std::result::Result<ReregMrResp, Errno> {
+    assert_eq!(
+        flags & !(REREG_PD | REREG_ACCESS),
+        0,
+        "REREG_MR here changes the PD or the access flags only"
+    );
+    let cmd = ReregMr {
+        response: 0,
+        mr_handle,
+        flags,
+        start: region.addr() as u64,
+        length: region.len() as u64,
+        hca_va: iova,
+        pd_handle,
+        access_flags: access.bits(),
+    };
+    // SAFETY: without IB_MR_REREG_TRANS (refused above) the kernel keeps
+    // the MR's pages as they are: the start..start+length it carries is
+    // the MR's own memory (`region`), already registered and held until
+    // DEREG_MR, and no new range is pinned. The response pointer is
+    // write_cmd_fixed's own (REREG_MR starts with it).
+    unsafe { write_cmd_fixed(fd, nr::REREG_MR, &cmd) }
+}
