@@ -189,7 +189,7 @@ scenario() {
     kill -STOP "$c"
     sleep 0.2
 
-    if ! "$ours" inspect --pid "$c" --entries --json >"$work/$label.json" 2>"$work/$label.err"; then
+    if ! "$ours" inspect --timeout 300 --pid "$c" --entries --json >"$work/$label.json" 2>"$work/$label.err"; then
         fail "$label: inspect --pid $c failed: $(cat "$work/$label.err")"
     else
         local out
@@ -202,7 +202,7 @@ scenario() {
         local qpn
         qpn=$(echo "$out" | sed -n 's/^QPN=//p')
         if [ -n "$qpn" ]; then
-            if "$ours" inspect --pid "$c" --qp "$qpn" --json >"$work/$label.qp.json" &&
+            if "$ours" inspect --timeout 300 --pid "$c" --qp "$qpn" --json >"$work/$label.qp.json" &&
                 python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -213,7 +213,7 @@ assert kinds == ["RQ", "SQ"] and all(r["qpn"] == int(sys.argv[2]) for r in d["ri
             else
                 fail "$label: --qp $qpn"
             fi
-            if "$ours" inspect --pid "$c" --qp $((qpn + 1000)) >"$work/$label.badqp" 2>&1 ||
+            if "$ours" inspect --timeout 300 --pid "$c" --qp $((qpn + 1000)) >"$work/$label.badqp" 2>&1 ||
                 ! grep -q "owns no QP $((qpn + 1000))" "$work/$label.badqp"; then
                 fail "$label: --qp $((qpn + 1000)) (not its QP): $(cat "$work/$label.badqp")"
             else
@@ -221,7 +221,7 @@ assert kinds == ["RQ", "SQ"] and all(r["qpn"] == int(sys.argv[2]) for r in d["ri
             fi
         fi
     fi
-    if ! "$ours" inspect --json >"$work/$label.host.json" 2>"$work/$label.err"; then
+    if ! "$ours" inspect --timeout 300 --json >"$work/$label.host.json" 2>"$work/$label.err"; then
         fail "$label: inspect (host) failed: $(cat "$work/$label.err")"
     elif out=$(check_host_json "$work/$label.host.json" "$s" "$c"); then
         echo "ok   $label: inspect lists both QPs as RC in RTS"
@@ -230,7 +230,7 @@ assert kinds == ["RQ", "SQ"] and all(r["qpn"] == int(sys.argv[2]) for r in d["ri
         cat "$work/$label.host.json"
     fi
     echo "--- rverbs inspect --pid $c --entries (table, RQ entries cut to 3)"
-    "$ours" inspect --pid "$c" --entries >"$work/$label.table" 2>&1 ||
+    "$ours" inspect --timeout 300 --pid "$c" --entries >"$work/$label.table" 2>&1 ||
         fail "$label: inspect --pid $c --entries (table) failed"
     awk '
         /^RQ / { rq = 1; n = 0; print; next }
@@ -238,7 +238,7 @@ assert kinds == ["RQ", "SQ"] and all(r["qpn"] == int(sys.argv[2]) for r in d["ri
         rq && /^  \[/ { if (++n > 3) { if (n == 4) print "  ..."; next } }
         { print }' "$work/$label.table"
     echo "--- rverbs inspect (table)"
-    "$ours" inspect || fail "$label: inspect (table) failed"
+    "$ours" inspect --timeout 300 || fail "$label: inspect (table) failed"
     kill -CONT "$c"
     kill "$c" "$s" 2>/dev/null
     wait "$c" "$s" 2>/dev/null
@@ -274,7 +274,7 @@ srq_scenario() {
     kill -STOP "$c"
     sleep 0.2
     local out
-    if ! "$ours" inspect --pid "$c" --entries --json >"$work/srq.json" 2>"$work/srq.err"; then
+    if ! "$ours" inspect --timeout 300 --pid "$c" --entries --json >"$work/srq.json" 2>"$work/srq.err"; then
         fail "srq: inspect --pid $c failed: $(cat "$work/srq.err")"
     elif out=$(python3 - "$work/srq.json" 2>&1 <<'EOF'
 import json, sys
@@ -361,9 +361,9 @@ rnr() {
     kill -STOP "$c"
     sleep 0.5
     local out
-    if ! "$ours" inspect --pid "$c" --entries --json >"$work/rnr.json" 2>"$work/rnr.err"; then
+    if ! "$ours" inspect --timeout 300 --pid "$c" --entries --json >"$work/rnr.json" 2>"$work/rnr.err"; then
         fail "rnr: inspect --pid $c failed: $(cat "$work/rnr.err")"
-    elif ! "$ours" inspect --json >"$work/rnr.host.json" 2>"$work/rnr.err"; then
+    elif ! "$ours" inspect --timeout 300 --json >"$work/rnr.host.json" 2>"$work/rnr.err"; then
         fail "rnr: inspect (host) failed: $(cat "$work/rnr.err")"
     elif out=$(check_rnr_json "$work/rnr.json" "$work/rnr.host.json" "$s" 2>&1); then
         echo "ok   rnr: $out"
@@ -372,7 +372,7 @@ rnr() {
         cat "$work/rnr.json"
     fi
     echo "--- rverbs inspect --pid $c --entries (table, SQ entries cut to 4)"
-    "$ours" inspect --pid "$c" --entries >"$work/rnr.table" 2>&1 ||
+    "$ours" inspect --timeout 300 --pid "$c" --entries >"$work/rnr.table" 2>&1 ||
         fail "rnr: inspect --pid $c --entries (table) failed"
     awk '
         /^SQ / { sq = 1; n = 0; print; next }
@@ -387,7 +387,7 @@ rnr
 
 # Error paths.
 missing=$(($(cat /proc/sys/kernel/pid_max) + 1))
-if "$ours" inspect --pid "$missing" >"$work/missing" 2>&1; then
+if "$ours" inspect --timeout 300 --pid "$missing" >"$work/missing" 2>&1; then
     fail "inspect --pid $missing (no such process) succeeded"
 elif grep -q "no process with pid $missing" "$work/missing"; then
     echo "ok   no such process: $(cat "$work/missing")"
@@ -397,7 +397,7 @@ fi
 sleep 30 &
 idle=$!
 pids+=("$idle")
-if "$ours" inspect --pid "$idle" >"$work/idle" 2>&1 && grep -q "no RDMA queues" "$work/idle"; then
+if "$ours" inspect --timeout 300 --pid "$idle" >"$work/idle" 2>&1 && grep -q "no RDMA queues" "$work/idle"; then
     echo "ok   no queues: $(cat "$work/idle")"
 else
     fail "a process without queues: $(cat "$work/idle")"
@@ -405,7 +405,7 @@ fi
 # A process we may not read: the idle one, inspected as nobody.
 if command -v setpriv >/dev/null; then
     setpriv --reuid=65534 --regid=65534 --clear-groups \
-        "$ours" inspect --pid "$idle" >"$work/denied" 2>&1
+        "$ours" inspect --timeout 300 --pid "$idle" >"$work/denied" 2>&1
     rc=$?
     if [ $rc -ne 0 ] && grep -q "not allowed" "$work/denied"; then
         echo "ok   not allowed (exit $rc): $(cat "$work/denied")"

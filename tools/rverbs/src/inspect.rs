@@ -64,7 +64,7 @@ pub struct InspectArgs {
     pub max_total_bytes: u64,
     /// Give up after SECS seconds (fractions allowed) with an error.
     #[arg(long = "timeout", value_name = "SECS", value_parser = parse_timeout,
-          default_value = "10")]
+          default_value = "30")]
     pub timeout: Duration,
 }
 
