@@ -27,7 +27,7 @@ use rverbs::{
 };
 use serde_json::{json, Value};
 
-use crate::common::{gid_text, num, page_size, random_psn};
+use crate::common::{gid_text, num, page_size, parse_mtu, random_psn};
 use bench::{Bench, Params, Peer, Res, Ticker};
 use stats::{Format, RULE};
 use wire::{Ctrl, Hello, Msg, Report};
@@ -107,11 +107,6 @@ const MAX_MSG: u64 = 1 << 31;
 const PEAK_MAX_ITERS: u64 = 20000;
 /// Latency runs keep a timestamp per iteration: at most this many.
 const LAT_MAX_ITERS: u64 = 50_000_000;
-
-fn parse_mtu(s: &str) -> std::result::Result<Mtu, String> {
-    let n: u32 = num(s)?;
-    Mtu::from_bytes(n).ok_or_else(|| format!("MTU {s} is not one of 256, 512, 1024, 2048, 4096"))
-}
 
 fn parse_atomic(s: &str) -> std::result::Result<bool, String> {
     match s.to_ascii_uppercase().as_str() {
