@@ -367,3 +367,21 @@ pub mod node_type {
     /// `RDMA_NODE_UNSPECIFIED`.
     pub const UNSPECIFIED: u8 = 7;
 }
+
+#[cfg(test)]
+mod tests {
+
+    use super::*;
+
+    #[test]
+    fn header_constants() {
+        assert_eq!(nldev_type(cmd::GET), (5 << 10) + 1);
+        assert_eq!(nldev_type(cmd::GET_CHARDEV), 0x140f);
+        assert_eq!(nldev_type(cmd::RES_QP_GET), 0x140a);
+        assert_eq!(attr::UVERBS_DRIVER_ID, 73);
+        assert_eq!(driver_id::RXE, 14);
+        assert_eq!(driver_id::SIW, 18);
+        assert_eq!(driver_id::MLX5, 1);
+        assert_eq!(driver_id::IRDMA, driver_id::I40IW);
+    }
+}

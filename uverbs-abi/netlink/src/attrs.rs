@@ -142,3 +142,205 @@ impl<'a> Iterator for Attrs<'a> {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use nix::errno::Errno;
+
+    use super::*;
+    use crate::abi::NLA_HDRLEN;
+    use crate::tests::{collect, nla};
+    use crate::*;
+
+    #[test]
+    fn attrs_valid() {
+        let buf = [
+            nla(attr::DEV_INDEX, &7u32.to_ne_bytes()),
+            nla(attr::DEV_NAME, b"mlx5_0\0"),
+            nla(attr::DEV_NODE_TYPE, &[1]),
+            nla(attr::NODE_GUID, &0x1122_3344_5566_7788u64.to_ne_bytes()),
+        ]
+        .concat();
+        let a: Vec<Attr<'_>> = collect(&buf).into_iter().map(Result::unwrap).collect();
+        assert_eq!(a.len(), 4);
+        assert_eq!((a[0].kind, a[0].u32()), (attr::DEV_INDEX, Some(7)));
+        assert_eq!((a[1].kind, a[1].str()), (attr::DEV_NAME, Some("mlx5_0")));
+        assert_eq!(a[1].payload, b"mlx5_0\0");
+        assert_eq!((a[2].kind, a[2].u8()), (attr::DEV_NODE_TYPE, Some(1)));
+        assert_eq!(a[2].payload.len(), 1);
+        assert_eq!(a[3].u64(), Some(0x1122_3344_5566_7788));
+        assert!(a.iter().all(|a| !a.nested_flag));
+        assert_eq!(
+            Attrs::new(&buf).get(attr::DEV_NAME).unwrap().unwrap().str(),
+            Some("mlx5_0")
+        );
+        assert_eq!(Attrs::new(&buf).get(attr::FW_VERSION), Ok(None));
+    }
+
+    #[test]
+    fn attrs_empty_buffer() {
+        assert!(collect(&[]).is_empty());
+    }
+
+    #[test]
+    fn attrs_truncated_header() {
+        for cut in 1..NLA_HDRLEN {
+            let buf = nla(attr::DEV_INDEX, &1u32.to_ne_bytes());
+            assert_eq!(collect(&buf[..cut]), vec![Err(Errno::EPROTO)], "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn attrs_truncated_payload() {
+        let mut buf = nla(attr::DEV_INDEX, &1u32.to_ne_bytes());
+        buf.extend(nla(attr::DEV_NAME, b"rxe0\0"));
+        // The second attribute claims 9 bytes but only 7 are there.
+        let r = collect(&buf[..8 + 7]);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].unwrap().u32(), Some(1));
+        assert_eq!(r[1], Err(Errno::EPROTO));
+        // `get` reports the malformation instead of "absent".
+        assert_eq!(
+            Attrs::new(&buf[..15]).get(attr::DEV_NAME),
+            Err(Errno::EPROTO)
+        );
+    }
+
+    #[test]
+    fn attrs_len_below_header() {
+        for bad in 0..NLA_HDRLEN as u16 {
+            let mut buf = Vec::new();
+            buf.extend_from_slice(&bad.to_ne_bytes());
+            buf.extend_from_slice(&attr::DEV_INDEX.to_ne_bytes());
+            buf.extend_from_slice(&[0; 8]);
+            // Must neither loop forever nor panic: one error, then the end.
+            assert_eq!(collect(&buf), vec![Err(Errno::EPROTO)], "nla_len {bad}");
+        }
+    }
+
+    #[test]
+    fn attrs_nested() {
+        let entry = [
+            nla(attr::RES_SUMMARY_ENTRY_NAME, b"qp\0"),
+            nla(attr::RES_SUMMARY_ENTRY_CURR, &5u64.to_ne_bytes()),
+        ]
+        .concat();
+        let table = nla(attr::RES_SUMMARY_ENTRY | NLA_F_NESTED, &entry);
+        let buf = [
+            nla(attr::DEV_INDEX, &0u32.to_ne_bytes()),
+            nla(attr::RES_SUMMARY | NLA_F_NESTED, &table),
+        ]
+        .concat();
+        let outer: Vec<Attr<'_>> = collect(&buf).into_iter().map(Result::unwrap).collect();
+        assert_eq!(outer.len(), 2);
+        assert_eq!(outer[1].kind, attr::RES_SUMMARY);
+        assert!(outer[1].nested_flag);
+        assert_eq!(outer[1].payload, &table[..]);
+        let entries: Vec<Attr<'_>> = outer[1].nested().map(Result::unwrap).collect();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].kind, attr::RES_SUMMARY_ENTRY);
+        let fields: Vec<Attr<'_>> = entries[0].nested().map(Result::unwrap).collect();
+        assert_eq!(fields[0].str(), Some("qp"));
+        assert_eq!(fields[1].u64(), Some(5));
+        // A nested table without NLA_F_NESTED (nla_nest_start_noflag) parses
+        // the same way.
+        let plain = nla(attr::RES_SUMMARY, &table);
+        let a = collect(&plain)[0].unwrap();
+        assert!(!a.nested_flag);
+        assert_eq!(a.nested().count(), 1);
+        // A malformed nested payload errors inside, not outside.
+        let bad = nla(attr::RES_SUMMARY, &[9, 0, 1, 0]);
+        let a = collect(&bad)[0].unwrap();
+        assert_eq!(a.nested().collect::<Vec<_>>(), vec![Err(Errno::EPROTO)]);
+    }
+
+    #[test]
+    fn attrs_type_mask() {
+        // NLA_F_NET_BYTEORDER (1 << 14) and NLA_F_NESTED are masked off.
+        let buf = nla(
+            attr::DEV_INDEX | (1 << 14) | NLA_F_NESTED,
+            &1u32.to_ne_bytes(),
+        );
+        let a = collect(&buf)[0].unwrap();
+        assert_eq!(a.kind, attr::DEV_INDEX);
+        assert!(a.nested_flag);
+    }
+
+    #[test]
+    fn attrs_zero_length() {
+        let buf = [nla(attr::PAD, &[]), nla(attr::FW_VERSION, &[])].concat();
+        assert_eq!(buf.len(), 8);
+        let a: Vec<Attr<'_>> = collect(&buf).into_iter().map(Result::unwrap).collect();
+        assert_eq!(a.len(), 2);
+        for a in &a {
+            assert!(a.payload.is_empty());
+            assert_eq!(
+                (a.u8(), a.u16(), a.u32(), a.u64(), a.uint()),
+                (None, None, None, None, None)
+            );
+            assert_eq!(a.str(), Some(""));
+            assert_eq!(a.nested().count(), 0);
+        }
+    }
+
+    #[test]
+    fn attrs_unaligned_padding() {
+        // A 1-byte u8 and a 5-byte string are each padded to 8; the next
+        // attribute starts after the padding.
+        let buf = [
+            nla(attr::DEV_NODE_TYPE, &[4]),
+            nla(attr::DEV_NAME, b"siw0\0"),
+            nla(attr::DEV_INDEX, &9u32.to_ne_bytes()),
+        ]
+        .concat();
+        assert_eq!(buf.len(), 8 + 12 + 8);
+        let a: Vec<Attr<'_>> = collect(&buf).into_iter().map(Result::unwrap).collect();
+        assert_eq!(a[0].u8(), Some(4));
+        assert_eq!(a[1].str(), Some("siw0"));
+        assert_eq!(a[2].u32(), Some(9));
+        // The padding of the last attribute may be missing.
+        let short = &buf[..8 + 9];
+        let a: Vec<Attr<'_>> = collect(short).into_iter().map(Result::unwrap).collect();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[1].str(), Some("siw0"));
+        // Stray bytes after the last attribute (fewer than a header) are an
+        // error.
+        let mut stray = nla(attr::DEV_INDEX, &9u32.to_ne_bytes());
+        stray.extend_from_slice(&[0, 0]);
+        let r = collect(&stray);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[1], Err(Errno::EPROTO));
+    }
+
+    #[test]
+    fn attr_helpers_short_payloads() {
+        let one = nla(1, &[0xab]);
+        let a = collect(&one)[0].unwrap();
+        assert_eq!(
+            (a.u8(), a.u16(), a.u32(), a.u64()),
+            (Some(0xab), None, None, None)
+        );
+        let three = nla(1, &[1, 2, 3]);
+        let a = collect(&three)[0].unwrap();
+        assert_eq!(
+            (a.u16(), a.u32(), a.uint()),
+            (Some(u16::from_ne_bytes([1, 2])), None, None)
+        );
+        let seven = nla(1, &[0; 7]);
+        let a = collect(&seven)[0].unwrap();
+        assert_eq!((a.u32(), a.u64(), a.uint()), (Some(0), None, None));
+        // uint accepts the widths the kernel may use for one value.
+        let w4 = nla(1, &14u32.to_ne_bytes());
+        let w8 = nla(1, &14u64.to_ne_bytes());
+        assert_eq!(collect(&w4)[0].unwrap().uint(), Some(14));
+        assert_eq!(collect(&w8)[0].unwrap().uint(), Some(14));
+        // Strings: no NUL is fine, bytes after the NUL are ignored, and
+        // invalid UTF-8 is None.
+        let s = nla(1, b"abc");
+        assert_eq!(collect(&s)[0].unwrap().str(), Some("abc"));
+        let s = nla(1, b"ab\0cd");
+        assert_eq!(collect(&s)[0].unwrap().str(), Some("ab"));
+        let s = nla(1, &[0xff, 0xfe, 0]);
+        assert_eq!(collect(&s)[0].unwrap().str(), None);
+    }
+}

@@ -173,3 +173,105 @@ pub fn devices() -> Result<Vec<RdmaDev>, Errno> {
     }
     Ok(devs)
 }
+
+#[cfg(test)]
+mod tests {
+    use nix::errno::Errno;
+
+    use super::*;
+    use crate::tests::{nla, rxe0_reply};
+    use crate::*;
+
+    #[test]
+    fn parse_get_reply() {
+        let dev = RdmaDev::parse(&rxe0_reply()).unwrap();
+        assert_eq!(
+            dev,
+            RdmaDev {
+                index: 3,
+                name: "rxe0".into(),
+                driver_id: None,
+                node_guid: Some(0x0200_00ff_fe00_0001),
+                fw_version: None,
+                node_type: Some(node_type::IB_CA),
+                protocol: Some("roce".into()),
+                port_count: Some(1),
+            }
+        );
+        // A driver id in the reply (u32 as the kernel sends, or u64 as the
+        // header says) is taken.
+        for width in [4, 8] {
+            let id = if width == 4 {
+                nla(attr::UVERBS_DRIVER_ID, &14u32.to_ne_bytes())
+            } else {
+                nla(attr::UVERBS_DRIVER_ID, &14u64.to_ne_bytes())
+            };
+            let reply = [rxe0_reply(), id].concat();
+            assert_eq!(
+                RdmaDev::parse(&reply).unwrap().driver_id,
+                Some(driver_id::RXE)
+            );
+        }
+        // Short optional fields are None, not errors.
+        let reply = [
+            nla(attr::DEV_INDEX, &0u32.to_ne_bytes()),
+            nla(attr::DEV_NAME, b"x\0"),
+            nla(attr::NODE_GUID, &[1, 2, 3]),
+            nla(attr::PORT_INDEX, &[1]),
+        ]
+        .concat();
+        let dev = RdmaDev::parse(&reply).unwrap();
+        assert_eq!((dev.node_guid, dev.port_count), (None, None));
+        // Index and name are required.
+        let no_name = nla(attr::DEV_INDEX, &0u32.to_ne_bytes());
+        assert_eq!(RdmaDev::parse(&no_name), Err(Errno::EPROTO));
+        let no_index = nla(attr::DEV_NAME, b"rxe0\0");
+        assert_eq!(RdmaDev::parse(&no_index), Err(Errno::EPROTO));
+        // Every truncation of a valid reply either parses (cut on an
+        // attribute boundary after the name) or is EPROTO; never a panic.
+        let full = rxe0_reply();
+        for cut in 0..full.len() {
+            let _ = RdmaDev::parse(&full[..cut]);
+        }
+        // Only the last attribute's padding may go missing.
+        assert!(RdmaDev::parse(&full[..full.len() - 3]).is_ok());
+        assert_eq!(RdmaDev::parse(&full[..full.len() - 4]), Err(Errno::EPROTO));
+    }
+
+    #[test]
+    fn parse_chardev_reply() {
+        // huge_encode_dev(MKDEV(231, 192)) = minor & 0xff | major << 8 |
+        // (minor & ~0xff) << 12.
+        let dev = 192u64 | (231 << 8);
+        let reply = [
+            nla(attr::UVERBS_DRIVER_ID, &driver_id::RXE.to_ne_bytes()),
+            nla(attr::PAD, &[]),
+            nla(attr::CHARDEV, &dev.to_ne_bytes()),
+            nla(attr::PAD, &[]),
+            nla(attr::CHARDEV_ABI, &6u64.to_ne_bytes()),
+            nla(attr::CHARDEV_NAME, b"uverbs0\0"),
+        ]
+        .concat();
+        let c = Chardev::parse(&reply).unwrap();
+        assert_eq!(
+            c,
+            Chardev {
+                name: "uverbs0".into(),
+                abi: 6,
+                dev,
+                driver_id: Some(driver_id::RXE)
+            }
+        );
+        assert_eq!((c.major(), c.minor()), (231, 192));
+        let big = Chardev {
+            dev: 0x1_2300 | (0xabc_u64 << 20) | 0x45,
+            ..c.clone()
+        };
+        assert_eq!((big.major(), big.minor()), (0x123, 0xabc45));
+        // Without a driver id (uverbs_no_driver_id_binding) it is None.
+        let no_id = &reply[8..];
+        assert_eq!(Chardev::parse(no_id).unwrap().driver_id, None);
+        // Name, ABI and dev are required.
+        assert_eq!(Chardev::parse(&reply[..8]), Err(Errno::EPROTO));
+    }
+}

@@ -162,3 +162,169 @@ pub(super) fn feed(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use nix::errno::Errno;
+
+    use super::{classify, encode_request, Messages, NlMsg, Step};
+    use crate::abi::{
+        NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
+    };
+    use crate::tests::{msg, nla};
+    use crate::*;
+
+    #[test]
+    fn messages_split_and_truncation() {
+        let a = msg(nldev_type(cmd::GET), 2, 5, &nla(1, &1u32.to_ne_bytes()));
+        let b = msg(NLMSG_DONE, 2, 5, &0i32.to_ne_bytes());
+        let buf = [a.clone(), b].concat();
+        let m: Vec<NlMsg<'_>> = Messages { rest: &buf }.map(Result::unwrap).collect();
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            (m[0].ty, m[0].flags, m[0].seq),
+            (nldev_type(cmd::GET), 2, 5)
+        );
+        assert_eq!(m[0].payload, &nla(1, &1u32.to_ne_bytes())[..]);
+        assert_eq!(m[1].ty, NLMSG_DONE);
+
+        // A header cut short, a length past the datagram, a length below
+        // the header: EPROTO, once.
+        for cut in [1, 15, 16, 23] {
+            let r: Vec<_> = Messages { rest: &a[..cut] }.collect();
+            assert_eq!(r, vec![Err(Errno::EPROTO)], "cut {cut}");
+        }
+        for bad_len in [0u32, 15, 1000] {
+            let mut m = a.clone();
+            m[..4].copy_from_slice(&bad_len.to_ne_bytes());
+            let r: Vec<_> = Messages { rest: &m }.collect();
+            assert_eq!(r, vec![Err(Errno::EPROTO)], "nlmsg_len {bad_len}");
+        }
+        // The padding of the last message may be missing.
+        let odd = msg(nldev_type(cmd::GET), 0, 1, &[7]);
+        let r: Vec<_> = Messages { rest: &odd[..17] }.collect();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].unwrap().payload, &[7]);
+    }
+
+    #[test]
+    fn classify_replies() {
+        let t = nldev_type(cmd::GET);
+        let one = |v: Vec<u8>| {
+            Messages { rest: &v }
+                .next()
+                .unwrap()
+                .map(|m| classify(&m, 9).to_owned_step())
+        };
+        assert_eq!(
+            one(msg(t, 2, 9, &[1, 2, 3, 4])),
+            Ok(OwnedStep::Data(vec![1, 2, 3, 4]))
+        );
+        assert_eq!(one(msg(t, 2, 8, &[1, 2, 3, 4])), Ok(OwnedStep::Skip));
+        assert_eq!(one(msg(NLMSG_NOOP, 0, 9, &[])), Ok(OwnedStep::Skip));
+        assert_eq!(
+            one(msg(NLMSG_DONE, 2, 9, &0i32.to_ne_bytes())),
+            Ok(OwnedStep::Done)
+        );
+        assert_eq!(one(msg(NLMSG_DONE, 2, 9, &[])), Ok(OwnedStep::Done));
+        assert_eq!(
+            one(msg(NLMSG_DONE, 2, 9, &(-libc::EBUSY).to_ne_bytes())),
+            Ok(OwnedStep::Fail(Errno::EBUSY))
+        );
+        // An ack (error 0) followed by the echoed request header.
+        let ack = [0i32.to_ne_bytes().to_vec(), msg(t, 5, 9, &[])].concat();
+        assert_eq!(one(msg(NLMSG_ERROR, 0x100, 9, &ack)), Ok(OwnedStep::Done));
+        let err = [(-libc::ENOENT).to_ne_bytes().to_vec(), msg(t, 5, 9, &[])].concat();
+        assert_eq!(
+            one(msg(NLMSG_ERROR, 0, 9, &err)),
+            Ok(OwnedStep::Fail(Errno::ENOENT))
+        );
+        assert_eq!(
+            one(msg(NLMSG_ERROR, 0, 9, &[0, 0])),
+            Ok(OwnedStep::Fail(Errno::EPROTO))
+        );
+        assert_eq!(
+            one(msg(NLMSG_ERROR, 0, 9, &5i32.to_ne_bytes())),
+            Ok(OwnedStep::Fail(Errno::EPROTO))
+        );
+        assert_eq!(
+            one(msg(NLMSG_ERROR, 0, 9, &i32::MIN.to_ne_bytes())),
+            Ok(OwnedStep::Fail(Errno::from_raw(i32::MAX)))
+        );
+        assert_eq!(
+            one(msg(NLMSG_OVERRUN, 0, 9, &[])),
+            Ok(OwnedStep::Fail(Errno::EPROTO))
+        );
+    }
+
+    /// [`Step`] without the borrow, for comparisons.
+    #[derive(Debug, PartialEq, Eq)]
+    enum OwnedStep {
+        Data(Vec<u8>),
+        Skip,
+        Done,
+        Fail(Errno),
+    }
+
+    impl Step<'_> {
+        fn to_owned_step(&self) -> OwnedStep {
+            match self {
+                Step::Data(d) => OwnedStep::Data(d.to_vec()),
+                Step::Skip => OwnedStep::Skip,
+                Step::Done => OwnedStep::Done,
+                Step::Fail(e) => OwnedStep::Fail(*e),
+            }
+        }
+    }
+
+    #[test]
+    fn encode_chardev_request() {
+        let mut out = Vec::new();
+        let index = 3u32.to_ne_bytes();
+        let attrs: [(u16, &[u8]); 2] =
+            [(attr::DEV_INDEX, &index), (attr::CHARDEV_TYPE, b"uverbs\0")];
+        encode_request(
+            &mut out,
+            nldev_type(cmd::GET_CHARDEV),
+            NLM_F_REQUEST | NLM_F_ACK,
+            77,
+            &attrs,
+        )
+        .unwrap();
+        // 16 header + 8 (u32) + 12 ("uverbs\0" padded from 11).
+        assert_eq!(out.len(), 36);
+        let m = Messages { rest: &out }.next().unwrap().unwrap();
+        assert_eq!((m.ty, m.flags, m.seq), (0x140f, 5, 77));
+        assert_eq!(&out[12..16], &[0; 4], "nlmsg_pid");
+        let a: Vec<Attr<'_>> = Attrs::new(m.payload).map(Result::unwrap).collect();
+        assert_eq!((a[0].kind, a[0].u32()), (attr::DEV_INDEX, Some(3)));
+        assert_eq!(
+            (a[1].kind, a[1].payload),
+            (attr::CHARDEV_TYPE, &b"uverbs\0"[..])
+        );
+        assert_eq!(&out[35..], &[0], "attribute padding");
+
+        let mut dump = Vec::new();
+        encode_request(
+            &mut dump,
+            nldev_type(cmd::GET),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            1,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(dump.len(), 16);
+        let m = Messages { rest: &dump }.next().unwrap().unwrap();
+        assert_eq!(
+            (m.ty, m.flags, m.seq, m.payload),
+            (0x1401, 0x301, 1, &[][..])
+        );
+
+        let big = vec![0u8; 70_000];
+        let mut o = Vec::new();
+        assert_eq!(
+            encode_request(&mut o, 1, 0, 0, &[(1, &big)]),
+            Err(Errno::E2BIG)
+        );
+    }
+}

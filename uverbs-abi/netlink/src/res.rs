@@ -120,3 +120,92 @@ pub fn dump_res(
         |attrs| for_each_res_entry(attrs, kind, &mut f),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use nix::errno::Errno;
+
+    use super::*;
+    use crate::tests::nla;
+    use crate::*;
+
+    #[test]
+    fn res_entries_of_a_dump_message() {
+        let qp = |n: u32, pid: u32| {
+            nla(
+                attr::RES_QP_ENTRY | NLA_F_NESTED,
+                &[
+                    nla(attr::RES_LQPN, &n.to_ne_bytes()),
+                    nla(attr::RES_PID, &pid.to_ne_bytes()),
+                ]
+                .concat(),
+            )
+        };
+        let table = [qp(17, 148), nla(attr::PAD, &[]), qp(18, 150)].concat();
+        let msg = [
+            nla(attr::DEV_INDEX, &0u32.to_ne_bytes()),
+            nla(attr::DEV_NAME, b"rxe0\0"),
+            // A table of another kind is not ours.
+            nla(attr::RES_CQ | NLA_F_NESTED, &qp(99, 1)),
+            // The QP table without NLA_F_NESTED (nla_nest_start_noflag).
+            nla(attr::RES_QP, &table),
+        ]
+        .concat();
+        let mut seen = Vec::new();
+        for_each_res_entry(&msg, ResKind::Qp, |e| {
+            let n = e.clone().get(attr::RES_LQPN)?.and_then(|a| a.u32());
+            let p = e.get(attr::RES_PID)?.and_then(|a| a.u32());
+            seen.push((n, p));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen, vec![(Some(17), Some(148)), (Some(18), Some(150))]);
+        // No table: no entries, no error.
+        let mut n = 0;
+        for_each_res_entry(&msg[..8], ResKind::Qp, |_| {
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n, 0);
+        // A malformed table is EPROTO, and the callback's error comes back.
+        let bad = nla(attr::RES_QP, &[9, 0, 1, 0]);
+        assert_eq!(
+            for_each_res_entry(&bad, ResKind::Qp, |_| Ok(())),
+            Err(Errno::EPROTO)
+        );
+        assert_eq!(
+            for_each_res_entry(&msg, ResKind::Qp, |_| Err(Errno::EBADMSG)),
+            Err(Errno::EBADMSG)
+        );
+    }
+
+    #[test]
+    fn res_kinds_match_the_header() {
+        let all = [
+            ResKind::Qp,
+            ResKind::CmId,
+            ResKind::Cq,
+            ResKind::Mr,
+            ResKind::Pd,
+            ResKind::Ctx,
+            ResKind::Srq,
+        ];
+        let got: Vec<(u16, u16, u16)> = all
+            .iter()
+            .map(|k| (k.cmd(), k.table(), k.entry()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (10, 19, 20),
+                (11, 30, 31),
+                (12, 35, 36),
+                (13, 40, 41),
+                (14, 46, 47),
+                (22, 86, 87),
+                (23, 88, 89),
+            ]
+        );
+    }
+}
