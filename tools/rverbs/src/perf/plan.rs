@@ -401,3 +401,206 @@ pub(super) fn check_rdma_cm(a: &PerfArgs) -> Result<()> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: PerfArgs,
+    }
+
+    fn args(v: &[&str]) -> std::result::Result<PerfArgs, clap::Error> {
+        T::try_parse_from(std::iter::once("perf").chain(v.iter().copied())).map(|t| t.a)
+    }
+
+    pub(in crate::perf) fn plan(v: &[&str]) -> Result<Plan> {
+        Plan::new(&args(v).map_err(|e| anyhow::anyhow!("{e}"))?)
+    }
+
+    #[test]
+    fn perftest_letters_parse() {
+        let a = args(&[
+            "write",
+            "bw",
+            "-d",
+            "rxe0",
+            "-i",
+            "1",
+            "-x",
+            "1",
+            "-s",
+            "4096",
+            "-n",
+            "200",
+            "-t",
+            "64",
+            "-I",
+            "128",
+            "-p",
+            "19000",
+            "-F",
+            "--report_gbits",
+            "-Q",
+            "8",
+            "-N",
+            "-m",
+            "2048",
+            "-S",
+            "2",
+            "-u",
+            "16",
+            "--retry_count",
+            "2",
+            "--json",
+            "--cpu_util",
+            "10.0.0.1",
+        ])
+        .unwrap();
+        assert_eq!((a.verb, a.kind), (Verb::Write, Kind::Bw));
+        assert_eq!(a.host.as_deref(), Some("10.0.0.1"));
+        assert_eq!(
+            (a.dev.as_deref(), a.ib_port, a.gid_index),
+            (Some("rxe0"), 1, Some(1))
+        );
+        assert_eq!(
+            (a.size, a.iters, a.tx_depth, a.inline),
+            (Some(4096), Some(200), Some(64), Some(128))
+        );
+        assert!(a.cpu_freq && a.report_gbits && a.no_peak && a.json && a.cpu_util);
+        assert_eq!(
+            (a.port, a.cq_mod, a.mtu, a.sl, a.qp_timeout),
+            (19000, Some(8), Some(Mtu::Mtu2048), 2, 16)
+        );
+        assert_eq!(a.retry_count, 2);
+        let p = Plan::new(&a).unwrap();
+        assert_eq!(p.sizes, [4096]);
+        assert_eq!((p.iters, p.tx_depth, p.cq_mod, p.inline), (200, 64, 8, 128));
+        assert!(!p.peak);
+        let b = args(&[
+            "atomic",
+            "lat",
+            "-A",
+            "CMP_AND_SWAP",
+            "-o",
+            "4",
+            "--inline-size",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!((b.atomic_type, b.outs), (Some(true), Some(4)));
+        assert!(args(&["send", "lat", "-D", "3", "-f", "1", "-r", "64"]).is_ok());
+    }
+
+    #[test]
+    fn defaults_follow_perftest() {
+        let p = plan(&["write", "bw"]).unwrap();
+        assert_eq!(
+            (p.sizes.clone(), p.iters, p.tx_depth, p.cq_mod),
+            (vec![65536], 5000, 128, 64)
+        );
+        assert!(p.peak && p.host.is_none());
+        let p = plan(&["send", "bw", "localhost"]).unwrap();
+        assert_eq!((p.iters, p.rx_depth), (1000, 512));
+        let p = plan(&["send", "lat"]).unwrap();
+        assert_eq!(
+            (p.sizes.clone(), p.iters, p.tx_depth, p.cq_mod),
+            (vec![2], 1000, 1, 1)
+        );
+        let p = plan(&["atomic", "bw"]).unwrap();
+        assert_eq!(p.sizes, [8]);
+        assert!(!p.cmp_swap);
+        let p = plan(&["read", "bw", "-n", "5", "-t", "128"]).unwrap();
+        assert_eq!((p.tx_depth, p.cq_mod, p.rx_depth), (5, 2, 1));
+        let p = plan(&["write", "bw", "-n", "30000"]).unwrap();
+        assert!(!p.peak, "no peak above 20000 iterations");
+    }
+
+    #[test]
+    fn sweep_sizes() {
+        let p = plan(&["write", "bw", "-a"]).unwrap();
+        assert_eq!(p.sizes.first(), Some(&2));
+        assert_eq!(p.sizes.last(), Some(&(1 << 23)));
+        assert_eq!(p.sizes.len(), 23);
+        let p = plan(&["send", "lat", "-a", "--max-size", "1000"]).unwrap();
+        assert_eq!(p.sizes, [2, 4, 8, 16, 32, 64, 128, 256, 512]);
+    }
+
+    #[test]
+    fn bad_options_get_clear_errors() {
+        for (v, want) in [
+            (
+                &["write", "bw", "-s", "0"][..],
+                "-s/--size must be at least 1",
+            ),
+            (&["write", "bw", "-s", "4294967296"], "at most"),
+            (&["atomic", "bw", "-s", "16"], "must be 8"),
+            (&["atomic", "lat", "-a"], "atomic"),
+            (&["write", "bw", "-n", "4"], "at least 5"),
+            (&["write", "bw", "-t", "0"], "-t/--tx-depth"),
+            (&["send", "bw", "-r", "20000"], "-r/--rx-depth"),
+            (&["send", "bw", "-I", "2000"], "0..1024"),
+            (&["read", "bw", "-I", "64"], "send and write tests only"),
+            (&["write", "bw", "-a", "-s", "64"], "not both"),
+            (&["write", "bw", "--max-size", "64"], "-a/--all"),
+            (&["write", "bw", "-a", "-D", "5"], "-D/--duration"),
+            (&["write", "bw", "-D", "5", "-n", "100"], "exclude"),
+            (&["write", "bw", "-D", "4", "-f", "2"], "margin"),
+            (&["write", "bw", "-f", "1"], "-D/--duration runs only"),
+            (&["write", "bw", "-Q", "0"], "-Q/--cq-mod"),
+            (&["write", "bw", "-c", "UD"], "RC only"),
+            (&["write", "bw", "-A", "FETCH_AND_ADD"], "atomic tests only"),
+            (&["send", "bw", "-o", "4"], "read and atomic"),
+            (&["write", "lat", "-S", "16"], "-S/--sl"),
+            (&["write", "bw", "-i", "0"], "-i/--ib-port"),
+            (&["write", "bw", "--retry_count", "8"], "--retry_count"),
+            (&["write", "lat", "-n", "60000000"], "-D for longer runs"),
+        ] {
+            let e = format!("{:#}", plan(v).unwrap_err());
+            assert!(e.contains(want), "{v:?}: {e}");
+        }
+        for v in [
+            &["write", "bw", "-m", "1000"][..],
+            &["bogus", "bw"],
+            &["write", "both"],
+            &["write", "bw", "-A", "SWAP"],
+            &["write", "bw", "-n", "ten"],
+            &["write", "bw", "a", "b"],
+        ] {
+            assert!(args(v).is_err(), "{v:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn rdma_cm_is_write_bw_only() {
+        let p = plan(&["write", "bw", "-R", "-s", "4096", "-n", "1000", "10.0.0.1"]).unwrap();
+        assert!(p.rdma_cm);
+        assert_eq!(
+            (p.sizes.clone(), p.iters, p.port),
+            (vec![4096], 1000, 18515)
+        );
+        let p = plan(&["write", "bw", "--rdma_cm", "-p", "19000"]).unwrap();
+        assert!(p.rdma_cm && p.host.is_none());
+        assert_eq!(p.port, 19000);
+        assert!(!plan(&["write", "bw"]).unwrap().rdma_cm);
+        for (v, want) in [
+            (&["read", "bw", "-R"][..], "only `perf write bw -R`"),
+            (&["send", "bw", "-R"], "not `perf send bw -R`"),
+            (&["write", "lat", "-R"], "not `perf write lat -R`"),
+            (&["write", "bw", "-R", "-a"], "-a/--all"),
+            (&["write", "bw", "-R", "-D", "5"], "-D/--duration"),
+            (&["write", "bw", "-R", "-m", "1024"], "-m/--mtu"),
+            (&["write", "bw", "-R", "-x", "1"], "-x/--gid-index"),
+            (&["write", "bw", "-R", "-i", "2"], "-i/--ib-port"),
+            (&["write", "bw", "-R", "-S", "1"], "-S/--sl"),
+            (&["write", "bw", "-R", "-u", "16"], "-u/--qp-timeout"),
+            (&["write", "bw", "-R", "-c", "UC"], "RC only"),
+        ] {
+            let e = format!("{:#}", plan(v).unwrap_err());
+            assert!(e.contains(want), "{v:?}: {e}");
+        }
+    }
+}

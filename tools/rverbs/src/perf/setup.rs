@@ -232,3 +232,59 @@ pub(super) fn check_match(p: &Plan, mine: &Hello, theirs: &Hello) -> Result<()> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::plan::tests::plan;
+    use super::*;
+
+    #[test]
+    fn mismatched_peers_are_refused() {
+        let p = plan(&["write", "bw", "-s", "4096"]).unwrap();
+        let mine = Hello {
+            verb: Verb::Write.code(),
+            kind: Kind::Bw.code(),
+            size: 4096,
+            iters: 5000,
+            len: 8192,
+            ..Default::default()
+        };
+        assert!(check_match(&p, &mine, &mine).is_ok());
+        let theirs = Hello { size: 64, ..mine };
+        let e = check_match(&p, &mine, &theirs).unwrap_err().to_string();
+        assert!(e.contains("-s 64") && e.contains("-s 4096"), "{e}");
+        let theirs = Hello {
+            verb: Verb::Read.code(),
+            ..mine
+        };
+        let e = check_match(&p, &mine, &theirs).unwrap_err().to_string();
+        assert!(e.contains("perf read bw"), "{e}");
+    }
+
+    #[test]
+    fn a_peer_buffer_that_wraps_the_address_space_is_refused() {
+        // A server's Hello whose buffer ends past 2^64: `addr + len / 2`
+        // used to overflow (a panic) once the test started.
+        let p = plan(&["write", "bw", "-s", "4096"]).unwrap();
+        let mine = Hello {
+            verb: Verb::Write.code(),
+            kind: Kind::Bw.code(),
+            size: 4096,
+            iters: 5000,
+            addr: 0x7f00_0000_0000,
+            len: 8192,
+            ..Default::default()
+        };
+        let theirs = Hello {
+            addr: u64::MAX - 100,
+            ..mine
+        };
+        let e = check_match(&p, &mine, &theirs).unwrap_err().to_string();
+        assert!(e.contains("past the end of the address space"), "{e}");
+        let theirs = Hello {
+            addr: u64::MAX - 8192,
+            ..mine
+        };
+        assert!(check_match(&p, &mine, &theirs).is_ok());
+    }
+}
