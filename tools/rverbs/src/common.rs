@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rverbs::{CompChannel, Context, Cq, Gid, LinkLayer, PortAttr, Wc};
+use rverbs::{CompChannel, Context, Cq, Gid, LinkLayer, Mtu, PortAttr, Wc};
 
 use crate::wire::{Dest, Limits};
 
@@ -71,6 +71,14 @@ pub fn num<T: TryFrom<u64>>(s: &str) -> std::result::Result<T, String> {
     };
     let v = u64::from_str_radix(digits, radix).map_err(|_| format!("{s:?} is not a number"))?;
     T::try_from(v).map_err(|_| format!("{s} is out of range"))
+}
+
+/// Parses a path MTU in bytes (256, 512, 1024, 2048 or 4096; the number
+/// as [`num`] reads it): the `-m` option of the pingpong tools and of
+/// `rverbs perf`.
+pub fn parse_mtu(s: &str) -> std::result::Result<Mtu, String> {
+    let n: u32 = num(s)?;
+    Mtu::from_bytes(n).ok_or_else(|| format!("MTU {s} is not one of 256, 512, 1024, 2048, 4096"))
 }
 
 impl Common {

@@ -13,7 +13,7 @@ use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use rverbs::{Mtu, QpType};
 
-use rverbs_cli::common::{num, Common};
+use rverbs_cli::common::{num, parse_mtu, Common};
 use rverbs_cli::{connected, devinfo, inspect, perf, rping, srq, ud, udaddy};
 
 #[derive(Parser)]
@@ -25,11 +25,6 @@ use rverbs_cli::{connected, devinfo, inspect, perf, rping, srq, ud, udaddy};
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
-}
-
-fn parse_mtu(s: &str) -> std::result::Result<Mtu, String> {
-    let n: u32 = num(s)?;
-    Mtu::from_bytes(n).ok_or_else(|| format!("MTU {s} is not one of 256, 512, 1024, 2048, 4096"))
 }
 
 /// Options of `rc-pingpong` beyond the common ones.

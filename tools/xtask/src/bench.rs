@@ -36,9 +36,11 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use crate::callgrind::callgrind_total;
 use crate::linkage;
 use crate::util::{self, cargo_bin, print_line, shell_quote, workspace_root};
 use crate::vm::{self, VmOptions};
+use crate::{regbench, scalebench};
 
 /// What a probe's count must meet on one provider (issue 16's targets).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -410,8 +412,8 @@ fn payload(
             )?;
         }
     }
-    crate::regbench::payload(&mut s, &q(&b.regmr_rs)?, &q(&b.regmr_c)?, DEVICE)?;
-    crate::scalebench::payload(&mut s, &q(&b.scale_rs)?, &q(&b.scale_c)?, DEVICE)?;
+    regbench::payload(&mut s, &q(&b.regmr_rs)?, &q(&b.regmr_c)?, DEVICE)?;
+    scalebench::payload(&mut s, &q(&b.scale_rs)?, &q(&b.scale_c)?, DEVICE)?;
     let Some(cases) = cases else {
         return Ok(s);
     };
@@ -536,18 +538,6 @@ fn mlx5_probes(
 
 /// One probe mode's counts: ours and rdma-core's, per iteration.
 type ProbeResult<'a> = (&'a Probe, Result<f64>, Result<f64>);
-
-/// An instruction-count result: instructions per measured iteration.
-/// The instruction total of a callgrind output file (its `summary:` or
-/// `totals:` line).
-pub fn callgrind_total(data: &str) -> Option<u64> {
-    data.lines()
-        .find_map(|l| {
-            l.strip_prefix("summary:")
-                .or_else(|| l.strip_prefix("totals:"))
-        })
-        .and_then(|v| v.trim().parse().ok())
-}
 
 fn read_probe(out: &Path, family: &str, tool: Tool, p: &Probe, iters: u32) -> Result<f64> {
     let name = probe_name(family, tool, p.mode);
@@ -819,8 +809,8 @@ fn insn_table(w: &mut impl FnMut(&str), probes: &[ProbeResult<'_>], mlx5: bool) 
 /// The control-path results of the guest: registration costs and the
 /// scale probe.
 struct ControlRows {
-    reg: crate::regbench::Rows,
-    scale: crate::scalebench::Rows,
+    reg: regbench::Rows,
+    scale: scalebench::Rows,
 }
 
 /// The markdown report. Returns it and whether every target was met and
@@ -880,7 +870,7 @@ fn report(
          on-demand paging (7.x here); elsewhere both sides are refused.",
     );
     w("");
-    if !crate::regbench::table(&mut w, &control.reg) {
+    if !regbench::table(&mut w, &control.reg) {
         ok = false;
     }
     w("");
@@ -895,7 +885,7 @@ fn report(
          (median), per object. Target: at or below rdma-core's instructions at every N.",
     );
     w("");
-    if !crate::scalebench::table(&mut w, &control.scale) {
+    if !scalebench::table(&mut w, &control.scale) {
         ok = false;
     }
     w("");
@@ -1170,8 +1160,8 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
     });
     let env = environment(&run_dir);
     let control = ControlRows {
-        reg: crate::regbench::read(&run_dir),
-        scale: crate::scalebench::read(&run_dir),
+        reg: regbench::read(&run_dir),
+        scale: scalebench::read(&run_dir),
     };
     let (md, met) = report(
         opts,

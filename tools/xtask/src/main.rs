@@ -54,6 +54,7 @@
 #[macro_use]
 mod util;
 mod bench;
+mod callgrind;
 mod fuzz;
 mod initramfs;
 mod kernel;

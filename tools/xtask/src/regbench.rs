@@ -124,7 +124,7 @@ fn read_side(out: &Path, tool: &str, mode: &str, size: u64, iters: u32) -> Resul
         Outcome::Ran(_) => {
             let data = std::fs::read_to_string(out.join(format!("{cg}.out")))
                 .with_context(|| format!("no callgrind output {cg}.out"))?;
-            let total = crate::bench::callgrind_total(&data)
+            let total = crate::callgrind::callgrind_total(&data)
                 .with_context(|| format!("no instruction total in {cg}.out"))?;
             Some(total as f64 / f64::from(iters))
         }

@@ -100,7 +100,7 @@ fn read_side(out: &Path, tool: &str, what: &str, n: u32) -> Result<Side> {
         }
     }
     let cg = name("cg", tool, what, n);
-    let total = crate::bench::callgrind_total(&read_file(out, &cg, "out"))
+    let total = crate::callgrind::callgrind_total(&read_file(out, &cg, "out"))
         .with_context(|| format!("no instruction total in {cg}.out"))?;
     let median = parse_median_ns(&read_file(out, &name("t", tool, what, n), "log"))?;
     Ok(Side {

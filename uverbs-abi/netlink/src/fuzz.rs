@@ -2,8 +2,10 @@
 //! the API): the reply parsing of [`super`] on arbitrary bytes, as if the
 //! kernel had sent them.
 
-use super::{feed, for_each_res_entry, Attr, Attrs, Chardev, RdmaDev, ResKind};
 use nix::errno::Errno;
+
+use super::framing::feed;
+use super::{for_each_res_entry, Attr, Attrs, Chardev, RdmaDev, ResKind};
 
 /// Every accessor of `a`, and of the attributes nested in it down to
 /// `depth` more levels.

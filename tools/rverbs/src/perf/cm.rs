@@ -19,10 +19,12 @@ use rverbs::cm::{ConnParams, Connection, Listener, Resolved};
 use rverbs::{AccessFlags, Cq, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType};
 
 use super::bench::{Bench, Peer, Res, Silent};
+use super::plan::Plan;
 use super::ptcomm::{self, BwFigures, PtComm, PtDest, CACHE_LINE, RESOLVE_TIMEOUT, STEP_TIMEOUT};
+use super::report::{json_doc, print_banner_via, rusage};
+use super::setup::{create_parts, open_at, Opened, Parts};
 use super::stats::RULE;
 use super::wire::Report;
-use super::{create_parts, json_doc, open_at, print_banner_via, rusage, Opened, Parts, Plan};
 use crate::common::{gid_text, page_size, random_psn};
 
 /// How long the client retries a comm connection nobody accepts yet.

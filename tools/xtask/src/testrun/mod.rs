@@ -1,0 +1,577 @@
+//! `cargo xtask test`: host tests, then the VM suite in one VM.
+//!
+//! 1. `cargo test --workspace --exclude verbs-tests` on the host (stdout
+//!    shown live and read for libtest's `test result:` lines).
+//!    Then the emulated mlx5 items (`mlx5::run_all`, as `cargo xtask
+//!    mlx5`): rdma-core's tools and scenario programs against the
+//!    `mlx5-emu` library, each one test. `--no-host` skips both.
+//! 2. `cargo build -p rverbs --examples --features tokio` and `cargo build -p rverbs-cli --bin rverbs`.
+//! 3. `cargo test -p verbs-tests --no-run --message-format=json`, collecting
+//!    the test executables.
+//! 4. One VM boot runs a generated `payload.sh` that runs every executable
+//!    (with `--test-threads=1` and the extra args), then every
+//!    `tests/vm/*.sh` script, recording each exit status and output
+//!    (`item-N.status`, `item-N.log`) in the run folder; the host reads them
+//!    after the VM is gone.
+//! 5. Every `tests/vm2/*.sh` script is one two-guest item: a linked pair
+//!    of VMs (`vm::run_pair`, as `cargo xtask vm2`) runs the script in both
+//!    guests (RVERBS_ROLE a/b, RVERBS_PEER_ADDR the other's address); it
+//!    passes if both exit 0 and counts as one test.
+//! 6. Prints per-item results and the closing line `N passed, N failed`.
+//!
+//! This module runs those steps; the static checks are in `checks`, the
+//! cargo plumbing in `cargo`, the VM payload in `payload`, libtest's
+//! output in `libtest`, the interop matrix in `interop`, and `cargo xtask
+//! demo` in `demo`.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::util::{self, cargo_bin, describe, print_line, workspace_root};
+use crate::vm::{self, VmOptions};
+
+mod cargo;
+mod checks;
+mod demo;
+mod interop;
+mod libtest;
+mod payload;
+
+pub use cargo::target_dir;
+use cargo::{examples_build, metadata, run_teed, Package};
+use checks::{static_checks, static_rverbs};
+pub use demo::demo_command;
+use interop::{merge_interop, print_interop, read_interop, InteropRow, INTEROP_FILE};
+use libtest::item_counts;
+pub use libtest::{failed_tests, Counts};
+use payload::{build_vm_suite, payload_script, scripts_in, vm_scripts, Item, TestBinary};
+
+/// The package holding the VM suite.
+const VM_SUITE: &str = "verbs-tests";
+/// Time limit of one two-guest item (boot of both guests included).
+const VM2_ITEM_TIMEOUT: Duration = Duration::from_secs(300);
+/// The package whose examples are built for the VM run.
+const EXAMPLES_PACKAGE: &str = "rverbs";
+/// Its features the examples need (`async_echo` needs `tokio`).
+const EXAMPLES_FEATURES: &str = "tokio";
+
+/// Options of `cargo xtask test`.
+pub struct TestOptions {
+    /// VM settings (the timeout; the series is each of `kernels`).
+    pub vm: VmOptions,
+    /// The kernel series to run the VM suite on, in order (the first gets
+    /// the full soak).
+    pub kernels: Vec<String>,
+    /// Extra arguments for every VM test binary.
+    pub extra_args: Vec<OsString>,
+    /// Skip the host test phase.
+    pub no_host: bool,
+}
+
+/// `cargo xtask test`. Returns whether everything passed.
+/// Installs (as root, via apt) the reference tools and headers the suites
+/// use when they are missing: rdma-core's ibv_devinfo (the oracle of the
+/// query tests), rping (the rdma_cm interop peer), libibverbs-dev (the linkage check's positive control),
+/// the kernel uapi headers and a C compiler (the ABI layout probe).
+fn ensure_reference_tools() -> Result<()> {
+    util::ensure_tool("ibv_devinfo", "ibverbs-utils")?;
+    // tests/vm/rping.sh, tests/vm/udaddy.sh: rdma-core's rping and udaddy,
+    // the rdma_cm interop peers (both in rdmacm-utils).
+    util::ensure_tool("rping", "rdmacm-utils")?;
+    util::ensure_tool("cc", "gcc")?;
+    util::ensure_tool("readelf", "binutils")?;
+    for (file, pkg) in [
+        ("/usr/include/rdma/ib_user_verbs.h", "linux-libc-dev"),
+        ("/usr/include/infiniband/verbs.h", "libibverbs-dev"),
+        ("/etc/libibverbs.d/rxe.driver", "ibverbs-providers"),
+    ] {
+        if !Path::new(file).exists() {
+            util::apt_install(&[pkg])?;
+        }
+    }
+    Ok(())
+}
+
+pub fn test_command(opts: &TestOptions) -> Result<bool> {
+    ensure_reference_tools()?;
+    let ws = workspace_root();
+    let (packages, target_dir) = metadata()?;
+    let has = |name: &str| packages.iter().any(|p| p.name == name);
+    let mut total = Counts::default();
+    let mut problems: Vec<String> = Vec::new();
+    let mut matrix: Vec<(String, Vec<InteropRow>)> = Vec::new();
+
+    // (a) Host tests.
+    if opts.no_host {
+        say!("skipping host tests (--no-host)");
+    } else {
+        let mut cmd = Command::new(cargo_bin());
+        // Every test binary runs even after one fails, so one run names
+        // every failure.
+        cmd.args(["test", "--workspace", "--no-fail-fast"])
+            .current_dir(&ws);
+        if has(VM_SUITE) {
+            cmd.args(["--exclude", VM_SUITE]);
+        } else {
+            say!("warning: no package {VM_SUITE} in the workspace yet; host tests cover all");
+        }
+        let (ok, out) = run_teed(&mut cmd)?;
+        let counts = item_counts(ok, &out);
+        say!(
+            "host tests: {} ({} passed, {} failed)",
+            if ok { "ok" } else { "FAILED" },
+            counts.passed,
+            counts.failed
+        );
+        if !ok {
+            let failed = failed_tests(&out);
+            if failed.is_empty() {
+                problems.push("host tests".into());
+            } else {
+                problems.push(format!("host tests ({})", failed.join("; ")));
+            }
+        }
+        total.add(counts);
+    }
+
+    // Formatting, lints, and the aarch64 type check (host).
+    if !opts.no_host {
+        for (name, ok) in static_checks(&ws) {
+            if ok {
+                total.passed += 1;
+            } else {
+                total.failed += 1;
+                problems.push(name);
+            }
+        }
+    }
+
+    // The emulated mlx5 device and rdma-core's scenarios on it (host).
+    if has(crate::mlx5::EMU_PACKAGE) && !opts.no_host {
+        match crate::mlx5::run_all(&target_dir) {
+            Ok(outcomes) => {
+                let all_ok = crate::mlx5::summary(&outcomes);
+                for o in &outcomes {
+                    if o.ok {
+                        total.passed += 1;
+                    } else {
+                        total.failed += 1;
+                        problems.push(format!("mlx5: {}: {}", o.name, o.detail));
+                    }
+                }
+                if !all_ok {
+                    say!("mlx5 emulator scenarios: FAILED");
+                }
+            }
+            Err(e) => {
+                say!("mlx5 emulator: error: {e:#}");
+                problems.push("mlx5 emulator".into());
+                total.failed += 1;
+            }
+        }
+    }
+
+    // (d) Examples of the verbs package, for the VM scripts.
+    if has(EXAMPLES_PACKAGE) {
+        let mut cmd = examples_build(&ws);
+        say!("building examples: {}", describe(&cmd));
+        if let Err(e) = util::run(&mut cmd) {
+            say!("error: {e:#}");
+            problems.push(format!("{EXAMPLES_PACKAGE} examples build"));
+            total.failed += 1;
+        }
+    } else {
+        say!("warning: no package {EXAMPLES_PACKAGE}: no examples built");
+    }
+
+    // The rverbs tool, for the interop script (tests/vm/interop.sh).
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["build", "-p", "rverbs-cli", "--bin", "rverbs"])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
+    say!("building rverbs: {}", describe(&cmd));
+    if let Err(e) = util::run(&mut cmd) {
+        say!("error: {e:#}");
+        problems.push("rverbs build".into());
+        total.failed += 1;
+    }
+
+    // The fully static rverbs the README promises (musl, non-PIE), for
+    // tests/vm/static.sh: built, then checked to have no interpreter, no
+    // dynamic section and no rdma-core name in it.
+    match static_rverbs(&ws, &target_dir) {
+        Ok(path) => {
+            say!(
+                "static rverbs: {} has no interpreter and no dynamic section: ok",
+                path.display()
+            );
+            total.passed += 1;
+        }
+        Err(e) => {
+            say!("static rverbs: FAILED: {e:#}");
+            problems.push("static rverbs".into());
+            total.failed += 1;
+        }
+    }
+
+    // (b) The VM suite's test executables.
+    let binaries = if has(VM_SUITE) {
+        match build_vm_suite() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                say!("error: {e:#}");
+                problems.push(format!("{VM_SUITE} build"));
+                total.failed += 1;
+                None
+            }
+        }
+    } else {
+        say!("warning: no package {VM_SUITE} in the workspace: no VM tests to run");
+        Some(Vec::new())
+    };
+
+    // No binary we built may link, import from or dlopen rdma-core.
+    match crate::linkage::check(&target_dir) {
+        Ok((n, found)) if found.is_empty() => {
+            say!("linkage: {n} binaries checked, none links or names libibverbs: ok");
+            total.passed += 1;
+        }
+        Ok((n, found)) => {
+            say!(
+                "linkage: FAILED ({} problems in {n} binaries):",
+                found.len()
+            );
+            for f in &found {
+                say!("  {f}");
+            }
+            problems.push("linkage check".into());
+            total.failed += 1;
+        }
+        Err(e) => {
+            say!("linkage: error: {e:#}");
+            problems.push("linkage check".into());
+            total.failed += 1;
+        }
+    }
+
+    // (c) + (e) for each kernel series, one after the other.
+    if let Some(binaries) = binaries {
+        for (k, series) in opts.kernels.iter().enumerate() {
+            let vm = VmOptions {
+                series: series.clone(),
+                ..opts.vm.clone()
+            };
+            let mut rows = Vec::new();
+            let before = problems.len();
+            let counts = run_kernel(
+                opts,
+                &vm,
+                k == 0,
+                &binaries,
+                &packages,
+                &target_dir,
+                &mut problems,
+                &mut rows,
+            )?;
+            for p in &mut problems[before..] {
+                *p = format!("[{series}] {p}");
+            }
+            say!(
+                "kernel {series}: {} passed, {} failed",
+                counts.passed,
+                counts.failed
+            );
+            total.add(counts);
+            matrix.push((series.clone(), rows));
+        }
+    }
+
+    for (series, rows) in &matrix {
+        say!("kernel {series}:");
+        print_interop(rows);
+    }
+    if problems.is_empty() {
+        say!("all passed");
+    } else {
+        say!("failed: {}", problems.join(", "));
+    }
+    print_line(&format!("{} passed, {} failed", total.passed, total.failed));
+    Ok(problems.is_empty() && total.failed == 0)
+}
+
+/// Messages of the soak on every kernel but the first, unless the caller
+/// set `RVERBS_SOAK_MESSAGES`: the million-message soak runs once.
+const SOAK_MESSAGES_SECONDARY: u32 = 100_000;
+
+/// The VM suite and the two-guest items on one kernel series: returns
+/// their counts, adds failed items to `problems` and interop rows to
+/// `matrix`. `primary`: the first series, the one the full soak runs on.
+#[allow(clippy::too_many_arguments)]
+fn run_kernel(
+    opts: &TestOptions,
+    vm_opts: &VmOptions,
+    primary: bool,
+    binaries: &[TestBinary],
+    packages: &[Package],
+    target_dir: &Path,
+    problems: &mut Vec<String>,
+    matrix: &mut Vec<InteropRow>,
+) -> Result<Counts> {
+    let ws = workspace_root();
+    let mut total = Counts::default();
+    say!("kernel series {}: the VM suite", vm_opts.series);
+    let soak_env = if primary || std::env::var_os("RVERBS_SOAK_MESSAGES").is_some() {
+        String::new()
+    } else {
+        format!(" RVERBS_SOAK_MESSAGES={SOAK_MESSAGES_SECONDARY}")
+    };
+    {
+        let suite_dir = packages
+            .iter()
+            .find(|p| p.name == VM_SUITE)
+            .map(|p| p.dir.clone())
+            .unwrap_or_else(|| ws.clone());
+        let mut items = Vec::new();
+        for b in binaries {
+            let mut words = vec![util::shell_quote_os(b.path.as_os_str())?];
+            words.push("--test-threads=1".into());
+            for a in &opts.extra_args {
+                words.push(util::shell_quote_os(a)?);
+            }
+            let file = b
+                .path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_else(|| b.name.clone());
+            items.push(Item {
+                name: format!("{} ({file})", b.name),
+                command: words.join(" "),
+                dir: suite_dir.clone(),
+                env: format!(
+                    "CARGO_MANIFEST_DIR={} CARGO_PKG_NAME={VM_SUITE}{soak_env}",
+                    util::shell_quote_os(suite_dir.as_os_str())?
+                ),
+            });
+        }
+        if binaries.is_empty() {
+            say!("warning: {VM_SUITE} has no test executables yet: 0 tests will run in the VM");
+        }
+        for script in vm_scripts() {
+            let rel = script.strip_prefix(&ws).unwrap_or(&script).to_path_buf();
+            items.push(Item {
+                name: rel.display().to_string(),
+                command: format!("/bin/sh {}", util::shell_quote_os(script.as_os_str())?),
+                dir: ws.clone(),
+                env: String::new(),
+            });
+        }
+        say!(
+            "running {} item(s) in one VM ({} test executable(s), {} script(s))",
+            items.len(),
+            binaries.len(),
+            items.len() - binaries.len()
+        );
+        let run_dir = vm::new_run_dir()?;
+        let payload = payload_script(&items, &run_dir, target_dir)?;
+        match vm::run(vm_opts, &run_dir, &payload) {
+            Ok(outcome) => {
+                if let Some(secs) = outcome.boot_secs {
+                    say!("VM boot took {secs:.1} s");
+                }
+                let mut vm_total = Counts::default();
+                for (i, item) in items.iter().enumerate() {
+                    let n = i + 1;
+                    let status = std::fs::read_to_string(run_dir.join(format!("item-{n}.status")))
+                        .ok()
+                        .and_then(|s| s.trim().parse::<i32>().ok());
+                    let log = std::fs::read_to_string(run_dir.join(format!("item-{n}.log")))
+                        .unwrap_or_default();
+                    let ok = status == Some(0);
+                    let counts = item_counts(ok, &log);
+                    let verdict = match status {
+                        Some(0) => "PASS".to_string(),
+                        Some(s) => format!("FAIL (exit status {s})"),
+                        None => "FAIL (no exit status recorded)".to_string(),
+                    };
+                    say!(
+                        "{verdict} {}: {} passed, {} failed",
+                        item.name,
+                        counts.passed,
+                        counts.failed
+                    );
+                    if !ok {
+                        let failed = failed_tests(&log);
+                        if failed.is_empty() {
+                            problems.push(item.name.clone());
+                        } else {
+                            problems.push(format!("{} ({})", item.name, failed.join("; ")));
+                        }
+                    }
+                    vm_total.add(counts);
+                }
+                if vm_total.passed + vm_total.failed == 0 {
+                    say!("warning: no test ran in the VM");
+                }
+                matrix.extend(read_interop(&run_dir.join(INTEROP_FILE)));
+                if outcome.kernel_problems {
+                    say!(
+                        "warning: the guest kernel logged problems during the VM tests (see above)"
+                    );
+                }
+                say!(
+                    "VM: {} passed, {} failed (logs in {})",
+                    vm_total.passed,
+                    vm_total.failed,
+                    run_dir.display()
+                );
+                total.add(vm_total);
+            }
+            Err(e) => {
+                say!("error: VM run failed: {e:#}");
+                problems.push("VM run".into());
+                total.failed += 1;
+            }
+        }
+    }
+
+    // (e) Two-guest items: one linked pair of VMs per tests/vm2 script.
+    let pair_scripts = scripts_in("vm2");
+    if !pair_scripts.is_empty() {
+        say!(
+            "running {} two-guest item(s), each in a linked pair of VMs",
+            pair_scripts.len()
+        );
+        let mut pair_total = Counts::default();
+        for script in &pair_scripts {
+            let name = script
+                .strip_prefix(&ws)
+                .unwrap_or(script)
+                .display()
+                .to_string();
+            let ok = run_pair_item(vm_opts, &name, script, target_dir, matrix, problems)?;
+            if ok {
+                pair_total.passed += 1;
+            } else {
+                pair_total.failed += 1;
+            }
+        }
+        say!(
+            "two-guest items: {} passed, {} failed",
+            pair_total.passed,
+            pair_total.failed
+        );
+        total.add(pair_total);
+    }
+    Ok(total)
+}
+
+/// Runs one `tests/vm2` script in both guests of a linked pair. Returns
+/// whether both exited 0 (a failure is added to `problems` with what each
+/// guest reported); errors only for failures outside the item.
+fn run_pair_item(
+    vm_opts: &VmOptions,
+    name: &str,
+    script: &Path,
+    target_dir: &Path,
+    matrix: &mut Vec<InteropRow>,
+    problems: &mut Vec<String>,
+) -> Result<bool> {
+    let payload = format!(
+        "# Generated by `cargo xtask test` (two-guest item {name}).
+         export RVERBS_TARGET_DIR={}
+         export RVERBS_REPORT=\"$RVERBS_RUN_DIR/{INTEROP_FILE}\"
+         exec /bin/sh {}
+",
+        util::shell_quote_os(target_dir.as_os_str())?,
+        util::shell_quote_os(script.as_os_str())?,
+    );
+    let vm = VmOptions {
+        timeout: vm_opts.timeout.min(VM2_ITEM_TIMEOUT),
+        ..vm_opts.clone()
+    };
+    say!("two-guest item {name}");
+    // A pair whose set-up failed (a guest's rxe0, the link or the ready
+    // barrier) before either command ran is booted once more: that is the
+    // testbed failing, not the item. Anything else counts as it is.
+    let mut attempt = 1;
+    let (pair_dir, started, outcomes) = loop {
+        let pair_dir = vm::new_run_dir()?;
+        let started = Instant::now();
+        let outcomes = match vm::run_pair(&vm, &pair_dir, [&payload, &payload]) {
+            Ok(o) => o,
+            Err(e) => {
+                say!("FAIL {name}: the pair did not run: {e:#}");
+                problems.push(format!("{name} (the pair did not run: {e:#})"));
+                return Ok(false);
+            }
+        };
+        if vm::pair_setup_failed(&outcomes) && attempt == 1 {
+            let statuses: Vec<String> = vm::Role::BOTH
+                .iter()
+                .zip(&outcomes)
+                .map(|(r, o)| vm::describe_outcome(*r, o))
+                .collect();
+            say!(
+                "{name}: the pair failed in its set-up, before the command ran ({}); booting it once more (logs in {})",
+                statuses.join(", "),
+                pair_dir.display()
+            );
+            attempt += 1;
+            continue;
+        }
+        break (pair_dir, started, outcomes);
+    };
+    let secs = started.elapsed().as_secs_f64();
+    let ok = vm::pair_status(&outcomes) == 0;
+    // Both guests report their side of each run; a run is ok only if both say so.
+    let mut rows = Vec::new();
+    for role in vm::Role::BOTH {
+        rows.extend(read_interop(&pair_dir.join(role.name()).join(INTEROP_FILE)));
+    }
+    matrix.extend(merge_interop(rows));
+    let statuses: Vec<String> = vm::Role::BOTH
+        .iter()
+        .zip(&outcomes)
+        .map(|(r, o)| vm::describe_outcome(*r, o))
+        .collect();
+    say!(
+        "{} {name} ({secs:.0} s): {}; logs in {}",
+        if ok { "PASS" } else { "FAIL" },
+        statuses.join(", "),
+        pair_dir.display()
+    );
+    if !ok {
+        // Where each guest was when it ended: its console's last line.
+        let last: Vec<String> = vm::Role::BOTH
+            .iter()
+            .map(|r| {
+                let log = std::fs::read_to_string(pair_dir.join(r.name()).join("console.log"))
+                    .unwrap_or_default();
+                // Skip the kernel's own lines ("[   21.9] reboot: ...").
+                let line = log
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty() && !l.starts_with('['))
+                    .unwrap_or("");
+                let line: String = line.trim().chars().take(120).collect();
+                format!("{} last printed {line:?}", r.name())
+            })
+            .collect();
+        problems.push(format!(
+            "{name} ({}; {})",
+            statuses.join(", "),
+            last.join(", ")
+        ));
+    }
+    if outcomes
+        .iter()
+        .any(|o| o.as_ref().is_ok_and(|o| o.kernel_problems))
+    {
+        say!("warning: a guest kernel logged problems during {name} (see above)");
+    }
+    Ok(ok)
+}
