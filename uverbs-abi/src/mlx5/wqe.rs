@@ -88,14 +88,6 @@ pub fn read_at<T: FromBytes>(b: &[u8], off: usize) -> Option<T> {
     T::read_from_prefix(b.get(off..)?).ok().map(|(t, _)| t)
 }
 
-/// The control segment at the start of `wqe` and the WQE's length in bytes
-/// as it says (its DS count times 16), if it fits.
-pub fn ctrl(wqe: &[u8]) -> Option<(CtrlSeg, usize)> {
-    let c: CtrlSeg = read_at(wqe, 0)?;
-    let ds = (c.qpn_ds.get() & 0x3f) as usize;
-    Some((c, ds * 16))
-}
-
 /// One element of a send WQE's data part ([`data_items`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataItem<'a> {
@@ -259,7 +251,6 @@ mod tests {
             for from in 0..n + 2 {
                 let _ = data_items(&b, from, n + 5).count();
             }
-            let _ = ctrl(&b);
             let l = SendLayout::of(qp_type::UD, opcode::SEND);
             let _ = (l.datagram_seg(&b), l.raddr_seg(&b), l.atomic_seg(&b));
         }
