@@ -509,6 +509,14 @@ mod tests {
     const PROD: usize = std::mem::offset_of!(rverbs_abi::rxe::QueueBuf, producer_index);
     const CONS: usize = std::mem::offset_of!(rverbs_abi::rxe::QueueBuf, consumer_index);
 
+    /// Where the tests' doorbells (`write()`s on the command fd) go.
+    fn doorbell_sink() -> std::fs::File {
+        std::fs::File::options()
+            .write(true)
+            .open("/dev/null")
+            .unwrap()
+    }
+
     /// UD: each slot keeps the address handle its send names until the
     /// slot is written again (the kernel consumed that send) or the queue
     /// is dropped; a send without a hold (a destination built by hand)
@@ -518,10 +526,7 @@ mod tests {
         let (q, fd) = ring(10);
         let mut sq = SendQueue::new(q, 1, qp_type::UD, 6, 2, 64).unwrap();
         sq.set_ud_mtu(4096);
-        let null = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
+        let null = doorbell_sink();
         let sge = [Sge {
             addr: 0x1000,
             length: 64,
@@ -561,10 +566,7 @@ mod tests {
     fn send_ring_fills_publishes_and_wraps() {
         let (q, fd) = ring(10);
         let mut sq = SendQueue::new(q, 1, qp_type::RC, 6, 2, 64).unwrap();
-        let null = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
+        let null = doorbell_sink();
         let sge = [Sge {
             addr: 0x1000,
             length: 64,
@@ -611,10 +613,7 @@ mod tests {
         use rverbs_provider::wr::FlushType;
         let (q, fd) = ring(8);
         let mut sq = SendQueue::new(q, 1, qp_type::RC, 4, 0, 0).unwrap();
-        let null = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
+        let null = doorbell_sink();
         let aw = SendWr::atomic_write(7, 0x4000, 0x55, *b"12345678")
             .flags(SendFlags::SIGNALED | SendFlags::INLINE);
         let fl = SendWr::rdma_flush(8, 0x5000, 0x66, 65536, FlushType::GLOBAL);
