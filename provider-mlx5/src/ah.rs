@@ -19,16 +19,8 @@ use crate::uctx::Uctx;
 
 /// What an address vector is built for: the port's link layer and, on
 /// RoCE, the type of the source GID (only RoCE v2 carries a UDP source
-/// port).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AvKind {
-    /// An InfiniBand port.
-    Ib,
-    /// A RoCE port, from a RoCE v1 GID.
-    RoceV1,
-    /// A RoCE port, from a RoCE v2 GID.
-    RoceV2,
-}
+/// port). The contract's [`AhNetwork`], under the name this module used.
+pub use rverbs_provider::AhNetwork as AvKind;
 
 /// Flow labels are 20 bits.
 const FLOW_LABEL_MASK: u32 = 0xF_FFFF;

@@ -1,12 +1,19 @@
 //! mlx5's side of the provider contract ([`rverbs_provider::Provider`]):
 //! [`Mlx5`], the open context (the command fd and the user context with its
-//! UAR pages), and the contract's queue traits on this crate's queues.
+//! UAR pages, from GET_CONTEXT with mlx5's driver data), address handles
+//! (an address vector, and on RoCE the kernel AH that resolves the MAC),
+//! and the contract's queue traits on this crate's queues ([`Cq`] and
+//! [`Srq`] keep the command fd and handle their commands name).
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use rverbs_abi::ah::CreateAh;
+use rverbs_abi::cmd::{exec, exec_ex_query_device, NO_FD};
 use rverbs_abi::cq::CreateCq;
+use rverbs_abi::device::{ExQueryDeviceResp, GetContextResp};
+use rverbs_abi::mlx5::{AllocPdResp, AllocUcontextResp, QueryDeviceResp};
+use rverbs_abi::pd::AllocPd;
 use rverbs_abi::qp::CreateQp;
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
@@ -14,10 +21,11 @@ use rverbs_abi::Errno;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
-    CqCreated, Feature, PostError, Provider, QpCreated, QpState, RingLost, SrqCreated,
+    AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostError,
+    Provider, QpCreated, QpState, RingLost, SrqCreated,
 };
+use zerocopy::{FromZeros, IntoBytes};
 
-use crate::qp::State;
 use crate::uctx::Uctx;
 use crate::{cq, qp, srq};
 
@@ -30,7 +38,8 @@ pub struct Mlx5 {
 }
 
 impl Mlx5 {
-    /// The context of the command fd `fd` whose GET_CONTEXT answered `uctx`.
+    /// The context of the command fd `fd` whose GET_CONTEXT answered `uctx`
+    /// ([`Provider::open`] sends it and builds the context).
     pub fn new(fd: Arc<OwnedFd>, uctx: Uctx) -> Self {
         Mlx5 {
             fd,
@@ -46,25 +55,6 @@ impl Mlx5 {
     fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
-
-    /// Creates the kernel's address handle for RoCE address vector `av`
-    /// (built by [`crate::ah::av`] from `cmd`'s attributes) and stores the
-    /// destination MAC the kernel resolved in it. Returns the AH's handle.
-    /// `EOPNOTSUPP` if the kernel does not answer the MAC
-    /// ([`crate::uctx::Uctx::create_ah_answers_dmac`]), `EPROTO` if its
-    /// answer stops short of it.
-    pub fn create_roce_ah(&self, cmd: &CreateAh, av: &mut [u8; 48]) -> Result<u32, Errno> {
-        crate::ah::create_roce_ah(self.fd(), &self.uctx, cmd, av)
-    }
-}
-
-/// What the queues need to know of a QP state.
-fn state(s: QpState) -> State {
-    match s {
-        QpState::Reset => State::Reset,
-        QpState::Init | QpState::Rtr => State::Init,
-        QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => State::Rts,
-    }
 }
 
 impl rverbs_provider::SendQueue for qp::SendQueue {
@@ -77,7 +67,7 @@ impl rverbs_provider::SendQueue for qp::SendQueue {
         qp::SendQueue::post_batch(self, batch, wrs)
     }
     fn set_state(&mut self, s: QpState) {
-        qp::SendQueue::set_state(self, state(s));
+        qp::SendQueue::set_state(self, s);
     }
     fn set_ud_mtu(&mut self, mtu: u32) {
         qp::SendQueue::set_ud_mtu(self, mtu);
@@ -101,7 +91,7 @@ impl rverbs_provider::RecvQueue for qp::RecvQueue {
         qp::RecvQueue::post(self, wrs)
     }
     fn set_state(&mut self, s: QpState) {
-        qp::RecvQueue::set_state(self, state(s));
+        qp::RecvQueue::set_state(self, s);
     }
     fn capacity(&self) -> u32 {
         qp::RecvQueue::capacity(self)
@@ -111,51 +101,150 @@ impl rverbs_provider::RecvQueue for qp::RecvQueue {
     }
 }
 
-impl rverbs_provider::CompletionQueue for cq::Cq {
-    #[inline]
-    fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
-        Ok(cq::Cq::poll(self, wc))
-    }
-    /// No system call: the doorbell record, then the UAR's CQ doorbell.
-    fn arm(&self, _fd: BorrowedFd<'_>, _cq_handle: u32, solicited_only: bool) -> Result<(), Errno> {
-        cq::Cq::arm(self, solicited_only);
-        Ok(())
-    }
-    fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
-        cq::Cq::resize(self, fd, cq_handle, cqe)
+/// A CQ's ring, the command fd and the kernel CQ's handle (a resize is a
+/// command).
+#[derive(Debug)]
+pub struct Cq {
+    ring: cq::Cq,
+    fd: Arc<OwnedFd>,
+    handle: u32,
+}
+
+impl Cq {
+    /// The ring.
+    pub fn ring(&self) -> &cq::Cq {
+        &self.ring
     }
 }
 
-impl rverbs_provider::SharedRecvQueue for srq::Srq {
+impl rverbs_provider::CompletionQueue for Cq {
+    #[inline]
+    fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
+        Ok(self.ring.poll(wc))
+    }
+    /// No system call: the doorbell record, then the UAR's CQ doorbell.
+    fn arm(&self, solicited_only: bool) -> Result<(), Errno> {
+        self.ring.arm(solicited_only);
+        Ok(())
+    }
+    fn resize(&mut self, cqe: u32) -> Result<u32, Errno> {
+        self.ring.resize(self.fd.as_fd(), self.handle, cqe)
+    }
+}
+
+/// An SRQ's ring, the command fd and the kernel SRQ's handle.
+#[derive(Debug)]
+pub struct Srq {
+    ring: srq::Srq,
+    fd: Arc<OwnedFd>,
+    handle: u32,
+}
+
+impl Srq {
+    /// The ring.
+    pub fn ring(&self) -> &srq::Srq {
+        &self.ring
+    }
+}
+
+impl rverbs_provider::SharedRecvQueue for Srq {
     #[inline]
     fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
-        srq::Srq::post(self, wrs)
+        self.ring.post(wrs)
     }
     fn capacity(&self) -> u32 {
-        srq::Srq::capacity(self)
+        self.ring.capacity()
     }
     fn outstanding(&self) -> u32 {
-        srq::Srq::outstanding(self)
+        self.ring.outstanding()
     }
     /// MODIFY_SRQ without driver data (mlx5 takes none).
-    fn set_limit(&self, fd: BorrowedFd<'_>, srq_handle: u32, limit: u32) -> Result<(), Errno> {
-        crate::hw::cmd::modify_srq_limit(fd, srq_handle, limit)
+    fn set_limit(&self, limit: u32) -> Result<(), Errno> {
+        crate::hw::cmd::modify_srq_limit(self.fd.as_fd(), self.handle, limit)
     }
     /// The kernel driver cannot resize an mlx5 SRQ
     /// ([`Feature::SrqResize`] is unsupported).
-    fn resize(&mut self, _fd: BorrowedFd<'_>, _srq_handle: u32, _max_wr: u32) -> Result<(), Errno> {
+    fn resize(&mut self, _max_wr: u32) -> Result<(), Errno> {
         Err(Errno::EOPNOTSUPP)
     }
 }
 
 impl Provider for Mlx5 {
     const NAME: &'static str = "mlx5";
-    type Cq = cq::Cq;
+    const DRIVER_ABI: std::ops::RangeInclusive<u32> = crate::DRIVER_ABI;
+    type Cq = Cq;
     type CqShared = cq::CqMemory;
     type SendQueue = qp::SendQueue;
     type RecvQueue = qp::RecvQueue;
-    type Srq = srq::Srq;
+    type Srq = Srq;
     type SrqShared = srq::SrqMemory;
+
+    fn serves_pci(vendor: u16, device: u16) -> bool {
+        vendor == crate::PCI_VENDOR_MELLANOX && crate::is_mlx5_pci_device(device)
+    }
+
+    /// GET_CONTEXT with [`crate::uctx::alloc_ucontext_req`]'s driver data;
+    /// the answer's UAR pages are mapped ([`Uctx::from_resp`]).
+    fn open(fd: Arc<OwnedFd>) -> Result<ContextOpened<Self>, OpenError> {
+        let req = crate::uctx::alloc_ucontext_req();
+        // The async fd field starts as -1: a response the kernel did not
+        // write must not name fd 0.
+        let mut resp = GetContextResp {
+            async_fd: NO_FD,
+            num_comp_vectors: 0,
+        };
+        let mut drv = AllocUcontextResp::new_zeroed();
+        crate::hw::cmd::get_context(fd.as_fd(), &req, &mut resp, &mut drv).map_err(|errno| {
+            OpenError {
+                op: "get_context",
+                errno,
+                resp: None,
+            }
+        })?;
+        let uctx = Uctx::from_resp(fd.as_fd(), &drv).map_err(|errno| OpenError {
+            op: "get_context (mlx5's answer)",
+            errno,
+            resp: Some(resp),
+        })?;
+        Ok(ContextOpened {
+            provider: Mlx5::new(fd, uctx),
+            resp,
+        })
+    }
+
+    /// ALLOC_PD, asking for mlx5's answer (the PD number) as libmlx5 does,
+    /// so the kernel sees the same command; the number is not used.
+    fn alloc_pd(&self) -> Result<u32, Errno> {
+        let mut drv = AllocPdResp::new_zeroed();
+        Ok(exec(self.fd(), &AllocPd::new_zeroed(), drv.as_mut_bytes())?.pd_handle)
+    }
+
+    /// The extended QUERY_DEVICE, asking for mlx5's answer (its offload
+    /// capabilities) as libmlx5 does; not used.
+    fn query_device_ex(&self) -> Result<ExQueryDeviceResp, Errno> {
+        let mut drv = QueryDeviceResp::new_zeroed();
+        exec_ex_query_device(self.fd(), drv.as_mut_bytes())
+    }
+
+    /// The address vector, built here; on RoCE also the kernel's AH, for
+    /// the destination MAC it resolves (no kernel object on InfiniBand, as
+    /// libmlx5 creates none).
+    fn create_ah(&self, cmd: &CreateAh, network: AhNetwork) -> Result<AhCreated, CmdError> {
+        let mut av = crate::ah::av(&cmd.attr, network);
+        let handle = match network {
+            AhNetwork::Ib => None,
+            AhNetwork::RoceV1 | AhNetwork::RoceV2 => Some(
+                crate::ah::create_roce_ah(self.fd(), &self.uctx, cmd, &mut av)
+                    .map_err(CmdError::of("create_ah"))?,
+            ),
+        };
+        Ok(AhCreated {
+            handle,
+            ah_num: 0,
+            av: Some(av),
+            held_by_sends: false,
+        })
+    }
 
     fn supports(&self, feature: Feature) -> bool {
         match feature {
@@ -187,7 +276,11 @@ impl Provider for Mlx5 {
         Ok(CqCreated {
             resp: created.resp,
             shared: created.cq.memory(),
-            cq: created.cq,
+            cq: Cq {
+                ring: created.cq,
+                fd: Arc::clone(&self.fd),
+                handle: created.resp.cq_handle,
+            },
         })
     }
 
@@ -197,11 +290,12 @@ impl Provider for Mlx5 {
         flags: Option<u32>,
         send_cq: &cq::CqMemory,
         recv_cq: &cq::CqMemory,
-        srq: Option<&srq::Srq>,
+        srq: Option<&Srq>,
     ) -> Result<QpCreated<Self>, Errno> {
         if flags.is_some_and(|f| f != 0) {
             return Err(Errno::EOPNOTSUPP);
         }
+        let srq = srq.map(Srq::ring);
         let created = qp::create(self.fd(), &self.uctx, cmd, srq, send_cq, recv_cq)?;
         Ok(QpCreated {
             resp: created.resp,
@@ -216,29 +310,11 @@ impl Provider for Mlx5 {
             resp: created.resp,
             srq_num: created.srqn,
             shared: created.srq.memory(),
-            srq: created.srq,
+            srq: Srq {
+                ring: created.srq,
+                fd: Arc::clone(&self.fd),
+                handle: created.resp.srq_handle,
+            },
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every QP state maps to what the queues act on.
-    #[test]
-    fn queues_follow_the_state() {
-        let cases = [
-            (QpState::Reset, State::Reset),
-            (QpState::Init, State::Init),
-            (QpState::Rtr, State::Init),
-            (QpState::Rts, State::Rts),
-            (QpState::Sqd, State::Rts),
-            (QpState::Sqe, State::Rts),
-            (QpState::Err, State::Rts),
-        ];
-        for (s, want) in cases {
-            assert_eq!(state(s), want, "{s:?}");
-        }
     }
 }

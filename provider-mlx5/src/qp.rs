@@ -30,6 +30,7 @@ use rverbs_abi::wr::{send_flags, Sge};
 use rverbs_abi::Errno;
 use rverbs_provider::check::{check_recv_sges, simple_send_ops, SendChecks, MAX_MSG};
 use rverbs_provider::wr::{Payload, RecvWr, SendFlags, SendWr, WrOpcode};
+use rverbs_provider::QpState;
 use zerocopy::network_endian::U32;
 use zerocopy::FromZeros;
 
@@ -352,18 +353,6 @@ pub struct SendQueue {
     _listing: Listing,
 }
 
-/// The QP states the queues care about (the caller tells them after each
-/// successful MODIFY_QP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    /// RESET: nothing may be posted; counters start over.
-    Reset,
-    /// INIT or RTR: receives may be posted.
-    Init,
-    /// RTS, SQD, SQE or ERR: sends may be posted too (in ERR they flush).
-    Rts,
-}
-
 /// A send request's data part, checked.
 #[derive(Clone, Copy)]
 enum Data<'a> {
@@ -668,22 +657,18 @@ impl SendQueue {
     /// removes the QP's CQEs not yet polled from its CQs (the device
     /// writes no more for it), then starts the ring's counters over, so
     /// that no CQE of the QP's previous life retires work of the next.
-    pub fn set_state(&mut self, state: State) {
-        match state {
-            State::Reset => {
-                if let Some(c) = &self.cleaner {
-                    c.clean();
-                }
-                self.enabled = false;
-                self.cur_post = 0;
-                self.head = 0;
-                self.tail = 0;
-                self.shared.reset();
-                self.db.reset_send();
+    pub fn set_state(&mut self, state: QpState) {
+        if state == QpState::Reset {
+            if let Some(c) = &self.cleaner {
+                c.clean();
             }
-            State::Init => {}
-            State::Rts => self.enabled = true,
+            self.cur_post = 0;
+            self.head = 0;
+            self.tail = 0;
+            self.shared.reset();
+            self.db.reset_send();
         }
+        self.enabled = state.may_post_send();
     }
 
     /// Sets the largest UD message (the port's active MTU).
@@ -894,20 +879,17 @@ impl RecvQueue {
     /// removes the QP's CQEs not yet polled from its CQs (as the send
     /// queue does: whichever is told first cleans), then starts the
     /// ring's counters over: it then holds exactly its capacity again.
-    pub fn set_state(&mut self, state: State) {
-        match state {
-            State::Reset => {
-                if let Some(c) = &self.cleaner {
-                    c.clean();
-                }
-                self.enabled = false;
-                self.head = 0;
-                self.tail = 0;
-                self.shared.reset();
-                self.db.reset_recv();
+    pub fn set_state(&mut self, state: QpState) {
+        if state == QpState::Reset {
+            if let Some(c) = &self.cleaner {
+                c.clean();
             }
-            State::Init | State::Rts => self.enabled = true,
+            self.head = 0;
+            self.tail = 0;
+            self.shared.reset();
+            self.db.reset_recv();
         }
+        self.enabled = state.may_post_recv();
     }
 
     /// Work requests the queue holds.

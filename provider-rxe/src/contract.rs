@@ -1,12 +1,18 @@
 //! rxe's side of the provider contract ([`rverbs_provider::Provider`]):
-//! [`Rxe`], the open context, creates complete objects (a kernel object
-//! whose rings cannot be mapped is destroyed before the error returns), and
-//! [`SendQueue`] holds the command fd its doorbell is written to.
+//! [`Rxe`], the open context (GET_CONTEXT without driver data), creates
+//! complete objects (a kernel object whose rings cannot be mapped is
+//! destroyed before the error returns) and address handles (kernel AHs,
+//! named by number in WQEs); [`SendQueue`], [`Cq`] and [`Srq`] hold the
+//! command fd (and handle) their doorbells and commands go to.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
+use rverbs_abi::ah::{CreateAh, DestroyAh};
+use rverbs_abi::cmd::{exec, exec_ex_query_device, exec_prefilled, NO_FD};
 use rverbs_abi::cq::{CreateCq, DestroyCq, ExCreateCq, ReqNotifyCq};
+use rverbs_abi::device::{ExQueryDeviceResp, GetContext, GetContextResp};
+use rverbs_abi::pd::AllocPd;
 use rverbs_abi::qp::{CreateQp, DestroyQp, ExCreateQp};
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
@@ -14,8 +20,10 @@ use rverbs_abi::Errno;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
-    CqCreated, Feature, PostError, Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
+    AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostError,
+    Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
 };
+use zerocopy::{FromZeros, IntoBytes};
 
 use crate::{cmd, cq, qp, srq};
 
@@ -27,7 +35,8 @@ pub struct Rxe {
 }
 
 impl Rxe {
-    /// The context of the uverbs command fd `fd` (after GET_CONTEXT).
+    /// The context of the uverbs command fd `fd` on which GET_CONTEXT has
+    /// been sent ([`Provider::open`] sends it).
     pub fn new(fd: Arc<OwnedFd>) -> Self {
         Rxe { fd }
     }
@@ -62,18 +71,30 @@ fn destroy_qp(fd: BorrowedFd<'_>, handle: u32) {
 pub struct SendQueue {
     ring: qp::SendQueue,
     fd: Arc<OwnedFd>,
+    /// [`QpState::may_post_send`] of the QP's state (rxe's kernel follows
+    /// the state itself; this refuses a post it would not run).
+    may_post: bool,
 }
 
 impl rverbs_provider::SendQueue for SendQueue {
     #[inline]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+        if !self.may_post {
+            return Err((0, PostError::InvalidState));
+        }
         self.ring.post(self.fd.as_fd(), wrs)
     }
     fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)> {
+        if !self.may_post {
+            return Err((0, PostError::InvalidState));
+        }
         self.ring.post_batch(self.fd.as_fd(), batch, wrs)
     }
-    /// rxe's rings follow the QP's state in the kernel: nothing to do.
-    fn set_state(&mut self, _state: QpState) {}
+    /// rxe's rings follow the QP's state in the kernel: only "may post"
+    /// changes here.
+    fn set_state(&mut self, state: QpState) {
+        self.may_post = state.may_post_send();
+    }
     fn set_ud_mtu(&mut self, mtu: u32) {
         self.ring.set_ud_mtu(mtu);
     }
@@ -88,67 +109,163 @@ impl rverbs_provider::SendQueue for SendQueue {
     }
 }
 
-impl rverbs_provider::RecvQueue for qp::RecvQueue {
+/// A QP's receive ring.
+#[derive(Debug)]
+pub struct RecvQueue {
+    ring: qp::RecvQueue,
+    /// [`QpState::may_post_recv`] of the QP's state.
+    may_post: bool,
+}
+
+impl rverbs_provider::RecvQueue for RecvQueue {
     #[inline]
     fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
-        qp::RecvQueue::post(self, wrs)
+        if !self.may_post {
+            return Err((0, PostError::InvalidState));
+        }
+        self.ring.post(wrs)
     }
-    /// rxe's rings follow the QP's state in the kernel: nothing to do.
-    fn set_state(&mut self, _state: QpState) {}
+    /// rxe's rings follow the QP's state in the kernel: only "may post"
+    /// changes here.
+    fn set_state(&mut self, state: QpState) {
+        self.may_post = state.may_post_recv();
+    }
     fn capacity(&self) -> u32 {
-        qp::RecvQueue::capacity(self)
+        self.ring.capacity()
     }
     fn outstanding(&self) -> u32 {
-        qp::RecvQueue::outstanding(self)
+        self.ring.outstanding()
     }
 }
 
-impl rverbs_provider::CompletionQueue for cq::Cq {
+/// A CQ's ring, the command fd and the kernel CQ's handle (arming and
+/// resizing are commands).
+#[derive(Debug)]
+pub struct Cq {
+    ring: cq::Cq,
+    fd: Arc<OwnedFd>,
+    handle: u32,
+}
+
+impl rverbs_provider::CompletionQueue for Cq {
     #[inline]
     fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
-        cq::Cq::poll(self, wc)
+        self.ring.poll(wc)
     }
     /// REQ_NOTIFY_CQ: rxe arms in the kernel.
-    fn arm(&self, fd: BorrowedFd<'_>, cq_handle: u32, solicited_only: bool) -> Result<(), Errno> {
+    fn arm(&self, solicited_only: bool) -> Result<(), Errno> {
         let cmd = ReqNotifyCq {
-            cq_handle,
+            cq_handle: self.handle,
             solicited_only: solicited_only as u32,
         };
-        cmd::req_notify_cq(fd, &cmd)
+        cmd::req_notify_cq(self.fd.as_fd(), &cmd)
     }
-    fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
-        cq::Cq::resize(self, fd, cq_handle, cqe)
+    fn resize(&mut self, cqe: u32) -> Result<u32, Errno> {
+        self.ring.resize(self.fd.as_fd(), self.handle, cqe)
     }
 }
 
-impl rverbs_provider::SharedRecvQueue for srq::Srq {
+/// An SRQ's ring and the command fd its MODIFY_SRQs go to.
+#[derive(Debug)]
+pub struct Srq {
+    ring: srq::Srq,
+    fd: Arc<OwnedFd>,
+}
+
+impl rverbs_provider::SharedRecvQueue for Srq {
     #[inline]
     fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
-        srq::Srq::post(self, wrs)
+        self.ring.post(wrs)
     }
     fn capacity(&self) -> u32 {
-        srq::Srq::capacity(self)
+        self.ring.capacity()
     }
     fn outstanding(&self) -> u32 {
-        srq::Srq::outstanding(self)
+        self.ring.outstanding()
     }
     /// MODIFY_SRQ with rxe's driver data.
-    fn set_limit(&self, fd: BorrowedFd<'_>, _srq_handle: u32, limit: u32) -> Result<(), Errno> {
-        srq::Srq::set_limit(self, fd, limit)
+    fn set_limit(&self, limit: u32) -> Result<(), Errno> {
+        self.ring.set_limit(self.fd.as_fd(), limit)
     }
-    fn resize(&mut self, fd: BorrowedFd<'_>, _srq_handle: u32, max_wr: u32) -> Result<(), Errno> {
-        srq::Srq::resize(self, fd, max_wr)
+    fn resize(&mut self, max_wr: u32) -> Result<(), Errno> {
+        self.ring.resize(self.fd.as_fd(), max_wr)
     }
 }
+
+/// CREATE_AH's error when the kernel answers no AH number (its errno,
+/// EOPNOTSUPP, alone would not say what to do).
+const AH_WITHOUT_NUMBER: &str =
+    "create_ah (the kernel returned no AH number; rxe needs Linux 5.10 or later)";
 
 impl Provider for Rxe {
     const NAME: &'static str = "rxe";
-    type Cq = cq::Cq;
+    const DRIVER_ABI: std::ops::RangeInclusive<u32> = crate::DRIVER_ABI;
+    type Cq = Cq;
     type CqShared = Unshared;
     type SendQueue = SendQueue;
-    type RecvQueue = qp::RecvQueue;
-    type Srq = srq::Srq;
+    type RecvQueue = RecvQueue;
+    type Srq = Srq;
     type SrqShared = Unshared;
+
+    /// GET_CONTEXT without driver data (rxe takes none and answers none).
+    fn open(fd: Arc<OwnedFd>) -> Result<ContextOpened<Self>, OpenError> {
+        // The async fd field starts as -1: a response the kernel did not
+        // write must not name fd 0.
+        let mut resp = GetContextResp {
+            async_fd: NO_FD,
+            num_comp_vectors: 0,
+        };
+        exec_prefilled(fd.as_fd(), &GetContext::new_zeroed(), &mut resp, &mut []).map_err(
+            |errno| OpenError {
+                op: "get_context",
+                errno,
+                resp: None,
+            },
+        )?;
+        Ok(ContextOpened {
+            provider: Rxe { fd },
+            resp,
+        })
+    }
+
+    /// ALLOC_PD: rxe answers no driver data.
+    fn alloc_pd(&self) -> Result<u32, Errno> {
+        Ok(exec(self.fd(), &AllocPd::new_zeroed(), &mut [])?.pd_handle)
+    }
+
+    /// rxe's kernel refuses driver data in the extended QUERY_DEVICE.
+    fn query_device_ex(&self) -> Result<ExQueryDeviceResp, Errno> {
+        exec_ex_query_device(self.fd(), &mut [])
+    }
+
+    /// A kernel AH, which rxe's WQEs name by the number its driver answers
+    /// (the network header follows from the source GID in the kernel).
+    fn create_ah(&self, cmd: &CreateAh, _network: AhNetwork) -> Result<AhCreated, CmdError> {
+        let mut drv = rverbs_abi::rxe::CreateAhResp::new_zeroed();
+        let resp = exec(self.fd(), cmd, drv.as_mut_bytes()).map_err(CmdError::of("create_ah"))?;
+        if drv.ah_num == 0 {
+            // Kernels before 5.10 leave it 0 and expect the address vector
+            // in every WQE, which this provider does not build. On failure
+            // (device removed) the kernel frees the AH with the context.
+            let _ = exec(
+                self.fd(),
+                &DestroyAh {
+                    ah_handle: resp.ah_handle,
+                },
+                &mut [],
+            );
+            return Err(CmdError {
+                op: AH_WITHOUT_NUMBER,
+                errno: Errno::EOPNOTSUPP,
+            });
+        }
+        Ok(AhCreated {
+            handle: Some(resp.ah_handle),
+            ah_num: drv.ah_num,
+            av: None,
+            held_by_sends: true,
+        })
+    }
 
     /// rxe implements every optional feature of the contract; what its
     /// kernel driver refuses (e.g. any QP creation flag) it refuses with
@@ -180,9 +297,13 @@ impl Provider for Rxe {
             )?,
         };
         match created.cq {
-            Ok(cq) => Ok(CqCreated {
+            Ok(ring) => Ok(CqCreated {
                 resp: created.resp,
-                cq,
+                cq: Cq {
+                    ring,
+                    fd: Arc::clone(&self.fd),
+                    handle: created.resp.cq_handle,
+                },
                 shared: Unshared,
             }),
             Err(e) => {
@@ -198,7 +319,7 @@ impl Provider for Rxe {
         flags: Option<u32>,
         _send_cq: &Unshared,
         _recv_cq: &Unshared,
-        _srq: Option<&srq::Srq>,
+        _srq: Option<&Srq>,
     ) -> Result<QpCreated<Self>, Errno> {
         let created = match flags {
             None => qp::create(self.fd(), cmd)?,
@@ -229,11 +350,16 @@ impl Provider for Rxe {
         match (created.sq, created.rq) {
             (Ok(ring), Ok(rq)) => Ok(QpCreated {
                 resp: created.resp,
+                // A new QP is in RESET.
                 sq: SendQueue {
                     ring,
                     fd: Arc::clone(&self.fd),
+                    may_post: false,
                 },
-                rq,
+                rq: rq.map(|ring| RecvQueue {
+                    ring,
+                    may_post: false,
+                }),
             }),
             (Err(e), _) | (_, Err(e)) => {
                 destroy_qp(self.fd(), created.resp.qp_handle);
@@ -245,10 +371,13 @@ impl Provider for Rxe {
     fn create_srq(&self, cmd: &CreateSrq) -> Result<SrqCreated<Self>, Errno> {
         let created = srq::create(self.fd(), cmd)?;
         match created.srq {
-            Ok(srq) => Ok(SrqCreated {
+            Ok(ring) => Ok(SrqCreated {
                 resp: created.resp,
                 srq_num: created.srq_num,
-                srq,
+                srq: Srq {
+                    ring,
+                    fd: Arc::clone(&self.fd),
+                },
                 shared: Unshared,
             }),
             Err(e) => {

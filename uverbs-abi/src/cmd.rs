@@ -156,6 +156,7 @@ macro_rules! plain_cmds {
 }
 
 plain_cmds! {
+    crate::device::GetContext => GET_CONTEXT, crate::device::GetContextResp;
     crate::pd::AllocPd => ALLOC_PD, crate::pd::AllocPdResp;
     crate::pd::DeallocPd => DEALLOC_PD, NoResp;
     crate::mw::AllocMw => ALLOC_MW, crate::mw::AllocMwResp;
@@ -205,6 +206,27 @@ pub fn exec_prefilled<C: PlainCmd>(
 ) -> Result<(), Errno> {
     // SAFETY: as in `exec`.
     unsafe { write_cmd_prefilled(fd, C::NR, cmd, resp, &[], drv_out) }
+}
+
+/// The extended QUERY_DEVICE (`IB_USER_VERBS_EX_CMD_QUERY_DEVICE`) with
+/// `drv_out.len()` bytes of driver response after the core one (a multiple
+/// of 8). Safe: the command carries no user address (the response buffer
+/// is supplied here) and no driver data goes in.
+pub fn exec_ex_query_device(
+    fd: BorrowedFd<'_>,
+    drv_out: &mut [u8],
+) -> Result<crate::device::ExQueryDeviceResp, Errno> {
+    // SAFETY: the extended QUERY_DEVICE's fields are a mask and a reserved
+    // word: no user address; write_ex_cmd supplies the response buffer.
+    unsafe {
+        write_ex_cmd(
+            fd,
+            nr::EX_QUERY_DEVICE,
+            &crate::device::ExQueryDevice::default(),
+            &[],
+            drv_out,
+        )
+    }
 }
 
 /// Sends a legacy `write()` command: `req` is the core command, `drv_in` the

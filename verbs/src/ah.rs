@@ -71,10 +71,10 @@ use std::sync::Arc;
 use rverbs_abi::ah::{AhAttr as RawAhAttr, CreateAh, DestroyAh, GlobalRoute as RawGrh};
 use rverbs_abi::cmd::exec;
 use rverbs_provider::wr::{AhHold, SendWr, UdDest};
-use zerocopy::{FromZeros, IntoBytes};
+use rverbs_provider::{AhCreated, AhNetwork};
 
 use crate::context::{Context, LinkLayer};
-use crate::error::{Errno, Error, Feature, Result};
+use crate::error::{Error, Feature, Result};
 use crate::gid::{Gid, GidType};
 use crate::mr::Mr;
 use crate::pd::Pd;
@@ -156,21 +156,20 @@ impl Drop for KernelAh {
 }
 
 impl Ah {
-    fn new(pd: &Pd, handle: Option<u32>, ah_num: u32, attr: &AhAttr, av: Option<[u8; 48]>) -> Ah {
+    fn new(pd: &Pd, created: AhCreated, attr: &AhAttr) -> Ah {
         Ah {
             pd: pd.clone(),
-            kernel: handle.map(|handle| {
+            kernel: created.handle.map(|handle| {
                 AhHold::new(Arc::new(KernelAh {
                     pd: pd.clone(),
                     handle,
                 }))
             }),
-            handle: handle.unwrap_or(0),
-            // rxe (no address vector) names the AH by number in its WQEs.
-            held_by_sends: av.is_none(),
-            ah_num,
+            handle: created.handle.unwrap_or(0),
+            held_by_sends: created.held_by_sends,
+            ah_num: created.ah_num,
             attr: *attr,
-            av,
+            av: created.av,
         }
     }
 }
@@ -226,32 +225,13 @@ impl Pd {
         if roce {
             ctx.provider().require(Feature::RoceAddressHandle)?;
         }
-        if let Some(mut av) = ctx.provider().address_vector(&cmd.attr, gid_type) {
-            if roce {
-                // The kernel's AH, for the destination MAC it resolves.
-                if let Some(handle) = ctx.provider().create_roce_ah(&cmd, &mut av) {
-                    return Ok(Ah::new(self, Some(handle?), 0, attr, Some(av)));
-                }
-            }
-            // The address vector is all there is (mlx5 over InfiniBand): no
-            // kernel object (libmlx5 creates none either).
-            return Ok(Ah::new(self, None, 0, attr, Some(av)));
-        }
-        let mut drv = rverbs_abi::rxe::CreateAhResp::new_zeroed();
-        // SAFETY: CREATE_AH carries an address vector and handles, no user
-        // address but its response pointer, which write_cmd supplies; rxe
-        // takes no driver data in.
-        let resp = exec(ctx.fd(), &cmd, drv.as_mut_bytes()).map_err(Error::kernel("create_ah"))?;
-        if drv.ah_num == 0 {
-            // Kernels before 5.10 leave it 0 and expect the address vector
-            // in every WQE, which this provider does not build.
-            destroy_ah(ctx, resp.ah_handle);
-            return Err(Error::Kernel {
-                op: "create_ah (the kernel returned no AH number; rxe needs Linux 5.10 or later)",
-                errno: Errno::EOPNOTSUPP,
-            });
-        }
-        Ok(Ah::new(self, Some(resp.ah_handle), drv.ah_num, attr, None))
+        let network = match gid_type {
+            None => AhNetwork::Ib,
+            Some(GidType::RoceV2) => AhNetwork::RoceV2,
+            Some(_) => AhNetwork::RoceV1,
+        };
+        let created = ctx.provider().create_ah(&cmd, network)?;
+        Ok(Ah::new(self, created, attr))
     }
 }
 

@@ -2,9 +2,12 @@
 //! port queries, the GID table, and the factories for PDs, CQs and
 //! completion channels.
 //!
-//! The user context is the provider's: rxe needs nothing beyond the core
-//! GET_CONTEXT, mlx5 sends its driver data and maps UAR pages
-//! ([`rverbs_mlx5::uctx`]), which every mlx5 object then uses.
+//! The user context is the provider's: its [`Provider::open`] sends
+//! GET_CONTEXT (rxe with no driver data; mlx5 with its own, then it maps
+//! the UAR pages every mlx5 object uses, [`rverbs_mlx5::uctx`]); the
+//! library adopts the async event fd of the answer.
+//!
+//! [`Provider::open`]: rverbs_provider::Provider::open
 
 use std::ffi::CString;
 use std::fmt;
@@ -129,11 +132,9 @@ impl Context {
     /// otherwise.
     pub fn query_device(&self) -> Result<DeviceAttr> {
         let mut ex = ExQueryDeviceResp::new_zeroed();
-        // The driver's part (mlx5: offload capabilities) is asked for as the
-        // provider's C library does, not used.
-        let mut drv = [0u8; 128];
-        let n = self.provider().query_device_resp_len().min(drv.len());
-        match crate::sys::cmd::ex_query_device(self.fd(), &mut drv[..n]) {
+        // The provider sends it, asking for its driver's part (mlx5:
+        // offload capabilities) as its C library does.
+        match self.provider().query_device_ex() {
             Ok(r) => {
                 ex = r;
                 let attr = DeviceAttr {

@@ -14,7 +14,6 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::sys::mem::Leakable;
-use rverbs_provider::CompletionQueue;
 
 pub(crate) struct CqInner {
     /// What outlives the ring (mlx5: the ring and doorbell record the
@@ -307,7 +306,6 @@ impl Cq {
         let deadline = std::time::Instant::now().checked_add(timeout);
         let mut w = BlockingWaiter {
             ring,
-            inner,
             chan,
             wc,
             deadline,
@@ -350,7 +348,7 @@ impl Cq {
     /// On mlx5 this is no system call: the provider writes the CQ's
     /// doorbell record and UAR register.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        arm_ring(&self.ring, &self.inner, solicited_only)
+        arm_ring(&self.ring, solicited_only)
     }
 
     /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.
@@ -373,12 +371,7 @@ impl Cq {
         if cqe == 0 {
             return Err(Error::invalid("a CQ needs at least one entry"));
         }
-        let fd = self.inner.ctx.fd();
-        let handle = self.inner.handle;
-        self.cqe = self
-            .ring
-            .resize(fd, handle, cqe)
-            .map_err(Error::kernel("resize_cq"))?;
+        self.cqe = self.ring.resize(cqe)?;
         Ok(())
     }
 }
@@ -394,9 +387,8 @@ fn poll_ring(ring: &mut crate::provider::Cq, wc: &mut [Wc]) -> Result<usize> {
     }
 }
 
-fn arm_ring(ring: &crate::provider::Cq, inner: &CqInner, solicited_only: bool) -> Result<()> {
-    ring.arm(inner.ctx.fd(), inner.handle, solicited_only)
-        .map_err(Error::kernel("req_notify_cq"))
+fn arm_ring(ring: &crate::provider::Cq, solicited_only: bool) -> Result<()> {
+    ring.arm(solicited_only)
 }
 
 /// The three steps of waiting for completions through a channel.
@@ -434,7 +426,6 @@ pub(crate) fn await_completions<W: Waiter>(w: &mut W) -> Result<Option<usize>> {
 
 struct BlockingWaiter<'a, 'w> {
     ring: &'a mut crate::provider::Cq,
-    inner: &'a CqInner,
     chan: &'a CompChannel,
     wc: &'w mut [Wc],
     deadline: Option<std::time::Instant>,
@@ -445,7 +436,7 @@ impl Waiter for BlockingWaiter<'_, '_> {
         poll_ring(self.ring, self.wc)
     }
     fn arm(&mut self) -> Result<()> {
-        arm_ring(self.ring, self.inner, false)
+        arm_ring(self.ring, false)
     }
     fn wait(&mut self) -> Result<bool> {
         let left = self

@@ -6,11 +6,10 @@ use std::fmt;
 use std::sync::Arc;
 
 use rverbs_abi::cmd::exec;
-use rverbs_abi::pd::{AllocPd, DeallocPd};
-use zerocopy::FromZeros;
+use rverbs_abi::pd::DeallocPd;
 
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub(crate) struct PdInner {
     pub(crate) ctx: Context,
@@ -45,15 +44,11 @@ impl fmt::Debug for Pd {
 impl Context {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd> {
-        // The driver's part (mlx5: the PD number) is asked for, not used.
-        let mut drv = [0u8; 8];
-        let n = self.provider().alloc_pd_resp_len().min(drv.len());
-        let resp = exec(self.fd(), &AllocPd::new_zeroed(), &mut drv[..n])
-            .map_err(Error::kernel("alloc_pd"))?;
+        let handle = self.provider().alloc_pd()?;
         Ok(Pd {
             inner: Arc::new(PdInner {
                 ctx: self.clone(),
-                handle: resp.pd_handle,
+                handle,
             }),
         })
     }

@@ -8,11 +8,12 @@
 //! [`Driver`]), nothing elsewhere.
 
 use std::ops::RangeInclusive;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
+use rverbs_abi::ah::CreateAh;
 use rverbs_abi::cq::CreateCq;
-use rverbs_abi::mlx5::AllocUcontextResp;
+use rverbs_abi::device::ExQueryDeviceResp;
 use rverbs_abi::qp::CreateQp;
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
@@ -21,11 +22,11 @@ use rverbs_mlx5::Mlx5;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
 use rverbs_provider::{
-    CompletionQueue, Feature, PostError, Provider, QpCreated, QpState, RecvQueue as RecvQueueOps,
-    RingLost, SendQueue as SendQueueOps, SharedCq, SharedRecvQueue,
+    AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, Feature, OpenError, PostError,
+    Provider, QpCreated, QpState, RecvQueue as RecvQueueOps, RingLost, SendQueue as SendQueueOps,
+    SharedCq, SharedRecvQueue,
 };
 use rverbs_rxe::Rxe;
-use zerocopy::{FromZeros, IntoBytes};
 
 use crate::device::{Device, Driver};
 use crate::error::{Error, Result};
@@ -87,12 +88,27 @@ impl CqShared {
     }
 }
 
+// The library's one surface over the provider contract: inherent methods
+// on the enums, each converting the provider's error to the library's
+// where it is made. The data-path ones (post, poll) call one non-inlined
+// function per provider, generic over the contract trait: compiled
+// together, one provider's code would change the other's register
+// allocation, and a success returns straight from the provider's path
+// with no shared result to test again.
+
 impl Cq {
-    /// [`CompletionQueue::poll`] with the library's error: one
-    /// non-inlined function per provider (see [`SendQueue::post_wrs`]).
+    /// Polls up to `wc.len()` completions ([`CompletionQueue::poll`]).
     #[inline(always)]
     pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> Result<usize> {
         dispatch!(self, c => poll_on(c, wc))
+    }
+    /// Arms the CQ ([`CompletionQueue::arm`]).
+    pub(crate) fn arm(&self, solicited_only: bool) -> Result<()> {
+        dispatch!(self, c => c.arm(solicited_only)).map_err(Error::kernel("req_notify_cq"))
+    }
+    /// Resizes the CQ ([`CompletionQueue::resize`]); the granted size.
+    pub(crate) fn resize(&mut self, cqe: u32) -> Result<u32> {
+        dispatch!(self, c => c.resize(cqe)).map_err(Error::kernel("resize_cq"))
     }
 }
 
@@ -112,39 +128,44 @@ fn poll_failed(e: RingLost) -> Error {
     Error::Unusable(format!("poll_cq: {e}"))
 }
 
-impl CompletionQueue for Cq {
-    #[inline]
-    fn poll(&mut self, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
-        dispatch!(self, c => CompletionQueue::poll(c, wc))
-    }
-    fn arm(
-        &self,
-        fd: BorrowedFd<'_>,
-        cq_handle: u32,
-        solicited_only: bool,
-    ) -> std::result::Result<(), Errno> {
-        dispatch!(self, c => CompletionQueue::arm(c, fd, cq_handle, solicited_only))
-    }
-    fn resize(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        cq_handle: u32,
-        cqe: u32,
-    ) -> std::result::Result<u32, Errno> {
-        dispatch!(self, c => CompletionQueue::resize(c, fd, cq_handle, cqe))
-    }
+/// The error of a post that failed at `index`. Out of line and cold: the
+/// posting paths build no error value on success.
+#[cold]
+#[inline(never)]
+pub(crate) fn post_failed(index: usize, error: PostError) -> Error {
+    Error::Post { index, error }
 }
 
 impl SendQueue {
-    /// [`SendQueueOps::post`] with the library's error, converted in each
-    /// provider's arm (so a success returns straight from the provider's
-    /// path, with no shared result to test again).
-    ///
-    /// Each provider's path is a function of its own: compiled together,
-    /// one provider's code would change the other's register allocation.
+    /// Posts the chain `wrs` ([`SendQueueOps::post`]).
     #[inline(always)]
     pub(crate) fn post_wrs(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         dispatch!(self, q => post_send_on(q, wrs))
+    }
+    /// Posts the batch `wrs` of `batch` ([`SendQueueOps::post_batch`]).
+    #[inline(always)]
+    pub(crate) fn post_batch_wrs(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<()> {
+        dispatch!(self, q => post_batch_on(q, batch, wrs))
+    }
+    /// [`SendQueueOps::set_state`].
+    pub(crate) fn set_state(&mut self, state: QpState) {
+        dispatch!(self, q => q.set_state(state))
+    }
+    /// [`SendQueueOps::set_ud_mtu`].
+    pub(crate) fn set_ud_mtu(&mut self, mtu: u32) {
+        dispatch!(self, q => q.set_ud_mtu(mtu))
+    }
+    /// [`SendQueueOps::allow`].
+    pub(crate) fn allow(&mut self, op: WrOpcode) -> bool {
+        dispatch!(self, q => q.allow(op))
+    }
+    /// [`SendQueueOps::capacity`].
+    pub(crate) fn capacity(&self) -> u32 {
+        dispatch!(self, q => q.capacity())
+    }
+    /// [`SendQueueOps::outstanding`].
+    pub(crate) fn outstanding(&self) -> u32 {
+        dispatch!(self, q => q.outstanding())
     }
 }
 
@@ -153,100 +174,70 @@ impl SendQueue {
 fn post_send_on<Q: SendQueueOps>(q: &mut Q, wrs: &[SendWr<'_>]) -> Result<()> {
     match q.post(wrs) {
         Ok(()) => Ok(()),
-        Err((index, error)) => Err(crate::qp::post::post_failed(index, error)),
+        Err((index, error)) => Err(post_failed(index, error)),
     }
 }
 
-/// [`RecvQueue::post_wrs`] on one provider's queue.
+/// [`SendQueue::post_batch_wrs`] on one provider's queue.
 #[inline(never)]
-fn post_recv_on<Q: RecvQueueOps>(q: &mut Q, wrs: &[RecvWr<'_>]) -> Result<()> {
-    match q.post(wrs) {
+fn post_batch_on<Q: SendQueueOps>(q: &mut Q, batch: &SendBatch, wrs: &[BatchWr]) -> Result<()> {
+    match q.post_batch(batch, wrs) {
         Ok(()) => Ok(()),
-        Err((index, error)) => Err(crate::qp::post::post_failed(index, error)),
+        Err((index, error)) => Err(post_failed(index, error)),
     }
 }
 
 impl RecvQueue {
-    /// [`RecvQueueOps::post`] with the library's error (see
-    /// [`SendQueue::post_wrs`]).
+    /// Posts the chain `wrs` ([`RecvQueueOps::post`]).
     #[inline(always)]
     pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         dispatch!(self, q => post_recv_on(q, wrs))
     }
-}
-
-impl SendQueueOps for SendQueue {
-    #[inline]
-    fn post(&mut self, wrs: &[SendWr<'_>]) -> std::result::Result<(), (usize, PostError)> {
-        dispatch!(self, q => SendQueueOps::post(q, wrs))
+    /// [`RecvQueueOps::set_state`].
+    pub(crate) fn set_state(&mut self, state: QpState) {
+        dispatch!(self, q => q.set_state(state))
     }
-    #[inline]
-    fn post_batch(
-        &mut self,
-        batch: &SendBatch,
-        wrs: &[BatchWr],
-    ) -> std::result::Result<(), (usize, PostError)> {
-        dispatch!(self, q => SendQueueOps::post_batch(q, batch, wrs))
-    }
-    fn set_state(&mut self, state: QpState) {
-        dispatch!(self, q => SendQueueOps::set_state(q, state))
-    }
-    fn set_ud_mtu(&mut self, mtu: u32) {
-        dispatch!(self, q => SendQueueOps::set_ud_mtu(q, mtu))
-    }
-    fn allow(&mut self, op: WrOpcode) -> bool {
-        dispatch!(self, q => SendQueueOps::allow(q, op))
-    }
-    fn capacity(&self) -> u32 {
-        dispatch!(self, q => SendQueueOps::capacity(q))
-    }
-    fn outstanding(&self) -> u32 {
-        dispatch!(self, q => SendQueueOps::outstanding(q))
+    /// [`RecvQueueOps::capacity`].
+    pub(crate) fn capacity(&self) -> u32 {
+        dispatch!(self, q => q.capacity())
     }
 }
 
-impl RecvQueueOps for RecvQueue {
-    #[inline]
-    fn post(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, PostError)> {
-        dispatch!(self, q => RecvQueueOps::post(q, wrs))
-    }
-    fn set_state(&mut self, state: QpState) {
-        dispatch!(self, q => RecvQueueOps::set_state(q, state))
-    }
-    fn capacity(&self) -> u32 {
-        dispatch!(self, q => RecvQueueOps::capacity(q))
-    }
-    fn outstanding(&self) -> u32 {
-        dispatch!(self, q => RecvQueueOps::outstanding(q))
+/// [`RecvQueue::post_wrs`] (and [`Srq::post_wrs`]) on one provider's queue.
+#[inline(never)]
+fn post_recv_on<Q: RecvQueueOps>(q: &mut Q, wrs: &[RecvWr<'_>]) -> Result<()> {
+    match q.post(wrs) {
+        Ok(()) => Ok(()),
+        Err((index, error)) => Err(post_failed(index, error)),
     }
 }
 
-impl SharedRecvQueue for Srq {
-    #[inline]
-    fn post(&mut self, wrs: &[RecvWr<'_>]) -> std::result::Result<(), (usize, PostError)> {
-        dispatch!(self, s => SharedRecvQueue::post(s, wrs))
+impl Srq {
+    /// Posts the chain `wrs` ([`SharedRecvQueue::post`]).
+    #[inline(always)]
+    pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+        dispatch!(self, s => post_srq_on(s, wrs))
     }
-    fn capacity(&self) -> u32 {
-        dispatch!(self, s => SharedRecvQueue::capacity(s))
+    /// [`SharedRecvQueue::outstanding`].
+    pub(crate) fn outstanding(&self) -> u32 {
+        dispatch!(self, s => s.outstanding())
     }
-    fn outstanding(&self) -> u32 {
-        dispatch!(self, s => SharedRecvQueue::outstanding(s))
+    /// Arms the limit event ([`SharedRecvQueue::set_limit`]).
+    pub(crate) fn set_limit(&self, limit: u32) -> Result<()> {
+        dispatch!(self, s => s.set_limit(limit)).map_err(Error::kernel("modify_srq"))
     }
-    fn set_limit(
-        &self,
-        fd: BorrowedFd<'_>,
-        srq_handle: u32,
-        limit: u32,
-    ) -> std::result::Result<(), Errno> {
-        dispatch!(self, s => SharedRecvQueue::set_limit(s, fd, srq_handle, limit))
+    /// [`SharedRecvQueue::resize`].
+    pub(crate) fn resize(&mut self, max_wr: u32) -> Result<()> {
+        dispatch!(self, s => s.resize(max_wr)).map_err(Error::kernel("modify_srq"))
     }
-    fn resize(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        srq_handle: u32,
-        max_wr: u32,
-    ) -> std::result::Result<(), Errno> {
-        dispatch!(self, s => SharedRecvQueue::resize(s, fd, srq_handle, max_wr))
+}
+
+/// [`Srq::post_wrs`] on one provider's SRQ.
+#[inline(never)]
+fn post_srq_on<S: SharedRecvQueue>(s: &mut S, wrs: &[RecvWr<'_>]) -> Result<()> {
+    match s.post(wrs) {
+        Ok(()) => Ok(()),
+        Err((index, error)) => Err(post_failed(index, error)),
     }
 }
 
@@ -269,8 +260,8 @@ pub(crate) enum Ctx {
 /// speaks; `None` for a driver no provider serves.
 pub(crate) fn driver_abi(driver: &Driver) -> Option<RangeInclusive<u32>> {
     match driver {
-        Driver::Rxe => Some(rverbs_rxe::DRIVER_ABI),
-        Driver::Mlx5 => Some(rverbs_mlx5::DRIVER_ABI),
+        Driver::Rxe => Some(Rxe::DRIVER_ABI),
+        Driver::Mlx5 => Some(Mlx5::DRIVER_ABI),
         Driver::Other(_) => None,
     }
 }
@@ -278,39 +269,61 @@ pub(crate) fn driver_abi(driver: &Driver) -> Option<RangeInclusive<u32>> {
 /// The driver of a PCI function by its ids, for devices without a driver
 /// link (as libibverbs matches modaliases).
 pub(crate) fn pci_driver(vendor: u16, device: u16) -> Option<Driver> {
-    (vendor == rverbs_mlx5::PCI_VENDOR_MELLANOX && rverbs_mlx5::is_mlx5_pci_device(device))
-        .then_some(Driver::Mlx5)
+    if Mlx5::serves_pci(vendor, device) {
+        Some(Driver::Mlx5)
+    } else if Rxe::serves_pci(vendor, device) {
+        Some(Driver::Rxe)
+    } else {
+        None
+    }
+}
+
+/// [`Provider::open`] on `fd`, the async event fd of the answer owned
+/// (closed again if the provider failed after the kernel answered).
+fn open_provider<P: Provider>(fd: &Arc<OwnedFd>) -> Result<(P, OwnedFd, u32)> {
+    match P::open(Arc::clone(fd)) {
+        Ok(ContextOpened { provider, resp }) => {
+            let async_fd = crate::sys::cmd::adopt("get_context", "async_fd", resp.async_fd)?;
+            Ok((provider, async_fd, resp.num_comp_vectors))
+        }
+        Err(OpenError { op, errno, resp }) => {
+            if let Some(resp) = resp {
+                // Owned and closed at once: nothing else will close it. An
+                // answer naming no fd means the node is no uverbs device,
+                // the error to report before what the provider refused.
+                drop(crate::sys::cmd::adopt(
+                    "get_context",
+                    "async_fd",
+                    resp.async_fd,
+                )?);
+            }
+            Err(Error::Kernel { op, errno })
+        }
+    }
+}
+
+/// A provider's [`CmdError`] as the library's error.
+fn cmd_error(e: CmdError) -> Error {
+    Error::Kernel {
+        op: e.op,
+        errno: e.errno,
+    }
 }
 
 impl Ctx {
-    /// GET_CONTEXT on the checked uverbs node `fd` with the driver data of
-    /// `device`'s provider; returns the provider's context, the async
-    /// event fd and the number of completion vectors. On error nothing is
-    /// left open.
+    /// GET_CONTEXT on the checked uverbs node `fd`, sent by `device`'s
+    /// provider with its driver data; returns the provider's context, the
+    /// async event fd and the number of completion vectors. On error
+    /// nothing is left open.
     pub(crate) fn open(device: &Device, fd: &Arc<OwnedFd>) -> Result<(Ctx, OwnedFd, u32)> {
         match device.driver() {
             Driver::Mlx5 => {
-                let req = rverbs_mlx5::uctx::alloc_ucontext_req();
-                let mut drv = AllocUcontextResp::new_zeroed();
-                // Owned first: it closes if the user context fails.
-                let (async_fd, num_comp_vectors) =
-                    crate::sys::cmd::get_context(fd.as_fd(), Some(&req), drv.as_mut_bytes())?;
-                let uctx = rverbs_mlx5::uctx::Uctx::from_resp(fd.as_fd(), &drv)
-                    .map_err(Error::kernel("get_context"))?;
-                Ok((
-                    Ctx::Mlx5(Mlx5::new(Arc::clone(fd), uctx)),
-                    async_fd,
-                    num_comp_vectors,
-                ))
+                let (p, async_fd, n) = open_provider::<Mlx5>(fd)?;
+                Ok((Ctx::Mlx5(p), async_fd, n))
             }
             Driver::Rxe => {
-                let (async_fd, num_comp_vectors) =
-                    crate::sys::cmd::get_context(fd.as_fd(), None, &mut [])?;
-                Ok((
-                    Ctx::Rxe(Rxe::new(Arc::clone(fd))),
-                    async_fd,
-                    num_comp_vectors,
-                ))
+                let (p, async_fd, n) = open_provider::<Rxe>(fd)?;
+                Ok((Ctx::Rxe(p), async_fd, n))
             }
             Driver::Other(d) => Err(Error::UnsupportedDriver {
                 device: device.name().to_string(),
@@ -319,24 +332,21 @@ impl Ctx {
         }
     }
 
-    /// Room for the driver's part of ALLOC_PD's response (mlx5: the PD
-    /// number), asked for as the provider's C library does so the kernel
-    /// sees the same command. Not read.
-    pub(crate) fn alloc_pd_resp_len(&self) -> usize {
-        match self {
-            Ctx::Mlx5(_) => size_of::<rverbs_abi::mlx5::AllocPdResp>(),
-            Ctx::Rxe(_) => 0,
-        }
+    /// ALLOC_PD (the provider asks for its driver's answer); the handle.
+    pub(crate) fn alloc_pd(&self) -> Result<u32> {
+        dispatch!(self, p => p.alloc_pd()).map_err(Error::kernel("alloc_pd"))
     }
 
-    /// Room for the driver's part of the extended QUERY_DEVICE response
-    /// (mlx5: its offload capabilities), as for
-    /// [`Ctx::alloc_pd_resp_len`]. rxe's kernel refuses driver data there.
-    pub(crate) fn query_device_resp_len(&self) -> usize {
-        match self {
-            Ctx::Mlx5(_) => size_of::<rverbs_abi::mlx5::QueryDeviceResp>(),
-            Ctx::Rxe(_) => 0,
-        }
+    /// The extended QUERY_DEVICE (the provider asks for its driver's
+    /// answer); the kernel's errno as is, for the caller's fallback.
+    pub(crate) fn query_device_ex(&self) -> std::result::Result<ExQueryDeviceResp, Errno> {
+        dispatch!(self, p => p.query_device_ex())
+    }
+
+    /// An address handle for `cmd` whose datagrams carry `network`'s
+    /// header (see [`Provider::create_ah`]).
+    pub(crate) fn create_ah(&self, cmd: &CreateAh, network: AhNetwork) -> Result<AhCreated> {
+        dispatch!(self, p => p.create_ah(cmd, network)).map_err(cmd_error)
     }
 
     /// The provider's name.
@@ -451,42 +461,5 @@ impl Ctx {
                 )
             }
         })
-    }
-
-    /// The address vector a provider puts in each UD WQE for `attr`
-    /// (mlx5), or `None` if its address handles are kernel objects (rxe).
-    /// `roce`: the port is RoCE, and the source GID has this type.
-    pub(crate) fn address_vector(
-        &self,
-        attr: &rverbs_abi::ah::AhAttr,
-        roce: Option<crate::gid::GidType>,
-    ) -> Option<[u8; 48]> {
-        use rverbs_mlx5::ah::AvKind;
-        let kind = match roce {
-            None => AvKind::Ib,
-            Some(crate::gid::GidType::RoceV2) => AvKind::RoceV2,
-            Some(_) => AvKind::RoceV1,
-        };
-        match self {
-            Ctx::Rxe(_) => None,
-            Ctx::Mlx5(_) => Some(rverbs_mlx5::ah::av(attr, kind)),
-        }
-    }
-
-    /// mlx5 on RoCE: the kernel's address handle for `cmd`, whose answer
-    /// completes address vector `av` with the destination MAC. Returns the
-    /// handle. Other providers: `None`.
-    pub(crate) fn create_roce_ah(
-        &self,
-        cmd: &rverbs_abi::ah::CreateAh,
-        av: &mut [u8; 48],
-    ) -> Option<Result<u32>> {
-        match self {
-            Ctx::Rxe(_) => None,
-            Ctx::Mlx5(p) => Some(
-                p.create_roce_ah(cmd, av)
-                    .map_err(Error::kernel("create_ah")),
-            ),
-        }
     }
 }

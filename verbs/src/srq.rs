@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rverbs_abi::cmd::exec;
 use rverbs_abi::srq::{CreateSrq, DestroySrq, QuerySrq};
 use rverbs_provider::wr::RecvWr;
-use rverbs_provider::{Feature, SharedRecvQueue};
+use rverbs_provider::Feature;
 
 use crate::error::{Error, Result};
 use crate::event::{EventId, ObjectKind};
@@ -189,9 +189,7 @@ impl Srq {
     /// the requests before [`Error::Post`]'s `index` were posted.
     #[inline]
     pub fn post_srq_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        self.ring
-            .post(wrs)
-            .map_err(|(index, error)| Error::Post { index, error })
+        self.ring.post_wrs(wrs)
     }
 
     /// Arms the limit event: once fewer than `limit` receives remain the
@@ -199,11 +197,8 @@ impl Srq {
     /// disarms. 0 disarms. rxe refuses a limit above the ring's depth
     /// (EINVAL).
     pub fn modify_limit(&self, limit: u32) -> Result<()> {
-        let fd = self.inner.pd.context().fd();
         // rxe's MODIFY_SRQ carries its driver data, mlx5's none.
-        self.ring
-            .set_limit(fd, self.inner.handle, limit)
-            .map_err(Error::kernel("modify_srq"))
+        self.ring.set_limit(limit)
     }
 
     /// Resizes the SRQ to hold at least `max_wr` receives; those already
@@ -224,10 +219,7 @@ impl Srq {
                 "cannot resize the SRQ to {max_wr} entries with {queued} receives queued"
             )));
         }
-        let fd = self.inner.pd.context().fd();
-        self.ring
-            .resize(fd, self.inner.handle, max_wr)
-            .map_err(Error::kernel("modify_srq"))?;
+        self.ring.resize(max_wr)?;
         self.max_wr = max_wr;
         Ok(())
     }

@@ -5,22 +5,48 @@
 //! itself and checks that the addresses and sizes the driver data names
 //! are inside it, so no other memory is ever handed over; the callers keep
 //! the memory (through the queues' and the `*Memory` handles' Arcs) until
-//! the object is destroyed. Plus the destroys that undo a creation.
+//! the object is destroyed. Plus the destroys that undo a creation, and
+//! GET_CONTEXT with mlx5's driver data.
 
 use std::os::fd::BorrowedFd;
 
-use rverbs_abi::cmd::{nr, write_cmd, NoResp};
+use rverbs_abi::cmd::{nr, write_cmd, write_cmd_prefilled, NoResp};
 use rverbs_abi::cq::{CreateCq, CreateCqResp, DestroyCq, DestroyCqResp, ResizeCq, ResizeCqResp};
+use rverbs_abi::device::{GetContext, GetContextResp};
 use rverbs_abi::mlx5;
 use rverbs_abi::qp::{CreateQp, CreateQpResp, DestroyQp, DestroyQpResp};
 use rverbs_abi::srq::{CreateSrq, CreateSrqResp, ModifySrq};
 use rverbs_abi::Errno;
-use zerocopy::IntoBytes;
+use zerocopy::{FromZeros, IntoBytes};
 
 use super::cqe::{CqRing, CQE_SIZE};
 use super::dbrec::DbRec;
 use super::map::Mapping;
 use super::wqe::SEND_WQE_BB;
+
+/// GET_CONTEXT on `fd` with the driver data `req`; `resp` starts as given
+/// (its async fd field prefilled with `NO_FD`), the driver's answer lands
+/// in `drv`.
+pub(crate) fn get_context(
+    fd: BorrowedFd<'_>,
+    req: &mlx5::AllocUcontextReqV2,
+    resp: &mut GetContextResp,
+    drv: &mut mlx5::AllocUcontextResp,
+) -> Result<(), Errno> {
+    // SAFETY: GET_CONTEXT carries no user address but its response
+    // pointer, which write_cmd_prefilled supplies; mlx5's driver data
+    // (alloc_ucontext_req_v2) holds counts and flags only.
+    unsafe {
+        write_cmd_prefilled(
+            fd,
+            nr::GET_CONTEXT,
+            &GetContext::new_zeroed(),
+            resp,
+            req.as_bytes(),
+            drv.as_mut_bytes(),
+        )
+    }
+}
 
 /// Whether `bytes` bytes fit in `buf`.
 fn fits(buf: &Mapping, bytes: Option<u64>) -> bool {

@@ -13,7 +13,7 @@ use rverbs_provider::wr::{
 };
 
 use super::geom::{geometry, Geometry, Request};
-use super::{RecvQueue, SendQueue, SqInit, State};
+use super::{RecvQueue, SendQueue, SqInit};
 use crate::hw::dbrec::{DbPool, DbRec};
 use crate::hw::map::{Mapping, Reserved};
 use crate::hw::uar::BlueFlame;
@@ -21,6 +21,7 @@ use crate::hw::wqe::{RecvRing, SendRing};
 use crate::uctx::Limits;
 use crate::wq::{RqShared, SqShared};
 use crate::PostError;
+use rverbs_provider::QpState;
 
 /// ConnectX-5's limits, as the emulator reports them (`..Default` in case
 /// the context grows more).
@@ -271,7 +272,7 @@ fn rc(send_wr: u32, send_sge: u32, inline: u32) -> TestQp {
         0,
         false,
     );
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     qp
 }
 
@@ -280,7 +281,7 @@ fn rc(send_wr: u32, send_sge: u32, inline: u32) -> TestQp {
 fn worked_example() {
     for bf in [false, true] {
         let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, bf);
-        qp.sq.set_state(State::Rts);
+        qp.sq.set_state(QpState::Rts);
         qp.sq.cur_post = 5;
         let sge = [Sge {
             addr: 0x7f00_0000_1000,
@@ -315,7 +316,7 @@ fn worked_example() {
 #[test]
 fn blueflame_halves_and_limits() {
     let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, true);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     let sge = [Sge {
         addr: 0x1000,
         length: 8,
@@ -338,7 +339,7 @@ fn blueflame_halves_and_limits() {
 
     // Shared register: 8-byte doorbells, always at offset 0.
     let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, false);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     for i in 0..3 {
         qp.sq.post(&[SendWr::send(i, &sge)]).unwrap();
         assert_eq!(qp.uar(0, 8), ctrl(i as u32, 0x0a, 2, 0, 0)[..8]);
@@ -349,7 +350,7 @@ fn blueflame_halves_and_limits() {
 
     // buf_size 0 (bfreg 0): never BlueFlame, offset stays 0.
     let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 0, true);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     qp.sq.post(&[SendWr::send(1, &sge)]).unwrap();
     qp.sq.post(&[SendWr::send(2, &sge)]).unwrap();
     assert_eq!(qp.uar(0, 8), ctrl(1, 0x0a, 2, 0, 0)[..8]);
@@ -359,7 +360,7 @@ fn blueflame_halves_and_limits() {
     // A WQE larger than the half: 8-byte doorbell. 12 SGEs: ds 13 = 208
     // bytes > 128.
     let mut qp = TestQp::new(&req(qp_type::RC, 2, 12, 0), false, 128, true);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     let sges = [sge[0]; 12];
     qp.sq.post(&[SendWr::send(1, &sges)]).unwrap();
     assert_eq!(qp.uar(0, 8), ctrl(0, 0x0a, 13, 0, 0)[..8]);
@@ -375,7 +376,7 @@ fn inline_wraps_byte_exactly() {
         .collect();
     for split in [None, Some(30usize)] {
         let mut qp = TestQp::new(&req(qp_type::RC, 1, 1, 100), false, 256, true);
-        qp.sq.set_state(State::Rts);
+        qp.sq.set_state(QpState::Rts);
         qp.sq.cur_post = 7;
         let whole = [IoSlice::new(&payload)];
         let parts = split.map(|s| [IoSlice::new(&payload[..s]), IoSlice::new(&payload[s..])]);
@@ -445,7 +446,7 @@ fn inline_sizes() {
 #[test]
 fn rdma_and_flags() {
     let mut qp = TestQp::new(&req(qp_type::RC, 10, 2, 0), true, 0, false);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     let sge = [Sge {
         addr: 0x1111_2222_3333_4444,
         length: 0x1000,
@@ -578,7 +579,7 @@ fn av() -> [u8; 48] {
 fn ud_datagram() {
     // UD 1 SGE: 128-byte slots; 2 WRs -> 256 bytes, 4 BBs.
     let mut qp = TestQp::new(&req(qp_type::UD, 2, 1, 0), false, 256, true);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     let av = av();
     let dest = UdDest {
         ah_num: 1,
@@ -626,7 +627,7 @@ fn ud_datagram() {
 #[test]
 fn chain_one_doorbell() {
     let mut qp = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 256, true);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     let sge = [Sge {
         addr: 0x2000,
         length: 16,
@@ -832,7 +833,7 @@ fn send_refusals() {
     ];
     for (qpt, wr, want) in cases {
         let mut qp = TestQp::new(&req(qpt, 4, 2, 16), false, 0, false);
-        qp.sq.set_state(State::Rts);
+        qp.sq.set_state(QpState::Rts);
         qp.sq.set_ud_mtu(1024);
         assert!(!rverbs_provider::SendQueue::allow(
             &mut qp.sq,
@@ -847,7 +848,7 @@ fn send_refusals() {
     }
     // And the UD send itself is fine, as is a 1024-byte one.
     let mut qp = TestQp::new(&req(qp_type::UD, 4, 2, 16), false, 0, false);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     qp.sq.set_ud_mtu(1025);
     qp.sq.post(&[ud_send, ud_long]).unwrap();
 }
@@ -862,20 +863,20 @@ fn send_states() {
     }];
     let wr = [SendWr::send(1, &sge)];
     assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
-    qp.sq.set_state(State::Init);
+    qp.sq.set_state(QpState::Init);
     assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     qp.sq.post(&wr).unwrap();
     qp.sq.post(&wr).unwrap();
     assert_eq!(qp.db(1), [0, 0, 0, 2]);
     qp.sq.shared.retire_to(1);
     // RESET: counters and the doorbell record start over.
-    qp.sq.set_state(State::Reset);
+    qp.sq.set_state(QpState::Reset);
     assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
     assert_eq!((qp.sq.cur_post, qp.sq.head, qp.sq.outstanding()), (0, 0, 0));
     assert_eq!(qp.db(1), [0; 4]);
-    qp.sq.set_state(State::Init);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Init);
+    qp.sq.set_state(QpState::Rts);
     qp.sq.post(&wr).unwrap();
     assert_eq!(qp.sq_bytes(0, 16), ctrl(0, 0x0a, 2, 0, 0));
     assert_eq!(qp.db(1), [0, 0, 0, 1]);
@@ -886,7 +887,7 @@ fn no_send_queue() {
     let mut r = rq_req(4, 1);
     r.qp_type = qp_type::RC;
     let mut qp = TestQp::new(&r, false, 0, false);
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     assert_eq!(qp.sq.capacity(), 0);
     let wr = [SendWr::send(1, &[])];
     assert_eq!(qp.sq.post(&wr), Err((0, PostError::QueueFull)));
@@ -920,7 +921,7 @@ fn recv_wqes() {
     ];
     let wrs = [RecvWr::new(5, &sges), RecvWr::new(6, &sges[..1])];
     assert_eq!(rq.post(&wrs), Err((0, PostError::InvalidState)));
-    rq.set_state(State::Init);
+    rq.set_state(QpState::Init);
     rq.post(&wrs).unwrap();
     assert_eq!(rq.shared.wrid(0), 5);
     assert_eq!(rq.shared.wrid(1), 6);
@@ -954,12 +955,12 @@ fn recv_wqes() {
     assert_eq!(qp.db(0), [0, 0, 0, 4]);
     // RESET starts over.
     let rq = qp.rq.as_mut().unwrap();
-    rq.set_state(State::Reset);
+    rq.set_state(QpState::Reset);
     assert_eq!(rq.outstanding(), 0);
     assert_eq!(qp.db(0), [0; 4]);
     let rq = qp.rq.as_mut().unwrap();
     assert_eq!(rq.post(&wrs), Err((0, PostError::InvalidState)));
-    rq.set_state(State::Init);
+    rq.set_state(QpState::Init);
     rq.post(&wrs[1..]).unwrap();
     assert_eq!(qp.db(0), [0, 0, 0, 1]);
 }
@@ -969,7 +970,7 @@ fn recv_full_wqe_has_no_terminator() {
     // 1 SGE: 16-byte WQEs, 4 of them.
     let mut qp = TestQp::new(&rq_req(1, 1), false, 0, false);
     let rq = qp.rq.as_mut().unwrap();
-    rq.set_state(State::Init);
+    rq.set_state(QpState::Init);
     let sge = [Sge {
         addr: 0x1234_5678_9abc,
         length: 0x40,
@@ -1010,7 +1011,7 @@ fn ud_wrap_matches_libmlx5() {
         (192, 8, 2)
     );
     assert_eq!(qp.g.max_inline_data, Some(124));
-    qp.sq.set_state(State::Rts);
+    qp.sq.set_state(QpState::Rts);
     let mut av = [0u8; 48];
     av[12] = 0x03;
     av[15] = 0x01;
@@ -1233,7 +1234,7 @@ mod batches {
     fn pair(qpt: u8, sig_all: bool, start: u32) -> (TestQp, TestQp) {
         let mk = || {
             let mut qp = TestQp::new(&req(qpt, 10, 1, 0), sig_all, 256, true);
-            qp.sq.set_state(State::Rts);
+            qp.sq.set_state(QpState::Rts);
             qp.sq.cur_post = start;
             qp.sq.head = start.wrapping_mul(3);
             qp.sq.tail = qp.sq.head;
@@ -1384,13 +1385,13 @@ mod batches {
     fn refusals() {
         let wrs = [entry(0, 64)];
         let mut ud = TestQp::new(&req(qp_type::UD, 10, 1, 0), false, 0, false);
-        ud.sq.set_state(State::Rts);
+        ud.sq.set_state(QpState::Rts);
         assert_eq!(
             ud.sq.post_batch(&SendBatch::send(), &wrs),
             Err((0, PostError::MissingAddress))
         );
         let mut uc = TestQp::new(&req(qp_type::UC, 10, 1, 0), false, 0, false);
-        uc.sq.set_state(State::Rts);
+        uc.sq.set_state(QpState::Rts);
         assert_eq!(
             uc.sq.post_batch(&SendBatch::rdma_read(1), &wrs),
             Err((0, PostError::InvalidOpcode))
@@ -1401,7 +1402,7 @@ mod batches {
             Err((0, PostError::TooManySge { given: 1, max: 0 }))
         );
         let mut init = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 0, false);
-        init.sq.set_state(State::Init);
+        init.sq.set_state(QpState::Init);
         assert_eq!(
             init.sq.post_batch(&SendBatch::send(), &wrs),
             Err((0, PostError::InvalidState))

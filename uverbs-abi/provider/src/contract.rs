@@ -3,7 +3,15 @@
 //! `verbs_context_ops`), with static dispatch.
 //!
 //! A provider is a type implementing [`Provider`]: its open context, which
-//! creates the provider's objects. Creation returns a complete object or
+//! creates the provider's objects. The device half says which driver and
+//! driver ABI versions it serves ([`Provider::NAME`],
+//! [`Provider::DRIVER_ABI`], [`Provider::serves_pci`]) and opens a context
+//! ([`Provider::open`]: GET_CONTEXT with the driver's data). Every command
+//! that carries driver data is the provider's to send (GET_CONTEXT,
+//! ALLOC_PD, the extended QUERY_DEVICE, CREATE_AH and the queue creates,
+//! resizes and modifies); the library sends only plain core commands
+//! ([`rverbs_abi::cmd::PlainCmd`]) and the ioctl methods no driver extends.
+//! Each provider object keeps the command fd and kernel handle it acts on. Creation returns a complete object or
 //! fails leaving nothing behind (a kernel object created on the way is
 //! destroyed before the error returns). Each queue holds what it needs to
 //! post (its ring, its doorbell, the command fd where the doorbell is a
@@ -13,9 +21,13 @@
 //! through [`Provider::supports`], before any command is sent.
 
 use std::fmt;
-use std::os::fd::BorrowedFd;
+use std::ops::RangeInclusive;
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
+use rverbs_abi::ah::CreateAh;
 use rverbs_abi::cq::{CreateCq, CreateCqResp};
+use rverbs_abi::device::{ExQueryDeviceResp, GetContextResp};
 use rverbs_abi::qp::{qp_state, CreateQp, CreateQpResp};
 use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
 use rverbs_abi::wr::Wc;
@@ -56,6 +68,22 @@ impl QpState {
             QpState::Sqe => qp_state::SQE,
             QpState::Err => qp_state::ERR,
         }
+    }
+    /// Whether sends may be posted in this state: RTS, SQD, SQE and ERR
+    /// (in SQE and ERR they complete flushed). The one rule every
+    /// provider's send queue applies ([`SendQueue::set_state`]): the
+    /// library does not check the state itself.
+    #[inline]
+    pub fn may_post_send(self) -> bool {
+        matches!(
+            self,
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
+        )
+    }
+    /// Whether receives may be posted in this state: any but RESET.
+    #[inline]
+    pub fn may_post_recv(self) -> bool {
+        self != QpState::Reset
     }
     /// The state the kernel's value `v` names, `None` for an unknown value.
     pub fn from_raw(v: u8) -> Option<QpState> {
@@ -155,15 +183,17 @@ pub trait CompletionQueue: Send + fmt::Debug {
     /// Polls up to `wc.len()` completions into `wc`; returns how many.
     /// Never blocks, never allocates.
     fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost>;
-    /// Arms the CQ (kernel object `cq_handle` on the command fd `fd`): the
-    /// next completion, or the next solicited one, raises an event.
-    fn arm(&self, fd: BorrowedFd<'_>, cq_handle: u32, solicited_only: bool) -> Result<(), Errno>;
+    /// Arms the CQ: the next completion, or the next solicited one, raises
+    /// an event.
+    fn arm(&self, solicited_only: bool) -> Result<(), Errno>;
     /// Resizes the CQ to at least `cqe` entries, keeping unpolled ones;
     /// returns the granted size.
-    fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno>;
+    fn resize(&mut self, cqe: u32) -> Result<u32, Errno>;
 }
 
-/// A QP's send queue.
+/// A QP's send queue. It owns "may post": in a state where
+/// [`QpState::may_post_send`] is false every post fails with
+/// [`PostError::InvalidState`] at index 0 (a new queue is in RESET).
 pub trait SendQueue: Send + fmt::Debug {
     /// Posts the chain `wrs` (one doorbell); on error the requests before
     /// the returned index were posted.
@@ -193,7 +223,8 @@ pub trait SendQueue: Send + fmt::Debug {
     fn outstanding(&self) -> u32;
 }
 
-/// A QP's own receive queue.
+/// A QP's own receive queue. It owns "may post" as [`SendQueue`] does, by
+/// [`QpState::may_post_recv`].
 pub trait RecvQueue: Send + fmt::Debug {
     /// Posts the chain `wrs`; on error the requests before the returned
     /// index were posted.
@@ -215,11 +246,11 @@ pub trait SharedRecvQueue: Send + fmt::Debug {
     fn capacity(&self) -> u32;
     /// Receives posted and not yet consumed.
     fn outstanding(&self) -> u32;
-    /// Arms the limit event of SRQ `srq_handle` at `limit` (0 disarms).
-    fn set_limit(&self, fd: BorrowedFd<'_>, srq_handle: u32, limit: u32) -> Result<(), Errno>;
-    /// Resizes SRQ `srq_handle` to `max_wr` receives (only where
+    /// Arms the SRQ's limit event at `limit` (0 disarms).
+    fn set_limit(&self, limit: u32) -> Result<(), Errno>;
+    /// Resizes the SRQ to `max_wr` receives (only where
     /// [`Feature::SrqResize`] is supported).
-    fn resize(&mut self, fd: BorrowedFd<'_>, srq_handle: u32, max_wr: u32) -> Result<(), Errno>;
+    fn resize(&mut self, max_wr: u32) -> Result<(), Errno>;
 }
 
 /// What [`Provider::create_cq`] made.
@@ -257,10 +288,84 @@ pub struct SrqCreated<P: Provider> {
     pub shared: P::SrqShared,
 }
 
+/// What [`Provider::open`] made.
+#[derive(Debug)]
+pub struct ContextOpened<P: Provider> {
+    /// The provider's open context.
+    pub provider: P,
+    /// The kernel's answer to GET_CONTEXT: the number of the async event
+    /// fd it opened for the caller (not yet owned by anyone: the caller
+    /// adopts it, having checked that the command fd is a uverbs node), and
+    /// the number of completion vectors.
+    pub resp: GetContextResp,
+}
+
+/// Why [`Provider::open`] failed.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenError {
+    /// The command that failed, or what the provider refused in its
+    /// answer.
+    pub op: &'static str,
+    /// Its errno.
+    pub errno: Errno,
+    /// GET_CONTEXT's answer when the command itself succeeded and what
+    /// followed failed: its async event fd is the caller's to close.
+    pub resp: Option<GetContextResp>,
+}
+
+/// A command the kernel refused, or whose answer the provider refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CmdError {
+    /// The command, with what the provider knows of why where the errno
+    /// alone would mislead.
+    pub op: &'static str,
+    /// Its errno.
+    pub errno: Errno,
+}
+
+impl CmdError {
+    /// `errno` of command `op`, as a closure for `map_err`.
+    pub fn of(op: &'static str) -> impl Fn(Errno) -> CmdError {
+        move |errno| CmdError { op, errno }
+    }
+}
+
+/// The network header a UD datagram carries, which decides the format of
+/// a provider's address vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AhNetwork {
+    /// An InfiniBand port (a GRH only if the address has one).
+    Ib,
+    /// RoCE v1: an IB GRH over Ethernet.
+    RoceV1,
+    /// RoCE v2: UDP/IP.
+    RoceV2,
+}
+
+/// What [`Provider::create_ah`] made: how a UD send names the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AhCreated {
+    /// The kernel's address handle, if one was created (the library
+    /// destroys it with DESTROY_AH, a plain command).
+    pub handle: Option<u32>,
+    /// The number the provider's WQEs name it by (rxe's `ah_num`); 0 where
+    /// WQEs carry [`AhCreated::av`] instead.
+    pub ah_num: u32,
+    /// The address vector copied into each UD send WQE (mlx5), if any.
+    pub av: Option<[u8; 48]>,
+    /// Whether the kernel looks the AH up by number when a send goes out
+    /// (rxe): then every queued send that names it must keep it alive
+    /// ([`crate::wr::AhHold`]).
+    pub held_by_sends: bool,
+}
+
 /// A provider: its open context and the objects it creates.
 pub trait Provider: Send + Sync + Sized + fmt::Debug {
     /// The provider's name, as its driver is known (`rxe`, `mlx5`).
     const NAME: &'static str;
+    /// The driver ABI versions (the device's sysfs `abi_version`) the
+    /// provider speaks; a device outside them is not opened.
+    const DRIVER_ABI: RangeInclusive<u32>;
     /// A CQ's ring.
     type Cq: CompletionQueue;
     /// What a CQ's QPs and its kernel object keep of it; the library
@@ -275,6 +380,27 @@ pub trait Provider: Send + Sync + Sized + fmt::Debug {
     /// What an SRQ's kernel object keeps of it.
     type SrqShared: Clone + Send + Sync + fmt::Debug;
 
+    /// Whether the PCI function `vendor:device` is a device of this
+    /// provider, for a device whose driver is not named in sysfs (as
+    /// libibverbs matches modaliases). None by default.
+    fn serves_pci(vendor: u16, device: u16) -> bool {
+        let _ = (vendor, device);
+        false
+    }
+    /// GET_CONTEXT on `fd`, a uverbs command fd of a device this provider
+    /// serves, with the driver's data; the provider's context keeps `fd`.
+    /// On error nothing of the provider's is left behind (an async event
+    /// fd the kernel opened is in [`OpenError::resp`], for the caller).
+    fn open(fd: Arc<OwnedFd>) -> Result<ContextOpened<Self>, OpenError>;
+    /// ALLOC_PD with the driver's response; returns the PD's handle.
+    fn alloc_pd(&self) -> Result<u32, Errno>;
+    /// The extended QUERY_DEVICE with the driver's response (`EOPNOTSUPP`,
+    /// `ENOSYS` or `EINVAL` where the kernel lacks it: the caller falls
+    /// back to the plain QUERY_DEVICE).
+    fn query_device_ex(&self) -> Result<ExQueryDeviceResp, Errno>;
+    /// An address handle for `cmd`'s attributes, whose datagrams carry
+    /// `network`'s header: a kernel AH, an address vector, or both.
+    fn create_ah(&self, cmd: &CreateAh, network: AhNetwork) -> Result<AhCreated, CmdError>;
     /// Whether this provider implements `feature`; the library refuses a
     /// call needing one it does not, before any command is sent.
     fn supports(&self, feature: Feature) -> bool;

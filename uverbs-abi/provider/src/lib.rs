@@ -20,8 +20,9 @@ mod error;
 pub mod wr;
 
 pub use contract::{
-    CompletionQueue, CqCreated, Feature, Provider, QpCreated, QpState, RecvQueue, RingLost,
-    SendQueue, SharedCq, SharedRecvQueue, SrqCreated, Unshared,
+    AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, CqCreated, Feature, OpenError,
+    Provider, QpCreated, QpState, RecvQueue, RingLost, SendQueue, SharedCq, SharedRecvQueue,
+    SrqCreated, Unshared,
 };
 pub use error::PostError;
 pub use rverbs_abi::Errno;

@@ -16,8 +16,8 @@ use rverbs_abi::device::device_cap_ex;
 pub use rverbs_abi::qp::QpCreateFlags;
 use rverbs_abi::qp::{CreateQp, CreateQpResp, DestroyQp, QueryQp};
 use rverbs_provider::wr::WrOpcode;
+use rverbs_provider::Feature;
 pub use rverbs_provider::QpState;
-use rverbs_provider::{Feature, RecvQueue as _, SendQueue as _};
 
 use crate::cq::{Cq, CqInner};
 use crate::error::{Error, Result};

@@ -6,10 +6,10 @@
 
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendWr};
-use rverbs_provider::SendQueue as _;
 
-use crate::error::{Error, PostError, Result};
-use crate::qp::{Qp, QpState};
+use crate::error::{PostError, Result};
+use crate::provider::post_failed;
+use crate::qp::Qp;
 
 /// Marks every Nth send work request signaled, the "selective
 /// signaling" pattern that keeps an mlx5 send queue from filling up with
@@ -84,14 +84,6 @@ impl SignalEvery {
     }
 }
 
-/// The error of a post that failed at `index`. Out of line and cold: the
-/// posting paths build no error value on success.
-#[cold]
-#[inline(never)]
-pub(crate) fn post_failed(index: usize, error: PostError) -> Error {
-    Error::Post { index, error }
-}
-
 impl Qp {
     /// Posts a chain of send work requests (one doorbell). On error the
     /// requests before [`Error::Post`]'s `index` were posted.
@@ -106,14 +98,12 @@ impl Qp {
     /// poll its completion: [`SignalEvery`] counts for you. (rxe frees
     /// slots as its kernel consumes them, signaled or not; portable code
     /// follows the mlx5 rule.)
+    ///
+    /// Refused with [`PostError::InvalidState`] (nothing posted) before
+    /// the QP is in RTS: the provider's send queue follows the QP's state
+    /// and decides.
     #[inline]
     pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
-        if matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(Error::Post {
-                index: 0,
-                error: PostError::InvalidState,
-            });
-        }
         self.sq.post_wrs(wrs)
     }
 
@@ -153,27 +143,13 @@ impl Qp {
     /// ```
     #[inline]
     pub fn post_send_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<()> {
-        if matches!(self.state, QpState::Reset | QpState::Init | QpState::Rtr) {
-            return Err(Error::Post {
-                index: 0,
-                error: PostError::InvalidState,
-            });
-        }
-        self.sq
-            .post_batch(batch, wrs)
-            .map_err(|(index, error)| Error::Post { index, error })
+        self.sq.post_batch_wrs(batch, wrs)
     }
 
     /// Posts a chain of receive work requests. Refused in RESET (the QP
     /// must be at least INIT) and on a QP that uses an SRQ.
     #[inline]
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
-        if self.state == QpState::Reset {
-            return Err(Error::Post {
-                index: 0,
-                error: PostError::InvalidState,
-            });
-        }
         match &mut *self.rq {
             Some(rq) => rq.post_wrs(wrs),
             None if self.srq.is_some() => Err(post_failed(0, PostError::UsesSrq)),

@@ -5,18 +5,13 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
-use rverbs_abi::cmd::{
-    exec_prefilled, nr, write_cmd_fixed, write_cmd_prefilled, write_ex_cmd, NoResp, NO_FD,
-};
+use rverbs_abi::cmd::{exec_prefilled, nr, write_cmd_fixed, NoResp, NO_FD};
 use rverbs_abi::cq::{CreateCompChannel, CreateCompChannelResp};
-use rverbs_abi::device::{
-    ExQueryDevice, ExQueryDeviceResp, GetContext, GetContextResp, GidEntry as RawGidEntry,
-};
+use rverbs_abi::device::GidEntry as RawGidEntry;
 use rverbs_abi::ioctl::{
     advise_mr_attr as am, device_method, mr_method, object, query_gid_entry_attr as ge,
     query_gid_table_attr as gt, reg_dmabuf_mr_attr as rd, IoctlCmd,
 };
-use rverbs_abi::mlx5::AllocUcontextReqV2;
 use rverbs_abi::mr::DeregMr;
 use rverbs_abi::ucma::{self, MigrateId, MigrateResp};
 use rverbs_abi::wr::Sge;
@@ -30,50 +25,16 @@ use crate::error::{Error, Result};
 /// command just sent on a checked uverbs node prefilled with [`NO_FD`],
 /// owned.
 ///
-/// Private: sound only on the fresh answer of such a command, which is
-/// what every caller here passes.
-fn adopt(op: &'static str, field: &'static str, raw: u32) -> Result<OwnedFd> {
+/// Sound only on the fresh answer of such a command, which is what every
+/// caller passes (here, and GET_CONTEXT's answer through the provider's
+/// [`rverbs_provider::Provider::open`], on the node the library checked).
+pub(crate) fn adopt(op: &'static str, field: &'static str, raw: u32) -> Result<OwnedFd> {
     let raw = kernel_fd(op, field, raw)?;
     // SAFETY: the kernel wrote this fd number over the -1 prefilled before
     // the command (kernel_fd refused a field it left alone): it opened it
     // for us in that call on a checked uverbs node, and nothing else owns
     // it.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
-
-/// GET_CONTEXT on the checked uverbs node `fd`, with mlx5's driver data
-/// (`Some`) or none (rxe); the driver response lands in `drv_out`. Returns
-/// the async event fd, owned, and the number of completion vectors.
-pub(crate) fn get_context(
-    fd: BorrowedFd<'_>,
-    mlx5_req: Option<&AllocUcontextReqV2>,
-    drv_out: &mut [u8],
-) -> Result<(OwnedFd, u32)> {
-    // The async fd field starts as -1: a response the kernel did not
-    // write (the node answered nothing) must not name fd 0.
-    let mut resp = GetContextResp {
-        async_fd: NO_FD,
-        num_comp_vectors: 0,
-    };
-    let drv_in = mlx5_req.map_or(&[][..], |r| r.as_bytes());
-    // SAFETY: GET_CONTEXT carries no user address but its response
-    // pointer, which write_cmd_prefilled supplies; mlx5's driver data
-    // (alloc_ucontext_req_v2) holds counts and flags only.
-    unsafe {
-        write_cmd_prefilled(
-            fd,
-            nr::GET_CONTEXT,
-            &GetContext::new_zeroed(),
-            &mut resp,
-            drv_in,
-            drv_out,
-        )
-    }
-    .map_err(Error::kernel("get_context"))?;
-    Ok((
-        adopt("get_context", "async_fd", resp.async_fd)?,
-        resp.num_comp_vectors,
-    ))
 }
 
 /// CREATE_COMP_CHANNEL on the context's checked uverbs node `fd`: the
@@ -85,25 +46,6 @@ pub(crate) fn create_comp_channel(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
     exec_prefilled(fd, &CreateCompChannel::new_zeroed(), &mut resp, &mut [])
         .map_err(Error::kernel("create_comp_channel"))?;
     adopt("create_comp_channel", "fd", resp.fd)
-}
-
-/// The extended QUERY_DEVICE, `drv_out.len()` bytes of driver response
-/// after the core one.
-pub(crate) fn ex_query_device(
-    fd: BorrowedFd<'_>,
-    drv_out: &mut [u8],
-) -> std::result::Result<ExQueryDeviceResp, Errno> {
-    // SAFETY: the extended QUERY_DEVICE carries no user address
-    // (write_ex_cmd supplies the response buffer).
-    unsafe {
-        write_ex_cmd::<_, ExQueryDeviceResp>(
-            fd,
-            nr::EX_QUERY_DEVICE,
-            &ExQueryDevice::default(),
-            &[],
-            drv_out,
-        )
-    }
 }
 
 /// `UVERBS_METHOD_QUERY_GID_TABLE` on the context's uverbs node `fd` into
