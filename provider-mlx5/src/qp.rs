@@ -29,7 +29,7 @@ use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp};
 use rverbs_abi::wr::{send_flags, Sge};
 use rverbs_abi::Errno;
 use rverbs_provider::check::{check_recv_sges, simple_send_ops, SendChecks, MAX_MSG};
-use rverbs_provider::wr::{Payload, RecvWr, SendFlags, SendWr, WrOpcode};
+use rverbs_provider::wr::{Payload, RecvWr, SendWr, WrOpcode};
 use rverbs_provider::QpState;
 use zerocopy::network_endian::U32;
 use zerocopy::FromZeros;
@@ -387,7 +387,7 @@ impl SendQueue {
                 simple_send_ops(init.qp_type)
             },
             qpn_be: (init.qpn << 8).to_be(),
-            flag_words: FAST_FLAGS.map(|f| u32::from_ne_bytes([0, 0, 0, f | sig_bits])),
+            flag_words: CTRL_FLAGS.map(|f| u32::from_ne_bytes([0, 0, 0, f | sig_bits])),
             enabled: false,
             bf: init.bf,
             shared: init.shared,
@@ -515,7 +515,7 @@ impl SendQueue {
         {
             return None;
         }
-        let fast = FAST_OPS[wr.opcode() as usize];
+        let fast = WQE_OPS[wr.opcode() as usize];
         // The BB is free (`full` said so) and unread by the device until
         // the doorbell record covers it.
         let mut bb = self.ring.bb(cur_post);
@@ -569,22 +569,8 @@ impl SendQueue {
     fn write_wqe(&self, wr: &SendWr<'_>, data: Data<'_>, cur_post: u32, head: u32) -> u32 {
         let mut w = self.ring.wqe(cur_post);
         let mut ds: u32 = 1;
-        let op = match wr.opcode() {
-            WrOpcode::Send => wqe_op::SEND,
-            WrOpcode::SendWithImm => wqe_op::SEND_IMM,
-            WrOpcode::RdmaWrite => wqe_op::RDMA_WRITE,
-            WrOpcode::RdmaWriteWithImm => wqe_op::RDMA_WRITE_IMM,
-            WrOpcode::RdmaRead => wqe_op::RDMA_READ,
-            WrOpcode::AtomicCmpAndSwp => wqe_op::ATOMIC_CS,
-            WrOpcode::AtomicFetchAndAdd => wqe_op::ATOMIC_FA,
-            // Refused by `check_send` (memory windows) and by `check`
-            // (ATOMIC_WRITE, FLUSH: never allowed on this queue).
-            WrOpcode::LocalInv
-            | WrOpcode::SendWithInv
-            | WrOpcode::BindMw
-            | WrOpcode::AtomicWrite
-            | WrOpcode::Flush => 0,
-        };
+        // `check` refused the opcodes the table has no WQE opcode for.
+        let t = WQE_OPS[wr.opcode() as usize];
         match self.checks.qp_type() {
             qp_type::UD => {
                 // `check_send` made sure there is an AV.
@@ -601,7 +587,7 @@ impl SendQueue {
             _ => {
                 // RC: RDMA and atomics; UC: writes (`check_send` refused
                 // the rest).
-                if wr.opcode().is_rdma() || wr.opcode().is_atomic() {
+                if t.raddr {
                     w.raddr(wr.remote_addr(), wr.rkey());
                     ds += 1;
                 }
@@ -633,22 +619,9 @@ impl SendQueue {
                 ds += (size_of::<prm::InlineSeg>() as u32 + len).div_ceil(SEG as u32);
             }
         }
-        let imm = if wr.opcode().has_imm() {
-            wr.imm_data()
-        } else {
-            0
-        };
-        let mut flags = self.sig_bits;
-        if wr.send_flags().contains(SendFlags::SIGNALED) {
-            flags |= prm::WQE_CTRL_CQ_UPDATE;
-        }
-        if wr.send_flags().contains(SendFlags::SOLICITED) {
-            flags |= prm::WQE_CTRL_SOLICITED;
-        }
-        if wr.send_flags().contains(SendFlags::FENCE) {
-            flags |= prm::WQE_CTRL_FENCE;
-        }
-        w.ctrl(cur_post, op, self.qpn, ds, flags, imm);
+        let imm = wr.imm_data() & t.imm_mask;
+        let flags = self.sig_bits | CTRL_FLAGS[(wr.send_flags().bits() & 7) as usize];
+        w.ctrl(cur_post, t.op, self.qpn, ds, flags, imm);
         w.finish(wr.wr_id(), head);
         ds
     }
@@ -687,50 +660,62 @@ impl SendQueue {
     }
 }
 
-/// What [`SendQueue::try_fast`] needs of a simple opcode.
+/// What a WQE needs of a work-request opcode: the one translation table,
+/// read by the fast path ([`SendQueue::try_fast`]), the general path
+/// ([`SendQueue::write_wqe`]) and batches.
 #[derive(Clone, Copy)]
-struct FastOp {
-    /// The WQE opcode.
-    op: u8,
-    /// Whether a remote-address segment follows the control segment.
-    raddr: bool,
+pub(crate) struct WqeOp {
+    /// The WQE opcode (0 for an opcode this queue refuses before a WQE
+    /// is built: memory windows, ATOMIC_WRITE, FLUSH).
+    pub(crate) op: u8,
+    /// Whether a remote-address segment follows the control segment (RDMA
+    /// and atomics; on RC and UC, never on UD).
+    pub(crate) raddr: bool,
     /// All ones if the opcode carries immediate data, else 0.
-    imm_mask: u32,
+    pub(crate) imm_mask: u32,
 }
 
-/// [`FastOp`] by work-request opcode: the simple ones (0..=4, see
-/// `simple_send_ops`) and a placeholder for each of the others, so that
-/// any opcode indexes it without a bounds check (`try_fast` takes only
-/// the simple ones).
-const FAST_OPS: [FastOp; 16] = {
-    let none = FastOp {
+/// [`WqeOp`] by work-request opcode, every opcode covered (16 entries, so
+/// any opcode indexes it without a bounds check).
+pub(crate) const WQE_OPS: [WqeOp; 16] = {
+    let refused = WqeOp {
         op: 0,
         raddr: false,
         imm_mask: 0,
     };
-    let mut t = [none; 16];
-    t[WrOpcode::RdmaWrite as usize] = FastOp {
+    let mut t = [refused; 16];
+    t[WrOpcode::RdmaWrite as usize] = WqeOp {
         op: wqe_op::RDMA_WRITE,
         raddr: true,
         imm_mask: 0,
     };
-    t[WrOpcode::RdmaWriteWithImm as usize] = FastOp {
+    t[WrOpcode::RdmaWriteWithImm as usize] = WqeOp {
         op: wqe_op::RDMA_WRITE_IMM,
         raddr: true,
         imm_mask: !0,
     };
-    t[WrOpcode::Send as usize] = FastOp {
+    t[WrOpcode::Send as usize] = WqeOp {
         op: wqe_op::SEND,
         raddr: false,
         imm_mask: 0,
     };
-    t[WrOpcode::SendWithImm as usize] = FastOp {
+    t[WrOpcode::SendWithImm as usize] = WqeOp {
         op: wqe_op::SEND_IMM,
         raddr: false,
         imm_mask: !0,
     };
-    t[WrOpcode::RdmaRead as usize] = FastOp {
+    t[WrOpcode::RdmaRead as usize] = WqeOp {
         op: wqe_op::RDMA_READ,
+        raddr: true,
+        imm_mask: 0,
+    };
+    t[WrOpcode::AtomicCmpAndSwp as usize] = WqeOp {
+        op: wqe_op::ATOMIC_CS,
+        raddr: true,
+        imm_mask: 0,
+    };
+    t[WrOpcode::AtomicFetchAndAdd as usize] = WqeOp {
+        op: wqe_op::ATOMIC_FA,
         raddr: true,
         imm_mask: 0,
     };
@@ -739,7 +724,7 @@ const FAST_OPS: [FastOp; 16] = {
 
 /// `fm_ce_se` bits for the low three send flags (FENCE, SIGNALED,
 /// SOLICITED), indexed by those bits.
-const FAST_FLAGS: [u8; 8] = {
+const CTRL_FLAGS: [u8; 8] = {
     let mut t = [0u8; 8];
     let mut f = 0;
     while f < 8 {

@@ -6,7 +6,7 @@ use rverbs_abi::mlx5::prm;
 use rverbs_provider::batch::{BatchSignal, BatchWr, SendBatch};
 use zerocopy::network_endian::U32;
 
-use super::{SendQueue, FAST_OPS};
+use super::{SendQueue, WQE_OPS};
 use crate::hw::wqe::BatchWqe;
 use crate::PostError;
 
@@ -50,7 +50,7 @@ impl SendQueue {
             _ => (wrs, false),
         };
         // `check_batch` allowed only the simple opcodes.
-        let fast = FAST_OPS[batch.op().opcode() as usize];
+        let fast = WQE_OPS[batch.op().opcode() as usize];
         let (opcode, raddr) = (fast.op, fast.raddr);
         let signal = match batch.signaling() {
             BatchSignal::Each => prm::WQE_CTRL_CQ_UPDATE,
