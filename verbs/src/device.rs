@@ -38,7 +38,9 @@ pub(crate) fn ibdev_dir(name: &str) -> PathBuf {
     sysfs_root().join("class/infiniband").join(name)
 }
 
-/// The driver behind a device, which decides the provider.
+/// The driver behind a device, which decides the provider. Its methods,
+/// the only code outside `provider.rs` that tells drivers apart, live
+/// there.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Driver {
@@ -49,28 +51,6 @@ pub enum Driver {
     Mlx5,
     /// A driver this crate has no provider for, by name.
     Other(String),
-}
-
-impl Driver {
-    /// The kernel's `enum rdma_driver_id` value, which `ioctl()` method
-    /// calls must carry in their header.
-    pub fn id(&self) -> Option<u32> {
-        match self {
-            Driver::Rxe => Some(rverbs_netlink::driver_id::RXE),
-            Driver::Mlx5 => Some(rverbs_netlink::driver_id::MLX5),
-            Driver::Other(_) => None,
-        }
-    }
-}
-
-impl fmt::Display for Driver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Driver::Rxe => f.write_str("rxe"),
-            Driver::Mlx5 => f.write_str("mlx5"),
-            Driver::Other(s) => f.write_str(s),
-        }
-    }
 }
 
 /// A 64-bit GUID as the kernel stores it (network byte order).
@@ -194,34 +174,20 @@ fn devices_in(root: &Path, dev_dir: &Path, nl: &[rverbs_netlink::RdmaDev]) -> Re
 
 fn driver_of(name: &str, ib: &Path, nl: &[rverbs_netlink::RdmaDev]) -> Driver {
     if let Some(id) = nl.iter().find(|d| d.name == name).and_then(|d| d.driver_id) {
-        return match id {
-            rverbs_netlink::driver_id::RXE => Driver::Rxe,
-            rverbs_netlink::driver_id::MLX5 => Driver::Mlx5,
-            _ => Driver::Other(format!("driver id {id}")),
-        };
+        return Driver::from_id(id);
     }
     // Hardware devices link to their PCI driver.
     if let Ok(link) = fs::read_link(ib.join("device/driver")) {
         if let Some(base) = link.file_name() {
-            let base = base.to_string_lossy();
-            if base == "mlx5_core" {
-                return Driver::Mlx5;
-            }
-            return Driver::Other(base.into_owned());
+            return Driver::from_module(&base.to_string_lossy());
         }
     }
     // No driver link: match the PCI ids, as libibverbs matches modaliases.
     if let Some((vendor, device)) = pci_ids(&ib.join("device")) {
-        if let Some(driver) = crate::provider::pci_driver(vendor, device) {
-            return driver;
-        }
-        return Driver::Other(format!("pci {vendor:04x}:{device:04x}"));
+        return Driver::from_pci(vendor, device);
     }
-    // Soft-RoCE has no parent device; libibverbs matches it by name.
-    if name.starts_with("rxe") {
-        return Driver::Rxe;
-    }
-    Driver::Other("unknown".into())
+    // A soft device has no parent device; libibverbs matches it by name.
+    Driver::from_name(name)
 }
 
 /// The PCI vendor and device ids of the device directory `dev`: from its

@@ -266,15 +266,66 @@ pub(crate) fn driver_abi(driver: &Driver) -> Option<RangeInclusive<u32>> {
     }
 }
 
-/// The driver of a PCI function by its ids, for devices without a driver
-/// link (as libibverbs matches modaliases).
-pub(crate) fn pci_driver(vendor: u16, device: u16) -> Option<Driver> {
-    if Mlx5::serves_pci(vendor, device) {
-        Some(Driver::Mlx5)
-    } else if Rxe::serves_pci(vendor, device) {
-        Some(Driver::Rxe)
-    } else {
-        None
+impl Driver {
+    /// The kernel's `enum rdma_driver_id` value, which `ioctl()` method
+    /// calls must carry in their header.
+    pub fn id(&self) -> Option<u32> {
+        match self {
+            Driver::Rxe => Some(rverbs_netlink::driver_id::RXE),
+            Driver::Mlx5 => Some(rverbs_netlink::driver_id::MLX5),
+            Driver::Other(_) => None,
+        }
+    }
+
+    /// The driver whose `enum rdma_driver_id` value is `id` (as netlink
+    /// reports it).
+    pub(crate) fn from_id(id: u32) -> Driver {
+        match id {
+            rverbs_netlink::driver_id::RXE => Driver::Rxe,
+            rverbs_netlink::driver_id::MLX5 => Driver::Mlx5,
+            _ => Driver::Other(format!("driver id {id}")),
+        }
+    }
+
+    /// The driver of a hardware device whose `device/driver` link names
+    /// the kernel module `module`.
+    pub(crate) fn from_module(module: &str) -> Driver {
+        match module {
+            "mlx5_core" => Driver::Mlx5,
+            _ => Driver::Other(module.to_string()),
+        }
+    }
+
+    /// The driver of a PCI function by its ids, for devices without a
+    /// driver link (as libibverbs matches modaliases).
+    pub(crate) fn from_pci(vendor: u16, device: u16) -> Driver {
+        if Mlx5::serves_pci(vendor, device) {
+            Driver::Mlx5
+        } else if Rxe::serves_pci(vendor, device) {
+            Driver::Rxe
+        } else {
+            Driver::Other(format!("pci {vendor:04x}:{device:04x}"))
+        }
+    }
+
+    /// The driver of a device with no parent device, by its name (soft-RoCE
+    /// devices are named by whoever adds them; libibverbs matches `rxe`).
+    pub(crate) fn from_name(name: &str) -> Driver {
+        if name.starts_with(Rxe::NAME) {
+            Driver::Rxe
+        } else {
+            Driver::Other("unknown".into())
+        }
+    }
+}
+
+impl std::fmt::Display for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Driver::Rxe => f.write_str(Rxe::NAME),
+            Driver::Mlx5 => f.write_str(Mlx5::NAME),
+            Driver::Other(s) => f.write_str(s),
+        }
     }
 }
 

@@ -192,9 +192,9 @@ fn qp_attr_from_kernel(a: &RawQpAttr) -> QpAttr {
             .then(|| Mtu::from_raw(a.path_mtu as u8))
             .flatten(),
         qkey: has(m::QKEY).then_some(a.qkey),
-        rq_psn: has(m::RQ_PSN).then_some(a.rq_psn & 0x00ff_ffff),
-        sq_psn: has(m::SQ_PSN).then_some(a.sq_psn & 0x00ff_ffff),
-        dest_qp_num: has(m::DEST_QPN).then_some(a.dest_qp_num & 0x00ff_ffff),
+        rq_psn: has(m::RQ_PSN).then_some(a.rq_psn),
+        sq_psn: has(m::SQ_PSN).then_some(a.sq_psn),
+        dest_qp_num: has(m::DEST_QPN).then_some(a.dest_qp_num),
         qp_access_flags: has(m::ACCESS_FLAGS)
             .then(|| AccessFlags::from_bits_truncate(a.qp_access_flags)),
         pkey_index: has(m::PKEY_INDEX).then_some(a.pkey_index),
@@ -202,10 +202,10 @@ fn qp_attr_from_kernel(a: &RawQpAttr) -> QpAttr {
         ah_attr: has(m::AV).then(|| ah_attr_from_kernel(&a.ah_attr)),
         max_rd_atomic: has(m::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
         max_dest_rd_atomic: has(m::MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
-        min_rnr_timer: has(m::MIN_RNR_TIMER).then_some(a.min_rnr_timer.min(31)),
-        timeout: has(m::TIMEOUT).then_some(a.timeout.min(31)),
-        retry_cnt: has(m::RETRY_CNT).then_some(a.retry_cnt.min(7)),
-        rnr_retry: has(m::RNR_RETRY).then_some(a.rnr_retry.min(7)),
+        min_rnr_timer: has(m::MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+        timeout: has(m::TIMEOUT).then_some(a.timeout),
+        retry_cnt: has(m::RETRY_CNT).then_some(a.retry_cnt),
+        rnr_retry: has(m::RNR_RETRY).then_some(a.rnr_retry),
     }
 }
 
@@ -256,7 +256,11 @@ mod tests {
         a.path_mtu = 99;
         let q = qp_attr_from_kernel(&a);
         assert_eq!(q.rq_psn, Some(77));
-        assert_eq!(q.timeout, Some(31), "clamped to the field's range");
+        assert_eq!(q.timeout, Some(200), "passed on as the kernel said");
+        // The one range check is MODIFY_QP's encoding (`qp/attr.rs`): an
+        // answer out of range is refused there, not clamped here.
+        let e = q.encode(1).unwrap_err();
+        assert!(e.to_string().contains("timeout"), "{e}");
         assert_eq!(q.path_mtu, None, "an MTU code outside the enum is dropped");
     }
 }
