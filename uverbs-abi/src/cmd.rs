@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use nix::errno::Errno;
+use crate::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// `struct ib_uverbs_cmd_hdr`: precedes every `write()` command.

@@ -3,7 +3,7 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use nix::errno::Errno;
+use crate::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 /// `RDMA_IOCTL_MAGIC`.

@@ -32,7 +32,8 @@ pub mod srq;
 pub mod ucma;
 pub mod wr;
 
-pub use nix::errno::Errno;
+mod errno;
+pub use errno::Errno;
 
 /// The uverbs ABI version this crate speaks (`IB_USER_VERBS_ABI_VERSION`);
 /// a device whose sysfs `abi_version` differs is refused.

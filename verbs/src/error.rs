@@ -9,7 +9,7 @@ pub use rverbs_provider::{Feature, PostError};
 #[non_exhaustive]
 pub enum Error {
     /// The kernel refused a command; `op` names it (e.g. `"modify_qp"`).
-    #[error("{op}: {errno} ({})", errno.desc())]
+    #[error("{op}: {errno}")]
     Kernel {
         /// The operation.
         op: &'static str,

@@ -383,7 +383,7 @@ pub(crate) fn wait_readable(
             }
         };
         let mut p = [PollFd::new(fd, PollFlags::POLLIN)];
-        let n = match poll(&mut p, timeout) {
+        let n = match poll(&mut p, timeout).map_err(Errno::from) {
             Ok(n) => n,
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(e),
@@ -417,7 +417,7 @@ where
     let mut rec = T::new_zeroed();
     let buf = rec.as_mut_bytes();
     loop {
-        let n = match nix::unistd::read(fd.as_raw_fd(), buf) {
+        let n = match nix::unistd::read(fd.as_raw_fd(), buf).map_err(Errno::from) {
             Ok(n) => n,
             Err(Errno::EINTR) => continue,
             Err(Errno::EAGAIN) => return Ok(None),

@@ -31,7 +31,7 @@ const NETLINK_RDMA: c_int = 20;
 /// Sets the calling thread's errno.
 fn set_errno(e: Errno) {
     // SAFETY: __errno_location returns the calling thread's errno slot.
-    unsafe { *libc::__errno_location() = e as c_int };
+    unsafe { *libc::__errno_location() = e.raw() as c_int };
 }
 
 /// Runs an emulated path, turning a panic into `EIO`.

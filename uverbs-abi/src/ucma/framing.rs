@@ -5,7 +5,7 @@
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use nix::errno::Errno;
+use crate::Errno;
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 
 use super::{

@@ -20,7 +20,7 @@
 //! This module holds the ABI itself; the socket-address codec is in
 //! `sockaddr` and the command framing in `framing`, both re-exported here.
 
-use nix::errno::Errno;
+use crate::Errno;
 use zerocopy::byteorder::big_endian::{U16, U32};
 use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 

@@ -71,13 +71,13 @@ pub const UDP_QKEY: u32 = 0x0123_4567;
 pub enum CmError {
     /// The address did not resolve to a local RDMA device (`errno` from
     /// the kernel: e.g. ENODEV for an address of a netdev without one).
-    #[error("address resolution failed: {errno} ({})", errno.desc())]
+    #[error("address resolution failed: {errno}")]
     AddrError {
         /// The kernel's errno.
         errno: rverbs_abi::Errno,
     },
     /// No path to the destination was found.
-    #[error("route resolution failed: {errno} ({})", errno.desc())]
+    #[error("route resolution failed: {errno}")]
     RouteError {
         /// The kernel's errno.
         errno: rverbs_abi::Errno,
@@ -93,13 +93,13 @@ pub enum CmError {
         private_data: Vec<u8>,
     },
     /// The peer did not answer the CM's messages.
-    #[error("peer unreachable: {errno} ({})", errno.desc())]
+    #[error("peer unreachable: {errno}")]
     Unreachable {
         /// The kernel's errno (ETIMEDOUT).
         errno: rverbs_abi::Errno,
     },
     /// The connection failed after it was requested.
-    #[error("connection error: {errno} ({})", errno.desc())]
+    #[error("connection error: {errno}")]
     ConnectError {
         /// The kernel's errno.
         errno: rverbs_abi::Errno,
