@@ -382,7 +382,10 @@ fn ud_sidr_errors_are_typed_nobody_listening_rejection_and_misuse() {
     let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
     let (_s, mut qp) = ud_side(id.device());
     match id.connect_ud(&mut qp, &[1u8; 181], Duration::from_secs(5)) {
-        Err(Error::InvalidArgument(m)) => assert!(m.contains("181"), "{m}"),
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.message().contains("181"), "{m}");
+            assert_eq!(m.kind(), rverbs::InvalidKind::TooLarge);
+        }
         other => panic!("181 bytes of private data: {other:?}"),
     }
     let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5)).unwrap();

@@ -552,7 +552,10 @@ fn create_ah_validates_port_gid_and_grh() {
     let good = u.ah_attr();
     let invalid = |attr: AhAttr, what: &str| match u.pd.create_ah(&attr) {
         Err(Error::InvalidArgument(m)) => {
-            assert!(m.contains(what), "message {m:?} should mention {what:?}")
+            assert!(
+                m.message().contains(what),
+                "message {m:?} should mention {what:?}"
+            )
         }
         r => panic!("expected InvalidArgument for {what}, got {r:?}"),
     };

@@ -13,9 +13,10 @@ fn run() -> rverbs::Result<()> {
         [] => None,
         [d, name] if d == "-d" => Some(name.clone()),
         _ => {
-            return Err(rverbs::Error::InvalidArgument(
-                "usage: devinfo [-d DEVICE]".into(),
-            ))
+            return Err(rverbs::Error::InvalidArgument(rverbs::Invalid::new(
+                rverbs::InvalidKind::Other,
+                "usage: devinfo [-d DEVICE]",
+            )))
         }
     };
     let devs = rverbs::devices()?;

@@ -74,7 +74,7 @@ use rverbs_provider::wr::{AhHold, SendWr, UdDest};
 use rverbs_provider::{AhCreated, AhNetwork};
 
 use crate::context::{Context, LinkLayer};
-use crate::error::{Error, Feature, Result};
+use crate::error::{Error, Feature, InvalidKind, Result};
 use crate::gid::{Gid, GidType};
 use crate::mr::Mr;
 use crate::pd::Pd;
@@ -182,10 +182,13 @@ impl Pd {
         let ctx = self.context();
         let ports = ctx.phys_port_cnt()?;
         if attr.port_num == 0 || attr.port_num > ports {
-            return Err(Error::invalid(format!(
-                "address handle on port {}: the device has ports 1..={ports}",
-                attr.port_num
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::NotPresent,
+                format!(
+                    "address handle on port {}: the device has ports 1..={ports}",
+                    attr.port_num
+                ),
+            ));
         }
         let roce = ctx.link_layer(attr.port_num)? == LinkLayer::Ethernet;
         // RoCE: the source GID's type decides the packet format.
@@ -202,7 +205,7 @@ impl Pd {
                         .filter(|e| e.port == attr.port_num as u32)
                         .map(|e| e.index)
                         .collect();
-                    return Err(Error::invalid(format!(
+                    return Err(Error::invalid_as(InvalidKind::NotPresent, format!(
                     "address handle: port {} has no GID at sgid_index {} (valid indices: {on_port:?})",
                     attr.port_num, g.sgid_index
                 )));
@@ -210,10 +213,13 @@ impl Pd {
                 Err(e) => return Err(e),
             }
         } else if roce {
-            return Err(Error::invalid(format!(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
+                format!(
                 "address handle: port {} is RoCE (Ethernet), which needs a GRH (destination GID)",
                 attr.port_num
-            )));
+            ),
+            ));
         }
         let cmd = CreateAh {
             response: 0,
@@ -342,11 +348,10 @@ impl Grh {
             .get(..Self::LEN)
             .and_then(|s| s.try_into().ok())
             .ok_or_else(|| {
-                Error::invalid(format!(
-                    "a GRH is {} bytes, the buffer has {}",
-                    Self::LEN,
-                    buf.len()
-                ))
+                Error::invalid_as(
+                    InvalidKind::Malformed,
+                    format!("a GRH is {} bytes, the buffer has {}", Self::LEN, buf.len()),
+                )
             })?;
         let be16 = |i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
         let gid = |i: usize| {
@@ -387,7 +392,8 @@ impl Grh {
                 payload_len: be16(4),
             });
         }
-        Err(Error::invalid(
+        Err(Error::invalid_as(
+            InvalidKind::Malformed,
             "not a GRH: neither an IPv6 header nor 20 zero bytes and an IPv4 header",
         ))
     }
@@ -414,13 +420,13 @@ impl Grh {
             .find(|e| e.gid_type == GidType::RoceV2)
             .or(first)
             .ok_or_else(|| {
-                Error::invalid(format!(
-                    "port {port_num} has no GID {} to answer from",
-                    self.dgid
-                ))
+                Error::invalid_as(
+                    InvalidKind::NotPresent,
+                    format!("port {port_num} has no GID {} to answer from", self.dgid),
+                )
             })?;
-        let sgid_index =
-            u8::try_from(entry.index).map_err(|_| Error::invalid("GID index above 255"))?;
+        let sgid_index = u8::try_from(entry.index)
+            .map_err(|_| Error::invalid_as(InvalidKind::TooLarge, "GID index above 255"))?;
         Ok(AhAttr {
             port_num,
             grh: Some(GlobalRoute {

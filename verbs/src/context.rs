@@ -26,7 +26,7 @@ use rverbs_abi::Errno;
 use zerocopy::FromZeros;
 
 use crate::device::{Device, Guid};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::gid::{Gid, GidEntry, GidType};
 
 pub(crate) struct ContextInner {
@@ -290,7 +290,12 @@ impl Context {
         let mut raw = RawGidEntry::default();
         let driver_id = self.inner.device.driver().id().unwrap_or(0);
         let res = crate::sys::cmd::query_gid_entry(self.fd(), driver_id, port, index, &mut raw);
-        let no_gid = || Error::invalid(format!("port {port} has no GID at index {index}"));
+        let no_gid = || {
+            Error::invalid_as(
+                InvalidKind::NotPresent,
+                format!("port {port} has no GID at index {index}"),
+            )
+        };
         match res {
             Ok(()) => Ok(gid_entry(&raw)),
             // An empty slot (ENODATA), an index past the table or a port
@@ -329,8 +334,14 @@ impl Context {
             .find(|e| e.gid_type == GidType::RoceV2 && e.gid.to_ipv4().is_some())
             .or_else(|| table.iter().find(|e| e.gid_type == GidType::RoceV2))
             .or_else(|| table.first())
-            .ok_or_else(|| Error::invalid(format!("port {port} has no valid GID")))?;
-        u8::try_from(pick.index).map_err(|_| Error::invalid("GID index above 255"))
+            .ok_or_else(|| {
+                Error::invalid_as(
+                    InvalidKind::NotPresent,
+                    format!("port {port} has no valid GID"),
+                )
+            })?;
+        u8::try_from(pick.index)
+            .map_err(|_| Error::invalid_as(InvalidKind::TooLarge, "GID index above 255"))
     }
 
     /// The GID at `index` of `port`; an error if that slot is empty. The

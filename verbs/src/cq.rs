@@ -11,7 +11,7 @@ use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::sys::mem::Leakable;
 
@@ -157,10 +157,13 @@ impl Context {
         if attr.flags.contains(CqFlags::TIMESTAMP_COMPLETION) {
             let dev = self.query_device()?;
             if dev.ex().is_none_or(|ex| ex.timestamp_mask == 0) {
-                return Err(Error::invalid(format!(
-                    "{} has no completion timestamps (its timestamp_mask is 0)",
-                    self.device().name()
-                )));
+                return Err(Error::invalid_as(
+                    InvalidKind::NotPresent,
+                    format!(
+                        "{} has no completion timestamps (its timestamp_mask is 0)",
+                        self.device().name()
+                    ),
+                ));
             }
         }
         self.create_cq_impl(attr, true)
@@ -174,13 +177,19 @@ impl Context {
             flags,
         } = *attr;
         if cqe == 0 {
-            return Err(Error::invalid("a CQ needs at least one entry"));
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
+                "a CQ needs at least one entry",
+            ));
         }
         if comp_vector >= self.num_comp_vectors().max(1) {
-            return Err(Error::invalid(format!(
-                "completion vector {comp_vector} >= the device's {}",
-                self.num_comp_vectors()
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::TooLarge,
+                format!(
+                    "completion vector {comp_vector} >= the device's {}",
+                    self.num_comp_vectors()
+                ),
+            ));
         }
         let event_id = EventId::new(ObjectKind::Cq);
         let comp_channel = channel.map_or(-1, |c| c.as_raw_fd());
@@ -293,13 +302,15 @@ impl Cq {
     /// [`CompChannel`]).
     pub fn poll_blocking(&mut self, wc: &mut [Wc], timeout: std::time::Duration) -> Result<usize> {
         if wc.is_empty() {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
                 "poll_blocking with no room for a completion",
             ));
         }
         let Cq { inner, ring, .. } = self;
         let Some(chan) = inner.channel.as_ref() else {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "poll_blocking needs a CQ with a completion channel (Context::create_cq_with)",
             ));
         };
@@ -369,7 +380,10 @@ impl Cq {
     /// polling it would lose completions silently).
     pub fn resize(&mut self, cqe: u32) -> Result<()> {
         if cqe == 0 {
-            return Err(Error::invalid("a CQ needs at least one entry"));
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
+                "a CQ needs at least one entry",
+            ));
         }
         self.cqe = self.ring.resize(cqe)?;
         Ok(())

@@ -41,7 +41,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use rverbs_abi::wr::Sge;
 
-use crate::error::{Errno, Error, Feature, Result};
+use crate::error::{Errno, Error, Feature, InvalidKind, Result};
 use crate::mr::{check_access, AccessFlags, RemoteMr};
 use crate::pd::Pd;
 
@@ -108,34 +108,44 @@ impl Pd {
         let ctx = self.context();
         ctx.provider().require(Feature::DmabufMr)?;
         if len == 0 {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
                 "cannot register a zero-length dmabuf region",
             ));
         }
         if !DMABUF_ACCESS.contains(access) {
-            return Err(Error::invalid(format!(
-                "a dmabuf region takes only local write, remote read/write/atomic and \
+            return Err(Error::invalid_as(
+                InvalidKind::Access,
+                format!(
+                    "a dmabuf region takes only local write, remote read/write/atomic and \
                  relaxed ordering; not {:?}",
-                access.difference(DMABUF_ACCESS)
-            )));
+                    access.difference(DMABUF_ACCESS)
+                ),
+            ));
         }
         check_access(access)?;
         if offset % PAGE != iova % PAGE {
-            return Err(Error::invalid(format!(
+            return Err(Error::invalid_as(
+                InvalidKind::Alignment,
+                format!(
                 "IOVA {iova:#x} is at offset {:#x} within a page, the dmabuf offset {offset:#x} \
                  at {:#x}: they must match",
                 iova % PAGE,
                 offset % PAGE
-            )));
+            ),
+            ));
         }
         if offset.checked_add(len).is_none() || iova.checked_add(len).is_none() {
-            return Err(Error::invalid(format!(
-                "{len} bytes from offset {offset:#x} / IOVA {iova:#x} pass the end of the \
+            return Err(Error::invalid_as(
+                InvalidKind::OutOfRange,
+                format!(
+                    "{len} bytes from offset {offset:#x} / IOVA {iova:#x} pass the end of the \
                  address space"
-            )));
+                ),
+            ));
         }
         let raw_fd = u32::try_from(fd.as_raw_fd())
-            .map_err(|_| Error::invalid("a negative file descriptor"))?;
+            .map_err(|_| Error::invalid_as(InvalidKind::Malformed, "a negative file descriptor"))?;
         let crate::sys::cmd::DmabufReg {
             done,
             handle,
@@ -221,10 +231,13 @@ impl DmabufMr {
                 length: len,
                 lkey: self.lkey,
             }),
-            _ => Err(Error::invalid(format!(
-                "range {offset}+{len} outside the {}-byte dmabuf region",
-                self.len
-            ))),
+            _ => Err(Error::invalid_as(
+                InvalidKind::OutOfRange,
+                format!(
+                    "range {offset}+{len} outside the {}-byte dmabuf region",
+                    self.len
+                ),
+            )),
         }
     }
 

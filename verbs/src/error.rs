@@ -104,9 +104,11 @@ pub enum Error {
     /// step with the kernel. Only dropping it remains.
     #[error("{0}")]
     Unusable(String),
-    /// An argument was refused before anything reached the kernel.
+    /// An argument was refused before anything reached the kernel: its
+    /// [`InvalidKind`] ([`Invalid::kind`], to branch on) and a message
+    /// naming the value and the rule.
     #[error("invalid argument: {0}")]
-    InvalidArgument(String),
+    InvalidArgument(Invalid),
     /// Waiting for completions took longer than allowed.
     #[error("timed out after {0:?} waiting for completions")]
     Timeout(std::time::Duration),
@@ -153,8 +155,94 @@ impl Error {
         move |errno| Error::Kernel { op, errno }
     }
 
+    /// The [`InvalidKind`] of an [`Error::InvalidArgument`], `None` for
+    /// any other error.
+    pub fn invalid_kind(&self) -> Option<InvalidKind> {
+        match self {
+            Error::InvalidArgument(i) => Some(i.kind),
+            _ => None,
+        }
+    }
+
+    /// An argument refused for a reason no [`InvalidKind`] names.
     pub(crate) fn invalid(msg: impl Into<String>) -> Error {
-        Error::InvalidArgument(msg.into())
+        Error::invalid_as(InvalidKind::Other, msg)
+    }
+
+    /// An argument refused as `kind`.
+    pub(crate) fn invalid_as(kind: InvalidKind, msg: impl Into<String>) -> Error {
+        Error::InvalidArgument(Invalid {
+            kind,
+            message: msg.into(),
+        })
+    }
+}
+
+/// What was wrong with an argument ([`Error::InvalidArgument`]), for a
+/// caller that branches on it; the message says the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum InvalidKind {
+    /// A range, offset or length outside the object it refers to (a
+    /// memory region, a remote region, a buffer) or past the end of the
+    /// address space.
+    OutOfRange,
+    /// A number above what the device, the field or the object allows
+    /// (private data, a completion vector, an SRQ limit, a QP attribute).
+    TooLarge,
+    /// Zero where something is needed: a length, a count, room for a
+    /// completion.
+    Empty,
+    /// An object of another device context or provider.
+    Foreign,
+    /// Something the device, the port or the kernel does not have: a port,
+    /// a GID, completion timestamps, huge pages.
+    NotPresent,
+    /// Access rights that cannot go together or that the object was not
+    /// registered with.
+    Access,
+    /// An address or IOVA not aligned as the operation needs.
+    Alignment,
+    /// A call that does not fit the object's type, mode or state (a UD
+    /// call on an RC id, a request already answered, a CQ without a
+    /// completion channel).
+    WrongUse,
+    /// Bytes that do not parse as what they should be.
+    Malformed,
+    /// None of the above.
+    Other,
+}
+
+/// An argument refused before anything reached the kernel: its kind and
+/// the message ([`Error::InvalidArgument`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    kind: InvalidKind,
+    message: String,
+}
+
+impl Invalid {
+    /// An argument refused as `kind` with `message` (for code that builds
+    /// this crate's errors, such as adapters).
+    pub fn new(kind: InvalidKind, message: impl Into<String>) -> Invalid {
+        Invalid {
+            kind,
+            message: message.into(),
+        }
+    }
+    /// What was wrong.
+    pub fn kind(&self) -> InvalidKind {
+        self.kind
+    }
+    /// The message: the value and the rule it broke.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
     }
 }
 

@@ -72,7 +72,7 @@ use nix::unistd::{sysconf, SysconfVar};
 use rverbs_abi::Errno;
 use rverbs_netlink::NlSocket;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::sys::mem::{madvise_fork, ForkAdvice::*};
 
 /// What protects registered memory across `fork()` in this process (see
@@ -338,7 +338,8 @@ pub(crate) fn protect(addr: *const u8, len: usize) -> Result<Guard> {
         return Ok(Guard { range: None });
     }
     let Some((start, end)) = page_range(addr as usize, len, page_size()) else {
-        return Err(Error::invalid(
+        return Err(Error::invalid_as(
+            InvalidKind::OutOfRange,
             "memory region range overflows the address space",
         ));
     };

@@ -37,7 +37,7 @@ use rverbs_provider::wr::{opcode, FlushType, SendWr};
 
 use crate::context::Caps;
 use crate::error::Feature;
-use crate::error::{Errno, Error, Result};
+use crate::error::{Errno, Error, InvalidKind, Result};
 use crate::pd::Pd;
 use crate::sys;
 use crate::sys::mem::TakeOnce;
@@ -203,14 +203,20 @@ impl RemoteMr {
             .try_fold(0u64, |t, s| t.checked_add(u64::from(s.length)));
         match total {
             Some(t) if self.span(0, t).is_some() => Ok(()),
-            Some(t) if t <= self.len => Err(Error::invalid(format!(
-                "the remote region at {:#x} passes the end of the address space",
-                self.addr
-            ))),
-            _ => Err(Error::invalid(format!(
-                "the gather list is longer than the {}-byte remote region",
-                self.len
-            ))),
+            Some(t) if t <= self.len => Err(Error::invalid_as(
+                InvalidKind::OutOfRange,
+                format!(
+                    "the remote region at {:#x} passes the end of the address space",
+                    self.addr
+                ),
+            )),
+            _ => Err(Error::invalid_as(
+                InvalidKind::OutOfRange,
+                format!(
+                    "the gather list is longer than the {}-byte remote region",
+                    self.len
+                ),
+            )),
         }
     }
 
@@ -268,10 +274,13 @@ impl RemoteMr {
     /// the matching `FLUSH_*` access; the device must offer FLUSH.
     pub fn flush(&self, wr_id: u64, kind: FlushType) -> Result<SendWr<'static>> {
         let length = u32::try_from(self.len).map_err(|_| {
-            Error::invalid(format!(
-                "a FLUSH range is at most 4 GiB - 1 bytes; this one is {}",
-                self.len
-            ))
+            Error::invalid_as(
+                InvalidKind::TooLarge,
+                format!(
+                    "a FLUSH range is at most 4 GiB - 1 bytes; this one is {}",
+                    self.len
+                ),
+            )
         })?;
         Ok(SendWr::rdma_flush(
             wr_id, self.addr, self.rkey, length, kind,
@@ -288,10 +297,13 @@ impl RemoteMr {
 
     fn atomic_target(&self) -> Result<()> {
         if self.span(0, 8).is_none() || self.addr % 8 != 0 {
-            return Err(Error::invalid(format!(
-                "an atomic needs 8 aligned bytes; the remote region is {} bytes at {:#x}",
-                self.len, self.addr
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::Alignment,
+                format!(
+                    "an atomic needs 8 aligned bytes; the remote region is {} bytes at {:#x}",
+                    self.len, self.addr
+                ),
+            ));
         }
         Ok(())
     }
@@ -303,16 +315,19 @@ impl RemoteMr {
     pub fn at(&self, offset: u64, len: u64) -> Result<u64> {
         match self.span(offset, len) {
             Some(addr) => Ok(addr),
-            None => Err(Error::invalid(format!(
-                "remote range {offset}+{len} outside the peer's {}-byte MR at {:#x}{}",
-                self.len,
-                self.addr,
-                if offset.checked_add(len).is_some_and(|e| e <= self.len) {
-                    " (its end passes the end of the address space)"
-                } else {
-                    ""
-                }
-            ))),
+            None => Err(Error::invalid_as(
+                InvalidKind::OutOfRange,
+                format!(
+                    "remote range {offset}+{len} outside the peer's {}-byte MR at {:#x}{}",
+                    self.len,
+                    self.addr,
+                    if offset.checked_add(len).is_some_and(|e| e <= self.len) {
+                        " (its end passes the end of the address space)"
+                    } else {
+                        ""
+                    }
+                ),
+            )),
         }
     }
 
@@ -385,7 +400,8 @@ impl<B> From<RegisterError<B>> for Error {
 /// however the request was built.
 pub(crate) fn check_borrowed_access(access: AccessFlags) -> Result<()> {
     if access.contains(AccessFlags::MW_BIND) {
-        return Err(Error::invalid(
+        return Err(Error::invalid_as(
+            InvalidKind::Access,
             "a borrowed registration (register_scoped, register_raw) cannot allow memory \
              windows (MW_BIND): a bound window keeps the kernel from deregistering it; \
              register an owned buffer (Pd::register, Pd::alloc_mr) to bind windows",
@@ -397,7 +413,8 @@ pub(crate) fn check_borrowed_access(access: AccessFlags) -> Result<()> {
 pub(crate) fn check_access(access: AccessFlags) -> Result<()> {
     let needs_local_write = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     if access.intersects(needs_local_write) && !access.contains(AccessFlags::LOCAL_WRITE) {
-        return Err(Error::invalid(
+        return Err(Error::invalid_as(
+            InvalidKind::Access,
             "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE",
         ));
     }
@@ -586,16 +603,20 @@ pub(crate) fn check_iova(addr: u64, len: usize, iova: Option<u64>) -> Result<u64
     };
     let page = crate::fork::page_size() as u64;
     if iova % page != addr % page {
-        return Err(Error::invalid(format!(
+        return Err(Error::invalid_as(
+            InvalidKind::Alignment,
+            format!(
             "IOVA {iova:#x} is at offset {:#x} within a page, the buffer at {:#x}: they must match",
             iova % page,
             addr % page
-        )));
+        ),
+        ));
     }
     if iova.checked_add(len as u64).is_none() {
-        return Err(Error::invalid(format!(
-            "IOVA {iova:#x} + {len} bytes passes the end of the address space"
-        )));
+        return Err(Error::invalid_as(
+            InvalidKind::OutOfRange,
+            format!("IOVA {iova:#x} + {len} bytes passes the end of the address space"),
+        ));
     }
     Ok(iova)
 }
@@ -765,10 +786,13 @@ impl<B> Mr<B> {
             Bound::Unbounded => self.mem.len(),
         };
         if start > end || end > self.mem.len() {
-            return Err(Error::invalid(format!(
-                "range {start}..{end} outside the {}-byte memory region",
-                self.mem.len()
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::OutOfRange,
+                format!(
+                    "range {start}..{end} outside the {}-byte memory region",
+                    self.mem.len()
+                ),
+            ));
         }
         Ok((start, end))
     }
@@ -776,8 +800,9 @@ impl<B> Mr<B> {
     /// An SGE covering `range` of the MR (bounds-checked; at most 4 GiB - 1).
     pub fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge> {
         let (s, e) = self.bounds(range)?;
-        let length =
-            u32::try_from(e - s).map_err(|_| Error::invalid("an SGE covers at most 4 GiB - 1"))?;
+        let length = u32::try_from(e - s).map_err(|_| {
+            Error::invalid_as(InvalidKind::TooLarge, "an SGE covers at most 4 GiB - 1")
+        })?;
         Ok(Sge {
             // `iova + len` fits a u64 (checked at registration).
             addr: self.iova + s as u64,
@@ -804,7 +829,10 @@ impl<B> Mr<B> {
     /// Moves the MR to another PD of the same context (REREG_MR).
     pub fn rereg_pd(&mut self, pd: &Pd) -> Result<()> {
         if !pd.context().same(self.pd.context()) {
-            return Err(Error::invalid("the PD belongs to another device context"));
+            return Err(Error::invalid_as(
+                InvalidKind::Foreign,
+                "the PD belongs to another device context",
+            ));
         }
         self.rereg(REREG_PD, pd.clone(), self.access)
     }
@@ -961,7 +989,8 @@ mod remote_tests {
             rkey: 1,
         };
         assert!(top.slice(0, 4096).is_err());
-        assert!(top.at(0, 2).is_err());
+        let e = top.at(0, 2).unwrap_err();
+        assert_eq!(e.invalid_kind(), Some(crate::InvalidKind::OutOfRange), "{e}");
         assert_eq!(top.at(0, 1).unwrap(), u64::MAX, "the last byte itself");
         let sge = [Sge {
             addr: 0,

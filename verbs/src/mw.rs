@@ -49,7 +49,7 @@ use rverbs_abi::mw::{mw_type, AllocMw, DeallocMw};
 use rverbs_provider::contract::Feature;
 use rverbs_provider::wr::{MwBindWr, SendFlags, SendWr};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::mr::{Mr, MrBuf, RemoteMr};
 use crate::pd::Pd;
 use crate::qp::Qp;
@@ -126,26 +126,34 @@ impl<B: MrBuf> Mr<B> {
     /// deregistering it.
     pub fn mw_bind(&self, range: impl RangeBounds<usize>, access: AccessFlags) -> Result<MwBind> {
         if !self.access().contains(AccessFlags::MW_BIND) {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::Access,
                 "the memory region was not registered with AccessFlags::MW_BIND",
             ));
         }
         if !WINDOW_RIGHTS.contains(access) {
-            return Err(Error::invalid(format!(
-                "a window grants REMOTE_READ, REMOTE_WRITE and REMOTE_ATOMIC only, not {:?}",
-                access.difference(WINDOW_RIGHTS)
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::Access,
+                format!(
+                    "a window grants REMOTE_READ, REMOTE_WRITE and REMOTE_ATOMIC only, not {:?}",
+                    access.difference(WINDOW_RIGHTS)
+                ),
+            ));
         }
         if access.intersects(AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC)
             && !self.access().contains(AccessFlags::LOCAL_WRITE)
         {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::Access,
                 "a writable window needs a memory region with LOCAL_WRITE",
             ));
         }
         let (start, end) = self.bounds(range)?;
         if start == end {
-            return Err(Error::invalid("a window binds a non-empty range"));
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
+                "a window binds a non-empty range",
+            ));
         }
         // Cannot overflow: iova + len fits a u64 (checked at registration).
         Ok(MwBind {
@@ -273,12 +281,14 @@ impl Mw {
     /// an empty range.
     pub fn bind_wr(&mut self, wr_id: u64, bind: &MwBind) -> Result<SendWr<'static>> {
         if self.ty != MwType::Type2 {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "a type 1 window is bound with Qp::bind_mw, not a work request",
             ));
         }
         if bind.is_empty() {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "a type 2 window is revoked by invalidation (LOCAL_INV), not an empty bind",
             ));
         }
@@ -311,7 +321,8 @@ impl Qp {
         flags: SendFlags,
     ) -> Result<u32> {
         if mw.ty != MwType::Type1 {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "a type 2 window is bound with a work request (Mw::bind_wr)",
             ));
         }

@@ -29,7 +29,7 @@ use rverbs_provider::{
 use rverbs_rxe::Rxe;
 
 use crate::device::{Device, Driver};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 
 /// Declares an enum holding one provider's associated type `$assoc`.
 macro_rules! per_provider {
@@ -466,7 +466,12 @@ impl Ctx {
         } else {
             "create_qp"
         };
-        let foreign = || Error::invalid("the CQ or SRQ belongs to another provider");
+        let foreign = || {
+            Error::invalid_as(
+                InvalidKind::Foreign,
+                "the CQ or SRQ belongs to another provider",
+            )
+        };
         match (self, send_cq, recv_cq) {
             (Ctx::Rxe(p), CqShared::Rxe(s), CqShared::Rxe(r)) => {
                 let srq = match srq {

@@ -16,7 +16,7 @@ use rverbs_abi::srq::{CreateSrq, DestroySrq, QuerySrq};
 use rverbs_provider::wr::RecvWr;
 use rverbs_provider::Feature;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::pd::Pd;
 
@@ -108,13 +108,19 @@ impl Pd {
     /// Creates a shared receive queue.
     pub fn create_srq(&self, attr: &SrqInitAttr) -> Result<Srq> {
         if attr.max_wr == 0 {
-            return Err(Error::invalid("an SRQ needs at least one entry"));
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
+                "an SRQ needs at least one entry",
+            ));
         }
         if attr.srq_limit > attr.max_wr {
-            return Err(Error::invalid(format!(
-                "srq_limit {} exceeds max_wr {}",
-                attr.srq_limit, attr.max_wr
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::TooLarge,
+                format!(
+                    "srq_limit {} exceeds max_wr {}",
+                    attr.srq_limit, attr.max_wr
+                ),
+            ));
         }
         let ctx = self.context();
         let event_id = EventId::new(ObjectKind::Srq);
@@ -215,9 +221,10 @@ impl Srq {
             .require(Feature::SrqResize)?;
         let queued = self.outstanding();
         if max_wr == 0 || max_wr < queued {
-            return Err(Error::invalid(format!(
-                "cannot resize the SRQ to {max_wr} entries with {queued} receives queued"
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::TooLarge,
+                format!("cannot resize the SRQ to {max_wr} entries with {queued} receives queued"),
+            ));
         }
         self.ring.resize(max_wr)?;
         self.max_wr = max_wr;

@@ -30,16 +30,17 @@ use std::time::Duration;
 use ::tokio::io::unix::AsyncFd;
 
 use crate::cq::{await_completions, CompChannel, Cq, Waiter};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::event::AsyncEvent;
 use crate::sys::tokio::{register_readable, OwnsFd};
 use crate::{Context, Wc};
 
 fn register<T: OwnsFd>(what: &str, inner: T) -> Result<AsyncFd<T>> {
     if ::tokio::runtime::Handle::try_current().is_err() {
-        return Err(Error::invalid(format!(
-            "registering the {what} needs a tokio runtime (call inside one)"
-        )));
+        return Err(Error::invalid_as(
+            InvalidKind::WrongUse,
+            format!("registering the {what} needs a tokio runtime (call inside one)"),
+        ));
     }
     register_readable(inner).map_err(|e| Error::Io {
         what: format!(
@@ -80,7 +81,10 @@ impl AsyncCq {
     /// to it.
     pub fn from_cq(cq: Cq) -> Result<AsyncCq> {
         let chan = cq.channel().ok_or_else(|| {
-            Error::invalid("AsyncCq needs a CQ with a completion channel (create_cq_with)")
+            Error::invalid_as(
+                InvalidKind::WrongUse,
+                "AsyncCq needs a CQ with a completion channel (create_cq_with)",
+            )
         })?;
         Ok(AsyncCq {
             chan: register("completion channel", chan)?,
@@ -111,7 +115,10 @@ impl AsyncCq {
     /// the next call one extra round.
     pub async fn wait(&mut self, wc: &mut [Wc]) -> Result<usize> {
         if wc.is_empty() {
-            return Err(Error::invalid("wait with no room for a completion"));
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
+                "wait with no room for a completion",
+            ));
         }
         loop {
             // The synchronous part of the protocol: poll, arm, poll.

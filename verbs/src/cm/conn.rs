@@ -18,7 +18,7 @@ use super::{
     MAX_REQ_PRIVATE_DATA, MAX_SIDR_REP_PRIVATE_DATA, MAX_SIDR_REQ_PRIVATE_DATA,
 };
 use crate::device::{devices, Device, Guid};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::qp::{Qp, QpState, QpType};
 
 /// A fresh nonzero cookie for an id's events: the kernel drops the events
@@ -189,9 +189,10 @@ impl Id {
                 }
                 match qp.state() {
                     QpState::Rts => Ok(()),
-                    s => Err(Error::invalid(format!(
-                        "a UD QP in state {s:?} cannot be brought to RTS"
-                    ))),
+                    s => Err(Error::invalid_as(
+                        InvalidKind::WrongUse,
+                        format!("a UD QP in state {s:?} cannot be brought to RTS"),
+                    )),
                 }
             }
         }
@@ -246,10 +247,13 @@ fn addrs_of(resp: &QueryAddrResp) -> (Option<SocketAddr>, Option<SocketAddr>) {
 /// refusing private data longer than `max` bytes.
 fn conn_param(qpn: u32, p: &ConnParams, max: usize) -> Result<ConnParam> {
     if p.private_data.len() > max {
-        return Err(Error::invalid(format!(
-            "{} bytes of private data, at most {max} fit",
-            p.private_data.len()
-        )));
+        return Err(Error::invalid_as(
+            InvalidKind::TooLarge,
+            format!(
+                "{} bytes of private data, at most {max} fit",
+                p.private_data.len()
+            ),
+        ));
     }
     crate::qp::attr::limit("retry_count", Some(u32::from(p.retry_count)), 7)?;
     crate::qp::attr::limit("rnr_retry_count", Some(u32::from(p.rnr_retry_count)), 7)?;
@@ -273,10 +277,13 @@ fn conn_param(qpn: u32, p: &ConnParams, max: usize) -> Result<ConnParam> {
 fn check_qp(qp: &Qp, device: &Device, space: Space) -> Result<()> {
     let want = space.qp_type();
     if qp.qp_type() != want {
-        return Err(Error::invalid(format!(
-            "this rdma_cm id connects {want:?} QPs; this one is {:?}",
-            qp.qp_type()
-        )));
+        return Err(Error::invalid_as(
+            InvalidKind::WrongUse,
+            format!(
+                "this rdma_cm id connects {want:?} QPs; this one is {:?}",
+                qp.qp_type()
+            ),
+        ));
     }
     let mine = qp.pd().context().device();
     if mine.node_guid() != device.node_guid() {
@@ -339,7 +346,12 @@ impl Resolved {
         let ms = u32::try_from(timeout.as_millis())
             .ok()
             .filter(|&ms| ms > 0)
-            .ok_or_else(|| Error::invalid(format!("timeout {timeout:?} out of range")))?;
+            .ok_or_else(|| {
+                Error::invalid_as(
+                    InvalidKind::TooLarge,
+                    format!("timeout {timeout:?} out of range"),
+                )
+            })?;
         let id = Id::create(space)?;
         let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
         let (src_addr, src_size) = match src {
@@ -421,7 +433,8 @@ impl Resolved {
     /// [`CmError::Timeout`] after `params.timeout`.
     pub fn connect(self, mut qp: Qp, params: &ConnParams) -> Result<Connection> {
         if self.id.space != Space::Tcp {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "a datagram id (Resolved::resolve_ud) connects with connect_ud",
             ));
         }
@@ -479,7 +492,8 @@ impl Resolved {
     /// [`CmError::Timeout`].
     pub fn connect_ud(self, qp: &mut Qp, private_data: &[u8], timeout: Duration) -> Result<UdInfo> {
         if self.id.space != Space::Udp {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "connect_ud needs an id of Resolved::resolve_ud (the UDP port space)",
             ));
         }
@@ -705,7 +719,8 @@ impl ConnRequest {
     /// `params.timeout` for the peer's RTU.
     pub fn accept(mut self, mut qp: Qp, params: &ConnParams) -> Result<Connection> {
         if self.id()?.space != Space::Tcp {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "a datagram request (Listener::bind_ud) is answered with accept_ud",
             ));
         }
@@ -747,7 +762,8 @@ impl ConnRequest {
     pub fn accept_ud(mut self, qp: &mut Qp, private_data: &[u8]) -> Result<()> {
         let id = self.id()?;
         if id.space != Space::Udp {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "an RC request (Listener::bind) is answered with accept",
             ));
         }
@@ -783,10 +799,13 @@ impl ConnRequest {
             Space::Udp => MAX_SIDR_REP_PRIVATE_DATA,
         };
         if private_data.len() > max {
-            return Err(Error::invalid(format!(
-                "{} bytes of private data, at most {max} fit",
-                private_data.len()
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::TooLarge,
+                format!(
+                    "{} bytes of private data, at most {max} fit",
+                    private_data.len()
+                ),
+            ));
         }
         let id = self.id.take().ok_or_else(answered)?;
         id.reject(private_data)
@@ -801,7 +820,10 @@ impl ConnRequest {
 /// The error of using a request already answered (not reachable through
 /// the public API, which consumes the request).
 fn answered() -> Error {
-    Error::invalid("the connection request was already answered")
+    Error::invalid_as(
+        InvalidKind::WrongUse,
+        "the connection request was already answered",
+    )
 }
 
 impl Drop for ConnRequest {

@@ -6,7 +6,7 @@ use std::ops::{Deref, DerefMut};
 
 use memmap2::MmapMut;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 
 /// A value that owns a range of memory at a stable address, so that an
 /// [`Mr`](super::Mr) can own it for as long as the device may reach it.
@@ -94,7 +94,10 @@ impl PageBuf {
     /// Maps `len` zeroed, page-aligned bytes. A zero length is refused.
     pub fn new(len: usize) -> Result<PageBuf> {
         if len == 0 {
-            return Err(Error::invalid("cannot allocate a zero-length buffer"));
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
+                "cannot allocate a zero-length buffer",
+            ));
         }
         let map = MmapMut::map_anon(len).map_err(|source| Error::Io {
             what: format!("anonymous mmap of {len} bytes"),
@@ -110,13 +113,19 @@ impl PageBuf {
     /// `vm.nr_hugepages`.
     pub fn huge(len: usize) -> Result<PageBuf> {
         if len == 0 {
-            return Err(Error::invalid("cannot allocate a zero-length buffer"));
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
+                "cannot allocate a zero-length buffer",
+            ));
         }
         let huge = default_huge_page_size()?;
         // hugetlb mappings are made and unmapped in whole huge pages.
-        let map_len = len
-            .checked_next_multiple_of(huge)
-            .ok_or_else(|| Error::invalid("length overflows when rounded to huge pages"))?;
+        let map_len = len.checked_next_multiple_of(huge).ok_or_else(|| {
+            Error::invalid_as(
+                InvalidKind::TooLarge,
+                "length overflows when rounded to huge pages",
+            )
+        })?;
         let map = memmap2::MmapOptions::new()
             .len(map_len)
             .huge(None)
@@ -175,5 +184,10 @@ fn default_huge_page_size() -> Result<usize> {
         .and_then(|v| v.trim().strip_suffix("kB"))
         .and_then(|kb| kb.trim().parse::<usize>().ok())
         .and_then(|kb| kb.checked_mul(1024))
-        .ok_or_else(|| Error::invalid("this kernel reports no huge page size"))
+        .ok_or_else(|| {
+            Error::invalid_as(
+                InvalidKind::NotPresent,
+                "this kernel reports no huge page size",
+            )
+        })
 }

@@ -7,7 +7,7 @@ use std::fmt;
 use rverbs_abi::qp::{attr_mask as m, qp_type, ModifyQp, QpDest};
 
 use crate::cq::Cq;
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::gid::Gid;
 use crate::mr::AccessFlags;
 use crate::qp::QpState;
@@ -301,7 +301,7 @@ pub(crate) fn limit(name: &str, v: Option<u32>, max: u32) -> Result<()> {
 #[cold]
 #[inline(never)]
 fn over_limit(name: &str, x: u32, max: u32) -> Error {
-    Error::invalid(format!("{name} {x} exceeds {max}"))
+    Error::invalid_as(InvalidKind::TooLarge, format!("{name} {x} exceeds {max}"))
 }
 
 impl QpAttr {

@@ -3,7 +3,7 @@
 //! peers exchange out of band (its wire format included), and UD
 //! readiness.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::gid::Gid;
 use crate::mr::AccessFlags;
 use crate::qp::attr::{limit, PSN_MAX, QPN_MAX};
@@ -51,7 +51,10 @@ impl ConnectOpts {
     /// only midway through [`Qp::connect`](crate::Qp::connect)).
     pub fn validate(&self) -> Result<()> {
         if self.port_num == 0 {
-            return Err(Error::invalid("port_num 0: ports are numbered from 1"));
+            return Err(Error::invalid_as(
+                InvalidKind::NotPresent,
+                "port_num 0: ports are numbered from 1",
+            ));
         }
         limit("sq_psn", Some(self.sq_psn), PSN_MAX)?;
         limit("min_rnr_timer", Some(self.min_rnr_timer.into()), 31)?;
@@ -135,10 +138,13 @@ impl Qp {
     /// names its destination (see [`crate::ah`]).
     pub fn ready_ud(&mut self, port_num: u8, qkey: u32, sq_psn: u32) -> Result<()> {
         if self.qp_type != QpType::Ud {
-            return Err(Error::invalid(format!(
-                "ready_ud on a {:?} QP; connected QPs use connect()",
-                self.qp_type
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
+                format!(
+                    "ready_ud on a {:?} QP; connected QPs use connect()",
+                    self.qp_type
+                ),
+            ));
         }
         if self.state == QpState::Reset {
             self.modify(&QpAttr {
@@ -188,7 +194,10 @@ impl Qp {
     /// (the earlier form of [`Qp::to_init`](crate::Qp::to_init)).
     pub fn to_init_at(&mut self, port_num: u8, pkey_index: u16, access: AccessFlags) -> Result<()> {
         if port_num == 0 {
-            return Err(Error::invalid("port_num 0: ports are numbered from 1"));
+            return Err(Error::invalid_as(
+                InvalidKind::NotPresent,
+                "port_num 0: ports are numbered from 1",
+            ));
         }
         let mut a = QpAttr {
             qp_state: Some(QpState::Init),
@@ -269,15 +278,19 @@ impl Qp {
         o: &ConnectOpts,
     ) -> Result<()> {
         if self.qp_type == QpType::Ud {
-            return Err(Error::invalid(
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
                 "connect on a UD QP; UD QPs use ready_ud() and address each send",
             ));
         }
         if !matches!(self.state, QpState::Reset | QpState::Init) {
-            return Err(Error::invalid(format!(
-                "connect on a QP in {:?}: it must be in RESET or INIT",
-                self.state
-            )));
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
+                format!(
+                    "connect on a QP in {:?}: it must be in RESET or INIT",
+                    self.state
+                ),
+            ));
         }
         o.validate()?;
         remote.validate()?;

@@ -20,7 +20,7 @@ use rverbs_provider::Feature;
 pub use rverbs_provider::QpState;
 
 use crate::cq::{Cq, CqInner};
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::mr::AccessFlags;
 use crate::pd::Pd;
@@ -106,16 +106,25 @@ impl Pd {
         let ctx = self.context();
         if let Some(srq) = srq {
             if !srq.pd().context().same(ctx) {
-                return Err(Error::invalid("the SRQ belongs to another device context"));
+                return Err(Error::invalid_as(
+                    InvalidKind::Foreign,
+                    "the SRQ belongs to another device context",
+                ));
             }
         }
         for cq in [attr.send_cq, attr.recv_cq] {
             if !cq.inner().ctx.same(ctx) {
-                return Err(Error::invalid("the CQ belongs to another device context"));
+                return Err(Error::invalid_as(
+                    InvalidKind::Foreign,
+                    "the CQ belongs to another device context",
+                ));
             }
         }
         if attr.cap.max_send_wr == 0 && attr.cap.max_recv_wr == 0 && srq.is_none() {
-            return Err(Error::invalid("a QP needs a send or a receive queue"));
+            return Err(Error::invalid_as(
+                InvalidKind::Empty,
+                "a QP needs a send or a receive queue",
+            ));
         }
         let event_id = EventId::new(ObjectKind::Qp);
         let (max_recv_wr, max_recv_sge) = match srq {

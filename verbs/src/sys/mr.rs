@@ -7,7 +7,7 @@ use rverbs_abi::cmd::{nr, write_cmd_fixed};
 use rverbs_abi::mr::{RegMr, RegMrResp, ReregMr, ReregMrResp};
 use rverbs_abi::Errno;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, InvalidKind, Result};
 use crate::mr::{
     check_access, check_iova, check_offered, with_optional_fallback, AccessFlags, Mr, MrBuf, Raw,
     Scoped,
@@ -202,7 +202,10 @@ unsafe fn register<B>(
 ) -> std::result::Result<Mr<B>, (Error, B)> {
     if len == 0 {
         return Err((
-            Error::invalid("cannot register a zero-length memory region"),
+            Error::invalid_as(
+                InvalidKind::Empty,
+                "cannot register a zero-length memory region",
+            ),
             buf,
         ));
     }
