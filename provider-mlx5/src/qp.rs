@@ -818,7 +818,7 @@ impl RecvQueue {
     fn post_one(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         let head = self.head;
         if self.full(head) {
-            return Err(PostError::QueueFull);
+            return Err(PostError::RecvQueueFull);
         }
         check_recv_sges(wr.sg_list, self.ring.max_gs())?;
         // The WQE is free (fewer than `wqe_cnt` outstanding).
@@ -839,7 +839,7 @@ impl RecvQueue {
         for (i, wr) in wrs.iter().enumerate() {
             let head = self.head.wrapping_add(nreq);
             if self.full(head) {
-                result = Err((i, PostError::QueueFull));
+                result = Err((i, PostError::RecvQueueFull));
                 break;
             }
             if let Err(e) = check_recv_sges(wr.sg_list, self.ring.max_gs()) {

@@ -218,7 +218,7 @@ impl Srq {
             if self.head == self.tail {
                 self.reclaim();
                 if self.head == self.tail {
-                    result = Err((i, PostError::QueueFull));
+                    result = Err((i, PostError::SrqFull));
                     break;
                 }
             }
@@ -370,7 +370,7 @@ mod tests {
         assert_eq!(s.db.load(0), 3);
         assert_eq!(s.outstanding(), 3);
         // Exhausted: head == tail.
-        assert_eq!(s.post(&wrs[..1]).unwrap_err(), (0, PostError::QueueFull));
+        assert_eq!(s.post(&wrs[..1]).unwrap_err(), (0, PostError::SrqFull));
         // The CQ completes WQE 1; the next post reuses the tail (3) and
         // links 1 after it.
         assert_eq!(s.shared.complete(1), Some(101));

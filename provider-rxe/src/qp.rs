@@ -683,7 +683,7 @@ mod tests {
             rq.post(&[RecvWr::new(12, &[sges[0]; 3])]),
             Err((0, PostError::TooManySge { given: 3, max: 2 }))
         );
-        assert_eq!(rq.post(&wrs), Err((1, PostError::QueueFull)));
+        assert_eq!(rq.post(&wrs), Err((1, PostError::RecvQueueFull)));
         assert_eq!(rq.outstanding(), 3);
         let b = slot_bytes(&fd, 8, 0);
         let wqe = RecvWqe::read_from_prefix(&b).unwrap().0;

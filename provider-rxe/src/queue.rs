@@ -510,7 +510,7 @@ impl Producer<'_, &SendChecks> {
 
 impl Producer<'_, RecvLimits> {
     /// Pushes a receive into `sges` unless the ring is full
-    /// ([`PostError::QueueFull`]) or `sges` fails [`check_recv`] against
+    /// ([`PostError::RecvQueueFull`]) or `sges` fails [`check_recv`] against
     /// the ring's SGE limit: the header `header` makes of the total length
     /// is written, then the SGEs. On error nothing is pushed.
     #[inline(always)]
@@ -520,7 +520,7 @@ impl Producer<'_, RecvLimits> {
         header: impl FnOnce(u64) -> RecvWqe,
     ) -> Result<(), PostError> {
         if self.full() {
-            return Err(PostError::QueueFull);
+            return Err(PostError::RecvQueueFull);
         }
         let length = check_recv(sges, self.limits.max_sge)?;
         let hdr = header(length);

@@ -69,7 +69,11 @@ impl Srq {
     #[inline]
     pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
         match &mut self.rq {
-            Some(rq) => rq.post(wrs),
+            // The ring is a receive queue's; its refusal is the SRQ's.
+            Some(rq) => rq.post(wrs).map_err(|(i, e)| match e {
+                PostError::RecvQueueFull => (i, PostError::SrqFull),
+                e => (i, e),
+            }),
             None => Err((0, PostError::InvalidState)),
         }
     }

@@ -226,7 +226,7 @@ fn query_and_cap_agree_with_what_can_be_posted() {
     let (_, qcap, _) = p.a.query().unwrap();
     assert_eq!(qcap, cap, "query() and cap() disagree");
     assert!(cap.max_send_wr >= 64 && cap.max_recv_wr >= 64, "{cap:?}");
-    // Exactly max_recv_wr receives fit: the one after is QueueFull.
+    // Exactly max_recv_wr receives fit: the one after is RecvQueueFull.
     let dst = p.pd.alloc_mr(64, all_access()).unwrap();
     let r = [dst.sge(..).unwrap()];
     let wrs: Vec<RecvWr> = (0..=u64::from(cap.max_recv_wr))
@@ -235,7 +235,7 @@ fn query_and_cap_agree_with_what_can_be_posted() {
     match p.b.post_recv(&wrs) {
         Err(Error::Post {
             index,
-            error: PostError::QueueFull,
+            error: PostError::RecvQueueFull,
         }) => assert_eq!(index, cap.max_recv_wr as usize),
         other => panic!("posting max_recv_wr + 1 receives: {other:?}"),
     }

@@ -142,7 +142,7 @@ fn posting_past_the_queue_depth_is_refused_and_corrupts_nothing() {
     // One more than the depth: the first `depth` are posted, the last refused.
     let err = p.b.post_recv(&wrs).unwrap_err();
     assert!(
-        matches!(err, Error::Post { index, error: PostError::QueueFull } if index == depth),
+        matches!(err, Error::Post { index, error: PostError::RecvQueueFull } if index == depth),
         "{err}"
     );
     let err = p.b.post_recv(&wrs[..1]).unwrap_err();
@@ -151,11 +151,12 @@ fn posting_past_the_queue_depth_is_refused_and_corrupts_nothing() {
             err,
             Error::Post {
                 index: 0,
-                error: PostError::QueueFull
+                error: PostError::RecvQueueFull
             }
         ),
         "{err}"
     );
+    assert!(err.to_string().contains("receive queue full"), "{err}");
 
     // Every posted receive is intact: fill them in order and check each.
     let mut src =

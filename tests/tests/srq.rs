@@ -323,11 +323,12 @@ fn resize_keeps_queued_receives_in_order() {
             e,
             Error::Post {
                 index: 0,
-                error: PostError::QueueFull
+                error: PostError::SrqFull
             }
         ),
         "{e}"
     );
+    assert!(e.to_string().contains("SRQ full"), "{e}");
     // Shrinking below what is queued is refused before the kernel.
     let e = f.srq.resize(depth as u32 - 1).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");

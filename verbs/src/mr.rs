@@ -990,7 +990,11 @@ mod remote_tests {
         };
         assert!(top.slice(0, 4096).is_err());
         let e = top.at(0, 2).unwrap_err();
-        assert_eq!(e.invalid_kind(), Some(crate::InvalidKind::OutOfRange), "{e}");
+        assert_eq!(
+            e.invalid_kind(),
+            Some(crate::InvalidKind::OutOfRange),
+            "{e}"
+        );
         assert_eq!(top.at(0, 1).unwrap(), u64::MAX, "the last byte itself");
         let sge = [Sge {
             addr: 0,

@@ -938,10 +938,10 @@ fn recv_wqes() {
     assert_eq!(qp.db(1), [0; 4]);
     // Full: the third waits for the CQ.
     let rq = qp.rq.as_mut().unwrap();
-    assert_eq!(rq.post(&wrs[..1]), Err((0, PostError::QueueFull)));
+    assert_eq!(rq.post(&wrs[..1]), Err((0, PostError::RecvQueueFull)));
     rq.shared.retire_to(1);
     let more = [RecvWr::new(8, &sges[..1]), RecvWr::new(9, &sges[..1])];
-    assert_eq!(rq.post(&more), Err((1, PostError::QueueFull)));
+    assert_eq!(rq.post(&more), Err((1, PostError::RecvQueueFull)));
     assert_eq!(rq.shared.wrid(0), 8);
     assert_eq!(qp.db(0), [0, 0, 0, 3]);
     // Too many SGEs.

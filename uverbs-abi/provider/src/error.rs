@@ -7,13 +7,21 @@ use rverbs_abi::Errno;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PostError {
-    /// The queue has no free slot: poll completions and post again. A send
+    /// The send queue has no free slot: poll completions and post again. A send
     /// slot is freed only when the device has completed the request; on
     /// mlx5 (as with rdma-core) that is known only from a completion, so
     /// unsignaled sends stay counted until a later *signaled* send
     /// completes: a QP that never signals fills up for good. Signal at
     /// least one send in every `max_send_wr` (see `rverbs::SignalEvery`).
     QueueFull,
+    /// The QP's receive queue has no free slot: a receive's slot is freed
+    /// when a message arrives in it (its completion); post fewer receives
+    /// ahead, or create the QP with a larger `max_recv_wr`.
+    RecvQueueFull,
+    /// The SRQ has no free slot: its receives are freed as messages
+    /// arrive on any of its QPs; post fewer ahead, create it larger, or
+    /// resize it (where the provider can).
+    SrqFull,
     /// More SGEs than the queue was created for.
     TooManySge {
         /// SGEs in the request.
@@ -73,9 +81,19 @@ impl std::fmt::Display for PostError {
         match self {
             PostError::QueueFull => write!(
                 f,
-                "work queue full: poll completions and post again (send slots are freed \
+                "send queue full: poll completions and post again (send slots are freed \
                  by completions; on mlx5 unsignaled sends are freed only when a later \
                  signaled send completes, so signal at least one in every max_send_wr)"
+            ),
+            PostError::RecvQueueFull => write!(
+                f,
+                "receive queue full: every slot holds a receive no message has arrived \
+                 in yet (post fewer ahead, or create the QP with a larger max_recv_wr)"
+            ),
+            PostError::SrqFull => write!(
+                f,
+                "SRQ full: every slot holds a receive no message has arrived in yet \
+                 (post fewer ahead, or create the SRQ with a larger max_wr)"
             ),
             PostError::TooManySge { given, max } => {
                 write!(f, "{given} SGEs exceed the queue's max_sge {max}")

@@ -93,11 +93,11 @@ pub(crate) fn reset_clean(d: &mut Dp, rep: &mut Report) -> R {
         matches!(
             err,
             Error::Post {
-                error: rverbs::PostError::QueueFull,
+                error: rverbs::PostError::RecvQueueFull,
                 ..
             }
         ),
-        &format!("the receive past the capacity failed with {err}, not QueueFull"),
+        &format!("the receive past the capacity failed with {err}, not RecvQueueFull"),
     )?;
     // The oldest of them takes the next message.
     d.put(s, SRC, &pattern(40, 51))?;

@@ -146,7 +146,7 @@ pub(crate) fn srq_destroy_unpolled(d: &mut Dp, _: &mut Report) -> R {
     )?;
     match srq.post_srq_recv(&[RecvWr::new(next_id, &r)]) {
         Err(Error::Post {
-            error: rverbs::PostError::QueueFull,
+            error: rverbs::PostError::SrqFull,
             ..
         }) => {}
         other => return fail(s, format!("a receive past the capacity gave {other:?}")),
