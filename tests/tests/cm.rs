@@ -312,7 +312,7 @@ fn ud_through_sidr_datagrams_both_ways_with_private_data() {
         qp
     });
 
-    let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5))
+    let id = Resolved::resolve_ud(addr(RXE_IP, port), Duration::from_secs(5))
         .expect("resolve (UDP port space)");
     let (mut c, mut qp) = ud_side(id.device());
     id.init_qp(&mut qp).unwrap();
@@ -353,7 +353,7 @@ fn ud_sidr_errors_are_typed_nobody_listening_rejection_and_misuse() {
         .unwrap()
         .local_addr()
         .port();
-    let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    let id = Resolved::resolve_ud(addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
     let (_s, mut qp) = ud_side(id.device());
     let t = Instant::now();
     match id.connect_ud(&mut qp, b"x", Duration::from_secs(20)) {
@@ -379,7 +379,7 @@ fn ud_sidr_errors_are_typed_nobody_listening_rejection_and_misuse() {
     });
     // Oversized private data is refused before anything is sent (the
     // server's first request is the next one).
-    let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    let id = Resolved::resolve_ud(addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
     let (_s, mut qp) = ud_side(id.device());
     match id.connect_ud(&mut qp, &[1u8; 181], Duration::from_secs(5)) {
         Err(Error::InvalidArgument(m)) => {
@@ -388,7 +388,7 @@ fn ud_sidr_errors_are_typed_nobody_listening_rejection_and_misuse() {
         }
         other => panic!("181 bytes of private data: {other:?}"),
     }
-    let id = Resolved::resolve_ud(None, addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
+    let id = Resolved::resolve_ud(addr(RXE_IP, port), Duration::from_secs(5)).unwrap();
     match id.connect_ud(&mut qp, b"hi", Duration::from_secs(20)) {
         Err(Error::Cm(CmError::Rejected {
             reason,

@@ -92,6 +92,11 @@ pub use error::{Errno, Error, Feature, Invalid, InvalidKind, PostError, Result};
 pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
 pub use fork::{fork_safety, ForkSafety};
 pub use gid::{Gid, GidEntry, GidType};
+/// The `memmap2` whose `MmapMut` implements [`MrBuf`]: register a mapping
+/// made with this re-export, or with `memmap2` 0.9 in your own
+/// `Cargo.toml` (another major version is another type, which does not
+/// implement `MrBuf`).
+pub use memmap2;
 pub use mr::{
     AccessFlags, DeregisterError, Mr, MrBuf, OdpAdvice, PageBuf, Raw, RegisterError, RemoteMr,
     Scoped,

@@ -272,7 +272,7 @@ fn run_client(src: Option<SocketAddr>, dst: SocketAddr, conns: u32, o: &Opts) ->
     println!("udaddy: connecting");
     let mut nodes = Vec::new();
     for _ in 0..conns {
-        let id = Resolved::resolve_ud(src, dst, RESOLVE_TIMEOUT)
+        let id = Resolved::resolve_ud_from(src, dst, RESOLVE_TIMEOUT)
             .with_context(|| format!("resolving {dst}"))?;
         let mut n = node(id.device(), id.port_num(), o)?;
         id.init_qp(&mut n.qp)?;

@@ -326,10 +326,17 @@ impl Resolved {
         Self::resolve_in(Space::Tcp, src, dst, timeout)
     }
 
-    /// [`Resolved::resolve_from`] for a datagram (UD) peer, in the UDP
-    /// port space: follow with [`Resolved::connect_ud`] (a SIDR exchange,
+    /// [`Resolved::resolve`] for a datagram (UD) peer, in the UDP port
+    /// space: follow with [`Resolved::connect_ud`] (a SIDR exchange,
     /// interoperable with librdmacm's `RDMA_PS_UDP`, e.g. `udaddy`).
-    pub fn resolve_ud(
+    pub fn resolve_ud(dst: SocketAddr, timeout: Duration) -> Result<Resolved> {
+        Self::resolve_ud_from(None, dst, timeout)
+    }
+
+    /// [`Resolved::resolve_ud`] from the local address `src` (its port
+    /// ignored), as [`Resolved::resolve_from`] is to
+    /// [`Resolved::resolve`].
+    pub fn resolve_ud_from(
         src: Option<SocketAddr>,
         dst: SocketAddr,
         timeout: Duration,

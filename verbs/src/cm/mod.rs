@@ -28,6 +28,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! **One [`Context`](crate::Context) per device serves every connection.**
+//! [`Resolved::device`] and [`ConnRequest::device`] name the device the
+//! route goes through; open it once (and allocate a PD once) and create
+//! each connection's QP there: a server does not open the device per
+//! request. Compare the named device with the one you opened
+//! ([`Device::node_guid`](crate::Device::node_guid)) where a host has
+//! several.
+//!
 //! Each id lives on an [`EventChannel`] of its own (a connection request
 //! is moved to a new channel when it is taken from its listener), so a
 //! [`Connection`]'s fd reports its events only and dropping it tears down

@@ -301,7 +301,13 @@ pub(crate) fn limit(name: &str, v: Option<u32>, max: u32) -> Result<()> {
 #[cold]
 #[inline(never)]
 fn over_limit(name: &str, x: u32, max: u32) -> Error {
-    Error::invalid_as(InvalidKind::TooLarge, format!("{name} {x} exceeds {max}"))
+    // PSNs and QP numbers in hex, as the verbs tools print them.
+    let msg = if name.ends_with("psn") || name.ends_with("qp_num") {
+        format!("{name} {x:#x} exceeds {max:#x}")
+    } else {
+        format!("{name} {x} exceeds {max}")
+    };
+    Error::invalid_as(InvalidKind::TooLarge, msg)
 }
 
 impl QpAttr {
@@ -355,5 +361,37 @@ impl QpAttr {
         set!(rnr_retry, m::RNR_RETRY, rnr_retry, |v| v);
         c.attr_mask = mask;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// PSNs and QP numbers are named in hex, other limits in decimal.
+    #[test]
+    fn limits_name_psns_and_qpns_in_hex() {
+        let psn = QpAttr {
+            sq_psn: Some(0x123_4567),
+            ..Default::default()
+        };
+        let e = psn.encode(1).unwrap_err();
+        assert!(
+            e.to_string().contains("sq_psn 0x1234567 exceeds 0xffffff"),
+            "{e}"
+        );
+        assert_eq!(e.invalid_kind(), Some(InvalidKind::TooLarge));
+        let qpn = QpAttr {
+            dest_qp_num: Some(0x100_0000),
+            ..Default::default()
+        };
+        let e = qpn.encode(1).unwrap_err();
+        assert!(e.to_string().contains("dest_qp_num 0x1000000"), "{e}");
+        let timer = QpAttr {
+            timeout: Some(40),
+            ..Default::default()
+        };
+        let e = timer.encode(1).unwrap_err();
+        assert!(e.to_string().contains("timeout 40 exceeds 31"), "{e}");
     }
 }
