@@ -86,7 +86,7 @@ impl SignalEvery {
 
 impl Qp {
     /// Posts a chain of send work requests (one doorbell). On error the
-    /// requests before [`Error::Post`]'s `index` were posted.
+    /// requests before [`Error::Post`](crate::Error::Post)'s `index` were posted.
     ///
     /// **Signal regularly.** A send slot is freed only once the request is
     /// known complete. On mlx5 (as with rdma-core's libmlx5) that is known
@@ -122,7 +122,7 @@ impl Qp {
     /// [`PostError::MessageTooLong`]; zero moves no data). Entries that do
     /// not fit the queue end with [`PostError::QueueFull`] at the first of
     /// them. As with [`Qp::post_send`], on error the requests before
-    /// [`Error::Post`]'s `index` were posted; with the default signaling
+    /// [`Error::Post`](crate::Error::Post)'s `index` were posted; with the default signaling
     /// the last of them is signaled.
     ///
     /// On mlx5 the batch is written in one loop without decoding a
