@@ -19,7 +19,8 @@ use crate::uctx::Uctx;
 
 /// What an address vector is built for: the port's link layer and, on
 /// RoCE, the type of the source GID (only RoCE v2 carries a UDP source
-/// port). The contract's [`AhNetwork`], under the name this module used.
+/// port). The contract's [`AhNetwork`](rverbs_provider::AhNetwork), under
+/// the name this module used.
 pub use rverbs_provider::AhNetwork as AvKind;
 
 /// Flow labels are 20 bits.

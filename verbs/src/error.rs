@@ -164,11 +164,6 @@ impl Error {
         }
     }
 
-    /// An argument refused for a reason no [`InvalidKind`] names.
-    pub(crate) fn invalid(msg: impl Into<String>) -> Error {
-        Error::invalid_as(InvalidKind::Other, msg)
-    }
-
     /// An argument refused as `kind`.
     pub(crate) fn invalid_as(kind: InvalidKind, msg: impl Into<String>) -> Error {
         Error::InvalidArgument(Invalid {

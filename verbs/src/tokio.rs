@@ -352,9 +352,12 @@ impl AsyncConnection {
 /// Runs a bounded, blocking connection-manager step on tokio's blocking
 /// pool. Each of these steps ends within its own timeout.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    ::tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::invalid(format!("the rdma_cm step's task failed: {e}")))?
+    ::tokio::task::spawn_blocking(f).await.map_err(|e| {
+        Error::invalid_as(
+            InvalidKind::Other,
+            format!("the rdma_cm step's task failed: {e}"),
+        )
+    })?
 }
 
 /// [`Resolved::resolve`](crate::cm::Resolved::resolve), awaited (address
