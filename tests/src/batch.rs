@@ -26,6 +26,7 @@ pub const SCENARIOS: &[(&str, Scenario)] = &[
     ("batch_queue_full", queue_full),
     ("batch_too_long", too_long),
     ("batch_not_ready", not_ready),
+    ("batch_every_n", every_n),
 ];
 
 fn check(ok: bool, what: impl FnOnce() -> String) -> Outcome {
@@ -144,6 +145,31 @@ pub fn send_imm(p: &mut Pair) -> Outcome {
         let o = k * 1024;
         check(bytes[o..o + len] == data[o..o + len], || {
             format!("message {k} differs")
+        })?;
+    }
+    Ok(())
+}
+
+/// 10 RDMA WRITEs signaled every 4th and the last: completions for
+/// entries 3, 7 and 9 only, every byte where it belongs.
+pub fn every_n(p: &mut Pair) -> Outcome {
+    let mut src = p.pd.alloc_mr(10 * 512, all_access()).map_err(e)?;
+    let dst = p.pd.alloc_mr(10 * 512, all_access()).map_err(e)?;
+    let data = pattern(10 * 512, 14);
+    src.write_at(0, &data).map_err(e)?;
+    let lens: Vec<usize> = (0..10).map(|k| 100 + k * 40).collect();
+    let rd = dst.remote();
+    let wrs = entries(&src, &lens, |k| k * 512, rd.addr)?;
+    let batch = SendBatch::rdma_write(rd.rkey).signal(BatchSignal::Every(4));
+    p.a.post_send_batch(&batch, &wrs).map_err(e)?;
+    let wc = completions(&mut p.cq_a, 3, WcOpcode::RDMA_WRITE)?;
+    let ids: Vec<u64> = wc.iter().map(|w| w.wr_id()).collect();
+    check(ids == [1003, 1007, 1009], || format!("wr_ids {ids:?}"))?;
+    let got = dst.to_vec();
+    for (k, &len) in lens.iter().enumerate() {
+        let o = k * 512;
+        check(got[o..o + len] == data[o..o + len], || {
+            format!("write {k} differs")
         })?;
     }
     Ok(())

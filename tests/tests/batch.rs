@@ -50,8 +50,13 @@ fn batch_not_ready() {
     run("batch_not_ready");
 }
 
+#[test]
+fn batch_every_n() {
+    run("batch_every_n");
+}
+
 /// Every scenario has its test above.
 #[test]
 fn every_scenario_is_run() {
-    assert_eq!(SCENARIOS.len(), 6);
+    assert_eq!(SCENARIOS.len(), 7);
 }

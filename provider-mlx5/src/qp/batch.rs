@@ -54,7 +54,7 @@ impl SendQueue {
         let (opcode, raddr) = (fast.op, fast.raddr);
         let signal = match batch.signaling() {
             BatchSignal::Each => prm::WQE_CTRL_CQ_UPDATE,
-            BatchSignal::Last | BatchSignal::Never => 0,
+            BatchSignal::Last | BatchSignal::Never | BatchSignal::Every(_) => 0,
         };
         let c = BatchWqe {
             opcode,
@@ -83,9 +83,25 @@ impl SendQueue {
         };
         if posted != 0 {
             let cur_post = self.cur_post.wrapping_add(posted);
-            if batch.signaling() == BatchSignal::Last {
-                self.ring
-                    .add_fm_ce_se(cur_post.wrapping_sub(1), prm::WQE_CTRL_CQ_UPDATE);
+            match batch.signaling() {
+                BatchSignal::Last => self
+                    .ring
+                    .add_fm_ce_se(cur_post.wrapping_sub(1), prm::WQE_CTRL_CQ_UPDATE),
+                BatchSignal::Every(n) => {
+                    // Every WQE is one BB: entry k is at cur_post + k. The
+                    // WQEs are the device's only once the doorbell record
+                    // covers them (below).
+                    let n = n.max(1);
+                    let mut k = n - 1;
+                    while k < posted - 1 {
+                        self.ring
+                            .add_fm_ce_se(self.cur_post.wrapping_add(k), prm::WQE_CTRL_CQ_UPDATE);
+                        k = k.saturating_add(n);
+                    }
+                    self.ring
+                        .add_fm_ce_se(cur_post.wrapping_sub(1), prm::WQE_CTRL_CQ_UPDATE);
+                }
+                BatchSignal::Each | BatchSignal::Never => {}
             }
             self.cur_post = cur_post;
             self.head = self.head.wrapping_add(posted);

@@ -1206,6 +1206,7 @@ mod batches {
                     BatchSignal::Each => true,
                     BatchSignal::Last => i + 1 == wrs.len(),
                     BatchSignal::Never => false,
+                    BatchSignal::Every(n) => (i + 1) % n.max(1) as usize == 0 || i + 1 == wrs.len(),
                 };
                 b.to_wr(e, sig)
             })
@@ -1261,7 +1262,15 @@ mod batches {
         let lens: Vec<u32> = vec![64, 0, 1, 1 << 31, 4096, 0, 7, 64, 64, 0, 3, 9, 64, 64];
         let mut cases = 0;
         for b in ops {
-            for sig in [BatchSignal::Last, BatchSignal::Each, BatchSignal::Never] {
+            for sig in [
+                BatchSignal::Last,
+                BatchSignal::Each,
+                BatchSignal::Never,
+                BatchSignal::Every(3),
+                BatchSignal::Every(1),
+                BatchSignal::Every(0),
+                BatchSignal::Every(100),
+            ] {
                 let b = b.signal(sig);
                 for sig_all in [false, true] {
                     // 64 BBs: 60 and 0xfffc cross the ring's end, 0xfffc
@@ -1287,7 +1296,7 @@ mod batches {
                 }
             }
         }
-        assert_eq!(cases, 5 * 3 * 2 * 5 * 3);
+        assert_eq!(cases, 5 * 7 * 2 * 5 * 3);
         // UC takes the same WQEs for what it allows.
         let wrs: Vec<BatchWr> = (0..5).map(|k| entry(k, lens[k as usize])).collect();
         let (mut a, mut c) = pair(qp_type::UC, false, 3);

@@ -63,6 +63,29 @@ pub enum BatchSignal {
     /// None: the caller signals later requests often enough (see
     /// `Qp::post_send` on why a send queue must see signaled requests).
     Never,
+    /// Every `n`th request of the call (the `n`th, `2n`th, ...; 0 is taken
+    /// as 1) and, as [`BatchSignal::Last`], the last one it posts: a
+    /// batch larger than the send queue's half can be posted in one call
+    /// and its slots freed as it goes, without chunking by hand (what
+    /// `rverbs::SignalEvery` does for single posts). The queue's depth is
+    /// what the kernel granted (`Qp::cap`), which may exceed the request.
+    Every(u32),
+}
+
+impl BatchSignal {
+    /// Whether entry `k` of `posted` entries a call posts is signaled.
+    #[inline(always)]
+    pub const fn signals(self, k: usize, posted: usize) -> bool {
+        match self {
+            BatchSignal::Each => true,
+            BatchSignal::Last => k + 1 == posted,
+            BatchSignal::Never => false,
+            BatchSignal::Every(n) => {
+                let n = if n == 0 { 1 } else { n as usize };
+                (k + 1) % n == 0 || k + 1 == posted
+            }
+        }
+    }
 }
 
 /// What every request of a batch shares: the operation, the remote key
@@ -246,11 +269,7 @@ pub fn push_batch(
         .find_map(|(k, e)| check_batch_wr(e).err().map(|err| (k, err)));
     let fit = refused.as_ref().map_or(wrs.len().min(free), |&(k, _)| k);
     for (k, e) in wrs[..fit].iter().enumerate() {
-        let signaled = match batch.signal {
-            BatchSignal::Each => true,
-            BatchSignal::Last => k + 1 == fit,
-            BatchSignal::Never => false,
-        };
+        let signaled = batch.signal.signals(k, fit);
         push(&batch.to_wr(e, signaled)).map_err(|err| (k, err))?;
     }
     if let Some(refused) = refused {
@@ -375,6 +394,19 @@ mod tests {
         assert!(seen.len() == 35 && seen.iter().all(|s| s.1));
         let (r, seen) = run(&b.signal(BatchSignal::Never), &wrs, 100, None);
         assert!(r.is_ok() && seen.iter().all(|s| !s.1));
+        // Every 16th, and the last posted: 15, 31, 47, 63, 69.
+        let (r, seen) = run(&b.signal(BatchSignal::Every(16)), &wrs, 100, None);
+        assert_eq!(r, Ok(()));
+        let signaled: Vec<u64> = seen.iter().filter(|s| s.1).map(|s| s.0).collect();
+        assert_eq!(signaled, [15, 31, 47, 63, 69]);
+        // The queue fills at 40: 15, 31 and 39, the last that fit.
+        let (r, seen) = run(&b.signal(BatchSignal::Every(16)), &wrs, 40, None);
+        assert_eq!(r, Err((40, PostError::QueueFull)));
+        let signaled: Vec<u64> = seen.iter().filter(|s| s.1).map(|s| s.0).collect();
+        assert_eq!(signaled, [15, 31, 39]);
+        // 0 is taken as 1: every one.
+        let (_, seen) = run(&b.signal(BatchSignal::Every(0)), &wrs, 100, None);
+        assert!(seen.iter().all(|s| s.1));
         // An entry too long: the ones before it, the last of them
         // signaled, the error at its index; unless the queue fills first.
         let mut long = wrs.clone();

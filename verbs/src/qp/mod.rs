@@ -261,6 +261,13 @@ impl Qp {
     /// (0 receives on a QP that uses an SRQ), SGEs per request, inline
     /// bytes. These are the limits [`Qp::post_send`] and [`Qp::post_recv`]
     /// enforce, and what [`Qp::query`] reports too.
+    ///
+    /// They are what the kernel granted, which may exceed what was asked
+    /// for, and differs between kernels for the same request (64 sends
+    /// asked: 64 on Linux 6.1 and on mlx5, 127 on rxe from 6.12): size
+    /// signaling periods and batches from this, not from the request
+    /// ([`SignalEvery::for_qp`](crate::SignalEvery::for_qp) and
+    /// [`BatchSignal::Every`](crate::BatchSignal::Every) do).
     pub fn cap(&self) -> QpCap {
         QpCap {
             max_send_wr: self.sq.capacity(),
