@@ -345,6 +345,39 @@ fn scoped_registration_of_a_caller_buffer() {
     assert_eq!(back, expected, "a dead registration reached the buffer");
 }
 
+/// One receive scatters a SEND into three caller buffers registered by
+/// one `register_scoped_all` (no nested closures, a flat result).
+#[test]
+fn scoped_registration_of_three_buffers_takes_one_scatter() {
+    let mut p = Pair::new();
+    let data = pattern(64 + 1000 + 16, 17);
+    let mut src =
+        p.pd.alloc_mr(data.len(), verbs_tests::all_access())
+            .unwrap();
+    src.write_at(0, &data).unwrap();
+    let (mut header, mut body, mut trailer) = ([0u8; 64], vec![0u8; 1000], [0u8; 16]);
+    let len =
+        p.pd.register_scoped_all(
+            [&mut header[..], &mut body[..], &mut trailer[..]],
+            rverbs::AccessFlags::LOCAL_WRITE,
+            |[h, b, t]| {
+                let sges = [h.sge(..)?, b.sge(..)?, t.sge(..)?];
+                p.b.post_recv(&[RecvWr::new(7, &sges)])?;
+                let s = [src.sge(..)?];
+                p.a.post_send(&[SendWr::send(8, &s).signaled()])?;
+                wait_ok(&mut p.cq_a);
+                let wc = wait_ok(&mut p.cq_b);
+                assert_eq!(wc.wr_id(), 7);
+                Ok::<_, rverbs::Error>(wc.byte_len())
+            },
+        )
+        .unwrap();
+    assert_eq!(len as usize, data.len());
+    assert_eq!(&header[..], &data[..64]);
+    assert_eq!(&body[..], &data[64..1064]);
+    assert_eq!(&trailer[..], &data[1064..]);
+}
+
 #[test]
 fn forgetting_an_mr_leaks_its_memory_instead_of_freeing_it() {
     // `mem::forget` is safe: a forgotten MR must keep owning its memory, so

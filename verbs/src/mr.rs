@@ -565,6 +565,37 @@ impl Pd {
         sys::mr::register_scoped(self, buf, access, f)
     }
 
+    /// [`Pd::register_scoped`] for several buffers at once, one closure for
+    /// all of them (a scatter into three caller buffers needs no nesting),
+    /// with a flat result: `f` returns `Result<R, E>` for any error type
+    /// `E` this crate's [`Error`] converts into, and so does this call.
+    /// The regions are registered in order (one that fails deregisters the
+    /// ones before it) and all deregistered before this returns.
+    ///
+    /// ```no_run
+    /// # fn main() -> rverbs::Result<()> {
+    /// # let pd = rverbs::devices()?.first().unwrap().open()?.alloc_pd()?;
+    /// let (mut header, mut body, mut trailer) = ([0u8; 64], vec![0u8; 4096], [0u8; 16]);
+    /// let lkeys = pd.register_scoped_all(
+    ///     [&mut header[..], &mut body[..], &mut trailer[..]],
+    ///     rverbs::AccessFlags::LOCAL_WRITE,
+    ///     |[h, b, t]| {
+    ///         // one receive scattering into all three: [h.sge(..)?, b.sge(..)?, t.sge(..)?]
+    ///         Ok::<_, rverbs::Error>([h.lkey(), b.lkey(), t.lkey()])
+    ///     },
+    /// )?;
+    /// # let _ = lkeys; Ok(()) }
+    /// ```
+    pub fn register_scoped_all<const N: usize, R, E: From<Error>>(
+        &self,
+        bufs: [&mut [u8]; N],
+        access: AccessFlags,
+        f: impl for<'s> FnOnce(&mut [Mr<Scoped<'s>>; N]) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        check_borrowed_access(access)?;
+        sys::mr::register_scoped_all(self, bufs, access, f)
+    }
+
     /// Registers `len` bytes at `addr`, which the caller keeps valid: for
     /// memory no owning type describes (a device-shared mapping, a region
     /// inside a larger allocation managed elsewhere).

@@ -160,6 +160,45 @@ pub(crate) fn register_scoped<R>(
     Ok(f(&mut mr))
 }
 
+/// Registers each of `bufs` in `pd` for the call of `f` only:
+/// [`crate::Pd::register_scoped_all`] (which checked `access`).
+pub(crate) fn register_scoped_all<const N: usize, R, E: From<Error>>(
+    pd: &Pd,
+    bufs: [&mut [u8]; N],
+    access: AccessFlags,
+    f: impl for<'s> FnOnce(&mut [Mr<Scoped<'s>>; N]) -> std::result::Result<R, E>,
+) -> std::result::Result<R, E> {
+    let mut mrs = Vec::with_capacity(N);
+    for buf in bufs {
+        // SAFETY: each `buf` is valid and exclusively borrowed for this
+        // whole call (the `&mut`s cannot overlap); every MR is owned by
+        // this frame (`mrs`, then the array), which `f` only borrows, so
+        // each is dropped (DEREG_MR, or abort if that fails) before the
+        // borrows end, on return, on an error part-way (the ones
+        // registered so far) and on unwinding alike.
+        let mr = unsafe {
+            register(
+                pd,
+                buf.as_mut_ptr(),
+                buf.len(),
+                access,
+                None,
+                Scoped::new(),
+                true,
+            )
+        }
+        .map_err(|(e, _)| e)?;
+        mrs.push(mr);
+    }
+    let mut mrs: [Mr<Scoped<'_>>; N] = mrs.try_into().map_err(|_| {
+        Error::invalid_as(
+            crate::error::InvalidKind::Other,
+            "register_scoped_all: a registration went missing",
+        )
+    })?;
+    f(&mut mrs)
+}
+
 /// Registers `len` bytes at `addr` in `pd`: [`crate::Pd::register_raw`]
 /// (which checked `access` for a borrowed registration).
 ///
