@@ -234,6 +234,27 @@ pub fn device(name: &str) -> Result<Device> {
         .ok_or_else(|| Error::NoSuchDevice(name.to_string()))
 }
 
+/// The device whose node GUID is `guid` (the rdma_cm names devices so),
+/// `None` if no device has it. Answered from the devices found by the
+/// last enumeration while that entry still holds in sysfs (its uverbs
+/// node names the same device, which has the same GUID): two small reads
+/// instead of a netlink query and every device's sysfs files per
+/// connection. A miss, or an entry sysfs no longer confirms (a device
+/// removed or re-created), enumerates again.
+pub(crate) fn device_by_guid(guid: Guid) -> Result<Option<Device>> {
+    static KNOWN: std::sync::Mutex<Vec<Device>> = std::sync::Mutex::new(Vec::new());
+    let mut known = KNOWN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(d) = known.iter().find(|d| d.node_guid == guid) {
+        if d.still_current() {
+            return Ok(Some(d.clone()));
+        }
+    }
+    *known = devices()?;
+    Ok(known.iter().find(|d| d.node_guid == guid).cloned())
+}
+
 /// Parses a sysfs `dev` file's `MAJOR:MINOR`.
 fn parse_dev_number(s: &str) -> Option<(u32, u32)> {
     let (major, minor) = s.split_once(':')?;
@@ -283,6 +304,27 @@ impl Device {
     /// Node GUID from sysfs.
     pub fn node_guid(&self) -> Guid {
         self.node_guid
+    }
+
+    /// Whether sysfs still says what discovery found: the uverbs node
+    /// names this device, and the device has this node GUID.
+    fn still_current(&self) -> bool {
+        let Some(root) = self
+            .sysfs_node
+            .parent()
+            .and_then(Path::parent)
+            .and_then(Path::parent)
+        else {
+            return false;
+        };
+        read_trim(&self.sysfs_node.join("ibdev")).is_ok_and(|n| n == self.name)
+            && read_trim(
+                &root
+                    .join("class/infiniband")
+                    .join(&self.name)
+                    .join("node_guid"),
+            )
+            .is_ok_and(|g| parse_guid(&g) == self.node_guid)
     }
 
     /// The driver, from the kernel's RDMA netlink (or sysfs).
@@ -481,6 +523,16 @@ mod tests {
         assert_eq!(m0.sysfs_node, t.0.join("class/infiniband_verbs/uverbs0"));
         assert_eq!(m0.node_guid.to_string(), "0c42:a103:00fb:1234");
         assert_eq!((m0.abi_version, m0.driver_abi_version), (6, 1));
+        // The rdma_cm's cache keeps an entry while sysfs confirms it: not
+        // once the node names another device or the GUID changed.
+        assert!(m0.still_current());
+        t.file("class/infiniband/mlx5_0/node_guid", "0c42:a103:00fb:9999\n");
+        assert!(!m0.still_current());
+        t.file("class/infiniband/mlx5_0/node_guid", "0c42:a103:00fb:1234\n");
+        t.file("class/infiniband_verbs/uverbs0/ibdev", "mlx5_9\n");
+        assert!(!m0.still_current());
+        t.file("class/infiniband_verbs/uverbs0/ibdev", "mlx5_0\n");
+        assert!(m0.still_current());
         assert_eq!(by("mlx5_1").driver, Driver::Mlx5);
         assert_eq!(by("mlx5_2").driver, Driver::Mlx5);
         assert_eq!(by("irdma0").driver, Driver::Other("irdma".into()));

@@ -17,7 +17,7 @@ use super::{
     qp_attr_from_kernel, CmError, ConnParams, MAX_REJ_PRIVATE_DATA, MAX_REP_PRIVATE_DATA,
     MAX_REQ_PRIVATE_DATA, MAX_SIDR_REP_PRIVATE_DATA, MAX_SIDR_REQ_PRIVATE_DATA,
 };
-use crate::device::{devices, Device, Guid};
+use crate::device::{Device, Guid};
 use crate::error::{Error, InvalidKind, Result};
 use crate::qp::{Qp, QpState, QpType};
 
@@ -220,13 +220,11 @@ fn failure(ev: &CmEvent, step: &'static str) -> CmError {
     }
 }
 
-/// The RDMA device whose node GUID the CM answered with.
+/// The RDMA device whose node GUID the CM answered with (found without
+/// enumerating every device each time: [`crate::device::device_by_guid`]).
 fn device_of(resp: &QueryAddrResp) -> Result<Device> {
     let guid = Guid::from_raw_be(resp.node_guid);
-    devices()?
-        .into_iter()
-        .find(|d| d.node_guid() == guid)
-        .ok_or(Error::Cm(CmError::NoDevice { guid }))
+    crate::device::device_by_guid(guid)?.ok_or(Error::Cm(CmError::NoDevice { guid }))
 }
 
 /// The addresses in a QUERY ADDR answer (`None` where the kernel's bytes
