@@ -134,30 +134,14 @@ pub(crate) fn register_owned<B: MrBuf>(
 
 /// Registers `buf` in `pd` for the call of `f` only:
 /// [`crate::Pd::register_scoped`] (which checked `access` for a borrowed
-/// registration).
+/// registration): [`register_scoped_all`] of one buffer.
 pub(crate) fn register_scoped<R>(
     pd: &Pd,
     buf: &mut [u8],
     access: AccessFlags,
     f: impl for<'s> FnOnce(&mut Mr<Scoped<'s>>) -> R,
 ) -> Result<R> {
-    // SAFETY: `buf` is valid and exclusively borrowed for this whole
-    // call; the MR is a local of this frame that `f` only borrows, so it
-    // is dropped (DEREG_MR, or abort if that fails) before the borrow
-    // ends, on return and on unwinding alike.
-    let mut mr = unsafe {
-        register(
-            pd,
-            buf.as_mut_ptr(),
-            buf.len(),
-            access,
-            None,
-            Scoped::new(),
-            true,
-        )
-    }
-    .map_err(|(e, _)| e)?;
-    Ok(f(&mut mr))
+    register_scoped_all(pd, [buf], access, |[mr]| Ok::<_, Error>(f(mr)))
 }
 
 /// Registers each of `bufs` in `pd` for the call of `f` only:
