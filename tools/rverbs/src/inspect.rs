@@ -21,6 +21,7 @@ pub mod guard;
 pub mod mlx5;
 pub mod res;
 pub mod rings;
+pub mod watch;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -66,6 +67,19 @@ pub struct InspectArgs {
     #[arg(long = "timeout", value_name = "SECS", value_parser = parse_timeout,
           default_value = "30")]
     pub timeout: Duration,
+    /// With --pid: a refreshing view of the process's queues (fill,
+    /// counters, entries consumed per second, the devices' RNR and retry
+    /// counters) until `q` is pressed.
+    #[arg(long = "watch", requires = "pid", conflicts_with_all = ["json", "entries", "qp"])]
+    pub watch: bool,
+    /// With --watch: seconds between refreshes (fractions allowed).
+    #[arg(long = "interval", value_name = "SECS", value_parser = parse_timeout,
+          default_value = "1", requires = "watch")]
+    pub interval: Duration,
+    /// With --watch: stop after N refreshes (for scripts; default: until
+    /// `q`).
+    #[arg(long = "iterations", value_name = "N", value_parser = num::<u64>, requires = "watch")]
+    pub iterations: Option<u64>,
 }
 
 /// `--timeout`: positive seconds, fractions allowed.
@@ -84,6 +98,9 @@ fn parse_timeout(s: &str) -> std::result::Result<Duration, String> {
 /// `--timeout`, within the budget of `--max-queue-bytes` and
 /// `--max-total-bytes`.
 pub fn run(a: &InspectArgs) -> Result<()> {
+    if a.watch {
+        return watch::run(a, a.interval, a.iterations);
+    }
     let what = match a.pid {
         Some(pid) => format!("the inspection of process {pid}"),
         None => "the inspection".to_string(),

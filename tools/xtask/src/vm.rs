@@ -561,6 +561,8 @@ fn prepare_boot(opts: &VmOptions) -> Result<Boot> {
     ensure_tool("ip", "iproute2")?;
     // It makes the NVDIMM of a single guest a device-DAX namespace.
     ensure_tool("ndctl", "ndctl")?;
+    // tests/vm/inspect_watch.sh runs `rverbs inspect --watch` in tmux.
+    ensure_tool("tmux", "tmux")?;
     let _lock = lock_cache()?;
     let kernel = kernel::prepare(&opts.series)?;
     let initrd = initramfs::prepare(&kernel)?;
