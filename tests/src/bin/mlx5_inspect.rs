@@ -627,5 +627,24 @@ fn checks(pid: u32, ready: &str) -> R {
             && only.iter().all(|q| q.get("entries_decoded").is_none()),
         || f.clone(),
     )?;
+    // The watch view (no terminal: two refreshes, then it stops): a row
+    // per mlx5 queue, QP a's SQ and RQ among them.
+    let w = inspect(pid, &["--watch", "--interval", "0.2", "--iterations", "2"])?;
+    let qp_rows = |kind: &str| {
+        w.lines()
+            .filter(|l| {
+                l.starts_with(kind) && l.contains(" mlx5 ") && l.contains(&format!("qp {a:#x} "))
+            })
+            .count()
+    };
+    check(
+        "watch",
+        w.contains(&format!("process {pid} ("))
+            && w.contains("q quits")
+            && w.lines().filter(|l| l.contains(" mlx5 ")).count() >= 4
+            && qp_rows("SQ") >= 1
+            && qp_rows("RQ") >= 1,
+        || w.clone(),
+    )?;
     Ok(())
 }
