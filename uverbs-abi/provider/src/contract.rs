@@ -11,13 +11,15 @@
 //! ALLOC_PD, the extended QUERY_DEVICE, CREATE_AH and the queue creates,
 //! resizes and modifies); the library sends only plain core commands
 //! ([`rverbs_abi::cmd::PlainCmd`]) and the ioctl methods no driver extends.
-//! Each provider object keeps the command fd and kernel handle it acts on. Creation returns a complete object or
-//! fails leaving nothing behind (a kernel object created on the way is
-//! destroyed before the error returns). Each queue holds what it needs to
-//! post (its ring, its doorbell, the command fd where the doorbell is a
-//! system call). Both queue kinds follow the QP's state through the same
-//! hook ([`SendQueue::set_state`], [`RecvQueue::set_state`]), a no-op where
-//! the provider needs none. What a provider does not implement it says
+//! Each provider object keeps the command fd and kernel handle it acts on.
+//! Creation returns a complete object or fails leaving nothing behind (a
+//! kernel object created on the way is destroyed before the error
+//! returns). Each queue holds what it needs to post (its ring, its
+//! doorbell, the command fd where the doorbell is a system call). Both
+//! queue kinds follow the QP's state through the same hook
+//! ([`SendQueue::set_state`], [`RecvQueue::set_state`]) and decide from it
+//! whether a post is allowed ([`QpState::may_post_send`],
+//! [`QpState::may_post_recv`]). What a provider does not implement it says
 //! through [`Provider::supports`], before any command is sent.
 
 use std::fmt;

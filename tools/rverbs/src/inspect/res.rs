@@ -59,7 +59,16 @@ impl Owner {
 pub fn comm_of(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
-        .map(|s| s.trim_end_matches('\n').to_string())
+        .map(|s| printable(s.trim_end_matches('\n')))
+}
+
+/// `s` with every control character replaced by `?`: text a process
+/// chose (its name) must not move a terminal's cursor or change its
+/// state when printed.
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// A queue pair.

@@ -295,8 +295,8 @@ pub fn run(a: &InspectArgs, interval: Duration, iterations: Option<u64>) -> Resu
             .into_iter()
             .map(|d| (d.clone(), counters(&d)))
             .collect();
-        let comm = v["comm"].as_str().unwrap_or("?");
-        let text = screen(pid, comm, interval, &rows, &rates, &cs);
+        let comm = super::res::printable(v["comm"].as_str().unwrap_or("?"));
+        let text = screen(pid, &comm, interval, &rows, &rates, &cs);
         // Clear the screen, cursor home, the view; \r\n: the terminal's
         // output processing may be off.
         let _ = write!(stdout, "\x1b[H\x1b[2J{}", text.replace('\n', "\r\n"));
@@ -365,6 +365,14 @@ mod tests {
         assert!(s.contains("100%"), "the mlx5 RQ is full: {s}");
         assert!(s.contains("600"), "{s}");
         assert!(s.contains("rxe0 port 1: rcvd_rnr_err 5"), "{s}");
+    }
+
+    /// A process named with escape sequences cannot drive the terminal.
+    #[test]
+    fn process_names_are_printed_inert() {
+        let name = super::super::res::printable("evil\x1b[2J\x07\u{9b}31m");
+        assert_eq!(name, "evil?[2J??31m");
+        assert!(!name.chars().any(char::is_control));
     }
 
     #[test]
