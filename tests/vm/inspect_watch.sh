@@ -36,17 +36,6 @@ fail() {
     failed=1
 }
 
-wait_rts() {
-    for _ in $(seq 100); do
-        kill -0 "$1" 2>/dev/null || return 1
-        if rdma res show qp 2>/dev/null | grep " pid $1 " | grep -q "state RTS"; then
-            return 0
-        fi
-        sleep 0.1
-    done
-    return 1
-}
-
 cmd=(ibv_rc_pingpong -d "$dev" -g 1 -n 100000000 -p "$port")
 "${cmd[@]}" >"$work/server" 2>&1 &
 pids+=($!)

@@ -62,3 +62,15 @@ run_cm_pair() {
     kill "$spid" 2>/dev/null
     wait "$spid" || SERVER_RC=$?
 }
+
+# Waits (up to ~10 s) until process $1 owns a QP in RTS, per iproute2.
+wait_rts() {
+    for _ in $(seq 100); do
+        kill -0 "$1" 2>/dev/null || return 1
+        if rdma res show qp 2>/dev/null | grep " pid $1 " | grep -q "state RTS"; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    return 1
+}
