@@ -110,13 +110,6 @@ pub struct Cq {
     handle: u32,
 }
 
-impl Cq {
-    /// The ring.
-    pub fn ring(&self) -> &cq::Cq {
-        &self.ring
-    }
-}
-
 impl rverbs_provider::CompletionQueue for Cq {
     #[inline]
     fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {

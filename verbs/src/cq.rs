@@ -359,7 +359,7 @@ impl Cq {
     /// On mlx5 this is no system call: the provider writes the CQ's
     /// doorbell record and UAR register.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
-        arm_ring(&self.ring, solicited_only)
+        self.ring.arm(solicited_only)
     }
 
     /// Resizes the CQ to at least `cqe` entries; unpolled completions are kept.
@@ -399,10 +399,6 @@ fn poll_ring(ring: &mut crate::provider::Cq, wc: &mut [Wc]) -> Result<usize> {
         Ok(raw) => ring.poll_wcs(raw),
         Err(_) => unreachable!("[Wc] and [RawWc] have one layout"),
     }
-}
-
-fn arm_ring(ring: &crate::provider::Cq, solicited_only: bool) -> Result<()> {
-    ring.arm(solicited_only)
 }
 
 /// The three steps of waiting for completions through a channel.
@@ -450,7 +446,7 @@ impl Waiter for BlockingWaiter<'_, '_> {
         poll_ring(self.ring, self.wc)
     }
     fn arm(&mut self) -> Result<()> {
-        arm_ring(self.ring, false)
+        self.ring.arm(false)
     }
     fn wait(&mut self) -> Result<bool> {
         let left = self

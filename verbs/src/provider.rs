@@ -136,6 +136,16 @@ pub(crate) fn post_failed(index: usize, error: PostError) -> Error {
     Error::Post { index, error }
 }
 
+/// A provider's post result as the library's, inlined into each
+/// per-provider post function below.
+#[inline(always)]
+fn posted(r: std::result::Result<(), (usize, PostError)>) -> Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err((index, error)) => Err(post_failed(index, error)),
+    }
+}
+
 impl SendQueue {
     /// Posts the chain `wrs` ([`SendQueueOps::post`]).
     #[inline(always)]
@@ -172,19 +182,13 @@ impl SendQueue {
 /// [`SendQueue::post_wrs`] on one provider's queue.
 #[inline(never)]
 fn post_send_on<Q: SendQueueOps>(q: &mut Q, wrs: &[SendWr<'_>]) -> Result<()> {
-    match q.post(wrs) {
-        Ok(()) => Ok(()),
-        Err((index, error)) => Err(post_failed(index, error)),
-    }
+    posted(q.post(wrs))
 }
 
 /// [`SendQueue::post_batch_wrs`] on one provider's queue.
 #[inline(never)]
 fn post_batch_on<Q: SendQueueOps>(q: &mut Q, batch: &SendBatch, wrs: &[BatchWr]) -> Result<()> {
-    match q.post_batch(batch, wrs) {
-        Ok(()) => Ok(()),
-        Err((index, error)) => Err(post_failed(index, error)),
-    }
+    posted(q.post_batch(batch, wrs))
 }
 
 impl RecvQueue {
@@ -206,10 +210,7 @@ impl RecvQueue {
 /// [`RecvQueue::post_wrs`] (and [`Srq::post_wrs`]) on one provider's queue.
 #[inline(never)]
 fn post_recv_on<Q: RecvQueueOps>(q: &mut Q, wrs: &[RecvWr<'_>]) -> Result<()> {
-    match q.post(wrs) {
-        Ok(()) => Ok(()),
-        Err((index, error)) => Err(post_failed(index, error)),
-    }
+    posted(q.post(wrs))
 }
 
 impl Srq {
@@ -235,10 +236,7 @@ impl Srq {
 /// [`Srq::post_wrs`] on one provider's SRQ.
 #[inline(never)]
 fn post_srq_on<S: SharedRecvQueue>(s: &mut S, wrs: &[RecvWr<'_>]) -> Result<()> {
-    match s.post(wrs) {
-        Ok(()) => Ok(()),
-        Err((index, error)) => Err(post_failed(index, error)),
-    }
+    posted(s.post(wrs))
 }
 
 /// A created CQ: the kernel's answer, the ring, what outlives the ring.
