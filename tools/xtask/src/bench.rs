@@ -37,7 +37,9 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use crate::callgrind::callgrind_total;
+use crate::charts::{self, Axes, Bar, Line, Mark, OURS, THEIRS};
 use crate::linkage;
+use crate::sweepbench::{self, Points, Sweep};
 use crate::util::{self, cargo_bin, print_line, shell_quote, workspace_root};
 use crate::vm::{self, VmOptions};
 use crate::{regbench, scalebench};
@@ -69,8 +71,8 @@ impl Target {
     }
 }
 /// The device and GID index everything runs on.
-const DEVICE: &str = "rxe0";
-const GID_INDEX: &str = "1";
+pub(crate) const DEVICE: &str = "rxe0";
+pub(crate) const GID_INDEX: &str = "1";
 /// Time limit of one probe under valgrind and of one perf process.
 const PROBE_LIMIT_SECS: u32 = 600;
 const PERF_LIMIT_SECS: u32 = 120;
@@ -95,8 +97,11 @@ pub struct BenchOptions {
     pub repeats: u32,
     /// Measured iterations of each instruction-count probe.
     pub probe_iters: u32,
-    /// Skip the perftest comparison.
+    /// Skip the perftest comparison (fixed sizes and sweeps).
     pub skip_perf: bool,
+    /// Skip the message-size sweeps behind the latency and bandwidth
+    /// charts.
+    pub skip_sweeps: bool,
     /// Only the mlx5 probes on the host: no VM, no report file.
     pub mlx5_only: bool,
     /// The command line, for the report.
@@ -107,6 +112,8 @@ pub struct BenchOptions {
 struct Probe {
     mode: &'static str,
     what: &'static str,
+    /// The chart's row label (per operation: per WR for the chains).
+    short: &'static str,
     /// Work requests per measured iteration.
     wrs: u32,
     /// The target on rxe (the batch probe has none there: rxe posts a
@@ -119,6 +126,7 @@ struct Probe {
 const PROBES: &[Probe] = &[
     Probe {
         mode: "send",
+        short: "SEND + poll",
         what: "post_send of one signaled 64 B SEND + the poll that returns its completion",
         wrs: 1,
         rxe: Target::Ratio(0.6),
@@ -126,6 +134,7 @@ const PROBES: &[Probe] = &[
     },
     Probe {
         mode: "write32",
+        short: "WRITE x32 chain, per WR",
         what: "post_send of a chain of 32 x 64 B RDMA WRITE (last one signaled) + the poll that returns its completion",
         wrs: 32,
         rxe: Target::Ratio(0.6),
@@ -133,6 +142,7 @@ const PROBES: &[Probe] = &[
     },
     Probe {
         mode: "batch32",
+        short: "WRITE x32 batch, per WR",
         what: "32 x 64 B RDMA WRITE (last one signaled) + the poll that returns its completion: rverbs post_send_batch, rdma-core the write32 chain (it has no batch call)",
         wrs: 32,
         rxe: Target::Info,
@@ -140,6 +150,7 @@ const PROBES: &[Probe] = &[
     },
     Probe {
         mode: "recv",
+        short: "RECV + poll",
         what: "post_recv of one 64 B receive + the poll that returns its completion",
         wrs: 1,
         rxe: Target::Info,
@@ -149,13 +160,13 @@ const PROBES: &[Probe] = &[
 
 /// The two sides of every comparison.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Tool {
+pub(crate) enum Tool {
     Rverbs,
     RdmaCore,
 }
 
 impl Tool {
-    fn tag(self) -> &'static str {
+    pub(crate) fn tag(self) -> &'static str {
         match self {
             Tool::Rverbs => "rverbs",
             Tool::RdmaCore => "rdma-core",
@@ -165,7 +176,7 @@ impl Tool {
 
 /// Bandwidth or latency.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Bw,
     Lat,
 }
@@ -381,6 +392,7 @@ fn payload(
     b: &Binaries,
     out: &Path,
     cases: Option<&[PerfCase]>,
+    sweeps: &[Sweep],
 ) -> Result<String> {
     let q = |p: &Path| util::shell_quote_os(p.as_os_str());
     let mut s = String::new();
@@ -451,24 +463,59 @@ fn payload(
                     c.size,
                     r + 1
                 )?;
-                writeln!(
-                    s,
-                    "timeout {PERF_LIMIT_SECS} {cmd} >\"$OUT/{name}.server\" 2>\"$OUT/{name}.server.err\" &"
-                )?;
-                writeln!(s, "spid=$!")?;
-                writeln!(s, "wait_listen {port}")?;
-                writeln!(
-                    s,
-                    "timeout {PERF_LIMIT_SECS} {cmd} 127.0.0.1 >\"$OUT/{name}.client\" 2>\"$OUT/{name}.client.err\"; crc=$?"
-                )?;
-                // A client that failed leaves nobody to end the server.
-                writeln!(s, "[ $crc = 0 ] || kill $spid 2>/dev/null")?;
-                writeln!(s, "wait $spid; src=$?")?;
-                writeln!(s, "echo \"$crc $src\" >\"$OUT/{name}.status\"")?;
+                server_client(&mut s, &name, &cmd, port, PERF_LIMIT_SECS)?;
             }
         }
     }
+    sweepbench::payload(&mut s, &q(&b.rverbs)?, sweeps)?;
     Ok(s)
+}
+
+/// Appends the guest commands of one timed run: `cmd` as the server on
+/// `port` (in the background), then as the client of 127.0.0.1 once the
+/// server listens, each under `limit` seconds; their output goes to
+/// `$OUT/NAME.{server,client}[.err]`, their exit statuses to
+/// `$OUT/NAME.status`.
+pub(crate) fn server_client(
+    s: &mut String,
+    name: &str,
+    cmd: &str,
+    port: u16,
+    limit: u32,
+) -> Result<()> {
+    writeln!(
+        s,
+        "timeout {limit} {cmd} >\"$OUT/{name}.server\" 2>\"$OUT/{name}.server.err\" &"
+    )?;
+    writeln!(s, "spid=$!")?;
+    writeln!(s, "wait_listen {port}")?;
+    writeln!(
+        s,
+        "timeout {limit} {cmd} 127.0.0.1 >\"$OUT/{name}.client\" 2>\"$OUT/{name}.client.err\"; crc=$?"
+    )?;
+    // A client that failed leaves nobody to end the server.
+    writeln!(s, "[ $crc = 0 ] || kill $spid 2>/dev/null")?;
+    writeln!(s, "wait $spid; src=$?")?;
+    writeln!(s, "echo \"$crc $src\" >\"$OUT/{name}.status\"")?;
+    Ok(())
+}
+
+/// The client's output of the run `name` (see [`server_client`]), or,
+/// if either side failed, why.
+pub(crate) fn client_output(out: &Path, name: &str) -> Result<String> {
+    let read = |ext: &str| std::fs::read_to_string(out.join(format!("{name}.{ext}")));
+    let status = read("status").unwrap_or_default();
+    if status.split_whitespace().collect::<Vec<_>>() != ["0", "0"] {
+        let err = read("client.err").unwrap_or_default() + &read("server.err").unwrap_or_default();
+        bail!(
+            "exit statuses (client, server) {:?}: {}",
+            status.trim(),
+            err.lines()
+                .rfind(|l| !l.trim().is_empty())
+                .unwrap_or("no message")
+        );
+    }
+    Ok(read("client").unwrap_or_default())
 }
 
 /// Runs both probes of every mode under callgrind on the host, against
@@ -572,27 +619,16 @@ fn read_probe(out: &Path, family: &str, tool: Tool, p: &Probe, iters: u32) -> Re
 /// One timed result: bandwidth (MB/s) and message rate (Mpps), or the
 /// typical and average latency (usec).
 #[derive(Clone, Copy, Debug)]
-struct Sample {
-    a: f64,
-    b: f64,
+pub(crate) struct Sample {
+    /// Bandwidth (MB/s) or typical latency (usec).
+    pub(crate) a: f64,
+    /// Message rate (Mpps) or average latency (usec).
+    pub(crate) b: f64,
 }
 
 /// Reads the client's figures of run `repeat` of case number `index`.
 fn read_perf(out: &Path, index: usize, case: &PerfCase, tool: Tool, repeat: u32) -> Result<Sample> {
-    let name = perf_name(index, tool, repeat);
-    let read = |ext: &str| std::fs::read_to_string(out.join(format!("{name}.{ext}")));
-    let status = read("status").unwrap_or_default();
-    if status.split_whitespace().collect::<Vec<_>>() != ["0", "0"] {
-        let err = read("client.err").unwrap_or_default() + &read("server.err").unwrap_or_default();
-        bail!(
-            "exit statuses (client, server) {:?}: {}",
-            status.trim(),
-            err.lines()
-                .rfind(|l| !l.trim().is_empty())
-                .unwrap_or("no message")
-        );
-    }
-    let client = read("client").unwrap_or_default();
+    let client = client_output(out, &perf_name(index, tool, repeat))?;
     let s = match tool {
         Tool::Rverbs => parse_rverbs(&client, case.kind),
         Tool::RdmaCore => parse_perftest(&client, case.kind),
@@ -603,7 +639,7 @@ fn read_perf(out: &Path, index: usize, case: &PerfCase, tool: Tool, repeat: u32)
 /// A sample whose figures are not all positive measured nothing (perftest
 /// once printed a row of 0.00 for a run that exited 0): it is a failed
 /// repeat, not a ratio of infinity.
-fn measured(s: Sample) -> Result<Sample> {
+pub(crate) fn measured(s: Sample) -> Result<Sample> {
     if !(s.a.is_finite() && s.b.is_finite() && s.a > 0.0 && s.b > 0.0) {
         bail!(
             "the run exited 0 but reported no measurement ({} / {})",
@@ -616,57 +652,100 @@ fn measured(s: Sample) -> Result<Sample> {
 
 /// `rverbs perf --json`: the first result object.
 fn parse_rverbs(stdout: &str, kind: Kind) -> Result<Sample> {
+    first(parse_rverbs_rows(stdout, kind)?)
+}
+
+/// perftest's result table: the first row of numbers after the `#bytes`
+/// header.
+fn parse_perftest(stdout: &str, kind: Kind) -> Result<Sample> {
+    first(parse_perftest_rows(stdout, kind)?)
+}
+
+fn first(rows: Vec<(u64, Sample)>) -> Result<Sample> {
+    rows.into_iter()
+        .next()
+        .map(|(_, s)| s)
+        .context("no result row")
+}
+
+/// `rverbs perf --json`: every result object, as (message size, figures).
+pub(crate) fn parse_rverbs_rows(stdout: &str, kind: Kind) -> Result<Vec<(u64, Sample)>> {
     let start = stdout
         .find('{')
         .context("no JSON document in rverbs perf's output")?;
     let doc: Value =
         serde_json::from_str(stdout[start..].trim()).context("rverbs perf printed bad JSON")?;
-    let r = &doc["results"][0];
-    let f = |k: &str| {
-        r[k].as_f64()
-            .with_context(|| format!("rverbs perf's JSON has no number `{k}`"))
-    };
-    Ok(match kind {
-        Kind::Bw => Sample {
-            a: f("bw_average")?,
-            b: f("msg_rate_mpps")?,
-        },
-        Kind::Lat => Sample {
-            a: f("t_typical_usec")?,
-            b: f("t_avg_usec")?,
-        },
-    })
+    let rows = doc["results"]
+        .as_array()
+        .context("rverbs perf's JSON has no `results` array")?;
+    if rows.is_empty() {
+        bail!("rverbs perf's JSON has no result row");
+    }
+    rows.iter()
+        .map(|r| {
+            let f = |k: &str| {
+                r[k].as_f64()
+                    .with_context(|| format!("rverbs perf's JSON has no number `{k}`"))
+            };
+            let bytes = r["bytes"]
+                .as_u64()
+                .context("rverbs perf's JSON has no size `bytes`")?;
+            let s = match kind {
+                Kind::Bw => Sample {
+                    a: f("bw_average")?,
+                    b: f("msg_rate_mpps")?,
+                },
+                Kind::Lat => Sample {
+                    a: f("t_typical_usec")?,
+                    b: f("t_avg_usec")?,
+                },
+            };
+            Ok((bytes, s))
+        })
+        .collect()
 }
 
-/// perftest's result table: the line of numbers after the `#bytes` header.
-fn parse_perftest(stdout: &str, kind: Kind) -> Result<Sample> {
+/// perftest's result table: every row of numbers after the `#bytes`
+/// header (one per size of an `-a` sweep), as (message size, figures).
+pub(crate) fn parse_perftest_rows(stdout: &str, kind: Kind) -> Result<Vec<(u64, Sample)>> {
     let mut lines = stdout
         .lines()
         .skip_while(|l| !l.trim_start().starts_with("#bytes"));
     lines
         .next()
         .context("no result table in perftest's output")?;
-    let row = lines
+    let rows: Vec<Vec<&str>> = lines
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .find(|w| !w.is_empty() && w[0].chars().all(|c| c.is_ascii_digit()))
-        .context("no result row in perftest's output")?;
-    let num = |i: usize| -> Result<f64> {
-        row.get(i)
-            .and_then(|w| w.parse().ok())
-            .with_context(|| format!("perftest's result row {row:?} has no column {i}"))
-    };
-    Ok(match kind {
-        // bytes, iterations, BW peak, BW average, MsgRate
-        Kind::Bw => Sample {
-            a: num(3)?,
-            b: num(4)?,
-        },
-        // bytes, iterations, t_min, t_max, t_typical, t_avg, ...
-        Kind::Lat => Sample {
-            a: num(4)?,
-            b: num(5)?,
-        },
-    })
+        .filter(|w| !w.is_empty() && w[0].chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    if rows.is_empty() {
+        bail!("no result row in perftest's output");
+    }
+    rows.iter()
+        .map(|row| {
+            let num = |i: usize| -> Result<f64> {
+                row.get(i)
+                    .and_then(|w| w.parse().ok())
+                    .with_context(|| format!("perftest's result row {row:?} has no column {i}"))
+            };
+            let bytes = row[0]
+                .parse::<u64>()
+                .with_context(|| format!("perftest's result row {row:?}: size"))?;
+            let s = match kind {
+                // bytes, iterations, BW peak, BW average, MsgRate
+                Kind::Bw => Sample {
+                    a: num(3)?,
+                    b: num(4)?,
+                },
+                // bytes, iterations, t_min, t_max, t_typical, t_avg, ...
+                Kind::Lat => Sample {
+                    a: num(4)?,
+                    b: num(5)?,
+                },
+            };
+            Ok((bytes, s))
+        })
+        .collect()
 }
 
 /// Minimum, median and maximum of `v` (which must not be empty).
@@ -813,8 +892,294 @@ struct ControlRows {
     scale: scalebench::Rows,
 }
 
+/// Where the charts go, relative to the report: in a run
+/// `target/bench/docs/bench/`, in the repository `docs/bench/` next to
+/// BENCHMARKS.md, so the report's links work in both.
+const CHARTS_DIR: &str = "docs/bench";
+
+/// A chart of the run: the report's image line, or why it was not drawn.
+type Chart = std::result::Result<String, String>;
+
+/// One sweep's figures, both tools.
+struct SweepResult {
+    sweep: Sweep,
+    ours: Result<Points>,
+    theirs: Result<Points>,
+}
+
+/// The run's charts.
+struct Charts {
+    /// Instructions per operation, every probe on both providers.
+    insns: Chart,
+    /// The control path: instructions, then time, per object over N.
+    scale: [Chart; 2],
+    /// One per sweep, in the sweeps' order.
+    sweeps: Vec<Chart>,
+}
+
+/// Draws one chart into `dir`/[`CHARTS_DIR`]/`stem`.svg with `f`.
+fn draw(dir: &Path, stem: &str, title: &str, f: impl FnOnce(&Path) -> Result<()>) -> Chart {
+    let path = dir.join(CHARTS_DIR).join(format!("{stem}.svg"));
+    match f(&path) {
+        Ok(()) => Ok(format!("![{title}]({CHARTS_DIR}/{stem}.svg)")),
+        Err(e) => Err(format!("chart \"{title}\" not drawn: {e:#}")),
+    }
+}
+
+/// The instruction chart's rows: per operation (per WR for the chains),
+/// both sides, and the target where the probe has one.
+fn insn_bars(family: &str, probes: &[ProbeResult<'_>], mlx5: bool) -> Vec<Bar> {
+    probes
+        .iter()
+        .map(|(p, ours, theirs)| {
+            let per = f64::from(p.wrs.max(1));
+            let theirs = theirs.as_ref().ok().map(|v| v / per);
+            let target = match if mlx5 { p.mlx5 } else { p.rxe } {
+                Target::Info => None,
+                Target::Ratio(t) => theirs.map(|v| v * t),
+                Target::PerWr(t) => Some(t),
+            };
+            Bar {
+                label: format!("{family} {}", p.short),
+                ours: ours.as_ref().ok().map(|v| v / per),
+                theirs,
+                target,
+            }
+        })
+        .collect()
+}
+
+/// Draws every chart of the run into `dir` (the report's folder), after
+/// removing the charts of an earlier run.
+fn draw_charts(
+    dir: &Path,
+    probes: &[ProbeResult<'_>],
+    mlx5: &Result<Vec<ProbeResult<'_>>>,
+    control: &ControlRows,
+    sweeps: &[SweepResult],
+) -> Result<Charts> {
+    let charts_dir = dir.join(CHARTS_DIR);
+    if charts_dir.exists() {
+        std::fs::remove_dir_all(&charts_dir)
+            .with_context(|| format!("removing {}", charts_dir.display()))?;
+    }
+    std::fs::create_dir_all(&charts_dir)
+        .with_context(|| format!("creating {}", charts_dir.display()))?;
+    let mut rows = insn_bars("rxe", probes, false);
+    if let Ok(m) = mlx5 {
+        rows.extend(insn_bars("mlx5", m, true));
+    }
+    let insns = draw(
+        dir,
+        "instructions",
+        "User-space instructions per operation (callgrind)",
+        |p| {
+            charts::bars(
+                p,
+                "User-space instructions per operation (callgrind)",
+                "instructions per operation (post + poll)",
+                ["rverbs", "rdma-core (librxe, libmlx5)"],
+                &rows,
+            )
+        },
+    );
+    let scale_lines = |f: fn(&scalebench::Side) -> f64| -> Vec<Line> {
+        let mut v = Vec::new();
+        for (case, mark) in scalebench::CASES.iter().zip([Mark::Circle, Mark::Triangle]) {
+            for (k, (tool, color)) in [("rverbs", OURS), ("rdma-core", THEIRS)]
+                .into_iter()
+                .enumerate()
+            {
+                let points = control
+                    .scale
+                    .iter()
+                    .filter(|(label, _, _)| *label == case.1)
+                    .filter_map(|(_, n, r)| {
+                        let (a, b) = r.as_ref().ok()?;
+                        Some((u64::from(*n), f(if k == 0 { a } else { b })))
+                    })
+                    .collect();
+                v.push(Line {
+                    label: format!("{}, {tool}", case.1),
+                    points,
+                    color,
+                    mark,
+                });
+            }
+        }
+        v
+    };
+    let scale = [
+        (
+            "scale-instructions",
+            "Control path: instructions per object (callgrind)",
+            "instructions per object",
+            scale_lines(|s| s.insns),
+        ),
+        (
+            "scale-time",
+            "Control path: time per object (rxe under TCG)",
+            "usec per object",
+            scale_lines(|s| s.us),
+        ),
+    ]
+    .map(|(stem, title, y, lines)| {
+        draw(dir, stem, title, |p| {
+            let axes = Axes {
+                title,
+                x: "objects (N)",
+                y,
+                x_bytes: false,
+                y_log: true,
+            };
+            charts::lines(p, &axes, &lines)
+        })
+    });
+    let sweeps = sweeps
+        .iter()
+        .map(|r| {
+            let (what, y) = match r.sweep.kind {
+                Kind::Bw => ("bandwidth", "MB/s (average)"),
+                Kind::Lat => ("latency", "typical latency (usec)"),
+            };
+            let title = format!(
+                "{}: {what} over message size (rxe under TCG)",
+                r.sweep.test()
+            );
+            let line = |label: &str, pts: &Result<Points>, color, mark| Line {
+                label: match pts {
+                    Ok(_) => label.into(),
+                    Err(_) => format!("{label} (failed)"),
+                },
+                points: pts
+                    .as_ref()
+                    .map(|v| v.iter().map(|(n, s)| (*n, s.a)).collect())
+                    .unwrap_or_default(),
+                color,
+                mark,
+            };
+            let lines = [
+                line("rverbs perf", &r.ours, OURS, Mark::Circle),
+                line("perftest", &r.theirs, THEIRS, Mark::Triangle),
+            ];
+            draw(dir, &r.sweep.stem(), &title, |p| {
+                let axes = Axes {
+                    title: &title,
+                    x: "message size (bytes)",
+                    y,
+                    x_bytes: true,
+                    y_log: true,
+                };
+                charts::lines(p, &axes, &lines)
+            })
+        })
+        .collect();
+    Ok(Charts {
+        insns,
+        scale,
+        sweeps,
+    })
+}
+
+/// Writes a chart's image line, or its failure (and clears `ok`).
+fn chart_line(w: &mut impl FnMut(&str), chart: &Chart, ok: &mut bool) {
+    match chart {
+        Ok(line) => w(line),
+        Err(e) => {
+            *ok = false;
+            w(&format!("({e})"));
+        }
+    }
+}
+
+/// The sweeps' section: a summary row per sweep and its chart.
+fn sweep_section(
+    w: &mut impl FnMut(&str),
+    sweeps: &[SweepResult],
+    charts: &[Chart],
+    ok: &mut bool,
+) {
+    w("### Over message sizes (`-a` sweeps)");
+    w("");
+    w(&format!(
+        "`rverbs perf ... -a` and perftest's `ib_* -a`: every power of two from 2 B to \
+         {} MiB, one run per tool (alternating which goes first), the same options on both \
+         sides (bandwidth: `-t 64 -Q 16`). Timings are TCG's: compare the two lines, not the \
+         absolute figures. The ratio columns are over the sizes both tools measured (bandwidth: \
+         ours / perftest's, > 1 faster; latency: typical, ours / perftest's, < 1 faster).",
+        sweepbench::MAX_SIZE >> 20
+    ));
+    w("");
+    w("| Test | Iterations per size | Sizes | ratio min / median / max over sizes | at 2 B | at 4 KiB | at 8 MiB |");
+    w("|---|---:|---:|---|---:|---:|---:|");
+    let mut failures = Vec::new();
+    for r in sweeps {
+        let test = r.sweep.test();
+        match (&r.ours, &r.theirs) {
+            (Ok(o), Ok(t)) => {
+                let ratios: Vec<(u64, f64)> = o
+                    .iter()
+                    .filter_map(|(n, a)| {
+                        let (_, b) = t.iter().find(|(m, _)| m == n)?;
+                        Some((*n, a.a / b.a))
+                    })
+                    .collect();
+                if ratios.is_empty() {
+                    *ok = false;
+                    w(&format!(
+                        "| {test} | {} | 0 | no size in common | - | - | - |",
+                        r.sweep.iters
+                    ));
+                    continue;
+                }
+                let v: Vec<f64> = ratios.iter().map(|r| r.1).collect();
+                let (a, b, c) = min_med_max(&v);
+                let at = |n: u64| {
+                    ratios
+                        .iter()
+                        .find(|r| r.0 == n)
+                        .map_or("-".to_string(), |r| format!("{:.2}", r.1))
+                };
+                w(&format!(
+                    "| {test} | {} | {} | {a:.2} / **{b:.2}** / {c:.2} | {} | {} | {} |",
+                    r.sweep.iters,
+                    ratios.len(),
+                    at(2),
+                    at(4096),
+                    at(sweepbench::MAX_SIZE)
+                ));
+            }
+            (o, t) => {
+                *ok = false;
+                w(&format!(
+                    "| {test} | {} | - | failed | - | - | - |",
+                    r.sweep.iters
+                ));
+                for (tool, e) in [("rverbs", o), ("perftest", t)] {
+                    if let Err(e) = e {
+                        failures.push(format!("{test}, {tool}: {e:#}"));
+                    }
+                }
+            }
+        }
+    }
+    if !failures.is_empty() {
+        w("");
+        w("Failed sweeps:");
+        w("");
+        for f in &failures {
+            w(&format!("- {f}"));
+        }
+    }
+    for c in charts {
+        w("");
+        chart_line(w, c, ok);
+    }
+}
+
 /// The markdown report. Returns it and whether every target was met and
 /// every run succeeded.
+#[allow(clippy::too_many_arguments)]
 fn report(
     opts: &BenchOptions,
     env: &Environment,
@@ -823,6 +1188,8 @@ fn report(
     mlx5: &Result<Vec<ProbeResult<'_>>>,
     perf: Option<&[(PerfCase, PerfResult)]>,
     perf_note: &str,
+    sweeps: &[SweepResult],
+    charts: &Charts,
 ) -> (String, bool) {
     let mut ok = true;
     let mut md = String::new();
@@ -888,6 +1255,10 @@ fn report(
     if !scalebench::table(&mut w, &control.scale) {
         ok = false;
     }
+    for c in &charts.scale {
+        w("");
+        chart_line(&mut w, c, &mut ok);
+    }
     w("");
     w("### The same on the emulated ConnectX-5 (mlx5, callgrind)");
     w("");
@@ -915,6 +1286,13 @@ fn report(
             w(&format!("Failed: {e:#}"));
         }
     }
+    w("");
+    w(
+        "Both providers' counts per operation (per work request for the chains and the \
+       batch), the target marked where a probe has one:",
+    );
+    w("");
+    chart_line(&mut w, &charts.insns, &mut ok);
     w("");
     w("### Bandwidth, message rate and latency (`rverbs perf` vs perftest)");
     w("");
@@ -1052,6 +1430,10 @@ fn report(
             w(&format!("- {f}"));
         }
     }
+    if !sweeps.is_empty() {
+        w("");
+        sweep_section(&mut w, sweeps, &charts.sweeps, &mut ok);
+    }
     (md, ok)
 }
 
@@ -1107,12 +1489,27 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         say!("raw results in {}", run_dir.display());
         return Ok(ok);
     }
-    let script = payload(opts, &bins, &run_dir, with_perf.then_some(&cases[..]))?;
+    let sweeps = if with_perf && !opts.skip_sweeps {
+        sweepbench::sweeps()
+    } else {
+        Vec::new()
+    };
+    let script = payload(
+        opts,
+        &bins,
+        &run_dir,
+        with_perf.then_some(&cases[..]),
+        &sweeps,
+    )?;
     say!(
         "running {} probes{} in one VM (results in {})",
         PROBES.len() * 2,
         if with_perf {
-            format!(" and {} perf runs", cases.len() * 2 * opts.repeats as usize)
+            format!(
+                " and {} perf runs, {} sweeps",
+                cases.len() * 2 * opts.repeats as usize,
+                sweeps.len() * 2
+            )
         } else {
             String::new()
         },
@@ -1163,6 +1560,17 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         reg: regbench::read(&run_dir),
         scale: scalebench::read(&run_dir),
     };
+    let sweeps: Vec<SweepResult> = sweeps
+        .into_iter()
+        .enumerate()
+        .map(|(i, sweep)| SweepResult {
+            ours: sweepbench::read(&run_dir, i, &sweep, Tool::Rverbs),
+            theirs: sweepbench::read(&run_dir, i, &sweep, Tool::RdmaCore),
+            sweep,
+        })
+        .collect();
+    let report_dir = target.join("bench");
+    let charts = draw_charts(&report_dir, &probes, &mlx5, &control, &sweeps)?;
     let (md, met) = report(
         opts,
         &env,
@@ -1171,8 +1579,10 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         &mlx5,
         perf.as_deref(),
         &perf_note,
+        &sweeps,
+        &charts,
     );
-    let path = target.join("bench").join("BENCHMARKS.md");
+    let path = report_dir.join("BENCHMARKS.md");
     util::write_atomic(&path, md.as_bytes())?;
     print_line("");
     for line in md.lines() {
@@ -1237,6 +1647,140 @@ mod tests {
         assert_eq!((s.a, s.b), (0.9, 0.0147));
         assert!(parse_rverbs(doc, Kind::Lat).is_err());
         assert!(parse_rverbs("oops", Kind::Bw).is_err());
+    }
+
+    /// A run's figures as the report sees them: every probe, the scale
+    /// rows, two sweeps (one failed on perftest's side).
+    fn sample_run() -> (Vec<ProbeResult<'static>>, ControlRows, Vec<SweepResult>) {
+        let probes: Vec<ProbeResult<'static>> = PROBES
+            .iter()
+            .map(|p| {
+                (
+                    p,
+                    Ok(200.0 * f64::from(p.wrs)),
+                    Ok(260.0 * f64::from(p.wrs)),
+                )
+            })
+            .collect();
+        let side = |insns, us| scalebench::Side { insns, us };
+        let scale = scalebench::CASES
+            .iter()
+            .flat_map(|c| {
+                scalebench::COUNTS.iter().map(|&n| {
+                    let k = if c.0 == "qp" { 1.0 } else { 0.1 };
+                    let r = side(4600.0 * k, 360.0 * k);
+                    (c.1, n, Ok((r, side(r.insns * 0.98, r.us * 1.02))))
+                })
+            })
+            .collect();
+        let pts = |f: f64| -> Points {
+            (1..=23)
+                .map(|i| {
+                    (
+                        1u64 << i,
+                        Sample {
+                            a: f * f64::from(i),
+                            b: 1.0,
+                        },
+                    )
+                })
+                .collect()
+        };
+        let sweeps = vec![
+            SweepResult {
+                sweep: sweepbench::sweeps().remove(0),
+                ours: Ok(pts(1.0)),
+                theirs: Ok(pts(1.1)),
+            },
+            SweepResult {
+                sweep: sweepbench::sweeps().remove(2),
+                ours: Ok(pts(1.0)),
+                theirs: Err(anyhow::anyhow!("exit statuses (client, server) \"1 0\"")),
+            },
+        ];
+        let control = ControlRows {
+            reg: Vec::new(),
+            scale,
+        };
+        (probes, control, sweeps)
+    }
+
+    #[test]
+    fn the_report_links_every_chart_the_run_drew() {
+        let dir = std::env::temp_dir().join(format!("bench-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let (probes, control, sweeps) = sample_run();
+        let mlx5 = Ok(probes
+            .iter()
+            .map(|(p, a, b)| (*p, Ok(*a.as_ref().unwrap()), Ok(*b.as_ref().unwrap())))
+            .collect::<Vec<_>>());
+        // A stale chart of an earlier run must not survive.
+        std::fs::create_dir_all(dir.join(CHARTS_DIR)).unwrap();
+        std::fs::write(dir.join(CHARTS_DIR).join("old.svg"), "<svg/>").unwrap();
+        let charts = draw_charts(&dir, &probes, &mlx5, &control, &sweeps).unwrap();
+        assert!(!dir.join(CHARTS_DIR).join("old.svg").exists());
+        let opts = BenchOptions {
+            vm: VmOptions {
+                series: "6.1".into(),
+                timeout: std::time::Duration::from_secs(1),
+            },
+            repeats: 1,
+            probe_iters: 1,
+            skip_perf: false,
+            skip_sweeps: false,
+            mlx5_only: false,
+            command_line: "cargo xtask bench".into(),
+        };
+        let env = Environment {
+            date: "d".into(),
+            kernel: "k".into(),
+            valgrind: "v".into(),
+            rdma_core: "r".into(),
+            perftest: "p".into(),
+        };
+        let (md, ok) = report(
+            &opts,
+            &env,
+            &probes,
+            &control,
+            &mlx5,
+            Some(&[]),
+            "",
+            &sweeps,
+            &charts,
+        );
+        // The perftest side of one sweep failed: the run is not ok, and says so.
+        assert!(!ok);
+        assert!(md.contains("| send lat | 64 | - | failed |"), "{md}");
+        assert!(md.contains("send lat, perftest: exit statuses"));
+        // Every chart linked exists, and the drawn ones are all linked.
+        let links: Vec<&str> = md
+            .lines()
+            .filter_map(|l| l.strip_prefix("![")?.split("](").nth(1)?.strip_suffix(')'))
+            .collect();
+        for stem in [
+            "instructions",
+            "scale-instructions",
+            "scale-time",
+            "bw-write",
+            "lat-send",
+        ] {
+            let link = format!("{CHARTS_DIR}/{stem}.svg");
+            assert!(links.contains(&link.as_str()), "{link} not linked");
+            let svg = std::fs::read_to_string(dir.join(&link)).unwrap();
+            assert!(svg.starts_with("<svg"));
+        }
+        assert_eq!(links.len(), 5);
+        let lat = std::fs::read_to_string(dir.join(CHARTS_DIR).join("lat-send.svg")).unwrap();
+        assert!(lat.contains("perftest (failed)"));
+        // The write bw sweep: ours / perftest's is 1/1.1 at every size.
+        assert!(
+            md.contains("| write bw | 128 | 23 | 0.91 / **0.91** / 0.91 | 0.91 | 0.91 | 0.91 |"),
+            "{md}"
+        );
+        let bars = std::fs::read_to_string(dir.join(CHARTS_DIR).join("instructions.svg")).unwrap();
+        assert!(bars.contains("mlx5 WRITE x32 batch, per WR") && bars.contains("target"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -31,12 +31,13 @@
 //! - `cargo xtask demo [--kernel SERIES]` builds the examples and runs the
 //!   two-process `rc_client_server` demo in the VM.
 //!
-//! - `cargo xtask bench [--kernel SERIES] [--repeats R] [--probe-iters N] [--skip-perf] [--mlx5-only]`
+//! - `cargo xtask bench [--kernel SERIES] [--repeats R] [--probe-iters N] [--skip-perf] [--skip-sweeps] [--mlx5-only]`
 //!   builds in release mode and, in one VM, compares rverbs with rdma-core:
 //!   user-space instructions per post+poll (callgrind) and, with
 //!   `rverbs perf`, bandwidth, message rate and latency against perftest;
-//!   prints a markdown report and writes it to `target/bench/BENCHMARKS.md`
-//!   (see `tools/xtask/src/bench.rs`). Not part of `test`.
+//!   prints a markdown report and writes it to `target/bench/BENCHMARKS.md`,
+//!   with SVG charts in `target/bench/docs/bench/` (see
+//!   `tools/xtask/src/bench.rs`). Not part of `test`.
 //!
 //! - `cargo xtask mlx5` builds the emulated mlx5 device (package
 //!   `mlx5-emu`, an `LD_PRELOAD` library) and runs rdma-core's tools and
@@ -55,6 +56,7 @@
 mod util;
 mod bench;
 mod callgrind;
+mod charts;
 mod fuzz;
 mod initramfs;
 mod kernel;
@@ -62,6 +64,7 @@ mod linkage;
 mod mlx5;
 mod regbench;
 mod scalebench;
+mod sweepbench;
 mod testrun;
 mod vm;
 
@@ -139,7 +142,7 @@ enum Cmd {
         #[arg(long, value_name = "SERIES", default_value = kernel::DEFAULT_SERIES)]
         kernel: String,
         /// Kill the VM after this many seconds.
-        #[arg(long, value_name = "SECS", default_value_t = 1500)]
+        #[arg(long, value_name = "SECS", default_value_t = 2400)]
         timeout: u64,
         /// Runs of every timed case per tool (ratios are reported as
         /// min / median / max over them).
@@ -148,9 +151,14 @@ enum Cmd {
         /// Measured iterations of each instruction-count probe.
         #[arg(long, value_name = "N", default_value_t = 1000)]
         probe_iters: u32,
-        /// Only the instruction counts: skip the perftest comparison.
+        /// Only the instruction counts: skip the perftest comparison (the
+        /// fixed-size cases and the message-size sweeps).
         #[arg(long)]
         skip_perf: bool,
+        /// Skip the message-size sweeps (`-a`) behind the latency and
+        /// bandwidth charts; the fixed-size cases still run.
+        #[arg(long)]
+        skip_sweeps: bool,
         /// Only the mlx5 instruction counts on the emulated ConnectX-5 (on
         /// the host; no VM boot). Prints the table, writes no report.
         #[arg(long)]
@@ -252,6 +260,7 @@ fn main() -> ExitCode {
             repeats,
             probe_iters,
             skip_perf,
+            skip_sweeps,
             mlx5_only,
         } => vm_options(kernel, timeout)
             .map_err(anyhow::Error::msg)
@@ -262,6 +271,7 @@ fn main() -> ExitCode {
                     repeats,
                     probe_iters,
                     skip_perf,
+                    skip_sweeps,
                     mlx5_only,
                     command_line: format!("cargo xtask {}", args.join(" ")),
                 })
