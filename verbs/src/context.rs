@@ -120,6 +120,14 @@ impl Context {
         &self.inner.provider
     }
 
+    /// The uverbs command fd (`struct ibv_context`'s `cmd_fd`, which the C
+    /// ABI library hands to C programs). Borrowed: it stays the context's;
+    /// commands written to it behind the library's back are the writer's
+    /// responsibility.
+    pub fn cmd_fd(&self) -> BorrowedFd<'_> {
+        self.fd()
+    }
+
     /// The asynchronous event fd (non-blocking; readable when an event is
     /// pending): register it with `poll`/`epoll` and read events with
     /// [`Context::try_get_async_event`] (see [`crate::event`]).

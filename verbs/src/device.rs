@@ -104,6 +104,18 @@ pub struct Device {
 /// Where discovery looks for the uverbs character devices.
 const DEV_DIR: &str = "/dev/infiniband";
 
+/// `ibv_transport_type` of a sysfs node type (see [`Device::transport_type`]).
+fn transport_of_node_type(node: Option<u32>) -> i32 {
+    match node {
+        Some(1..=3) => 0,
+        Some(4) => 1,
+        Some(5) => 2,
+        Some(6) => 3,
+        Some(7) => 4,
+        _ => -1,
+    }
+}
+
 fn read_trim(path: &Path) -> Result<String> {
     fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -397,6 +409,22 @@ impl Device {
         ibdev_dir(&self.name)
     }
 
+    /// The node type sysfs reports (`node_type`, `<n>: <name>`): 1 CA,
+    /// 2 switch, 3 router, 4 RNIC (iWARP), 5 usNIC, 6 usNIC UDP,
+    /// 7 unspecified; `None` if the file is missing or unreadable.
+    pub fn node_type(&self) -> Option<u32> {
+        let text = read_trim(&self.sysfs_dir().join("node_type")).ok()?;
+        text.split(':').next()?.trim().parse().ok()
+    }
+
+    /// The transport of the device, as libibverbs' `enum
+    /// ibv_transport_type` numbers it, from [`Device::node_type`]: 0
+    /// InfiniBand (CAs, switches, routers: rxe and mlx5 too), 1 iWARP,
+    /// 2 usNIC, 3 usNIC UDP, 4 unspecified, -1 unknown.
+    pub fn transport_type(&self) -> i32 {
+        transport_of_node_type(self.node_type())
+    }
+
     /// Opens the device: checks the ABI version and the driver, opens the
     /// character device (checked as [`Device::open_node`] says) and creates
     /// a user context (GET_CONTEXT).
@@ -429,6 +457,16 @@ impl Device {
 mod tests {
     use super::*;
     use crate::test_util::TempTree;
+
+    #[test]
+    fn transport_follows_the_node_type() {
+        assert_eq!(transport_of_node_type(Some(1)), 0);
+        assert_eq!(transport_of_node_type(Some(3)), 0);
+        assert_eq!(transport_of_node_type(Some(4)), 1);
+        assert_eq!(transport_of_node_type(Some(7)), 4);
+        assert_eq!(transport_of_node_type(Some(9)), -1);
+        assert_eq!(transport_of_node_type(None), -1);
+    }
 
     #[test]
     fn guid_parse_and_format() {

@@ -98,28 +98,21 @@ pub fn run_devinfo(a: &DevinfoArgs) -> Result<()> {
     Ok(())
 }
 
-/// The transport of a device, from the node type sysfs reports
-/// (`<n>: <name>`): `(name, ibv_transport_type value)`.
+/// The transport of a device: its name as `ibv_devinfo` prints it, and
+/// its `ibv_transport_type` value ([`Device::transport_type`]).
 fn transport(dev: &Device) -> (&'static str, i32) {
-    let node = std::fs::read_to_string(dev.sysfs_dir().join("node_type"))
-        .ok()
-        .and_then(|s| {
-            s.split(':')
-                .next()
-                .and_then(|n| n.trim().parse::<u32>().ok())
-        });
-    transport_of_node_type(node)
+    let t = dev.transport_type();
+    (transport_name(t), t)
 }
 
-fn transport_of_node_type(node: Option<u32>) -> (&'static str, i32) {
-    match node {
-        // CA, switch, router.
-        Some(1..=3) => ("InfiniBand", 0),
-        Some(4) => ("iWARP", 1),
-        Some(5) => ("usNIC", 2),
-        Some(6) => ("usNIC UDP", 3),
-        Some(7) => ("unspecified", 4),
-        _ => ("invalid transport", -1),
+fn transport_name(t: i32) -> &'static str {
+    match t {
+        0 => "InfiniBand",
+        1 => "iWARP",
+        2 => "usNIC",
+        3 => "usNIC UDP",
+        4 => "unspecified",
+        _ => "invalid transport",
     }
 }
 
@@ -859,9 +852,9 @@ mod tests {
             ("10.0 Gbps", "10.0 Gbps", "invalid speed")
         );
         assert_eq!((mtu_str(5), mtu_str(0)), ("4096", "invalid MTU"));
-        assert_eq!(transport_of_node_type(Some(1)), ("InfiniBand", 0));
-        assert_eq!(transport_of_node_type(Some(4)), ("iWARP", 1));
-        assert_eq!(transport_of_node_type(None), ("invalid transport", -1));
+        assert_eq!(transport_name(0), "InfiniBand");
+        assert_eq!(transport_name(1), "iWARP");
+        assert_eq!(transport_name(-1), "invalid transport");
     }
 
     #[test]

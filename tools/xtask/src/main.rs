@@ -58,6 +58,7 @@ mod bench;
 mod callgrind;
 mod charts;
 mod fuzz;
+mod ibverbs;
 mod initramfs;
 mod kernel;
 mod linkage;
@@ -133,6 +134,14 @@ enum Cmd {
         /// Kill the VM after this many seconds.
         #[arg(long, value_name = "SECS", default_value_t = 600)]
         timeout: u64,
+    },
+    /// Build our libibverbs, shared (.so.1) and static (.a), from package
+    /// rverbs-ibverbs into target/ibverbs/release/ (debug with --debug):
+    /// C and Python verbs programs run on it with LD_LIBRARY_PATH there.
+    Ibverbs {
+        /// Build the debug profile (target/ibverbs/debug/).
+        #[arg(long)]
+        debug: bool,
     },
     /// Compare rverbs with rdma-core in one VM: instructions per post+poll
     /// (callgrind) and, with `rverbs perf`, bandwidth, message rate and
@@ -277,6 +286,15 @@ fn main() -> ExitCode {
                 })
             })
             .map(|ok| if ok { 0 } else { 1 }),
+        Cmd::Ibverbs { debug } => testrun::target_dir()
+            .and_then(|t| ibverbs::build(&t, !debug))
+            .map(|dir| {
+                util::print_line(&format!(
+                    "run a verbs program on it: LD_LIBRARY_PATH={} PROGRAM",
+                    dir.display()
+                ));
+                0
+            }),
         Cmd::Mlx5 => testrun::target_dir()
             .and_then(|t| mlx5::mlx5_command(&t))
             .map(|ok| if ok { 0 } else { 1 }),

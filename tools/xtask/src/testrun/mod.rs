@@ -200,6 +200,21 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         total.failed += 1;
     }
 
+    // Our libibverbs (verbs/ibverbs), for tests/vm/ibverbs_tools.sh; the
+    // build checks every symbol's version, and the linkage check below
+    // scans it like every other binary.
+    match crate::ibverbs::build(&target_dir, false) {
+        Ok(dir) => {
+            say!("libibverbs (ours): built in {}: ok", dir.display());
+            total.passed += 1;
+        }
+        Err(e) => {
+            say!("libibverbs (ours): FAILED: {e:#}");
+            problems.push("libibverbs build".into());
+            total.failed += 1;
+        }
+    }
+
     // The fully static rverbs the README promises (musl, non-PIE), for
     // tests/vm/static.sh: built, then checked to have no interpreter, no
     // dynamic section and no rdma-core name in it.

@@ -1,0 +1,152 @@
+#!/bin/bash
+# Our libibverbs.so.1 (verbs/ibverbs, built by `cargo xtask ibverbs`) under
+# rdma-core's own unmodified tools: Debian's `ibv_devices` and `ibv_devinfo`
+# run once on rdma-core's library and once with ours first on
+# LD_LIBRARY_PATH, and must print the same, line for line. The dynamic
+# loader's trace proves which library each run used (ours by path, and no
+# rdma-core provider loaded with it).
+#
+# Lines allowed to differ (verbose mode only), with the reason: our
+# contexts are not yet extended (issue 27's next part), so `verbs.h`'s
+# inline ibv_query_device_ex takes its legacy path, which zeroes the
+# extended attributes; these are the lines ibv_devinfo -v prints from them
+# that are not zero on rxe.
+if [ -z "${BASH_VERSION:-}" ]; then
+    exec bash "$0" "$@"
+fi
+set -u
+
+dir="${RVERBS_IBVERBS_DIR:-${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/ibverbs/debug}"
+lib="$dir/libibverbs.so.1"
+dev=rxe0
+work=$(mktemp -d /tmp/ibverbs_tools.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+if [ ! -f "$lib" ]; then
+    echo "ibverbs_tools: $lib is missing (cargo xtask ibverbs --debug)" >&2
+    exit 1
+fi
+for tool in ibv_devinfo ibv_devices; do
+    if ! command -v "$tool" >/dev/null; then
+        echo "ibverbs_tools: $tool is not installed" >&2
+        exit 1
+    fi
+done
+
+allowed_verbose=(
+    '^completion timestamp_mask: '
+    '^completion_timestamp_mask not supported$'
+    '^hca_core_clock: '
+    '^core clock not supported$'
+    '^device_cap_flags_ex: '
+    '^max_dm_size: '
+    '^(general|rc|uc|ud|xrc|srq|cq)_odp_caps:'
+)
+
+failed=0
+
+# Which libibverbs a run of `$@` loads, and whether any rdma-core provider
+# (lib*-rdmav*.so) comes with it, from the dynamic loader's trace.
+loaded() {
+    LD_DEBUG=libs "$@" 2>&1 >/dev/null | grep -E "calling init: .*(libibverbs\.so|-rdmav[0-9]+\.so)" |
+        sed -e 's/.*calling init: //' | sort -u
+}
+
+theirs_libs=$(loaded ibv_devices)
+ours_libs=$(LD_LIBRARY_PATH="$dir" loaded ibv_devices)
+if [ "$ours_libs" != "$lib" ] && [ "$(readlink -f "$ours_libs")" != "$(readlink -f "$lib")" ]; then
+    echo "FAIL: with LD_LIBRARY_PATH=$dir, ibv_devices loaded: $ours_libs"
+    failed=1
+else
+    echo "ok   with LD_LIBRARY_PATH=$dir, ibv_devices loads ours alone: $ours_libs"
+fi
+if ! echo "$theirs_libs" | grep -q "/usr/lib/.*libibverbs\.so"; then
+    echo "FAIL: without it, ibv_devices loaded: $theirs_libs (rdma-core's expected)"
+    failed=1
+fi
+
+normalise() {
+    sed -e 's/[[:space:]]\+/ /g' -e 's/^ //' -e 's/ $//' "$1" | grep -v '^$' >"$1.norm"
+    local re
+    if [ "$2" = verbose ]; then
+        for re in "${allowed_verbose[@]}"; do
+            grep -Ev -- "$re" "$1.norm" >"$1.tmp"
+            mv "$1.tmp" "$1.norm"
+        done
+    fi
+}
+
+compare() {
+    local name=$1 mode=$2
+    shift 2
+    "$@" >"$work/$name.theirs" 2>&1
+    local trc=$?
+    LD_LIBRARY_PATH="$dir" "$@" >"$work/$name.ours" 2>&1
+    local orc=$?
+    if [ $trc -ne 0 ] || [ $orc -ne 0 ]; then
+        echo "FAIL $name: exit status rdma-core=$trc ours=$orc"
+        cat "$work/$name.theirs" "$work/$name.ours"
+        failed=1
+        return
+    fi
+    normalise "$work/$name.theirs" "$mode"
+    normalise "$work/$name.ours" "$mode"
+    local n
+    n=$(wc -l <"$work/$name.theirs.norm")
+    if [ "$n" -lt 2 ]; then
+        echo "FAIL $name: rdma-core printed only $n lines"
+        failed=1
+        return
+    fi
+    if diff -u "$work/$name.theirs.norm" "$work/$name.ours.norm" >"$work/$name.diff"; then
+        echo "ok   $name: $n lines agree"
+    else
+        echo "FAIL $name: on rdma-core (-) vs on ours (+):"
+        cat "$work/$name.diff"
+        failed=1
+    fi
+}
+
+compare devices plain ibv_devices
+compare devinfo plain ibv_devinfo
+compare devinfo-d plain ibv_devinfo -d "$dev"
+compare devinfo-port plain ibv_devinfo -d "$dev" -i 1
+compare devinfo-list plain ibv_devinfo -l
+compare devinfo-v verbose ibv_devinfo -v -d "$dev"
+
+# What these comparisons exist for must be in them (so two empty or
+# truncated outputs cannot pass by agreeing): the device, its GUID, the
+# port's state, and in verbose mode the GID table with its types.
+guid=$(sed -e 's/^0x//' -e 's/\(....\)\(....\)\(....\)\(....\)/\1:\2:\3:\4/' \
+    "/sys/class/infiniband/$dev/node_guid" 2>/dev/null || true)
+for want in "hca_id: $dev" "transport: InfiniBand (0)" "node_guid: $guid" \
+    "state: PORT_ACTIVE (4)" "link_layer: Ethernet"; do
+    if ! grep -qF -- "$want" "$work/devinfo-d.ours.norm"; then
+        echo "FAIL: ibv_devinfo on ours lacks \"$want\""
+        failed=1
+    fi
+done
+for want in "GID[ 1]: ::ffff:10.0.0.1, RoCE v2" "max_qp_wr:" "phys_state: LINK_UP (5)"; do
+    if ! grep -qF -- "$want" "$work/devinfo-v.ours.norm"; then
+        echo "FAIL: ibv_devinfo -v on ours lacks \"$want\""
+        failed=1
+    fi
+done
+
+# Errors: an unknown device and an unknown port fail on both libraries.
+for args in "-d nosuchdev0" "-d $dev -i 9"; do
+    # shellcheck disable=SC2086
+    ibv_devinfo $args >/dev/null 2>&1
+    trc=$?
+    # shellcheck disable=SC2086
+    LD_LIBRARY_PATH="$dir" ibv_devinfo $args >"$work/err.out" 2>&1
+    orc=$?
+    if [ $trc -eq 0 ] || [ $orc -eq 0 ]; then
+        echo "FAIL ibv_devinfo $args: exit status rdma-core=$trc ours=$orc (both must fail)"
+        failed=1
+    else
+        echo "ok   ibv_devinfo $args fails on both: $(head -1 "$work/err.out")"
+    fi
+done
+
+exit $failed

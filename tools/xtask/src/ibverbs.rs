@@ -1,0 +1,237 @@
+//! `cargo xtask ibverbs`: builds our `libibverbs.so.1` and `libibverbs.a`
+//! from the `rverbs-ibverbs` package (verbs/ibverbs).
+//!
+//! The package is a Rust `staticlib`; that archive is `libibverbs.a`, and
+//! the system `cc` links it into `libibverbs.so.1` with the version script
+//! `verbs/ibverbs/libibverbs.map`, so every function carries the symbol
+//! version consumers of rdma-core's library import it with (rustc's
+//! `cdylib` applies a version script of its own and would leave them
+//! unversioned). Each symbol the script names is passed as `-u` (so its
+//! object is pulled from the archive) and `--no-undefined-version` makes a
+//! name the crate does not define a link error. The result is then checked:
+//! exactly the script's symbols are exported, each with its version, and
+//! the linkage check finds nothing in it but its own name.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+use crate::util::{self, cargo_bin, workspace_root};
+
+/// The package and its version script, relative to the workspace.
+const PACKAGE: &str = "rverbs-ibverbs";
+const MAP: &str = "verbs/ibverbs/libibverbs.map";
+/// The library's name without `.so`: the file names are built from it at
+/// run time, so that this harness's own binary never holds the string the
+/// linkage check looks for in binaries that could `dlopen` rdma-core.
+const STEM: &str = "libibverbs";
+
+/// The library's file name and soname, `libibverbs.so.1`.
+pub fn soname() -> String {
+    format!("{STEM}.so.{}", 1)
+}
+
+/// The (symbol, version) pairs a version script exports: every name in a
+/// node's `global:` list, under that node's name.
+pub fn map_symbols(script: &str) -> Result<BTreeMap<String, String>> {
+    // Drop /* comments */ first.
+    let mut text = String::new();
+    let mut rest = script;
+    while let Some(i) = rest.find("/*") {
+        text.push_str(&rest[..i]);
+        let end = rest[i..].find("*/").context("unterminated comment")?;
+        rest = &rest[i + end + 2..];
+    }
+    text.push_str(rest);
+    // Tokens: words, and each of `{`, `}`, `;` on its own.
+    let mut toks: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    for c in text.chars() {
+        if c.is_whitespace() || "{};".contains(c) {
+            if !cur.is_empty() {
+                toks.push(std::mem::take(&mut cur));
+            }
+            if "{};".contains(c) {
+                toks.push(c.to_string());
+            }
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.is_empty() {
+        toks.push(cur);
+    }
+    enum At {
+        /// Before a node's name.
+        Outside,
+        /// After its name, before `{`.
+        Named(String),
+        /// In its braces; whether in `global:`.
+        Inside(String, bool),
+        /// After its `}`: the nodes it depends on, up to `;`.
+        After,
+    }
+    let mut out = BTreeMap::new();
+    let mut at = At::Outside;
+    for t in toks {
+        at = match (at, t.as_str()) {
+            (At::Outside, name) if name != "{" && name != "}" && name != ";" => {
+                At::Named(name.to_string())
+            }
+            (At::Named(n), "{") => At::Inside(n, false),
+            (At::Inside(n, _), "global:") => At::Inside(n, true),
+            (At::Inside(n, _), "local:") => At::Inside(n, false),
+            (At::Inside(_, _), "}") => At::After,
+            (At::Inside(n, g), ";") => At::Inside(n, g),
+            (At::Inside(n, true), sym) => {
+                if !sym.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    bail!("unexpected token {sym:?} in the version script");
+                }
+                if out.insert(sym.to_string(), n.clone()).is_some() {
+                    bail!("{sym} is exported twice");
+                }
+                At::Inside(n, true)
+            }
+            (At::Inside(n, false), _) => At::Inside(n, false),
+            (At::After, ";") => At::Outside,
+            (At::After, _) => At::After,
+            (_, t) => bail!("unexpected {t:?} in the version script"),
+        };
+    }
+    if !matches!(at, At::Outside) {
+        bail!("the version script ends inside a node");
+    }
+    if out.is_empty() {
+        bail!("the version script exports nothing");
+    }
+    Ok(out)
+}
+
+/// The (symbol, version) pairs `lib` exports, from `readelf --dyn-syms`
+/// (defined functions and objects only).
+fn exported(lib: &Path) -> Result<BTreeMap<String, String>> {
+    let out = util::output(Command::new("readelf").args(["--dyn-syms", "-W"]).arg(lib))?;
+    let mut m = BTreeMap::new();
+    for line in out.lines() {
+        let w: Vec<&str> = line.split_whitespace().collect();
+        // Num: Value Size Type Bind Vis Ndx Name@Version
+        if w.len() < 8 || w[6] == "UND" || w[4] != "GLOBAL" {
+            continue;
+        }
+        if let Some((name, version)) = w[7].split_once('@') {
+            let version = version.trim_start_matches('@');
+            if version.starts_with("GLIBC") || version.starts_with("GCC") {
+                continue;
+            }
+            m.insert(name.to_string(), version.to_string());
+        }
+    }
+    Ok(m)
+}
+
+/// Builds the library with `profile` (`debug` or `release`) into
+/// `target/ibverbs/<profile>/`: `libibverbs.so.1`, the `libibverbs.so`
+/// link, `libibverbs.a`. Returns that folder.
+pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
+    let ws = workspace_root();
+    let profile = if release { "release" } else { "debug" };
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["build", "-p", PACKAGE, "--lib"])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
+    if release {
+        cmd.arg("--release");
+    }
+    say!("building {PACKAGE} ({profile})");
+    util::run(&mut cmd)?;
+    let archive = target_dir.join(profile).join("librverbs_ibverbs.a");
+    let out = target_dir.join("ibverbs").join(profile);
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    std::fs::copy(&archive, out.join(format!("{STEM}.a")))
+        .with_context(|| format!("copying {}", archive.display()))?;
+    let map_path = ws.join(MAP);
+    let script = std::fs::read_to_string(&map_path)
+        .with_context(|| format!("reading {}", map_path.display()))?;
+    let wanted = map_symbols(&script)?;
+    let soname = soname();
+    let lib = out.join(&soname);
+    let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
+    cc.arg("-shared")
+        .arg("-o")
+        .arg(&lib)
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg(format!("-Wl,--version-script={}", map_path.display()))
+        .args([
+            "-Wl,--no-undefined-version",
+            "-Wl,--no-undefined",
+            "-Wl,-z,now",
+        ])
+        .args(wanted.keys().map(|s| format!("-Wl,-u,{s}")))
+        .arg(&archive)
+        .args(["-lpthread", "-ldl", "-lm"])
+        .stdin(Stdio::null());
+    say!("linking {}", lib.display());
+    util::run(&mut cc).with_context(|| format!("linking {soname} (is a C compiler installed?)"))?;
+    let link = out.join(format!("{STEM}.{}", "so"));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&soname, &link)
+        .with_context(|| format!("linking {}", link.display()))?;
+    let got = exported(&lib)?;
+    if got != wanted {
+        let missing: Vec<_> = wanted
+            .iter()
+            .filter(|(k, v)| got.get(*k) != Some(v))
+            .collect();
+        let extra: Vec<_> = got
+            .iter()
+            .filter(|(k, v)| wanted.get(*k) != Some(v))
+            .collect();
+        bail!(
+            "{} exports the wrong set: missing or mis-versioned {missing:?}, unexpected {extra:?}",
+            lib.display()
+        );
+    }
+    let problems = crate::linkage::inspect(&lib)?;
+    if !problems.is_empty() {
+        bail!(
+            "linkage check of {}: {}",
+            lib.display(),
+            problems.join("; ")
+        );
+    }
+    say!(
+        "{}: {} symbols, each with its version; no rdma-core in it",
+        lib.display(),
+        got.len()
+    );
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_version_script() {
+        let m = map_symbols(
+            "/* c */ A_1.0 {\n global:\n  f; g;\n local: *;\n};\nA_1.1 {\n global: h;\n} A_1.0;\n",
+        )
+        .unwrap();
+        let v: Vec<(&str, &str)> = m.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(v, [("f", "A_1.0"), ("g", "A_1.0"), ("h", "A_1.1")]);
+        assert!(map_symbols("A { global: f; };\nB { global: f; };").is_err());
+        assert!(map_symbols("/* nothing */").is_err());
+    }
+
+    #[test]
+    fn the_crates_script_parses() {
+        let s = std::fs::read_to_string(workspace_root().join(MAP)).unwrap();
+        let m = map_symbols(&s).unwrap();
+        assert_eq!(m["ibv_get_device_list"], "IBVERBS_1.1");
+        assert_eq!(m["ibv_read_sysfs_file"], "IBVERBS_1.0");
+        assert_eq!(m["ibv_query_gid_type"], "IBVERBS_PRIVATE_34");
+        assert_eq!(m["rverbs_ibverbs_version"], "RVERBS_IBVERBS_0");
+    }
+}

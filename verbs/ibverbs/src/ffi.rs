@@ -1,0 +1,829 @@
+//! The C side: libibverbs' structs laid out as `<infiniband/verbs.h>`
+//! says (checked against the system header by `tests/layout.rs`), and the
+//! exported functions. This is the only module with `unsafe`: each block
+//! states what the C caller must have upheld, which is libibverbs' own
+//! contract (pointers this library handed out, buffers of the size the
+//! prototype says). Device and context pointers are also checked against
+//! the ones this library handed out, so a stale or foreign one fails with
+//! `EINVAL` instead of being dereferenced.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+use std::ptr;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use rverbs::{Context, Device, WcStatus};
+
+/// `IBV_SYSFS_NAME_MAX`.
+pub const SYSFS_NAME_MAX: usize = 64;
+/// `IBV_SYSFS_PATH_MAX`.
+pub const SYSFS_PATH_MAX: usize = 256;
+/// Function pointers in `struct ibv_context_ops`.
+pub const CONTEXT_OPS: usize = 32;
+
+/// `struct ibv_device`.
+#[repr(C)]
+pub struct IbvDevice {
+    /// `_ops` (two pointers only rdma-core's providers use): zero.
+    pub ops: [usize; 2],
+    /// `enum ibv_node_type`.
+    pub node_type: c_int,
+    /// `enum ibv_transport_type`.
+    pub transport_type: c_int,
+    /// The ibdev name (`rxe0`).
+    pub name: [c_char; SYSFS_NAME_MAX],
+    /// The uverbs node (`uverbs0`).
+    pub dev_name: [c_char; SYSFS_NAME_MAX],
+    /// Its sysfs directory (`/sys/class/infiniband_verbs/uverbs0`).
+    pub dev_path: [c_char; SYSFS_PATH_MAX],
+    /// The device's sysfs directory (`/sys/class/infiniband/rxe0`).
+    pub ibdev_path: [c_char; SYSFS_PATH_MAX],
+}
+
+/// `struct ibv_context_ops`: all null in a legacy context this library
+/// hands out, which has no object the inline data-path functions could be
+/// called with yet.
+#[repr(C)]
+pub struct IbvContextOps {
+    /// The 32 function pointers.
+    pub ops: [Option<unsafe extern "C" fn()>; CONTEXT_OPS],
+}
+
+/// `struct ibv_context`.
+#[repr(C)]
+pub struct IbvContext {
+    /// The device it was opened on.
+    pub device: *mut IbvDevice,
+    /// The legacy operations.
+    pub ops: IbvContextOps,
+    /// The uverbs command fd.
+    pub cmd_fd: c_int,
+    /// The asynchronous event fd.
+    pub async_fd: c_int,
+    /// Completion vectors.
+    pub num_comp_vectors: c_int,
+    /// A mutex for the application's use (libibverbs initialises it).
+    pub mutex: libc::pthread_mutex_t,
+    /// libibverbs' marker of an extended context; null here: not extended.
+    pub abi_compat: *mut c_void,
+}
+
+/// `struct ibv_device_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvDeviceAttr {
+    pub fw_ver: [c_char; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: u32,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: c_int,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
+/// The part of `struct ibv_port_attr` that the exported `ibv_query_port`
+/// writes: everything up to `flags`. `verbs.h`'s inline wrapper zeroes
+/// the whole (newer, larger) struct and passes it here; programs built
+/// against older headers pass this smaller one, so nothing past it may be
+/// written.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvPortAttrCompat {
+    pub state: c_int,
+    pub max_mtu: c_int,
+    pub active_mtu: c_int,
+    pub gid_tbl_len: c_int,
+    pub port_cap_flags: u32,
+    pub max_msg_sz: u32,
+    pub bad_pkey_cntr: u32,
+    pub qkey_viol_cntr: u32,
+    pub pkey_tbl_len: u16,
+    pub lid: u16,
+    pub sm_lid: u16,
+    pub lmc: u8,
+    pub max_vl_num: u8,
+    pub sm_sl: u8,
+    pub subnet_timeout: u8,
+    pub init_type_reply: u8,
+    pub active_width: u8,
+    pub active_speed: u8,
+    pub phys_state: u8,
+    pub link_layer: u8,
+    pub flags: u8,
+}
+
+/// A device this library listed: the C struct first, so a pointer to it
+/// is a pointer to the record.
+#[repr(C)]
+struct DeviceRec {
+    c: IbvDevice,
+    dev: Device,
+}
+
+/// An open context: the C struct first, as for [`DeviceRec`].
+#[repr(C)]
+struct ContextRec {
+    c: IbvContext,
+    ctx: Context,
+}
+
+/// Every device ever listed. Records are never freed: a device pointer
+/// stays valid for the life of the process, as libibverbs' stay valid
+/// while anything refers to them, and listing again reuses them.
+/// Boxed: the C side holds pointers into the records, which must not
+/// move when the vector grows.
+#[allow(clippy::vec_box)]
+static DEVICES: Mutex<Vec<Box<DeviceRec>>> = Mutex::new(Vec::new());
+/// Addresses of the open contexts.
+static CONTEXTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno, always valid.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs `f`; a panic is caught (it must not unwind into C) and reported
+/// as `EIO` with the value `failed`.
+fn guard<T>(failed: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        set_errno(libc::EIO);
+        failed
+    })
+}
+
+/// The errno an `rverbs` error stands for.
+fn errno_of(e: &rverbs::Error) -> c_int {
+    match e.errno() {
+        Some(n) => n.raw(),
+        None if e.invalid_kind().is_some() => libc::EINVAL,
+        None => libc::EIO,
+    }
+}
+
+/// Copies `s` into a C char array, truncated to leave its NUL.
+fn copy_str<const N: usize>(dst: &mut [c_char; N], s: &str) {
+    *dst = [0; N];
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(N - 1)) {
+        *d = b as c_char;
+    }
+}
+
+fn device_struct(dev: &Device) -> IbvDevice {
+    let mut c = IbvDevice {
+        ops: [0; 2],
+        node_type: dev
+            .node_type()
+            .and_then(|n| c_int::try_from(n).ok())
+            .unwrap_or(-1),
+        transport_type: dev.transport_type(),
+        name: [0; SYSFS_NAME_MAX],
+        dev_name: [0; SYSFS_NAME_MAX],
+        dev_path: [0; SYSFS_PATH_MAX],
+        ibdev_path: [0; SYSFS_PATH_MAX],
+    };
+    copy_str(&mut c.name, dev.name());
+    copy_str(&mut c.dev_name, dev.uverbs());
+    let root = std::env::var("SYSFS_PATH").unwrap_or_else(|_| "/sys".into());
+    copy_str(
+        &mut c.dev_path,
+        &format!("{root}/class/infiniband_verbs/{}", dev.uverbs()),
+    );
+    copy_str(&mut c.ibdev_path, &dev.sysfs_dir().to_string_lossy());
+    c
+}
+
+/// The record of `p` if this library handed it out.
+fn device_rec(devices: &[Box<DeviceRec>], p: *const IbvDevice) -> Option<&DeviceRec> {
+    devices.iter().map(|b| &**b).find(|r| ptr::eq(&r.c, p))
+}
+
+/// The context record of `p` if it is open.
+fn context_rec<'a>(p: *const IbvContext) -> Option<&'a ContextRec> {
+    if p.is_null() || !lock(&CONTEXTS).contains(&(p as usize)) {
+        return None;
+    }
+    // SAFETY: `p` is the address of a live ContextRec (Box::into_raw in
+    // ibv_open_device, removed from CONTEXTS before it is freed); the
+    // caller does not close it while using it (libibverbs' contract: no
+    // call on a context during or after its ibv_close_device).
+    Some(unsafe { &*(p as *const ContextRec) })
+}
+
+/// `ibv_get_device_list`: a NULL-terminated array (free it with
+/// `ibv_free_device_list`) of the rxe and mlx5 devices; NULL with errno
+/// if the devices cannot be listed.
+///
+/// # Safety
+/// `num_devices` is null or points to a writable `int`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut IbvDevice {
+    guard(ptr::null_mut(), || {
+        let found = match rverbs::devices() {
+            Ok(d) => d,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return ptr::null_mut();
+            }
+        };
+        let mut devices = lock(&DEVICES);
+        let mut list: Vec<*mut IbvDevice> = Vec::with_capacity(found.len() + 1);
+        for dev in found {
+            let same = |r: &DeviceRec| {
+                r.dev.name() == dev.name()
+                    && r.dev.uverbs() == dev.uverbs()
+                    && r.dev.node_guid() == dev.node_guid()
+            };
+            let i = match devices.iter().position(|r| same(r)) {
+                Some(i) => i,
+                None => {
+                    devices.push(Box::new(DeviceRec {
+                        c: device_struct(&dev),
+                        dev,
+                    }));
+                    devices.len() - 1
+                }
+            };
+            list.push(&mut devices[i].c);
+        }
+        list.push(ptr::null_mut());
+        let bytes = list.len() * size_of::<*mut IbvDevice>();
+        // SAFETY: malloc of a non-zero size; checked for null below.
+        let arr = unsafe { libc::malloc(bytes) } as *mut *mut IbvDevice;
+        if arr.is_null() {
+            set_errno(libc::ENOMEM);
+            return ptr::null_mut();
+        }
+        // SAFETY: `arr` holds `list.len()` pointers (just allocated), and
+        // does not overlap `list`.
+        unsafe { ptr::copy_nonoverlapping(list.as_ptr(), arr, list.len()) };
+        if !num_devices.is_null() {
+            // SAFETY: the caller passes null or a writable int.
+            unsafe { *num_devices = c_int::try_from(list.len() - 1).unwrap_or(c_int::MAX) };
+        }
+        arr
+    })
+}
+
+/// `ibv_free_device_list`: frees the array (the devices stay valid).
+///
+/// # Safety
+/// `list` is null or was returned by `ibv_get_device_list` and not freed.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut IbvDevice) {
+    // SAFETY: the caller passes an array from ibv_get_device_list, which
+    // malloc allocated, or null (free(NULL) does nothing).
+    unsafe { libc::free(list as *mut c_void) }
+}
+
+/// `ibv_get_device_name`: the device's name, or NULL (errno `EINVAL`) for a
+/// pointer this library did not hand out.
+///
+/// # Safety
+/// None beyond passing any pointer: it is checked before use.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut IbvDevice) -> *const c_char {
+    guard(ptr::null(), || {
+        let devices = lock(&DEVICES);
+        match device_rec(&devices, device) {
+            // The record is never freed, so the name outlives the guard.
+            Some(r) => r.c.name.as_ptr(),
+            None => {
+                set_errno(libc::EINVAL);
+                ptr::null()
+            }
+        }
+    })
+}
+
+/// `ibv_get_device_guid`: the node GUID in network byte order (as
+/// `__be64`), 0 for a pointer this library did not hand out.
+///
+/// # Safety
+/// None beyond passing any pointer: it is checked before use.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut IbvDevice) -> u64 {
+    guard(0, || {
+        let devices = lock(&DEVICES);
+        match device_rec(&devices, device) {
+            Some(r) => u64::from_ne_bytes(r.dev.node_guid().0),
+            None => {
+                set_errno(libc::EINVAL);
+                0
+            }
+        }
+    })
+}
+
+/// `ibv_open_device`: a context on the device, or NULL with errno.
+///
+/// # Safety
+/// None beyond passing any pointer: it is checked before use.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvContext {
+    guard(ptr::null_mut(), || {
+        let opened = {
+            let devices = lock(&DEVICES);
+            let Some(r) = device_rec(&devices, device) else {
+                set_errno(libc::EINVAL);
+                return ptr::null_mut();
+            };
+            r.dev.open()
+        };
+        let ctx = match opened {
+            Ok(c) => c,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return ptr::null_mut();
+            }
+        };
+        use std::os::fd::AsRawFd;
+        let rec = Box::new(ContextRec {
+            c: IbvContext {
+                device,
+                ops: IbvContextOps {
+                    ops: [None; CONTEXT_OPS],
+                },
+                cmd_fd: ctx.cmd_fd().as_raw_fd(),
+                async_fd: ctx.async_fd().as_raw_fd(),
+                num_comp_vectors: c_int::try_from(ctx.num_comp_vectors()).unwrap_or(c_int::MAX),
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                abi_compat: ptr::null_mut(),
+            },
+            ctx,
+        });
+        let p = Box::into_raw(rec);
+        lock(&CONTEXTS).push(p as usize);
+        p as *mut IbvContext
+    })
+}
+
+/// `ibv_close_device`: 0, or -1 with errno `EINVAL` for a context that is
+/// not open.
+///
+/// # Safety
+/// No other call on the context runs during or after this one.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_close_device(context: *mut IbvContext) -> c_int {
+    guard(-1, || {
+        let mut open = lock(&CONTEXTS);
+        let Some(i) = open.iter().position(|&a| a == context as usize) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        open.swap_remove(i);
+        drop(open);
+        // SAFETY: `context` came from Box::into_raw in ibv_open_device and
+        // was still open (now removed, so it is freed once); the caller
+        // makes no other call on it (the function's contract).
+        drop(unsafe { Box::from_raw(context as *mut ContextRec) });
+        0
+    })
+}
+
+/// `ibv_query_device`: 0, or the errno (as libibverbs returns it).
+///
+/// # Safety
+/// `device_attr` points to a writable `struct ibv_device_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    context: *mut IbvContext,
+    device_attr: *mut IbvDeviceAttr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let Some(rec) = context_rec(context) else {
+            return libc::EINVAL;
+        };
+        if device_attr.is_null() {
+            return libc::EINVAL;
+        }
+        let a = match rec.ctx.query_device() {
+            Ok(a) => a,
+            Err(e) => return errno_of(&e),
+        };
+        let i = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
+        let mut out = IbvDeviceAttr {
+            fw_ver: [0; 64],
+            node_guid: a.node_guid,
+            sys_image_guid: a.sys_image_guid,
+            max_mr_size: a.max_mr_size,
+            page_size_cap: a.page_size_cap,
+            vendor_id: a.vendor_id,
+            vendor_part_id: a.vendor_part_id,
+            hw_ver: a.hw_ver,
+            max_qp: i(a.max_qp),
+            max_qp_wr: i(a.max_qp_wr),
+            device_cap_flags: a.device_cap_flags,
+            max_sge: i(a.max_sge),
+            max_sge_rd: i(a.max_sge_rd),
+            max_cq: i(a.max_cq),
+            max_cqe: i(a.max_cqe),
+            max_mr: i(a.max_mr),
+            max_pd: i(a.max_pd),
+            max_qp_rd_atom: i(a.max_qp_rd_atom),
+            max_ee_rd_atom: i(a.max_ee_rd_atom),
+            max_res_rd_atom: i(a.max_res_rd_atom),
+            max_qp_init_rd_atom: i(a.max_qp_init_rd_atom),
+            max_ee_init_rd_atom: i(a.max_ee_init_rd_atom),
+            atomic_cap: i(a.atomic_cap),
+            max_ee: i(a.max_ee),
+            max_rdd: i(a.max_rdd),
+            max_mw: i(a.max_mw),
+            max_raw_ipv6_qp: i(a.max_raw_ipv6_qp),
+            max_raw_ethy_qp: i(a.max_raw_ethy_qp),
+            max_mcast_grp: i(a.max_mcast_grp),
+            max_mcast_qp_attach: i(a.max_mcast_qp_attach),
+            max_total_mcast_qp_attach: i(a.max_total_mcast_qp_attach),
+            max_ah: i(a.max_ah),
+            max_fmr: i(a.max_fmr),
+            max_map_per_fmr: i(a.max_map_per_fmr),
+            max_srq: i(a.max_srq),
+            max_srq_wr: i(a.max_srq_wr),
+            max_srq_sge: i(a.max_srq_sge),
+            max_pkeys: a.max_pkeys,
+            local_ca_ack_delay: a.local_ca_ack_delay,
+            phys_port_cnt: a.phys_port_cnt,
+        };
+        copy_str(&mut out.fw_ver, &a.fw_ver());
+        // SAFETY: the caller passes a writable ibv_device_attr (checked
+        // non-null above); write_unaligned asks nothing of its alignment.
+        unsafe { ptr::write_unaligned(device_attr, out) };
+        0
+    })
+}
+
+/// `ibv_query_port` (the exported function `verbs.h`'s inline wrapper
+/// calls for a legacy context): fills the fields up to `flags`; 0, or the
+/// errno.
+///
+/// # Safety
+/// `port_attr` points to a writable struct of at least
+/// `size_of::<IbvPortAttrCompat>()` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(
+    context: *mut IbvContext,
+    port_num: u8,
+    port_attr: *mut IbvPortAttrCompat,
+) -> c_int {
+    guard(libc::EIO, || {
+        let Some(rec) = context_rec(context) else {
+            return libc::EINVAL;
+        };
+        if port_attr.is_null() {
+            return libc::EINVAL;
+        }
+        let p = match rec.ctx.query_port(port_num) {
+            Ok(p) => p,
+            Err(e) => return errno_of(&e),
+        };
+        let out = IbvPortAttrCompat {
+            state: c_int::from(p.state),
+            max_mtu: c_int::from(p.max_mtu),
+            active_mtu: c_int::from(p.active_mtu),
+            gid_tbl_len: c_int::try_from(p.gid_tbl_len).unwrap_or(c_int::MAX),
+            port_cap_flags: p.port_cap_flags,
+            max_msg_sz: p.max_msg_sz,
+            bad_pkey_cntr: p.bad_pkey_cntr,
+            qkey_viol_cntr: p.qkey_viol_cntr,
+            pkey_tbl_len: p.pkey_tbl_len,
+            lid: p.lid,
+            sm_lid: p.sm_lid,
+            lmc: p.lmc,
+            max_vl_num: p.max_vl_num,
+            sm_sl: p.sm_sl,
+            subnet_timeout: p.subnet_timeout,
+            init_type_reply: p.init_type_reply,
+            active_width: p.active_width,
+            active_speed: p.active_speed,
+            phys_state: p.phys_state,
+            link_layer: p.link_layer,
+            flags: p.flags,
+        };
+        // SAFETY: the caller passes a writable struct at least this large
+        // (checked non-null above); no alignment is assumed.
+        unsafe { ptr::write_unaligned(port_attr, out) };
+        0
+    })
+}
+
+/// What a GID slot holds, libibverbs' way: a missing entry in a slot that
+/// exists is the zero GID of type IB/RoCE v1; a slot past the table or a
+/// port the device lacks is an error.
+fn gid_slot(ctx: &Context, port: u8, index: c_int) -> Result<Option<rverbs::GidEntry>, c_int> {
+    let index = u32::try_from(index).map_err(|_| libc::EINVAL)?;
+    let len = ctx.query_port(port).map_err(|e| errno_of(&e))?.gid_tbl_len;
+    if index >= len {
+        return Err(libc::EINVAL);
+    }
+    match ctx.query_gid_entry(port, index) {
+        Ok(e) => Ok(Some(e)),
+        Err(e) if e.invalid_kind() == Some(rverbs::InvalidKind::NotPresent) => Ok(None),
+        Err(e) => Err(errno_of(&e)),
+    }
+}
+
+/// `ibv_query_gid`: the GID at `index` of `port` (zero for an empty
+/// slot); 0, or -1 with errno.
+///
+/// # Safety
+/// `gid` points to 16 writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut IbvContext,
+    port_num: u8,
+    index: c_int,
+    gid: *mut [u8; 16],
+) -> c_int {
+    guard(-1, || {
+        let Some(rec) = context_rec(context) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if gid.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        match gid_slot(&rec.ctx, port_num, index) {
+            Ok(e) => {
+                let raw = e.map_or([0; 16], |e| e.gid.0);
+                // SAFETY: the caller passes 16 writable bytes (non-null).
+                unsafe { ptr::write_unaligned(gid, raw) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
+/// `ibv_query_gid_type` (rdma-core's private symbol that `ibv_devinfo`
+/// imports): 0 (IB or RoCE v1, and empty slots) or 1 (RoCE v2) into
+/// `type_`; 0, or -1 with errno.
+///
+/// # Safety
+/// `type_` points to a writable `int`-sized enum.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut IbvContext,
+    port_num: u8,
+    index: u32,
+    type_: *mut c_int,
+) -> c_int {
+    guard(-1, || {
+        let Some(rec) = context_rec(context) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if type_.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let index = c_int::try_from(index).unwrap_or(c_int::MAX);
+        match gid_slot(&rec.ctx, port_num, index) {
+            Ok(e) => {
+                let v2 = e.is_some_and(|e| e.gid_type == rverbs::GidType::RoceV2);
+                // SAFETY: the caller passes a writable int (non-null).
+                unsafe { ptr::write_unaligned(type_, c_int::from(v2)) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
+/// `ibv_query_pkey`: the P_Key at `index` of `port` in network byte
+/// order; 0, or -1 with errno.
+///
+/// # Safety
+/// `pkey` points to a writable `__be16`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut IbvContext,
+    port_num: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    guard(-1, || {
+        let Some(rec) = context_rec(context) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        if pkey.is_null() {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let dir = rec.ctx.device().sysfs_dir();
+        match crate::sysfs::pkey(&dir, port_num, index) {
+            Ok(v) => {
+                // SAFETY: the caller passes a writable __be16 (non-null).
+                unsafe { ptr::write_unaligned(pkey, v.to_be()) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
+/// `ibv_get_pkey_index`: the index of `pkey` (network order) in `port`'s
+/// table, or -1 with errno if it is not there.
+///
+/// # Safety
+/// None beyond passing any pointer: it is checked before use.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    context: *mut IbvContext,
+    port_num: u8,
+    pkey: u16,
+) -> c_int {
+    guard(-1, || {
+        let Some(rec) = context_rec(context) else {
+            set_errno(libc::EINVAL);
+            return -1;
+        };
+        let dir = rec.ctx.device().sysfs_dir();
+        let mut i: c_int = 0;
+        loop {
+            match crate::sysfs::pkey(&dir, port_num, i) {
+                Ok(v) if v.to_be() == pkey => return i,
+                Ok(_) => {}
+                Err(e) => {
+                    set_errno(e);
+                    return -1;
+                }
+            }
+            i = match i.checked_add(1) {
+                Some(n) => n,
+                None => {
+                    set_errno(libc::ENOENT);
+                    return -1;
+                }
+            };
+        }
+    })
+}
+
+/// `ibv_read_sysfs_file`: reads `dir/file` into `buf` (`size` bytes), the
+/// trailing newline replaced by a NUL; the length, or -1 with errno.
+///
+/// # Safety
+/// `dir` and `file` are NUL-terminated strings; `buf` has `size` writable
+/// bytes.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    dir: *const c_char,
+    file: *const c_char,
+    buf: *mut c_char,
+    size: usize,
+) -> c_int {
+    guard(-1, || {
+        if dir.is_null() || file.is_null() || (buf.is_null() && size > 0) {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: the caller passes NUL-terminated strings (non-null).
+        let (d, f) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
+        use std::os::unix::ffi::OsStrExt;
+        let path = Path::new(std::ffi::OsStr::from_bytes(d.to_bytes()))
+            .join(std::ffi::OsStr::from_bytes(f.to_bytes()));
+        let out: &mut [u8] = if size == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller passes `size` writable bytes at `buf`
+            // (non-null), which nothing else accesses during the call.
+            unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, size) }
+        };
+        match crate::sysfs::read_into(&path, out) {
+            Ok(n) => c_int::try_from(n).unwrap_or(c_int::MAX),
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
+/// `rverbs_ibverbs_version`: which build of this library is loaded (a
+/// static string such as `rverbs-ibverbs 0.1.0`). It is also how the
+/// workspace's linkage check tells our `libibverbs.so.1` from rdma-core's:
+/// ours defines this symbol, theirs cannot.
+#[no_mangle]
+pub extern "C" fn rverbs_ibverbs_version() -> *const c_char {
+    static V: &CStr = match CStr::from_bytes_with_nul(
+        concat!("rverbs-ibverbs ", env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
+    ) {
+        Ok(v) => v,
+        Err(_) => c"rverbs-ibverbs",
+    };
+    V.as_ptr()
+}
+
+/// The `ibv_wc_status_str` strings, NUL-terminated, built once.
+fn wc_status_strings() -> &'static [CString] {
+    static S: OnceLock<Vec<CString>> = OnceLock::new();
+    S.get_or_init(|| {
+        (0..=22u32)
+            .map(|s| CString::new(WcStatus(s).as_str()).unwrap_or_default())
+            .collect()
+    })
+}
+
+/// `ibv_wc_status_str`: a static description of a completion status
+/// ("unknown" for a value libibverbs does not name).
+#[no_mangle]
+pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
+    guard(c"unknown".as_ptr(), || {
+        let all = wc_status_strings();
+        let last = all.len() - 1;
+        let i = usize::try_from(status).map_or(last, |i| i.min(last));
+        all[i].as_ptr()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn foreign_pointers_are_refused_not_followed() {
+        let mut fake = [0u8; 1024];
+        let p = fake.as_mut_ptr() as *mut IbvDevice;
+        // SAFETY: the functions check the pointer before any use.
+        unsafe {
+            assert!(ibv_get_device_name(p).is_null());
+            assert!(ibv_open_device(p).is_null());
+            assert_eq!(ibv_close_device(p as *mut IbvContext), -1);
+            assert_eq!(
+                ibv_query_device(p as *mut IbvContext, ptr::null_mut()),
+                libc::EINVAL
+            );
+            assert_eq!(ibv_close_device(ptr::null_mut()), -1);
+        }
+    }
+
+    #[test]
+    fn status_strings_match_the_library() {
+        let s = |v| {
+            // SAFETY: the returned pointers are static NUL-terminated strings.
+            let c = unsafe { CStr::from_ptr(ibv_wc_status_str(v)) };
+            c.to_str().unwrap()
+        };
+        assert_eq!(s(0), "success");
+        assert_eq!(s(12), "transport retry counter exceeded");
+        assert_eq!(s(99), "unknown");
+        assert_eq!(s(-1), "unknown");
+    }
+
+    #[test]
+    fn device_strings_are_truncated_with_their_nul() {
+        let mut a = [1 as c_char; 4];
+        copy_str(&mut a, "abcdef");
+        assert_eq!(a, [b'a' as c_char, b'b' as c_char, b'c' as c_char, 0]);
+    }
+}

@@ -1,0 +1,179 @@
+//! The C structs of `rverbs-ibverbs` against `<infiniband/verbs.h>` (Debian's
+//! `libibverbs-dev`): a C program prints `sizeof` and, for every field the
+//! Rust struct has, the C member's `offsetof` and `sizeof`; each must equal
+//! the Rust side's. The listed fields must also tile each Rust struct, so a
+//! field left out of the table is noticed.
+
+use std::mem::{offset_of, size_of};
+use std::process::Command;
+
+use rverbs_ibverbs::ffi::{IbvContext, IbvDevice, IbvDeviceAttr, IbvPortAttrCompat};
+
+struct Field {
+    c: &'static str,
+    offset: usize,
+    size: usize,
+}
+
+struct Entry {
+    c: &'static str,
+    /// The C size to compare with (an expression).
+    c_size: &'static str,
+    size: usize,
+    fields: Vec<Field>,
+}
+
+macro_rules! field_size {
+    ($t:ty, $f:ident) => {{
+        fn size_of_field<T>(_: impl Fn(&$t) -> &T) -> usize {
+            size_of::<T>()
+        }
+        size_of_field(|s: &$t| &s.$f)
+    }};
+}
+
+macro_rules! entry {
+    ($t:ty, $c:literal, $c_size:expr, [$($f:ident => $cf:literal),* $(,)?]) => {
+        Entry {
+            c: $c,
+            c_size: $c_size,
+            size: size_of::<$t>(),
+            fields: vec![$(Field {
+                c: $cf,
+                offset: offset_of!($t, $f),
+                size: field_size!($t, $f),
+            }),*],
+        }
+    };
+}
+
+fn entries() -> Vec<Entry> {
+    vec![
+        entry!(IbvDevice, "struct ibv_device", "sizeof(struct ibv_device)", [
+            ops => "_ops", node_type => "node_type", transport_type => "transport_type",
+            name => "name", dev_name => "dev_name", dev_path => "dev_path",
+            ibdev_path => "ibdev_path",
+        ]),
+        entry!(IbvContext, "struct ibv_context", "sizeof(struct ibv_context)", [
+            device => "device", ops => "ops", cmd_fd => "cmd_fd", async_fd => "async_fd",
+            num_comp_vectors => "num_comp_vectors", mutex => "mutex",
+            abi_compat => "abi_compat",
+        ]),
+        entry!(IbvDeviceAttr, "struct ibv_device_attr", "sizeof(struct ibv_device_attr)", [
+            fw_ver => "fw_ver", node_guid => "node_guid", sys_image_guid => "sys_image_guid",
+            max_mr_size => "max_mr_size", page_size_cap => "page_size_cap",
+            vendor_id => "vendor_id", vendor_part_id => "vendor_part_id", hw_ver => "hw_ver",
+            max_qp => "max_qp", max_qp_wr => "max_qp_wr", device_cap_flags => "device_cap_flags",
+            max_sge => "max_sge", max_sge_rd => "max_sge_rd", max_cq => "max_cq",
+            max_cqe => "max_cqe", max_mr => "max_mr", max_pd => "max_pd",
+            max_qp_rd_atom => "max_qp_rd_atom", max_ee_rd_atom => "max_ee_rd_atom",
+            max_res_rd_atom => "max_res_rd_atom", max_qp_init_rd_atom => "max_qp_init_rd_atom",
+            max_ee_init_rd_atom => "max_ee_init_rd_atom", atomic_cap => "atomic_cap",
+            max_ee => "max_ee", max_rdd => "max_rdd", max_mw => "max_mw",
+            max_raw_ipv6_qp => "max_raw_ipv6_qp", max_raw_ethy_qp => "max_raw_ethy_qp",
+            max_mcast_grp => "max_mcast_grp", max_mcast_qp_attach => "max_mcast_qp_attach",
+            max_total_mcast_qp_attach => "max_total_mcast_qp_attach", max_ah => "max_ah",
+            max_fmr => "max_fmr", max_map_per_fmr => "max_map_per_fmr", max_srq => "max_srq",
+            max_srq_wr => "max_srq_wr", max_srq_sge => "max_srq_sge", max_pkeys => "max_pkeys",
+            local_ca_ack_delay => "local_ca_ack_delay", phys_port_cnt => "phys_port_cnt",
+        ]),
+        // The compat part of ibv_port_attr: everything before
+        // port_cap_flags2, which the exported ibv_query_port never writes.
+        entry!(IbvPortAttrCompat, "struct ibv_port_attr",
+            "((offsetof(struct ibv_port_attr, flags) + 1 + 3) / 4 * 4)", [
+            state => "state", max_mtu => "max_mtu", active_mtu => "active_mtu",
+            gid_tbl_len => "gid_tbl_len", port_cap_flags => "port_cap_flags",
+            max_msg_sz => "max_msg_sz", bad_pkey_cntr => "bad_pkey_cntr",
+            qkey_viol_cntr => "qkey_viol_cntr", pkey_tbl_len => "pkey_tbl_len", lid => "lid",
+            sm_lid => "sm_lid", lmc => "lmc", max_vl_num => "max_vl_num", sm_sl => "sm_sl",
+            subnet_timeout => "subnet_timeout", init_type_reply => "init_type_reply",
+            active_width => "active_width", active_speed => "active_speed",
+            phys_state => "phys_state", link_layer => "link_layer", flags => "flags",
+        ]),
+    ]
+}
+
+#[test]
+fn structs_match_verbs_h() {
+    let entries = entries();
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+    );
+    for e in &entries {
+        c.push_str(&format!("  printf(\"%zu\\n\", (size_t)({}));\n", e.c_size));
+        for f in &e.fields {
+            c.push_str(&format!(
+                "  printf(\"%zu %zu\\n\", offsetof({0}, {1}), sizeof(((({0} *)0)->{1})));\n",
+                e.c, f.c
+            ));
+        }
+    }
+    c.push_str(
+        "  printf(\"%zu\\n\", sizeof(struct ibv_context_ops) / sizeof(void *));\n  return 0;\n}\n",
+    );
+    let dir = std::env::temp_dir().join(format!("ibverbs-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("probe.c");
+    let exe = dir.join("probe");
+    std::fs::write(&src, c).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let st = Command::new(&cc)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("a C compiler (cc)");
+    assert!(
+        st.success(),
+        "the probe does not compile: install libibverbs-dev"
+    );
+    let out = Command::new(&exe).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut lines = text.lines();
+    let mut bad = Vec::new();
+    for e in &entries {
+        let size: usize = lines.next().unwrap().parse().unwrap();
+        if size != e.size {
+            bad.push(format!("{}: C size {size}, Rust {}", e.c, e.size));
+        }
+        let mut end = 0;
+        for f in &e.fields {
+            let l = lines.next().unwrap();
+            let (o, s) = l.split_once(' ').unwrap();
+            let (o, s): (usize, usize) = (o.parse().unwrap(), s.parse().unwrap());
+            if (o, s) != (f.offset, f.size) {
+                bad.push(format!(
+                    "{}.{}: C offset {o} size {s}, Rust {} {}",
+                    e.c, f.c, f.offset, f.size
+                ));
+            }
+            if f.offset < end {
+                bad.push(format!("{}.{}: overlaps the field before it", e.c, f.c));
+            }
+            // More than padding before it: a field left out of the table.
+            if f.offset >= end + 8 {
+                bad.push(format!(
+                    "{}.{}: {} bytes before it",
+                    e.c,
+                    f.c,
+                    f.offset - end
+                ));
+            }
+            end = f.offset + f.size;
+        }
+        // The fields tile the struct up to its tail padding.
+        let align_pad = e.size - end;
+        if align_pad >= 8 {
+            bad.push(format!("{}: {align_pad} bytes after the last field", e.c));
+        }
+    }
+    let ops: usize = lines.next().unwrap().parse().unwrap();
+    if ops != rverbs_ibverbs::ffi::CONTEXT_OPS {
+        bad.push(format!(
+            "struct ibv_context_ops: {ops} pointers in C, {} in Rust",
+            rverbs_ibverbs::ffi::CONTEXT_OPS
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(bad.is_empty(), "layout mismatches:\n{}", bad.join("\n"));
+}
