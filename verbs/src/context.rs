@@ -288,6 +288,19 @@ impl Context {
         Ok(usize::try_from(n).map_or(len, |n| n.min(len)))
     }
 
+    /// `port_cap_flags2` of `port` (`IBV_PORT_*_SUP` bits of the second
+    /// capability word), which only the ioctl `UVERBS_METHOD_QUERY_PORT`
+    /// reports; an error where the kernel lacks the method (libibverbs
+    /// then reports 0).
+    pub fn port_cap_flags2(&self, port: u8) -> Result<u16> {
+        let driver_id = self.inner.device.driver().id().unwrap_or(0);
+        let buf = crate::sys::cmd::query_port_ex(self.fd(), driver_id, port)
+            .map_err(Error::kernel("query_port (ioctl)"))?;
+        // Right after the 40-byte legacy answer.
+        const AT: usize = size_of::<QueryPortResp>();
+        Ok(u16::from_ne_bytes([buf[AT], buf[AT + 1]]))
+    }
+
     /// The GID entry at `index` of `port`, asked for alone through the
     /// kernel's `UVERBS_METHOD_QUERY_GID_ENTRY` (as libibverbs'
     /// `ibv_query_gid_ex` does), or read from sysfs where the kernel lacks

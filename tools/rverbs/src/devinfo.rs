@@ -6,7 +6,7 @@
 //! Every value comes from the kernel through `verbs` (query_device, the
 //! extended query, query_port, the GID table) or sysfs, except:
 //! - `port_cap_flags2`, which only the ioctl `UVERBS_METHOD_QUERY_PORT`
-//!   returns: queried here on a context of its own (0 when the kernel lacks
+//!   returns ([`rverbs::Context::port_cap_flags2`]; 0 when the kernel lacks
 //!   the method, as rdma-core's write() fallback leaves it);
 //! - the TSO, RSS hash and packet-pacing capabilities, which no core uverbs
 //!   response carries (mlx4/mlx5 providers fill them from their driver
@@ -14,13 +14,10 @@
 //!   them) reports.
 
 use std::fmt::Write as _;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use anyhow::{anyhow, bail, Result};
 use rverbs::{Device, GidType, Guid, LinkLayer};
-use rverbs_abi::cmd::{nr, response_fd, write_cmd_prefilled, NO_FD};
-use rverbs_abi::device::{ExQueryDeviceResp, GetContext, GetContextResp};
-use rverbs_abi::ioctl::{device_method, object, IoctlCmd};
+use rverbs_abi::device::ExQueryDeviceResp;
 
 use crate::common::num;
 
@@ -122,64 +119,6 @@ fn board_id(dev: &Device) -> Option<String> {
     let s = std::fs::read_to_string(dev.sysfs_dir().join("board_id")).ok()?;
     let s = s.strip_suffix('\n').unwrap_or(&s).to_string();
     (!s.is_empty()).then_some(s)
-}
-
-/// `UVERBS_ATTR_QUERY_PORT_PORT_NUM`.
-const QUERY_PORT_PORT_NUM: u16 = 0;
-/// `UVERBS_ATTR_QUERY_PORT_RESP`.
-const QUERY_PORT_RESP: u16 = 1;
-/// `sizeof(struct ib_uverbs_query_port_resp_ex)`.
-const QUERY_PORT_RESP_EX_LEN: usize = 48;
-/// `offsetof(struct ib_uverbs_query_port_resp_ex, port_cap_flags2)`: right
-/// after the 40-byte legacy response.
-const PORT_CAP_FLAGS2_OFFSET: usize = 40;
-const _: () = assert!(size_of::<rverbs_abi::device::QueryPortResp>() == PORT_CAP_FLAGS2_OFFSET);
-
-/// `port_cap_flags2` of `port`, which only `UVERBS_METHOD_QUERY_PORT`
-/// reports. That method needs a user context, so one is opened here (a
-/// second open of the uverbs device, as any process may). `None` if the
-/// kernel refuses; the caller then prints 0, as rdma-core does when it
-/// falls back to the write() command.
-fn port_cap_flags2(dev: &Device, port: u8) -> Option<u16> {
-    // The node checked as verbs checks it: the uverbs character device
-    // sysfs names.
-    let fd = OwnedFd::from(dev.open_node().ok()?);
-    // -1 until the kernel writes the fd it opened.
-    let mut resp = GetContextResp {
-        async_fd: NO_FD,
-        num_comp_vectors: 0,
-    };
-    // SAFETY: GET_CONTEXT carries no user address but its response
-    // pointer, which write_cmd_prefilled supplies; no driver data is sent
-    // (a driver that requires some refuses, and 0 is printed, as before).
-    unsafe {
-        write_cmd_prefilled(
-            fd.as_fd(),
-            nr::GET_CONTEXT,
-            &GetContext::default(),
-            &mut resp,
-            &[],
-            &mut [],
-        )
-    }
-    .ok()?;
-    let raw = response_fd(resp.async_fd)?;
-    // SAFETY: the kernel wrote this fd number over the -1 prefilled above:
-    // it opened it for us in this call on a checked uverbs node, and
-    // nothing else owns it; owning it closes it.
-    let _async_fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut buf = [0u8; QUERY_PORT_RESP_EX_LEN];
-    let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_PORT);
-    call.driver_id(dev.driver().id().unwrap_or(0))
-        .in_u64(QUERY_PORT_PORT_NUM, u64::from(port))
-        .out_bytes(QUERY_PORT_RESP, &mut buf);
-    // SAFETY: the inline value is a port number, no address; the output
-    // is a borrowed buffer; `fd` is a checked uverbs node.
-    unsafe { call.execute(fd.as_fd()) }.ok()?;
-    Some(u16::from_ne_bytes([
-        buf[PORT_CAP_FLAGS2_OFFSET],
-        buf[PORT_CAP_FLAGS2_OFFSET + 1],
-    ]))
 }
 
 /// The fields of the extended device query that the kernel filled
@@ -328,7 +267,7 @@ fn device_text(dev: &Device, ib_port: Option<u8>, verbose: bool) -> Result<Strin
         let _ = writeln!(o, "\t\t\tport_lmc:\t\t0x{:02x}", p.lmc);
         let _ = writeln!(o, "\t\t\tlink_layer:\t\t{}", link_layer_str(p.link_layer));
         if verbose {
-            let flags2 = port_cap_flags2(dev, port).unwrap_or(0);
+            let flags2 = ctx.port_cap_flags2(port).unwrap_or(0);
             let _ = writeln!(o, "\t\t\tmax_msg_sz:\t\t0x{:x}", p.max_msg_sz);
             let _ = writeln!(o, "\t\t\tport_cap_flags:\t\t0x{:08x}", p.port_cap_flags);
             let _ = writeln!(o, "\t\t\tport_cap_flags2:\t0x{flags2:04x}");

@@ -69,6 +69,52 @@ pub struct IbvContext {
     pub abi_compat: *mut c_void,
 }
 
+/// A C function pointer slot this library leaves empty (null): the
+/// inline function that would call it fails with `EOPNOTSUPP` (or
+/// `ENOSYS`) for a provider without the operation.
+pub type Slot = Option<unsafe extern "C" fn()>;
+
+/// `verbs_context.query_port`.
+pub type QueryPortFn = unsafe extern "C" fn(*mut IbvContext, u8, *mut IbvPortAttr, usize) -> c_int;
+/// `verbs_context.query_device_ex`.
+pub type QueryDeviceExFn = unsafe extern "C" fn(
+    *mut IbvContext,
+    *const QueryDeviceExInput,
+    *mut IbvDeviceAttrEx,
+    usize,
+) -> c_int;
+
+/// `struct ibv_query_device_ex_input`.
+#[repr(C)]
+pub struct QueryDeviceExInput {
+    /// Must be zero.
+    pub comp_mask: u32,
+}
+
+/// `struct verbs_context`: the extended operations, laid out before the
+/// `struct ibv_context` that programs hold, which `verbs.h` finds by
+/// subtracting the offset of `context` once `abi_compat` says
+/// [`VERBS_ABI_IS_EXTENDED`].
+#[repr(C)]
+pub struct VerbsContext {
+    /// `query_port`: the whole `ibv_port_attr`.
+    pub query_port: Option<QueryPortFn>,
+    /// `advise_mr` ... `create_cq_ex`: empty.
+    pub before_query_device_ex: [Slot; 26],
+    /// `query_device_ex`.
+    pub query_device_ex: Option<QueryDeviceExFn>,
+    /// `ibv_destroy_flow` ... `close_xrcd`: empty.
+    pub after_query_device_ex: [Slot; 11],
+    /// The size of this struct (`verbs.h` counts an operation present if
+    /// it lies within it).
+    pub sz: usize,
+    /// What programs hold.
+    pub context: IbvContext,
+}
+
+/// `__VERBS_ABI_IS_EXTENDED`, the `abi_compat` of an extended context.
+pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
+
 /// `struct ibv_device_attr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -148,6 +194,114 @@ pub struct IbvPortAttrCompat {
     pub flags: u8,
 }
 
+/// `struct ibv_port_attr` as `verbs.h` (rdma-core 44) has it: the compat
+/// part and `port_cap_flags2`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IbvPortAttr {
+    /// Everything up to `flags`.
+    pub compat: IbvPortAttrCompat,
+    /// The second capability word.
+    pub port_cap_flags2: u16,
+}
+
+/// `struct ibv_odp_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct OdpCaps {
+    pub general_caps: u64,
+    pub rc_odp_caps: u32,
+    pub uc_odp_caps: u32,
+    pub ud_odp_caps: u32,
+}
+
+/// `struct ibv_tso_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct TsoCaps {
+    pub max_tso: u32,
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_rss_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct RssCaps {
+    pub supported_qpts: u32,
+    pub max_rwq_indirection_tables: u32,
+    pub max_rwq_indirection_table_size: u32,
+    pub rx_hash_fields_mask: u64,
+    pub rx_hash_function: u8,
+}
+
+/// `struct ibv_packet_pacing_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct PacketPacingCaps {
+    pub qp_rate_limit_min: u32,
+    pub qp_rate_limit_max: u32,
+    pub supported_qpts: u32,
+}
+
+/// `struct ibv_tm_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct TmCaps {
+    pub max_rndv_hdr_size: u32,
+    pub max_num_tags: u32,
+    pub flags: u32,
+    pub max_ops: u32,
+    pub max_sge: u32,
+}
+
+/// `struct ibv_cq_moderation_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct CqModerationCaps {
+    pub max_cq_count: u16,
+    pub max_cq_period: u16,
+}
+
+/// `struct ibv_pci_atomic_caps`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct PciAtomicCaps {
+    pub fetch_add: u16,
+    pub swap: u16,
+    pub compare_swap: u16,
+}
+
+/// `struct ibv_device_attr_ex`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvDeviceAttrEx {
+    pub orig_attr: IbvDeviceAttr,
+    pub comp_mask: u32,
+    pub odp_caps: OdpCaps,
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: TsoCaps,
+    pub rss_caps: RssCaps,
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: PacketPacingCaps,
+    pub raw_packet_caps: u32,
+    pub tm_caps: TmCaps,
+    pub cq_mod_caps: CqModerationCaps,
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: PciAtomicCaps,
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
 /// A device this library listed: the C struct first, so a pointer to it
 /// is a pointer to the record.
 #[repr(C)]
@@ -156,10 +310,11 @@ struct DeviceRec {
     dev: Device,
 }
 
-/// An open context: the C struct first, as for [`DeviceRec`].
+/// An open context: the C structs first (programs hold a pointer to
+/// `v.context`, inside them).
 #[repr(C)]
 struct ContextRec {
-    c: IbvContext,
+    v: VerbsContext,
     ctx: Context,
 }
 
@@ -170,8 +325,9 @@ struct ContextRec {
 /// move when the vector grows.
 #[allow(clippy::vec_box)]
 static DEVICES: Mutex<Vec<Box<DeviceRec>>> = Mutex::new(Vec::new());
-/// Addresses of the open contexts.
-static CONTEXTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// The open contexts: (address of the `ibv_context` programs hold,
+/// address of its record).
+static CONTEXTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -239,14 +395,15 @@ fn device_rec(devices: &[Box<DeviceRec>], p: *const IbvDevice) -> Option<&Device
 
 /// The context record of `p` if it is open.
 fn context_rec<'a>(p: *const IbvContext) -> Option<&'a ContextRec> {
-    if p.is_null() || !lock(&CONTEXTS).contains(&(p as usize)) {
-        return None;
-    }
-    // SAFETY: `p` is the address of a live ContextRec (Box::into_raw in
+    let rec = lock(&CONTEXTS)
+        .iter()
+        .find(|(c, _)| *c == p as usize)
+        .map(|&(_, r)| r)?;
+    // SAFETY: `rec` is the address of a live ContextRec (Box::into_raw in
     // ibv_open_device, removed from CONTEXTS before it is freed); the
     // caller does not close it while using it (libibverbs' contract: no
     // call on a context during or after its ibv_close_device).
-    Some(unsafe { &*(p as *const ContextRec) })
+    Some(unsafe { &*(rec as *const ContextRec) })
 }
 
 /// `ibv_get_device_list`: a NULL-terminated array (free it with
@@ -378,22 +535,33 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
         };
         use std::os::fd::AsRawFd;
         let rec = Box::new(ContextRec {
-            c: IbvContext {
-                device,
-                ops: IbvContextOps {
-                    ops: [None; CONTEXT_OPS],
+            v: VerbsContext {
+                query_port: Some(query_port_ex),
+                before_query_device_ex: [None; 26],
+                query_device_ex: Some(query_device_ex),
+                after_query_device_ex: [None; 11],
+                sz: size_of::<VerbsContext>(),
+                context: IbvContext {
+                    device,
+                    ops: IbvContextOps {
+                        ops: [None; CONTEXT_OPS],
+                    },
+                    cmd_fd: ctx.cmd_fd().as_raw_fd(),
+                    async_fd: ctx.async_fd().as_raw_fd(),
+                    num_comp_vectors: c_int::try_from(ctx.num_comp_vectors()).unwrap_or(c_int::MAX),
+                    mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                    abi_compat: VERBS_ABI_IS_EXTENDED,
                 },
-                cmd_fd: ctx.cmd_fd().as_raw_fd(),
-                async_fd: ctx.async_fd().as_raw_fd(),
-                num_comp_vectors: c_int::try_from(ctx.num_comp_vectors()).unwrap_or(c_int::MAX),
-                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-                abi_compat: ptr::null_mut(),
             },
             ctx,
         });
-        let p = Box::into_raw(rec);
-        lock(&CONTEXTS).push(p as usize);
-        p as *mut IbvContext
+        let rec = Box::into_raw(rec);
+        // SAFETY: `rec` was just allocated; the field's address is taken
+        // without a reference (addr_of_mut), and stays valid while the
+        // box lives.
+        let c = unsafe { ptr::addr_of_mut!((*rec).v.context) };
+        lock(&CONTEXTS).push((c as usize, rec as usize));
+        c
     })
 }
 
@@ -406,18 +574,189 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
 pub unsafe extern "C" fn ibv_close_device(context: *mut IbvContext) -> c_int {
     guard(-1, || {
         let mut open = lock(&CONTEXTS);
-        let Some(i) = open.iter().position(|&a| a == context as usize) else {
+        let Some(i) = open.iter().position(|&(c, _)| c == context as usize) else {
             set_errno(libc::EINVAL);
             return -1;
         };
-        open.swap_remove(i);
+        let (_, rec) = open.swap_remove(i);
         drop(open);
-        // SAFETY: `context` came from Box::into_raw in ibv_open_device and
-        // was still open (now removed, so it is freed once); the caller
-        // makes no other call on it (the function's contract).
-        drop(unsafe { Box::from_raw(context as *mut ContextRec) });
+        // SAFETY: `rec` came from Box::into_raw in ibv_open_device and was
+        // still open (now removed, so it is freed once); the caller makes
+        // no other call on it (the function's contract).
+        drop(unsafe { Box::from_raw(rec as *mut ContextRec) });
         0
     })
+}
+
+/// The device attributes of `ctx`, as `struct ibv_device_attr`.
+fn device_attr_of(ctx: &Context) -> Result<IbvDeviceAttr, c_int> {
+    let a = ctx.query_device().map_err(|e| errno_of(&e))?;
+    Ok(orig_attr(&a))
+}
+
+/// `struct ibv_device_attr` of an answer of the device query.
+fn orig_attr(a: &rverbs::DeviceAttr) -> IbvDeviceAttr {
+    let i = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
+    let mut out = IbvDeviceAttr {
+        fw_ver: [0; 64],
+        node_guid: a.node_guid,
+        sys_image_guid: a.sys_image_guid,
+        max_mr_size: a.max_mr_size,
+        page_size_cap: a.page_size_cap,
+        vendor_id: a.vendor_id,
+        vendor_part_id: a.vendor_part_id,
+        hw_ver: a.hw_ver,
+        max_qp: i(a.max_qp),
+        max_qp_wr: i(a.max_qp_wr),
+        device_cap_flags: a.device_cap_flags,
+        max_sge: i(a.max_sge),
+        max_sge_rd: i(a.max_sge_rd),
+        max_cq: i(a.max_cq),
+        max_cqe: i(a.max_cqe),
+        max_mr: i(a.max_mr),
+        max_pd: i(a.max_pd),
+        max_qp_rd_atom: i(a.max_qp_rd_atom),
+        max_ee_rd_atom: i(a.max_ee_rd_atom),
+        max_res_rd_atom: i(a.max_res_rd_atom),
+        max_qp_init_rd_atom: i(a.max_qp_init_rd_atom),
+        max_ee_init_rd_atom: i(a.max_ee_init_rd_atom),
+        atomic_cap: i(a.atomic_cap),
+        max_ee: i(a.max_ee),
+        max_rdd: i(a.max_rdd),
+        max_mw: i(a.max_mw),
+        max_raw_ipv6_qp: i(a.max_raw_ipv6_qp),
+        max_raw_ethy_qp: i(a.max_raw_ethy_qp),
+        max_mcast_grp: i(a.max_mcast_grp),
+        max_mcast_qp_attach: i(a.max_mcast_qp_attach),
+        max_total_mcast_qp_attach: i(a.max_total_mcast_qp_attach),
+        max_ah: i(a.max_ah),
+        max_fmr: i(a.max_fmr),
+        max_map_per_fmr: i(a.max_map_per_fmr),
+        max_srq: i(a.max_srq),
+        max_srq_wr: i(a.max_srq_wr),
+        max_srq_sge: i(a.max_srq_sge),
+        max_pkeys: a.max_pkeys,
+        local_ca_ack_delay: a.local_ca_ack_delay,
+        phys_port_cnt: a.phys_port_cnt,
+    };
+    copy_str(&mut out.fw_ver, &a.fw_ver());
+    out
+}
+
+/// The extended device attributes of `ctx`: the kernel's extended answer
+/// where it gave one (zero past what it filled), the provider-only
+/// capabilities (TSO, RSS hashing, packet pacing, PCI atomics) zero, and
+/// the port count from sysfs.
+fn device_attr_ex(ctx: &Context) -> Result<IbvDeviceAttrEx, c_int> {
+    let a = ctx.query_device().map_err(|e| errno_of(&e))?;
+    let orig_attr = orig_attr(&a);
+    let ex = a.ex().copied().unwrap_or_default();
+    let ports = std::fs::read_dir(ctx.device().sysfs_dir().join("ports"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    Ok(IbvDeviceAttrEx {
+        orig_attr,
+        comp_mask: 0,
+        odp_caps: OdpCaps {
+            general_caps: ex.odp_caps.general_caps,
+            rc_odp_caps: ex.odp_caps.rc_odp_caps,
+            uc_odp_caps: ex.odp_caps.uc_odp_caps,
+            ud_odp_caps: ex.odp_caps.ud_odp_caps,
+        },
+        completion_timestamp_mask: ex.timestamp_mask,
+        hca_core_clock: ex.hca_core_clock,
+        device_cap_flags_ex: ex.device_cap_flags_ex,
+        tso_caps: TsoCaps::default(),
+        rss_caps: RssCaps {
+            supported_qpts: ex.rss_caps.supported_qpts,
+            max_rwq_indirection_tables: ex.rss_caps.max_rwq_indirection_tables,
+            max_rwq_indirection_table_size: ex.rss_caps.max_rwq_indirection_table_size,
+            rx_hash_fields_mask: 0,
+            rx_hash_function: 0,
+        },
+        max_wq_type_rq: ex.max_wq_type_rq,
+        packet_pacing_caps: PacketPacingCaps::default(),
+        raw_packet_caps: ex.raw_packet_caps,
+        tm_caps: TmCaps {
+            max_rndv_hdr_size: ex.tm_caps.max_rndv_hdr_size,
+            max_num_tags: ex.tm_caps.max_num_tags,
+            flags: ex.tm_caps.flags,
+            max_ops: ex.tm_caps.max_ops,
+            max_sge: ex.tm_caps.max_sge,
+        },
+        cq_mod_caps: CqModerationCaps {
+            max_cq_count: ex.cq_moderation_caps.max_cq_moderation_count,
+            max_cq_period: ex.cq_moderation_caps.max_cq_moderation_period,
+        },
+        max_dm_size: ex.max_dm_size,
+        pci_atomic_caps: PciAtomicCaps::default(),
+        xrc_odp_caps: ex.xrc_odp_caps,
+        phys_port_cnt_ex: if ports > 0 {
+            u32::try_from(ports).unwrap_or(u32::MAX)
+        } else {
+            u32::from(orig_attr.phys_port_cnt)
+        },
+    })
+}
+
+/// The attributes of `port`, as `struct ibv_port_attr`.
+fn port_attr_of(ctx: &Context, port: u8) -> Result<IbvPortAttr, c_int> {
+    let p = ctx.query_port(port).map_err(|e| errno_of(&e))?;
+    Ok(IbvPortAttr {
+        compat: IbvPortAttrCompat {
+            state: c_int::from(p.state),
+            max_mtu: c_int::from(p.max_mtu),
+            active_mtu: c_int::from(p.active_mtu),
+            gid_tbl_len: c_int::try_from(p.gid_tbl_len).unwrap_or(c_int::MAX),
+            port_cap_flags: p.port_cap_flags,
+            max_msg_sz: p.max_msg_sz,
+            bad_pkey_cntr: p.bad_pkey_cntr,
+            qkey_viol_cntr: p.qkey_viol_cntr,
+            pkey_tbl_len: p.pkey_tbl_len,
+            lid: p.lid,
+            sm_lid: p.sm_lid,
+            lmc: p.lmc,
+            max_vl_num: p.max_vl_num,
+            sm_sl: p.sm_sl,
+            subnet_timeout: p.subnet_timeout,
+            init_type_reply: p.init_type_reply,
+            active_width: p.active_width,
+            active_speed: p.active_speed,
+            phys_state: p.phys_state,
+            link_layer: p.link_layer,
+            flags: p.flags,
+        },
+        // 0 where the kernel lacks the ioctl, as libibverbs leaves it.
+        port_cap_flags2: ctx.port_cap_flags2(port).unwrap_or(0),
+    })
+}
+
+/// Writes `value` over the first `len` bytes at `dst` (all of it if `len`
+/// is larger, zeroing the rest of `len`).
+///
+/// # Safety
+/// `dst` points to `len` writable bytes.
+unsafe fn write_sized<T: Copy>(dst: *mut u8, len: usize, value: &T) {
+    let n = len.min(size_of::<T>());
+    // SAFETY: the caller passes `len` writable bytes at `dst`; `value` is
+    // a live T of size_of::<T>() >= n bytes; they do not overlap (value is
+    // ours). Padding bytes are copied as bytes, never read as values.
+    unsafe {
+        ptr::write_bytes(dst, 0, len);
+        ptr::copy_nonoverlapping((value as *const T).cast::<u8>(), dst, n);
+    }
+}
+
+/// A value of `T` with every byte zero, padding included, so that what
+/// [`write_sized`] copies holds no stale bytes.
+fn zeroed<T: Copy>(v: T) -> T {
+    let mut out = std::mem::MaybeUninit::<T>::zeroed();
+    // SAFETY: `out` is valid for a write of T; writing a T over the
+    // zeroed bytes keeps padding zero in practice, and `v` is a valid T.
+    unsafe {
+        out.as_mut_ptr().write(v);
+        out.assume_init()
+    }
 }
 
 /// `ibv_query_device`: 0, or the errno (as libibverbs returns it).
@@ -436,58 +775,51 @@ pub unsafe extern "C" fn ibv_query_device(
         if device_attr.is_null() {
             return libc::EINVAL;
         }
-        let a = match rec.ctx.query_device() {
-            Ok(a) => a,
-            Err(e) => return errno_of(&e),
+        match device_attr_of(&rec.ctx) {
+            Ok(a) => {
+                // SAFETY: the caller passes a writable ibv_device_attr
+                // (checked non-null above).
+                unsafe { write_sized(device_attr.cast(), size_of::<IbvDeviceAttr>(), &zeroed(a)) };
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+/// `verbs_context.query_device_ex`, which `verbs.h`'s inline
+/// `ibv_query_device_ex` calls: fills `attr_size` bytes of `attr`; 0, or
+/// the errno (`EINVAL` for a non-zero input `comp_mask` or an `attr_size`
+/// below `struct ibv_device_attr`).
+///
+/// # Safety
+/// `input` is null or points to a `struct ibv_query_device_ex_input`;
+/// `attr` points to `attr_size` writable bytes.
+unsafe extern "C" fn query_device_ex(
+    context: *mut IbvContext,
+    input: *const QueryDeviceExInput,
+    attr: *mut IbvDeviceAttrEx,
+    attr_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: the caller passes null or a readable input struct.
+        if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+            return libc::EINVAL;
+        }
+        let Some(rec) = context_rec(context) else {
+            return libc::EINVAL;
         };
-        let i = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
-        let mut out = IbvDeviceAttr {
-            fw_ver: [0; 64],
-            node_guid: a.node_guid,
-            sys_image_guid: a.sys_image_guid,
-            max_mr_size: a.max_mr_size,
-            page_size_cap: a.page_size_cap,
-            vendor_id: a.vendor_id,
-            vendor_part_id: a.vendor_part_id,
-            hw_ver: a.hw_ver,
-            max_qp: i(a.max_qp),
-            max_qp_wr: i(a.max_qp_wr),
-            device_cap_flags: a.device_cap_flags,
-            max_sge: i(a.max_sge),
-            max_sge_rd: i(a.max_sge_rd),
-            max_cq: i(a.max_cq),
-            max_cqe: i(a.max_cqe),
-            max_mr: i(a.max_mr),
-            max_pd: i(a.max_pd),
-            max_qp_rd_atom: i(a.max_qp_rd_atom),
-            max_ee_rd_atom: i(a.max_ee_rd_atom),
-            max_res_rd_atom: i(a.max_res_rd_atom),
-            max_qp_init_rd_atom: i(a.max_qp_init_rd_atom),
-            max_ee_init_rd_atom: i(a.max_ee_init_rd_atom),
-            atomic_cap: i(a.atomic_cap),
-            max_ee: i(a.max_ee),
-            max_rdd: i(a.max_rdd),
-            max_mw: i(a.max_mw),
-            max_raw_ipv6_qp: i(a.max_raw_ipv6_qp),
-            max_raw_ethy_qp: i(a.max_raw_ethy_qp),
-            max_mcast_grp: i(a.max_mcast_grp),
-            max_mcast_qp_attach: i(a.max_mcast_qp_attach),
-            max_total_mcast_qp_attach: i(a.max_total_mcast_qp_attach),
-            max_ah: i(a.max_ah),
-            max_fmr: i(a.max_fmr),
-            max_map_per_fmr: i(a.max_map_per_fmr),
-            max_srq: i(a.max_srq),
-            max_srq_wr: i(a.max_srq_wr),
-            max_srq_sge: i(a.max_srq_sge),
-            max_pkeys: a.max_pkeys,
-            local_ca_ack_delay: a.local_ca_ack_delay,
-            phys_port_cnt: a.phys_port_cnt,
-        };
-        copy_str(&mut out.fw_ver, &a.fw_ver());
-        // SAFETY: the caller passes a writable ibv_device_attr (checked
-        // non-null above); write_unaligned asks nothing of its alignment.
-        unsafe { ptr::write_unaligned(device_attr, out) };
-        0
+        if attr.is_null() || attr_size < size_of::<IbvDeviceAttr>() {
+            return libc::EINVAL;
+        }
+        match device_attr_ex(&rec.ctx) {
+            Ok(a) => {
+                // SAFETY: the caller passes `attr_size` writable bytes.
+                unsafe { write_sized(attr.cast(), attr_size, &zeroed(a)) };
+                0
+            }
+            Err(e) => e,
+        }
     })
 }
 
@@ -511,37 +843,45 @@ pub unsafe extern "C" fn ibv_query_port(
         if port_attr.is_null() {
             return libc::EINVAL;
         }
-        let p = match rec.ctx.query_port(port_num) {
-            Ok(p) => p,
-            Err(e) => return errno_of(&e),
+        match port_attr_of(&rec.ctx, port_num) {
+            Ok(p) => {
+                let len = size_of::<IbvPortAttrCompat>();
+                // SAFETY: the caller passes a writable struct this large.
+                unsafe { write_sized(port_attr.cast(), len, &zeroed(p.compat)) };
+                0
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+/// `verbs_context.query_port`, which `verbs.h`'s inline `ibv_query_port`
+/// calls for an extended context: fills `port_attr_len` bytes; 0, or the
+/// errno.
+///
+/// # Safety
+/// `port_attr` points to `port_attr_len` writable bytes.
+unsafe extern "C" fn query_port_ex(
+    context: *mut IbvContext,
+    port_num: u8,
+    port_attr: *mut IbvPortAttr,
+    port_attr_len: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        let Some(rec) = context_rec(context) else {
+            return libc::EINVAL;
         };
-        let out = IbvPortAttrCompat {
-            state: c_int::from(p.state),
-            max_mtu: c_int::from(p.max_mtu),
-            active_mtu: c_int::from(p.active_mtu),
-            gid_tbl_len: c_int::try_from(p.gid_tbl_len).unwrap_or(c_int::MAX),
-            port_cap_flags: p.port_cap_flags,
-            max_msg_sz: p.max_msg_sz,
-            bad_pkey_cntr: p.bad_pkey_cntr,
-            qkey_viol_cntr: p.qkey_viol_cntr,
-            pkey_tbl_len: p.pkey_tbl_len,
-            lid: p.lid,
-            sm_lid: p.sm_lid,
-            lmc: p.lmc,
-            max_vl_num: p.max_vl_num,
-            sm_sl: p.sm_sl,
-            subnet_timeout: p.subnet_timeout,
-            init_type_reply: p.init_type_reply,
-            active_width: p.active_width,
-            active_speed: p.active_speed,
-            phys_state: p.phys_state,
-            link_layer: p.link_layer,
-            flags: p.flags,
-        };
-        // SAFETY: the caller passes a writable struct at least this large
-        // (checked non-null above); no alignment is assumed.
-        unsafe { ptr::write_unaligned(port_attr, out) };
-        0
+        if port_attr.is_null() {
+            return libc::EINVAL;
+        }
+        match port_attr_of(&rec.ctx, port_num) {
+            Ok(p) => {
+                // SAFETY: the caller passes `port_attr_len` writable bytes.
+                unsafe { write_sized(port_attr.cast(), port_attr_len, &zeroed(p)) };
+                0
+            }
+            Err(e) => e,
+        }
     })
 }
 

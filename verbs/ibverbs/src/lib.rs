@@ -10,11 +10,12 @@
 //! `ibv_query_device`, `ibv_query_port`, `ibv_query_gid`,
 //! `ibv_query_gid_type`, `ibv_query_pkey`, `ibv_get_pkey_index`,
 //! `ibv_read_sysfs_file` and `ibv_wc_status_str`. The contexts it hands
-//! out are not extended (`abi_compat` is not libibverbs' extended marker),
-//! so `verbs.h`'s inline functions take their legacy paths
-//! (`ibv_query_port` and `ibv_query_device_ex` call the exported
-//! functions) and never reach `struct verbs_context`. PDs, CQs, QPs and
-//! the data path are not there yet.
+//! out are extended (`struct verbs_context` before the `struct
+//! ibv_context` programs hold, `abi_compat` set as libibverbs sets it),
+//! with `query_port` and `query_device_ex` filled in, so `verbs.h`'s inline
+//! `ibv_query_port` and `ibv_query_device_ex` reach them; every other
+//! extended operation is null, which the inline functions report as
+//! `EOPNOTSUPP`. PDs, CQs, QPs and the data path are not there yet.
 //!
 //! All `unsafe` lives in [`ffi`], which owns the C structs; the logic it
 //! calls is safe Rust in [`sysfs`] and `rverbs`. No panic crosses the C

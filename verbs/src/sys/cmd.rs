@@ -10,7 +10,8 @@ use rverbs_abi::cq::{CreateCompChannel, CreateCompChannelResp};
 use rverbs_abi::device::GidEntry as RawGidEntry;
 use rverbs_abi::ioctl::{
     advise_mr_attr as am, device_method, mr_method, object, query_gid_entry_attr as ge,
-    query_gid_table_attr as gt, reg_dmabuf_mr_attr as rd, IoctlCmd,
+    query_gid_table_attr as gt, query_port_attr as qp, reg_dmabuf_mr_attr as rd, IoctlCmd,
+    QUERY_PORT_RESP_EX_LEN,
 };
 use rverbs_abi::mr::DeregMr;
 use rverbs_abi::ucma::{self, MigrateId, MigrateResp};
@@ -89,6 +90,25 @@ pub(crate) fn query_gid_entry(
     // borrowed entry. The fd is a context's, a uverbs node that passed
     // Device::open_node's check.
     unsafe { call.execute(fd) }
+}
+
+/// `UVERBS_METHOD_QUERY_PORT` on the context's uverbs node `fd`: the
+/// extended port answer (`struct ib_uverbs_query_port_resp_ex`).
+pub(crate) fn query_port_ex(
+    fd: BorrowedFd<'_>,
+    driver_id: u32,
+    port: u8,
+) -> std::result::Result<[u8; QUERY_PORT_RESP_EX_LEN], Errno> {
+    let mut buf = [0u8; QUERY_PORT_RESP_EX_LEN];
+    let mut call = IoctlCmd::new(object::DEVICE, device_method::QUERY_PORT);
+    call.driver_id(driver_id)
+        .in_u64(qp::PORT_NUM, u64::from(port))
+        .out_bytes(qp::RESP, &mut buf);
+    // SAFETY: the inline value is a port number, no address; the output
+    // is a borrowed buffer. The fd is a context's, a uverbs node that
+    // passed Device::open_node's check.
+    unsafe { call.execute(fd) }?;
+    Ok(buf)
 }
 
 /// What `UVERBS_METHOD_REG_DMABUF_MR` answered.
