@@ -333,7 +333,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn set_errno(e: c_int) {
+/// Sets this thread's errno.
+pub(crate) fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno, always valid.
     unsafe { *libc::__errno_location() = e };
 }
@@ -1087,6 +1088,210 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
             }
         }
     })
+}
+
+/// `struct ibv_gid_entry` (the kernel's `struct ib_uverbs_gid_entry`;
+/// 8-aligned by its `union ibv_gid`).
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct IbvGidEntry {
+    pub gid: [u8; 16],
+    pub gid_index: u32,
+    pub port_num: u32,
+    /// `enum ibv_gid_type`: 0 IB, 1 RoCE v1, 2 RoCE v2.
+    pub gid_type: u32,
+    pub ndev_ifindex: u32,
+}
+
+fn gid_entry_c(e: &rverbs::GidEntry) -> IbvGidEntry {
+    IbvGidEntry {
+        gid: e.gid.0,
+        gid_index: e.index,
+        port_num: e.port,
+        gid_type: match e.gid_type {
+            rverbs::GidType::Ib => 0,
+            rverbs::GidType::RoceV1 => 1,
+            rverbs::GidType::RoceV2 => 2,
+            rverbs::GidType::Other(v) => v,
+        },
+        ndev_ifindex: e.netdev_ifindex,
+    }
+}
+
+/// `_ibv_query_gid_ex` (behind `verbs.h`'s inline `ibv_query_gid_ex`):
+/// the entry at `gid_index` of `port_num` into `entry_size` bytes; 0, or
+/// the errno (`ENODATA` for an empty slot, `EINVAL` for flags, a short
+/// entry or a slot past the table).
+///
+/// # Safety
+/// `entry` points to `entry_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut IbvContext,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut IbvGidEntry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    guard(libc::EIO, || {
+        let Some(rec) = context_rec(context) else {
+            return libc::EINVAL;
+        };
+        if flags != 0 || entry.is_null() || entry_size < size_of::<IbvGidEntry>() {
+            return libc::EINVAL;
+        }
+        let (Ok(port), Ok(index)) = (u8::try_from(port_num), c_int::try_from(gid_index)) else {
+            return libc::EINVAL;
+        };
+        match gid_slot(&rec.ctx, port, index) {
+            Ok(Some(e)) => {
+                // SAFETY: the caller passes `entry_size` writable bytes.
+                unsafe { write_sized(entry.cast(), entry_size, &gid_entry_c(&e)) };
+                0
+            }
+            Ok(None) => libc::ENODATA,
+            Err(e) => e,
+        }
+    })
+}
+
+/// `_ibv_query_gid_table` (behind `ibv_query_gid_table`): every valid GID
+/// of every port into `entries` (`max_entries` of `entry_size` bytes);
+/// the count, or a negative errno (`-EINVAL` if they do not fit).
+///
+/// # Safety
+/// `entries` points to `max_entries * entry_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut IbvContext,
+    entries: *mut IbvGidEntry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    guard(-(libc::EIO as isize), || {
+        let einval = -(libc::EINVAL as isize);
+        let Some(rec) = context_rec(context) else {
+            return einval;
+        };
+        if flags != 0 || entries.is_null() || entry_size < size_of::<IbvGidEntry>() {
+            return einval;
+        }
+        let table = match rec.ctx.query_gid_table() {
+            Ok(t) => t,
+            Err(e) => return -(errno_of(&e) as isize),
+        };
+        if table.len() > max_entries || max_entries.checked_mul(entry_size).is_none() {
+            return einval;
+        }
+        for (i, e) in table.iter().enumerate() {
+            // SAFETY: i < table.len() <= max_entries, so entry i lies
+            // within the caller's max_entries * entry_size bytes (the
+            // product does not overflow, checked above).
+            unsafe {
+                let dst = entries.cast::<u8>().add(i * entry_size);
+                write_sized(dst, entry_size, &gid_entry_c(e));
+            }
+        }
+        isize::try_from(table.len()).unwrap_or(isize::MAX)
+    })
+}
+
+/// `ibv_get_device_index`: the kernel's index of the device; -1 (as
+/// libibverbs answers when it does not know it): not known here yet.
+#[no_mangle]
+pub extern "C" fn ibv_get_device_index(device: *mut IbvDevice) -> c_int {
+    let _ = device;
+    -1
+}
+
+/// `ibv_get_sysfs_path`: the sysfs root (`$SYSFS_PATH` when set, as in
+/// libibverbs, else `/sys`), a string that lives as long as the process.
+#[no_mangle]
+pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+    static PATH: OnceLock<CString> = OnceLock::new();
+    guard(c"/sys".as_ptr(), || {
+        PATH.get_or_init(|| {
+            std::env::var("SYSFS_PATH")
+                .ok()
+                .and_then(|p| CString::new(p.trim_end_matches('/')).ok())
+                .filter(|p| !p.as_bytes().is_empty())
+                .unwrap_or_else(|| c"/sys".to_owned())
+        })
+        .as_ptr()
+    })
+}
+
+/// `ibv_fork_init`: 0 once registered memory is protected across
+/// `fork()` (by the kernel, or by `MADV_DONTFORK`), else the errno.
+#[no_mangle]
+pub extern "C" fn ibv_fork_init() -> c_int {
+    guard(libc::EIO, || match rverbs::fork_safety() {
+        rverbs::ForkSafety::KernelCopiesOnFork => 0,
+        _ => match rverbs::fork::enable_dontfork() {
+            Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        },
+    })
+}
+
+/// `ibv_is_fork_initialized`: 2 (`IBV_FORK_UNNEEDED`) when the kernel
+/// copies pinned pages on fork, 1 (`IBV_FORK_ENABLED`) when registrations
+/// are marked `MADV_DONTFORK`, 0 (`IBV_FORK_DISABLED`) otherwise.
+#[no_mangle]
+pub extern "C" fn ibv_is_fork_initialized() -> c_int {
+    guard(0, || match rverbs::fork_safety() {
+        rverbs::ForkSafety::KernelCopiesOnFork => 2,
+        rverbs::ForkSafety::MadviseDontfork => 1,
+        _ => 0,
+    })
+}
+
+/// `madvise(advice)` over the pages spanning `[base, base + size)`.
+fn advise_range(base: *mut c_void, size: usize, advice: c_int) -> c_int {
+    if rverbs::fork_safety() == rverbs::ForkSafety::KernelCopiesOnFork || size == 0 {
+        return 0;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|p| p.is_power_of_two())
+        .unwrap_or(4096);
+    let start = (base as usize) & !(page - 1);
+    let Some(end) = (base as usize)
+        .checked_add(size)
+        .and_then(|e| e.checked_add(page - 1))
+        .map(|e| e & !(page - 1))
+    else {
+        return libc::EINVAL;
+    };
+    // SAFETY: MADV_DONTFORK / MADV_DOFORK change only what fork() copies
+    // for a child, never this process's memory or mappings; the kernel
+    // checks the range (ENOMEM for unmapped pages).
+    let r = unsafe { libc::madvise(start as *mut c_void, end - start, advice) };
+    if r == 0 {
+        0
+    } else {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)
+    }
+}
+
+/// `ibv_dontfork_range`: marks the pages of the range `MADV_DONTFORK`
+/// (nothing to do where the kernel copies pinned pages on fork); 0, or
+/// the errno.
+#[no_mangle]
+pub extern "C" fn ibv_dontfork_range(base: *mut c_void, size: usize) -> c_int {
+    guard(libc::EIO, || advise_range(base, size, libc::MADV_DONTFORK))
+}
+
+/// `ibv_dofork_range`: undoes [`ibv_dontfork_range`]; 0, or the errno.
+#[no_mangle]
+pub extern "C" fn ibv_dofork_range(base: *mut c_void, size: usize) -> c_int {
+    guard(libc::EIO, || advise_range(base, size, libc::MADV_DOFORK))
 }
 
 /// `rverbs_ibverbs_version`: which build of this library is loaded (a

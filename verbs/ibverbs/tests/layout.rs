@@ -7,10 +7,13 @@
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
+use rverbs_ibverbs::copy::{
+    IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSaPathRec, KernPathRec,
+};
 use rverbs_ibverbs::ffi::{
-    CqModerationCaps, IbvContext, IbvDevice, IbvDeviceAttr, IbvDeviceAttrEx, IbvPortAttr,
-    IbvPortAttrCompat, OdpCaps, PacketPacingCaps, PciAtomicCaps, RssCaps, TmCaps, TsoCaps,
-    VerbsContext,
+    CqModerationCaps, IbvContext, IbvDevice, IbvDeviceAttr, IbvDeviceAttrEx, IbvGidEntry,
+    IbvPortAttr, IbvPortAttrCompat, OdpCaps, PacketPacingCaps, PciAtomicCaps, RssCaps, TmCaps,
+    TsoCaps, VerbsContext,
 };
 
 struct Field {
@@ -25,6 +28,7 @@ struct Field {
 
 struct Entry {
     c: &'static str,
+    align: usize,
     /// The C size to compare with (an expression).
     c_size: &'static str,
     size: usize,
@@ -46,6 +50,7 @@ macro_rules! entry {
     ($t:ty, $c:literal, $c_size:expr, [$($f:ident $op:tt $cf:literal),* $(,)?]) => {
         Entry {
             c: $c,
+            align: std::mem::align_of::<$t>(),
             c_size: $c_size,
             size: size_of::<$t>(),
             fields: vec![$(Field {
@@ -134,6 +139,53 @@ fn entries() -> Vec<Entry> {
         entry!(PciAtomicCaps, "struct ibv_pci_atomic_caps", "sizeof(struct ibv_pci_atomic_caps)", [
             fetch_add => "fetch_add", swap => "swap", compare_swap => "compare_swap",
         ]),
+        entry!(IbvGidEntry, "struct ibv_gid_entry", "sizeof(struct ibv_gid_entry)", [
+            gid => "gid", gid_index => "gid_index", port_num => "port_num",
+            gid_type => "gid_type", ndev_ifindex => "ndev_ifindex",
+        ]),
+        entry!(IbvGlobalRoute, "struct ibv_global_route", "sizeof(struct ibv_global_route)", [
+            dgid => "dgid", flow_label => "flow_label", sgid_index => "sgid_index",
+            hop_limit => "hop_limit", traffic_class => "traffic_class",
+        ]),
+        entry!(IbvAhAttr, "struct ibv_ah_attr", "sizeof(struct ibv_ah_attr)", [
+            grh => "grh", dlid => "dlid", sl => "sl", src_path_bits => "src_path_bits",
+            static_rate => "static_rate", is_global => "is_global", port_num => "port_num",
+        ]),
+        entry!(IbvQpCap, "struct ibv_qp_cap", "sizeof(struct ibv_qp_cap)", [
+            max_send_wr => "max_send_wr", max_recv_wr => "max_recv_wr",
+            max_send_sge => "max_send_sge", max_recv_sge => "max_recv_sge",
+            max_inline_data => "max_inline_data",
+        ]),
+        entry!(IbvQpAttr, "struct ibv_qp_attr", "sizeof(struct ibv_qp_attr)", [
+            qp_state => "qp_state", cur_qp_state => "cur_qp_state", path_mtu => "path_mtu",
+            path_mig_state => "path_mig_state", qkey => "qkey", rq_psn => "rq_psn",
+            sq_psn => "sq_psn", dest_qp_num => "dest_qp_num", qp_access_flags => "qp_access_flags",
+            cap => "cap", ah_attr => "ah_attr", alt_ah_attr => "alt_ah_attr",
+            pkey_index => "pkey_index", alt_pkey_index => "alt_pkey_index",
+            en_sqd_async_notify => "en_sqd_async_notify", sq_draining => "sq_draining",
+            max_rd_atomic => "max_rd_atomic", max_dest_rd_atomic => "max_dest_rd_atomic",
+            min_rnr_timer => "min_rnr_timer", port_num => "port_num", timeout => "timeout",
+            retry_cnt => "retry_cnt", rnr_retry => "rnr_retry", alt_port_num => "alt_port_num",
+            alt_timeout => "alt_timeout", rate_limit => "rate_limit",
+        ]),
+        entry!(IbvSaPathRec, "struct ibv_sa_path_rec", "sizeof(struct ibv_sa_path_rec)", [
+            dgid => "dgid", sgid => "sgid", dlid => "dlid", slid => "slid",
+            raw_traffic => "raw_traffic", flow_label => "flow_label", hop_limit => "hop_limit",
+            traffic_class => "traffic_class", reversible => "reversible", numb_path => "numb_path",
+            pkey => "pkey", sl => "sl", mtu_selector => "mtu_selector", mtu => "mtu",
+            rate_selector => "rate_selector", rate => "rate",
+            packet_life_time_selector => "packet_life_time_selector",
+            packet_life_time => "packet_life_time", preference => "preference",
+        ]),
+        entry!(KernPathRec, "struct ib_user_path_rec", "sizeof(struct ib_user_path_rec)", [
+            dgid => "dgid", sgid => "sgid", dlid => "dlid", slid => "slid",
+            raw_traffic => "raw_traffic", flow_label => "flow_label", reversible => "reversible",
+            mtu => "mtu", pkey => "pkey", hop_limit => "hop_limit",
+            traffic_class => "traffic_class", numb_path => "numb_path", sl => "sl",
+            mtu_selector => "mtu_selector", rate_selector => "rate_selector", rate => "rate",
+            packet_life_time_selector => "packet_life_time_selector",
+            packet_life_time => "packet_life_time", preference => "preference",
+        ]),
         // The compat part of ibv_port_attr: everything before
         // port_cap_flags2, which the exported ibv_query_port never writes.
         entry!(IbvPortAttrCompat, "struct ibv_port_attr",
@@ -154,10 +206,14 @@ fn entries() -> Vec<Entry> {
 fn structs_match_verbs_h() {
     let entries = entries();
     let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\nint main(void) {\n",
+        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n\
+         #include <infiniband/sa.h>\n#include <rdma/ib_user_sa.h>\nint main(void) {\n",
     );
     for e in &entries {
-        c.push_str(&format!("  printf(\"%zu\\n\", (size_t)({}));\n", e.c_size));
+        c.push_str(&format!(
+            "  printf(\"%zu %zu\\n\", (size_t)({}), _Alignof({}));\n",
+            e.c_size, e.c
+        ));
         for f in &e.fields {
             c.push_str(&format!(
                 "  printf(\"%zu %zu\\n\", offsetof({0}, {1}), sizeof(((({0} *)0)->{1})));\n",
@@ -189,9 +245,14 @@ fn structs_match_verbs_h() {
     let mut lines = text.lines();
     let mut bad = Vec::new();
     for e in &entries {
-        let size: usize = lines.next().unwrap().parse().unwrap();
+        let (size, align) = lines.next().unwrap().split_once(' ').unwrap();
+        let (size, align): (usize, usize) = (size.parse().unwrap(), align.parse().unwrap());
         if size != e.size {
             bad.push(format!("{}: C size {size}, Rust {}", e.c, e.size));
+        }
+        // The compat part of ibv_port_attr is a prefix, not the C struct.
+        if align != e.align && e.c_size.starts_with("sizeof") {
+            bad.push(format!("{}: C alignment {align}, Rust {}", e.c, e.align));
         }
         let mut end = 0;
         for f in &e.fields {
