@@ -39,7 +39,7 @@ use serde_json::Value;
 use crate::callgrind::callgrind_total;
 use crate::charts::{self, Axes, Bar, Line, Mark, OURS, THEIRS};
 use crate::linkage;
-use crate::sweepbench::{self, Points, Sweep};
+use crate::sweepbench::{self, Sweep, Sweep1};
 use crate::util::{self, cargo_bin, print_line, shell_quote, workspace_root};
 use crate::vm::{self, VmOptions};
 use crate::{regbench, scalebench};
@@ -104,6 +104,10 @@ pub struct BenchOptions {
     pub skip_sweeps: bool,
     /// Only the mlx5 probes on the host: no VM, no report file.
     pub mlx5_only: bool,
+    /// No run: the report (and charts) of the earlier run whose raw
+    /// results are in this folder (`--repeats` and `--probe-iters` must
+    /// be the run's).
+    pub report_from: Option<PathBuf>,
     /// The command line, for the report.
     pub command_line: String,
 }
@@ -903,8 +907,8 @@ type Chart = std::result::Result<String, String>;
 /// One sweep's figures, both tools.
 struct SweepResult {
     sweep: Sweep,
-    ours: Result<Points>,
-    theirs: Result<Points>,
+    ours: Result<Sweep1>,
+    theirs: Result<Sweep1>,
 }
 
 /// The run's charts.
@@ -1046,14 +1050,14 @@ fn draw_charts(
                 "{}: {what} over message size (rxe under TCG)",
                 r.sweep.test()
             );
-            let line = |label: &str, pts: &Result<Points>, color, mark| Line {
+            let line = |label: &str, pts: &Result<Sweep1>, color, mark| Line {
                 label: match pts {
                     Ok(_) => label.into(),
                     Err(_) => format!("{label} (failed)"),
                 },
                 points: pts
                     .as_ref()
-                    .map(|v| v.iter().map(|(n, s)| (*n, s.a)).collect())
+                    .map(|v| v.points.iter().map(|(n, s)| (*n, s.a)).collect())
                     .unwrap_or_default(),
                 color,
                 mark,
@@ -1113,10 +1117,24 @@ fn sweep_section(
     w("| Test | Iterations per size | Sizes | ratio min / median / max over sizes | at 2 B | at 4 KiB | at 8 MiB |");
     w("|---|---:|---:|---|---:|---:|---:|");
     let mut failures = Vec::new();
+    let mut unmeasured = Vec::new();
     for r in sweeps {
         let test = r.sweep.test();
         match (&r.ours, &r.theirs) {
             (Ok(o), Ok(t)) => {
+                for (tool, side) in [("rverbs perf", o), ("perftest", t)] {
+                    if !side.unmeasured.is_empty() {
+                        unmeasured.push(format!(
+                            "{test}: {tool} printed no measurement at {}",
+                            side.unmeasured
+                                .iter()
+                                .map(|&n| fmt_size(n))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                    }
+                }
+                let (o, t) = (&o.points, &t.points);
                 let ratios: Vec<(u64, f64)> = o
                     .iter()
                     .filter_map(|(n, a)| {
@@ -1161,6 +1179,14 @@ fn sweep_section(
                     }
                 }
             }
+        }
+    }
+    if !unmeasured.is_empty() {
+        w("");
+        w("Sizes left out (a row of 0.00 or inf: the tool measured nothing there, which TCG's clock now and then causes; the other sizes stand):");
+        w("");
+        for u in &unmeasured {
+            w(&format!("- {u}"));
         }
     }
     if !failures.is_empty() {
@@ -1448,6 +1474,41 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"));
+    if let Some(dir) = &opts.report_from {
+        // The report of an earlier run, from its raw results.
+        let has = |f: &str| dir.join(f).exists();
+        let with_perf = has(&format!("{}.status", perf_name(0, Tool::Rverbs, 0)));
+        let mlx5 = Ok(PROBES
+            .iter()
+            .map(|p| {
+                (
+                    p,
+                    read_probe(dir, "mlx5-", Tool::Rverbs, p, opts.probe_iters),
+                    read_probe(dir, "mlx5-", Tool::RdmaCore, p, opts.probe_iters),
+                )
+            })
+            .collect());
+        let sweeps = if has("sweep-0-rverbs.status") {
+            sweepbench::sweeps()
+        } else {
+            Vec::new()
+        };
+        say!("the report of the run in {}", dir.display());
+        return finish(
+            opts,
+            &target,
+            dir,
+            Finished {
+                ok: true,
+                with_perf,
+                perf_note: "Not run.".into(),
+                cases: perf_cases(),
+                sweeps,
+                mlx5,
+                started,
+            },
+        );
+    }
     let bins = build(&target)?;
     check_linkage(&bins)?;
     let cases = perf_cases();
@@ -1527,6 +1588,48 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         );
         ok = false;
     }
+    finish(
+        opts,
+        &target,
+        &run_dir,
+        Finished {
+            ok,
+            with_perf,
+            perf_note,
+            cases,
+            sweeps,
+            mlx5,
+            started,
+        },
+    )
+}
+
+/// What a run hands to its report.
+struct Finished {
+    /// Whether the guest's script and kernel were fine.
+    ok: bool,
+    with_perf: bool,
+    perf_note: String,
+    cases: Vec<PerfCase>,
+    sweeps: Vec<Sweep>,
+    mlx5: Result<Vec<ProbeResult<'static>>>,
+    started: std::time::Instant,
+}
+
+/// Reads every result of the run folder `run_dir`, draws the charts and
+/// writes the report (`target/bench/BENCHMARKS.md`). Returns whether
+/// every probe and run succeeded and every target was met.
+fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Result<bool> {
+    let Finished {
+        ok,
+        with_perf,
+        perf_note,
+        cases,
+        sweeps,
+        mlx5,
+        started,
+    } = f;
+    let run_dir = run_dir.to_path_buf();
     let probes: Vec<ProbeResult<'_>> = PROBES
         .iter()
         .map(|p| {
@@ -1673,24 +1776,29 @@ mod tests {
                 })
             })
             .collect();
-        let pts = |f: f64| -> Points {
-            (1..=23)
+        let pts = |f: f64| Sweep1 {
+            points: (1..=23)
                 .map(|i| {
-                    (
-                        1u64 << i,
-                        Sample {
-                            a: f * f64::from(i),
-                            b: 1.0,
-                        },
-                    )
+                    let s = Sample {
+                        a: f * f64::from(i),
+                        b: 1.0,
+                    };
+                    (1u64 << i, s)
                 })
-                .collect()
+                .collect(),
+            unmeasured: vec![],
         };
         let sweeps = vec![
             SweepResult {
                 sweep: sweepbench::sweeps().remove(0),
                 ours: Ok(pts(1.0)),
-                theirs: Ok(pts(1.1)),
+                // perftest printed 0.00 at 1 MiB.
+                theirs: Ok({
+                    let mut t = pts(1.1);
+                    t.points.retain(|p| p.0 != 1 << 20);
+                    t.unmeasured.push(1 << 20);
+                    t
+                }),
             },
             SweepResult {
                 sweep: sweepbench::sweeps().remove(2),
@@ -1729,6 +1837,7 @@ mod tests {
             skip_perf: false,
             skip_sweeps: false,
             mlx5_only: false,
+            report_from: None,
             command_line: "cargo xtask bench".into(),
         };
         let env = Environment {
@@ -1773,9 +1882,14 @@ mod tests {
         assert_eq!(links.len(), 5);
         let lat = std::fs::read_to_string(dir.join(CHARTS_DIR).join("lat-send.svg")).unwrap();
         assert!(lat.contains("perftest (failed)"));
-        // The write bw sweep: ours / perftest's is 1/1.1 at every size.
+        // The write bw sweep: ours / perftest's is 1/1.1 at every size
+        // both measured (not 1 MiB, which perftest did not).
         assert!(
-            md.contains("| write bw | 128 | 23 | 0.91 / **0.91** / 0.91 | 0.91 | 0.91 | 0.91 |"),
+            md.contains("| write bw | 128 | 22 | 0.91 / **0.91** / 0.91 | 0.91 | 0.91 | 0.91 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- write bw: perftest printed no measurement at 1024 KiB"),
             "{md}"
         );
         let bars = std::fs::read_to_string(dir.join(CHARTS_DIR).join("instructions.svg")).unwrap();

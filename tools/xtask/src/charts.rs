@@ -60,15 +60,16 @@ pub const LOG_SPAN: f64 = 20.0;
 
 /// A y tick label: about three significant digits, no trailing `.0`.
 fn y_tick(v: f64) -> String {
-    if v >= 100.0 || v == v.round() {
-        format!("{v:.0}")
+    let s = if v >= 100.0 || v == v.round() {
+        return format!("{v:.0}");
     } else if v >= 10.0 {
         format!("{v:.1}")
     } else if v >= 1.0 {
         format!("{v:.2}")
     } else {
         format!("{v:.3}")
-    }
+    };
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// A power of two as a tick label: 2, 512, 4K, 8M (bytes) or 1024.
@@ -177,14 +178,15 @@ pub fn lines(path: &Path, axes: &Axes<'_>, lines: &[Line]) -> Result<()> {
         }};
     }
     if axes.y_log && y_max / y_min > LOG_SPAN {
+        // Room above the data for the legend, in the upper left.
         let lo = y_min / 1.5;
-        let hi = (y_max * 1.5).max(lo * 10.0);
+        let hi = (y_max * 8.0).max(lo * 10.0);
         draw!(b
             .build_cartesian_2d(x_lo..x_hi, (lo..hi).log_scale())
             .map_err(err)?);
     } else {
         draw!(b
-            .build_cartesian_2d(x_lo..x_hi, 0.0..y_max * 1.15)
+            .build_cartesian_2d(x_lo..x_hi, 0.0..y_max * 1.6)
             .map_err(err)?);
     }
     root.present().map_err(err)?;
@@ -304,6 +306,15 @@ mod tests {
 
     fn tmp(name: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("charts-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn y_ticks_have_no_trailing_zeros() {
+        assert_eq!(y_tick(0.1), "0.1");
+        assert_eq!(y_tick(0.125), "0.125");
+        assert_eq!(y_tick(2.5), "2.5");
+        assert_eq!(y_tick(1000.0), "1000");
+        assert_eq!(y_tick(12.25), "12.2");
     }
 
     #[test]

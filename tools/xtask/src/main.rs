@@ -172,6 +172,11 @@ enum Cmd {
         /// the host; no VM boot). Prints the table, writes no report.
         #[arg(long)]
         mlx5_only: bool,
+        /// Run nothing: write the report and charts of the earlier run
+        /// whose raw results are in DIR (printed at the end of a run; pass
+        /// the run's --repeats and --probe-iters).
+        #[arg(long, value_name = "DIR")]
+        report_from: Option<std::path::PathBuf>,
     },
     /// Run rdma-core's tools and the scenario programs of tests/mlx5-emu/c
     /// against the emulated mlx5 device (on the host, no VM) and print a
@@ -271,6 +276,7 @@ fn main() -> ExitCode {
             skip_perf,
             skip_sweeps,
             mlx5_only,
+            report_from,
         } => vm_options(kernel, timeout)
             .map_err(anyhow::Error::msg)
             .and_then(|vm| {
@@ -282,6 +288,7 @@ fn main() -> ExitCode {
                     skip_perf,
                     skip_sweeps,
                     mlx5_only,
+                    report_from,
                     command_line: format!("cargo xtask {}", args.join(" ")),
                 })
             })

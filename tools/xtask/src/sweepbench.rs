@@ -138,22 +138,41 @@ pub fn payload(s: &mut String, rverbs: &str, sweeps: &[Sweep]) -> Result<()> {
 /// One sweep's figures per size: (bytes, figures), sizes ascending.
 pub type Points = Vec<(u64, Sample)>;
 
+/// One tool's sweep: the sizes it measured, and those it printed no
+/// measurement for (perftest under TCG now and then prints a row of 0.00
+/// or inf for one size: that size is left out, not the whole sweep).
+#[derive(Debug, Clone, Default)]
+pub struct Sweep1 {
+    /// Measured sizes.
+    pub points: Points,
+    /// Sizes with a row but no measurement.
+    pub unmeasured: Vec<u64>,
+}
+
 /// Checks a sweep's rows: sizes strictly ascending powers of two within
-/// perftest's range, every figure measured.
-fn checked(rows: Points) -> Result<Points> {
+/// perftest's range; rows without a measurement set aside. Fails if no
+/// size was measured.
+fn checked(rows: Points) -> Result<Sweep1> {
     let mut last = 0;
-    for (bytes, s) in &rows {
-        if !bytes.is_power_of_two() || *bytes <= last || *bytes > MAX_SIZE {
+    let mut out = Sweep1::default();
+    for (bytes, s) in rows {
+        if !bytes.is_power_of_two() || bytes <= last || bytes > MAX_SIZE {
             bail!("size {bytes} out of order or out of the sweep's range");
         }
-        last = *bytes;
-        measured(*s)?;
+        last = bytes;
+        match measured(s) {
+            Ok(s) => out.points.push((bytes, s)),
+            Err(_) => out.unmeasured.push(bytes),
+        }
     }
-    Ok(rows)
+    if out.points.is_empty() {
+        bail!("no size was measured");
+    }
+    Ok(out)
 }
 
 /// Reads one tool's sweep number `index`.
-pub fn read(out: &Path, index: usize, sweep: &Sweep, tool: Tool) -> Result<Points> {
+pub fn read(out: &Path, index: usize, sweep: &Sweep, tool: Tool) -> Result<Sweep1> {
     let client = client_output(out, &name(index, tool))?;
     checked(match tool {
         Tool::Rverbs => parse_rverbs_rows(&client, sweep.kind)?,
@@ -192,8 +211,8 @@ mod tests {
              ----------------------------------------\n",
         )
         .unwrap();
-        let a = read(&dir, 0, &sw, Tool::Rverbs).unwrap();
-        let b = read(&dir, 0, &sw, Tool::RdmaCore).unwrap();
+        let a = read(&dir, 0, &sw, Tool::Rverbs).unwrap().points;
+        let b = read(&dir, 0, &sw, Tool::RdmaCore).unwrap().points;
         assert_eq!(
             a.iter().map(|p| (p.0, p.1.a)).collect::<Vec<_>>(),
             [(2, 8.1), (4, 8.2)]
@@ -215,7 +234,17 @@ mod tests {
         assert!(checked(vec![(4, s), (2, s)]).is_err());
         assert!(checked(vec![(3, s)]).is_err());
         assert!(checked(vec![(MAX_SIZE * 2, s)]).is_err());
-        assert!(checked(vec![(2, Sample { a: 0.0, b: 1.0 })]).is_err());
+        // A row of 0.00 or inf is set aside, the rest kept; nothing
+        // measured at all is an error.
+        let zero = Sample { a: 0.0, b: 0.0 };
+        let inf = Sample {
+            a: f64::INFINITY,
+            b: f64::INFINITY,
+        };
+        let c = checked(vec![(2, s), (4, zero), (8, inf), (16, s)]).unwrap();
+        assert_eq!(c.points.iter().map(|p| p.0).collect::<Vec<_>>(), [2, 16]);
+        assert_eq!(c.unmeasured, [4, 8]);
+        assert!(checked(vec![(2, zero)]).is_err());
     }
 
     #[test]
