@@ -137,6 +137,42 @@ fn connect_accept_then_send_and_rdma_write_with_private_data_both_ways() {
 }
 
 #[test]
+fn framed_private_data_comes_back_exactly_as_long_as_it_was_sent() {
+    use rverbs::cm::private::{frame, unframe};
+    use rverbs::cm::{MAX_REP_PRIVATE_DATA, MAX_REQ_PRIVATE_DATA};
+    let l = listener();
+    let port = l.local_addr().port();
+    let server = std::thread::spawn(move || {
+        let req = l
+            .get_request(Some(Duration::from_secs(20)))
+            .unwrap()
+            .expect("a request within 20 s");
+        // The CM padded it; the frame says how much was sent.
+        assert_eq!(req.private_data().len(), MAX_REQ_PRIVATE_DATA);
+        assert_eq!(unframe(req.private_data()).unwrap(), b"5byte");
+        let (_s, mut qp) = side(req.device());
+        req.init_qp(&mut qp).unwrap();
+        let rep = frame(&[0, 0, 7], MAX_REP_PRIVATE_DATA).unwrap();
+        let mut conn = req.accept(qp, &params(&rep)).expect("accept");
+        let ev = conn
+            .next_event(Some(Duration::from_secs(20)))
+            .unwrap()
+            .expect("the client's disconnect within 20 s");
+        assert_eq!(ev.kind(), CmEventKind::Disconnected);
+    });
+    let id = Resolved::resolve(addr(RXE_IP, port), Duration::from_secs(5)).expect("resolve");
+    let (_c, mut qp) = side(id.device());
+    id.init_qp(&mut qp).unwrap();
+    let req = frame(b"5byte", MAX_REQ_PRIVATE_DATA).unwrap();
+    let mut conn = id.connect(qp, &params(&req)).expect("connect");
+    assert_eq!(conn.private_data().len(), MAX_REP_PRIVATE_DATA);
+    // Trailing zeros that were sent are kept; the padding is not.
+    assert_eq!(unframe(conn.private_data()).unwrap(), [0, 0, 7]);
+    conn.disconnect().unwrap();
+    server.join().unwrap();
+}
+
+#[test]
 fn connecting_where_nobody_listens_is_rejected_within_the_timeout() {
     // A port nobody listens on: bind one, learn its number, close it.
     let port = listener().local_addr().port();

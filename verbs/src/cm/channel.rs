@@ -220,7 +220,8 @@ pub struct UdInfo {
     /// The address vector towards the peer (create an
     /// [`Ah`](crate::Ah) from it).
     pub ah_attr: AhAttr,
-    /// The peer's private data.
+    /// The peer's private data, padded with zeros by the CM to the SIDR
+    /// message's size (see [`super::private`]).
     pub private_data: Vec<u8>,
 }
 
@@ -310,7 +311,9 @@ impl CmEvent {
     pub fn uid(&self) -> u64 {
         self.uid
     }
-    /// The peer's private data (connection events; empty otherwise).
+    /// The peer's private data (connection events; empty otherwise), as
+    /// the CM delivered it: padded with zeros to the message's fixed size
+    /// on InfiniBand and RoCE (see [`super::private`]).
     pub fn private_data(&self) -> &[u8] {
         &self.private_data
     }

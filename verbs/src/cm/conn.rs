@@ -679,7 +679,10 @@ impl ConnRequest {
     }
 
     /// The private data the peer sent (rdma_cm's header stripped; on
-    /// InfiniBand and RoCE padded by the CM to 56 bytes).
+    /// InfiniBand and RoCE padded with zeros by the CM to
+    /// [`super::MAX_REQ_PRIVATE_DATA`] bytes: use
+    /// [`super::private::unframe`] to read back exactly what a peer sent
+    /// with [`super::private::frame`]).
     pub fn private_data(&self) -> &[u8] {
         &self.private_data
     }
@@ -891,7 +894,10 @@ impl Connection {
     }
 
     /// The private data the peer answered with (accept) or requested with
-    /// (connect).
+    /// (connect), padded with zeros by the CM on InfiniBand and RoCE (to
+    /// [`super::MAX_REP_PRIVATE_DATA`] bytes for an accept,
+    /// [`super::MAX_REQ_PRIVATE_DATA`] for a request): see
+    /// [`super::private`] for framing that survives the padding.
     pub fn private_data(&self) -> &[u8] {
         &self.peer_private
     }

@@ -43,6 +43,7 @@
 
 mod channel;
 mod conn;
+pub mod private;
 
 use std::time::Duration;
 
@@ -97,7 +98,9 @@ pub enum CmError {
     Rejected {
         /// The CM's reject reason (`enum ib_cm_rej_reason`).
         reason: i32,
-        /// The peer's private data.
+        /// The peer's private data, padded with zeros by the CM to
+        /// [`MAX_REJ_PRIVATE_DATA`] bytes on InfiniBand and RoCE (see
+        /// [`private`]).
         private_data: Vec<u8>,
     },
     /// The peer did not answer the CM's messages.
@@ -156,7 +159,9 @@ pub enum CmError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnParams {
     /// Private data for the peer (at most [`MAX_REQ_PRIVATE_DATA`] bytes to
-    /// connect, [`MAX_REP_PRIVATE_DATA`] to accept).
+    /// connect, [`MAX_REP_PRIVATE_DATA`] to accept). The peer receives it
+    /// padded with zeros to that size on InfiniBand and RoCE: frame it
+    /// with [`private::frame`] if its length matters.
     pub private_data: Vec<u8>,
     /// RDMA READs/atomics accepted as target.
     pub responder_resources: u8,
