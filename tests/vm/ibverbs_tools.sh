@@ -121,31 +121,9 @@ for want in "GID[ 1]: ::ffff:10.0.0.1, RoCE v2" "max_qp_wr:" "phys_state: LINK_U
     fi
 done
 
-# Every program and library of Debian's rdma-core packages that imports
-# from libibverbs binds every (symbol, version) it imports on ours (they
-# are linked with -z now: one missing pair would stop them at load time).
-consumers=0
-for pkg in ibverbs-utils perftest rdmacm-utils librdmacm1 ibverbs-providers python3-pyverbs; do
-    for f in $(dpkg -L "$pkg" 2>/dev/null); do
-        [ -f "$f" ] || continue
-        objdump -T "$f" 2>/dev/null | grep -q "(IBVERBS_" || continue
-        consumers=$((consumers + 1))
-        out=$(LD_LIBRARY_PATH="$dir" ldd -r "$f" 2>&1)
-        if ! echo "$out" | grep -qF "libibverbs.so.1 => $lib"; then
-            echo "FAIL: $f does not resolve libibverbs.so.1 to ours"
-            failed=1
-        elif echo "$out" | grep -E "undefined symbol|not defined|not found"; then
-            echo "FAIL: $f does not bind on ours (above)"
-            failed=1
-        fi
-    done
-done
-if [ "$consumers" -lt 40 ]; then
-    echo "FAIL: only $consumers consumers of libibverbs found (packages missing?)"
-    failed=1
-else
-    echo "ok   $consumers programs and libraries of rdma-core's packages bind every symbol on ours"
-fi
+# (That every program and library of rdma-core's packages binds on ours
+# is checked once on the host, by `cargo xtask test`: it does not depend on
+# the kernel.)
 
 # pyverbs (rdma-core's Python binding) on ours: the device list, a context
 # and its queries work; a verb not implemented yet fails with EOPNOTSUPP as

@@ -575,16 +575,22 @@ fn mlx5_probes(
             std::fs::write(out.join(format!("{name}.status")), format!("{code}\n"))?;
         }
     }
-    Ok(PROBES
+    Ok(read_probes(out, "mlx5-", opts.probe_iters))
+}
+
+/// Every probe's counts of one family (`""` for rxe in the guest,
+/// `"mlx5-"` on the host) from the run folder `out`.
+fn read_probes(out: &Path, family: &str, iters: u32) -> Vec<ProbeResult<'static>> {
+    PROBES
         .iter()
         .map(|p| {
             (
                 p,
-                read_probe(out, "mlx5-", Tool::Rverbs, p, opts.probe_iters),
-                read_probe(out, "mlx5-", Tool::RdmaCore, p, opts.probe_iters),
+                read_probe(out, family, Tool::Rverbs, p, iters),
+                read_probe(out, family, Tool::RdmaCore, p, iters),
             )
         })
-        .collect())
+        .collect()
 }
 
 /// One probe mode's counts: ours and rdma-core's, per iteration.
@@ -1478,16 +1484,7 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         // The report of an earlier run, from its raw results.
         let has = |f: &str| dir.join(f).exists();
         let with_perf = has(&format!("{}.status", perf_name(0, Tool::Rverbs, 0)));
-        let mlx5 = Ok(PROBES
-            .iter()
-            .map(|p| {
-                (
-                    p,
-                    read_probe(dir, "mlx5-", Tool::Rverbs, p, opts.probe_iters),
-                    read_probe(dir, "mlx5-", Tool::RdmaCore, p, opts.probe_iters),
-                )
-            })
-            .collect());
+        let mlx5 = Ok(read_probes(dir, "mlx5-", opts.probe_iters));
         let sweeps = if has("sweep-0-rverbs.status") {
             sweepbench::sweeps()
         } else {
@@ -1630,16 +1627,7 @@ fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Re
         started,
     } = f;
     let run_dir = run_dir.to_path_buf();
-    let probes: Vec<ProbeResult<'_>> = PROBES
-        .iter()
-        .map(|p| {
-            (
-                p,
-                read_probe(&run_dir, "", Tool::Rverbs, p, opts.probe_iters),
-                read_probe(&run_dir, "", Tool::RdmaCore, p, opts.probe_iters),
-            )
-        })
-        .collect();
+    let probes = read_probes(&run_dir, "", opts.probe_iters);
     let perf: Option<Vec<(PerfCase, PerfResult)>> = with_perf.then(|| {
         cases
             .into_iter()

@@ -209,6 +209,67 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
     Ok(out)
 }
 
+/// Debian's packages whose programs and libraries import from
+/// libibverbs (rdma-core 44's consumers).
+const CONSUMER_PACKAGES: &[&str] = &[
+    "ibverbs-utils",
+    "perftest",
+    "rdmacm-utils",
+    "librdmacm1",
+    "ibverbs-providers",
+    "python3-pyverbs",
+];
+
+/// Checks that every ELF file of [`CONSUMER_PACKAGES`] that imports a
+/// versioned libibverbs symbol resolves libibverbs to our library in
+/// `dir` and binds every symbol it imports there (`ldd -r` with
+/// `LD_LIBRARY_PATH`; they are linked with `-z now`, so one missing
+/// (symbol, version) pair would stop them at load time). Returns how
+/// many were checked; fails on the first that does not bind, or if fewer
+/// than 40 were found (the packages are missing).
+pub fn check_consumers(dir: &Path) -> Result<usize> {
+    let lib = dir.join(soname());
+    let mut files = Vec::new();
+    for pkg in CONSUMER_PACKAGES {
+        let list = util::output(Command::new("dpkg").args(["-L", pkg]))
+            .with_context(|| format!("listing the files of {pkg} (is it installed?)"))?;
+        files.extend(list.lines().map(PathBuf::from).filter(|p| p.is_file()));
+    }
+    let mut checked = 0;
+    for f in files {
+        let Ok(syms) = util::output(Command::new("objdump").arg("-T").arg(&f)) else {
+            continue;
+        };
+        if !syms.contains("(IBVERBS_") {
+            continue;
+        }
+        checked += 1;
+        let out = Command::new("ldd")
+            .arg("-r")
+            .arg(&f)
+            .env("LD_LIBRARY_PATH", dir)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running ldd -r {}", f.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        let resolved = format!("{} => {}", soname(), lib.display());
+        if !text.contains(&resolved) {
+            bail!("{} does not resolve {} to ours", f.display(), soname());
+        }
+        if let Some(l) = text
+            .lines()
+            .find(|l| l.contains("undefined symbol") || l.contains("not defined"))
+        {
+            bail!("{} does not bind on ours: {}", f.display(), l.trim());
+        }
+    }
+    if checked < 40 {
+        bail!("only {checked} consumers of libibverbs found in {CONSUMER_PACKAGES:?}");
+    }
+    Ok(checked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -296,6 +296,14 @@ fn main() -> ExitCode {
         Cmd::Ibverbs { debug } => testrun::target_dir()
             .and_then(|t| ibverbs::build(&t, !debug))
             .map(|dir| {
+                match ibverbs::check_consumers(&dir) {
+                    Ok(n) => say!(
+                        "all {n} programs and libraries of rdma-core's packages that import from libibverbs bind on it"
+                    ),
+                    Err(e) => say!(
+                        "not every consumer binds on it (or their packages are missing): {e:#}"
+                    ),
+                }
                 util::print_line(&format!(
                     "run a verbs program on it: LD_LIBRARY_PATH={} PROGRAM",
                     dir.display()

@@ -9,6 +9,7 @@ use std::ffi::c_int;
 
 use rverbs_abi::ah::AhAttr as KernAhAttr;
 use rverbs_abi::qp::QpAttr as KernQpAttr;
+use rverbs_abi::ucma::UserPathRec as KernPathRec;
 
 /// `struct ibv_global_route` (8-aligned: `union ibv_gid` holds two
 /// `__be64`).
@@ -80,33 +81,6 @@ pub struct IbvQpAttr {
     pub alt_port_num: u8,
     pub alt_timeout: u8,
     pub rate_limit: u32,
-}
-
-/// `struct ib_user_path_rec` (`<rdma/ib_user_sa.h>`): a path record as
-/// the rdma_cm's QUERY_ROUTE answers it.
-#[repr(C)]
-#[derive(Clone, Copy, Default, Debug, PartialEq)]
-#[allow(missing_docs)]
-pub struct KernPathRec {
-    pub dgid: [u8; 16],
-    pub sgid: [u8; 16],
-    pub dlid: u16,
-    pub slid: u16,
-    pub raw_traffic: u32,
-    pub flow_label: u32,
-    pub reversible: u32,
-    pub mtu: u32,
-    pub pkey: u16,
-    pub hop_limit: u8,
-    pub traffic_class: u8,
-    pub numb_path: u8,
-    pub sl: u8,
-    pub mtu_selector: u8,
-    pub rate_selector: u8,
-    pub rate: u8,
-    pub packet_life_time_selector: u8,
-    pub packet_life_time: u8,
-    pub preference: u8,
 }
 
 /// `struct ibv_sa_path_rec` (`<infiniband/sa.h>`; 8-aligned by its
@@ -192,21 +166,23 @@ pub fn qp_attr(dst: &mut IbvQpAttr, src: &KernQpAttr) {
     dst.alt_timeout = src.alt_timeout;
 }
 
-/// The kernel's path record as `struct ibv_sa_path_rec` (the MTU, a
-/// `__u32` there, is an `enum ibv_mtu` value that fits a byte).
+/// The kernel's path record (`struct ib_user_path_rec`, rverbs-abi's
+/// `ucma::UserPathRec`) as `struct ibv_sa_path_rec`: network-order fields
+/// stay in network order (`__be16`/`__be32` on both sides); the MTU, a
+/// `__u32` there, is an `enum ibv_mtu` value that fits a byte.
 pub fn path_rec(src: &KernPathRec) -> IbvSaPathRec {
     IbvSaPathRec {
         dgid: src.dgid,
         sgid: src.sgid,
-        dlid: src.dlid,
-        slid: src.slid,
+        dlid: src.dlid.get().to_be(),
+        slid: src.slid.get().to_be(),
         raw_traffic: c_int::try_from(src.raw_traffic).unwrap_or(c_int::MAX),
-        flow_label: src.flow_label,
+        flow_label: src.flow_label.get().to_be(),
         hop_limit: src.hop_limit,
         traffic_class: src.traffic_class,
         reversible: c_int::try_from(src.reversible).unwrap_or(c_int::MAX),
         numb_path: src.numb_path,
-        pkey: src.pkey,
+        pkey: src.pkey.get().to_be(),
         sl: src.sl,
         mtu_selector: src.mtu_selector,
         mtu: u8::try_from(src.mtu).unwrap_or(u8::MAX),
@@ -314,18 +290,20 @@ mod tests {
     }
 
     #[test]
-    fn path_records_keep_network_order_fields_as_they_are() {
+    fn path_records_keep_network_order_fields_in_network_order() {
+        use zerocopy::byteorder::big_endian::{U16, U32};
         let k = KernPathRec {
-            dlid: 0x1234,
-            pkey: 0xffff,
+            dlid: U16::new(0x1234),
+            pkey: U16::new(0xffff),
+            flow_label: U32::new(0x0001_2345),
             mtu: 3,
             reversible: 1,
             ..Default::default()
         };
         let p = path_rec(&k);
-        assert_eq!(
-            (p.dlid, p.pkey, p.mtu, p.reversible),
-            (0x1234, 0xffff, 3, 1)
-        );
+        // The C fields hold the bytes as they were on the wire.
+        assert_eq!(p.dlid.to_ne_bytes(), [0x12, 0x34]);
+        assert_eq!(p.flow_label.to_ne_bytes(), [0, 1, 0x23, 0x45]);
+        assert_eq!((p.pkey, p.mtu, p.reversible), (0xffff, 3, 1));
     }
 }

@@ -407,6 +407,39 @@ fn context_rec<'a>(p: *const IbvContext) -> Option<&'a ContextRec> {
     Some(unsafe { &*(rec as *const ContextRec) })
 }
 
+/// A verb of libibverbs' "0, or the errno" convention: `f` on the open
+/// context `context`; `EINVAL` for a context that is not open or when
+/// `args_ok` is false (a null output pointer); `EIO` if `f` panics.
+fn errno_verb(
+    context: *const IbvContext,
+    args_ok: bool,
+    f: impl FnOnce(&Context) -> Result<(), c_int>,
+) -> c_int {
+    guard(libc::EIO, || match context_rec(context) {
+        Some(rec) if args_ok => f(&rec.ctx).err().unwrap_or(0),
+        _ => libc::EINVAL,
+    })
+}
+
+/// A verb of libibverbs' "a value, or -1 with errno" convention: as
+/// [`errno_verb`], the errno set and -1 returned on failure.
+fn minus_one_verb(
+    context: *const IbvContext,
+    args_ok: bool,
+    f: impl FnOnce(&Context) -> Result<c_int, c_int>,
+) -> c_int {
+    guard(-1, || {
+        let r = match context_rec(context) {
+            Some(rec) if args_ok => f(&rec.ctx),
+            _ => Err(libc::EINVAL),
+        };
+        r.unwrap_or_else(|e| {
+            set_errno(e);
+            -1
+        })
+    })
+}
+
 /// `ibv_get_device_list`: a NULL-terminated array (free it with
 /// `ibv_free_device_list`) of the rxe and mlx5 devices; NULL with errno
 /// if the devices cannot be listed.
@@ -769,22 +802,11 @@ pub unsafe extern "C" fn ibv_query_device(
     context: *mut IbvContext,
     device_attr: *mut IbvDeviceAttr,
 ) -> c_int {
-    guard(libc::EIO, || {
-        let Some(rec) = context_rec(context) else {
-            return libc::EINVAL;
-        };
-        if device_attr.is_null() {
-            return libc::EINVAL;
-        }
-        match device_attr_of(&rec.ctx) {
-            Ok(a) => {
-                // SAFETY: the caller passes a writable ibv_device_attr
-                // (checked non-null above).
-                unsafe { write_sized(device_attr.cast(), size_of::<IbvDeviceAttr>(), &zeroed(a)) };
-                0
-            }
-            Err(e) => e,
-        }
+    errno_verb(context, !device_attr.is_null(), |ctx| {
+        let a = zeroed(device_attr_of(ctx)?);
+        // SAFETY: the caller passes a writable ibv_device_attr (non-null).
+        unsafe { write_sized(device_attr.cast(), size_of::<IbvDeviceAttr>(), &a) };
+        Ok(())
     })
 }
 
@@ -802,25 +824,14 @@ unsafe extern "C" fn query_device_ex(
     attr: *mut IbvDeviceAttrEx,
     attr_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: the caller passes null or a readable input struct.
-        if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
-            return libc::EINVAL;
-        }
-        let Some(rec) = context_rec(context) else {
-            return libc::EINVAL;
-        };
-        if attr.is_null() || attr_size < size_of::<IbvDeviceAttr>() {
-            return libc::EINVAL;
-        }
-        match device_attr_ex(&rec.ctx) {
-            Ok(a) => {
-                // SAFETY: the caller passes `attr_size` writable bytes.
-                unsafe { write_sized(attr.cast(), attr_size, &zeroed(a)) };
-                0
-            }
-            Err(e) => e,
-        }
+    // SAFETY: the caller passes null or a readable input struct.
+    let input_ok = input.is_null() || unsafe { (*input).comp_mask } == 0;
+    let args_ok = input_ok && !attr.is_null() && attr_size >= size_of::<IbvDeviceAttr>();
+    errno_verb(context, args_ok, |ctx| {
+        let a = zeroed(device_attr_ex(ctx)?);
+        // SAFETY: the caller passes `attr_size` writable bytes (non-null).
+        unsafe { write_sized(attr.cast(), attr_size, &a) };
+        Ok(())
     })
 }
 
@@ -837,22 +848,12 @@ pub unsafe extern "C" fn ibv_query_port(
     port_num: u8,
     port_attr: *mut IbvPortAttrCompat,
 ) -> c_int {
-    guard(libc::EIO, || {
-        let Some(rec) = context_rec(context) else {
-            return libc::EINVAL;
-        };
-        if port_attr.is_null() {
-            return libc::EINVAL;
-        }
-        match port_attr_of(&rec.ctx, port_num) {
-            Ok(p) => {
-                let len = size_of::<IbvPortAttrCompat>();
-                // SAFETY: the caller passes a writable struct this large.
-                unsafe { write_sized(port_attr.cast(), len, &zeroed(p.compat)) };
-                0
-            }
-            Err(e) => e,
-        }
+    errno_verb(context, !port_attr.is_null(), |ctx| {
+        let p = zeroed(port_attr_of(ctx, port_num)?.compat);
+        let len = size_of::<IbvPortAttrCompat>();
+        // SAFETY: the caller passes a writable struct this large (non-null).
+        unsafe { write_sized(port_attr.cast(), len, &p) };
+        Ok(())
     })
 }
 
@@ -868,21 +869,11 @@ unsafe extern "C" fn query_port_ex(
     port_attr: *mut IbvPortAttr,
     port_attr_len: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
-        let Some(rec) = context_rec(context) else {
-            return libc::EINVAL;
-        };
-        if port_attr.is_null() {
-            return libc::EINVAL;
-        }
-        match port_attr_of(&rec.ctx, port_num) {
-            Ok(p) => {
-                // SAFETY: the caller passes `port_attr_len` writable bytes.
-                unsafe { write_sized(port_attr.cast(), port_attr_len, &zeroed(p)) };
-                0
-            }
-            Err(e) => e,
-        }
+    errno_verb(context, !port_attr.is_null(), |ctx| {
+        let p = zeroed(port_attr_of(ctx, port_num)?);
+        // SAFETY: the caller passes `port_attr_len` writable bytes (non-null).
+        unsafe { write_sized(port_attr.cast(), port_attr_len, &p) };
+        Ok(())
     })
 }
 
@@ -914,27 +905,11 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut [u8; 16],
 ) -> c_int {
-    guard(-1, || {
-        let Some(rec) = context_rec(context) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        if gid.is_null() {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
-        match gid_slot(&rec.ctx, port_num, index) {
-            Ok(e) => {
-                let raw = e.map_or([0; 16], |e| e.gid.0);
-                // SAFETY: the caller passes 16 writable bytes (non-null).
-                unsafe { ptr::write_unaligned(gid, raw) };
-                0
-            }
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        }
+    minus_one_verb(context, !gid.is_null(), |ctx| {
+        let raw = gid_slot(ctx, port_num, index)?.map_or([0; 16], |e| e.gid.0);
+        // SAFETY: the caller passes 16 writable bytes (non-null).
+        unsafe { ptr::write_unaligned(gid, raw) };
+        Ok(0)
     })
 }
 
@@ -951,28 +926,13 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: u32,
     type_: *mut c_int,
 ) -> c_int {
-    guard(-1, || {
-        let Some(rec) = context_rec(context) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        if type_.is_null() {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
+    minus_one_verb(context, !type_.is_null(), |ctx| {
         let index = c_int::try_from(index).unwrap_or(c_int::MAX);
-        match gid_slot(&rec.ctx, port_num, index) {
-            Ok(e) => {
-                let v2 = e.is_some_and(|e| e.gid_type == rverbs::GidType::RoceV2);
-                // SAFETY: the caller passes a writable int (non-null).
-                unsafe { ptr::write_unaligned(type_, c_int::from(v2)) };
-                0
-            }
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        }
+        let e = gid_slot(ctx, port_num, index)?;
+        let v2 = e.is_some_and(|e| e.gid_type == rverbs::GidType::RoceV2);
+        // SAFETY: the caller passes a writable int (non-null).
+        unsafe { ptr::write_unaligned(type_, c_int::from(v2)) };
+        Ok(0)
     })
 }
 
@@ -988,27 +948,11 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    guard(-1, || {
-        let Some(rec) = context_rec(context) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        if pkey.is_null() {
-            set_errno(libc::EINVAL);
-            return -1;
-        }
-        let dir = rec.ctx.device().sysfs_dir();
-        match crate::sysfs::pkey(&dir, port_num, index) {
-            Ok(v) => {
-                // SAFETY: the caller passes a writable __be16 (non-null).
-                unsafe { ptr::write_unaligned(pkey, v.to_be()) };
-                0
-            }
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        }
+    minus_one_verb(context, !pkey.is_null(), |ctx| {
+        let v = crate::sysfs::pkey(&ctx.device().sysfs_dir(), port_num, index)?;
+        // SAFETY: the caller passes a writable __be16 (non-null).
+        unsafe { ptr::write_unaligned(pkey, v.to_be()) };
+        Ok(0)
     })
 }
 
@@ -1023,29 +967,14 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     port_num: u8,
     pkey: u16,
 ) -> c_int {
-    guard(-1, || {
-        let Some(rec) = context_rec(context) else {
-            set_errno(libc::EINVAL);
-            return -1;
-        };
-        let dir = rec.ctx.device().sysfs_dir();
+    minus_one_verb(context, true, |ctx| {
+        let dir = ctx.device().sysfs_dir();
         let mut i: c_int = 0;
         loop {
-            match crate::sysfs::pkey(&dir, port_num, i) {
-                Ok(v) if v.to_be() == pkey => return i,
-                Ok(_) => {}
-                Err(e) => {
-                    set_errno(e);
-                    return -1;
-                }
+            if crate::sysfs::pkey(&dir, port_num, i)?.to_be() == pkey {
+                return Ok(i);
             }
-            i = match i.checked_add(1) {
-                Some(n) => n,
-                None => {
-                    set_errno(libc::ENOENT);
-                    return -1;
-                }
-            };
+            i = i.checked_add(1).ok_or(libc::ENOENT)?;
         }
     })
 }
@@ -1135,25 +1064,14 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     flags: u32,
     entry_size: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
-        let Some(rec) = context_rec(context) else {
-            return libc::EINVAL;
-        };
-        if flags != 0 || entry.is_null() || entry_size < size_of::<IbvGidEntry>() {
-            return libc::EINVAL;
-        }
-        let (Ok(port), Ok(index)) = (u8::try_from(port_num), c_int::try_from(gid_index)) else {
-            return libc::EINVAL;
-        };
-        match gid_slot(&rec.ctx, port, index) {
-            Ok(Some(e)) => {
-                // SAFETY: the caller passes `entry_size` writable bytes.
-                unsafe { write_sized(entry.cast(), entry_size, &gid_entry_c(&e)) };
-                0
-            }
-            Ok(None) => libc::ENODATA,
-            Err(e) => e,
-        }
+    let args_ok = flags == 0 && !entry.is_null() && entry_size >= size_of::<IbvGidEntry>();
+    errno_verb(context, args_ok, |ctx| {
+        let port = u8::try_from(port_num).map_err(|_| libc::EINVAL)?;
+        let index = c_int::try_from(gid_index).map_err(|_| libc::EINVAL)?;
+        let e = gid_slot(ctx, port, index)?.ok_or(libc::ENODATA)?;
+        // SAFETY: the caller passes `entry_size` writable bytes (non-null).
+        unsafe { write_sized(entry.cast(), entry_size, &gid_entry_c(&e)) };
+        Ok(())
     })
 }
 

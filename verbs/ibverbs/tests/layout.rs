@@ -7,9 +7,7 @@
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
-use rverbs_ibverbs::copy::{
-    IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSaPathRec, KernPathRec,
-};
+use rverbs_ibverbs::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSaPathRec};
 use rverbs_ibverbs::ffi::{
     CqModerationCaps, IbvContext, IbvDevice, IbvDeviceAttr, IbvDeviceAttrEx, IbvGidEntry,
     IbvPortAttr, IbvPortAttrCompat, OdpCaps, PacketPacingCaps, PciAtomicCaps, RssCaps, TmCaps,
@@ -177,15 +175,6 @@ fn entries() -> Vec<Entry> {
             packet_life_time_selector => "packet_life_time_selector",
             packet_life_time => "packet_life_time", preference => "preference",
         ]),
-        entry!(KernPathRec, "struct ib_user_path_rec", "sizeof(struct ib_user_path_rec)", [
-            dgid => "dgid", sgid => "sgid", dlid => "dlid", slid => "slid",
-            raw_traffic => "raw_traffic", flow_label => "flow_label", reversible => "reversible",
-            mtu => "mtu", pkey => "pkey", hop_limit => "hop_limit",
-            traffic_class => "traffic_class", numb_path => "numb_path", sl => "sl",
-            mtu_selector => "mtu_selector", rate_selector => "rate_selector", rate => "rate",
-            packet_life_time_selector => "packet_life_time_selector",
-            packet_life_time => "packet_life_time", preference => "preference",
-        ]),
         // The compat part of ibv_port_attr: everything before
         // port_cap_flags2, which the exported ibv_query_port never writes.
         entry!(IbvPortAttrCompat, "struct ibv_port_attr",
@@ -207,7 +196,7 @@ fn structs_match_verbs_h() {
     let entries = entries();
     let mut c = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n\
-         #include <infiniband/sa.h>\n#include <rdma/ib_user_sa.h>\nint main(void) {\n",
+         #include <infiniband/sa.h>\nint main(void) {\n",
     );
     for e in &entries {
         c.push_str(&format!(

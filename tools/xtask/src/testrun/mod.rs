@@ -206,9 +206,14 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
     // Our libibverbs (verbs/ibverbs), for tests/vm/ibverbs_tools.sh; the
     // build checks every symbol's version, and the linkage check below
     // scans it like every other binary.
-    match crate::ibverbs::build(&target_dir, false) {
-        Ok(dir) => {
-            say!("libibverbs (ours): built in {}: ok", dir.display());
+    match crate::ibverbs::build(&target_dir, false)
+        .and_then(|dir| Ok((crate::ibverbs::check_consumers(&dir)?, dir)))
+    {
+        Ok((n, dir)) => {
+            say!(
+                "libibverbs (ours): built in {}; all {n} programs and libraries of rdma-core's packages that import from libibverbs bind on it: ok",
+                dir.display()
+            );
             total.passed += 1;
         }
         Err(e) => {
