@@ -40,7 +40,7 @@ use crate::callgrind::callgrind_total;
 use crate::charts::{self, Axes, Bar, Line, Mark, OURS, THEIRS};
 use crate::linkage;
 use crate::sweepbench::{self, Sweep, Sweep1};
-use crate::util::{self, cargo_bin, print_line, shell_quote, workspace_root};
+use crate::util::{self, cargo_bin, fmt_num, print_line, shell_quote, workspace_root};
 use crate::vm::{self, VmOptions};
 use crate::{regbench, scalebench};
 
@@ -185,6 +185,16 @@ pub(crate) enum Kind {
     Lat,
 }
 
+impl Kind {
+    /// `bw` or `lat`, as perftest's tool names and `rverbs perf` spell it.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Bw => "bw",
+            Kind::Lat => "lat",
+        }
+    }
+}
+
 /// One timed case: `rverbs perf VERB KIND` against perftest's `ib_VERB_KIND`.
 struct PerfCase {
     verb: &'static str,
@@ -194,14 +204,8 @@ struct PerfCase {
 }
 
 impl PerfCase {
-    fn kind_name(&self) -> &'static str {
-        match self.kind {
-            Kind::Bw => "bw",
-            Kind::Lat => "lat",
-        }
-    }
     fn perftest(&self) -> String {
-        format!("ib_{}_{}", self.verb, self.kind_name())
+        format!("ib_{}_{}", self.verb, self.kind.name())
     }
     /// Options both tools get, with perftest's letters. Bandwidth runs
     /// set the send queue depth and the completion moderation explicitly
@@ -451,7 +455,7 @@ fn payload(
                         q(&b.rverbs)?,
                         "perf".into(),
                         c.verb.into(),
-                        c.kind_name().into(),
+                        c.kind.name().into(),
                         "--json".into(),
                     ],
                     Tool::RdmaCore => vec![c.perftest()],
@@ -463,7 +467,7 @@ fn payload(
                     "echo \"bench: {} {} {} {} B, repeat {}\"",
                     tool.tag(),
                     c.verb,
-                    c.kind_name(),
+                    c.kind.name(),
                     c.size,
                     r + 1
                 )?;
@@ -769,19 +773,6 @@ fn min_med_max(v: &[f64]) -> (f64, f64, f64) {
         (s[n / 2 - 1] + s[n / 2]) / 2.0
     };
     (s[0], med, s[n - 1])
-}
-
-/// Renders `v` with about three significant digits.
-fn fmt_num(v: f64) -> String {
-    if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
 }
 
 fn fmt_size(n: u64) -> String {
@@ -1102,6 +1093,20 @@ fn chart_line(w: &mut impl FnMut(&str), chart: &Chart, ok: &mut bool) {
     }
 }
 
+/// A titled bullet list, preceded by an empty line; nothing if `items` is
+/// empty.
+fn bullets(w: &mut impl FnMut(&str), title: &str, items: &[String]) {
+    if items.is_empty() {
+        return;
+    }
+    w("");
+    w(title);
+    w("");
+    for i in items {
+        w(&format!("- {i}"));
+    }
+}
+
 /// The sweeps' section: a summary row per sweep and its chart.
 fn sweep_section(
     w: &mut impl FnMut(&str),
@@ -1187,22 +1192,12 @@ fn sweep_section(
             }
         }
     }
-    if !unmeasured.is_empty() {
-        w("");
-        w("Sizes left out (a row of 0.00 or inf: the tool measured nothing there, which TCG's clock now and then causes; the other sizes stand):");
-        w("");
-        for u in &unmeasured {
-            w(&format!("- {u}"));
-        }
-    }
-    if !failures.is_empty() {
-        w("");
-        w("Failed sweeps:");
-        w("");
-        for f in &failures {
-            w(&format!("- {f}"));
-        }
-    }
+    bullets(
+        w,
+        "Sizes left out (a row of 0.00 or inf: the tool measured nothing there, which TCG's clock now and then causes; the other sizes stand):",
+        &unmeasured,
+    );
+    bullets(w, "Failed sweeps:", &failures);
     for c in charts {
         w("");
         chart_line(w, c, ok);
@@ -1453,15 +1448,8 @@ fn report(
             }
         }
     }
-    if !failures.is_empty() {
-        ok = false;
-        w("");
-        w("Failed runs:");
-        w("");
-        for f in &failures {
-            w(&format!("- {f}"));
-        }
-    }
+    ok &= failures.is_empty();
+    bullets(&mut w, "Failed runs:", &failures);
     if !sweeps.is_empty() {
         w("");
         sweep_section(&mut w, sweeps, &charts.sweeps, &mut ok);
@@ -1482,6 +1470,7 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         .unwrap_or_else(|| workspace_root().join("target"));
     if let Some(dir) = &opts.report_from {
         // The report of an earlier run, from its raw results.
+        check_run_dir(dir)?;
         let has = |f: &str| dir.join(f).exists();
         let with_perf = has(&format!("{}.status", perf_name(0, Tool::Rverbs, 0)));
         let mlx5 = Ok(read_probes(dir, "mlx5-", opts.probe_iters));
@@ -1599,6 +1588,23 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
             started,
         },
     )
+}
+
+/// Fails unless `dir` is the folder of a bench run (it holds the first
+/// probe's status): a missing or pruned folder (the harness keeps the
+/// latest runs only) would otherwise give a report of failed probes.
+fn check_run_dir(dir: &Path) -> Result<()> {
+    let first = format!("{}.status", probe_name("", Tool::Rverbs, PROBES[0].mode));
+    if !dir.is_dir() {
+        bail!(
+            "{}: no such run folder (runs are pruned after a while)",
+            dir.display()
+        );
+    }
+    if !dir.join(&first).is_file() {
+        bail!("{} holds no bench results (no {first})", dir.display());
+    }
+    Ok(())
 }
 
 /// What a run hands to its report.
@@ -1882,6 +1888,20 @@ mod tests {
         );
         let bars = std::fs::read_to_string(dir.join(CHARTS_DIR).join("instructions.svg")).unwrap();
         assert!(bars.contains("mlx5 WRITE x32 batch, per WR") && bars.contains("target"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_report_from_a_missing_or_foreign_folder_is_refused() {
+        let dir = std::env::temp_dir().join(format!("bench-run-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = check_run_dir(&dir).unwrap_err();
+        assert!(e.to_string().contains("no such run folder"), "{e}");
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = check_run_dir(&dir).unwrap_err();
+        assert!(e.to_string().contains("holds no bench results"), "{e}");
+        std::fs::write(dir.join("cg-rverbs-send.status"), "0\n").unwrap();
+        check_run_dir(&dir).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -9,6 +9,8 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Result};
 use plotters::prelude::*;
 
+use crate::util::fmt_num;
+
 /// Chart size in pixels.
 const SIZE: (u32, u32) = (760, 440);
 
@@ -58,18 +60,14 @@ pub struct Axes<'a> {
 /// span reads better, and gets more tick labels, on a linear one.
 pub const LOG_SPAN: f64 = 20.0;
 
-/// A y tick label: about three significant digits, no trailing `.0`.
+/// A y tick label: [`fmt_num`]'s digits without trailing zeros.
 fn y_tick(v: f64) -> String {
-    let s = if v >= 100.0 || v == v.round() {
-        return format!("{v:.0}");
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else if v >= 1.0 {
-        format!("{v:.2}")
+    let s = fmt_num(v);
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
-        format!("{v:.3}")
-    };
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
+        s
+    }
 }
 
 /// A power of two as a tick label: 2, 512, 4K, 8M (bytes) or 1024.

@@ -37,20 +37,12 @@ pub struct Sweep {
 impl Sweep {
     /// `VERB bw` or `VERB lat`.
     pub fn test(&self) -> String {
-        let k = match self.kind {
-            Kind::Bw => "bw",
-            Kind::Lat => "lat",
-        };
-        format!("{} {k}", self.verb)
+        format!("{} {}", self.verb, self.kind.name())
     }
 
     /// The chart's file stem: `bw-write`, `lat-send`, ...
     pub fn stem(&self) -> String {
-        let k = match self.kind {
-            Kind::Bw => "bw",
-            Kind::Lat => "lat",
-        };
-        format!("{k}-{}", self.verb)
+        format!("{}-{}", self.kind.name(), self.verb)
     }
 
     /// The options both tools get, with perftest's letters. Bandwidth

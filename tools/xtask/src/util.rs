@@ -247,6 +247,20 @@ pub fn mkdir_p(path: &Path) -> Result<()> {
     std::fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))
 }
 
+/// Renders `v` with about three significant digits (the report's tables
+/// and the charts' tick labels).
+pub fn fmt_num(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else if v >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
