@@ -378,6 +378,7 @@ until [ -e /dev/infiniband/uverbs0 ] && grep -q ACTIVE "$port/state" 2>/dev/null
 done
 echo "@@xtask: ready"
 {peer}cd {ws} || fail "cannot cd to the workspace {ws}"
+echo "@@xtask: command"
 env -i {env} /bin/sh "$RUN/payload.sh" </dev/null
 status=$?
 dmesg >"$RUN/dmesg.txt" 2>/dev/null
@@ -413,6 +414,8 @@ struct Console {
     early: Mutex<Vec<String>>,
     init: AtomicBool,
     ready: AtomicBool,
+    /// guest.sh is about to run the payload (set-up and barrier done).
+    command: AtomicBool,
     done: AtomicBool,
     fatal: Mutex<Option<String>>,
     /// Seconds from qemu start until rxe0 was ready.
@@ -481,6 +484,8 @@ fn pump(
             );
         } else if marker == "chroot" {
             // Modules loaded and shares mounted; guest.sh starts now.
+        } else if marker == "command" {
+            console.command.store(true, Ordering::SeqCst);
         } else if marker == "ready" {
             console.ready.store(true, Ordering::SeqCst);
             *console.ready_at.lock().unwrap() = Some(secs);
@@ -835,19 +840,38 @@ impl Guest {
         {
             print_line(&format!("qemu: {line}"));
         }
-        if let Some(msg) = self.console.fatal.lock().unwrap().clone() {
-            return Err(SetupFailed(msg).into());
-        }
         let exit = self
             .exit
             .map(|e| e.to_string())
             .unwrap_or_else(|| "unknown status".into());
-        bail!(
-            "the guest exited ({exit}) after {total:.1} s without reporting the command's exit status \
-             (crash or power-off inside the command?); console log in {}/console.log",
-            self.run_dir.display()
-        )
+        Err(unreported(&self.console, &exit, total, &self.run_dir))
     }
+}
+
+/// Why a guest that ended by itself wrote no status: a [`SetupFailed`] if
+/// its command never started (its set-up failed, or its kernel died at
+/// boot, which TCG now and then causes), else a crash in the command.
+fn unreported(console: &Console, exit: &str, total: f64, run_dir: &Path) -> anyhow::Error {
+    if let Some(msg) = console.fatal.lock().unwrap().clone() {
+        return SetupFailed(msg).into();
+    }
+    if !console.command.load(Ordering::SeqCst) {
+        let stage = if console.init.load(Ordering::SeqCst) {
+            "in its set-up"
+        } else {
+            "while its kernel booted, before init started"
+        };
+        return SetupFailed(format!(
+            "the guest exited ({exit}) after {total:.1} s {stage}; console log in {}/console.log",
+            run_dir.display()
+        ))
+        .into();
+    }
+    anyhow!(
+        "the guest exited ({exit}) after {total:.1} s without reporting the command's exit status \
+         (crash or power-off inside the command?); console log in {}/console.log",
+        run_dir.display()
+    )
 }
 
 impl Drop for Guest {
@@ -1252,6 +1276,40 @@ mod tests {
         assert!(a.contains("socket,id=link0,listen=127.0.0.1:4321"));
         assert!(b.contains("socket,id=link0,connect=127.0.0.1:4321"));
         assert_ne!(Role::A.mac(), Role::B.mac());
+    }
+
+    #[test]
+    fn a_guest_gone_before_its_command_is_a_setup_failure() {
+        let run = Path::new("/w/target/vm-run/1");
+        let feed = |text: &str| {
+            let console = Arc::new(Console::default());
+            pump(
+                text.as_bytes(),
+                Arc::clone(&console),
+                Instant::now(),
+                None,
+                Some("b"),
+            );
+            console
+        };
+        let is_setup = |c: &Console| {
+            unreported(c, "exit status: 0", 9.7, run)
+                .downcast_ref::<SetupFailed>()
+                .is_some()
+        };
+        // Died while the kernel booted: nothing from init.
+        assert!(is_setup(&feed("")));
+        assert!(is_setup(&feed("[    1.2] int3: 0000 [#1] SMP\n")));
+        // In the set-up, after init and rxe0.
+        assert!(is_setup(&feed(
+            "@@xtask: init\n@@xtask: chroot\n@@xtask: ready\n"
+        )));
+        assert!(is_setup(&feed("@@xtask: init\n@@xtask: fatal: no eth0\n")));
+        // Its command had started: that is the command's failure.
+        let started = feed("@@xtask: init\n@@xtask: ready\n@@xtask: command\n");
+        assert!(!is_setup(&started));
+        let msg = unreported(&started, "exit status: 0", 9.7, run).to_string();
+        assert!(msg.contains("inside the command"), "{msg}");
     }
 
     #[test]

@@ -398,9 +398,26 @@ fn run_kernel(
             binaries.len(),
             items.len() - binaries.len()
         );
-        let run_dir = vm::new_run_dir()?;
-        let payload = payload_script(&items, &run_dir, target_dir)?;
-        match vm::run(vm_opts, &run_dir, &payload) {
+        // A guest that died before its command started (a kernel crash at
+        // boot, which TCG now and then causes, or a failed set-up) is booted
+        // once more: that is the testbed failing, not a test.
+        let mut attempt = 1;
+        let (run_dir, result) = loop {
+            let run_dir = vm::new_run_dir()?;
+            let payload = payload_script(&items, &run_dir, target_dir)?;
+            let result = vm::run(vm_opts, &run_dir, &payload);
+            match &result {
+                Err(e) if attempt == 1 && e.downcast_ref::<vm::SetupFailed>().is_some() => {
+                    say!(
+                        "the VM failed before its command ran ({e:#}); booting it once more (logs in {})",
+                        run_dir.display()
+                    );
+                    attempt += 1;
+                }
+                _ => break (run_dir, result),
+            }
+        };
+        match result {
             Ok(outcome) => {
                 if let Some(secs) = outcome.boot_secs {
                     say!("VM boot took {secs:.1} s");
