@@ -2,6 +2,8 @@
 # Interoperability of `rverbs *-pingpong` with rdma-core's ibv_*_pingpong on
 # rxe0: for each transport and size, three runs (ours<->ours, our server
 # with their client, their server with our client), each with -g 1 and -c.
+# Then the same unmodified ibv_*_pingpong on our libibverbs.so.1 ("ourlib":
+# verbs/ibverbs, LD_LIBRARY_PATH) against it on rdma-core's, both ways.
 # A run passes when both processes exit 0, both print the byte-count line
 # ("<size*iters*2> bytes in") and neither reports invalid data. Prints a
 # table (mix, transport, size, result) and exits 1 if any row failed.
@@ -12,6 +14,7 @@ fi
 set -u
 
 ours="${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs"
+ourlib="${RVERBS_IBVERBS_DIR:-$RVERBS_TARGET_DIR/ibverbs/debug}"
 dev=rxe0
 iters=200
 port=19300
@@ -36,6 +39,8 @@ side_cmd() {
     local -a cmd
     if [ "$who" = ours ]; then
         cmd=("$ours" "$tr-pingpong")
+    elif [ "$who" = ourlib ]; then
+        cmd=(env "LD_LIBRARY_PATH=$ourlib" "ibv_${tr}_pingpong")
     else
         cmd=("ibv_${tr}_pingpong")
     fi
@@ -154,6 +159,35 @@ matrix() {
     done
 }
 
+# Debian's tool on our library: $1 = transport, $2 = extra flags, $3 =
+# label, then the sizes.
+matrix_lib() {
+    local tr=$1 extra=$2 label=$3
+    shift 3
+    local size
+    for size in "$@"; do
+        run_pair ourlib ibv "$tr" "$size" "$extra" "$label"
+        run_pair ibv ourlib "$tr" "$size" "$extra" "$label"
+    done
+}
+
+# The "ourlib" runs must really run on our library, and on it alone (no
+# rdma-core provider loaded): the dynamic loader's trace says which.
+lib_loaded() {
+    LD_DEBUG=libs env "LD_LIBRARY_PATH=$ourlib" ibv_rc_pingpong -h 2>&1 >/dev/null |
+        grep -E "calling init: .*(libibverbs\.so|-rdmav[0-9]+\.so)" | sed -e 's/.*calling init: //' | sort -u
+}
+if [ ! -f "$ourlib/libibverbs.so.1" ]; then
+    echo "interop: $ourlib/libibverbs.so.1 is missing (cargo xtask ibverbs --debug)" >&2
+    exit 1
+fi
+loaded=$(lib_loaded)
+if [ "$(readlink -f "$loaded")" != "$(readlink -f "$ourlib/libibverbs.so.1")" ]; then
+    echo "interop: with LD_LIBRARY_PATH=$ourlib, ibv_rc_pingpong loaded: $loaded" >&2
+    exit 1
+fi
+echo "ibv_rc_pingpong with LD_LIBRARY_PATH=$ourlib loads ours alone: $loaded"
+
 matrix rc "" rc 4096 64 65536
 matrix rc "-e" "rc -e" 4096
 matrix uc "" uc 4096 64
@@ -161,6 +195,12 @@ matrix ud "" ud 1024 64
 matrix srq "" srq 4096 64
 run_chk_negative rc 4096
 run_chk_negative ud 1024
+matrix_lib rc "" rc 4096 65536
+matrix_lib rc "-e" "rc -e" 4096
+run_pair ourlib ourlib rc 4096 "-e" "rc -e"
+matrix_lib uc "" uc 4096
+matrix_lib ud "" ud 1024
+matrix_lib srq "" srq 4096
 
 echo
 printf '%-26s %-9s %-6s %s\n' mix transport size result

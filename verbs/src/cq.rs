@@ -263,6 +263,11 @@ impl Cq {
         self.inner.event_id
     }
 
+    /// The kernel's handle for the CQ (`ibv_cq.handle`).
+    pub fn handle(&self) -> u32 {
+        self.inner.handle
+    }
+
     /// Polls up to `wc.len()` completions into `wc`; returns how many.
     /// Never blocks and never allocates. A completion the CQ had no room
     /// for is not here: the kernel reports that loss only as an
@@ -546,6 +551,11 @@ impl Wc {
     /// The raw `ib_uverbs_wc`.
     pub fn raw(&self) -> &crate::abi::RawWc {
         &self.0
+    }
+    /// The raw completion, to adjust in place (a C-ABI layer translating
+    /// flags).
+    pub fn raw_mut(&mut self) -> &mut crate::abi::RawWc {
+        &mut self.0
     }
     /// The completed request's `wr_id`.
     pub fn wr_id(&self) -> u64 {

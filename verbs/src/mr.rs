@@ -652,7 +652,7 @@ pub(crate) fn check_iova(addr: u64, len: usize, iova: Option<u64>) -> Result<u64
     Ok(iova)
 }
 
-impl<B: MrBuf> Mr<B> {
+impl<B> Mr<B> {
     /// Deregisters the region and gives its memory back, now plain memory
     /// that no work request or peer can reach. If the kernel refuses to
     /// deregister (a memory window is still bound to the region, which the
@@ -772,6 +772,10 @@ impl<B> Mr<B> {
     /// Local key, for SGEs.
     pub fn lkey(&self) -> u32 {
         self.lkey
+    }
+    /// The kernel's handle for the MR (`ibv_mr.handle`).
+    pub fn handle(&self) -> u32 {
+        self.handle
     }
     /// Remote key, for peers.
     pub fn rkey(&self) -> u32 {

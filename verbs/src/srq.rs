@@ -161,6 +161,11 @@ impl Srq {
         &self.ring
     }
 
+    /// The kernel's handle for the SRQ (`ibv_srq.handle`).
+    pub fn handle(&self) -> u32 {
+        self.inner.handle
+    }
+
     /// The SRQ number (rxe's; what a remote XRC sender would address).
     pub fn srq_num(&self) -> u32 {
         self.srq_num

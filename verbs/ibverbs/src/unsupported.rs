@@ -82,15 +82,7 @@ macro_rules! does_nothing {
 type P = *mut c_void;
 
 returns_null! {
-    ibv_alloc_pd(context: P);
-    ibv_reg_mr(pd: P, addr: P, length: usize, access: c_int);
-    ibv_reg_mr_iova2(pd: P, addr: P, length: usize, iova: u64, access: u32);
     ibv_reg_dmabuf_mr(pd: P, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int);
-    ibv_create_cq(context: P, cqe: c_int, cq_context: P, channel: P, comp_vector: c_int);
-    ibv_create_comp_channel(context: P);
-    ibv_create_qp(pd: P, init_attr: P);
-    ibv_create_srq(pd: P, init_attr: P);
-    ibv_create_ah(pd: P, attr: P);
     ibv_create_ah_from_wc(pd: P, wc: P, grh: P, port_num: u8);
     ibv_qp_to_qp_ex(qp: P);
     ibv_import_device(cmd_fd: c_int);
@@ -102,19 +94,8 @@ returns_null! {
 }
 
 returns_errno! {
-    ibv_dealloc_pd(pd: P);
-    ibv_dereg_mr(mr: P);
     ibv_rereg_mr(mr: P, flags: c_int, pd: P, addr: P, length: usize, access: c_int);
-    ibv_destroy_cq(cq: P);
     ibv_resize_cq(cq: P, cqe: c_int);
-    ibv_destroy_comp_channel(channel: P);
-    ibv_destroy_qp(qp: P);
-    ibv_modify_qp(qp: P, attr: P, attr_mask: c_int);
-    ibv_query_qp(qp: P, attr: P, attr_mask: c_int, init_attr: P);
-    ibv_destroy_srq(srq: P);
-    ibv_modify_srq(srq: P, attr: P, attr_mask: c_int);
-    ibv_query_srq(srq: P, attr: P);
-    ibv_destroy_ah(ah: P);
     ibv_attach_mcast(qp: P, gid: P, lid: u16);
     ibv_detach_mcast(qp: P, gid: P, lid: u16);
     ibv_query_ece(qp: P, ece: P);
@@ -183,12 +164,10 @@ returns_errno! {
 }
 
 returns_minus_one! {
-    ibv_get_cq_event(channel: P, cq: P, cq_context: P);
     ibv_get_async_event(context: P, event: P);
 }
 
 does_nothing! {
-    ibv_ack_cq_events(cq: P, nevents: u32);
     ibv_ack_async_event(event: P);
     ibv_unimport_pd(pd: P);
     ibv_unimport_mr(mr: P);

@@ -8,10 +8,16 @@ use std::mem::{offset_of, size_of};
 use std::process::Command;
 
 use rverbs_ibverbs::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSaPathRec};
+use rverbs_ibverbs::ffi::cq::{IbvCompChannel, IbvCq};
+use rverbs_ibverbs::ffi::pd::{IbvMr, IbvPd};
+use rverbs_ibverbs::ffi::qp::{
+    IbvAh, IbvQp, IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSrq, IbvSrqAttr, IbvSrqInitAttr,
+    WrAtomic, WrRdma, WrUd,
+};
 use rverbs_ibverbs::ffi::{
-    CqModerationCaps, IbvContext, IbvDevice, IbvDeviceAttr, IbvDeviceAttrEx, IbvGidEntry,
-    IbvPortAttr, IbvPortAttrCompat, OdpCaps, PacketPacingCaps, PciAtomicCaps, RssCaps, TmCaps,
-    TsoCaps, VerbsContext,
+    CqModerationCaps, IbvContext, IbvContextOps, IbvDevice, IbvDeviceAttr, IbvDeviceAttrEx,
+    IbvGidEntry, IbvPortAttr, IbvPortAttrCompat, OdpCaps, PacketPacingCaps, PciAtomicCaps, RssCaps,
+    TmCaps, TsoCaps, VerbsContext,
 };
 
 struct Field {
@@ -136,6 +142,84 @@ fn entries() -> Vec<Entry> {
         ]),
         entry!(PciAtomicCaps, "struct ibv_pci_atomic_caps", "sizeof(struct ibv_pci_atomic_caps)", [
             fetch_add => "fetch_add", swap => "swap", compare_swap => "compare_swap",
+        ]),
+        entry!(IbvContextOps, "struct ibv_context_ops", "sizeof(struct ibv_context_ops)", [
+            before_poll_cq @ "_compat_query_device", poll_cq => "poll_cq",
+            req_notify_cq => "req_notify_cq", before_post_srq_recv @ "_compat_cq_event",
+            post_srq_recv => "post_srq_recv", before_post_send @ "_compat_create_qp",
+            post_send => "post_send", post_recv => "post_recv",
+            after_post_recv @ "_compat_create_ah",
+        ]),
+        entry!(IbvPd, "struct ibv_pd", "sizeof(struct ibv_pd)", [
+            context => "context", handle => "handle",
+        ]),
+        entry!(IbvMr, "struct ibv_mr", "sizeof(struct ibv_mr)", [
+            context => "context", pd => "pd", addr => "addr", length => "length",
+            handle => "handle", lkey => "lkey", rkey => "rkey",
+        ]),
+        entry!(IbvCompChannel, "struct ibv_comp_channel", "sizeof(struct ibv_comp_channel)", [
+            context => "context", fd => "fd", refcnt => "refcnt",
+        ]),
+        entry!(IbvCq, "struct ibv_cq", "sizeof(struct ibv_cq)", [
+            context => "context", channel => "channel", cq_context => "cq_context",
+            handle => "handle", cqe => "cqe", mutex => "mutex", cond => "cond",
+            comp_events_completed => "comp_events_completed",
+            async_events_completed => "async_events_completed",
+        ]),
+        entry!(IbvQp, "struct ibv_qp", "sizeof(struct ibv_qp)", [
+            context => "context", qp_context => "qp_context", pd => "pd",
+            send_cq => "send_cq", recv_cq => "recv_cq", srq => "srq", handle => "handle",
+            qp_num => "qp_num", state => "state", qp_type => "qp_type", mutex => "mutex",
+            cond => "cond", events_completed => "events_completed",
+        ]),
+        entry!(IbvQpInitAttr, "struct ibv_qp_init_attr", "sizeof(struct ibv_qp_init_attr)", [
+            qp_context => "qp_context", send_cq => "send_cq", recv_cq => "recv_cq",
+            srq => "srq", cap => "cap", qp_type => "qp_type", sq_sig_all => "sq_sig_all",
+        ]),
+        entry!(IbvSrq, "struct ibv_srq", "sizeof(struct ibv_srq)", [
+            context => "context", srq_context => "srq_context", pd => "pd",
+            handle => "handle", mutex => "mutex", cond => "cond",
+            events_completed => "events_completed",
+        ]),
+        entry!(IbvSrqAttr, "struct ibv_srq_attr", "sizeof(struct ibv_srq_attr)", [
+            max_wr => "max_wr", max_sge => "max_sge", srq_limit => "srq_limit",
+        ]),
+        entry!(IbvSrqInitAttr, "struct ibv_srq_init_attr", "sizeof(struct ibv_srq_init_attr)", [
+            srq_context => "srq_context", attr => "attr",
+        ]),
+        entry!(IbvAh, "struct ibv_ah", "sizeof(struct ibv_ah)", [
+            context => "context", pd => "pd", handle => "handle",
+        ]),
+        entry!(IbvSendWr, "struct ibv_send_wr", "sizeof(struct ibv_send_wr)", [
+            wr_id => "wr_id", next => "next", sg_list => "sg_list", num_sge => "num_sge",
+            opcode => "opcode", send_flags => "send_flags", imm_data => "imm_data",
+            wr => "wr", remote_srqn => "qp_type.xrc.remote_srqn", bind_mw => "bind_mw",
+        ]),
+        entry!(WrRdma, "__typeof__(((struct ibv_send_wr *)0)->wr.rdma)", "sizeof(__typeof__(((struct ibv_send_wr *)0)->wr.rdma))", [
+            remote_addr => "remote_addr", rkey => "rkey",
+        ]),
+        entry!(WrAtomic, "__typeof__(((struct ibv_send_wr *)0)->wr.atomic)", "sizeof(__typeof__(((struct ibv_send_wr *)0)->wr.atomic))", [
+            remote_addr => "remote_addr", compare_add => "compare_add",
+            swap => "swap", rkey => "rkey",
+        ]),
+        entry!(WrUd, "__typeof__(((struct ibv_send_wr *)0)->wr.ud)", "sizeof(__typeof__(((struct ibv_send_wr *)0)->wr.ud))", [
+            ah => "ah", remote_qpn => "remote_qpn", remote_qkey => "remote_qkey",
+        ]),
+        entry!(IbvRecvWr, "struct ibv_recv_wr", "sizeof(struct ibv_recv_wr)", [
+            wr_id => "wr_id", next => "next", sg_list => "sg_list", num_sge => "num_sge",
+        ]),
+        // The kernel's ib_uverbs_wc, which poll_cq writes into the
+        // program's ibv_wc array; its last two bytes (port_num, reserved)
+        // are ibv_wc's tail padding.
+        entry!(rverbs::abi::RawWc, "struct ibv_wc", "sizeof(struct ibv_wc)", [
+            wr_id => "wr_id", status => "status", opcode => "opcode",
+            vendor_err => "vendor_err", byte_len => "byte_len", ex => "imm_data",
+            qp_num => "qp_num", src_qp => "src_qp", wc_flags => "wc_flags",
+            pkey_index => "pkey_index", slid => "slid", sl => "sl",
+            dlid_path_bits => "dlid_path_bits",
+        ]),
+        entry!(rverbs::Sge, "struct ibv_sge", "sizeof(struct ibv_sge)", [
+            addr => "addr", length => "length", lkey => "lkey",
         ]),
         entry!(IbvGidEntry, "struct ibv_gid_entry", "sizeof(struct ibv_gid_entry)", [
             gid => "gid", gid_index => "gid_index", port_num => "port_num",

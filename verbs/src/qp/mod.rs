@@ -237,6 +237,11 @@ fn destroy_qp(ctx: &crate::Context, handle: u32) -> bool {
 }
 
 impl Qp {
+    /// The kernel's handle for the QP (`ibv_qp.handle`).
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
     /// QP number.
     pub fn qp_num(&self) -> u32 {
         self.qpn

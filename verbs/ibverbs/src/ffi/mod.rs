@@ -15,6 +15,10 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use rverbs::{Context, Device, WcStatus};
 
+pub mod cq;
+pub mod pd;
+pub mod qp;
+
 /// `IBV_SYSFS_NAME_MAX`.
 pub const SYSFS_NAME_MAX: usize = 64;
 /// `IBV_SYSFS_PATH_MAX`.
@@ -41,14 +45,35 @@ pub struct IbvDevice {
     pub ibdev_path: [c_char; SYSFS_PATH_MAX],
 }
 
-/// `struct ibv_context_ops`: all null in a legacy context this library
-/// hands out, which has no object the inline data-path functions could be
-/// called with yet.
+/// `struct ibv_context_ops`: the five operations `verbs.h`'s inline
+/// data-path functions call (`ibv_poll_cq`, `ibv_req_notify_cq`,
+/// `ibv_post_srq_recv`, `ibv_post_send`, `ibv_post_recv`) filled in; the
+/// memory-window ones and the `_compat_*` slots stay null (the inline
+/// `ibv_alloc_mw`/`ibv_bind_mw` report a null slot as `EOPNOTSUPP`).
 #[repr(C)]
 pub struct IbvContextOps {
-    /// The 32 function pointers.
-    pub ops: [Option<unsafe extern "C" fn()>; CONTEXT_OPS],
+    /// `_compat_query_device` ... `_compat_create_cq` (memory windows
+    /// among them): null.
+    pub before_poll_cq: [Slot; 11],
+    /// `poll_cq`.
+    pub poll_cq: Option<cq::PollCqFn>,
+    /// `req_notify_cq`.
+    pub req_notify_cq: Option<cq::ReqNotifyCqFn>,
+    /// `_compat_cq_event` ... `_compat_destroy_srq`: null.
+    pub before_post_srq_recv: [Slot; 7],
+    /// `post_srq_recv`.
+    pub post_srq_recv: Option<qp::PostSrqRecvFn>,
+    /// `_compat_create_qp` ... `_compat_destroy_qp`: null.
+    pub before_post_send: [Slot; 4],
+    /// `post_send`.
+    pub post_send: Option<qp::PostSendFn>,
+    /// `post_recv`.
+    pub post_recv: Option<qp::PostRecvFn>,
+    /// `_compat_create_ah` ... `_compat_async_event`: null.
+    pub after_post_recv: [Slot; 5],
 }
+
+const _: () = assert!(size_of::<IbvContextOps>() == CONTEXT_OPS * size_of::<usize>());
 
 /// `struct ibv_context`.
 #[repr(C)]
@@ -313,9 +338,9 @@ struct DeviceRec {
 /// An open context: the C structs first (programs hold a pointer to
 /// `v.context`, inside them).
 #[repr(C)]
-struct ContextRec {
+pub(crate) struct ContextRec {
     v: VerbsContext,
-    ctx: Context,
+    pub(crate) ctx: Context,
 }
 
 /// Every device ever listed. Records are never freed: a device pointer
@@ -329,7 +354,7 @@ static DEVICES: Mutex<Vec<Box<DeviceRec>>> = Mutex::new(Vec::new());
 /// address of its record).
 static CONTEXTS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -341,7 +366,7 @@ pub(crate) fn set_errno(e: c_int) {
 
 /// Runs `f`; a panic is caught (it must not unwind into C) and reported
 /// as `EIO` with the value `failed`.
-fn guard<T>(failed: T, f: impl FnOnce() -> T) -> T {
+pub(crate) fn guard<T>(failed: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         set_errno(libc::EIO);
         failed
@@ -349,7 +374,7 @@ fn guard<T>(failed: T, f: impl FnOnce() -> T) -> T {
 }
 
 /// The errno an `rverbs` error stands for.
-fn errno_of(e: &rverbs::Error) -> c_int {
+pub(crate) fn errno_of(e: &rverbs::Error) -> c_int {
     match e.errno() {
         Some(n) => n.raw(),
         None if e.invalid_kind().is_some() => libc::EINVAL,
@@ -395,7 +420,7 @@ fn device_rec(devices: &[Box<DeviceRec>], p: *const IbvDevice) -> Option<&Device
 }
 
 /// The context record of `p` if it is open.
-fn context_rec<'a>(p: *const IbvContext) -> Option<&'a ContextRec> {
+pub(crate) fn context_rec<'a>(p: *const IbvContext) -> Option<&'a ContextRec> {
     let rec = lock(&CONTEXTS)
         .iter()
         .find(|(c, _)| *c == p as usize)
@@ -578,7 +603,15 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
                 context: IbvContext {
                     device,
                     ops: IbvContextOps {
-                        ops: [None; CONTEXT_OPS],
+                        before_poll_cq: [None; 11],
+                        poll_cq: Some(cq::poll_cq),
+                        req_notify_cq: Some(cq::req_notify_cq),
+                        before_post_srq_recv: [None; 7],
+                        post_srq_recv: Some(qp::post_srq_recv),
+                        before_post_send: [None; 4],
+                        post_send: Some(qp::post_send),
+                        post_recv: Some(qp::post_recv),
+                        after_post_recv: [None; 5],
                     },
                     cmd_fd: ctx.cmd_fd().as_raw_fd(),
                     async_fd: ctx.async_fd().as_raw_fd(),

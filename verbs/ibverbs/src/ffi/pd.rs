@@ -1,0 +1,267 @@
+//! Protection domains and memory regions: `ibv_alloc_pd`,
+//! `ibv_dealloc_pd`, `ibv_reg_mr`, `ibv_reg_mr_iova2`, `ibv_dereg_mr`.
+//!
+//! A C object is a record whose first field is the C struct, so the
+//! pointer a program holds is the record's. Records are boxed and freed
+//! only by the matching destroy call; a PD counts the objects created on
+//! it, and `ibv_dealloc_pd` refuses (`EBUSY`, as the kernel answers
+//! libibverbs) while any remains.
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rverbs::{AccessFlags, Mr, Pd};
+
+use super::{context_rec, errno_of, guard, set_errno, IbvContext};
+
+/// `struct ibv_pd`.
+#[repr(C)]
+pub struct IbvPd {
+    /// The context it was allocated on.
+    pub context: *mut IbvContext,
+    /// The kernel's handle.
+    pub handle: u32,
+}
+
+/// `struct ibv_mr`.
+#[repr(C)]
+pub struct IbvMr {
+    /// The context.
+    pub context: *mut IbvContext,
+    /// The PD it was registered on.
+    pub pd: *mut IbvPd,
+    /// The registered address.
+    pub addr: *mut c_void,
+    /// The registered length.
+    pub length: usize,
+    /// The kernel's handle.
+    pub handle: u32,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// A PD handed out: the C struct first.
+#[repr(C)]
+pub(crate) struct PdRec {
+    c: IbvPd,
+    pub(crate) pd: Pd,
+    /// MRs, QPs, SRQs and AHs created on it and not destroyed.
+    users: AtomicUsize,
+}
+
+impl PdRec {
+    /// Counts one more object created on the PD.
+    pub(crate) fn hold(&self) {
+        self.users.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one object on the PD destroyed.
+    pub(crate) fn release(&self) {
+        self.users.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An MR handed out.
+#[repr(C)]
+struct MrRec {
+    c: IbvMr,
+    /// `None` only while `ibv_dereg_mr` runs.
+    mr: Option<Mr<rverbs::Raw>>,
+}
+
+/// The record behind a PD pointer.
+///
+/// # Safety
+/// `pd` is null or a PD this library handed out and not yet deallocated
+/// (libibverbs' contract), not deallocated while the reference lives.
+pub(crate) unsafe fn pd_rec<'a>(pd: *mut IbvPd) -> Option<&'a PdRec> {
+    // SAFETY: per the contract, a non-null `pd` is the first field of a
+    // live PdRec (repr(C)), so the cast pointer is that record.
+    unsafe { pd.cast::<PdRec>().as_ref() }
+}
+
+/// `ibv_alloc_pd`: a PD, or NULL with errno.
+///
+/// # Safety
+/// None beyond passing any pointer: `context` is checked before use.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut IbvContext) -> *mut IbvPd {
+    guard(ptr::null_mut(), || {
+        let Some(rec) = context_rec(context) else {
+            set_errno(libc::EINVAL);
+            return ptr::null_mut();
+        };
+        match rec.ctx.alloc_pd() {
+            Ok(pd) => {
+                let rec = Box::new(PdRec {
+                    c: IbvPd {
+                        context,
+                        handle: pd.handle(),
+                    },
+                    pd,
+                    users: AtomicUsize::new(0),
+                });
+                Box::into_raw(rec).cast::<IbvPd>()
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                ptr::null_mut()
+            }
+        }
+    })
+}
+
+/// `ibv_dealloc_pd`: 0, `EBUSY` while an object created on it remains,
+/// `EINVAL` for NULL.
+///
+/// # Safety
+/// `pd` is NULL or a PD from [`ibv_alloc_pd`] not yet deallocated; no
+/// other call uses it during or after this one.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let Some(rec) = (unsafe { pd_rec(pd) }) else {
+            return libc::EINVAL;
+        };
+        if rec.users.load(Ordering::Relaxed) != 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: `pd` came from Box::into_raw in ibv_alloc_pd (the
+        // contract) and nothing holds it any more (no users, and the
+        // caller makes no other call on it).
+        drop(unsafe { Box::from_raw(pd.cast::<PdRec>()) });
+        0
+    })
+}
+
+/// The access flags `IBV_ACCESS_OPTIONAL_RANGE` covers: hints a device
+/// may ignore (relaxed ordering), dropped here as libibverbs drops those
+/// a device lacks.
+const ACCESS_OPTIONAL_RANGE: u32 = 0x3ff0_0000;
+
+fn reg_mr(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> Result<*mut IbvMr, c_int> {
+    // SAFETY: libibverbs' contract: `pd` is a live PD of this library.
+    let rec = unsafe { pd_rec(pd) }.ok_or(libc::EINVAL)?;
+    if iova != addr as u64 {
+        // Registering at another IOVA is not implemented here yet.
+        return Err(libc::EOPNOTSUPP);
+    }
+    let access = AccessFlags::from_bits(access & !ACCESS_OPTIONAL_RANGE).ok_or(libc::EINVAL)?;
+    // SAFETY: ibv_reg_mr's contract: the caller keeps `addr..addr+length`
+    // mapped until it deregisters the MR, and the device may read and
+    // write it meanwhile (the program's own memory, which Rust holds no
+    // reference to).
+    let mr = unsafe { rec.pd.register_raw(addr.cast::<u8>(), length, access) }
+        .map_err(|e| errno_of(&e))?;
+    rec.hold();
+    let c = IbvMr {
+        context: rec.c_context(),
+        pd,
+        addr,
+        length,
+        handle: mr.handle(),
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+    };
+    Ok(Box::into_raw(Box::new(MrRec { c, mr: Some(mr) })).cast::<IbvMr>())
+}
+
+impl PdRec {
+    /// The context pointer the program passed to `ibv_alloc_pd`.
+    pub(crate) fn c_context(&self) -> *mut IbvContext {
+        self.c.context
+    }
+}
+
+/// NULL with `e` as errno.
+fn null_with<T>(e: c_int) -> *mut T {
+    set_errno(e);
+    ptr::null_mut()
+}
+
+/// `ibv_reg_mr` (`IBVERBS_1.1`): registers `length` bytes at `addr`; the
+/// MR, or NULL with errno.
+///
+/// # Safety
+/// `pd` is a live PD of this library; `addr..addr+length` stays mapped
+/// until the MR is deregistered (the device reads and writes it as the
+/// access flags allow).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut IbvMr {
+    guard(ptr::null_mut(), || {
+        reg_mr(pd, addr, length, addr as u64, access as u32).unwrap_or_else(null_with)
+    })
+}
+
+/// `ibv_reg_mr_iova2`: as [`ibv_reg_mr`] at IOVA `iova` (only `iova ==
+/// addr` so far: else NULL with `EOPNOTSUPP`).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: u32,
+) -> *mut IbvMr {
+    guard(ptr::null_mut(), || {
+        reg_mr(pd, addr, length, iova, access).unwrap_or_else(null_with)
+    })
+}
+
+/// `ibv_dereg_mr`: 0, or the errno (the MR stays registered and valid
+/// then, as with libibverbs).
+///
+/// # Safety
+/// `mr` is NULL or an MR of this library not yet deregistered; no other
+/// call uses it during or after a successful call.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
+    guard(libc::EIO, || {
+        if mr.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: `mr` is the first field of a live MrRec boxed by
+        // reg_mr (the contract), which no other call uses meanwhile.
+        let rec = unsafe { &mut *mr.cast::<MrRec>() };
+        let Some(inner) = rec.mr.take() else {
+            return libc::EINVAL;
+        };
+        match inner.into_inner() {
+            Ok(_) => {
+                // SAFETY: the PD outlives its MRs (ibv_dealloc_pd refuses
+                // while this one is counted).
+                if let Some(pd) = unsafe { pd_rec(rec.c.pd) } {
+                    pd.release();
+                }
+                // SAFETY: from Box::into_raw in reg_mr; freed once, here,
+                // and the caller makes no call on it after success.
+                drop(unsafe { Box::from_raw(mr.cast::<MrRec>()) });
+                0
+            }
+            Err(e) => {
+                // Still registered: the program's pointer stays valid.
+                let errno = errno_of(&e.error);
+                rec.mr = Some(e.mr);
+                errno
+            }
+        }
+    })
+}

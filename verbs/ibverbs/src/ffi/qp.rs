@@ -1,0 +1,1194 @@
+//! QPs, SRQs and address handles, and the context operations behind
+//! `verbs.h`'s inline `ibv_post_send`, `ibv_post_recv` and
+//! `ibv_post_srq_recv`.
+//!
+//! Posting walks the program's chain of `struct ibv_send_wr` (or
+//! `ibv_recv_wr`), turns each into an `rverbs` work request borrowing the
+//! program's scatter/gather list in place, and hands them to the provider
+//! up to [`BATCH`] at a time (one doorbell per batch): no allocation. A
+//! QP's queues sit behind one mutex, since libibverbs lets several
+//! threads post to one QP. The first request refused is returned through
+//! `bad_wr`, with those before it posted, as libibverbs promises.
+
+use std::ffi::{c_int, c_void};
+use std::io::IoSlice;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use rverbs::{
+    opcode, AccessFlags, Ah, AhAttr, Gid, GlobalRoute, Mtu, Payload, PostError, Qp, QpAttr, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr,
+};
+
+use super::cq::{cq_rec, IbvCq};
+use super::pd::{pd_rec, IbvPd};
+use super::{errno_of, guard, lock, set_errno, IbvContext};
+use crate::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap};
+
+/// `ibv_context_ops.post_send`.
+pub type PostSendFn =
+    unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
+/// `ibv_context_ops.post_recv`.
+pub type PostRecvFn =
+    unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
+/// `ibv_context_ops.post_srq_recv`.
+pub type PostSrqRecvFn =
+    unsafe extern "C" fn(*mut IbvSrq, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
+
+/// Work requests handed to the provider at once (one doorbell).
+pub const BATCH: usize = 16;
+/// Most gather entries of one inline send.
+const INLINE_SGES: usize = 16;
+
+/// `struct ibv_qp`.
+#[repr(C)]
+pub struct IbvQp {
+    /// The context.
+    pub context: *mut IbvContext,
+    /// The program's pointer.
+    pub qp_context: *mut c_void,
+    /// Its PD.
+    pub pd: *mut IbvPd,
+    /// Where sends complete.
+    pub send_cq: *mut IbvCq,
+    /// Where receives complete.
+    pub recv_cq: *mut IbvCq,
+    /// Its SRQ, or NULL.
+    pub srq: *mut IbvSrq,
+    /// The kernel's handle.
+    pub handle: u32,
+    /// The QP number.
+    pub qp_num: u32,
+    /// `enum ibv_qp_state`, as last set by `ibv_modify_qp`.
+    pub state: c_int,
+    /// `enum ibv_qp_type`.
+    pub qp_type: c_int,
+    /// For the program's use (initialised).
+    pub mutex: libc::pthread_mutex_t,
+    /// For the program's use (initialised).
+    pub cond: libc::pthread_cond_t,
+    /// Asynchronous events acknowledged.
+    pub events_completed: u32,
+}
+
+/// `struct ibv_qp_init_attr`.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvQpInitAttr {
+    pub qp_context: *mut c_void,
+    pub send_cq: *mut IbvCq,
+    pub recv_cq: *mut IbvCq,
+    pub srq: *mut IbvSrq,
+    pub cap: IbvQpCap,
+    pub qp_type: c_int,
+    pub sq_sig_all: c_int,
+}
+
+/// `struct ibv_srq`.
+#[repr(C)]
+pub struct IbvSrq {
+    /// The context.
+    pub context: *mut IbvContext,
+    /// The program's pointer.
+    pub srq_context: *mut c_void,
+    /// Its PD.
+    pub pd: *mut IbvPd,
+    /// The kernel's handle.
+    pub handle: u32,
+    /// For the program's use (initialised).
+    pub mutex: libc::pthread_mutex_t,
+    /// For the program's use (initialised).
+    pub cond: libc::pthread_cond_t,
+    /// Asynchronous events acknowledged.
+    pub events_completed: u32,
+}
+
+/// `struct ibv_srq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+#[allow(missing_docs)]
+pub struct IbvSrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `struct ibv_srq_init_attr`.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSrqInitAttr {
+    pub srq_context: *mut c_void,
+    pub attr: IbvSrqAttr,
+}
+
+/// `struct ibv_ah`.
+#[repr(C)]
+pub struct IbvAh {
+    /// The context.
+    pub context: *mut IbvContext,
+    /// Its PD.
+    pub pd: *mut IbvPd,
+    /// The kernel's handle.
+    pub handle: u32,
+}
+
+/// The `rdma` arm of `ibv_send_wr.wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct WrRdma {
+    pub remote_addr: u64,
+    pub rkey: u32,
+}
+
+/// The `atomic` arm of `ibv_send_wr.wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct WrAtomic {
+    pub remote_addr: u64,
+    pub compare_add: u64,
+    pub swap: u64,
+    pub rkey: u32,
+}
+
+/// The `ud` arm of `ibv_send_wr.wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub struct WrUd {
+    pub ah: *mut IbvAh,
+    pub remote_qpn: u32,
+    pub remote_qkey: u32,
+}
+
+/// `ibv_send_wr.wr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+#[allow(missing_docs)]
+pub union WrUnion {
+    pub rdma: WrRdma,
+    pub atomic: WrAtomic,
+    pub ud: WrUd,
+}
+
+/// `struct ibv_send_wr`.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvSendWr {
+    pub wr_id: u64,
+    pub next: *mut IbvSendWr,
+    pub sg_list: *mut Sge,
+    pub num_sge: c_int,
+    pub opcode: c_int,
+    pub send_flags: u32,
+    /// `imm_data` (network order) or `invalidate_rkey`.
+    pub imm_data: u32,
+    pub wr: WrUnion,
+    /// `qp_type.xrc.remote_srqn`.
+    pub remote_srqn: u32,
+    /// `bind_mw` / `tso`: not used here.
+    pub bind_mw: [u64; 6],
+}
+
+/// `struct ibv_recv_wr`.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvRecvWr {
+    pub wr_id: u64,
+    pub next: *mut IbvRecvWr,
+    pub sg_list: *mut Sge,
+    pub num_sge: c_int,
+}
+
+/// A QP handed out.
+#[repr(C)]
+struct QpRec {
+    c: IbvQp,
+    qp: Mutex<Qp>,
+}
+
+/// An SRQ handed out.
+#[repr(C)]
+struct SrqRec {
+    c: IbvSrq,
+    srq: Mutex<Srq>,
+    /// QPs on it not destroyed.
+    users: AtomicUsize,
+}
+
+/// An AH handed out.
+#[repr(C)]
+struct AhRec {
+    c: IbvAh,
+    ah: Ah,
+}
+
+/// NULL with `e` as errno.
+fn null_with<T>(e: c_int) -> *mut T {
+    set_errno(e);
+    ptr::null_mut()
+}
+
+/// The record behind a QP pointer.
+///
+/// # Safety
+/// `qp` is null or a QP of this library not destroyed while the
+/// reference lives (libibverbs' contract).
+unsafe fn qp_rec<'a>(qp: *mut IbvQp) -> Option<&'a QpRec> {
+    // SAFETY: a non-null `qp` is the first field of a live QpRec.
+    unsafe { qp.cast::<QpRec>().as_ref() }
+}
+
+/// The record behind an SRQ pointer.
+///
+/// # Safety
+/// As [`qp_rec`], for an SRQ.
+unsafe fn srq_rec<'a>(srq: *mut IbvSrq) -> Option<&'a SrqRec> {
+    // SAFETY: a non-null `srq` is the first field of a live SrqRec.
+    unsafe { srq.cast::<SrqRec>().as_ref() }
+}
+
+/// The record behind an AH pointer.
+///
+/// # Safety
+/// As [`qp_rec`], for an AH.
+unsafe fn ah_rec<'a>(ah: *mut IbvAh) -> Option<&'a AhRec> {
+    // SAFETY: a non-null `ah` is the first field of a live AhRec.
+    unsafe { ah.cast::<AhRec>().as_ref() }
+}
+
+/// The scatter/gather list of a work request, borrowed in place.
+///
+/// # Safety
+/// `sg_list` points to `num_sge` readable `struct ibv_sge` that stay
+/// unchanged while the slice lives (the caller of a post function
+/// passes them so).
+unsafe fn sges<'a>(sg_list: *const Sge, num_sge: c_int) -> Result<&'a [Sge], c_int> {
+    let n = usize::try_from(num_sge).map_err(|_| libc::EINVAL)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if sg_list.is_null() {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: per the contract; ibv_sge and Sge have one layout
+    // (tests/layout.rs) and any bits are a valid Sge.
+    Ok(unsafe { std::slice::from_raw_parts(sg_list, n) })
+}
+
+/// The errno a refused post reports (libibverbs' providers: `ENOMEM`
+/// for a full queue, `EINVAL` for a malformed request).
+fn post_errno(e: &PostError) -> c_int {
+    match e {
+        PostError::QueueFull | PostError::RecvQueueFull | PostError::SrqFull => libc::ENOMEM,
+        PostError::Doorbell(errno) => errno.raw(),
+        PostError::OpcodeUnsupported(_) => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    }
+}
+
+/// Posts `wrs` (their C requests in `from`) to the send queue; on
+/// refusal the C request to report and the errno.
+fn flush_send(
+    qp: &mut Qp,
+    wrs: &[SendWr<'_>],
+    from: &[*mut IbvSendWr],
+) -> Result<(), (*mut IbvSendWr, c_int)> {
+    if wrs.is_empty() {
+        return Ok(());
+    }
+    qp.post_send(wrs).map_err(|e| match &e {
+        rverbs::Error::Post { index, error } => (
+            from.get(*index).copied().unwrap_or(from[0]),
+            post_errno(error),
+        ),
+        other => (from[0], errno_of(other)),
+    })
+}
+
+/// The flags of `IBV_SEND_*` this library takes.
+const SEND_FLAGS: u32 = 0xf;
+/// `IBV_SEND_INLINE`.
+const IBV_SEND_INLINE: u32 = 1 << 3;
+
+/// An `rverbs` work request for the C one `w` with payload `payload`
+/// (its gather list, or its bytes inline).
+///
+/// # Safety
+/// `w.wr.ud.ah` is a live AH of this library when the QP is UD.
+unsafe fn send_wr<'a>(
+    w: &'a IbvSendWr,
+    sg: &'a [Sge],
+    payload: Payload<'a>,
+    ud: bool,
+) -> Result<SendWr<'a>, c_int> {
+    const RDMA_WRITE: c_int = 0;
+    const RDMA_WRITE_WITH_IMM: c_int = 1;
+    const SEND: c_int = 2;
+    const SEND_WITH_IMM: c_int = 3;
+    const RDMA_READ: c_int = 4;
+    const ATOMIC_CMP_AND_SWP: c_int = 5;
+    const ATOMIC_FETCH_AND_ADD: c_int = 6;
+    const LOCAL_INV: c_int = 7;
+    const SEND_WITH_INV: c_int = 9;
+    let flags =
+        SendFlags::from_bits(w.send_flags & SEND_FLAGS & !IBV_SEND_INLINE).ok_or(libc::EINVAL)?;
+    if w.send_flags & !SEND_FLAGS != 0 {
+        // IBV_SEND_IP_CSUM: raw-packet QPs only, which this library lacks.
+        return Err(libc::EINVAL);
+    }
+    let imm = u32::from_be(w.imm_data);
+    // SAFETY: every arm of the union is plain integers (and, for UD, a
+    // pointer read as a value); any bits are valid for each.
+    let (rdma, atomic) = unsafe { (w.wr.rdma, w.wr.atomic) };
+    let one_sge = || match sg {
+        [s] => Ok(s),
+        _ => Err(libc::EINVAL),
+    };
+    let wr = match w.opcode {
+        SEND => opcode::Send::with_payload(w.wr_id, payload).build(),
+        SEND_WITH_IMM => opcode::Send::with_payload(w.wr_id, payload)
+            .imm(imm)
+            .build(),
+        SEND_WITH_INV => opcode::Send::with_payload(w.wr_id, payload)
+            .invalidate(w.imm_data)
+            .build(),
+        RDMA_WRITE => {
+            opcode::Write::with_payload(w.wr_id, payload, rdma.remote_addr, rdma.rkey).build()
+        }
+        RDMA_WRITE_WITH_IMM => {
+            opcode::Write::with_payload(w.wr_id, payload, rdma.remote_addr, rdma.rkey)
+                .imm(imm)
+                .build()
+        }
+        RDMA_READ => SendWr::rdma_read(w.wr_id, sg, rdma.remote_addr, rdma.rkey),
+        ATOMIC_CMP_AND_SWP => SendWr::cmp_swap(
+            w.wr_id,
+            one_sge()?,
+            atomic.remote_addr,
+            atomic.rkey,
+            atomic.compare_add,
+            atomic.swap,
+        ),
+        ATOMIC_FETCH_AND_ADD => SendWr::fetch_add(
+            w.wr_id,
+            one_sge()?,
+            atomic.remote_addr,
+            atomic.rkey,
+            atomic.compare_add,
+        ),
+        LOCAL_INV => SendWr::local_inv(w.wr_id, w.imm_data),
+        // BIND_MW, TSO, ATOMIC_WRITE and the driver opcodes.
+        8 | 10 | 11 | 15 => return Err(libc::EOPNOTSUPP),
+        _ => return Err(libc::EINVAL),
+    };
+    let mut wr = wr.flags(flags);
+    if ud {
+        // SAFETY: union read as above.
+        let u = unsafe { w.wr.ud };
+        // SAFETY: forwarded from this function's contract.
+        let ah = unsafe { ah_rec(u.ah) }.ok_or(libc::EINVAL)?;
+        wr = wr.dest(ah.ah.dest(u.remote_qpn, u.remote_qkey));
+    }
+    Ok(wr)
+}
+
+/// `ibv_context_ops.post_send`: posts the chain `wr`; 0, or the errno
+/// with `*bad_wr` the first request not posted.
+///
+/// # Safety
+/// `qp` is a live QP of this library; `wr` is a chain of readable
+/// requests whose gather lists (and inline bytes) are readable and whose
+/// AHs are live; `bad_wr` points to a writable pointer.
+pub unsafe extern "C" fn post_send(
+    qp: *mut IbvQp,
+    wr: *mut IbvSendWr,
+    bad_wr: *mut *mut IbvSendWr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let Some(rec) = (unsafe { qp_rec(qp) }) else {
+            return libc::EINVAL;
+        };
+        let ud = rec.c.qp_type == IBV_QPT_UD;
+        let mut q = lock(&rec.qp);
+        let mut batch = [SendWr::local_inv(0, 0); BATCH];
+        let mut from = [ptr::null_mut::<IbvSendWr>(); BATCH];
+        let mut n = 0;
+        let mut cur = wr;
+        let fail = |at: *mut IbvSendWr, e: c_int| {
+            if !bad_wr.is_null() {
+                // SAFETY: writable per the contract.
+                unsafe { *bad_wr = at };
+            }
+            e
+        };
+        while !cur.is_null() {
+            // SAFETY: a readable request of the chain (the contract).
+            let w = unsafe { &*cur };
+            // SAFETY: its gather list is readable (the contract).
+            let sg = match unsafe { sges(w.sg_list, w.num_sge) } {
+                Ok(s) => s,
+                Err(e) => {
+                    if let Err((at, e2)) = flush_send(&mut q, &batch[..n], &from[..n]) {
+                        return fail(at, e2);
+                    }
+                    return fail(cur, e);
+                }
+            };
+            if w.send_flags & IBV_SEND_INLINE != 0 {
+                // Inline bytes are copied at post time: post what is
+                // batched, then this one on its own.
+                if let Err((at, e)) = flush_send(&mut q, &batch[..n], &from[..n]) {
+                    return fail(at, e);
+                }
+                n = 0;
+                if sg.len() > INLINE_SGES {
+                    return fail(cur, libc::EINVAL);
+                }
+                let mut bufs = [IoSlice::new(&[]); INLINE_SGES];
+                for (b, s) in bufs.iter_mut().zip(sg) {
+                    let Ok(len) = usize::try_from(s.length) else {
+                        return fail(cur, libc::EINVAL);
+                    };
+                    if len > 0 {
+                        // SAFETY: an inline request's gather entries name
+                        // readable bytes of the program's (the contract);
+                        // they are only read, during this call.
+                        *b = IoSlice::new(unsafe {
+                            std::slice::from_raw_parts(s.addr as usize as *const u8, len)
+                        });
+                    }
+                }
+                let payload = Payload::Inline(&bufs[..sg.len()]);
+                // SAFETY: its AH is live (the contract).
+                let one = match unsafe { send_wr(w, sg, payload, ud) } {
+                    Ok(x) => x,
+                    Err(e) => return fail(cur, e),
+                };
+                if let Err((_, e)) = flush_send(&mut q, &[one], &[cur]) {
+                    return fail(cur, e);
+                }
+            } else {
+                // SAFETY: its AH is live (the contract).
+                match unsafe { send_wr(w, sg, Payload::Sge(sg), ud) } {
+                    Ok(x) => {
+                        batch[n] = x;
+                        from[n] = cur;
+                        n += 1;
+                    }
+                    Err(e) => {
+                        if let Err((at, e2)) = flush_send(&mut q, &batch[..n], &from[..n]) {
+                            return fail(at, e2);
+                        }
+                        return fail(cur, e);
+                    }
+                }
+                if n == BATCH {
+                    if let Err((at, e)) = flush_send(&mut q, &batch[..n], &from[..n]) {
+                        return fail(at, e);
+                    }
+                    n = 0;
+                }
+            }
+            cur = w.next;
+        }
+        match flush_send(&mut q, &batch[..n], &from[..n]) {
+            Ok(()) => 0,
+            Err((at, e)) => fail(at, e),
+        }
+    })
+}
+
+/// Walks a receive chain, posting up to [`BATCH`] at a time with `post`;
+/// 0, or the errno with `*bad_wr` set.
+///
+/// # Safety
+/// `wr` is a chain of readable requests with readable gather lists;
+/// `bad_wr` is null or writable.
+unsafe fn post_recv_chain(
+    wr: *mut IbvRecvWr,
+    bad_wr: *mut *mut IbvRecvWr,
+    mut post: impl FnMut(&[RecvWr<'_>]) -> rverbs::Result<()>,
+) -> c_int {
+    let fail = |at: *mut IbvRecvWr, e: c_int| {
+        if !bad_wr.is_null() {
+            // SAFETY: writable per the contract.
+            unsafe { *bad_wr = at };
+        }
+        e
+    };
+    let mut batch = [RecvWr::new(0, &[]); BATCH];
+    let mut from = [ptr::null_mut::<IbvRecvWr>(); BATCH];
+    let mut n = 0;
+    let mut cur = wr;
+    let mut flush =
+        |batch: &[RecvWr<'_>], from: &[*mut IbvRecvWr]| -> Result<(), (*mut IbvRecvWr, c_int)> {
+            if batch.is_empty() {
+                return Ok(());
+            }
+            post(batch).map_err(|e| match &e {
+                rverbs::Error::Post { index, error } => (
+                    from.get(*index).copied().unwrap_or(from[0]),
+                    post_errno(error),
+                ),
+                other => (from[0], errno_of(other)),
+            })
+        };
+    while !cur.is_null() {
+        // SAFETY: a readable request of the chain (the contract).
+        let w = unsafe { &*cur };
+        // SAFETY: its gather list is readable (the contract).
+        match unsafe { sges(w.sg_list, w.num_sge) } {
+            Ok(sg) => {
+                batch[n] = RecvWr::new(w.wr_id, sg);
+                from[n] = cur;
+                n += 1;
+            }
+            Err(e) => {
+                if let Err((at, e2)) = flush(&batch[..n], &from[..n]) {
+                    return fail(at, e2);
+                }
+                return fail(cur, e);
+            }
+        }
+        if n == BATCH {
+            if let Err((at, e)) = flush(&batch[..n], &from[..n]) {
+                return fail(at, e);
+            }
+            n = 0;
+        }
+        cur = w.next;
+    }
+    match flush(&batch[..n], &from[..n]) {
+        Ok(()) => 0,
+        Err((at, e)) => fail(at, e),
+    }
+}
+
+/// `ibv_context_ops.post_recv`: posts the receive chain `wr`; 0, or the
+/// errno with `*bad_wr` the first request not posted.
+///
+/// # Safety
+/// `qp` is a live QP of this library; `wr` a chain of readable requests
+/// whose gather lists are readable; `bad_wr` points to a writable pointer.
+pub unsafe extern "C" fn post_recv(
+    qp: *mut IbvQp,
+    wr: *mut IbvRecvWr,
+    bad_wr: *mut *mut IbvRecvWr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let Some(rec) = (unsafe { qp_rec(qp) }) else {
+            return libc::EINVAL;
+        };
+        let mut q = lock(&rec.qp);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_recv_chain(wr, bad_wr, |b| q.post_recv(b)) }
+    })
+}
+
+/// `ibv_context_ops.post_srq_recv`: as [`post_recv`], to an SRQ.
+///
+/// # Safety
+/// As [`post_recv`], with `srq` a live SRQ of this library.
+pub unsafe extern "C" fn post_srq_recv(
+    srq: *mut IbvSrq,
+    wr: *mut IbvRecvWr,
+    bad_wr: *mut *mut IbvRecvWr,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let Some(rec) = (unsafe { srq_rec(srq) }) else {
+            return libc::EINVAL;
+        };
+        let mut s = lock(&rec.srq);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { post_recv_chain(wr, bad_wr, |b| s.post_srq_recv(b)) }
+    })
+}
+
+/// `IBV_QPT_RC`.
+const IBV_QPT_RC: c_int = 2;
+/// `IBV_QPT_UC`.
+const IBV_QPT_UC: c_int = 3;
+/// `IBV_QPT_UD`.
+const IBV_QPT_UD: c_int = 4;
+
+fn cap_c(c: QpCap) -> IbvQpCap {
+    IbvQpCap {
+        max_send_wr: c.max_send_wr,
+        max_recv_wr: c.max_recv_wr,
+        max_send_sge: c.max_send_sge,
+        max_recv_sge: c.max_recv_sge,
+        max_inline_data: c.max_inline_data,
+    }
+}
+
+/// `ibv_create_qp`: a QP in RESET, or NULL with errno; `init_attr.cap`
+/// is updated to what was granted.
+///
+/// # Safety
+/// `pd` is a live PD of this library; `init_attr` points to a readable
+/// and writable `struct ibv_qp_init_attr` whose CQs (and SRQ) are live
+/// objects of this library.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut IbvPd,
+    init_attr: *mut IbvQpInitAttr,
+) -> *mut IbvQp {
+    guard(ptr::null_mut(), || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(pdr), Some(attr)) = (unsafe { pd_rec(pd) }, unsafe { init_attr.as_mut() }) else {
+            return null_with(libc::EINVAL);
+        };
+        let qp_type = match attr.qp_type {
+            IBV_QPT_RC => QpType::Rc,
+            IBV_QPT_UC => QpType::Uc,
+            IBV_QPT_UD => QpType::Ud,
+            // RAW_PACKET, XRC_SEND, XRC_RECV, DRIVER.
+            8..=10 | 0xff => return null_with(libc::EOPNOTSUPP),
+            _ => return null_with(libc::EINVAL),
+        };
+        // SAFETY: the CQs and SRQ are live (the contract).
+        let (scq, rcq, srq) = unsafe {
+            (
+                cq_rec(attr.send_cq),
+                cq_rec(attr.recv_cq),
+                srq_rec(attr.srq),
+            )
+        };
+        let (Some(scq), Some(rcq)) = (scq, rcq) else {
+            return null_with(libc::EINVAL);
+        };
+        let cap = QpCap {
+            max_send_wr: attr.cap.max_send_wr,
+            max_recv_wr: attr.cap.max_recv_wr,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge: attr.cap.max_recv_sge,
+            max_inline_data: attr.cap.max_inline_data,
+        };
+        let made = {
+            let sguard = lock(&scq.cq);
+            let same = ptr::eq(scq, rcq);
+            let rguard = if same { None } else { Some(lock(&rcq.cq)) };
+            let recv_cq = rguard.as_deref().unwrap_or(&*sguard);
+            let init = QpInitAttr::new(qp_type, &sguard)
+                .recv_cq(recv_cq)
+                .cap(cap)
+                .sq_sig_all(attr.sq_sig_all != 0);
+            match srq {
+                Some(s) => pdr.pd.create_qp_with_srq(&init, &lock(&s.srq)),
+                None => pdr.pd.create_qp(&init),
+            }
+        };
+        let qp = match made {
+            Ok(q) => q,
+            Err(e) => return null_with(errno_of(&e)),
+        };
+        let granted = qp.cap();
+        attr.cap = cap_c(QpCap {
+            // With an SRQ the QP has no receive queue of its own.
+            max_recv_wr: if srq.is_some() {
+                0
+            } else {
+                granted.max_recv_wr
+            },
+            max_recv_sge: if srq.is_some() {
+                0
+            } else {
+                granted.max_recv_sge
+            },
+            ..granted
+        });
+        pdr.hold();
+        scq.hold();
+        rcq.hold();
+        if let Some(s) = srq {
+            s.users.fetch_add(1, Ordering::Relaxed);
+        }
+        let rec = Box::new(QpRec {
+            c: IbvQp {
+                context: pdr.c_context(),
+                qp_context: attr.qp_context,
+                pd,
+                send_cq: attr.send_cq,
+                recv_cq: attr.recv_cq,
+                srq: attr.srq,
+                handle: qp.handle(),
+                qp_num: qp.qp_num(),
+                state: 0,
+                qp_type: attr.qp_type,
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                events_completed: 0,
+            },
+            qp: Mutex::new(qp),
+        });
+        Box::into_raw(rec).cast::<IbvQp>()
+    })
+}
+
+/// `ibv_destroy_qp`: 0, or the errno.
+///
+/// # Safety
+/// `qp` is NULL or a QP of this library not yet destroyed; no other call
+/// uses it during or after a successful call.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
+    guard(libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: from Box::into_raw in ibv_create_qp; the caller makes no
+        // other call on it.
+        let rec = unsafe { Box::from_raw(qp.cast::<QpRec>()) };
+        let c = &rec.c;
+        // SAFETY: the PD, CQs and SRQ outlive the QP (their destroy
+        // refuses while it is counted).
+        unsafe {
+            if let Some(p) = pd_rec(c.pd) {
+                p.release();
+            }
+            if let Some(q) = cq_rec(c.send_cq) {
+                q.release();
+            }
+            if let Some(q) = cq_rec(c.recv_cq) {
+                q.release();
+            }
+            if let Some(s) = srq_rec(c.srq) {
+                s.users.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        drop(rec);
+        0
+    })
+}
+
+/// `enum ibv_qp_attr_mask` bits this library applies.
+mod mask {
+    pub const STATE: c_int = 1 << 0;
+    pub const CUR_STATE: c_int = 1 << 1;
+    pub const ACCESS_FLAGS: c_int = 1 << 3;
+    pub const PKEY_INDEX: c_int = 1 << 4;
+    pub const PORT: c_int = 1 << 5;
+    pub const QKEY: c_int = 1 << 6;
+    pub const AV: c_int = 1 << 7;
+    pub const PATH_MTU: c_int = 1 << 8;
+    pub const TIMEOUT: c_int = 1 << 9;
+    pub const RETRY_CNT: c_int = 1 << 10;
+    pub const RNR_RETRY: c_int = 1 << 11;
+    pub const RQ_PSN: c_int = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: c_int = 1 << 13;
+    pub const MIN_RNR_TIMER: c_int = 1 << 15;
+    pub const SQ_PSN: c_int = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: c_int = 1 << 17;
+    pub const DEST_QPN: c_int = 1 << 20;
+    /// Every bit above.
+    pub const APPLIED: c_int = STATE
+        | CUR_STATE
+        | ACCESS_FLAGS
+        | PKEY_INDEX
+        | PORT
+        | QKEY
+        | AV
+        | PATH_MTU
+        | TIMEOUT
+        | RETRY_CNT
+        | RNR_RETRY
+        | RQ_PSN
+        | MAX_QP_RD_ATOMIC
+        | MIN_RNR_TIMER
+        | SQ_PSN
+        | MAX_DEST_RD_ATOMIC
+        | DEST_QPN;
+    /// EN_SQD_ASYNC_NOTIFY, ALT_PATH, PATH_MIG_STATE, CAP, RATE_LIMIT:
+    /// known, not applied here.
+    pub const REFUSED: c_int = (1 << 2) | (1 << 14) | (1 << 18) | (1 << 19) | (1 << 25);
+    use std::ffi::c_int;
+}
+
+fn ah_attr_of(a: &IbvAhAttr) -> AhAttr {
+    AhAttr {
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        port_num: a.port_num,
+        grh: (a.is_global != 0).then_some(GlobalRoute {
+            dgid: Gid(a.grh.dgid),
+            flow_label: a.grh.flow_label,
+            sgid_index: a.grh.sgid_index,
+            hop_limit: a.grh.hop_limit,
+            traffic_class: a.grh.traffic_class,
+        }),
+    }
+}
+
+fn ah_attr_c(a: &AhAttr) -> IbvAhAttr {
+    let g = a.grh.unwrap_or_default();
+    IbvAhAttr {
+        grh: IbvGlobalRoute {
+            dgid: g.dgid.0,
+            flow_label: g.flow_label,
+            sgid_index: g.sgid_index,
+            hop_limit: g.hop_limit,
+            traffic_class: g.traffic_class,
+        },
+        dlid: a.dlid,
+        sl: a.sl,
+        src_path_bits: a.src_path_bits,
+        static_rate: a.static_rate,
+        is_global: a.grh.is_some() as u8,
+        port_num: a.port_num,
+    }
+}
+
+fn state_of(v: c_int) -> Result<QpState, c_int> {
+    u8::try_from(v)
+        .ok()
+        .and_then(QpState::from_raw)
+        .ok_or(libc::EINVAL)
+}
+
+/// The `rverbs` attributes `mask` selects from `a`.
+fn qp_attr_of(a: &IbvQpAttr, m: c_int) -> Result<QpAttr, c_int> {
+    if m & mask::REFUSED != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if m & !mask::APPLIED != 0 {
+        return Err(libc::EINVAL);
+    }
+    let on = |bit: c_int| m & bit != 0;
+    let mtu = if on(mask::PATH_MTU) {
+        let v = u8::try_from(a.path_mtu).map_err(|_| libc::EINVAL)?;
+        Some(Mtu::from_raw(v).ok_or(libc::EINVAL)?)
+    } else {
+        None
+    };
+    Ok(QpAttr {
+        qp_state: on(mask::STATE).then(|| state_of(a.qp_state)).transpose()?,
+        cur_qp_state: on(mask::CUR_STATE)
+            .then(|| state_of(a.cur_qp_state))
+            .transpose()?,
+        path_mtu: mtu,
+        qkey: on(mask::QKEY).then_some(a.qkey),
+        rq_psn: on(mask::RQ_PSN).then_some(a.rq_psn),
+        sq_psn: on(mask::SQ_PSN).then_some(a.sq_psn),
+        dest_qp_num: on(mask::DEST_QPN).then_some(a.dest_qp_num),
+        qp_access_flags: on(mask::ACCESS_FLAGS)
+            .then(|| AccessFlags::from_bits(a.qp_access_flags).ok_or(libc::EINVAL))
+            .transpose()?,
+        pkey_index: on(mask::PKEY_INDEX).then_some(a.pkey_index),
+        port_num: on(mask::PORT).then_some(a.port_num),
+        ah_attr: on(mask::AV).then(|| ah_attr_of(&a.ah_attr)),
+        max_rd_atomic: on(mask::MAX_QP_RD_ATOMIC).then_some(a.max_rd_atomic),
+        max_dest_rd_atomic: on(mask::MAX_DEST_RD_ATOMIC).then_some(a.max_dest_rd_atomic),
+        min_rnr_timer: on(mask::MIN_RNR_TIMER).then_some(a.min_rnr_timer),
+        timeout: on(mask::TIMEOUT).then_some(a.timeout),
+        retry_cnt: on(mask::RETRY_CNT).then_some(a.retry_cnt),
+        rnr_retry: on(mask::RNR_RETRY).then_some(a.rnr_retry),
+    })
+}
+
+/// `ibv_modify_qp`: applies the attributes `attr_mask` selects; 0, or
+/// the errno (`EOPNOTSUPP` for alternate paths, path migration, SQD
+/// notification, capacity changes and rate limits).
+///
+/// # Safety
+/// `qp` is a live QP of this library; `attr` points to a readable
+/// `struct ibv_qp_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut IbvQp,
+    attr: *mut IbvQpAttr,
+    attr_mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(rec), Some(a)) = (unsafe { qp_rec(qp) }, unsafe { attr.as_ref() }) else {
+            return libc::EINVAL;
+        };
+        let wanted = match qp_attr_of(a, attr_mask) {
+            Ok(w) => w,
+            Err(e) => return e,
+        };
+        let mut q = lock(&rec.qp);
+        match q.modify(&wanted) {
+            Ok(()) => {
+                if let Some(s) = wanted.qp_state {
+                    // SAFETY: the QP is live and its `state` field is
+                    // written only here, under the QP's lock; programs
+                    // read it as libibverbs lets them.
+                    unsafe { (*qp).state = c_int::from(s.raw()) };
+                }
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// `ibv_query_qp`: the QP's attributes (all of them, whatever
+/// `attr_mask` asks) and its creation attributes; 0, or the errno.
+///
+/// # Safety
+/// `qp` is a live QP of this library; `attr` and `init_attr` point to
+/// writable structs.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut IbvQp,
+    attr: *mut IbvQpAttr,
+    attr_mask: c_int,
+    init_attr: *mut IbvQpInitAttr,
+) -> c_int {
+    let _ = attr_mask;
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(rec), Some(out), Some(init)) =
+            (unsafe { qp_rec(qp) }, unsafe { attr.as_mut() }, unsafe {
+                init_attr.as_mut()
+            })
+        else {
+            return libc::EINVAL;
+        };
+        let (a, cap, sig_all) = match lock(&rec.qp).query() {
+            Ok(r) => r,
+            Err(e) => return errno_of(&e),
+        };
+        let state = |s: Option<QpState>| s.map_or(7, |s| c_int::from(s.raw()));
+        *out = IbvQpAttr {
+            qp_state: state(a.qp_state),
+            cur_qp_state: state(a.cur_qp_state),
+            path_mtu: a.path_mtu.map_or(0, |m| m as c_int),
+            qkey: a.qkey.unwrap_or(0),
+            rq_psn: a.rq_psn.unwrap_or(0),
+            sq_psn: a.sq_psn.unwrap_or(0),
+            dest_qp_num: a.dest_qp_num.unwrap_or(0),
+            qp_access_flags: a.qp_access_flags.map_or(0, |f| f.bits()),
+            cap: cap_c(cap),
+            ah_attr: a.ah_attr.as_ref().map(ah_attr_c).unwrap_or_default(),
+            pkey_index: a.pkey_index.unwrap_or(0),
+            max_rd_atomic: a.max_rd_atomic.unwrap_or(0),
+            max_dest_rd_atomic: a.max_dest_rd_atomic.unwrap_or(0),
+            min_rnr_timer: a.min_rnr_timer.unwrap_or(0),
+            port_num: a.port_num.unwrap_or(0),
+            timeout: a.timeout.unwrap_or(0),
+            retry_cnt: a.retry_cnt.unwrap_or(0),
+            rnr_retry: a.rnr_retry.unwrap_or(0),
+            ..IbvQpAttr::default()
+        };
+        let c = &rec.c;
+        *init = IbvQpInitAttr {
+            qp_context: c.qp_context,
+            send_cq: c.send_cq,
+            recv_cq: c.recv_cq,
+            srq: c.srq,
+            cap: cap_c(cap),
+            qp_type: c.qp_type,
+            sq_sig_all: c_int::from(sig_all),
+        };
+        0
+    })
+}
+
+/// `ibv_create_srq`: an SRQ, or NULL with errno; `init_attr.attr` is
+/// updated to what was granted.
+///
+/// # Safety
+/// `pd` is a live PD of this library; `init_attr` points to a readable
+/// and writable `struct ibv_srq_init_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut IbvPd,
+    init_attr: *mut IbvSrqInitAttr,
+) -> *mut IbvSrq {
+    guard(ptr::null_mut(), || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(pdr), Some(attr)) = (unsafe { pd_rec(pd) }, unsafe { init_attr.as_mut() }) else {
+            return null_with(libc::EINVAL);
+        };
+        let srq = match pdr.pd.create_srq(&SrqInitAttr {
+            max_wr: attr.attr.max_wr,
+            max_sge: attr.attr.max_sge,
+            srq_limit: attr.attr.srq_limit,
+        }) {
+            Ok(s) => s,
+            Err(e) => return null_with(errno_of(&e)),
+        };
+        attr.attr.max_wr = srq.max_wr();
+        attr.attr.max_sge = srq.max_sge();
+        pdr.hold();
+        let rec = Box::new(SrqRec {
+            c: IbvSrq {
+                context: pdr.c_context(),
+                srq_context: attr.srq_context,
+                pd,
+                handle: srq.handle(),
+                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+                cond: libc::PTHREAD_COND_INITIALIZER,
+                events_completed: 0,
+            },
+            srq: Mutex::new(srq),
+            users: AtomicUsize::new(0),
+        });
+        Box::into_raw(rec).cast::<IbvSrq>()
+    })
+}
+
+/// `ibv_destroy_srq`: 0, `EBUSY` while a QP uses it.
+///
+/// # Safety
+/// `srq` is NULL or an SRQ of this library not yet destroyed; no other
+/// call uses it during or after a successful call.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut IbvSrq) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let Some(rec) = (unsafe { srq_rec(srq) }) else {
+            return libc::EINVAL;
+        };
+        if rec.users.load(Ordering::Relaxed) != 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: the PD outlives the SRQ.
+        if let Some(p) = unsafe { pd_rec(rec.c.pd) } {
+            p.release();
+        }
+        // SAFETY: from Box::into_raw in ibv_create_srq; no QP uses it and
+        // the caller makes no other call on it.
+        drop(unsafe { Box::from_raw(srq.cast::<SrqRec>()) });
+        0
+    })
+}
+
+/// `IBV_SRQ_MAX_WR`.
+const SRQ_MAX_WR: c_int = 1 << 0;
+/// `IBV_SRQ_LIMIT`.
+const SRQ_LIMIT: c_int = 1 << 1;
+
+/// `ibv_modify_srq`: resizes (`IBV_SRQ_MAX_WR`) and arms the limit
+/// (`IBV_SRQ_LIMIT`); 0, or the errno.
+///
+/// # Safety
+/// `srq` is a live SRQ of this library; `attr` points to a readable
+/// `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut IbvSrq,
+    attr: *mut IbvSrqAttr,
+    attr_mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(rec), Some(a)) = (unsafe { srq_rec(srq) }, unsafe { attr.as_ref() }) else {
+            return libc::EINVAL;
+        };
+        if attr_mask & !(SRQ_MAX_WR | SRQ_LIMIT) != 0 {
+            return libc::EINVAL;
+        }
+        let mut s = lock(&rec.srq);
+        if attr_mask & SRQ_MAX_WR != 0 {
+            if let Err(e) = s.resize(a.max_wr) {
+                return errno_of(&e);
+            }
+        }
+        if attr_mask & SRQ_LIMIT != 0 {
+            if let Err(e) = s.modify_limit(a.srq_limit) {
+                return errno_of(&e);
+            }
+        }
+        0
+    })
+}
+
+/// `ibv_query_srq`: 0, or the errno.
+///
+/// # Safety
+/// `srq` is a live SRQ of this library; `attr` points to a writable
+/// `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(rec), Some(out)) = (unsafe { srq_rec(srq) }, unsafe { attr.as_mut() }) else {
+            return libc::EINVAL;
+        };
+        match lock(&rec.srq).query() {
+            Ok(a) => {
+                *out = IbvSrqAttr {
+                    max_wr: a.max_wr,
+                    max_sge: a.max_sge,
+                    srq_limit: a.srq_limit,
+                };
+                0
+            }
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// `ibv_create_ah`: an address handle, or NULL with errno.
+///
+/// # Safety
+/// `pd` is a live PD of this library; `attr` points to a readable
+/// `struct ibv_ah_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut IbvPd, attr: *mut IbvAhAttr) -> *mut IbvAh {
+    guard(ptr::null_mut(), || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(pdr), Some(a)) = (unsafe { pd_rec(pd) }, unsafe { attr.as_ref() }) else {
+            return null_with(libc::EINVAL);
+        };
+        let ah = match pdr.pd.create_ah(&ah_attr_of(a)) {
+            Ok(ah) => ah,
+            Err(e) => return null_with(errno_of(&e)),
+        };
+        pdr.hold();
+        let rec = Box::new(AhRec {
+            c: IbvAh {
+                context: pdr.c_context(),
+                pd,
+                handle: ah.handle(),
+            },
+            ah,
+        });
+        Box::into_raw(rec).cast::<IbvAh>()
+    })
+}
+
+/// `ibv_destroy_ah`: 0, or the errno. A send still in flight to it keeps
+/// the kernel's AH until it completes.
+///
+/// # Safety
+/// `ah` is NULL or an AH of this library not yet destroyed; no other
+/// call uses it during or after this one.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut IbvAh) -> c_int {
+    guard(libc::EIO, || {
+        if ah.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: from Box::into_raw in ibv_create_ah; the caller makes no
+        // other call on it.
+        let rec = unsafe { Box::from_raw(ah.cast::<AhRec>()) };
+        // SAFETY: the PD outlives the AH.
+        if let Some(p) = unsafe { pd_rec(rec.c.pd) } {
+            p.release();
+        }
+        drop(rec);
+        0
+    })
+}
+
+impl std::fmt::Debug for IbvSendWr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IbvSendWr")
+            .field("wr_id", &self.wr_id)
+            .field("opcode", &self.opcode)
+            .field("num_sge", &self.num_sge)
+            .finish()
+    }
+}
