@@ -14,7 +14,6 @@ fi
 set -u
 
 ours="${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs"
-ourlib="${RVERBS_IBVERBS_DIR:-$RVERBS_TARGET_DIR/ibverbs/debug}"
 dev=rxe0
 iters=200
 port=19300
@@ -31,6 +30,7 @@ rows=()
 failed=0
 
 . "$(dirname "$0")/lib/net.sh"
+. "$(dirname "$0")/lib/ourlib.sh"
 
 # The command line of one side: $1 = ours|ibv, $2 = transport, $3 = size,
 # $4 = port, $5 = extra flags, $6 = host ("" for the server).
@@ -171,22 +171,8 @@ matrix_lib() {
     done
 }
 
-# The "ourlib" runs must really run on our library, and on it alone (no
-# rdma-core provider loaded): the dynamic loader's trace says which.
-lib_loaded() {
-    LD_DEBUG=libs env "LD_LIBRARY_PATH=$ourlib" ibv_rc_pingpong -h 2>&1 >/dev/null |
-        grep -E "calling init: .*(libibverbs\.so|-rdmav[0-9]+\.so)" | sed -e 's/.*calling init: //' | sort -u
-}
-if [ ! -f "$ourlib/libibverbs.so.1" ]; then
-    echo "interop: $ourlib/libibverbs.so.1 is missing (cargo xtask ibverbs --debug)" >&2
-    exit 1
-fi
-loaded=$(lib_loaded)
-if [ "$(readlink -f "$loaded")" != "$(readlink -f "$ourlib/libibverbs.so.1")" ]; then
-    echo "interop: with LD_LIBRARY_PATH=$ourlib, ibv_rc_pingpong loaded: $loaded" >&2
-    exit 1
-fi
-echo "ibv_rc_pingpong with LD_LIBRARY_PATH=$ourlib loads ours alone: $loaded"
+# The "ourlib" runs must really run on our library, and on it alone.
+ourlib_check ibv_rc_pingpong -h
 
 matrix rc "" rc 4096 64 65536
 matrix rc "-e" "rc -e" 4096

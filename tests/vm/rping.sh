@@ -32,6 +32,7 @@ rows=()
 failed=0
 
 . "$(dirname "$0")/lib/net.sh"
+. "$(dirname "$0")/lib/ourlib.sh"
 
 record() {
     local mix=$1 size=$2 why=$3 result=ok
@@ -50,6 +51,8 @@ cmd_of() {
     local who=$1 role=$2 size=$3 p=$4
     if [ "$who" = ours ]; then
         printf '%q rping' "$ours"
+    elif [ "$who" = ourlib ]; then
+        printf '%srping' "$(ourlib_env)"
     else
         printf 'rping'
     fi
@@ -109,6 +112,13 @@ for size in 64 23 4096; do
     run_mix ours ours "$size"
     run_mix ours rdma-core "$size"
     run_mix rdma-core ours "$size"
+done
+# rdma-core's rping on our libibverbs.so.1 (librdmacm loaded on it)
+# against rping on rdma-core's, both ways.
+ourlib_check rping -h
+for size in 64 4096; do
+    run_mix ourlib rdma-core "$size"
+    run_mix rdma-core ourlib "$size"
 done
 
 echo

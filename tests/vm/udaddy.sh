@@ -35,6 +35,7 @@ failed=0
 run_no=0
 
 . "$(dirname "$0")/lib/net.sh"
+. "$(dirname "$0")/lib/ourlib.sh"
 
 record() {
     local mix=$1 size=$2 why=$3 result=ok
@@ -55,6 +56,8 @@ cmd_of() {
         printf '%q udaddy' "$ours"
         # -V only when both sides are ours (udaddy sends unset bytes).
         [ "$4" = ours ] && v=" -V"
+    elif [ "$who" = ourlib ]; then
+        printf '%sudaddy' "$(ourlib_env)"
     else
         printf 'udaddy'
     fi
@@ -101,6 +104,14 @@ for size in 100 1024; do
     run_mix ours ours "$size"
     run_mix ours rdma-core "$size"
     run_mix rdma-core ours "$size"
+done
+# rdma-core's udaddy on our libibverbs.so.1 against udaddy on
+# rdma-core's, both ways (the server answers through
+# ibv_create_ah_from_wc).
+ourlib_check udaddy -h
+for size in 100 1024; do
+    run_mix ourlib rdma-core "$size"
+    run_mix rdma-core ourlib "$size"
 done
 
 echo

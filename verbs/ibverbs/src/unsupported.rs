@@ -83,7 +83,6 @@ type P = *mut c_void;
 
 returns_null! {
     ibv_reg_dmabuf_mr(pd: P, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int);
-    ibv_create_ah_from_wc(pd: P, wc: P, grh: P, port_num: u8);
     ibv_qp_to_qp_ex(qp: P);
     ibv_import_device(cmd_fd: c_int);
     ibv_import_pd(context: P, pd_handle: u32);

@@ -22,7 +22,7 @@ use rverbs::{
 };
 
 use super::cq::{cq_rec, IbvCq};
-use super::pd::{pd_rec, IbvPd};
+use super::pd::{pd_rec, IbvPd, PdRec};
 use super::{errno_of, guard, lock, set_errno, IbvContext};
 use crate::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap};
 
@@ -1130,6 +1130,24 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr) 
     })
 }
 
+/// An AH for `attr` on `pd` (whose record is `pdr`), or NULL with errno.
+fn new_ah(pd: *mut IbvPd, pdr: &PdRec, attr: &AhAttr) -> *mut IbvAh {
+    let ah = match pdr.pd.create_ah(attr) {
+        Ok(ah) => ah,
+        Err(e) => return null_with(errno_of(&e)),
+    };
+    pdr.hold();
+    let rec = Box::new(AhRec {
+        c: IbvAh {
+            context: pdr.c_context(),
+            pd,
+            handle: ah.handle(),
+        },
+        ah,
+    });
+    Box::into_raw(rec).cast::<IbvAh>()
+}
+
 /// `ibv_create_ah`: an address handle, or NULL with errno.
 ///
 /// # Safety
@@ -1142,20 +1160,57 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut IbvPd, attr: *mut IbvAhAttr) -> 
         let (Some(pdr), Some(a)) = (unsafe { pd_rec(pd) }, unsafe { attr.as_ref() }) else {
             return null_with(libc::EINVAL);
         };
-        let ah = match pdr.pd.create_ah(&ah_attr_of(a)) {
-            Ok(ah) => ah,
-            Err(e) => return null_with(errno_of(&e)),
+        new_ah(pd, pdr, &ah_attr_of(a))
+    })
+}
+
+/// libibverbs' `IBV_WC_GRH`.
+const IBV_WC_GRH: u32 = 1 << 0;
+
+/// `ibv_create_ah_from_wc`: an address handle to answer the sender of
+/// the UD receive `wc` (whose buffer began with the 40 bytes at `grh`)
+/// from port `port_num`, or NULL with errno: destination the sender's
+/// GID, source the GID the datagram was sent to (its index found in the
+/// port's table, RoCE v2 preferred), as libibverbs builds it.
+///
+/// # Safety
+/// `pd` is a live PD of this library; `wc` points to a readable `struct
+/// ibv_wc`; `grh` to 40 readable bytes when the completion has a GRH.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut IbvPd,
+    wc: *const rverbs::Wc,
+    grh: *const u8,
+    port_num: u8,
+) -> *mut IbvAh {
+    guard(ptr::null_mut(), || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(pdr), Some(wc)) = (unsafe { pd_rec(pd) }, unsafe { wc.as_ref() }) else {
+            return null_with(libc::EINVAL);
         };
-        pdr.hold();
-        let rec = Box::new(AhRec {
-            c: IbvAh {
-                context: pdr.c_context(),
-                pd,
-                handle: ah.handle(),
-            },
-            ah,
-        });
-        Box::into_raw(rec).cast::<IbvAh>()
+        let raw = wc.raw();
+        let mut attr = if raw.wc_flags & IBV_WC_GRH != 0 {
+            if grh.is_null() {
+                return null_with(libc::EINVAL);
+            }
+            // SAFETY: 40 readable bytes at `grh` (the contract), only read.
+            let bytes = unsafe { std::slice::from_raw_parts(grh, rverbs::Grh::LEN) };
+            let reply =
+                rverbs::Grh::parse(bytes).and_then(|g| g.reply_attr(pdr.pd.context(), port_num));
+            match reply {
+                Ok(a) => a,
+                Err(e) => return null_with(errno_of(&e)),
+            }
+        } else {
+            AhAttr {
+                port_num,
+                ..AhAttr::default()
+            }
+        };
+        attr.dlid = raw.slid;
+        attr.sl = raw.sl;
+        attr.src_path_bits = raw.dlid_path_bits;
+        new_ah(pd, pdr, &attr)
     })
 }
 
