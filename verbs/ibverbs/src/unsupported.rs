@@ -3,9 +3,8 @@
 //! symbol at load time) and a call fails as libibverbs fails for a
 //! provider without the verb: a constructor returns NULL with errno
 //! `EOPNOTSUPP`; a verb that returns an errno returns `EOPNOTSUPP`; one
-//! that returns -1 sets errno. None of them reads its arguments (no
-//! object they would take can have been created here), so none needs
-//! `unsafe`.
+//! that returns -1 sets errno. None of them reads its arguments, so none
+//! needs `unsafe`.
 //!
 //! rdma-core's private `IBVERBS_PRIVATE_34` symbols are here only so that
 //! its provider libraries (libmlx5, libefa, which pyverbs' provider
@@ -83,7 +82,6 @@ type P = *mut c_void;
 
 returns_null! {
     ibv_reg_dmabuf_mr(pd: P, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int);
-    ibv_qp_to_qp_ex(qp: P);
     ibv_import_device(cmd_fd: c_int);
     ibv_import_pd(context: P, pd_handle: u32);
     ibv_import_mr(pd: P, mr_handle: u32);
@@ -93,8 +91,6 @@ returns_null! {
 }
 
 returns_errno! {
-    ibv_rereg_mr(mr: P, flags: c_int, pd: P, addr: P, length: usize, access: c_int);
-    ibv_resize_cq(cq: P, cqe: c_int);
     ibv_attach_mcast(qp: P, gid: P, lid: u16);
     ibv_detach_mcast(qp: P, gid: P, lid: u16);
     ibv_query_ece(qp: P, ece: P);

@@ -8,12 +8,13 @@ use std::mem::{offset_of, size_of};
 use std::process::Command;
 
 use rverbs_ibverbs::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSaPathRec};
-use rverbs_ibverbs::ffi::cq::{IbvCompChannel, IbvCq};
+use rverbs_ibverbs::ffi::cq::{IbvCompChannel, IbvCq, IbvCqEx, IbvCqInitAttrEx};
 use rverbs_ibverbs::ffi::pd::{IbvMr, IbvPd};
 use rverbs_ibverbs::ffi::qp::{
     IbvAh, IbvQp, IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSrq, IbvSrqAttr, IbvSrqInitAttr,
     WrAtomic, WrRdma, WrUd,
 };
+use rverbs_ibverbs::ffi::qp_ex::{IbvDataBuf, IbvQpEx, IbvQpInitAttrEx, IbvRxHashConf};
 use rverbs_ibverbs::ffi::{
     CqModerationCaps, IbvContext, IbvContextOps, IbvDevice, IbvDeviceAttr, IbvDeviceAttrEx,
     IbvGidEntry, IbvPortAttr, IbvPortAttrCompat, OdpCaps, PacketPacingCaps, PciAtomicCaps, RssCaps,
@@ -98,8 +99,10 @@ fn entries() -> Vec<Entry> {
             local_ca_ack_delay => "local_ca_ack_delay", phys_port_cnt => "phys_port_cnt",
         ]),
         entry!(VerbsContext, "struct verbs_context", "sizeof(struct verbs_context)", [
-            query_port => "query_port", before_query_device_ex @ "advise_mr",
-            query_device_ex => "query_device_ex", after_query_device_ex @ "ibv_destroy_flow",
+            query_port => "query_port", before_create_cq_ex @ "advise_mr",
+            create_cq_ex => "create_cq_ex", priv_ => "priv",
+            query_device_ex => "query_device_ex", before_create_qp_ex @ "ibv_destroy_flow",
+            create_qp_ex => "create_qp_ex", after_create_qp_ex @ "get_srq_num",
             sz => "sz", context => "context",
         ]),
         entry!(IbvPortAttr, "struct ibv_port_attr", "sizeof(struct ibv_port_attr)", [
@@ -165,6 +168,50 @@ fn entries() -> Vec<Entry> {
             handle => "handle", cqe => "cqe", mutex => "mutex", cond => "cond",
             comp_events_completed => "comp_events_completed",
             async_events_completed => "async_events_completed",
+        ]),
+        entry!(IbvCqEx, "struct ibv_cq_ex", "sizeof(struct ibv_cq_ex)", [
+            cq @ "context", comp_mask => "comp_mask", status => "status", wr_id => "wr_id",
+            start_poll => "start_poll", next_poll => "next_poll", end_poll => "end_poll",
+            read_opcode => "read_opcode", read_vendor_err => "read_vendor_err",
+            read_byte_len => "read_byte_len", read_imm_data => "read_imm_data",
+            read_qp_num => "read_qp_num", read_src_qp => "read_src_qp",
+            read_wc_flags => "read_wc_flags", read_slid => "read_slid", read_sl => "read_sl",
+            read_dlid_path_bits => "read_dlid_path_bits",
+            read_unsupported @ "read_completion_ts",
+        ]),
+        entry!(IbvCqInitAttrEx, "struct ibv_cq_init_attr_ex", "sizeof(struct ibv_cq_init_attr_ex)", [
+            cqe => "cqe", cq_context => "cq_context", channel => "channel",
+            comp_vector => "comp_vector", wc_flags => "wc_flags", comp_mask => "comp_mask",
+            flags => "flags", parent_domain => "parent_domain",
+        ]),
+        entry!(IbvQpEx, "struct ibv_qp_ex", "sizeof(struct ibv_qp_ex)", [
+            qp @ "qp_base", comp_mask => "comp_mask", wr_id => "wr_id", wr_flags => "wr_flags",
+            wr_atomic_cmp_swp => "wr_atomic_cmp_swp", wr_atomic_fetch_add => "wr_atomic_fetch_add",
+            wr_bind_mw => "wr_bind_mw", wr_local_inv => "wr_local_inv",
+            wr_rdma_read => "wr_rdma_read", wr_rdma_write => "wr_rdma_write",
+            wr_rdma_write_imm => "wr_rdma_write_imm", wr_send => "wr_send",
+            wr_send_imm => "wr_send_imm", wr_send_inv => "wr_send_inv",
+            wr_send_tso => "wr_send_tso", wr_set_ud_addr => "wr_set_ud_addr",
+            wr_set_xrc_srqn => "wr_set_xrc_srqn", wr_set_inline_data => "wr_set_inline_data",
+            wr_set_inline_data_list => "wr_set_inline_data_list", wr_set_sge => "wr_set_sge",
+            wr_set_sge_list => "wr_set_sge_list", wr_start => "wr_start",
+            wr_complete => "wr_complete", wr_abort => "wr_abort",
+            wr_atomic_write => "wr_atomic_write",
+        ]),
+        entry!(IbvQpInitAttrEx, "struct ibv_qp_init_attr_ex", "sizeof(struct ibv_qp_init_attr_ex)", [
+            qp_context => "qp_context", send_cq => "send_cq", recv_cq => "recv_cq",
+            srq => "srq", cap => "cap", qp_type => "qp_type", sq_sig_all => "sq_sig_all",
+            comp_mask => "comp_mask", pd => "pd", xrcd => "xrcd",
+            create_flags => "create_flags", max_tso_header => "max_tso_header",
+            rwq_ind_tbl => "rwq_ind_tbl", rx_hash_conf => "rx_hash_conf",
+            source_qpn => "source_qpn", send_ops_flags => "send_ops_flags",
+        ]),
+        entry!(IbvRxHashConf, "struct ibv_rx_hash_conf", "sizeof(struct ibv_rx_hash_conf)", [
+            rx_hash_function => "rx_hash_function", rx_hash_key_len => "rx_hash_key_len",
+            rx_hash_key => "rx_hash_key", rx_hash_fields_mask => "rx_hash_fields_mask",
+        ]),
+        entry!(IbvDataBuf, "struct ibv_data_buf", "sizeof(struct ibv_data_buf)", [
+            addr => "addr", length => "length",
         ]),
         entry!(IbvQp, "struct ibv_qp", "sizeof(struct ibv_qp)", [
             context => "context", qp_context => "qp_context", pd => "pd",

@@ -1,7 +1,13 @@
 //! Completion channels and CQs: `ibv_create_comp_channel`,
 //! `ibv_destroy_comp_channel`, `ibv_create_cq`, `ibv_destroy_cq`,
-//! `ibv_get_cq_event`, `ibv_ack_cq_events`, and the context operations
-//! behind `verbs.h`'s inline `ibv_poll_cq` and `ibv_req_notify_cq`.
+//! `ibv_get_cq_event`, `ibv_ack_cq_events`, `ibv_resize_cq`, the context
+//! operations behind `verbs.h`'s inline `ibv_poll_cq` and
+//! `ibv_req_notify_cq`, and extended CQs (`ibv_create_cq_ex` and the
+//! `ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` / `ibv_wc_read_*`
+//! functions in `struct ibv_cq_ex`).
+//!
+//! Every CQ is laid out as a `struct ibv_cq_ex` (whose head is a `struct
+//! ibv_cq`), so one record serves both kinds.
 //!
 //! A CQ's ring sits behind a mutex: libibverbs lets several threads poll
 //! one CQ, and `rverbs::Cq::poll` takes `&mut`. Uncontended, that is one
@@ -10,13 +16,14 @@
 //! `ib_uverbs_wc` has the same layout), then only the one flag whose bit
 //! differs between the kernel and libibverbs is moved.
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
 use std::ptr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use rverbs::{CompChannel, Cq, EventId, Wc};
+use rverbs::{CompChannel, Cq, CqFlags, CqInitAttr, EventId, Wc};
 
 use super::{context_rec, errno_of, guard, lock, set_errno, IbvContext};
 
@@ -59,6 +66,54 @@ pub struct IbvCq {
     pub async_events_completed: u32,
 }
 
+/// `struct ibv_cq_ex`: a `struct ibv_cq`, then the extended polling
+/// interface.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvCqEx {
+    /// The `struct ibv_cq` fields, in their places.
+    pub cq: IbvCq,
+    pub comp_mask: u32,
+    /// The current completion's `enum ibv_wc_status`.
+    pub status: c_int,
+    /// The current completion's `wr_id`.
+    pub wr_id: u64,
+    pub start_poll: Option<unsafe extern "C" fn(*mut IbvCqEx, *mut c_void) -> c_int>,
+    pub next_poll: Option<unsafe extern "C" fn(*mut IbvCqEx) -> c_int>,
+    pub end_poll: Option<unsafe extern "C" fn(*mut IbvCqEx)>,
+    pub read_opcode: Option<unsafe extern "C" fn(*mut IbvCqEx) -> c_int>,
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u32>,
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u32>,
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u32>,
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u32>,
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u32>,
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u32>,
+    pub read_slid: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u32>,
+    pub read_sl: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u8>,
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut IbvCqEx) -> u8>,
+    /// `read_completion_ts`, `read_cvlan`, `read_flow_tag`,
+    /// `read_tm_info`, `read_completion_wallclock_ns`: null (creation
+    /// refuses the `wc_flags` that would need them).
+    pub read_unsupported: [super::Slot; 5],
+}
+
+/// `struct ibv_cq_init_attr_ex`.
+#[repr(C)]
+#[allow(missing_docs)]
+pub struct IbvCqInitAttrEx {
+    pub cqe: u32,
+    pub cq_context: *mut c_void,
+    pub channel: *mut IbvCompChannel,
+    pub comp_vector: u32,
+    pub wc_flags: u64,
+    pub comp_mask: u32,
+    pub flags: u32,
+    pub parent_domain: *mut c_void,
+}
+
+/// `verbs_context.create_cq_ex`.
+pub type CreateCqExFn = unsafe extern "C" fn(*mut IbvContext, *mut IbvCqInitAttrEx) -> *mut IbvCqEx;
+
 /// A channel handed out.
 #[repr(C)]
 struct ChannelRec {
@@ -73,10 +128,21 @@ struct ChannelRec {
 /// A CQ handed out.
 #[repr(C)]
 pub(crate) struct CqRec {
-    c: IbvCq,
+    /// Written through the program's pointer too (`cqe`, the event
+    /// counters, the extended interface's current `status` and `wr_id`,
+    /// whatever the program keeps in it): never behind a Rust reference.
+    c: UnsafeCell<IbvCqEx>,
+    /// Its channel (a copy of `c.channel`, which this library never changes).
+    channel: *mut IbvCompChannel,
     pub(crate) cq: Mutex<Cq>,
     /// QPs (and SRQs) using it and not destroyed.
     users: AtomicUsize,
+    /// Held from a successful `start_poll` to `end_poll`: the extended
+    /// interface's bracket, in which `current` is the completion read.
+    polling: AtomicBool,
+    /// The completion `start_poll`/`next_poll` read last (guarded by
+    /// `polling`).
+    current: UnsafeCell<Wc>,
 }
 
 impl CqRec {
@@ -223,9 +289,24 @@ pub unsafe extern "C" fn ibv_create_cq(
             Ok(cq) => cq,
             Err(e) => return null_with(errno_of(&e)),
         };
-        let id = cq.event_id();
-        let rec = Box::new(CqRec {
-            c: IbvCq {
+        new_cq(context, cq, cq_context, channel, chan).cast::<IbvCq>()
+    })
+}
+
+/// The record of a new CQ `cq` (on `channel`, whose record is `chan`),
+/// laid out as a `struct ibv_cq_ex`.
+fn new_cq(
+    context: *mut IbvContext,
+    cq: Cq,
+    cq_context: *mut c_void,
+    channel: *mut IbvCompChannel,
+    chan: Option<&ChannelRec>,
+) -> *mut CqRec {
+    let id = cq.event_id();
+    let rec = Box::new(CqRec {
+        channel,
+        c: UnsafeCell::new(IbvCqEx {
+            cq: IbvCq {
                 context,
                 channel,
                 cq_context,
@@ -236,16 +317,239 @@ pub unsafe extern "C" fn ibv_create_cq(
                 comp_events_completed: 0,
                 async_events_completed: 0,
             },
-            cq: Mutex::new(cq),
-            users: AtomicUsize::new(0),
-        });
-        let rec = Box::into_raw(rec);
-        if let Some(chan) = chan {
-            chan.users.fetch_add(1, Ordering::Relaxed);
-            lock(&chan.cqs).push((id, rec as usize));
+            comp_mask: 0,
+            status: 0,
+            wr_id: 0,
+            start_poll: Some(start_poll),
+            next_poll: Some(next_poll),
+            end_poll: Some(end_poll),
+            read_opcode: Some(read_opcode),
+            read_vendor_err: Some(read_vendor_err),
+            read_byte_len: Some(read_byte_len),
+            read_imm_data: Some(read_imm_data),
+            read_qp_num: Some(read_qp_num),
+            read_src_qp: Some(read_src_qp),
+            read_wc_flags: Some(read_wc_flags),
+            read_slid: Some(read_slid),
+            read_sl: Some(read_sl),
+            read_dlid_path_bits: Some(read_dlid_path_bits),
+            read_unsupported: [None; 5],
+        }),
+        cq: Mutex::new(cq),
+        users: AtomicUsize::new(0),
+        polling: AtomicBool::new(false),
+        current: UnsafeCell::new(Wc::default()),
+    });
+    let rec = Box::into_raw(rec);
+    if let Some(chan) = chan {
+        chan.users.fetch_add(1, Ordering::Relaxed);
+        lock(&chan.cqs).push((id, rec as usize));
+    }
+    rec
+}
+
+/// `IBV_WC_STANDARD_FLAGS`: the `wc_flags` of an extended CQ this library
+/// can report (byte length, immediate, QP number, source QP, SLID, SL,
+/// DLID path bits).
+const WC_STANDARD_FLAGS: u64 = 0x7f;
+/// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
+const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`.
+const CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: a promise of the program's,
+/// nothing for this library to do.
+const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+/// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`.
+const CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
+
+/// `verbs_context.create_cq_ex`, behind `verbs.h`'s inline
+/// `ibv_create_cq_ex`: a CQ polled with `ibv_start_poll` and friends (or
+/// `ibv_poll_cq` on `ibv_cq_ex_to_cq` of it), or NULL with errno:
+/// `EOPNOTSUPP` for `wc_flags` beyond the standard ones (no completion
+/// timestamps, VLANs, flow tags or tag matching) and for a parent domain.
+///
+/// # Safety
+/// `attr` points to a readable `struct ibv_cq_init_attr_ex` whose channel
+/// is NULL or a live channel of this library.
+pub unsafe extern "C" fn create_cq_ex(
+    context: *mut IbvContext,
+    attr: *mut IbvCqInitAttrEx,
+) -> *mut IbvCqEx {
+    guard(ptr::null_mut(), || {
+        // SAFETY: forwarded from this function's contract.
+        let (Some(ctx), Some(a)) = (context_rec(context), unsafe { attr.as_ref() }) else {
+            return null_with(libc::EINVAL);
+        };
+        if a.comp_mask & !(CQ_INIT_ATTR_MASK_FLAGS | CQ_INIT_ATTR_MASK_PD) != 0 {
+            return null_with(libc::EINVAL);
         }
-        rec.cast::<IbvCq>()
+        if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 || a.wc_flags & !WC_STANDARD_FLAGS != 0 {
+            return null_with(libc::EOPNOTSUPP);
+        }
+        let flags = if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0 {
+            a.flags
+        } else {
+            0
+        };
+        if flags & !(CREATE_CQ_ATTR_SINGLE_THREADED | CREATE_CQ_ATTR_IGNORE_OVERRUN) != 0 {
+            return null_with(libc::EOPNOTSUPP);
+        }
+        let mut cq_flags = CqFlags::empty();
+        if flags & CREATE_CQ_ATTR_IGNORE_OVERRUN != 0 {
+            cq_flags |= CqFlags::IGNORE_OVERRUN;
+        }
+        // SAFETY: forwarded from this function's contract.
+        let chan = unsafe { channel_rec(a.channel) };
+        let made = ctx.ctx.create_cq_ex(&CqInitAttr {
+            cqe: a.cqe,
+            channel: chan.map(|c| &c.chan),
+            comp_vector: a.comp_vector,
+            flags: cq_flags,
+        });
+        match made {
+            Ok(cq) => new_cq(context, cq, a.cq_context, a.channel, chan).cast::<IbvCqEx>(),
+            Err(e) => null_with(errno_of(&e)),
+        }
     })
+}
+
+/// `ENOENT`: no completion (the extended interface's "empty").
+const ENOENT: c_int = libc::ENOENT;
+
+/// Reads the next completion into `rec.current` and the C struct's
+/// `status` and `wr_id`: 0, `ENOENT` if there is none, else an errno.
+///
+/// # Safety
+/// The caller holds `rec.polling`.
+unsafe fn read_next(rec: &CqRec) -> c_int {
+    let mut w = [Wc::default()];
+    match lock(&rec.cq).poll(&mut w) {
+        Ok(1) => {
+            let mut wc = w[0];
+            fix_flags(&mut wc);
+            // SAFETY: `current` is guarded by `polling`, which the caller
+            // holds; the C struct is written in place through its cell.
+            unsafe {
+                *rec.current.get() = wc;
+                let c = rec.c.get();
+                (*c).status = wc.raw().status as c_int;
+                (*c).wr_id = wc.wr_id();
+            }
+            0
+        }
+        Ok(_) => ENOENT,
+        Err(e) => errno_of(&e),
+    }
+}
+
+/// `ibv_cq_ex.start_poll`: takes the CQ for this thread and reads its
+/// first completion: 0 (call `end_poll` when done), or `ENOENT` (empty)
+/// or an errno, with the CQ given back.
+///
+/// # Safety
+/// `cq` is a live CQ of this library.
+unsafe extern "C" fn start_poll(cq: *mut IbvCqEx, attr: *mut c_void) -> c_int {
+    let _ = attr;
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let Some(rec) = (unsafe { cq_rec(cq.cast::<IbvCq>()) }) else {
+            return libc::EINVAL;
+        };
+        while rec
+            .polling
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+        // SAFETY: `polling` is held.
+        let r = unsafe { read_next(rec) };
+        if r != 0 {
+            rec.polling.store(false, Ordering::Release);
+        }
+        r
+    })
+}
+
+/// `ibv_cq_ex.next_poll`: reads the next completion: 0, `ENOENT` or an
+/// errno (the CQ stays taken until `end_poll`).
+///
+/// # Safety
+/// `cq` is a live CQ of this library taken by this thread's `start_poll`.
+unsafe extern "C" fn next_poll(cq: *mut IbvCqEx) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { cq_rec(cq.cast::<IbvCq>()) } {
+            // SAFETY: the caller holds `polling` (the contract).
+            Some(rec) => unsafe { read_next(rec) },
+            None => libc::EINVAL,
+        }
+    })
+}
+
+/// `ibv_cq_ex.end_poll`: gives the CQ back.
+///
+/// # Safety
+/// `cq` is a live CQ of this library taken by this thread's `start_poll`.
+unsafe extern "C" fn end_poll(cq: *mut IbvCqEx) {
+    guard((), || {
+        // SAFETY: forwarded from this function's contract.
+        if let Some(rec) = unsafe { cq_rec(cq.cast::<IbvCq>()) } {
+            rec.polling.store(false, Ordering::Release);
+        }
+    })
+}
+
+/// The current completion of a CQ taken by `start_poll`.
+///
+/// # Safety
+/// `cq` is a live CQ of this library taken by this thread's `start_poll`.
+unsafe fn current<'a>(cq: *mut IbvCqEx) -> Option<&'a rverbs::abi::RawWc> {
+    // SAFETY: forwarded; `current` is guarded by the `polling` bracket the
+    // caller is in, so nothing writes it while the reference lives.
+    unsafe { cq_rec(cq.cast::<IbvCq>()).map(|r| (*r.current.get()).raw()) }
+}
+
+/// Defines the `ibv_cq_ex.read_*` functions: each reads one field of the
+/// current completion (0 outside a poll bracket's contract).
+macro_rules! readers {
+    ($($(#[$doc:meta])* $name:ident -> $t:ty = |$w:ident| $e:expr;)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// `cq` is a live CQ of this library taken by this thread's
+        /// `start_poll`.
+        unsafe extern "C" fn $name(cq: *mut IbvCqEx) -> $t {
+            // SAFETY: forwarded from this function's contract.
+            match unsafe { current(cq) } {
+                Some($w) => $e,
+                None => 0,
+            }
+        }
+    )*};
+}
+
+readers! {
+    /// `read_opcode`: `enum ibv_wc_opcode`.
+    read_opcode -> c_int = |w| w.opcode as c_int;
+    /// `read_vendor_err`.
+    read_vendor_err -> u32 = |w| w.vendor_err;
+    /// `read_byte_len`.
+    read_byte_len -> u32 = |w| w.byte_len;
+    /// `read_imm_data`: network order, as the completion holds it.
+    read_imm_data -> u32 = |w| w.ex;
+    /// `read_qp_num`.
+    read_qp_num -> u32 = |w| w.qp_num;
+    /// `read_src_qp`.
+    read_src_qp -> u32 = |w| w.src_qp;
+    /// `read_wc_flags`: libibverbs' `IBV_WC_*` bits.
+    read_wc_flags -> u32 = |w| w.wc_flags;
+    /// `read_slid`.
+    read_slid -> u32 = |w| u32::from(w.slid);
+    /// `read_sl`.
+    read_sl -> u8 = |w| w.sl;
+    /// `read_dlid_path_bits`.
+    read_dlid_path_bits -> u8 = |w| w.dlid_path_bits;
 }
 
 /// `ibv_destroy_cq`: 0, `EBUSY` while a QP uses it, `EINVAL` for NULL.
@@ -266,7 +570,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
         }
         // SAFETY: a CQ's channel outlives it (ibv_destroy_comp_channel
         // refuses while this CQ counts).
-        if let Some(chan) = unsafe { channel_rec(rec.c.channel) } {
+        if let Some(chan) = unsafe { channel_rec(rec.channel) } {
             lock(&chan.cqs).retain(|&(_, r)| r != cq as usize);
             chan.users.fetch_sub(1, Ordering::Relaxed);
         }
@@ -325,11 +629,11 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 .map(|&(_, r)| r as *mut CqRec);
             if let Some(r) = found {
                 // SAFETY: a CQ listed on its channel is live (destroy
-                // unlists it first); the out-pointers are writable (the
-                // contract).
+                // unlists it first); its C struct is read in place, through
+                // the cell; the out-pointers are writable (the contract).
                 unsafe {
                     *cq = r.cast::<IbvCq>();
-                    *cq_context = (*r).c.cq_context;
+                    *cq_context = (*(*r).c.get()).cq.cq_context;
                 }
                 return 0;
             }
@@ -356,12 +660,16 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut IbvCq, nevents: u32) {
         if cq.is_null() {
             return;
         }
-        // SAFETY: a live CqRec (the contract); the counter is a plain
-        // field libibverbs also updates under the CQ's own mutex, which
-        // this library never holds, so the program's own locking covers it.
+        // SAFETY: `cq` is a live CQ (the contract), whose C struct is
+        // only ever reached through raw pointers. The counter is guarded, as
+        // libibverbs guards it, by the struct's own mutex (initialised at
+        // creation, never moved: the record is boxed).
         unsafe {
+            let m = ptr::addr_of_mut!((*cq).mutex);
+            libc::pthread_mutex_lock(m);
             let c = ptr::addr_of_mut!((*cq).comp_events_completed);
             *c = (*c).wrapping_add(nevents);
+            libc::pthread_mutex_unlock(m);
         }
     })
 }
@@ -427,6 +735,37 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, solicited_only: c_int) ->
         };
         match lock(&rec.cq).req_notify(solicited_only != 0) {
             Ok(()) => 0,
+            Err(e) => errno_of(&e),
+        }
+    })
+}
+
+/// `ibv_resize_cq`: makes room for at least `cqe` completions; 0, or the
+/// errno. `cq->cqe` becomes what the CQ now holds.
+///
+/// # Safety
+/// `cq` is a live CQ of this library, which no other call polls meanwhile
+/// (libibverbs' rule for resizing).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut IbvCq, cqe: c_int) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: forwarded from this function's contract.
+        let Some(rec) = (unsafe { cq_rec(cq) }) else {
+            return libc::EINVAL;
+        };
+        let Ok(cqe) = u32::try_from(cqe) else {
+            return libc::EINVAL;
+        };
+        let mut ring = lock(&rec.cq);
+        match ring.resize(cqe) {
+            Ok(()) => {
+                let now = c_int::try_from(ring.cqe()).unwrap_or(c_int::MAX);
+                // SAFETY: the CQ is live; its C struct sits in an
+                // UnsafeCell and `cqe` is written only here, under the
+                // CQ's lock.
+                unsafe { (*rec.c.get()).cq.cqe = now };
+                0
+            }
             Err(e) => errno_of(&e),
         }
     })

@@ -18,6 +18,7 @@ use rverbs::{Context, Device, WcStatus};
 pub mod cq;
 pub mod pd;
 pub mod qp;
+pub mod qp_ex;
 
 /// `IBV_SYSFS_NAME_MAX`.
 pub const SYSFS_NAME_MAX: usize = 64;
@@ -124,12 +125,20 @@ pub struct QueryDeviceExInput {
 pub struct VerbsContext {
     /// `query_port`: the whole `ibv_port_attr`.
     pub query_port: Option<QueryPortFn>,
-    /// `advise_mr` ... `create_cq_ex`: empty.
-    pub before_query_device_ex: [Slot; 26],
+    /// `advise_mr` ... `query_rt_values`: empty.
+    pub before_create_cq_ex: [Slot; 24],
+    /// `create_cq_ex`.
+    pub create_cq_ex: Option<cq::CreateCqExFn>,
+    /// `priv`: null.
+    pub priv_: *mut c_void,
     /// `query_device_ex`.
     pub query_device_ex: Option<QueryDeviceExFn>,
-    /// `ibv_destroy_flow` ... `close_xrcd`: empty.
-    pub after_query_device_ex: [Slot; 11],
+    /// `ibv_destroy_flow` ... `open_qp`: empty.
+    pub before_create_qp_ex: [Slot; 5],
+    /// `create_qp_ex`.
+    pub create_qp_ex: Option<qp::CreateQpExFn>,
+    /// `get_srq_num` ... `_ABI_placeholder3`: empty.
+    pub after_create_qp_ex: [Slot; 5],
     /// The size of this struct (`verbs.h` counts an operation present if
     /// it lies within it).
     pub sz: usize,
@@ -596,9 +605,13 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
         let rec = Box::new(ContextRec {
             v: VerbsContext {
                 query_port: Some(query_port_ex),
-                before_query_device_ex: [None; 26],
+                before_create_cq_ex: [None; 24],
+                create_cq_ex: Some(cq::create_cq_ex),
+                priv_: ptr::null_mut(),
                 query_device_ex: Some(query_device_ex),
-                after_query_device_ex: [None; 11],
+                before_create_qp_ex: [None; 5],
+                create_qp_ex: Some(qp::create_qp_ex),
+                after_create_qp_ex: [None; 5],
                 sz: size_of::<VerbsContext>(),
                 context: IbvContext {
                     device,

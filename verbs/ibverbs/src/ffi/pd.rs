@@ -265,3 +265,80 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
         }
     })
 }
+
+/// `IBV_REREG_MR_CHANGE_TRANSLATION`.
+const REREG_TRANSLATION: c_int = 1 << 0;
+/// `IBV_REREG_MR_CHANGE_PD`.
+const REREG_PD: c_int = 1 << 1;
+/// `IBV_REREG_MR_CHANGE_ACCESS`.
+const REREG_ACCESS: c_int = 1 << 2;
+/// `IBV_REREG_MR_ERR_INPUT`: bad arguments, the MR unchanged.
+const REREG_ERR_INPUT: c_int = -1;
+/// `IBV_REREG_MR_ERR_CMD`: the kernel refused.
+const REREG_ERR_CMD: c_int = -4;
+
+/// `ibv_rereg_mr`: moves the MR to `pd` (`IBV_REREG_MR_CHANGE_PD`) and
+/// changes its access (`IBV_REREG_MR_CHANGE_ACCESS`); 0, or one of
+/// libibverbs' `IBV_REREG_MR_ERR_*` codes with errno. A new address range
+/// (`IBV_REREG_MR_CHANGE_TRANSLATION`) is not implemented here yet
+/// (`IBV_REREG_MR_ERR_CMD`, `EOPNOTSUPP`: what rxe's kernel answers too).
+///
+/// # Safety
+/// `mr` is a live MR of this library, `pd` NULL or a live PD of this
+/// library; no other call uses the MR meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut IbvMr,
+    flags: c_int,
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    let _ = (addr, length);
+    guard(REREG_ERR_INPUT, || {
+        let fail = |code: c_int, e: c_int| {
+            set_errno(e);
+            code
+        };
+        if mr.is_null() || flags == 0 || flags & !(REREG_TRANSLATION | REREG_PD | REREG_ACCESS) != 0
+        {
+            return fail(REREG_ERR_INPUT, libc::EINVAL);
+        }
+        // SAFETY: a live MrRec (the contract), used by this call alone.
+        let rec = unsafe { &mut *mr.cast::<MrRec>() };
+        let Some(inner) = rec.mr.as_mut() else {
+            return fail(REREG_ERR_INPUT, libc::EINVAL);
+        };
+        if flags & REREG_TRANSLATION != 0 {
+            return fail(REREG_ERR_CMD, libc::EOPNOTSUPP);
+        }
+        if flags & REREG_PD != 0 {
+            // SAFETY: NULL or a live PD (the contract).
+            let Some(new_pd) = (unsafe { pd_rec(pd) }) else {
+                return fail(REREG_ERR_INPUT, libc::EINVAL);
+            };
+            if let Err(e) = inner.rereg_pd(&new_pd.pd) {
+                return fail(REREG_ERR_CMD, errno_of(&e));
+            }
+            new_pd.hold();
+            // SAFETY: the old PD outlives its MRs (it counted this one).
+            if let Some(old) = unsafe { pd_rec(rec.c.pd) } {
+                old.release();
+            }
+            rec.c.pd = pd;
+        }
+        if flags & REREG_ACCESS != 0 {
+            let Some(access) = AccessFlags::from_bits(access as u32 & !ACCESS_OPTIONAL_RANGE)
+            else {
+                return fail(REREG_ERR_INPUT, libc::EINVAL);
+            };
+            if let Err(e) = inner.rereg_access(access) {
+                return fail(REREG_ERR_CMD, errno_of(&e));
+            }
+        }
+        rec.c.lkey = inner.lkey();
+        rec.c.rkey = inner.rkey();
+        0
+    })
+}

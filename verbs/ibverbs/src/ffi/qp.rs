@@ -10,6 +10,7 @@
 //! threads post to one QP. The first request refused is returned through
 //! `bad_wr`, with those before it posted, as libibverbs promises.
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::io::IoSlice;
 use std::ptr;
@@ -18,11 +19,13 @@ use std::sync::Mutex;
 
 use rverbs::{
     opcode, AccessFlags, Ah, AhAttr, Gid, GlobalRoute, Mtu, Payload, PostError, Qp, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr,
+    QpCreateFlags, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr,
 };
 
 use super::cq::{cq_rec, IbvCq};
 use super::pd::{pd_rec, IbvPd, PdRec};
+use super::qp_ex;
+pub use super::qp_ex::{create_qp_ex, CreateQpExFn};
 use super::{errno_of, guard, lock, set_errno, IbvContext};
 use crate::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap};
 
@@ -204,9 +207,25 @@ pub struct IbvRecvWr {
 
 /// A QP handed out.
 #[repr(C)]
-struct QpRec {
-    c: IbvQp,
-    qp: Mutex<Qp>,
+pub(super) struct QpRec {
+    /// A `struct ibv_qp_ex` (whose head is the `struct ibv_qp`), written
+    /// by `ibv_modify_qp` (`state`) and readable and writable by the
+    /// program (`wr_id`, `wr_flags`, ...): never behind a Rust reference.
+    pub(super) c: UnsafeCell<qp_ex::IbvQpEx>,
+    /// What this library reads of `c`, which it never changes after
+    /// creation: `qp_type`, `pd`, `send_cq`, `recv_cq`, `srq`.
+    pub(super) ud: bool,
+    pd: *mut IbvPd,
+    send_cq: *mut IbvCq,
+    recv_cq: *mut IbvCq,
+    srq: *mut IbvSrq,
+    /// Held from `wr_start` to `wr_complete`/`wr_abort`: the extended
+    /// interface's bracket, which guards `pending`.
+    pub(super) building: std::sync::atomic::AtomicBool,
+    /// The work requests built since `wr_start`, for a QP created with
+    /// the extended interface (`None` otherwise).
+    pub(super) pending: UnsafeCell<Option<qp_ex::Pending>>,
+    pub(super) qp: Mutex<Qp>,
 }
 
 /// An SRQ handed out.
@@ -220,13 +239,13 @@ struct SrqRec {
 
 /// An AH handed out.
 #[repr(C)]
-struct AhRec {
+pub(super) struct AhRec {
     c: IbvAh,
-    ah: Ah,
+    pub(super) ah: Ah,
 }
 
 /// NULL with `e` as errno.
-fn null_with<T>(e: c_int) -> *mut T {
+pub(super) fn null_with<T>(e: c_int) -> *mut T {
     set_errno(e);
     ptr::null_mut()
 }
@@ -236,7 +255,7 @@ fn null_with<T>(e: c_int) -> *mut T {
 /// # Safety
 /// `qp` is null or a QP of this library not destroyed while the
 /// reference lives (libibverbs' contract).
-unsafe fn qp_rec<'a>(qp: *mut IbvQp) -> Option<&'a QpRec> {
+pub(super) unsafe fn qp_rec<'a>(qp: *mut IbvQp) -> Option<&'a QpRec> {
     // SAFETY: a non-null `qp` is the first field of a live QpRec.
     unsafe { qp.cast::<QpRec>().as_ref() }
 }
@@ -254,7 +273,7 @@ unsafe fn srq_rec<'a>(srq: *mut IbvSrq) -> Option<&'a SrqRec> {
 ///
 /// # Safety
 /// As [`qp_rec`], for an AH.
-unsafe fn ah_rec<'a>(ah: *mut IbvAh) -> Option<&'a AhRec> {
+pub(super) unsafe fn ah_rec<'a>(ah: *mut IbvAh) -> Option<&'a AhRec> {
     // SAFETY: a non-null `ah` is the first field of a live AhRec.
     unsafe { ah.cast::<AhRec>().as_ref() }
 }
@@ -280,7 +299,7 @@ unsafe fn sges<'a>(sg_list: *const Sge, num_sge: c_int) -> Result<&'a [Sge], c_i
 
 /// The errno a refused post reports (libibverbs' providers: `ENOMEM`
 /// for a full queue, `EINVAL` for a malformed request).
-fn post_errno(e: &PostError) -> c_int {
+pub(super) fn post_errno(e: &PostError) -> c_int {
     match e {
         PostError::QueueFull | PostError::RecvQueueFull | PostError::SrqFull => libc::ENOMEM,
         PostError::Doorbell(errno) => errno.raw(),
@@ -291,7 +310,7 @@ fn post_errno(e: &PostError) -> c_int {
 
 /// Posts `wrs` (their C requests in `from`) to the send queue; on
 /// refusal the C request to report and the errno.
-fn flush_send(
+pub(super) fn flush_send(
     qp: &mut Qp,
     wrs: &[SendWr<'_>],
     from: &[*mut IbvSendWr],
@@ -412,7 +431,7 @@ pub unsafe extern "C" fn post_send(
         let Some(rec) = (unsafe { qp_rec(qp) }) else {
             return libc::EINVAL;
         };
-        let ud = rec.c.qp_type == IBV_QPT_UD;
+        let ud = rec.ud;
         let mut q = lock(&rec.qp);
         let mut batch = [SendWr::local_inv(0, 0); BATCH];
         let mut from = [ptr::null_mut::<IbvSendWr>(); BATCH];
@@ -641,94 +660,125 @@ pub unsafe extern "C" fn ibv_create_qp(
 ) -> *mut IbvQp {
     guard(ptr::null_mut(), || {
         // SAFETY: forwarded from this function's contract.
-        let (Some(pdr), Some(attr)) = (unsafe { pd_rec(pd) }, unsafe { init_attr.as_mut() }) else {
+        let Some(attr) = (unsafe { init_attr.as_mut() }) else {
             return null_with(libc::EINVAL);
         };
-        let qp_type = match attr.qp_type {
-            IBV_QPT_RC => QpType::Rc,
-            IBV_QPT_UC => QpType::Uc,
-            IBV_QPT_UD => QpType::Ud,
-            // RAW_PACKET, XRC_SEND, XRC_RECV, DRIVER.
-            8..=10 | 0xff => return null_with(libc::EOPNOTSUPP),
-            _ => return null_with(libc::EINVAL),
-        };
-        // SAFETY: the CQs and SRQ are live (the contract).
-        let (scq, rcq, srq) = unsafe {
-            (
-                cq_rec(attr.send_cq),
-                cq_rec(attr.recv_cq),
-                srq_rec(attr.srq),
-            )
-        };
-        let (Some(scq), Some(rcq)) = (scq, rcq) else {
-            return null_with(libc::EINVAL);
-        };
-        let cap = QpCap {
-            max_send_wr: attr.cap.max_send_wr,
-            max_recv_wr: attr.cap.max_recv_wr,
-            max_send_sge: attr.cap.max_send_sge,
-            max_recv_sge: attr.cap.max_recv_sge,
-            max_inline_data: attr.cap.max_inline_data,
-        };
-        let made = {
-            let sguard = lock(&scq.cq);
-            let same = ptr::eq(scq, rcq);
-            let rguard = if same { None } else { Some(lock(&rcq.cq)) };
-            let recv_cq = rguard.as_deref().unwrap_or(&*sguard);
-            let init = QpInitAttr::new(qp_type, &sguard)
-                .recv_cq(recv_cq)
-                .cap(cap)
-                .sq_sig_all(attr.sq_sig_all != 0);
-            match srq {
-                Some(s) => pdr.pd.create_qp_with_srq(&init, &lock(&s.srq)),
-                None => pdr.pd.create_qp(&init),
-            }
-        };
-        let qp = match made {
-            Ok(q) => q,
-            Err(e) => return null_with(errno_of(&e)),
-        };
-        let granted = qp.cap();
-        attr.cap = cap_c(QpCap {
-            // With an SRQ the QP has no receive queue of its own.
-            max_recv_wr: if srq.is_some() {
-                0
-            } else {
-                granted.max_recv_wr
-            },
-            max_recv_sge: if srq.is_some() {
-                0
-            } else {
-                granted.max_recv_sge
-            },
-            ..granted
-        });
-        pdr.hold();
-        scq.hold();
-        rcq.hold();
-        if let Some(s) = srq {
-            s.users.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { new_qp(pd, attr, None, None) } {
+            Ok(rec) => rec.cast::<IbvQp>(),
+            Err(e) => null_with(e),
         }
-        let rec = Box::new(QpRec {
-            c: IbvQp {
-                context: pdr.c_context(),
-                qp_context: attr.qp_context,
-                pd,
-                send_cq: attr.send_cq,
-                recv_cq: attr.recv_cq,
-                srq: attr.srq,
-                handle: qp.handle(),
-                qp_num: qp.qp_num(),
-                state: 0,
-                qp_type: attr.qp_type,
-                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-                cond: libc::PTHREAD_COND_INITIALIZER,
-                events_completed: 0,
-            },
-            qp: Mutex::new(qp),
-        });
-        Box::into_raw(rec).cast::<IbvQp>()
     })
+}
+
+/// Creates the QP `attr` describes on `pd` (with kernel creation flags
+/// `flags` when given, through the extended command; with the extended
+/// work-request interface for the operations `send_ops` when given) and
+/// returns its record; `attr.cap` is updated to what was granted.
+///
+/// # Safety
+/// `pd` is NULL or a live PD of this library; the CQs and SRQ `attr`
+/// names are NULL or live objects of this library.
+pub(super) unsafe fn new_qp(
+    pd: *mut IbvPd,
+    attr: &mut IbvQpInitAttr,
+    flags: Option<QpCreateFlags>,
+    send_ops: Option<u64>,
+) -> Result<*mut QpRec, c_int> {
+    // SAFETY: forwarded from this function's contract.
+    let pdr = unsafe { pd_rec(pd) }.ok_or(libc::EINVAL)?;
+    let qp_type = match attr.qp_type {
+        IBV_QPT_RC => QpType::Rc,
+        IBV_QPT_UC => QpType::Uc,
+        IBV_QPT_UD => QpType::Ud,
+        // RAW_PACKET, XRC_SEND, XRC_RECV, DRIVER.
+        8..=10 | 0xff => return Err(libc::EOPNOTSUPP),
+        _ => return Err(libc::EINVAL),
+    };
+    // SAFETY: the CQs and SRQ are live (the contract).
+    let (scq, rcq, srq) = unsafe {
+        (
+            cq_rec(attr.send_cq),
+            cq_rec(attr.recv_cq),
+            srq_rec(attr.srq),
+        )
+    };
+    let (Some(scq), Some(rcq)) = (scq, rcq) else {
+        return Err(libc::EINVAL);
+    };
+    let cap = QpCap {
+        max_send_wr: attr.cap.max_send_wr,
+        max_recv_wr: attr.cap.max_recv_wr,
+        max_send_sge: attr.cap.max_send_sge,
+        max_recv_sge: attr.cap.max_recv_sge,
+        max_inline_data: attr.cap.max_inline_data,
+    };
+    let made = {
+        let sguard = lock(&scq.cq);
+        let same = ptr::eq(scq, rcq);
+        let rguard = if same { None } else { Some(lock(&rcq.cq)) };
+        let recv_cq = rguard.as_deref().unwrap_or(&*sguard);
+        let init = QpInitAttr::new(qp_type, &sguard)
+            .recv_cq(recv_cq)
+            .cap(cap)
+            .sq_sig_all(attr.sq_sig_all != 0);
+        let srq_guard = srq.map(|s| lock(&s.srq));
+        match (flags, srq_guard.as_deref()) {
+            (Some(f), s) => pdr.pd.create_qp_ex(&init, f, s),
+            (None, Some(s)) => pdr.pd.create_qp_with_srq(&init, s),
+            (None, None) => pdr.pd.create_qp(&init),
+        }
+    };
+    let qp = made.map_err(|e| errno_of(&e))?;
+    let granted = qp.cap();
+    attr.cap = cap_c(QpCap {
+        // With an SRQ the QP has no receive queue of its own.
+        max_recv_wr: if srq.is_some() {
+            0
+        } else {
+            granted.max_recv_wr
+        },
+        max_recv_sge: if srq.is_some() {
+            0
+        } else {
+            granted.max_recv_sge
+        },
+        ..granted
+    });
+    let pending = send_ops.map(|ops| qp_ex::Pending::new(ops, &granted));
+    pdr.hold();
+    scq.hold();
+    rcq.hold();
+    if let Some(s) = srq {
+        s.users.fetch_add(1, Ordering::Relaxed);
+    }
+    let base = IbvQp {
+        context: pdr.c_context(),
+        qp_context: attr.qp_context,
+        pd,
+        send_cq: attr.send_cq,
+        recv_cq: attr.recv_cq,
+        srq: attr.srq,
+        handle: qp.handle(),
+        qp_num: qp.qp_num(),
+        state: 0,
+        qp_type: attr.qp_type,
+        mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+        cond: libc::PTHREAD_COND_INITIALIZER,
+        events_completed: 0,
+    };
+    let rec = Box::new(QpRec {
+        ud: qp_type == QpType::Ud,
+        pd,
+        send_cq: attr.send_cq,
+        recv_cq: attr.recv_cq,
+        srq: attr.srq,
+        c: UnsafeCell::new(qp_ex::IbvQpEx::new(base, pending.is_some())),
+        building: std::sync::atomic::AtomicBool::new(false),
+        pending: UnsafeCell::new(pending),
+        qp: Mutex::new(qp),
+    });
+    Ok(Box::into_raw(rec))
 }
 
 /// `ibv_destroy_qp`: 0, or the errno.
@@ -745,7 +795,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
         // SAFETY: from Box::into_raw in ibv_create_qp; the caller makes no
         // other call on it.
         let rec = unsafe { Box::from_raw(qp.cast::<QpRec>()) };
-        let c = &rec.c;
+        let c = &*rec;
         // SAFETY: the PD, CQs and SRQ outlive the QP (their destroy
         // refuses while it is counted).
         unsafe {
@@ -919,10 +969,11 @@ pub unsafe extern "C" fn ibv_modify_qp(
         match q.modify(&wanted) {
             Ok(()) => {
                 if let Some(s) = wanted.qp_state {
-                    // SAFETY: the QP is live and its `state` field is
-                    // written only here, under the QP's lock; programs
-                    // read it as libibverbs lets them.
-                    unsafe { (*qp).state = c_int::from(s.raw()) };
+                    // SAFETY: the QP is live, its C struct sits in an
+                    // UnsafeCell, and `state` is written only here, under
+                    // the QP's lock (programs read it as libibverbs lets
+                    // them).
+                    unsafe { (*rec.c.get()).qp.state = c_int::from(s.raw()) };
                 }
                 0
             }
@@ -980,14 +1031,17 @@ pub unsafe extern "C" fn ibv_query_qp(
             rnr_retry: a.rnr_retry.unwrap_or(0),
             ..IbvQpAttr::default()
         };
-        let c = &rec.c;
+        // SAFETY: the QP is live; its C struct is read in place through
+        // the cell (no reference to it is made).
+        let (qp_context, qp_type) =
+            unsafe { ((*rec.c.get()).qp.qp_context, (*rec.c.get()).qp.qp_type) };
         *init = IbvQpInitAttr {
-            qp_context: c.qp_context,
-            send_cq: c.send_cq,
-            recv_cq: c.recv_cq,
-            srq: c.srq,
+            qp_context,
+            send_cq: rec.send_cq,
+            recv_cq: rec.recv_cq,
+            srq: rec.srq,
             cap: cap_c(cap),
-            qp_type: c.qp_type,
+            qp_type,
             sq_sig_all: c_int::from(sig_all),
         };
         0
