@@ -126,11 +126,12 @@ done
 # the kernel.)
 
 # pyverbs (rdma-core's Python binding) on ours: the device list, a context
-# and its queries work; a verb not implemented yet fails with EOPNOTSUPP as
-# a Python exception, not a crash.
+# and its queries, a PD; a verb not implemented yet (memory windows) fails
+# with EOPNOTSUPP as a Python exception, not a crash.
 if LD_LIBRARY_PATH="$dir" /usr/bin/python3 - "$dev" >"$work/pyverbs.out" 2>&1 <<'PY'
 import sys
 import pyverbs.device as d
+import pyverbs.enums as e
 from pyverbs.pyverbs_error import PyverbsRDMAError
 dev = sys.argv[1]
 names = [x.name.decode() for x in d.get_device_list()]
@@ -142,12 +143,16 @@ gid = ctx.query_gid(1, 1)
 print("device", dev, "ports", attr.phys_port_cnt, "state", port.state, "gid", gid)
 assert attr.phys_port_cnt == 1 and port.state == 4, (attr.phys_port_cnt, port.state)
 from pyverbs.pd import PD
+from pyverbs.mr import MW
+pd = PD(ctx)
+print("PD allocated")
 try:
-    PD(ctx)
-    raise SystemExit("PD allocated: update this test")
-except PyverbsRDMAError as e:
-    assert e.error_code == 95, e.error_code
-    print("PD refused with EOPNOTSUPP")
+    MW(pd, e.IBV_MW_TYPE_1)
+    raise SystemExit("MW allocated: update this test")
+except PyverbsRDMAError as ex:
+    assert ex.error_code == 95, ex.error_code
+    print("MW refused with EOPNOTSUPP")
+pd.close()
 ctx.close()
 PY
 then
@@ -155,6 +160,71 @@ then
 else
     echo "FAIL: pyverbs on ours:"
     cat "$work/pyverbs.out"
+    failed=1
+fi
+
+# The C ABI's error paths, called directly (ctypes) on ours: a PD or CQ
+# still in use is not freed (EBUSY), a QP of a type not offered or unknown
+# is refused with the errno libibverbs gives, NULL objects with EINVAL.
+if LD_LIBRARY_PATH="$dir" /usr/bin/python3 - "$dev" >"$work/ctypes.out" 2>&1 <<'PY'
+import ctypes, sys
+lib = ctypes.CDLL("libibverbs.so.1", use_errno=True)
+P = ctypes.c_void_p
+for name, res, args in [
+    ("ibv_get_device_list", P, [P]), ("ibv_open_device", P, [P]),
+    ("ibv_get_device_name", ctypes.c_char_p, [P]), ("ibv_close_device", ctypes.c_int, [P]),
+    ("ibv_alloc_pd", P, [P]), ("ibv_dealloc_pd", ctypes.c_int, [P]),
+    ("ibv_reg_mr", P, [P, P, ctypes.c_size_t, ctypes.c_int]), ("ibv_dereg_mr", ctypes.c_int, [P]),
+    ("ibv_create_cq", P, [P, ctypes.c_int, P, P, ctypes.c_int]),
+    ("ibv_destroy_cq", ctypes.c_int, [P]), ("ibv_create_qp", P, [P, P]),
+    ("ibv_destroy_qp", ctypes.c_int, [P]), ("rverbs_ibverbs_version", ctypes.c_char_p, []),
+]:
+    f = getattr(lib, name)
+    f.restype, f.argtypes = res, args
+print("library", lib.rverbs_ibverbs_version().decode())
+devs = ctypes.cast(lib.ibv_get_device_list(None), ctypes.POINTER(P))
+i = 0
+while devs[i] and lib.ibv_get_device_name(devs[i]).decode() != sys.argv[1]:
+    i += 1
+ctx = lib.ibv_open_device(devs[i])
+assert ctx, ctypes.get_errno()
+pd = lib.ibv_alloc_pd(ctx)
+buf = ctypes.create_string_buffer(4096)
+mr = lib.ibv_reg_mr(pd, ctypes.addressof(buf), 4096, 1)
+assert pd and mr, ctypes.get_errno()
+assert lib.ibv_dealloc_pd(pd) == 16, "a PD with an MR must be EBUSY"
+assert lib.ibv_dereg_mr(mr) == 0
+assert lib.ibv_dereg_mr(None) == 22
+cq = lib.ibv_create_cq(ctx, 16, None, None, 0)
+assert cq, ctypes.get_errno()
+class Cap(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint32) for n in
+                ("max_send_wr", "max_recv_wr", "max_send_sge", "max_recv_sge", "max_inline_data")]
+class InitAttr(ctypes.Structure):
+    _fields_ = [("qp_context", P), ("send_cq", P), ("recv_cq", P), ("srq", P),
+                ("cap", Cap), ("qp_type", ctypes.c_int), ("sq_sig_all", ctypes.c_int)]
+for qp_type, want in [(9, 95), (99, 22)]:
+    a = InitAttr(None, cq, cq, None, Cap(4, 4, 1, 1, 0), qp_type, 0)
+    assert not lib.ibv_create_qp(pd, ctypes.byref(a))
+    assert ctypes.get_errno() == want, (qp_type, ctypes.get_errno())
+a = InitAttr(None, cq, cq, None, Cap(4, 4, 1, 1, 0), 2, 0)
+qp = lib.ibv_create_qp(pd, ctypes.byref(a))
+assert qp, ctypes.get_errno()
+assert a.cap.max_send_wr >= 4, a.cap.max_send_wr
+assert lib.ibv_destroy_cq(cq) == 16, "a CQ with a QP must be EBUSY"
+assert lib.ibv_dealloc_pd(pd) == 16, "a PD with a QP must be EBUSY"
+assert lib.ibv_destroy_qp(qp) == 0
+assert lib.ibv_destroy_cq(cq) == 0
+assert lib.ibv_dealloc_pd(pd) == 0
+assert lib.ibv_close_device(ctx) == 0
+print("EBUSY for a PD with an MR or a QP and a CQ with a QP; XRC refused EOPNOTSUPP, "
+      "an unknown QP type EINVAL; all freed in order")
+PY
+then
+    echo "ok   C ABI error paths on ours: $(tr '\n' ' ' <"$work/ctypes.out")"
+else
+    echo "FAIL: C ABI error paths on ours:"
+    cat "$work/ctypes.out"
     failed=1
 fi
 
