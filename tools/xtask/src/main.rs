@@ -199,8 +199,9 @@ enum Cmd {
         /// others).
         #[arg(long, value_name = "SERIES", default_value = "all")]
         kernel: String,
-        /// Kill the VM after this many seconds.
-        #[arg(long, value_name = "SECS", default_value_t = 1200)]
+        /// Kill the VM after this many seconds (one kernel's suite, all
+        /// of it in one VM).
+        #[arg(long, value_name = "SECS", default_value_t = 1800)]
         timeout: u64,
         /// Skip the host test phase (`cargo test --workspace ...`).
         #[arg(long)]
