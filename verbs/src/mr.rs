@@ -652,7 +652,7 @@ pub(crate) fn check_iova(addr: u64, len: usize, iova: Option<u64>) -> Result<u64
     Ok(iova)
 }
 
-impl<B> Mr<B> {
+impl<B: MrBuf> Mr<B> {
     /// Deregisters the region and gives its memory back, now plain memory
     /// that no work request or peer can reach. If the kernel refuses to
     /// deregister (a memory window is still bound to the region, which the
@@ -665,7 +665,27 @@ impl<B> Mr<B> {
     // hands back the buffer); boxing it would allocate on that rare path
     // for nothing.
     #[allow(clippy::result_large_err)]
-    pub fn into_inner(mut self) -> std::result::Result<B, DeregisterError<B>> {
+    pub fn into_inner(self) -> std::result::Result<B, DeregisterError<B>> {
+        self.unregister()
+    }
+}
+
+impl Mr<Raw> {
+    /// Deregisters a raw registration ([`Pd::register_raw`]) and reports
+    /// the outcome instead of aborting on failure as dropping it would:
+    /// on success the device no longer touches the memory; on a refusal
+    /// the MR comes back in the error, still registered, and the memory
+    /// must stay untouched and mapped until a later attempt succeeds.
+    #[allow(clippy::result_large_err)]
+    pub fn deregister_raw(self) -> std::result::Result<(), DeregisterError<Raw>> {
+        self.unregister().map(|_| ())
+    }
+}
+
+impl<B> Mr<B> {
+    /// [`Mr::into_inner`]'s work, for every kind of MR.
+    #[allow(clippy::result_large_err)]
+    fn unregister(mut self) -> std::result::Result<B, DeregisterError<B>> {
         if let Err(error) = self.deregister() {
             return Err(DeregisterError { error, mr: self });
         }

@@ -623,20 +623,26 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                     return -1;
                 }
             };
-            let found = lock(&rec.cqs)
+            let listed = lock(&rec.cqs);
+            let Some(r) = listed
                 .iter()
                 .find(|(e, _)| *e == id)
-                .map(|&(_, r)| r as *mut CqRec);
-            if let Some(r) = found {
-                // SAFETY: a CQ listed on its channel is live (destroy
-                // unlists it first); its C struct is read in place, through
-                // the cell; the out-pointers are writable (the contract).
-                unsafe {
-                    *cq = r.cast::<IbvCq>();
-                    *cq_context = (*(*r).c.get()).cq.cq_context;
-                }
-                return 0;
+                .map(|&(_, r)| r as *mut CqRec)
+            else {
+                continue;
+            };
+            // SAFETY: a CQ listed on its channel is live while the list's
+            // lock is held (ibv_destroy_cq unlists it under that lock
+            // before freeing it); its C struct is read in place, through
+            // the cell.
+            let context = unsafe { (*(*r).c.get()).cq.cq_context };
+            drop(listed);
+            // SAFETY: the out-pointers are writable (the contract).
+            unsafe {
+                *cq = r.cast::<IbvCq>();
+                *cq_context = context;
             }
+            return 0;
         }
     })
 }

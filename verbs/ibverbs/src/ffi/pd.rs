@@ -244,7 +244,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
         let Some(inner) = rec.mr.take() else {
             return libc::EINVAL;
         };
-        match inner.into_inner() {
+        match inner.deregister_raw() {
             Ok(_) => {
                 // SAFETY: the PD outlives its MRs (ibv_dealloc_pd refuses
                 // while this one is counted).
