@@ -206,8 +206,48 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
         lib.display(),
         got.len()
     );
+    static_program(&ws, &out)?;
     Ok(out)
 }
+
+/// The C ping-pong of `tests/ibverbs-c`, linked with `-static` against
+/// our `libibverbs.a` in `out` (the header is `<infiniband/verbs.h>` from
+/// libibverbs-dev, the ABI it implements): `out/static_pingpong`, checked
+/// to have no interpreter and no dynamic section.
+fn static_program(ws: &Path, out: &Path) -> Result<()> {
+    let src = ws.join(STATIC_PINGPONG_SRC);
+    let exe = out.join("static_pingpong");
+    let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
+    cc.args(["-O2", "-Wall", "-Werror", "-static", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .arg(out.join(format!("{STEM}.a")))
+        .args(["-lpthread", "-ldl", "-lm"])
+        .stdin(Stdio::null());
+    say!("linking {} statically", exe.display());
+    util::run(&mut cc).with_context(|| {
+        format!(
+            "linking {} with -static (libibverbs-dev and libc6-dev must be installed)",
+            src.display()
+        )
+    })?;
+    if !crate::linkage::fully_static(&exe)? {
+        bail!("{} has an interpreter or a dynamic section", exe.display());
+    }
+    let problems = crate::linkage::inspect(&exe)?;
+    if !problems.is_empty() {
+        bail!(
+            "linkage check of {}: {}",
+            exe.display(),
+            problems.join("; ")
+        );
+    }
+    say!("{}: fully static, no rdma-core in it", exe.display());
+    Ok(())
+}
+
+/// The C program [`static_program`] links.
+const STATIC_PINGPONG_SRC: &str = "tests/ibverbs-c/static_pingpong.c";
 
 /// Debian's packages whose programs and libraries import from
 /// libibverbs (rdma-core 44's consumers).
