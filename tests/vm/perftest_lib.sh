@@ -30,12 +30,9 @@ for t in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat
     fi
 done
 ourlib_check ib_send_bw -h
-# The matrix takes a minute or two under TCG: on the first kernel of a
-# `cargo xtask test` run only (the harness says which); by hand, always.
-if [ "${RVERBS_PRIMARY_KERNEL:-1}" = 0 ]; then
-    echo "perftest_lib: the perftest matrix runs on the first kernel of this run, not on this one"
-    exit 0
-fi
+# On the first kernel of a `cargo xtask test` run only (see
+# ourlib_first_kernel); by hand, always.
+ourlib_first_kernel perftest_lib || exit 0
 
 rows=()
 failed=0

@@ -28,3 +28,16 @@ ourlib_check() {
     fi
     echo "$1 with LD_LIBRARY_PATH=$ourlib loads our libibverbs alone: $loaded"
 }
+
+# ourlib_first_kernel NAME: whether this VM runs the first kernel of a
+# `cargo xtask test` run (or the script was started by hand). The "ourlib"
+# rows of the tool matrices run there only, to keep CI's time: they judge
+# our library, which is the same on every kernel; rdma-core's own suite
+# (pyverbs_suite.sh) and ibverbs_static.sh still run on every kernel.
+ourlib_first_kernel() {
+    if [ "${RVERBS_PRIMARY_KERNEL:-1}" = 0 ]; then
+        echo "$1: the rows on our libibverbs.so.1 run on the first kernel of this run, not on this one"
+        return 1
+    fi
+    return 0
+}
