@@ -76,7 +76,7 @@ pub struct TestOptions {
 /// Installs (as root, via apt) the reference tools and headers the suites
 /// use when they are missing: rdma-core's ibv_devinfo (the oracle of the
 /// query tests), rping (the rdma_cm interop peer), libibverbs-dev (the linkage check's positive control),
-/// python3-pyverbs (a consumer of our libibverbs.so.1),
+/// python3-pyverbs (a consumer of our libibverbs.so.1), libc6-dev (the static C ping-pong),
 /// the kernel uapi headers and a C compiler (the ABI layout probe).
 fn ensure_reference_tools() -> Result<()> {
     util::ensure_tool("ibv_devinfo", "ibverbs-utils")?;
@@ -91,6 +91,8 @@ fn ensure_reference_tools() -> Result<()> {
         ("/etc/libibverbs.d/rxe.driver", "ibverbs-providers"),
         // tests/vm/ibverbs_tools.sh: pyverbs on our libibverbs.so.1.
         ("/usr/lib/python3/dist-packages/pyverbs", "python3-pyverbs"),
+        // The C ping-pong linked with -static against our libibverbs.a.
+        ("/usr/lib/x86_64-linux-gnu/libc.a", "libc6-dev"),
     ] {
         if !Path::new(file).exists() {
             util::apt_install(&[pkg])?;
