@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use rverbs::{CompChannel, Cq, CqFlags, CqInitAttr, EventId, Wc};
 
-use super::{context_rec, errno_of, guard, lock, set_errno, IbvContext};
+use super::{context_rec, errno_of, guard, lock, null_with, set_errno, IbvContext};
 
 /// `ibv_context_ops.poll_cq`.
 pub type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut Wc) -> c_int;
@@ -174,12 +174,6 @@ pub(crate) unsafe fn cq_rec<'a>(cq: *mut IbvCq) -> Option<&'a CqRec> {
 unsafe fn channel_rec<'a>(channel: *mut IbvCompChannel) -> Option<&'a ChannelRec> {
     // SAFETY: a non-null `channel` is the first field of a live ChannelRec.
     unsafe { channel.cast::<ChannelRec>().as_ref() }
-}
-
-/// NULL with `e` as errno.
-fn null_with<T>(e: c_int) -> *mut T {
-    set_errno(e);
-    ptr::null_mut()
 }
 
 /// `ibv_create_comp_channel`: a channel whose fd blocks in `read` (as

@@ -373,6 +373,12 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// NULL with `e` as this thread's errno: how a constructor fails.
+pub(crate) fn null_with<T>(e: c_int) -> *mut T {
+    set_errno(e);
+    ptr::null_mut()
+}
+
 /// Runs `f`; a panic is caught (it must not unwind into C) and reported
 /// as `EIO` with the value `failed`.
 pub(crate) fn guard<T>(failed: T, f: impl FnOnce() -> T) -> T {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rverbs::{AccessFlags, Mr, Pd};
 
-use super::{context_rec, errno_of, guard, set_errno, IbvContext};
+use super::{context_rec, errno_of, guard, null_with, set_errno, IbvContext};
 
 /// `struct ibv_pd`.
 #[repr(C)]
@@ -181,12 +181,6 @@ impl PdRec {
     pub(crate) fn c_context(&self) -> *mut IbvContext {
         self.c.context
     }
-}
-
-/// NULL with `e` as errno.
-fn null_with<T>(e: c_int) -> *mut T {
-    set_errno(e);
-    ptr::null_mut()
 }
 
 /// `ibv_reg_mr` (`IBVERBS_1.1`): registers `length` bytes at `addr`; the

@@ -26,7 +26,7 @@ use super::cq::{cq_rec, IbvCq};
 use super::pd::{pd_rec, IbvPd, PdRec};
 use super::qp_ex;
 pub use super::qp_ex::{create_qp_ex, CreateQpExFn};
-use super::{errno_of, guard, lock, set_errno, IbvContext};
+use super::{errno_of, guard, lock, null_with, IbvContext};
 use crate::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap};
 
 /// `ibv_context_ops.post_send`.
@@ -242,12 +242,6 @@ struct SrqRec {
 pub(super) struct AhRec {
     c: IbvAh,
     pub(super) ah: Ah,
-}
-
-/// NULL with `e` as errno.
-pub(super) fn null_with<T>(e: c_int) -> *mut T {
-    set_errno(e);
-    ptr::null_mut()
 }
 
 /// The record behind a QP pointer.

@@ -23,10 +23,10 @@ use rverbs::{opcode, Payload, QpCap, QpCreateFlags, SendFlags, SendWr, Sge};
 use super::cq::IbvCq;
 use super::pd::IbvPd;
 use super::qp::{
-    ah_rec, flush_send, new_qp, null_with, qp_rec, IbvAh, IbvQp, IbvQpInitAttr, IbvSendWr, IbvSrq,
-    QpRec, BATCH,
+    ah_rec, flush_send, new_qp, qp_rec, IbvAh, IbvQp, IbvQpInitAttr, IbvSendWr, IbvSrq, QpRec,
+    BATCH,
 };
-use super::{guard, lock, IbvContext, Slot};
+use super::{guard, lock, null_with, IbvContext, Slot};
 use crate::copy::IbvQpCap;
 
 /// `verbs_context.create_qp_ex`.
