@@ -3,8 +3,11 @@
 # against a running ibv_rc_pingpong client; the captured pane must show
 # the header, the client's SQ, RQ and CQ rows (the CQ consuming entries:
 # a positive CONSUMED/s while the ping-pong runs) and the device's RNR and
-# retry counters; `q` typed into the pane must end the program (it
+# retry counters; `q` typed into the pane must end the program (the
 # program exits 0).
+# The terminal view does not depend on the kernel (inspect.sh reads the
+# queues on every kernel):
+# xtask: first kernel only
 # The VM suite runs scripts with /bin/sh: this one needs bash.
 if [ -z "${BASH_VERSION:-}" ]; then
     exec bash "$0" "$@"

@@ -127,7 +127,7 @@ run_mix() {
     record "$mix" "$size" "$why"
 }
 
-for size in 4096 65536; do
+for size in $(kernel_sizes 4096 65536 -- 4096); do
     run_mix ours perftest "$size"
     run_mix perftest ours "$size"
     run_mix ours ours "$size"

@@ -56,6 +56,10 @@ run() {
 
 run rdma-core
 run ours "LD_LIBRARY_PATH=$ourlib"
+for name in rdma-core ours; do
+    echo "pyverbs on $name, its slowest tests (seconds):"
+    sort -t "$(printf '\t')" -k2,2 -rn "$work/$name.tsv.times" | head -n 8 | sed -e 's/^/  /'
+done
 
 python3 "$here/lib/pyverbs_compare.py" "$work/rdma-core.tsv" "$work/ours.tsv" \
     "$here/pyverbs_allowed.tsv" || failed=1

@@ -108,7 +108,7 @@ run_mix() {
     record "$mix" "$size" "$why"
 }
 
-for size in 64 23 4096; do
+for size in $(kernel_sizes 64 23 4096 -- 4096); do
     run_mix ours ours "$size"
     run_mix ours rdma-core "$size"
     run_mix rdma-core ours "$size"

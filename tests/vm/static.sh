@@ -5,6 +5,9 @@
 # and `devices` must match rdma-core's tools line for line (devinfo_compare.sh
 # with RVERBS_BIN), and rc-pingpong must interoperate with ibv_rc_pingpong
 # in both directions.
+# Static linking does not depend on the kernel (the same rverbs runs on
+# every kernel through the other scripts):
+# xtask: first kernel only
 # The VM suite runs scripts with /bin/sh: this one needs bash.
 if [ -z "${BASH_VERSION:-}" ]; then
     exec bash "$0" "$@"

@@ -100,7 +100,7 @@ run_mix() {
     record "$mix" "$size" "$why"
 }
 
-for size in 100 1024; do
+for size in $(kernel_sizes 100 1024 -- 1024); do
     run_mix ours ours "$size"
     run_mix ours rdma-core "$size"
     run_mix rdma-core ours "$size"

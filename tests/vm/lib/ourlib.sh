@@ -3,6 +3,8 @@
 # --debug`) under rdma-core's unmodified programs: the "ourlib" side of the
 # interop scripts is the same program with this folder first on
 # LD_LIBRARY_PATH.
+. "$(dirname "${BASH_SOURCE[0]}")/kernel.sh"
+
 ourlib="${RVERBS_IBVERBS_DIR:-${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/ibverbs/debug}"
 
 # The command prefix that runs a program on our library.
@@ -35,7 +37,7 @@ ourlib_check() {
 # our library, which is the same on every kernel; rdma-core's own suite
 # (pyverbs_suite.sh) and ibverbs_static.sh still run on every kernel.
 ourlib_first_kernel() {
-    if [ "${RVERBS_PRIMARY_KERNEL:-1}" = 0 ]; then
+    if ! first_kernel; then
         echo "$1: the rows on our libibverbs.so.1 run on the first kernel of this run, not on this one"
         return 1
     fi

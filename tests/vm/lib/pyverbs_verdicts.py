@@ -7,7 +7,8 @@ test to OUT as soon as the test ends:
 
 so that a crash of the interpreter still leaves the verdicts of the tests
 before it, and the test that was running is the one after the last line
-(its id is written to OUT.running first).
+(its id is written to OUT.running first). OUT.times gets each test's
+wall time: `<test id> TAB <seconds>`.
 
 Usage: pyverbs_verdicts.py TESTS_DIR OUT DEV
 
@@ -18,6 +19,7 @@ run_tests.py loads it, with `--dev DEV`.
 
 import os
 import sys
+import time
 import unittest
 from importlib.machinery import SourceFileLoader
 
@@ -27,15 +29,20 @@ class Recorder(unittest.TextTestResult):
 
     out = None
     running = None
+    times = None
+    started = 0.0
 
     def _write(self, test, verdict, reason=""):
         reason = " ".join(str(reason).split())
         self.out.write(f"{test.id()}\t{verdict}\t{reason}\n")
         self.out.flush()
+        self.times.write(f"{test.id()}\t{time.monotonic() - self.started:.2f}\n")
+        self.times.flush()
 
     def startTest(self, test):
         with open(self.running, "w") as f:
             f.write(test.id() + "\n")
+        Recorder.started = time.monotonic()
         super().startTest(test)
 
     def addSuccess(self, test):
@@ -76,8 +83,9 @@ def main():
     parser.parse_args()
     tests = SourceFileLoader("tests", os.path.join(tests_dir, "__init__.py")).load_module()
     suite = unittest.defaultTestLoader.loadTestsFromModule(tests)
-    with open(out_path, "w") as out:
+    with open(out_path, "w") as out, open(out_path + ".times", "w") as times:
         Recorder.out = out
+        Recorder.times = times
         Recorder.running = out_path + ".running"
         runner = unittest.TextTestRunner(verbosity=2, resultclass=Recorder, stream=sys.stdout)
         runner.run(suite)

@@ -10,9 +10,10 @@
 //!    the test executables.
 //! 4. One VM boot runs a generated `payload.sh` that runs every executable
 //!    (with `--test-threads=1` and the extra args), then every
-//!    `tests/vm/*.sh` script, recording each exit status and output
-//!    (`item-N.status`, `item-N.log`) in the run folder; the host reads them
-//!    after the VM is gone.
+//!    `tests/vm/*.sh` script, recording each exit status, output and run
+//!    time (`item-N.status`, `item-N.log`, `item-N.secs`) in the run folder;
+//!    the host reads them after the VM is gone. On every kernel but the
+//!    first, scripts marked `# xtask: first kernel only` are left out.
 //! 5. Every `tests/vm2/*.sh` script is one two-guest item: a linked pair
 //!    of VMs (`vm::run_pair`, as `cargo xtask vm2`) runs the script in both
 //!    guests (RVERBS_ROLE a/b, RVERBS_PEER_ADDR the other's address); it
@@ -48,7 +49,9 @@ pub use demo::demo_command;
 use interop::{merge_interop, print_interop, read_interop, InteropRow, INTEROP_FILE};
 use libtest::item_counts;
 pub use libtest::{failed_tests, Counts};
-use payload::{build_vm_suite, payload_script, scripts_in, vm_scripts, Item, TestBinary};
+use payload::{
+    build_vm_suite, first_kernel_only, payload_script, scripts_in, vm_scripts, Item, TestBinary,
+};
 
 /// The package holding the VM suite.
 const VM_SUITE: &str = "verbs-tests";
@@ -107,7 +110,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
     let (packages, target_dir) = metadata()?;
     let has = |name: &str| packages.iter().any(|p| p.name == name);
     let mut total = Counts::default();
-    let mut problems: Vec<String> = Vec::new();
+    let mut problems = Problems::default();
     let mut matrix: Vec<(String, Vec<InteropRow>)> = Vec::new();
 
     // (a) Host tests.
@@ -291,7 +294,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
                 ..opts.vm.clone()
             };
             let mut rows = Vec::new();
-            let before = problems.len();
+            let before = problems.names.len();
             let counts = run_kernel(
                 opts,
                 &vm,
@@ -302,7 +305,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
                 &mut problems,
                 &mut rows,
             )?;
-            for p in &mut problems[before..] {
+            for p in &mut problems.names[before..] {
                 *p = format!("[{series}] {p}");
             }
             say!(
@@ -319,13 +322,81 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         say!("kernel {series}:");
         print_interop(rows);
     }
+    // CI shows the end of the output: what each failed VM item printed
+    // last comes after the long matrices, next to the verdict.
+    for (name, tail) in &problems.tails {
+        say!("{name} failed; its last lines:");
+        for line in tail.lines() {
+            print_line(&format!("  | {line}"));
+        }
+    }
     if problems.is_empty() {
         say!("all passed");
     } else {
-        say!("failed: {}", problems.join(", "));
+        say!("failed: {}", problems.names.join(", "));
     }
     print_line(&format!("{} passed, {} failed", total.passed, total.failed));
     Ok(problems.is_empty() && total.failed == 0)
+}
+
+/// The scripts this kernel runs (all on the first; on the others, those
+/// not marked first-kernel-only) and the ones it leaves to the first.
+fn kernel_scripts(
+    scripts: Vec<std::path::PathBuf>,
+    primary: bool,
+) -> (Vec<std::path::PathBuf>, Vec<std::path::PathBuf>) {
+    if primary {
+        return (scripts, Vec::new());
+    }
+    scripts.into_iter().partition(|s| !first_kernel_only(s))
+}
+
+/// Names the scripts a kernel leaves to the first one (not run, not counted).
+fn say_held(series: &str, held: &[std::path::PathBuf]) {
+    if held.is_empty() {
+        return;
+    }
+    let ws = workspace_root();
+    let names: Vec<String> = held
+        .iter()
+        .map(|p| p.strip_prefix(&ws).unwrap_or(p).display().to_string())
+        .collect();
+    say!(
+        "kernel {series}: not run here, first kernel only (neither passed nor failed): {}",
+        names.join(", ")
+    );
+}
+
+/// How many of its last lines a failed VM item shows at the end of the run.
+const TAIL_LINES: usize = 30;
+
+/// What failed: a name for each failure (the closing `failed:` line) and
+/// the last lines of each failed VM item (printed just before it).
+#[derive(Default)]
+struct Problems {
+    names: Vec<String>,
+    tails: Vec<(String, String)>,
+}
+
+impl Problems {
+    fn push(&mut self, name: String) {
+        self.names.push(name);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+}
+
+/// The last `n` lines of `log`, each cut to 200 characters.
+fn last_lines(log: &str, n: usize) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    lines[from..]
+        .iter()
+        .map(|l| l.chars().take(200).collect::<String>())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Messages of the soak on every kernel but the first, unless the caller
@@ -343,7 +414,7 @@ fn run_kernel(
     binaries: &[TestBinary],
     packages: &[Package],
     target_dir: &Path,
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
     matrix: &mut Vec<InteropRow>,
 ) -> Result<Counts> {
     let ws = workspace_root();
@@ -385,7 +456,9 @@ fn run_kernel(
         if binaries.is_empty() {
             say!("warning: {VM_SUITE} has no test executables yet: 0 tests will run in the VM");
         }
-        for script in vm_scripts() {
+        let (scripts, held) = kernel_scripts(vm_scripts(), primary);
+        say_held(&vm_opts.series, &held);
+        for script in scripts {
             let rel = script.strip_prefix(&ws).unwrap_or(&script).to_path_buf();
             items.push(Item {
                 name: rel.display().to_string(),
@@ -435,6 +508,11 @@ fn run_kernel(
                         .and_then(|s| s.trim().parse::<i32>().ok());
                     let log = std::fs::read_to_string(run_dir.join(format!("item-{n}.log")))
                         .unwrap_or_default();
+                    let secs = std::fs::read_to_string(run_dir.join(format!("item-{n}.secs")))
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u64>().ok())
+                        .map(|s| format!(" ({s} s)"))
+                        .unwrap_or_default();
                     let ok = status == Some(0);
                     let counts = item_counts(ok, &log);
                     let verdict = match status {
@@ -443,12 +521,16 @@ fn run_kernel(
                         None => "FAIL (no exit status recorded)".to_string(),
                     };
                     say!(
-                        "{verdict} {}: {} passed, {} failed",
+                        "{verdict} {}{secs}: {} passed, {} failed",
                         item.name,
                         counts.passed,
                         counts.failed
                     );
                     if !ok {
+                        problems.tails.push((
+                            format!("[{}] {}", vm_opts.series, item.name),
+                            last_lines(&log, TAIL_LINES),
+                        ));
                         let failed = failed_tests(&log);
                         if failed.is_empty() {
                             problems.push(item.name.clone());
@@ -478,13 +560,20 @@ fn run_kernel(
             Err(e) => {
                 say!("error: VM run failed: {e:#}");
                 problems.push("VM run".into());
+                let console =
+                    std::fs::read_to_string(run_dir.join("console.log")).unwrap_or_default();
+                problems.tails.push((
+                    format!("[{}] VM run", vm_opts.series),
+                    last_lines(&console, TAIL_LINES),
+                ));
                 total.failed += 1;
             }
         }
     }
 
     // (e) Two-guest items: one linked pair of VMs per tests/vm2 script.
-    let pair_scripts = scripts_in("vm2");
+    let (pair_scripts, held) = kernel_scripts(scripts_in("vm2"), primary);
+    say_held(&vm_opts.series, &held);
     if !pair_scripts.is_empty() {
         say!(
             "running {} two-guest item(s), each in a linked pair of VMs",
@@ -523,7 +612,7 @@ fn run_pair_item(
     script: &Path,
     target_dir: &Path,
     matrix: &mut Vec<InteropRow>,
-    problems: &mut Vec<String>,
+    problems: &mut Problems,
 ) -> Result<bool> {
     let payload = format!(
         "# Generated by `cargo xtask test` (two-guest item {name}).
@@ -611,6 +700,14 @@ fn run_pair_item(
             statuses.join(", "),
             last.join(", ")
         ));
+        for r in vm::Role::BOTH {
+            let log = std::fs::read_to_string(pair_dir.join(r.name()).join("console.log"))
+                .unwrap_or_default();
+            problems.tails.push((
+                format!("[{}] {name}, guest {}", vm_opts.series, r.name()),
+                last_lines(&log, TAIL_LINES),
+            ));
+        }
     }
     if outcomes
         .iter()
@@ -619,4 +716,23 @@ fn run_pair_item(
         say!("warning: a guest kernel logged problems during {name} (see above)");
     }
     Ok(ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::last_lines;
+
+    #[test]
+    fn last_lines_keeps_the_end_and_cuts_long_lines() {
+        let log = (1..=40)
+            .map(|i| format!("line {i}"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let tail = last_lines(&log, 3);
+        assert_eq!(tail, "line 38\nline 39\nline 40");
+        assert_eq!(last_lines("a\nb", 30), "a\nb");
+        assert_eq!(last_lines("", 5), "");
+        let long = "x".repeat(500);
+        assert_eq!(last_lines(&long, 1).len(), 200);
+    }
 }
