@@ -23,7 +23,7 @@ use rverbs_abi::device::{
     QueryPortResp,
 };
 use rverbs_abi::Errno;
-use zerocopy::FromZeros;
+use zerocopy::{FromBytes, FromZeros};
 
 use crate::device::{Device, Guid};
 use crate::error::{Error, InvalidKind, Result};
@@ -196,14 +196,30 @@ impl Context {
         *self.inner.caps.get_or_init(|| caps)
     }
 
-    /// Queries port `port` (from 1).
+    /// Queries port `port` (from 1): one `UVERBS_METHOD_QUERY_PORT` ioctl,
+    /// which also answers [`PortAttr::port_cap_flags2`] (as libibverbs
+    /// asks), or the `write()` command where the kernel lacks the method.
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
-        let cmd = QueryPort {
-            port_num: port,
-            ..Default::default()
+        let driver_id = self.inner.device.driver().id().unwrap_or(0);
+        let attr = match crate::sys::cmd::query_port_ex(self.fd(), driver_id, port) {
+            Ok(buf) => {
+                let (raw, rest) = QueryPortResp::read_from_prefix(&buf)
+                    .map_err(|_| Error::Unusable("query_port: a short answer".into()))?;
+                PortAttr {
+                    raw,
+                    cap_flags2: u16::from_ne_bytes([rest[0], rest[1]]),
+                }
+            }
+            Err(e) if no_ioctl(e) => {
+                let cmd = QueryPort {
+                    port_num: port,
+                    ..Default::default()
+                };
+                let raw = exec(self.fd(), &cmd, &mut []).map_err(Error::kernel("query_port"))?;
+                PortAttr { raw, cap_flags2: 0 }
+            }
+            Err(e) => return Err(Error::kernel("query_port")(e)),
         };
-        let raw = exec(self.fd(), &cmd, &mut []).map_err(Error::kernel("query_port"))?;
-        let attr = PortAttr(raw);
         if let Some(c) = usize::from(port)
             .checked_sub(1)
             .and_then(|i| self.inner.link_layers.get(i))
@@ -226,8 +242,9 @@ impl Context {
         }
     }
 
-    /// The number of physical ports (kept with [`Context::caps`]).
-    pub(crate) fn phys_port_cnt(&self) -> Result<u8> {
+    /// The number of physical ports (`phys_port_cnt` of
+    /// [`Context::query_device`]), asked for once and kept.
+    pub fn phys_port_cnt(&self) -> Result<u8> {
         match self.caps().phys_port_cnt {
             0 => Ok(self.query_device()?.phys_port_cnt),
             n => Ok(n),
@@ -555,12 +572,15 @@ impl DeviceAttr {
 /// ([`abi::QueryPortResp`](crate::abi::QueryPortResp)); the methods decode
 /// the enums.
 #[derive(Debug, Clone, Copy)]
-pub struct PortAttr(QueryPortResp);
+pub struct PortAttr {
+    raw: QueryPortResp,
+    cap_flags2: u16,
+}
 
 impl Deref for PortAttr {
     type Target = QueryPortResp;
     fn deref(&self) -> &QueryPortResp {
-        &self.0
+        &self.raw
     }
 }
 
@@ -620,9 +640,16 @@ impl fmt::Display for LinkLayer {
 }
 
 impl PortAttr {
+    /// `port_cap_flags2`, the second capability word (`IBV_PORT_*_SUP`
+    /// bits), which only the kernel's `UVERBS_METHOD_QUERY_PORT` ioctl
+    /// reports: 0 where the kernel lacks it, as libibverbs reports it.
+    pub fn port_cap_flags2(&self) -> u16 {
+        self.cap_flags2
+    }
+
     /// Logical state.
     pub fn state(&self) -> PortState {
-        match self.0.state {
+        match self.raw.state {
             0 => PortState::Nop,
             1 => PortState::Down,
             2 => PortState::Init,
@@ -634,15 +661,15 @@ impl PortAttr {
     }
     /// Largest MTU the port supports.
     pub fn max_mtu(&self) -> Option<crate::qp::Mtu> {
-        crate::qp::Mtu::from_raw(self.0.max_mtu)
+        crate::qp::Mtu::from_raw(self.raw.max_mtu)
     }
     /// MTU in use.
     pub fn active_mtu(&self) -> Option<crate::qp::Mtu> {
-        crate::qp::Mtu::from_raw(self.0.active_mtu)
+        crate::qp::Mtu::from_raw(self.raw.active_mtu)
     }
     /// Link layer.
     pub fn link_layer(&self) -> LinkLayer {
-        match self.0.link_layer {
+        match self.raw.link_layer {
             rverbs_abi::device::IB_LINK_LAYER_INFINIBAND => LinkLayer::InfiniBand,
             rverbs_abi::device::IB_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
             _ => LinkLayer::Unspecified,
@@ -737,7 +764,10 @@ mod tests {
         let mut p = QueryPortResp::new_zeroed();
         p.gid_tbl_len = gid_tbl_len;
         p.link_layer = link_layer;
-        PortAttr(p)
+        PortAttr {
+            raw: p,
+            cap_flags2: 0,
+        }
     }
 
     #[test]

@@ -191,6 +191,10 @@ impl DmabufMr {
     pub fn lkey(&self) -> u32 {
         self.lkey
     }
+    /// The kernel's handle for the MR (`ibv_mr.handle`).
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
     /// Remote key, for peers.
     pub fn rkey(&self) -> u32 {
         self.rkey

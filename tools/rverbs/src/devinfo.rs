@@ -267,7 +267,7 @@ fn device_text(dev: &Device, ib_port: Option<u8>, verbose: bool) -> Result<Strin
         let _ = writeln!(o, "\t\t\tport_lmc:\t\t0x{:02x}", p.lmc);
         let _ = writeln!(o, "\t\t\tlink_layer:\t\t{}", link_layer_str(p.link_layer));
         if verbose {
-            let flags2 = ctx.port_cap_flags2(port).unwrap_or(0);
+            let flags2 = p.port_cap_flags2();
             let _ = writeln!(o, "\t\t\tmax_msg_sz:\t\t0x{:x}", p.max_msg_sz);
             let _ = writeln!(o, "\t\t\tport_cap_flags:\t\t0x{:08x}", p.port_cap_flags);
             let _ = writeln!(o, "\t\t\tport_cap_flags2:\t0x{flags2:04x}");
