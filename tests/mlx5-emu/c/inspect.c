@@ -8,6 +8,11 @@
  * runs the tool on itself (`$RVERBS_CLI`, without the emulator preloaded:
  * an outside tool) while it waits for it, paused, and checks the tool's
  * text and JSON answers name the reason.
+ *
+ * Run on our libibverbs.so.1 instead (`SCENARIO_OUR_LIBIBVERBS` set, as
+ * `cargo xtask mlx5` does for that run), the queues are rverbs' mlx5
+ * provider's, listed in its queue directory: the tool must then find all
+ * four (CQ, SRQ holding the one posted receive, RQ, SQ) in both forms.
  */
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -121,6 +126,25 @@ int main(void)
 	 * child) read us; elsewhere this fails harmlessly. */
 	(void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 
+	if (getenv("SCENARIO_OUR_LIBIBVERBS")) {
+		st = run_tool(cli, NULL, out, sizeof(out));
+		expect("inspect_text", st == 0, out);
+		expect("inspect_text", strstr(out, ": 4 mlx5 queues") != NULL, out);
+		expect("inspect_text", strstr(out, "RVERBS_MLX5_QUEUE_DIR_V") != NULL, out);
+		expect("inspect_text", strstr(out, "libibverbs.so.1: 4 of ") != NULL, out);
+		expect("inspect_text", strstr(out, "\n  CQ ") && strstr(out, "\n  SRQ ") &&
+		       strstr(out, "\n  RQ ") && strstr(out, "\n  SQ "), out);
+		pass("inspect_text");
+
+		st = run_tool(cli, "--json", out, sizeof(out));
+		expect("inspect_json", st == 0, out);
+		expect("inspect_json", strstr(out, "\"queues\": []") == NULL, out);
+		expect("inspect_json", strstr(out, "\"kind\": \"SRQ\"") != NULL, out);
+		expect("inspect_json", strstr(out, "cannot be inspected") == NULL, out);
+		pass("inspect_json");
+		goto destroy;
+	}
+
 	st = run_tool(cli, NULL, out, sizeof(out));
 	expect("inspect_text", st == 0, out);
 	expect("inspect_text", strstr(out, "mlx5 queues cannot be inspected") != NULL, out);
@@ -135,6 +159,7 @@ int main(void)
 	expect("inspect_json", strstr(out, "mlx5 queues cannot be inspected") != NULL, out);
 	pass("inspect_json");
 
+destroy:
 	check_ret("destroy", ibv_destroy_qp(qp));
 	check_ret("destroy", ibv_destroy_srq(srq));
 	check_ret("destroy", ibv_destroy_cq(cq));

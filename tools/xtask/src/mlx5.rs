@@ -368,7 +368,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 
     // The same tools on our libibverbs (verbs/ibverbs) instead of
     // rdma-core's: the same output.
-    match crate::ibverbs::build(target_dir, false) {
+    let ourlib = match crate::ibverbs::build(target_dir, false) {
         Ok(dir) => {
             for (label, tool, args, tcode, theirs) in &tool_outs {
                 let name = format!("rdma-core {label} {} on our libibverbs", args.join(" "));
@@ -385,6 +385,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
                 };
                 record(name, 0, verdict, &log);
             }
+            Some(dir)
         }
         Err(e) => {
             let log = logs.join("our-libibverbs.log");
@@ -395,8 +396,13 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
                 Err(format!("{e:#}")),
                 &log,
             );
+            None
         }
-    }
+    };
+    // What the scenario programs record on our libibverbs.
+    let ourlib_wqes = logs.join("wqe_seq.our-libibverbs.wqe");
+    let ourlib_cmds = logs.join("cmd_seq.our-libibverbs.cmd");
+    let ourlib_dmabuf = logs.join("dmabuf.our-libibverbs.cmd");
 
     // The scenario programs.
     let src_dir = ws.join("tests").join("mlx5-emu").join("c");
@@ -449,6 +455,40 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let steps = out.lines().filter(|l| l.starts_with("PASS ")).count();
         record(name, steps, check_program(&out, code), &log);
+
+        // The same program, unchanged, on our libibverbs.so.1 (rverbs'
+        // mlx5 provider under it): the same verdict, step for step.
+        let Some(dir) = &ourlib else { continue };
+        let log = logs.join(format!("{stem}.our-libibverbs.log"));
+        let mut c = Command::new(&exe);
+        preload_for(&mut c, &stem);
+        c.env("LD_LIBRARY_PATH", dir)
+            .env("SCENARIO_OUR_LIBIBVERBS", "1");
+        for (prog, var, file) in [
+            (WQE_SEQ_C, "MLX5_EMU_WQE_LOG", &ourlib_wqes),
+            (CMD_SEQ_C, "MLX5_EMU_CMD_LOG", &ourlib_cmds),
+            (DMABUF_C, "MLX5_EMU_CMD_LOG", &ourlib_dmabuf),
+        ] {
+            if stem == prog {
+                let _ = fs::remove_file(file);
+                c.env(var, file);
+            }
+        }
+        let (ocode, oout) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
+        let osteps = oout.lines().filter(|l| l.starts_with("PASS ")).count();
+        let verdict = check_program(&oout, ocode).and_then(|d| {
+            if osteps == steps {
+                Ok(format!("{d}, as on rdma-core"))
+            } else {
+                Err(format!("{osteps} steps passed, {steps} on rdma-core"))
+            }
+        });
+        record(
+            format!("C program {stem} on our libibverbs"),
+            0,
+            verdict,
+            &log,
+        );
     }
 
     // The same scenarios through our own provider.
@@ -461,8 +501,44 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         record_in(group, name, verdict, &log);
     }
 
+    // The same programs' commands, WQEs and dmabuf ioctls through our
+    // libibverbs against libmlx5's.
+    if ourlib.is_some() {
+        for (what, (group, verdict, log)) in [
+            (
+                "commands: libmlx5 against our libibverbs (cmd_seq.c)",
+                compare_cmds(
+                    &theirs_cmds,
+                    &ourlib_cmds,
+                    &logs,
+                    "cmd_compare.our-libibverbs.log",
+                ),
+            ),
+            (
+                "WQE bytes: libmlx5 against our libibverbs (wqe_seq.c)",
+                compare_wqes(
+                    &theirs_wqes,
+                    &ourlib_wqes,
+                    &logs,
+                    "wqe_compare.our-libibverbs.log",
+                ),
+            ),
+            (
+                "dmabuf ioctls: libibverbs against ours (dmabuf.c)",
+                compare_ioctls(
+                    &theirs_dmabuf,
+                    &ourlib_dmabuf,
+                    &logs,
+                    "ioctl_compare.our-libibverbs.log",
+                ),
+            ),
+        ] {
+            record_in(group, what.into(), verdict, &log);
+        }
+    }
+
     // The commands both sent for the same sequence of verbs.
-    let (group, verdict, log) = compare_cmds(&theirs_cmds, &ours_cmds, &logs);
+    let (group, verdict, log) = compare_cmds(&theirs_cmds, &ours_cmds, &logs, "cmd_compare.log");
     record_in(
         group,
         "commands: libmlx5 against our provider".into(),
@@ -471,7 +547,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     );
 
     // The WQEs both wrote for the same sequence.
-    let (group, verdict, log) = compare_wqes(&theirs_wqes, &ours_wqes, &logs);
+    let (group, verdict, log) = compare_wqes(&theirs_wqes, &ours_wqes, &logs, "wqe_compare.log");
     record_in(
         group,
         "WQE bytes: libmlx5 against our provider".into(),
@@ -480,7 +556,8 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     );
 
     // The REG_DMABUF_MR ioctls both made for the same registrations.
-    let (group, verdict, log) = compare_ioctls(&theirs_dmabuf, &ours_dmabuf, &logs);
+    let (group, verdict, log) =
+        compare_ioctls(&theirs_dmabuf, &ours_dmabuf, &logs, "ioctl_compare.log");
     record_in(
         group,
         "dmabuf ioctls: libibverbs against ours".into(),
@@ -696,14 +773,15 @@ fn read_logs<L>(
 }
 
 /// Compares the two WQE logs, writing the full report (the rules, then
-/// every mismatch) to `logs/wqe_compare.log`. Fails when a log is missing
+/// every mismatch) to `logs/<log_name>`. Fails when a log is missing
 /// or empty, or anything differs.
 fn compare_wqes(
     theirs: &Path,
     ours: &Path,
     logs: &Path,
+    log_name: &str,
 ) -> (Group, std::result::Result<String, String>, PathBuf) {
-    let log = logs.join("wqe_compare.log");
+    let log = logs.join(log_name);
     let none = Group::Compare {
         compared: 0,
         identical: 0,
@@ -753,14 +831,15 @@ fn compare_wqes(
 }
 
 /// Compares the two command logs, writing the full report (the rules, the
-/// differences, libmlx5's sequence) to `logs/cmd_compare.log`. Fails when
+/// differences, libmlx5's sequence) to `logs/<log_name>`. Fails when
 /// a log is missing or empty, or anything differs.
 fn compare_cmds(
     theirs: &Path,
     ours: &Path,
     logs: &Path,
+    log_name: &str,
 ) -> (Group, std::result::Result<String, String>, PathBuf) {
-    let log = logs.join("cmd_compare.log");
+    let log = logs.join(log_name);
     let none = Group::Commands {
         compared: 0,
         identical: 0,
@@ -804,13 +883,14 @@ fn compare_cmds(
 
 /// Compares the REG_DMABUF_MR calls of the two command logs
 /// ([`ioctl_compare`]), writing both lists and the verdict to
-/// `logs/ioctl_compare.log`.
+/// `logs/<log_name>`.
 fn compare_ioctls(
     theirs: &Path,
     ours: &Path,
     logs: &Path,
+    log_name: &str,
 ) -> (Group, std::result::Result<String, String>, PathBuf) {
-    let log = logs.join("ioctl_compare.log");
+    let log = logs.join(log_name);
     let t = fs::read_to_string(theirs).unwrap_or_default();
     let o = fs::read_to_string(ours).unwrap_or_default();
     let r = ioctl_compare::compare(&t, &o);

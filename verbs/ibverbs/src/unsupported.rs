@@ -2,9 +2,8 @@
 //! every program built against rdma-core loads (its consumers bind every
 //! symbol at load time) and a call fails as libibverbs fails for a
 //! provider without the verb: a constructor returns NULL with errno
-//! `EOPNOTSUPP`; a verb that returns an errno returns `EOPNOTSUPP`; one
-//! that returns -1 sets errno. None of them reads its arguments, so none
-//! needs `unsafe`.
+//! `EOPNOTSUPP`; a verb that returns an errno returns `EOPNOTSUPP`. None
+//! of them reads its arguments, so none needs `unsafe`.
 //!
 //! rdma-core's private `IBVERBS_PRIVATE_34` symbols are here only so that
 //! its provider libraries (libmlx5, libefa, which pyverbs' provider
@@ -22,12 +21,6 @@ use crate::ffi::set_errno;
 fn null() -> *mut c_void {
     set_errno(libc::EOPNOTSUPP);
     ptr::null_mut()
-}
-
-/// -1 with errno `EOPNOTSUPP`.
-fn minus_one() -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    -1
 }
 
 /// Exported functions that fail with NULL and errno `EOPNOTSUPP`.
@@ -55,18 +48,6 @@ macro_rules! returns_errno {
     )*};
 }
 
-/// Exported functions that return -1 with errno `EOPNOTSUPP`.
-macro_rules! returns_minus_one {
-    ($($name:ident($($arg:ident: $t:ty),*);)*) => {$(
-        #[doc = concat!("`", stringify!($name), "`: not implemented yet; -1 with errno `EOPNOTSUPP`.")]
-        #[no_mangle]
-        pub extern "C" fn $name($($arg: $t),*) -> c_int {
-            $(let _ = $arg;)*
-            minus_one()
-        }
-    )*};
-}
-
 /// Exported functions with nothing to return and nothing to do here.
 macro_rules! does_nothing {
     ($($name:ident($($arg:ident: $t:ty),*);)*) => {$(
@@ -81,7 +62,6 @@ macro_rules! does_nothing {
 type P = *mut c_void;
 
 returns_null! {
-    ibv_reg_dmabuf_mr(pd: P, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int);
     ibv_import_device(cmd_fd: c_int);
     ibv_import_pd(context: P, pd_handle: u32);
     ibv_import_mr(pd: P, mr_handle: u32);
@@ -158,12 +138,7 @@ returns_errno! {
     ibv_cmd_resize_cq(cq: P, cqe: c_int, cmd: P, cmd_size: usize, resp: P, resp_size: usize);
 }
 
-returns_minus_one! {
-    ibv_get_async_event(context: P, event: P);
-}
-
 does_nothing! {
-    ibv_ack_async_event(event: P);
     ibv_unimport_pd(pd: P);
     ibv_unimport_mr(mr: P);
     ibv_unimport_dm(dm: P);

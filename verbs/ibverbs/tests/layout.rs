@@ -15,6 +15,7 @@ use rverbs_ibverbs::ffi::qp::{
     WrAtomic, WrRdma, WrUd,
 };
 use rverbs_ibverbs::ffi::qp_ex::{IbvDataBuf, IbvQpEx, IbvQpInitAttrEx, IbvRxHashConf};
+use rverbs_ibverbs::ffi::event::IbvAsyncEvent;
 use rverbs_ibverbs::ffi::{
     CqModerationCaps, IbvContext, IbvContextOps, IbvDevice, IbvDeviceAttr, IbvDeviceAttrEx,
     IbvGidEntry, IbvPortAttr, IbvPortAttrCompat, OdpCaps, PacketPacingCaps, PciAtomicCaps, RssCaps,
@@ -267,6 +268,9 @@ fn entries() -> Vec<Entry> {
         ]),
         entry!(rverbs::Sge, "struct ibv_sge", "sizeof(struct ibv_sge)", [
             addr => "addr", length => "length", lkey => "lkey",
+        ]),
+        entry!(IbvAsyncEvent, "struct ibv_async_event", "sizeof(struct ibv_async_event)", [
+            element => "element", event_type => "event_type",
         ]),
         entry!(IbvGidEntry, "struct ibv_gid_entry", "sizeof(struct ibv_gid_entry)", [
             gid => "gid", gid_index => "gid_index", port_num => "port_num",

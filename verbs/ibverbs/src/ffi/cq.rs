@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use rverbs::{CompChannel, Cq, CqFlags, CqInitAttr, EventId, Wc};
 
-use super::{context_rec, errno_of, guard, lock, null_with, set_errno, IbvContext};
+use super::{context_rec, errno_of, guard, is_nonblocking, lock, null_with, set_errno, IbvContext};
 
 /// `ibv_context_ops.poll_cq`.
 pub type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut Wc) -> c_int;
@@ -335,6 +335,7 @@ fn new_cq(
         current: UnsafeCell::new(Wc::default()),
     });
     let rec = Box::into_raw(rec);
+    super::event::track(context, id, rec as usize);
     if let Some(chan) = chan {
         chan.users.fetch_add(1, Ordering::Relaxed);
         lock(&chan.cqs).push((id, rec as usize));
@@ -562,6 +563,8 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
         if rec.users.load(Ordering::Relaxed) != 0 {
             return libc::EBUSY;
         }
+        // Waits until its async events handed out were acknowledged.
+        super::event::untrack(cq as usize);
         // SAFETY: a CQ's channel outlives it (ibv_destroy_comp_channel
         // refuses while this CQ counts).
         if let Some(chan) = unsafe { channel_rec(rec.channel) } {
@@ -639,13 +642,6 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             return 0;
         }
     })
-}
-
-/// Whether `fd` has `O_NONBLOCK`.
-fn is_nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL reads only the flags of the (open) channel fd.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    flags >= 0 && flags & libc::O_NONBLOCK != 0
 }
 
 /// `ibv_ack_cq_events`: counts `nevents` events of `cq` acknowledged.

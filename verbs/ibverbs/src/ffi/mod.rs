@@ -16,6 +16,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use rverbs::{Context, Device, WcStatus};
 
 pub mod cq;
+pub mod event;
 pub mod pd;
 pub mod qp;
 pub mod qp_ex;
@@ -397,6 +398,14 @@ pub(crate) fn errno_of(e: &rverbs::Error) -> c_int {
     }
 }
 
+/// Whether `fd` has `O_NONBLOCK` (a program may set it on a channel's or
+/// the context's event fd to poll it).
+pub(crate) fn is_nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL only reads the flags of the fd.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
+
 /// Copies `s` into a C char array, truncated to leave its NUL.
 fn copy_str<const N: usize>(dst: &mut [c_char; N], s: &str) {
     *dst = [0; N];
@@ -666,6 +675,7 @@ pub unsafe extern "C" fn ibv_close_device(context: *mut IbvContext) -> c_int {
         };
         let (_, rec) = open.swap_remove(i);
         drop(open);
+        event::forget_context(context);
         // SAFETY: `rec` came from Box::into_raw in ibv_open_device and was
         // still open (now removed, so it is freed once); the caller makes
         // no other call on it (the function's contract).
@@ -813,7 +823,7 @@ fn port_attr_of(ctx: &Context, port: u8) -> Result<IbvPortAttr, c_int> {
             flags: p.flags,
         },
         // 0 where the kernel lacks the ioctl, as libibverbs leaves it.
-        port_cap_flags2: ctx.port_cap_flags2(port).unwrap_or(0),
+        port_cap_flags2: p.port_cap_flags2(),
     })
 }
 
@@ -1301,9 +1311,92 @@ pub extern "C" fn ibv_wc_status_str(status: c_int) -> *const c_char {
     })
 }
 
+/// The string at index `v` of `table`, or "unknown".
+fn str_at(table: &'static [&'static CStr], v: c_int) -> *const c_char {
+    usize::try_from(v)
+        .ok()
+        .and_then(|i| table.get(i))
+        .map_or(c"unknown".as_ptr(), |s| s.as_ptr())
+}
+
+/// `ibv_event_type_str`: a static description of an async event type
+/// ("unknown" for a value libibverbs does not name).
+#[no_mangle]
+pub extern "C" fn ibv_event_type_str(event: c_int) -> *const c_char {
+    const T: &[&CStr] = &[
+        c"CQ error (overrun or failure)",
+        c"QP fatal error",
+        c"QP invalid request error",
+        c"QP access violation",
+        c"communication established",
+        c"send queue drained",
+        c"path migration done",
+        c"path migration failed",
+        c"device fatal error",
+        c"port became active",
+        c"port error",
+        c"LID changed",
+        c"P_Key table changed",
+        c"subnet manager changed",
+        c"SRQ error",
+        c"SRQ limit reached",
+        c"last WQE reached",
+        c"client re-registration requested",
+        c"GID table changed",
+        c"WQ fatal error",
+    ];
+    str_at(T, event)
+}
+
+/// `ibv_node_type_str`: a static description of a node type.
+#[no_mangle]
+pub extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
+    // IBV_NODE_CA is 1; -1 (IBV_NODE_UNKNOWN) and 0 are not named.
+    const T: &[&CStr] = &[
+        c"unknown",
+        c"InfiniBand channel adapter (CA)",
+        c"InfiniBand switch",
+        c"InfiniBand router",
+        c"iWARP RNIC",
+        c"usNIC",
+        c"usNIC over UDP",
+        c"unspecified",
+    ];
+    str_at(T, node_type)
+}
+
+/// `ibv_port_state_str`: a static description of a port state.
+#[no_mangle]
+pub extern "C" fn ibv_port_state_str(port_state: c_int) -> *const c_char {
+    const T: &[&CStr] = &[
+        c"no change (NOP)",
+        c"down",
+        c"initializing",
+        c"armed",
+        c"active",
+        c"active, deferred",
+    ];
+    str_at(T, port_state)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_helpers_name_known_values_and_say_unknown_otherwise() {
+        // SAFETY: the helpers return static NUL-terminated strings.
+        let s = |p: *const c_char| unsafe { CStr::from_ptr(p) }.to_str().unwrap();
+        assert_eq!(s(ibv_event_type_str(4)), "communication established");
+        assert_eq!(s(ibv_event_type_str(19)), "WQ fatal error");
+        assert_eq!(s(ibv_event_type_str(20)), "unknown");
+        assert_eq!(s(ibv_event_type_str(-1)), "unknown");
+        assert_eq!(s(ibv_node_type_str(1)), "InfiniBand channel adapter (CA)");
+        assert_eq!(s(ibv_node_type_str(-1)), "unknown");
+        assert_eq!(s(ibv_node_type_str(8)), "unknown");
+        assert_eq!(s(ibv_port_state_str(4)), "active");
+        assert_eq!(s(ibv_port_state_str(6)), "unknown");
+    }
 
     #[test]
     fn foreign_pointers_are_refused_not_followed() {

@@ -8,10 +8,11 @@
 //! libibverbs) while any remains.
 
 use std::ffi::{c_int, c_void};
+use std::os::fd::BorrowedFd;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use rverbs::{AccessFlags, Mr, Pd};
+use rverbs::{AccessFlags, DmabufMr, Mr, Pd};
 
 use super::{context_rec, errno_of, guard, null_with, set_errno, IbvContext};
 
@@ -69,7 +70,15 @@ impl PdRec {
 struct MrRec {
     c: IbvMr,
     /// `None` only while `ibv_dereg_mr` runs.
-    mr: Option<Mr<rverbs::Raw>>,
+    reg: Option<Reg>,
+}
+
+/// What an MR registers.
+enum Reg {
+    /// Process memory (`ibv_reg_mr` and its forms).
+    Mem(Mr<rverbs::Raw>),
+    /// A dma-buf (`ibv_reg_dmabuf_mr`).
+    Dmabuf(DmabufMr),
 }
 
 /// The record behind a PD pointer.
@@ -173,7 +182,11 @@ fn reg_mr(
         lkey: mr.lkey(),
         rkey: mr.rkey(),
     };
-    Ok(Box::into_raw(Box::new(MrRec { c, mr: Some(mr) })).cast::<IbvMr>())
+    Ok(Box::into_raw(Box::new(MrRec {
+        c,
+        reg: Some(Reg::Mem(mr)),
+    }))
+    .cast::<IbvMr>())
 }
 
 impl PdRec {
@@ -220,6 +233,66 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     })
 }
 
+/// `ibv_reg_dmabuf_mr`: registers `length` bytes of the dma-buf `fd` from
+/// `offset` on, addressed from `iova`; the MR (its `addr` is `iova`, as
+/// libibverbs sets it), or NULL with errno. The fd is only read during
+/// the call: the kernel holds the dma-buf while it is registered. rxe has
+/// no dmabuf registration (`EOPNOTSUPP`).
+///
+/// # Safety
+/// `pd` is a live PD of this library.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    pd: *mut IbvPd,
+    offset: u64,
+    length: usize,
+    iova: u64,
+    fd: c_int,
+    access: c_int,
+) -> *mut IbvMr {
+    guard(ptr::null_mut(), || {
+        // SAFETY: libibverbs' contract: `pd` is a live PD of this library.
+        let Some(rec) = (unsafe { pd_rec(pd) }) else {
+            return null_with(libc::EINVAL);
+        };
+        if fd < 0 {
+            return null_with(libc::EBADF);
+        }
+        let Some(access) = u32::try_from(access)
+            .ok()
+            .and_then(|a| AccessFlags::from_bits(a & !ACCESS_OPTIONAL_RANGE))
+        else {
+            return null_with(libc::EINVAL);
+        };
+        // SAFETY: `fd` is not -1; it is only passed to the kernel during
+        // this call, which answers EBADF for one that is not open (no Rust
+        // object owns or closes it).
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        let d = match rec
+            .pd
+            .reg_dmabuf_mr(borrowed, offset, length as u64, iova, access)
+        {
+            Ok(d) => d,
+            Err(e) => return null_with(errno_of(&e)),
+        };
+        rec.hold();
+        let c = IbvMr {
+            context: rec.c_context(),
+            pd,
+            addr: offset as usize as *mut c_void,
+            length,
+            handle: d.handle(),
+            lkey: d.lkey(),
+            rkey: d.rkey(),
+        };
+        Box::into_raw(Box::new(MrRec {
+            c,
+            reg: Some(Reg::Dmabuf(d)),
+        }))
+        .cast::<IbvMr>()
+    })
+}
+
 /// `ibv_dereg_mr`: 0, or the errno (the MR stays registered and valid
 /// then, as with libibverbs).
 ///
@@ -235,11 +308,17 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
         // SAFETY: `mr` is the first field of a live MrRec boxed by
         // reg_mr (the contract), which no other call uses meanwhile.
         let rec = unsafe { &mut *mr.cast::<MrRec>() };
-        let Some(inner) = rec.mr.take() else {
-            return libc::EINVAL;
+        let deregistered = match rec.reg.take() {
+            None => return libc::EINVAL,
+            // Dropping it deregisters it; the dma-buf is its exporter's.
+            Some(Reg::Dmabuf(d)) => {
+                drop(d);
+                Ok(())
+            }
+            Some(Reg::Mem(inner)) => inner.deregister_raw().map(drop),
         };
-        match inner.deregister_raw() {
-            Ok(_) => {
+        match deregistered {
+            Ok(()) => {
                 // SAFETY: the PD outlives its MRs (ibv_dealloc_pd refuses
                 // while this one is counted).
                 if let Some(pd) = unsafe { pd_rec(rec.c.pd) } {
@@ -253,7 +332,7 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int {
             Err(e) => {
                 // Still registered: the program's pointer stays valid.
                 let errno = errno_of(&e.error);
-                rec.mr = Some(e.mr);
+                rec.reg = Some(Reg::Mem(e.mr));
                 errno
             }
         }
@@ -301,8 +380,11 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         }
         // SAFETY: a live MrRec (the contract), used by this call alone.
         let rec = unsafe { &mut *mr.cast::<MrRec>() };
-        let Some(inner) = rec.mr.as_mut() else {
-            return fail(REREG_ERR_INPUT, libc::EINVAL);
+        let inner = match rec.reg.as_mut() {
+            Some(Reg::Mem(m)) => m,
+            // The kernel re-registers memory only, not a dma-buf region.
+            Some(Reg::Dmabuf(_)) => return fail(REREG_ERR_CMD, libc::EOPNOTSUPP),
+            None => return fail(REREG_ERR_INPUT, libc::EINVAL),
         };
         if flags & REREG_TRANSLATION != 0 {
             return fail(REREG_ERR_CMD, libc::EOPNOTSUPP);

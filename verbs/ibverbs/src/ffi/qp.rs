@@ -724,6 +724,7 @@ pub(super) unsafe fn new_qp(
         }
     };
     let qp = made.map_err(|e| errno_of(&e))?;
+    let id = qp.event_id();
     let granted = qp.cap();
     attr.cap = cap_c(QpCap {
         // With an SRQ the QP has no receive queue of its own.
@@ -772,7 +773,9 @@ pub(super) unsafe fn new_qp(
         pending: UnsafeCell::new(pending),
         qp: Mutex::new(qp),
     });
-    Ok(Box::into_raw(rec))
+    let rec = Box::into_raw(rec);
+    super::event::track(pdr.c_context(), id, rec as usize);
+    Ok(rec)
 }
 
 /// `ibv_destroy_qp`: 0, or the errno.
@@ -786,6 +789,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
         if qp.is_null() {
             return libc::EINVAL;
         }
+        // Waits until its async events handed out were acknowledged.
+        super::event::untrack(qp as usize);
         // SAFETY: from Box::into_raw in ibv_create_qp; the caller makes no
         // other call on it.
         let rec = unsafe { Box::from_raw(qp.cast::<QpRec>()) };
@@ -1068,6 +1073,7 @@ pub unsafe extern "C" fn ibv_create_srq(
         };
         attr.attr.max_wr = srq.max_wr();
         attr.attr.max_sge = srq.max_sge();
+        let id = srq.event_id();
         pdr.hold();
         let rec = Box::new(SrqRec {
             c: IbvSrq {
@@ -1082,7 +1088,9 @@ pub unsafe extern "C" fn ibv_create_srq(
             srq: Mutex::new(srq),
             users: AtomicUsize::new(0),
         });
-        Box::into_raw(rec).cast::<IbvSrq>()
+        let rec = Box::into_raw(rec);
+        super::event::track(pdr.c_context(), id, rec as usize);
+        rec.cast::<IbvSrq>()
     })
 }
 
@@ -1101,6 +1109,8 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut IbvSrq) -> c_int {
         if rec.users.load(Ordering::Relaxed) != 0 {
             return libc::EBUSY;
         }
+        // Waits until its async events handed out were acknowledged.
+        super::event::untrack(srq as usize);
         // SAFETY: the PD outlives the SRQ.
         if let Some(p) = unsafe { pd_rec(rec.c.pd) } {
             p.release();
@@ -1182,7 +1192,21 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr) 
 fn new_ah(pd: *mut IbvPd, pdr: &PdRec, attr: &AhAttr) -> *mut IbvAh {
     let ah = match pdr.pd.create_ah(attr) {
         Ok(ah) => ah,
-        Err(e) => return null_with(errno_of(&e)),
+        Err(e) => {
+            let port_ok = pdr
+                .pd
+                .context()
+                .phys_port_cnt()
+                .is_ok_and(|n| (1..=n).contains(&attr.port_num));
+            return null_with(match e.invalid_kind() {
+                // No GID at the source index of an existing port: what
+                // libibverbs' GID-type lookup answers (ENODATA).
+                Some(rverbs::InvalidKind::NotPresent) if attr.grh.is_some() && port_ok => {
+                    libc::ENODATA
+                }
+                _ => errno_of(&e),
+            });
+        }
     };
     pdr.hold();
     let rec = Box::new(AhRec {
@@ -1215,11 +1239,88 @@ pub unsafe extern "C" fn ibv_create_ah(pd: *mut IbvPd, attr: *mut IbvAhAttr) -> 
 /// libibverbs' `IBV_WC_GRH`.
 const IBV_WC_GRH: u32 = 1 << 0;
 
+/// The address that answers the sender of the UD receive `wc` (whose
+/// buffer began with the 40 bytes at `grh`) from port `port_num`:
+/// destination the sender's GID, source the GID the datagram was sent to
+/// (its index found in the port's table, RoCE v2 preferred), as libibverbs
+/// builds it; or the errno.
+///
+/// # Safety
+/// `wc` points to a readable `struct ibv_wc`; `grh` to 40 readable bytes
+/// when the completion has a GRH.
+unsafe fn ah_attr_from_wc(
+    ctx: &rverbs::Context,
+    port_num: u8,
+    wc: *const rverbs::Wc,
+    grh: *const u8,
+) -> Result<AhAttr, c_int> {
+    // SAFETY: NULL or readable (the contract).
+    let wc = unsafe { wc.as_ref() }.ok_or(libc::EINVAL)?;
+    let raw = wc.raw();
+    let mut attr = if raw.wc_flags & IBV_WC_GRH != 0 {
+        if grh.is_null() {
+            return Err(libc::EINVAL);
+        }
+        // SAFETY: 40 readable bytes at `grh` (the contract), only read.
+        let bytes = unsafe { std::slice::from_raw_parts(grh, rverbs::Grh::LEN) };
+        rverbs::Grh::parse(bytes)
+            .and_then(|g| g.reply_attr(ctx, port_num))
+            .map_err(|e| errno_of(&e))?
+    } else {
+        AhAttr {
+            port_num,
+            ..AhAttr::default()
+        }
+    };
+    attr.dlid = raw.slid;
+    attr.sl = raw.sl;
+    attr.src_path_bits = raw.dlid_path_bits;
+    Ok(attr)
+}
+
+/// `ibv_init_ah_from_wc` (`IBVERBS_1.1`): fills `ah_attr` with the address
+/// that answers the sender of the UD receive `wc` (see
+/// `ibv_create_ah_from_wc`): 0, or -1 with errno.
+///
+/// # Safety
+/// `context` is a context of this library; `wc` points to a readable
+/// `struct ibv_wc`, `grh` to 40 readable bytes when the completion has a
+/// GRH, `ah_attr` to a writable `struct ibv_ah_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    context: *mut super::IbvContext,
+    port_num: u8,
+    wc: *const rverbs::Wc,
+    grh: *const u8,
+    ah_attr: *mut IbvAhAttr,
+) -> c_int {
+    guard(-1, || {
+        let Some(rec) = super::context_rec(context) else {
+            super::set_errno(libc::EINVAL);
+            return -1;
+        };
+        if ah_attr.is_null() {
+            super::set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { ah_attr_from_wc(&rec.ctx, port_num, wc, grh) } {
+            Ok(attr) => {
+                // SAFETY: writable (the contract).
+                unsafe { ah_attr.write(ah_attr_c(&attr)) };
+                0
+            }
+            Err(e) => {
+                super::set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
 /// `ibv_create_ah_from_wc`: an address handle to answer the sender of
-/// the UD receive `wc` (whose buffer began with the 40 bytes at `grh`)
-/// from port `port_num`, or NULL with errno: destination the sender's
-/// GID, source the GID the datagram was sent to (its index found in the
-/// port's table, RoCE v2 preferred), as libibverbs builds it.
+/// the UD receive `wc` from port `port_num` (see `ibv_init_ah_from_wc`),
+/// or NULL with errno.
 ///
 /// # Safety
 /// `pd` is a live PD of this library; `wc` points to a readable `struct
@@ -1233,32 +1334,14 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 ) -> *mut IbvAh {
     guard(ptr::null_mut(), || {
         // SAFETY: forwarded from this function's contract.
-        let (Some(pdr), Some(wc)) = (unsafe { pd_rec(pd) }, unsafe { wc.as_ref() }) else {
+        let Some(pdr) = (unsafe { pd_rec(pd) }) else {
             return null_with(libc::EINVAL);
         };
-        let raw = wc.raw();
-        let mut attr = if raw.wc_flags & IBV_WC_GRH != 0 {
-            if grh.is_null() {
-                return null_with(libc::EINVAL);
-            }
-            // SAFETY: 40 readable bytes at `grh` (the contract), only read.
-            let bytes = unsafe { std::slice::from_raw_parts(grh, rverbs::Grh::LEN) };
-            let reply =
-                rverbs::Grh::parse(bytes).and_then(|g| g.reply_attr(pdr.pd.context(), port_num));
-            match reply {
-                Ok(a) => a,
-                Err(e) => return null_with(errno_of(&e)),
-            }
-        } else {
-            AhAttr {
-                port_num,
-                ..AhAttr::default()
-            }
-        };
-        attr.dlid = raw.slid;
-        attr.sl = raw.sl;
-        attr.src_path_bits = raw.dlid_path_bits;
-        new_ah(pd, pdr, &attr)
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { ah_attr_from_wc(pdr.pd.context(), port_num, wc, grh) } {
+            Ok(attr) => new_ah(pd, pdr, &attr),
+            Err(e) => null_with(e),
+        }
     })
 }
 
