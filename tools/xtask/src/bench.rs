@@ -9,7 +9,9 @@
 //!    confirms that our probe and `rverbs` do not touch libibverbs and that
 //!    the C probe does (so the comparison really is against rdma-core).
 //! 2. In one guest: `valgrind --tool=callgrind` runs both probes
-//!    (`verbs/examples/postpoll.rs` and the C one) for each probe mode,
+//!    (`verbs/examples/postpoll.rs` and the C one, the C one twice: on
+//!    rdma-core's libibverbs and on ours, `verbs/ibverbs`, the C ABI's
+//!    rows) for each probe mode,
 //!    counting only the functions named `*measured_*` (the post and the
 //!    poll calls, everything below them included; user space only, as
 //!    callgrind cannot see the kernel, and both sides make the same
@@ -265,6 +267,9 @@ fn perf_cases() -> Vec<PerfCase> {
 struct Binaries {
     probe_rs: PathBuf,
     probe_c: PathBuf,
+    /// Our libibverbs.so.1 (release), on which the C probe runs a second
+    /// time: the C ABI's rows.
+    ourlib: PathBuf,
     regmr_rs: PathBuf,
     regmr_c: PathBuf,
     scale_rs: PathBuf,
@@ -294,6 +299,8 @@ fn build(target: &Path) -> Result<Binaries> {
             .arg("-libverbs"),
     )
     .context("compiling tools/bench/postpoll.c against libibverbs (libibverbs-dev)")?;
+    say!("building our libibverbs.so.1 (release), for the C probe's second run");
+    let ourlib = crate::ibverbs::build(target, true)?;
     let regmr_c = bench_dir.join("regmr-c");
     util::run(
         Command::new("cc")
@@ -315,6 +322,7 @@ fn build(target: &Path) -> Result<Binaries> {
     Ok(Binaries {
         probe_rs: release.join("examples/postpoll"),
         probe_c,
+        ourlib,
         regmr_rs: release.join("examples/regmr"),
         regmr_c,
         scale_rs: release.join("examples/scale"),
@@ -386,8 +394,17 @@ fn check_linkage(b: &Binaries) -> Result<()> {
 /// A file name in the run folder: `family` is "" for the rxe probes in
 /// the guest and "mlx5-" for the ones on the emulated ConnectX-5.
 fn probe_name(family: &str, tool: Tool, mode: &str) -> String {
-    format!("{family}cg-{}-{mode}", tool.tag())
+    probe_file(family, tool.tag(), mode)
 }
+
+/// The file stem of a probe run: `family`, then `cg-`, the side's tag
+/// ([`Tool::tag`], or [`OURLIB`]) and the mode.
+fn probe_file(family: &str, tag: &str, mode: &str) -> String {
+    format!("{family}cg-{tag}-{mode}")
+}
+
+/// The tag of the C probe's run on our libibverbs.so.1.
+const OURLIB: &str = "ourlib";
 
 fn perf_name(case: usize, tool: Tool, repeat: u32) -> String {
     format!("perf-{case}-{}-r{repeat}", tool.tag())
@@ -417,13 +434,19 @@ fn payload(
         s,
         "wait_listen() {{ i=0; while ! listening \"$1\"; do i=$((i + 1)); [ $i -gt 400 ] && return 1; sleep 0.05; done; }}"
     )?;
+    let ourlib_env = format!("env LD_LIBRARY_PATH={} ", q(&b.ourlib)?);
     for p in PROBES {
-        for (tool, bin) in [(Tool::Rverbs, &b.probe_rs), (Tool::RdmaCore, &b.probe_c)] {
-            let name = probe_name("", tool, p.mode);
-            writeln!(s, "echo \"bench: callgrind {} {}\"", tool.tag(), p.mode)?;
+        for (tag, env, bin) in [
+            (Tool::Rverbs.tag(), "", &b.probe_rs),
+            (Tool::RdmaCore.tag(), "", &b.probe_c),
+            // The same C probe on our libibverbs.so.1.
+            (OURLIB, ourlib_env.as_str(), &b.probe_c),
+        ] {
+            let name = probe_file("", tag, p.mode);
+            writeln!(s, "echo \"bench: callgrind {tag} {}\"", p.mode)?;
             writeln!(
                 s,
-                "timeout {PROBE_LIMIT_SECS} valgrind --tool=callgrind --collect-atstart=no \
+                "timeout {PROBE_LIMIT_SECS} {env}valgrind --tool=callgrind --collect-atstart=no \
                  '--toggle-collect=*measured_*' --callgrind-out-file=\"$OUT/{name}.out\" \
                  {} {} {} {DEVICE} {GID_INDEX} >\"$OUT/{name}.log\" 2>&1; echo $? >\"$OUT/{name}.status\"",
                 q(bin)?,
@@ -548,11 +571,19 @@ fn mlx5_probes(
     let sysfs = target.join("bench").join("mlx5-sysfs");
     let _ = std::fs::remove_dir_all(&sysfs);
     for p in PROBES {
-        for (tool, bin) in [(Tool::Rverbs, &b.probe_rs), (Tool::RdmaCore, &b.probe_c)] {
-            let name = probe_name("mlx5-", tool, p.mode);
-            say!("mlx5: callgrind {} {}", tool.tag(), p.mode);
+        for (tag, ourlib, bin) in [
+            (Tool::Rverbs.tag(), false, &b.probe_rs),
+            (Tool::RdmaCore.tag(), false, &b.probe_c),
+            (OURLIB, true, &b.probe_c),
+        ] {
+            let name = probe_file("mlx5-", tag, p.mode);
+            say!("mlx5: callgrind {tag} {}", p.mode);
             let log = std::fs::File::create(out.join(format!("{name}.log")))?;
-            let status = Command::new("timeout")
+            let mut cmd = Command::new("timeout");
+            if ourlib {
+                cmd.env("LD_LIBRARY_PATH", &b.ourlib);
+            }
+            let status = cmd
                 .arg(PROBE_LIMIT_SECS.to_string())
                 .args(["valgrind", "--tool=callgrind", "--collect-atstart=no"])
                 .arg("--toggle-collect=*measured_*")
@@ -590,35 +621,107 @@ fn read_probes(out: &Path, family: &str, iters: u32) -> Vec<ProbeResult<'static>
         .map(|p| {
             (
                 p,
-                read_probe(out, family, Tool::Rverbs, p, iters),
-                read_probe(out, family, Tool::RdmaCore, p, iters),
+                read_probe(out, family, Tool::Rverbs.tag(), p, iters),
+                read_probe(out, family, Tool::RdmaCore.tag(), p, iters),
             )
         })
         .collect()
 }
 
+/// The C probe's counts of one family on our libibverbs.so.1 and on
+/// rdma-core's, as (probe, ours, rdma-core's); None when the run made no
+/// such probe (a run from before these rows, read with --report-from).
+fn read_cabi(out: &Path, family: &str, iters: u32) -> Option<Vec<ProbeResult<'static>>> {
+    let first = probe_file(family, OURLIB, PROBES[0].mode);
+    if !out.join(format!("{first}.status")).exists() {
+        return None;
+    }
+    let rows = PROBES
+        .iter()
+        .map(|p| {
+            (
+                p,
+                read_probe(out, family, OURLIB, p, iters),
+                read_probe(out, family, Tool::RdmaCore.tag(), p, iters),
+            )
+        })
+        .collect();
+    Some(rows)
+}
+
+/// The C probe on our libibverbs.so.1 against rdma-core's, per provider.
+struct CAbi {
+    rxe: Option<Vec<ProbeResult<'static>>>,
+    mlx5: Option<Vec<ProbeResult<'static>>>,
+}
+
+/// The target of the C ABI's rows (issue 27): post + poll through our
+/// libibverbs.so.1 costs no more instructions than through rdma-core's.
+const CABI_TARGET: Target = Target::Ratio(1.0);
+
+/// The C ABI's table of one provider; whether every row met the target.
+fn cabi_table(w: &mut impl FnMut(&str), rows: &[ProbeResult<'_>]) -> bool {
+    let mut ok = true;
+    w("| Measured step | our libibverbs | rdma-core | ours / rdma-core | target |");
+    w("|---|---:|---:|---:|:---:|");
+    for (p, ours, theirs) in rows {
+        let cell = |r: &Result<f64>| match r {
+            Ok(v) if p.wrs > 1 => format!("{v:.1} ({:.1} per WR)", v / p.wrs as f64),
+            Ok(v) => format!("{v:.1}"),
+            Err(_) => "failed".into(),
+        };
+        let (ratio, verdict) = match (ours, theirs) {
+            (Ok(o), Ok(t)) => {
+                let (what, met) = CABI_TARGET.judge(*o, *t, p.wrs);
+                if met == Some(false) {
+                    ok = false;
+                }
+                let verdict = match met {
+                    Some(false) => format!("{what}: **missed**"),
+                    _ => format!("{what}: met"),
+                };
+                (format!("{:.3}", o / t), verdict)
+            }
+            _ => {
+                ok = false;
+                ("-".into(), "**failed**".into())
+            }
+        };
+        w(&format!(
+            "| {} | {} | {} | {ratio} | {verdict} |",
+            p.what,
+            cell(ours),
+            cell(theirs)
+        ));
+    }
+    for (p, ours, theirs) in rows {
+        for (tag, r) in [(OURLIB, ours), (Tool::RdmaCore.tag(), theirs)] {
+            if let Err(e) = r {
+                w("");
+                w(&format!("- {tag} probe `{}`: {e:#}", p.mode));
+            }
+        }
+    }
+    ok
+}
+
 /// One probe mode's counts: ours and rdma-core's, per iteration.
 type ProbeResult<'a> = (&'a Probe, Result<f64>, Result<f64>);
 
-fn read_probe(out: &Path, family: &str, tool: Tool, p: &Probe, iters: u32) -> Result<f64> {
-    let name = probe_name(family, tool, p.mode);
+fn read_probe(out: &Path, family: &str, tag: &str, p: &Probe, iters: u32) -> Result<f64> {
+    let name = probe_file(family, tag, p.mode);
     let status = std::fs::read_to_string(out.join(format!("{name}.status"))).unwrap_or_default();
     let log = std::fs::read_to_string(out.join(format!("{name}.log"))).unwrap_or_default();
     if status.trim() != "0" {
         bail!(
-            "the {} probe `{}` failed (status {:?}): {}",
-            tool.tag(),
+            "the {tag} probe `{}` failed (status {:?}): {}",
             p.mode,
             status.trim(),
             log.lines().rev().take(5).collect::<Vec<_>>().join(" | ")
         );
     }
     if !log.contains("verified=") {
-        bail!(
-            "the {} probe `{}` did not verify its data",
-            tool.tag(),
-            p.mode
-        );
+        bail!("the {tag} probe `{}` did not verify its data", p.mode);
     }
     let data = std::fs::read_to_string(out.join(format!("{name}.out")))
         .with_context(|| format!("no callgrind output for {name}"))?;
@@ -1213,6 +1316,7 @@ fn report(
     probes: &[ProbeResult<'_>],
     control: &ControlRows,
     mlx5: &Result<Vec<ProbeResult<'_>>>,
+    cabi: &CAbi,
     perf: Option<&[(PerfCase, PerfResult)]>,
     perf_note: &str,
     sweeps: &[SweepResult],
@@ -1320,6 +1424,32 @@ fn report(
     );
     w("");
     chart_line(&mut w, &charts.insns, &mut ok);
+    w("");
+    w("### Through the C ABI: the C probe on our libibverbs.so.1 (callgrind)");
+    w("");
+    w(
+        "The same C probe, `tools/bench/postpoll.c`, unchanged, run a second time with our \
+         `libibverbs.so.1` (`verbs/ibverbs`, release) first on `LD_LIBRARY_PATH`: \
+         `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq` then reach rverbs' providers \
+         through libibverbs' C structs. Counted as above; target: no more instructions \
+         than the same program on rdma-core's libibverbs and provider.",
+    );
+    for (label, rows) in [
+        ("rxe, in the guest:", &cabi.rxe),
+        ("mlx5, the emulated ConnectX-5 on the host:", &cabi.mlx5),
+    ] {
+        w("");
+        w(label);
+        w("");
+        match rows {
+            Some(r) => {
+                if !cabi_table(&mut w, r) {
+                    ok = false;
+                }
+            }
+            None => w("Not measured in this run."),
+        }
+    }
     w("");
     w("### Bandwidth, message rate and latency (`rverbs perf` vs perftest)");
     w("");
@@ -1668,12 +1798,17 @@ fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Re
         .collect();
     let report_dir = target.join("bench");
     let charts = draw_charts(&report_dir, &probes, &mlx5, &control, &sweeps)?;
+    let cabi = CAbi {
+        rxe: read_cabi(&run_dir, "", opts.probe_iters),
+        mlx5: read_cabi(&run_dir, "mlx5-", opts.probe_iters),
+    };
     let (md, met) = report(
         opts,
         &env,
         &probes,
         &control,
         &mlx5,
+        &cabi,
         perf.as_deref(),
         &perf_note,
         &sweeps,
@@ -1841,12 +1976,40 @@ mod tests {
             rdma_core: "r".into(),
             perftest: "p".into(),
         };
+        // The C ABI's rows: rxe met (ours 250 against 260 per op), mlx5 missed.
+        let cabi = CAbi {
+            rxe: Some(
+                PROBES
+                    .iter()
+                    .map(|p| {
+                        (
+                            p,
+                            Ok(250.0 * f64::from(p.wrs)),
+                            Ok(260.0 * f64::from(p.wrs)),
+                        )
+                    })
+                    .collect(),
+            ),
+            mlx5: Some(
+                PROBES
+                    .iter()
+                    .map(|p| {
+                        (
+                            p,
+                            Ok(300.0 * f64::from(p.wrs)),
+                            Ok(260.0 * f64::from(p.wrs)),
+                        )
+                    })
+                    .collect(),
+            ),
+        };
         let (md, ok) = report(
             &opts,
             &env,
             &probes,
             &control,
             &mlx5,
+            &cabi,
             Some(&[]),
             "",
             &sweeps,
@@ -1854,6 +2017,9 @@ mod tests {
         );
         // The perftest side of one sweep failed: the run is not ok, and says so.
         assert!(!ok);
+        assert!(md.contains("### Through the C ABI"), "{md}");
+        assert!(md.contains("| 0.962 | <= 1x: met |"), "{md}");
+        assert!(md.contains("| 1.154 | <= 1x: **missed** |"), "{md}");
         assert!(md.contains("| send lat | 64 | - | failed |"), "{md}");
         assert!(md.contains("send lat, perftest: exit statuses"));
         // Every chart linked exists, and the drawn ones are all linked.

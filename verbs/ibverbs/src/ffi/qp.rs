@@ -13,6 +13,7 @@
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::io::IoSlice;
+use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -41,6 +42,56 @@ pub type PostSrqRecvFn =
 
 /// Work requests handed to the provider at once (one doorbell).
 pub const BATCH: usize = 16;
+
+/// Up to [`BATCH`] work requests built in place for one doorbell, each
+/// with the program's request it came from. Nothing is initialised until
+/// pushed, so posting one request builds one, not sixteen.
+pub(super) struct Batch<W, C> {
+    wrs: [MaybeUninit<W>; BATCH],
+    from: [MaybeUninit<*mut C>; BATCH],
+    /// How many are written (at most BATCH).
+    n: usize,
+}
+
+impl<W, C> Batch<W, C> {
+    pub(super) fn new() -> Self {
+        Batch {
+            wrs: [const { MaybeUninit::uninit() }; BATCH],
+            from: [const { MaybeUninit::uninit() }; BATCH],
+            n: 0,
+        }
+    }
+
+    /// Adds `wr`, built from the program's request `from`. The caller
+    /// flushes and clears a full batch before the next push (a push to a
+    /// full one panics on the bounds check: caught at the C boundary).
+    pub(super) fn push(&mut self, wr: W, from: *mut C) {
+        self.wrs[self.n].write(wr);
+        self.from[self.n].write(from);
+        self.n += 1;
+    }
+
+    pub(super) fn is_full(&self) -> bool {
+        self.n == BATCH
+    }
+
+    /// The requests pushed since the last clear.
+    pub(super) fn wrs(&self) -> &[W] {
+        // SAFETY: the first `n` slots were written by `push`; MaybeUninit<W>
+        // has W's layout.
+        unsafe { std::slice::from_raw_parts(self.wrs.as_ptr().cast::<W>(), self.n) }
+    }
+
+    /// The program's requests they came from, in the same order.
+    pub(super) fn from(&self) -> &[*mut C] {
+        // SAFETY: as in `wrs`.
+        unsafe { std::slice::from_raw_parts(self.from.as_ptr().cast::<*mut C>(), self.n) }
+    }
+
+    pub(super) fn clear(&mut self) {
+        self.n = 0;
+    }
+}
 /// Most gather entries of one inline send.
 const INLINE_SGES: usize = 16;
 
@@ -427,9 +478,7 @@ pub unsafe extern "C" fn post_send(
         };
         let ud = rec.ud;
         let mut q = lock(&rec.qp);
-        let mut batch = [SendWr::local_inv(0, 0); BATCH];
-        let mut from = [ptr::null_mut::<IbvSendWr>(); BATCH];
-        let mut n = 0;
+        let mut batch = Batch::new();
         let mut cur = wr;
         let fail = |at: *mut IbvSendWr, e: c_int| {
             if !bad_wr.is_null() {
@@ -445,7 +494,7 @@ pub unsafe extern "C" fn post_send(
             let sg = match unsafe { sges(w.sg_list, w.num_sge) } {
                 Ok(s) => s,
                 Err(e) => {
-                    if let Err((at, e2)) = flush_send(&mut q, &batch[..n], &from[..n]) {
+                    if let Err((at, e2)) = flush_send(&mut q, batch.wrs(), batch.from()) {
                         return fail(at, e2);
                     }
                     return fail(cur, e);
@@ -454,10 +503,10 @@ pub unsafe extern "C" fn post_send(
             if w.send_flags & IBV_SEND_INLINE != 0 {
                 // Inline bytes are copied at post time: post what is
                 // batched, then this one on its own.
-                if let Err((at, e)) = flush_send(&mut q, &batch[..n], &from[..n]) {
+                if let Err((at, e)) = flush_send(&mut q, batch.wrs(), batch.from()) {
                     return fail(at, e);
                 }
-                n = 0;
+                batch.clear();
                 if sg.len() > INLINE_SGES {
                     return fail(cur, libc::EINVAL);
                 }
@@ -487,28 +536,24 @@ pub unsafe extern "C" fn post_send(
             } else {
                 // SAFETY: its AH is live (the contract).
                 match unsafe { send_wr(w, sg, Payload::Sge(sg), ud) } {
-                    Ok(x) => {
-                        batch[n] = x;
-                        from[n] = cur;
-                        n += 1;
-                    }
+                    Ok(x) => batch.push(x, cur),
                     Err(e) => {
-                        if let Err((at, e2)) = flush_send(&mut q, &batch[..n], &from[..n]) {
+                        if let Err((at, e2)) = flush_send(&mut q, batch.wrs(), batch.from()) {
                             return fail(at, e2);
                         }
                         return fail(cur, e);
                     }
                 }
-                if n == BATCH {
-                    if let Err((at, e)) = flush_send(&mut q, &batch[..n], &from[..n]) {
+                if batch.is_full() {
+                    if let Err((at, e)) = flush_send(&mut q, batch.wrs(), batch.from()) {
                         return fail(at, e);
                     }
-                    n = 0;
+                    batch.clear();
                 }
             }
             cur = w.next;
         }
-        match flush_send(&mut q, &batch[..n], &from[..n]) {
+        match flush_send(&mut q, batch.wrs(), batch.from()) {
             Ok(()) => 0,
             Err((at, e)) => fail(at, e),
         }
@@ -533,9 +578,7 @@ unsafe fn post_recv_chain(
         }
         e
     };
-    let mut batch = [RecvWr::new(0, &[]); BATCH];
-    let mut from = [ptr::null_mut::<IbvRecvWr>(); BATCH];
-    let mut n = 0;
+    let mut batch = Batch::new();
     let mut cur = wr;
     let mut flush =
         |batch: &[RecvWr<'_>], from: &[*mut IbvRecvWr]| -> Result<(), (*mut IbvRecvWr, c_int)> {
@@ -555,27 +598,23 @@ unsafe fn post_recv_chain(
         let w = unsafe { &*cur };
         // SAFETY: its gather list is readable (the contract).
         match unsafe { sges(w.sg_list, w.num_sge) } {
-            Ok(sg) => {
-                batch[n] = RecvWr::new(w.wr_id, sg);
-                from[n] = cur;
-                n += 1;
-            }
+            Ok(sg) => batch.push(RecvWr::new(w.wr_id, sg), cur),
             Err(e) => {
-                if let Err((at, e2)) = flush(&batch[..n], &from[..n]) {
+                if let Err((at, e2)) = flush(batch.wrs(), batch.from()) {
                     return fail(at, e2);
                 }
                 return fail(cur, e);
             }
         }
-        if n == BATCH {
-            if let Err((at, e)) = flush(&batch[..n], &from[..n]) {
+        if batch.is_full() {
+            if let Err((at, e)) = flush(batch.wrs(), batch.from()) {
                 return fail(at, e);
             }
-            n = 0;
+            batch.clear();
         }
         cur = w.next;
     }
-    match flush(&batch[..n], &from[..n]) {
+    match flush(batch.wrs(), batch.from()) {
         Ok(()) => 0,
         Err((at, e)) => fail(at, e),
     }
