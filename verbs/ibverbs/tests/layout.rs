@@ -9,13 +9,13 @@ use std::process::Command;
 
 use rverbs_ibverbs::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSaPathRec};
 use rverbs_ibverbs::ffi::cq::{IbvCompChannel, IbvCq, IbvCqEx, IbvCqInitAttrEx};
+use rverbs_ibverbs::ffi::event::IbvAsyncEvent;
 use rverbs_ibverbs::ffi::pd::{IbvMr, IbvPd};
 use rverbs_ibverbs::ffi::qp::{
     IbvAh, IbvQp, IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSrq, IbvSrqAttr, IbvSrqInitAttr,
     WrAtomic, WrRdma, WrUd,
 };
 use rverbs_ibverbs::ffi::qp_ex::{IbvDataBuf, IbvQpEx, IbvQpInitAttrEx, IbvRxHashConf};
-use rverbs_ibverbs::ffi::event::IbvAsyncEvent;
 use rverbs_ibverbs::ffi::{
     CqModerationCaps, IbvContext, IbvContextOps, IbvDevice, IbvDeviceAttr, IbvDeviceAttrEx,
     IbvGidEntry, IbvPortAttr, IbvPortAttrCompat, OdpCaps, PacketPacingCaps, PciAtomicCaps, RssCaps,
