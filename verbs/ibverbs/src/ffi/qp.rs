@@ -71,6 +71,23 @@ impl<W, C> Batch<W, C> {
         self.n += 1;
     }
 
+    /// The next slot, for a request to be built in place (then
+    /// [`Batch::commit`]); a full batch panics on the bounds check, as
+    /// [`Batch::push`].
+    pub(super) fn slot(&mut self) -> &mut MaybeUninit<W> {
+        &mut self.wrs[self.n]
+    }
+
+    /// Counts the request just written into [`Batch::slot`], built from
+    /// the program's request `from`.
+    ///
+    /// # Safety
+    /// The slot was written since the last push, commit or clear.
+    pub(super) unsafe fn commit(&mut self, from: *mut C) {
+        self.from[self.n].write(from);
+        self.n += 1;
+    }
+
     pub(super) fn is_full(&self) -> bool {
         self.n == BATCH
     }
@@ -377,8 +394,9 @@ const SEND_FLAGS: u32 = 0xf;
 /// `IBV_SEND_INLINE`.
 const IBV_SEND_INLINE: u32 = 1 << 3;
 
-/// An `rverbs` work request for the C one `w` with payload `payload`
-/// (its gather list, or its bytes inline).
+/// Writes into `out` the `rverbs` work request for the C one `w` with
+/// payload `payload` (its gather list, or its bytes inline); `out` is
+/// written only on success.
 ///
 /// # Safety
 /// `w.wr.ud.ah` is a live AH of this library when the QP is UD.
@@ -387,7 +405,8 @@ unsafe fn send_wr<'a>(
     sg: &'a [Sge],
     payload: Payload<'a>,
     ud: bool,
-) -> Result<SendWr<'a>, c_int> {
+    out: &mut MaybeUninit<SendWr<'a>>,
+) -> Result<(), c_int> {
     const RDMA_WRITE: c_int = 0;
     const RDMA_WRITE_WITH_IMM: c_int = 1;
     const SEND: c_int = 2;
@@ -456,7 +475,10 @@ unsafe fn send_wr<'a>(
         let ah = unsafe { ah_rec(u.ah) }.ok_or(libc::EINVAL)?;
         wr = wr.dest(ah.ah.dest(u.remote_qpn, u.remote_qkey));
     }
-    Ok(wr)
+    // Written in place: a work request is 112 bytes, and moving it out
+    // through a Result and into the batch cost more than building it.
+    out.write(wr);
+    Ok(())
 }
 
 /// `ibv_context_ops.post_send`: posts the chain `wr`; 0, or the errno
@@ -526,17 +548,21 @@ pub unsafe extern "C" fn post_send(
                 }
                 let payload = Payload::Inline(&bufs[..sg.len()]);
                 // SAFETY: its AH is live (the contract).
-                let one = match unsafe { send_wr(w, sg, payload, ud) } {
-                    Ok(x) => x,
-                    Err(e) => return fail(cur, e),
-                };
+                let mut one = MaybeUninit::uninit();
+                // SAFETY: its AH is live (the contract).
+                if let Err(e) = unsafe { send_wr(w, sg, payload, ud, &mut one) } {
+                    return fail(cur, e);
+                }
+                // SAFETY: send_wr wrote it (it returned Ok).
+                let one = unsafe { one.assume_init() };
                 if let Err((_, e)) = flush_send(&mut q, &[one], &[cur]) {
                     return fail(cur, e);
                 }
             } else {
                 // SAFETY: its AH is live (the contract).
-                match unsafe { send_wr(w, sg, Payload::Sge(sg), ud) } {
-                    Ok(x) => batch.push(x, cur),
+                match unsafe { send_wr(w, sg, Payload::Sge(sg), ud, batch.slot()) } {
+                    // SAFETY: send_wr wrote the slot (it returned Ok).
+                    Ok(()) => unsafe { batch.commit(cur) },
                     Err(e) => {
                         if let Err((at, e2)) = flush_send(&mut q, batch.wrs(), batch.from()) {
                             return fail(at, e2);
