@@ -668,48 +668,9 @@ fn cabi_row(p: &Probe) -> bool {
 /// The C ABI's table of one provider; whether every row met the target.
 fn cabi_table(w: &mut impl FnMut(&str), rows: &[ProbeResult<'_>]) -> bool {
     let rows: Vec<&ProbeResult<'_>> = rows.iter().filter(|r| cabi_row(r.0)).collect();
-    let mut ok = true;
-    w("| Measured step | our libibverbs | rdma-core | ours / rdma-core | target |");
-    w("|---|---:|---:|---:|:---:|");
-    for &(p, ours, theirs) in &rows {
-        let cell = |r: &Result<f64>| match r {
-            Ok(v) if p.wrs > 1 => format!("{v:.1} ({:.1} per WR)", v / p.wrs as f64),
-            Ok(v) => format!("{v:.1}"),
-            Err(_) => "failed".into(),
-        };
-        let (ratio, verdict) = match (ours, theirs) {
-            (Ok(o), Ok(t)) => {
-                let (what, met) = CABI_TARGET.judge(*o, *t, p.wrs);
-                if met == Some(false) {
-                    ok = false;
-                }
-                let verdict = match met {
-                    Some(false) => format!("{what}: **missed**"),
-                    _ => format!("{what}: met"),
-                };
-                (format!("{:.3}", o / t), verdict)
-            }
-            _ => {
-                ok = false;
-                ("-".into(), "**failed**".into())
-            }
-        };
-        w(&format!(
-            "| {} | {} | {} | {ratio} | {verdict} |",
-            p.what,
-            cell(ours),
-            cell(theirs)
-        ));
-    }
-    for &(p, ours, theirs) in &rows {
-        for (tag, r) in [(OURLIB, ours), (Tool::RdmaCore.tag(), theirs)] {
-            if let Err(e) = r {
-                w("");
-                w(&format!("- {tag} probe `{}`: {e:#}", p.mode));
-            }
-        }
-    }
-    ok
+    probe_table(w, &rows, ["our libibverbs", "ours", OURLIB], |_| {
+        CABI_TARGET
+    })
 }
 
 /// One probe mode's counts: ours and rdma-core's, per iteration.
@@ -950,10 +911,33 @@ fn environment(out: &Path) -> Environment {
 /// the rxe probes or (`mlx5`) the emulated mlx5's; returns whether every
 /// probe ran and every target was met.
 fn insn_table(w: &mut impl FnMut(&str), probes: &[ProbeResult<'_>], mlx5: bool) -> bool {
+    let rows: Vec<&ProbeResult<'_>> = probes.iter().collect();
+    probe_table(w, &rows, ["rverbs", "rverbs", Tool::Rverbs.tag()], |p| {
+        if mlx5 {
+            p.mlx5
+        } else {
+            p.rxe
+        }
+    })
+}
+
+/// An instruction-count table of `rows` (ours, rdma-core's): `ours` names
+/// our side (its column's title, its name in the ratio's title, its tag
+/// in the failures under the table), `target` each probe's target.
+/// Returns whether every probe ran and every target was met.
+fn probe_table(
+    w: &mut impl FnMut(&str),
+    rows: &[&ProbeResult<'_>],
+    ours: [&str; 3],
+    target: impl Fn(&Probe) -> Target,
+) -> bool {
+    let [title, short, tag] = ours;
     let mut ok = true;
-    w("| Measured step | rverbs | rdma-core | rverbs / rdma-core | target |");
+    w(&format!(
+        "| Measured step | {title} | rdma-core | {short} / rdma-core | target |"
+    ));
     w("|---|---:|---:|---:|:---:|");
-    for (p, ours, theirs) in probes {
+    for &(p, ours, theirs) in rows {
         let cell = |r: &Result<f64>| match r {
             Ok(v) if p.wrs > 1 => format!("{v:.1} ({:.1} per WR)", v / p.wrs as f64),
             Ok(v) => format!("{v:.1}"),
@@ -961,8 +945,7 @@ fn insn_table(w: &mut impl FnMut(&str), probes: &[ProbeResult<'_>], mlx5: bool) 
         };
         let (ratio, verdict) = match (ours, theirs) {
             (Ok(o), Ok(t)) => {
-                let target = if mlx5 { p.mlx5 } else { p.rxe };
-                let (what, met) = target.judge(*o, *t, p.wrs);
+                let (what, met) = target(p).judge(*o, *t, p.wrs);
                 let verdict = match met {
                     None => what,
                     Some(true) => format!("{what}: met"),
@@ -985,11 +968,11 @@ fn insn_table(w: &mut impl FnMut(&str), probes: &[ProbeResult<'_>], mlx5: bool) 
             cell(theirs)
         ));
     }
-    for (p, ours, theirs) in probes {
-        for (tool, r) in [(Tool::Rverbs, ours), (Tool::RdmaCore, theirs)] {
+    for &(p, ours, theirs) in rows {
+        for (side, r) in [(tag, ours), (Tool::RdmaCore.tag(), theirs)] {
             if let Err(e) = r {
                 w("");
-                w(&format!("- {} probe `{}`: {e:#}", tool.tag(), p.mode));
+                w(&format!("- {side} probe `{}`: {e:#}", p.mode));
             }
         }
     }

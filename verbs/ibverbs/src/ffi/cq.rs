@@ -25,7 +25,7 @@ use std::sync::Mutex;
 
 use rverbs::{CompChannel, Cq, CqFlags, CqInitAttr, EventId, Wc};
 
-use super::{context_rec, errno_of, guard, is_nonblocking, lock, null_with, set_errno, IbvContext};
+use super::{context_rec, errno_of, guard, lock, next_event, null_with, set_errno, IbvContext};
 
 /// `ibv_context_ops.poll_cq`.
 pub type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut Wc) -> c_int;
@@ -602,21 +602,16 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             set_errno(libc::EINVAL);
             return -1;
         }
-        let nonblocking = is_nonblocking(rec.c.fd);
         loop {
-            let got = if nonblocking {
-                rec.chan.try_get_event()
-            } else {
-                rec.chan.get_event().map(Some)
-            };
+            let got = next_event(
+                rec.c.fd,
+                || rec.chan.try_get_event(),
+                || rec.chan.get_event(),
+            );
             let id = match got {
-                Ok(Some(id)) => id,
-                Ok(None) => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
+                Ok(id) => id,
                 Err(e) => {
-                    set_errno(errno_of(&e));
+                    set_errno(e);
                     return -1;
                 }
             };

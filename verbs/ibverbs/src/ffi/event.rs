@@ -11,7 +11,7 @@ use std::sync::{Condvar, Mutex};
 
 use rverbs::{AsyncEventKind, EventElement, EventId};
 
-use super::{context_rec, errno_of, guard, is_nonblocking, lock, set_errno, IbvContext};
+use super::{context_rec, guard, lock, next_event, set_errno, IbvContext};
 
 /// `struct ibv_async_event`: the element (a union of the CQ, QP, SRQ or WQ
 /// pointer and `int port_num`) and `enum ibv_event_type`.
@@ -134,21 +134,17 @@ pub unsafe extern "C" fn ibv_get_async_event(
             set_errno(libc::EINVAL);
             return -1;
         }
-        let nonblocking = is_nonblocking(rec.ctx.async_fd().as_raw_fd());
+        let fd = rec.ctx.async_fd().as_raw_fd();
         loop {
-            let got = if nonblocking {
-                rec.ctx.try_get_async_event()
-            } else {
-                rec.ctx.get_async_event().map(Some)
-            };
+            let got = next_event(
+                fd,
+                || rec.ctx.try_get_async_event(),
+                || rec.ctx.get_async_event(),
+            );
             let ev = match got {
-                Ok(Some(ev)) => ev,
-                Ok(None) => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
+                Ok(ev) => ev,
                 Err(e) => {
-                    set_errno(errno_of(&e));
+                    set_errno(e);
                     return -1;
                 }
             };

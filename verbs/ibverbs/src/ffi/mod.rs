@@ -400,10 +400,30 @@ pub(crate) fn errno_of(e: &rverbs::Error) -> c_int {
 
 /// Whether `fd` has `O_NONBLOCK` (a program may set it on a channel's or
 /// the context's event fd to poll it).
-pub(crate) fn is_nonblocking(fd: c_int) -> bool {
+fn is_nonblocking(fd: c_int) -> bool {
     // SAFETY: F_GETFL only reads the flags of the fd.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
     flags >= 0 && flags & libc::O_NONBLOCK != 0
+}
+
+/// The next event of an event fd (a completion channel's, the context's
+/// async one): without waiting when the program made the fd non-blocking
+/// (`EAGAIN` if none is pending), else waiting for one; or the errno.
+pub(crate) fn next_event<T>(
+    fd: c_int,
+    try_get: impl FnOnce() -> rverbs::Result<Option<T>>,
+    get: impl FnOnce() -> rverbs::Result<T>,
+) -> Result<T, c_int> {
+    let got = if is_nonblocking(fd) {
+        try_get()
+    } else {
+        get().map(Some)
+    };
+    match got {
+        Ok(Some(ev)) => Ok(ev),
+        Ok(None) => Err(libc::EAGAIN),
+        Err(e) => Err(errno_of(&e)),
+    }
 }
 
 /// Copies `s` into a C char array, truncated to leave its NUL.
