@@ -193,9 +193,32 @@ fn check_tool(
     }
 }
 
+/// The `PASS ` lines (steps passed) of a scenario program's output.
+fn pass_lines(out: &str) -> usize {
+    out.lines().filter(|l| l.starts_with("PASS ")).count()
+}
+
+/// Has the C scenario program `stem`, run by `c`, record what the
+/// comparisons read: `wqe_seq.c` its WQEs to `files[0]`, `cmd_seq.c` and
+/// `dmabuf.c` their commands to `files[1]` and `files[2]` (each file
+/// emptied first); other programs record nothing.
+fn record_c(c: &mut Command, stem: &str, files: [&Path; 3]) {
+    let [wqes, cmds, dmabuf] = files;
+    for (prog, var, file) in [
+        (WQE_SEQ_C, "MLX5_EMU_WQE_LOG", wqes),
+        (CMD_SEQ_C, "MLX5_EMU_CMD_LOG", cmds),
+        (DMABUF_C, "MLX5_EMU_CMD_LOG", dmabuf),
+    ] {
+        if stem == prog {
+            let _ = fs::remove_file(file);
+            c.env(var, file);
+        }
+    }
+}
+
 /// A scenario program's verdict from its exit code and `PASS`/`FAIL` lines.
 fn check_program(out: &str, code: Option<i32>) -> std::result::Result<String, String> {
-    let passed = out.lines().filter(|l| l.starts_with("PASS ")).count();
+    let passed = pass_lines(out);
     let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
     match (code, passed, failed.first()) {
         (_, _, Some(f)) => Err((*f).to_string()),
@@ -440,20 +463,9 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         }
         let mut c = Command::new(&exe);
         preload_for(&mut c, &stem);
-        if stem == WQE_SEQ_C {
-            let _ = fs::remove_file(&theirs_wqes);
-            c.env("MLX5_EMU_WQE_LOG", &theirs_wqes);
-        }
-        if stem == CMD_SEQ_C {
-            let _ = fs::remove_file(&theirs_cmds);
-            c.env("MLX5_EMU_CMD_LOG", &theirs_cmds);
-        }
-        if stem == DMABUF_C {
-            let _ = fs::remove_file(&theirs_dmabuf);
-            c.env("MLX5_EMU_CMD_LOG", &theirs_dmabuf);
-        }
+        record_c(&mut c, &stem, [&theirs_wqes, &theirs_cmds, &theirs_dmabuf]);
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
-        let steps = out.lines().filter(|l| l.starts_with("PASS ")).count();
+        let steps = pass_lines(&out);
         record(name, steps, check_program(&out, code), &log);
 
         // The same program, unchanged, on our libibverbs.so.1 (rverbs'
@@ -464,18 +476,9 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         preload_for(&mut c, &stem);
         c.env("LD_LIBRARY_PATH", dir)
             .env("SCENARIO_OUR_LIBIBVERBS", "1");
-        for (prog, var, file) in [
-            (WQE_SEQ_C, "MLX5_EMU_WQE_LOG", &ourlib_wqes),
-            (CMD_SEQ_C, "MLX5_EMU_CMD_LOG", &ourlib_cmds),
-            (DMABUF_C, "MLX5_EMU_CMD_LOG", &ourlib_dmabuf),
-        ] {
-            if stem == prog {
-                let _ = fs::remove_file(file);
-                c.env(var, file);
-            }
-        }
+        record_c(&mut c, &stem, [&ourlib_wqes, &ourlib_cmds, &ourlib_dmabuf]);
         let (ocode, oout) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
-        let osteps = oout.lines().filter(|l| l.starts_with("PASS ")).count();
+        let osteps = pass_lines(&oout);
         let verdict = check_program(&oout, ocode).and_then(|d| {
             if osteps == steps {
                 Ok(format!("{d}, as on rdma-core"))
@@ -622,7 +625,7 @@ type Item = (Group, String, std::result::Result<String, String>, PathBuf);
 /// Counts `PASS `/`FAIL ` lines; a failing verdict without any `FAIL` line
 /// (missing, does not build, crashed, killed) counts one failure more.
 fn ours_group(out: &str, verdict: &std::result::Result<String, String>) -> Group {
-    let passed = out.lines().filter(|l| l.starts_with("PASS ")).count();
+    let passed = pass_lines(out);
     let mut failed = out.lines().filter(|l| l.starts_with("FAIL ")).count();
     if verdict.is_err() && failed == 0 {
         failed = 1;

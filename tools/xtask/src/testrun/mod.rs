@@ -679,35 +679,30 @@ fn run_pair_item(
         pair_dir.display()
     );
     if !ok {
-        // Where each guest was when it ended: its console's last line.
-        let last: Vec<String> = vm::Role::BOTH
-            .iter()
-            .map(|r| {
-                let log = std::fs::read_to_string(pair_dir.join(r.name()).join("console.log"))
-                    .unwrap_or_default();
-                // Skip the kernel's own lines ("[   21.9] reboot: ...").
-                let line = log
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty() && !l.starts_with('['))
-                    .unwrap_or("");
-                let line: String = line.trim().chars().take(120).collect();
-                format!("{} last printed {line:?}", r.name())
-            })
-            .collect();
-        problems.push(format!(
-            "{name} ({}; {})",
-            statuses.join(", "),
-            last.join(", ")
-        ));
+        // Where each guest was when it ended: its console's last line in
+        // the closing list, its last lines before the verdict.
+        let mut last = Vec::new();
         for r in vm::Role::BOTH {
             let log = std::fs::read_to_string(pair_dir.join(r.name()).join("console.log"))
                 .unwrap_or_default();
+            // Skip the kernel's own lines ("[   21.9] reboot: ...").
+            let line = log
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty() && !l.starts_with('['))
+                .unwrap_or("");
+            let line: String = line.trim().chars().take(120).collect();
+            last.push(format!("{} last printed {line:?}", r.name()));
             problems.tails.push((
                 format!("[{}] {name}, guest {}", vm_opts.series, r.name()),
                 last_lines(&log, TAIL_LINES),
             ));
         }
+        problems.push(format!(
+            "{name} ({}; {})",
+            statuses.join(", "),
+            last.join(", ")
+        ));
     }
     if outcomes
         .iter()
