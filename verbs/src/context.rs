@@ -202,14 +202,7 @@ impl Context {
     pub fn query_port(&self, port: u8) -> Result<PortAttr> {
         let driver_id = self.inner.device.driver().id().unwrap_or(0);
         let attr = match crate::sys::cmd::query_port_ex(self.fd(), driver_id, port) {
-            Ok(buf) => {
-                let (raw, rest) = QueryPortResp::read_from_prefix(&buf)
-                    .map_err(|_| Error::Unusable("query_port: a short answer".into()))?;
-                PortAttr {
-                    raw,
-                    cap_flags2: u16::from_ne_bytes([rest[0], rest[1]]),
-                }
-            }
+            Ok(buf) => port_attr_ex(&buf)?,
             Err(e) if no_ioctl(e) => {
                 let cmd = QueryPort {
                     port_num: port,
@@ -243,7 +236,8 @@ impl Context {
     }
 
     /// The number of physical ports (`phys_port_cnt` of
-    /// [`Context::query_device`]), asked for once and kept.
+    /// [`Context::query_device`]), kept from the first query that
+    /// succeeded.
     pub fn phys_port_cnt(&self) -> Result<u8> {
         match self.caps().phys_port_cnt {
             0 => Ok(self.query_device()?.phys_port_cnt),
@@ -313,9 +307,7 @@ impl Context {
         let driver_id = self.inner.device.driver().id().unwrap_or(0);
         let buf = crate::sys::cmd::query_port_ex(self.fd(), driver_id, port)
             .map_err(Error::kernel("query_port (ioctl)"))?;
-        // Right after the 40-byte legacy answer.
-        const AT: usize = size_of::<QueryPortResp>();
-        Ok(u16::from_ne_bytes([buf[AT], buf[AT + 1]]))
+        Ok(port_attr_ex(&buf)?.cap_flags2)
     }
 
     /// The GID entry at `index` of `port`, asked for alone through the
@@ -400,6 +392,18 @@ fn no_ioctl(e: Errno) -> bool {
         e,
         Errno::ENOTTY | Errno::EOPNOTSUPP | Errno::EPROTONOSUPPORT
     )
+}
+
+/// The answer of `UVERBS_METHOD_QUERY_PORT` (`ib_uverbs_query_port_resp_ex`:
+/// the 40-byte legacy answer, then `port_cap_flags2`) as a [`PortAttr`].
+fn port_attr_ex(buf: &[u8]) -> Result<PortAttr> {
+    let short = || Error::Unusable("query_port: a short answer".into());
+    let (raw, rest) = QueryPortResp::read_from_prefix(buf).map_err(|_| short())?;
+    let flags2 = rest.get(..2).ok_or_else(short)?;
+    Ok(PortAttr {
+        raw,
+        cap_flags2: u16::from_ne_bytes([flags2[0], flags2[1]]),
+    })
 }
 
 /// A kernel GID entry as a [`GidEntry`].
@@ -768,6 +772,20 @@ mod tests {
             raw: p,
             cap_flags2: 0,
         }
+    }
+
+    #[test]
+    fn the_query_port_ioctl_answer_carries_flags2_after_the_legacy_one() {
+        let legacy = size_of::<QueryPortResp>();
+        let mut buf = vec![0u8; legacy + 8];
+        // gid_tbl_len, after four u32 counters.
+        buf[16..20].copy_from_slice(&3u32.to_ne_bytes());
+        buf[legacy..legacy + 2].copy_from_slice(&0x0a0bu16.to_ne_bytes());
+        let a = port_attr_ex(&buf).unwrap();
+        assert_eq!(a.port_cap_flags2(), 0x0a0b);
+        assert_eq!(a.gid_tbl_len, 3);
+        assert!(port_attr_ex(&buf[..legacy + 1]).is_err());
+        assert!(port_attr_ex(&buf[..legacy - 1]).is_err());
     }
 
     #[test]

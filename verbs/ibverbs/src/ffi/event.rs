@@ -9,7 +9,8 @@ use std::ffi::c_int;
 use std::os::fd::AsRawFd;
 use std::sync::{Condvar, Mutex};
 
-use rverbs::{AsyncEventKind, EventElement, EventId};
+use rverbs::{AsyncEvent, EventElement, EventId};
+use rverbs_abi::cq::AsyncEventDesc;
 
 use super::{context_rec, guard, lock, next_event, set_errno, IbvContext};
 
@@ -178,20 +179,15 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut IbvAsyncEvent) {
         let Some(ev) = (unsafe { event.as_ref() }) else {
             return;
         };
-        use AsyncEventKind::*;
+        // Which event types name a CQ, QP or SRQ: rverbs' one decoding.
+        let kind = AsyncEvent::from_desc(&AsyncEventDesc {
+            element: 0,
+            event_type: ev.event_type as u32,
+            reserved: 0,
+        });
         let names_object = matches!(
-            AsyncEventKind::from_raw(ev.event_type as u32),
-            CqErr
-                | QpFatal
-                | QpReqErr
-                | QpAccessErr
-                | CommEst
-                | SqDrained
-                | PathMig
-                | PathMigErr
-                | QpLastWqeReached
-                | SrqErr
-                | SrqLimitReached
+            kind.element,
+            EventElement::Cq(_) | EventElement::Qp(_) | EventElement::Srq(_)
         );
         if !names_object {
             return;

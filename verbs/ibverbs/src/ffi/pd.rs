@@ -234,7 +234,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 }
 
 /// `ibv_reg_dmabuf_mr`: registers `length` bytes of the dma-buf `fd` from
-/// `offset` on, addressed from `iova`; the MR (its `addr` is `iova`, as
+/// `offset` on, addressed from `iova`; the MR (its `addr` is `offset`, as
 /// libibverbs sets it), or NULL with errno. The fd is only read during
 /// the call: the kernel holds the dma-buf while it is registered. rxe has
 /// no dmabuf registration (`EOPNOTSUPP`).

@@ -94,8 +94,8 @@ impl<W, C> Batch<W, C> {
 
     /// The requests pushed since the last clear.
     pub(super) fn wrs(&self) -> &[W] {
-        // SAFETY: the first `n` slots were written by `push`; MaybeUninit<W>
-        // has W's layout.
+        // SAFETY: the first `n` slots were written (by `push`, or `slot`
+        // then `commit`); MaybeUninit<W> has W's layout.
         unsafe { std::slice::from_raw_parts(self.wrs.as_ptr().cast::<W>(), self.n) }
     }
 

@@ -23,8 +23,8 @@ use rverbs::{opcode, Payload, QpCap, QpCreateFlags, SendFlags, SendWr, Sge};
 use super::cq::IbvCq;
 use super::pd::IbvPd;
 use super::qp::{
-    ah_rec, flush_send, new_qp, qp_rec, IbvAh, IbvQp, IbvQpInitAttr, IbvSendWr, IbvSrq, QpRec,
-    BATCH,
+    ah_rec, flush_send, new_qp, qp_rec, Batch, IbvAh, IbvQp, IbvQpInitAttr, IbvSendWr, IbvSrq,
+    QpRec, BATCH,
 };
 use super::{guard, lock, null_with, IbvContext, Slot};
 use crate::copy::IbvQpCap;
@@ -780,7 +780,6 @@ unsafe fn post_pending(rec: &QpRec, p: &Pending) -> c_int {
         return p.error;
     }
     let mut q = lock(&rec.qp);
-    let none = [ptr::null_mut::<IbvSendWr>(); BATCH];
     for chunk in p.wrs.chunks(BATCH) {
         let mut inline = [[IoSlice::new(&[])]; BATCH];
         for (slot, w) in inline.iter_mut().zip(chunk) {
@@ -788,22 +787,23 @@ unsafe fn post_pending(rec: &QpRec, p: &Pending) -> c_int {
                 slot[0] = IoSlice::new(&p.inline[r.clone()]);
             }
         }
-        let mut batch = [SendWr::local_inv(0, 0); BATCH];
+        // No program request stands behind these (the builder has none).
+        let mut batch = Batch::<_, IbvSendWr>::new();
         for (k, w) in chunk.iter().enumerate() {
             // SAFETY: forwarded from this function's contract.
             match unsafe { to_send_wr(p, w, &inline[k], rec.ud) } {
-                Ok(x) => batch[k] = x,
+                Ok(x) => batch.push(x, ptr::null_mut()),
                 Err(e) => {
                     // Those before it in the chunk go out first, as a
                     // chain posted up to a bad request would.
-                    return match flush_send(&mut q, &batch[..k], &none[..k]) {
+                    return match flush_send(&mut q, batch.wrs(), batch.from()) {
                         Ok(()) => e,
                         Err((_, e2)) => e2,
                     };
                 }
             }
         }
-        if let Err((_, e)) = flush_send(&mut q, &batch[..chunk.len()], &none[..chunk.len()]) {
+        if let Err((_, e)) = flush_send(&mut q, batch.wrs(), batch.from()) {
             return e;
         }
     }
