@@ -50,7 +50,7 @@ use rverbs_abi::qp::{qp_state, qp_type};
 use zerocopy::network_endian::{U16, U32};
 use zerocopy::{FromBytes, IntoBytes};
 
-use crate::emu::{self, Emu, WorkQueue};
+use crate::emu::{self, Emu, EventKind, WorkQueue};
 use crate::real;
 
 /// `IB_ACCESS_LOCAL_WRITE`.
@@ -769,11 +769,7 @@ impl Hw {
         if self.cq_room(e, h) == 0 {
             self.cqs.entry(h).or_default().error = true;
             crate::log::line(format_args!("cq {h}: overrun, CQ in error"));
-            if async_event(e, ctx, user_handle, event::CQ_ERR) {
-                if let Some(c) = e.cqs.get_mut(&h) {
-                    c.note_async_event();
-                }
-            }
+            async_event(e, ctx, user_handle, event::CQ_ERR);
             return;
         }
         let st = self.cqs.entry(h).or_default();
@@ -1499,18 +1495,14 @@ fn responder_fatal(e: &mut Emu, h: u32, syndrome: u8) {
     } else {
         event::QP_REQ_ERR
     };
-    if async_event(e, ctx, user_handle, kind) {
-        if let Some(q) = e.qps.get_mut(&h) {
-            q.note_async_event();
-        }
-    }
+    async_event(e, ctx, user_handle, kind);
 }
 
 /// Writes an async event (`struct ib_uverbs_async_event_desc`) for the
 /// object with `user_handle` to the async event fd of context `ctx`, as
 /// the kernel's uverbs async event file queues it. False if the context
-/// or its channel is gone (the event is then not counted, as the kernel
-/// counts only events it queued).
+/// or its channel is gone. The event counts as reported when the
+/// application reads it ([`event_read`]).
 fn async_event(e: &Emu, ctx: u64, user_handle: u64, event_type: u32) -> bool {
     let Some(ch) = e
         .context(ctx)
@@ -1540,8 +1532,66 @@ fn notify(e: &mut Emu, h: u32) {
         cq_handle: cq.user_handle(),
     };
     real::write_all(fd, desc.as_bytes());
-    if let Some(cq) = e.cqs.get_mut(&h) {
-        cq.note_comp_event();
+}
+
+/// The application read `bytes` (one event record) from its end `fd` of
+/// an event channel: counts the event as reported for its object, as the
+/// kernel does when an event is read. False if the object is gone (its
+/// event is to be dropped, as the kernel drops an object's queued events
+/// when it is destroyed); true for any other read (an event of no object,
+/// a short read, an fd no longer known).
+pub fn event_read(fd: libc::c_int, bytes: &[u8]) -> bool {
+    let mut e = crate::emu::lock();
+    let Some(ch) = e.channels.get(&fd) else {
+        return true;
+    };
+    let ctx = ch.ctx;
+    match ch.kind() {
+        EventKind::Comp => {
+            let Ok(desc) = CompEventDesc::read_from_prefix(bytes).map(|(d, _)| d) else {
+                return true;
+            };
+            let handle = desc.cq_handle;
+            match e.cqs.values_mut().find(|c| c.user_handle() == handle) {
+                Some(cq) => {
+                    cq.note_comp_event();
+                    true
+                }
+                None => false,
+            }
+        }
+        EventKind::Async => {
+            let Ok(desc) = AsyncEventDesc::read_from_prefix(bytes).map(|(d, _)| d) else {
+                return true;
+            };
+            let handle = desc.element;
+            let mine = |c: u64| c == ctx;
+            match desc.event_type {
+                event::CQ_ERR => match e
+                    .cqs
+                    .values_mut()
+                    .find(|c| mine(c.ctx) && c.user_handle() == handle)
+                {
+                    Some(c) => {
+                        c.note_async_event();
+                        true
+                    }
+                    None => false,
+                },
+                event::QP_REQ_ERR | event::QP_ACCESS_ERR => match e
+                    .qps
+                    .values_mut()
+                    .find(|q| mine(q.ctx) && q.user_handle() == handle)
+                {
+                    Some(q) => {
+                        q.note_async_event();
+                        true
+                    }
+                    None => false,
+                },
+                _ => true,
+            }
+        }
     }
 }
 

@@ -159,6 +159,39 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> 
     unsafe { real::write(fd, buf, count) }
 }
 
+/// `read(2)`; on the application's end of an event channel, the event
+/// read is counted as reported for its object (the kernel counts an event
+/// when it is read, and a destroy answers that count, which libibverbs
+/// waits to see acknowledged), and an event of an object destroyed since
+/// it was queued is dropped and the next one read (the kernel removes
+/// those at destroy).
+///
+/// # Safety
+/// As `read(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    if fdtable::kind(fd) != FdKind::Event {
+        // SAFETY: pass-through with the caller's arguments.
+        return unsafe { real::read(fd, buf, count) };
+    }
+    loop {
+        // SAFETY: pass-through with the caller's arguments.
+        let n = unsafe { real::read(fd, buf, count) };
+        let Ok(len) = usize::try_from(n) else {
+            return n;
+        };
+        if len == 0 {
+            return n;
+        }
+        // SAFETY: read() just wrote `len` bytes at `buf`.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+        match guarded(|| Ok(crate::hca::event_read(fd, bytes))) {
+            Ok(false) => continue,
+            Ok(true) | Err(_) => return n,
+        }
+    }
+}
+
 /// `ioctl(2)`; on a device fd, a uverbs method (`RDMA_VERBS_IOCTL`,
 /// module `ioctl`; any other request is `ENOTTY`).
 ///

@@ -58,12 +58,13 @@ static STAT64: Sym = Sym::new(c"stat64");
 static FSTAT: Sym = Sym::new(c"fstat");
 static FSTAT64: Sym = Sym::new(c"fstat64");
 static SOCKET: Sym = Sym::new(c"socket");
+static READ: Sym = Sym::new(c"read");
 
 /// Looks every symbol up now (called from the constructor).
 pub fn resolve_all() {
     for s in [
         &OPEN, &OPEN64, &OPEN_2, &OPEN64_2, &CLOSE, &WRITE, &IOCTL, &MMAP, &MMAP64, &MUNMAP, &STAT,
-        &STAT64, &FSTAT, &FSTAT64, &SOCKET,
+        &STAT64, &FSTAT, &FSTAT64, &SOCKET, &READ,
     ] {
         s.get();
     }
@@ -73,6 +74,7 @@ type OpenFn = unsafe extern "C" fn(*const c_char, c_int, ...) -> c_int;
 type Open2Fn = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
 type CloseFn = unsafe extern "C" fn(c_int) -> c_int;
 type WriteFn = unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
+type ReadFn = unsafe extern "C" fn(c_int, *mut c_void, size_t) -> ssize_t;
 type IoctlFn = unsafe extern "C" fn(c_int, c_ulong, ...) -> c_int;
 type MmapFn = unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
 type MunmapFn = unsafe extern "C" fn(*mut c_void, size_t) -> c_int;
@@ -176,6 +178,20 @@ pub unsafe fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
         Some(a) => unsafe { as_fn::<WriteFn>(a)(fd, buf, count) },
         // SAFETY: as above, through the system call.
         None => unsafe { libc::syscall(libc::SYS_write, fd, buf, count) as ssize_t },
+    }
+}
+
+/// The real `read`.
+///
+/// # Safety
+/// As `read(2)`: `buf` must be writable for `count` bytes.
+pub unsafe fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    match READ.get() {
+        // SAFETY: glibc's `ssize_t read(int, void *, size_t)`; the buffer
+        // contract is the caller's.
+        Some(a) => unsafe { as_fn::<ReadFn>(a)(fd, buf, count) },
+        // SAFETY: as above, through the system call.
+        None => unsafe { libc::syscall(libc::SYS_read, fd, buf, count) as ssize_t },
     }
 }
 
