@@ -212,6 +212,22 @@ const CAPABILITY_OPS: [(Feature, WrOpcode, u64); 2] = [
     ),
 ];
 
+impl crate::Context {
+    /// Whether an RC QP of this context accepts send requests of `op`
+    /// as far as the device and its provider go: ATOMIC_WRITE and FLUSH
+    /// only where the provider builds them and the device offers them
+    /// (its `device_cap_flags_ex`); every other opcode is offered by every
+    /// device this crate drives (the QP's type still decides, at post).
+    pub fn offers(&self, op: WrOpcode) -> bool {
+        CAPABILITY_OPS
+            .iter()
+            .find(|(_, o, _)| *o == op)
+            .is_none_or(|&(feature, _, bits)| {
+                self.provider().supports(feature) && self.caps().cap_flags_ex & bits != 0
+            })
+    }
+}
+
 impl Qp {
     /// Lets the send queue accept ATOMIC_WRITE and FLUSH where the provider
     /// builds them and the device offers them (the capabilities are asked

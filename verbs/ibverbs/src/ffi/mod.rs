@@ -394,6 +394,9 @@ pub(crate) fn errno_of(e: &rverbs::Error) -> c_int {
     match e.errno() {
         Some(n) => n.raw(),
         None if e.invalid_kind().is_some() => libc::EINVAL,
+        // What the provider does not build: as libibverbs answers for a
+        // provider without the verb.
+        None if matches!(e, rverbs::Error::Unsupported { .. }) => libc::EOPNOTSUPP,
         None => libc::EIO,
     }
 }

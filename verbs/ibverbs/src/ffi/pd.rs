@@ -166,6 +166,12 @@ fn reg_mr(
         return Err(libc::EOPNOTSUPP);
     }
     let access = AccessFlags::from_bits(access & !ACCESS_OPTIONAL_RANGE).ok_or(libc::EINVAL)?;
+    if access.contains(AccessFlags::MW_BIND) {
+        // No memory windows through this library yet (ibv_alloc_mw answers
+        // EOPNOTSUPP too): an MR for them is refused as a verb the
+        // provider lacks, not as a bad argument.
+        return Err(libc::EOPNOTSUPP);
+    }
     // SAFETY: ibv_reg_mr's contract: the caller keeps `addr..addr+length`
     // mapped until it deregisters the MR, and the device may read and
     // write it meanwhile (the program's own memory, which Rust holds no

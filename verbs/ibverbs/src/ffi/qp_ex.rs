@@ -358,6 +358,17 @@ pub unsafe extern "C" fn create_qp_ex(
             if a.send_ops_flags & !ops::SUPPORTED != 0 {
                 return null_with(libc::EOPNOTSUPP);
             }
+            if a.send_ops_flags & ops::ATOMIC_WRITE != 0 {
+                // SAFETY: forwarded from this function's contract.
+                let Some(pd) = (unsafe { super::pd::pd_rec(a.pd) }) else {
+                    return null_with(libc::EINVAL);
+                };
+                // As libibverbs' providers answer for an operation the
+                // device (or its provider) lacks: at creation.
+                if !pd.pd.context().offers(rverbs::WrOpcode::AtomicWrite) {
+                    return null_with(libc::EOPNOTSUPP);
+                }
+            }
             Some(a.send_ops_flags)
         } else {
             None
