@@ -10,7 +10,17 @@ before it, and the test that was running is the one after the last line
 (its id is written to OUT.running first). OUT.times gets each test's
 wall time: `<test id> TAB <seconds>`.
 
-Usage: pyverbs_verdicts.py TESTS_DIR OUT DEV
+Usage: pyverbs_verdicts.py TESTS_DIR OUT DEV [PER_TEST_SECONDS]
+
+With PER_TEST_SECONDS, a test still running after that long is
+interrupted (SIGALRM raises TestTimeout inside it) and counts as an
+error whose message says so: one test that waits forever for a
+completion does not take the rest of the suite with it.
+
+With PYVERBS_SEED=1 in the environment, Python's `random` is seeded from
+each test's id as the test starts: the suite draws its QP capacities and
+buffer sizes at random, and two runs (on two libraries) then draw the same
+values per test, so their verdicts compare test for test.
 
 TESTS_DIR is an unpacked copy of the suite (the `tests` package: its
 __init__.py, args_parser.py and test_*.py). The suite is loaded as its own
@@ -18,10 +28,20 @@ run_tests.py loads it, with `--dev DEV`.
 """
 
 import os
+import random
+import signal
 import sys
 import time
 import unittest
 from importlib.machinery import SourceFileLoader
+
+
+class TestTimeout(Exception):
+    """Raised inside a test that ran past the per-test limit."""
+
+
+def _alarm(signum, frame):
+    raise TestTimeout(f"still running after {Recorder.limit} s (per-test limit)")
 
 
 class Recorder(unittest.TextTestResult):
@@ -31,6 +51,8 @@ class Recorder(unittest.TextTestResult):
     running = None
     times = None
     started = 0.0
+    limit = 0
+    seeded = False
 
     def _write(self, test, verdict, reason=""):
         reason = " ".join(str(reason).split())
@@ -43,7 +65,16 @@ class Recorder(unittest.TextTestResult):
         with open(self.running, "w") as f:
             f.write(test.id() + "\n")
         Recorder.started = time.monotonic()
+        if Recorder.seeded:
+            random.seed(test.id())
+        if Recorder.limit:
+            signal.alarm(Recorder.limit)
         super().startTest(test)
+
+    def stopTest(self, test):
+        if Recorder.limit:
+            signal.alarm(0)
+        super().stopTest(test)
 
     def addSuccess(self, test):
         super().addSuccess(test)
@@ -71,9 +102,12 @@ class Recorder(unittest.TextTestResult):
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
-    tests_dir, out_path, dev = sys.argv[1:]
+    tests_dir, out_path, dev = sys.argv[1:4]
+    if len(sys.argv) == 5:
+        Recorder.limit = int(sys.argv[4])
+        signal.signal(signal.SIGALRM, _alarm)
     tests_dir = os.path.abspath(tests_dir)
     sys.path.insert(0, tests_dir)
     # The suite's own argument parser reads sys.argv.
@@ -87,6 +121,7 @@ def main():
         Recorder.out = out
         Recorder.times = times
         Recorder.running = out_path + ".running"
+        Recorder.seeded = os.environ.get("PYVERBS_SEED") == "1"
         runner = unittest.TextTestRunner(verbosity=2, resultclass=Recorder, stream=sys.stdout)
         runner.run(suite)
     try:

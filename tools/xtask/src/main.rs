@@ -63,6 +63,7 @@ mod initramfs;
 mod kernel;
 mod linkage;
 mod mlx5;
+mod mlx5_pyverbs;
 mod regbench;
 mod scalebench;
 mod sweepbench;

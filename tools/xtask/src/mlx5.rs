@@ -540,6 +540,15 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         }
     }
 
+    // rdma-core's own test suite, on libmlx5 and on our libibverbs.so.1.
+    if let Some(dir) = &ourlib {
+        for (name, verdict, log) in
+            crate::mlx5_pyverbs::run(&ws, &out_dir, dir, &preload, run_bounded)?
+        {
+            record_in(Group::RdmaCore { steps: 0 }, name, verdict, &log);
+        }
+    }
+
     // The commands both sent for the same sequence of verbs.
     let (group, verdict, log) = compare_cmds(&theirs_cmds, &ours_cmds, &logs, "cmd_compare.log");
     record_in(
