@@ -203,6 +203,9 @@ struct PerfCase {
     kind: Kind,
     size: u64,
     iters: u64,
+    /// Whether perftest also runs on our libibverbs.so.1 (both sides),
+    /// for the C ABI's timed rows.
+    ourlib: bool,
 }
 
 impl PerfCase {
@@ -237,7 +240,9 @@ impl PerfCase {
 
 /// The timed cases: bandwidth and message rate of WRITE and SEND at 64 B,
 /// 4 KiB and 64 KiB; latency of SEND, WRITE and READ at 8 B and 4 KiB.
-/// Iteration counts keep one run to a few seconds under TCG.
+/// Iteration counts keep one run to a few seconds under TCG. perftest
+/// runs a third time, on our libibverbs.so.1, for `ib_send_lat`,
+/// `ib_write_bw` and `ib_send_bw -s 64`.
 fn perf_cases() -> Vec<PerfCase> {
     let mut v = Vec::new();
     for verb in ["write", "send"] {
@@ -247,6 +252,7 @@ fn perf_cases() -> Vec<PerfCase> {
                 kind: Kind::Bw,
                 size,
                 iters,
+                ourlib: verb == "write" || size == 64,
             });
         }
     }
@@ -257,6 +263,7 @@ fn perf_cases() -> Vec<PerfCase> {
                 kind: Kind::Lat,
                 size,
                 iters: 500,
+                ourlib: verb == "send",
             });
         }
     }
@@ -412,6 +419,11 @@ fn perf_name(case: usize, tool: Tool, repeat: u32) -> String {
     format!("perf-{case}-{}-r{repeat}", tool.tag())
 }
 
+/// The file stem of perftest's run on our libibverbs.so.1.
+fn ourlib_perf_name(case: usize, repeat: u32) -> String {
+    format!("perf-{case}-perftest-{OURLIB}-r{repeat}")
+}
+
 /// The guest script: the probes, then the perf runs; every result goes to
 /// a file in `out` (the run folder, shared with the host).
 fn payload(
@@ -497,6 +509,27 @@ fn payload(
                     r + 1
                 )?;
                 server_client(&mut s, &name, &cmd, port, PERF_LIMIT_SECS)?;
+            }
+            if c.ourlib {
+                // perftest again, both sides on our libibverbs.so.1.
+                port += 1;
+                let mut argv = vec![ourlib_env.trim_end().to_string(), c.perftest()];
+                argv.extend(c.common_args(port).iter().map(|a| shell_quote(a)));
+                writeln!(
+                    s,
+                    "echo \"bench: perftest on {OURLIB} {} {} {} B, repeat {}\"",
+                    c.verb,
+                    c.kind.name(),
+                    c.size,
+                    r + 1
+                )?;
+                server_client(
+                    &mut s,
+                    &ourlib_perf_name(i, r),
+                    &argv.join(" "),
+                    port,
+                    PERF_LIMIT_SECS,
+                )?;
             }
         }
     }
@@ -723,6 +756,13 @@ fn read_perf(out: &Path, index: usize, case: &PerfCase, tool: Tool, repeat: u32)
     measured(s)
 }
 
+/// Reads the client's figures of perftest's run `repeat` of case number
+/// `index` on our libibverbs.so.1.
+fn read_ourlib_perf(out: &Path, index: usize, case: &PerfCase, repeat: u32) -> Result<Sample> {
+    let client = client_output(out, &ourlib_perf_name(index, repeat))?;
+    measured(parse_perftest(&client, case.kind)?)
+}
+
 /// A sample whose figures are not all positive measured nothing (perftest
 /// once printed a row of 0.00 for a run that exited 0): it is a failed
 /// repeat, not a ratio of infinity.
@@ -856,19 +896,30 @@ fn fmt_size(n: u64) -> String {
     }
 }
 
+/// Per repeat: (ours, theirs), or why the repeat has no figures.
+type Repeats = Vec<std::result::Result<(Sample, Sample), String>>;
+
 /// The results of one timed case over all repeats.
 struct PerfResult {
-    /// Per repeat: (ours, theirs), or why the repeat has no figures.
-    repeats: Vec<std::result::Result<(Sample, Sample), String>>,
+    /// `rverbs perf` against perftest.
+    repeats: Repeats,
+    /// perftest on our libibverbs.so.1 against perftest on rdma-core's,
+    /// for the cases that run it.
+    ourlib: Option<Repeats>,
+}
+
+/// The repeats that have figures on both sides.
+fn pairs(repeats: &Repeats) -> Vec<(Sample, Sample)> {
+    repeats
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .copied()
+        .collect()
 }
 
 impl PerfResult {
     fn pairs(&self) -> Vec<(Sample, Sample)> {
-        self.repeats
-            .iter()
-            .filter_map(|r| r.as_ref().ok())
-            .copied()
-            .collect()
+        pairs(&self.repeats)
     }
 }
 
@@ -1570,6 +1621,8 @@ fn report(
             }
         }
     }
+    w("");
+    ourlib_perf_table(&mut w, perf, &mut failures, &mut ok);
     ok &= failures.is_empty();
     bullets(&mut w, "Failed runs:", &failures);
     if !sweeps.is_empty() {
@@ -1577,6 +1630,81 @@ fn report(
         sweep_section(&mut w, sweeps, &charts.sweeps, &mut ok);
     }
     (md, ok)
+}
+
+/// The timed rows of the C ABI: perftest on our libibverbs.so.1 (server
+/// and client) against perftest on rdma-core's, per repeat of the same
+/// case; failed repeats go to `failures`, a case with no figures clears
+/// `ok`.
+fn ourlib_perf_table(
+    w: &mut impl FnMut(&str),
+    perf: &[(PerfCase, PerfResult)],
+    failures: &mut Vec<String>,
+    ok: &mut bool,
+) {
+    w("### perftest on our libibverbs vs on rdma-core's (the C ABI, timed)");
+    w("");
+    w(
+        "perftest itself on our libibverbs (`LD_LIBRARY_PATH`, server and client) \
+       against perftest on rdma-core's, same options, run right after the two runs \
+       above in each repeat: what the C ABI costs a real C program. Bandwidth: \
+       ratio > 1, ours faster; latency (typical): ratio < 1, ours faster (tick-bound \
+       repeats left out as above).",
+    );
+    w("");
+    w("| Test | Size | Iterations | on ours | on rdma-core | ratio min / median / max |");
+    w("|---|---:|---:|---:|---:|---|");
+    for (c, r) in perf {
+        let Some(repeats) = &r.ourlib else { continue };
+        let test = format!("ib_{}_{}", c.verb, c.kind.name());
+        let all = pairs(repeats);
+        let usable: Vec<(Sample, Sample)> = match c.kind {
+            Kind::Bw => all.clone(),
+            Kind::Lat => all
+                .iter()
+                .filter(|(o, t)| o.a < TICK_BOUND_USEC && t.a < TICK_BOUND_USEC)
+                .copied()
+                .collect(),
+        };
+        let unit = match c.kind {
+            Kind::Bw => "MB/s",
+            Kind::Lat => "usec",
+        };
+        if usable.is_empty() {
+            *ok &= !all.is_empty();
+            w(&format!(
+                "| {test} | {} | {} | - | - | {} |",
+                fmt_size(c.size),
+                c.iters,
+                if all.is_empty() {
+                    "failed"
+                } else {
+                    "no usable repeat"
+                }
+            ));
+        } else {
+            let ours: Vec<f64> = usable.iter().map(|p| p.0.a).collect();
+            let theirs: Vec<f64> = usable.iter().map(|p| p.1.a).collect();
+            let ratio: Vec<f64> = usable.iter().map(|p| p.0.a / p.1.a).collect();
+            let (lo, med, hi) = min_med_max(&ratio);
+            w(&format!(
+                "| {test} | {} | {} | {} {unit} | {} {unit} | {lo:.2} / **{med:.2}** / {hi:.2} |",
+                fmt_size(c.size),
+                c.iters,
+                fmt_num(min_med_max(&ours).1),
+                fmt_num(min_med_max(&theirs).1),
+            ));
+        }
+        for (i, e) in repeats.iter().enumerate() {
+            if let Err(e) = e {
+                failures.push(format!(
+                    "{test} {} ({OURLIB}), repeat {}: {e}",
+                    fmt_size(c.size),
+                    i + 1
+                ));
+            }
+        }
+    }
 }
 
 /// `cargo xtask bench`. Returns whether every probe and run succeeded and
@@ -1676,7 +1804,8 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         if with_perf {
             format!(
                 " and {} perf runs, {} sweeps",
-                cases.len() * 2 * opts.repeats as usize,
+                (cases.len() * 2 + cases.iter().filter(|c| c.ourlib).count())
+                    * opts.repeats as usize,
                 sweeps.len() * 2
             )
         } else {
@@ -1761,16 +1890,27 @@ fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Re
             .into_iter()
             .enumerate()
             .map(|(i, c)| {
+                let theirs = |r| {
+                    read_perf(&run_dir, i, &c, Tool::RdmaCore, r)
+                        .map_err(|e| format!("perftest: {e:#}"))
+                };
                 let repeats = (0..opts.repeats)
                     .map(|r| {
                         let ours = read_perf(&run_dir, i, &c, Tool::Rverbs, r)
                             .map_err(|e| format!("rverbs: {e:#}"))?;
-                        let theirs = read_perf(&run_dir, i, &c, Tool::RdmaCore, r)
-                            .map_err(|e| format!("perftest: {e:#}"))?;
-                        Ok((ours, theirs))
+                        Ok((ours, theirs(r)?))
                     })
                     .collect();
-                (c, PerfResult { repeats })
+                let ourlib = c.ourlib.then(|| {
+                    (0..opts.repeats)
+                        .map(|r| {
+                            let ours = read_ourlib_perf(&run_dir, i, &c, r)
+                                .map_err(|e| format!("perftest on {OURLIB}: {e:#}"))?;
+                            Ok((ours, theirs(r)?))
+                        })
+                        .collect()
+                });
+                (c, PerfResult { repeats, ourlib })
             })
             .collect()
     });
@@ -2076,5 +2216,72 @@ mod tests {
     fn min_median_max() {
         assert_eq!(min_med_max(&[3.0, 1.0, 2.0]), (1.0, 2.0, 3.0));
         assert_eq!(min_med_max(&[4.0, 1.0]), (1.0, 2.5, 4.0));
+    }
+
+    #[test]
+    fn the_c_abi_timed_rows_are_ratios_of_the_same_repeat() {
+        let bw = |a| Sample { a, b: 1.0 };
+        let cases = perf_cases();
+        assert!(cases
+            .iter()
+            .any(|c| c.ourlib && c.verb == "send" && c.kind == Kind::Lat));
+        assert!(cases
+            .iter()
+            .any(|c| c.ourlib && c.verb == "write" && c.kind == Kind::Bw));
+        assert!(cases
+            .iter()
+            .any(|c| c.ourlib && c.verb == "send" && c.kind == Kind::Bw && c.size == 64));
+        let case = |ourlib| PerfCase {
+            verb: "write",
+            kind: Kind::Bw,
+            size: 64,
+            iters: 10,
+            ourlib,
+        };
+        let perf = vec![
+            (
+                case(true),
+                PerfResult {
+                    repeats: vec![Ok((bw(1.0), bw(1.0)))],
+                    ourlib: Some(vec![
+                        Ok((bw(90.0), bw(100.0))),
+                        Err("perftest on ourlib: boom".into()),
+                        Ok((bw(110.0), bw(100.0))),
+                    ]),
+                },
+            ),
+            (
+                case(false),
+                PerfResult {
+                    repeats: vec![Ok((bw(1.0), bw(1.0)))],
+                    ourlib: None,
+                },
+            ),
+        ];
+        let mut md = Vec::new();
+        let mut failures = Vec::new();
+        let mut ok = true;
+        ourlib_perf_table(
+            &mut |l: &str| md.push(l.to_string()),
+            &perf,
+            &mut failures,
+            &mut ok,
+        );
+        let rows: Vec<&String> = md.iter().filter(|l| l.starts_with("| ib_")).collect();
+        assert_eq!(rows.len(), 1, "{md:#?}");
+        assert!(rows[0].contains("0.90 / **1.00** / 1.10"), "{}", rows[0]);
+        assert_eq!(failures.len(), 1);
+        assert!(failures[0].contains("repeat 2: perftest on ourlib: boom"));
+        assert!(ok);
+        // No figures at all: the case failed.
+        let perf = vec![(
+            case(true),
+            PerfResult {
+                repeats: Vec::new(),
+                ourlib: Some(vec![Err("x".into())]),
+            },
+        )];
+        ourlib_perf_table(&mut |_: &str| {}, &perf, &mut failures, &mut ok);
+        assert!(!ok);
     }
 }
