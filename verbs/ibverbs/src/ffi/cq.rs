@@ -16,16 +16,16 @@
 //! `ib_uverbs_wc` has the same layout), then only the one flag whose bit
 //! differs between the kernel and libibverbs is moved.
 
+use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use rverbs::{CompChannel, Cq, CqFlags, CqInitAttr, EventId, Wc};
 
-use super::{context_rec, errno_of, guard, lock, next_event, null_with, set_errno, IbvContext};
+use super::{context_rec, errno_of, guard, hot, next_event, null_with, set_errno, IbvContext};
 
 /// `ibv_context_ops.poll_cq`.
 pub type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut Wc) -> c_int;
@@ -338,7 +338,7 @@ fn new_cq(
     super::event::track(context, id, rec as usize);
     if let Some(chan) = chan {
         chan.users.fetch_add(1, Ordering::Relaxed);
-        lock(&chan.cqs).push((id, rec as usize));
+        chan.cqs.lock().push((id, rec as usize));
     }
     rec
 }
@@ -418,7 +418,7 @@ const ENOENT: c_int = libc::ENOENT;
 /// The caller holds `rec.polling`.
 unsafe fn read_next(rec: &CqRec) -> c_int {
     let mut w = [Wc::default()];
-    match lock(&rec.cq).poll(&mut w) {
+    match rec.cq.lock().poll(&mut w) {
         Ok(1) => {
             let mut wc = w[0];
             fix_flags(&mut wc);
@@ -568,7 +568,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
         // SAFETY: a CQ's channel outlives it (ibv_destroy_comp_channel
         // refuses while this CQ counts).
         if let Some(chan) = unsafe { channel_rec(rec.channel) } {
-            lock(&chan.cqs).retain(|&(_, r)| r != cq as usize);
+            chan.cqs.lock().retain(|&(_, r)| r != cq as usize);
             chan.users.fetch_sub(1, Ordering::Relaxed);
         }
         // SAFETY: from Box::into_raw in ibv_create_cq; nothing refers to
@@ -615,7 +615,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                     return -1;
                 }
             };
-            let listed = lock(&rec.cqs);
+            let listed = rec.cqs.lock();
             let Some(r) = listed
                 .iter()
                 .find(|(e, _)| *e == id)
@@ -672,7 +672,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut IbvCq, nevents: u32) {
 /// `cq` is a live CQ of this library; `wc` points to `num_entries`
 /// writable `struct ibv_wc`.
 pub unsafe extern "C" fn poll_cq(cq: *mut IbvCq, num_entries: c_int, wc: *mut Wc) -> c_int {
-    guard(-1, || {
+    hot(|| {
         // SAFETY: forwarded from this function's contract.
         let Some(rec) = (unsafe { cq_rec(cq) }) else {
             return -1;
@@ -685,7 +685,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut IbvCq, num_entries: c_int, wc: *mut Wc
         // have Wc's size, alignment and layout (tests/layout.rs); Wc has
         // no invalid bit patterns and the program holds no Rust reference.
         let out = unsafe { std::slice::from_raw_parts_mut(wc, n) };
-        let got = match lock(&rec.cq).poll(out) {
+        let got = match rec.cq.lock().poll(out) {
             Ok(k) => k,
             Err(_) => return -1,
         };
@@ -724,7 +724,7 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut IbvCq, solicited_only: c_int) ->
         let Some(rec) = (unsafe { cq_rec(cq) }) else {
             return libc::EINVAL;
         };
-        match lock(&rec.cq).req_notify(solicited_only != 0) {
+        match rec.cq.lock().req_notify(solicited_only != 0) {
             Ok(()) => 0,
             Err(e) => errno_of(&e),
         }
@@ -747,7 +747,7 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut IbvCq, cqe: c_int) -> c_int {
         let Ok(cqe) = u32::try_from(cqe) else {
             return libc::EINVAL;
         };
-        let mut ring = lock(&rec.cq);
+        let mut ring = rec.cq.lock();
         match ring.resize(cqe) {
             Ok(()) => {
                 let now = c_int::try_from(ring.cqe()).unwrap_or(c_int::MAX);

@@ -10,13 +10,13 @@
 //! threads post to one QP. The first request refused is returned through
 //! `bad_wr`, with those before it posted, as libibverbs promises.
 
+use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::io::IoSlice;
 use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use rverbs::{
     opcode, AccessFlags, Ah, AhAttr, Gid, GlobalRoute, Mtu, Payload, PostError, Qp, QpAttr, QpCap,
@@ -27,7 +27,7 @@ use super::cq::{cq_rec, IbvCq};
 use super::pd::{pd_rec, IbvPd, PdRec};
 use super::qp_ex;
 pub use super::qp_ex::{create_qp_ex, CreateQpExFn};
-use super::{errno_of, guard, lock, null_with, IbvContext};
+use super::{errno_of, guard, hot, null_with, IbvContext};
 use crate::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap};
 
 /// `ibv_context_ops.post_send`.
@@ -372,6 +372,7 @@ pub(super) fn post_errno(e: &PostError) -> c_int {
 
 /// Posts `wrs` (their C requests in `from`) to the send queue; on
 /// refusal the C request to report and the errno.
+#[inline(always)]
 pub(super) fn flush_send(
     qp: &mut Qp,
     wrs: &[SendWr<'_>],
@@ -493,13 +494,13 @@ pub unsafe extern "C" fn post_send(
     wr: *mut IbvSendWr,
     bad_wr: *mut *mut IbvSendWr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    hot(|| {
         // SAFETY: forwarded from this function's contract.
         let Some(rec) = (unsafe { qp_rec(qp) }) else {
             return libc::EINVAL;
         };
         let ud = rec.ud;
-        let mut q = lock(&rec.qp);
+        let mut q = rec.qp.lock();
         let mut batch = Batch::new();
         let mut cur = wr;
         let fail = |at: *mut IbvSendWr, e: c_int| {
@@ -586,12 +587,33 @@ pub unsafe extern "C" fn post_send(
     })
 }
 
+/// Posts `batch` (their C requests in `from`) with `post`; on refusal the
+/// C request to report and the errno.
+#[inline(always)]
+fn flush_recv(
+    post: &mut impl FnMut(&[RecvWr<'_>]) -> rverbs::Result<()>,
+    batch: &[RecvWr<'_>],
+    from: &[*mut IbvRecvWr],
+) -> Result<(), (*mut IbvRecvWr, c_int)> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    post(batch).map_err(|e| match &e {
+        rverbs::Error::Post { index, error } => (
+            from.get(*index).copied().unwrap_or(from[0]),
+            post_errno(error),
+        ),
+        other => (from[0], errno_of(other)),
+    })
+}
+
 /// Walks a receive chain, posting up to [`BATCH`] at a time with `post`;
 /// 0, or the errno with `*bad_wr` set.
 ///
 /// # Safety
 /// `wr` is a chain of readable requests with readable gather lists;
 /// `bad_wr` is null or writable.
+#[inline(always)]
 unsafe fn post_recv_chain(
     wr: *mut IbvRecvWr,
     bad_wr: *mut *mut IbvRecvWr,
@@ -607,18 +629,7 @@ unsafe fn post_recv_chain(
     let mut batch = Batch::new();
     let mut cur = wr;
     let mut flush =
-        |batch: &[RecvWr<'_>], from: &[*mut IbvRecvWr]| -> Result<(), (*mut IbvRecvWr, c_int)> {
-            if batch.is_empty() {
-                return Ok(());
-            }
-            post(batch).map_err(|e| match &e {
-                rverbs::Error::Post { index, error } => (
-                    from.get(*index).copied().unwrap_or(from[0]),
-                    post_errno(error),
-                ),
-                other => (from[0], errno_of(other)),
-            })
-        };
+        |batch: &[RecvWr<'_>], from: &[*mut IbvRecvWr]| flush_recv(&mut post, batch, from);
     while !cur.is_null() {
         // SAFETY: a readable request of the chain (the contract).
         let w = unsafe { &*cur };
@@ -657,12 +668,12 @@ pub unsafe extern "C" fn post_recv(
     wr: *mut IbvRecvWr,
     bad_wr: *mut *mut IbvRecvWr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    hot(|| {
         // SAFETY: forwarded from this function's contract.
         let Some(rec) = (unsafe { qp_rec(qp) }) else {
             return libc::EINVAL;
         };
-        let mut q = lock(&rec.qp);
+        let mut q = rec.qp.lock();
         // SAFETY: forwarded from this function's contract.
         unsafe { post_recv_chain(wr, bad_wr, |b| q.post_recv(b)) }
     })
@@ -677,12 +688,12 @@ pub unsafe extern "C" fn post_srq_recv(
     wr: *mut IbvRecvWr,
     bad_wr: *mut *mut IbvRecvWr,
 ) -> c_int {
-    guard(libc::EIO, || {
+    hot(|| {
         // SAFETY: forwarded from this function's contract.
         let Some(rec) = (unsafe { srq_rec(srq) }) else {
             return libc::EINVAL;
         };
-        let mut s = lock(&rec.srq);
+        let mut s = rec.srq.lock();
         // SAFETY: forwarded from this function's contract.
         unsafe { post_recv_chain(wr, bad_wr, |b| s.post_srq_recv(b)) }
     })
@@ -773,15 +784,15 @@ pub(super) unsafe fn new_qp(
         max_inline_data: attr.cap.max_inline_data,
     };
     let made = {
-        let sguard = lock(&scq.cq);
+        let sguard = scq.cq.lock();
         let same = ptr::eq(scq, rcq);
-        let rguard = if same { None } else { Some(lock(&rcq.cq)) };
+        let rguard = if same { None } else { Some(rcq.cq.lock()) };
         let recv_cq = rguard.as_deref().unwrap_or(&*sguard);
         let init = QpInitAttr::new(qp_type, &sguard)
             .recv_cq(recv_cq)
             .cap(cap)
             .sq_sig_all(attr.sq_sig_all != 0);
-        let srq_guard = srq.map(|s| lock(&s.srq));
+        let srq_guard = srq.map(|s| s.srq.lock());
         match (flags, srq_guard.as_deref()) {
             (Some(f), s) => pdr.pd.create_qp_ex(&init, f, s),
             (None, Some(s)) => pdr.pd.create_qp_with_srq(&init, s),
@@ -1029,7 +1040,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
             Ok(w) => w,
             Err(e) => return e,
         };
-        let mut q = lock(&rec.qp);
+        let mut q = rec.qp.lock();
         match q.modify(&wanted) {
             Ok(()) => {
                 if let Some(s) = wanted.qp_state {
@@ -1069,7 +1080,7 @@ pub unsafe extern "C" fn ibv_query_qp(
         else {
             return libc::EINVAL;
         };
-        let (a, cap, sig_all) = match lock(&rec.qp).query() {
+        let (a, cap, sig_all) = match rec.qp.lock().query() {
             Ok(r) => r,
             Err(e) => return errno_of(&e),
         };
@@ -1212,7 +1223,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
         if attr_mask & !(SRQ_MAX_WR | SRQ_LIMIT) != 0 {
             return libc::EINVAL;
         }
-        let mut s = lock(&rec.srq);
+        let mut s = rec.srq.lock();
         if attr_mask & SRQ_MAX_WR != 0 {
             if let Err(e) = s.resize(a.max_wr) {
                 return errno_of(&e);
@@ -1239,7 +1250,7 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut IbvSrq, attr: *mut IbvSrqAttr) 
         let (Some(rec), Some(out)) = (unsafe { srq_rec(srq) }, unsafe { attr.as_mut() }) else {
             return libc::EINVAL;
         };
-        match lock(&rec.srq).query() {
+        match rec.srq.lock().query() {
             Ok(a) => {
                 *out = IbvSrqAttr {
                     max_wr: a.max_wr,

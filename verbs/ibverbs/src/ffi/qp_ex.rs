@@ -26,7 +26,7 @@ use super::qp::{
     ah_rec, flush_send, new_qp, qp_rec, Batch, IbvAh, IbvQp, IbvQpInitAttr, IbvSendWr, IbvSrq,
     QpRec, BATCH,
 };
-use super::{guard, lock, null_with, IbvContext, Slot};
+use super::{guard, null_with, IbvContext, Slot};
 use crate::copy::IbvQpCap;
 
 /// `verbs_context.create_qp_ex`.
@@ -790,7 +790,7 @@ unsafe fn post_pending(rec: &QpRec, p: &Pending) -> c_int {
     if p.error != 0 {
         return p.error;
     }
-    let mut q = lock(&rec.qp);
+    let mut q = rec.qp.lock();
     for chunk in p.wrs.chunks(BATCH) {
         let mut inline = [[IoSlice::new(&[])]; BATCH];
         for (slot, w) in inline.iter_mut().zip(chunk) {
