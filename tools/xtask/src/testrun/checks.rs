@@ -41,6 +41,7 @@ pub(super) fn static_checks(ws: &Path) -> Vec<(String, bool)> {
     let mut check = |name: &str, cmd: &mut Command| {
         cmd.current_dir(ws).stdin(Stdio::null());
         say!("{name}: {}", describe(cmd));
+        let started = std::time::Instant::now();
         let ok = match util::run(cmd) {
             Ok(()) => true,
             Err(e) => {
@@ -48,7 +49,12 @@ pub(super) fn static_checks(ws: &Path) -> Vec<(String, bool)> {
                 false
             }
         };
-        say!("{name}: {}", if ok { "ok" } else { "FAILED" });
+        // Each check's time, for the run's budget (CI prints them).
+        say!(
+            "{name}: {} ({} s)",
+            if ok { "ok" } else { "FAILED" },
+            started.elapsed().as_secs()
+        );
         results.push((name.to_string(), ok));
     };
     check(

@@ -105,6 +105,10 @@ fn ensure_reference_tools() -> Result<()> {
 }
 
 pub fn test_command(opts: &TestOptions) -> Result<bool> {
+    // The run's timeline (each phase's end, in seconds from the start),
+    // for CI's time budget.
+    let t0 = Instant::now();
+    let mark = |phase: &str| say!("timeline: {phase} done at {} s", t0.elapsed().as_secs());
     ensure_reference_tools()?;
     let ws = workspace_root();
     let (packages, target_dir) = metadata()?;
@@ -144,6 +148,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
             }
         }
         total.add(counts);
+        mark("host tests");
     }
 
     // Formatting, lints, and the aarch64 type check (host).
@@ -156,6 +161,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
                 problems.push(name);
             }
         }
+        mark("static checks");
     }
 
     // The emulated mlx5 device and rdma-core's scenarios on it (host).
@@ -287,6 +293,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
     }
 
     // (c) + (e) for each kernel series, one after the other.
+    mark("builds and host programs");
     if let Some(binaries) = binaries {
         for (k, series) in opts.kernels.iter().enumerate() {
             let vm = VmOptions {
@@ -315,6 +322,7 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
             );
             total.add(counts);
             matrix.push((series.clone(), rows));
+            mark(&format!("kernel {series}"));
         }
     }
 
