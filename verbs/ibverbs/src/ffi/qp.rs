@@ -626,6 +626,20 @@ unsafe fn post_recv_chain(
         }
         e
     };
+    // SAFETY: a readable request of the chain (the contract), if any.
+    if let Some(w) = unsafe { wr.as_ref() } {
+        if w.next.is_null() {
+            // One request, the common case: posted without the batch.
+            // SAFETY: its gather list is readable (the contract).
+            return match unsafe { sges(w.sg_list, w.num_sge) } {
+                Ok(sg) => match flush_recv(&mut post, &[RecvWr::new(w.wr_id, sg)], &[wr]) {
+                    Ok(()) => 0,
+                    Err((at, e)) => fail(at, e),
+                },
+                Err(e) => fail(wr, e),
+            };
+        }
+    }
     let mut batch = Batch::new();
     let mut cur = wr;
     let mut flush =
