@@ -274,6 +274,8 @@ fn perf_cases() -> Vec<PerfCase> {
 struct Binaries {
     probe_rs: PathBuf,
     probe_c: PathBuf,
+    /// The hand-written mlx5 floor (`tools/bench/floor_mlx5.c`, mlx5dv).
+    floor_c: PathBuf,
     /// Our libibverbs.so.1 (release), on which the C probe runs a second
     /// time: the C ABI's rows.
     ourlib: PathBuf,
@@ -310,6 +312,17 @@ fn build(target: &Path) -> Result<Binaries> {
     // one in a binary as a possible dlopen, and xtask's binary is checked.)
     say!("building our libibverbs (release), for the C probe's second run");
     let ourlib = crate::ibverbs::build(target, true)?;
+    // The floor drives libmlx5's queues by hand (mlx5dv): it links
+    // libmlx5 itself, which libibverbs-dev's mlx5dv.h goes with.
+    let floor_c = bench_dir.join("floor-mlx5");
+    util::run(
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-o"])
+            .arg(&floor_c)
+            .arg(workspace_root().join("tools/bench/floor_mlx5.c"))
+            .args(["-libverbs", "-lmlx5"]),
+    )
+    .context("compiling tools/bench/floor_mlx5.c against libibverbs and libmlx5")?;
     let regmr_c = bench_dir.join("regmr-c");
     util::run(
         Command::new("cc")
@@ -331,6 +344,7 @@ fn build(target: &Path) -> Result<Binaries> {
     Ok(Binaries {
         probe_rs: release.join("examples/postpoll"),
         probe_c,
+        floor_c,
         ourlib,
         regmr_rs: release.join("examples/regmr"),
         regmr_c,
@@ -388,7 +402,7 @@ fn check_linkage(b: &Binaries) -> Result<()> {
             );
         }
     }
-    for c in [&b.probe_c, &b.regmr_c, &b.scale_c] {
+    for c in [&b.probe_c, &b.regmr_c, &b.scale_c, &b.floor_c] {
         let theirs = linkage::inspect(c)?;
         if !theirs.iter().any(|p| p.contains("libibverbs")) {
             bail!(
@@ -610,6 +624,7 @@ fn mlx5_probes(
             (Tool::Rverbs.tag(), false, &b.probe_rs),
             (Tool::RdmaCore.tag(), false, &b.probe_c),
             (OURLIB, true, &b.probe_c),
+            (FLOOR, false, &b.floor_c),
         ] {
             let name = probe_file("mlx5-", tag, p.mode);
             say!("mlx5: callgrind {tag} {}", p.mode);
@@ -682,6 +697,92 @@ fn read_cabi(out: &Path, family: &str, iters: u32) -> Option<Vec<ProbeResult<'st
         })
         .collect();
     Some(rows)
+}
+
+/// The tag of the hand-written mlx5 floor's runs (`tools/bench/floor_mlx5.c`).
+const FLOOR: &str = "floor";
+
+/// One probe mode against the floor: the floor's count, then rverbs',
+/// rdma-core's (libmlx5 through `ibv_post_send`) and our libibverbs'.
+type FloorRow = (&'static Probe, [Result<f64>; 4]);
+
+/// Every mlx5 probe's counts against the floor; None when the run made no
+/// floor probe (a run from before it, read with --report-from).
+fn read_floor(out: &Path, iters: u32) -> Option<Vec<FloorRow>> {
+    let first = probe_file("mlx5-", FLOOR, PROBES[0].mode);
+    if !out.join(format!("{first}.status")).exists() {
+        return None;
+    }
+    Some(
+        PROBES
+            .iter()
+            .map(|p| {
+                let read = |tag| read_probe(out, "mlx5-", tag, p, iters);
+                (
+                    p,
+                    [
+                        read(FLOOR),
+                        read(Tool::Rverbs.tag()),
+                        read(Tool::RdmaCore.tag()),
+                        read(OURLIB),
+                    ],
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The table of the mlx5 probes against the hand-written floor (issue
+/// 28): each side's count and its ratio to the floor. Returns whether
+/// every count was read.
+fn floor_table(w: &mut impl FnMut(&str), rows: &[FloorRow]) -> bool {
+    w(
+        "`tools/bench/floor_mlx5.c` sets up the same QP pair through libibverbs, then \
+       takes the raw queues with `mlx5dv_init_obj` and drives them as a hand-tuned C \
+       program does: control, remote-address and data segments written by hand, the \
+       doorbell record and the 64-byte BlueFlame copy (the register alone after a \
+       chain), a CQE poll that checks the owner bit, opcode and QP number and nothing \
+       else; its batch32 is its write32 (it has one way to post many). It checks that \
+       the data arrived, as the others do. Ratios: each side over the floor.",
+    );
+    w("");
+    w("| Measured step | floor | rverbs | rverbs / floor | libmlx5 (`ibv_post_send`) | libmlx5 / floor | our libibverbs / floor |");
+    w("|---|---:|---:|---:|---:|---:|---:|");
+    let mut ok = true;
+    for (p, [floor, ours, theirs, ourlib]) in rows {
+        let cell = |r: &Result<f64>| match r {
+            Ok(v) if p.wrs > 1 => format!("{:.1} per WR", v / f64::from(p.wrs)),
+            Ok(v) => format!("{v:.1}"),
+            Err(_) => "failed".into(),
+        };
+        let ratio = |r: &Result<f64>| match (r, floor) {
+            (Ok(v), Ok(f)) if *f > 0.0 => format!("{:.2}x", v / f),
+            _ => "-".into(),
+        };
+        ok &= floor.is_ok() && ours.is_ok() && theirs.is_ok() && ourlib.is_ok();
+        w(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            p.short,
+            cell(floor),
+            cell(ours),
+            ratio(ours),
+            cell(theirs),
+            ratio(theirs),
+            ratio(ourlib)
+        ));
+    }
+    for (p, r) in rows {
+        for (side, r) in [FLOOR, Tool::Rverbs.tag(), Tool::RdmaCore.tag(), OURLIB]
+            .iter()
+            .zip(r)
+        {
+            if let Err(e) = r {
+                w("");
+                w(&format!("- {side} probe `{}`: {e:#}", p.mode));
+            }
+        }
+    }
+    ok
 }
 
 /// The C probe on our libibverbs.so.1 against rdma-core's, per provider.
@@ -1359,6 +1460,7 @@ fn report(
     probes: &[ProbeResult<'_>],
     control: &ControlRows,
     mlx5: &Result<Vec<ProbeResult<'_>>>,
+    floor: Option<&[FloorRow]>,
     cabi: &CAbi,
     perf: Option<&[(PerfCase, PerfResult)]>,
     perf_note: &str,
@@ -1453,6 +1555,12 @@ fn report(
             w("");
             if !insn_table(&mut w, mlx5_probes, true) {
                 ok = false;
+            }
+            if let Some(rows) = floor {
+                w("");
+                w("Against a hand-written floor (issue 28):");
+                w("");
+                ok &= floor_table(&mut w, rows);
             }
         }
         Err(e) => {
@@ -1768,17 +1876,18 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
     }
     if opts.mlx5_only {
         let mut md = String::new();
-        let ok = match &mlx5 {
-            Ok(p) => insn_table(
-                &mut |l: &str| {
-                    md.push_str(l);
-                    md.push('\n');
-                },
-                p,
-                true,
-            ),
+        let mut w = |l: &str| {
+            md.push_str(l);
+            md.push('\n');
+        };
+        let mut ok = match &mlx5 {
+            Ok(p) => insn_table(&mut w, p, true),
             Err(_) => false,
         };
+        if let Some(rows) = read_floor(&run_dir, opts.probe_iters) {
+            w("");
+            ok &= floor_table(&mut w, &rows);
+        }
         print_line("");
         for line in md.lines() {
             print_line(line);
@@ -1930,6 +2039,7 @@ fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Re
         .collect();
     let report_dir = target.join("bench");
     let charts = draw_charts(&report_dir, &probes, &mlx5, &control, &sweeps)?;
+    let floor = read_floor(&run_dir, opts.probe_iters);
     let cabi = CAbi {
         rxe: read_cabi(&run_dir, "", opts.probe_iters),
         mlx5: read_cabi(&run_dir, "mlx5-", opts.probe_iters),
@@ -1940,6 +2050,7 @@ fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Re
         &probes,
         &control,
         &mlx5,
+        floor.as_deref(),
         &cabi,
         perf.as_deref(),
         &perf_note,
@@ -2135,12 +2246,23 @@ mod tests {
                     .collect(),
             ),
         };
+        let floor: Vec<FloorRow> = PROBES
+            .iter()
+            .map(|p| {
+                let n = f64::from(p.wrs);
+                (
+                    p,
+                    [Ok(100.0 * n), Ok(150.0 * n), Ok(300.0 * n), Ok(290.0 * n)],
+                )
+            })
+            .collect();
         let (md, ok) = report(
             &opts,
             &env,
             &probes,
             &control,
             &mlx5,
+            Some(&floor),
             &cabi,
             Some(&[]),
             "",
@@ -2150,6 +2272,17 @@ mod tests {
         // The perftest side of one sweep failed: the run is not ok, and says so.
         assert!(!ok);
         assert!(md.contains("### Through the C ABI"), "{md}");
+        // The floor's table: each side over the floor, per WR for chains.
+        let floor_section = md.split("Against a hand-written floor").nth(1).unwrap();
+        assert!(
+            floor_section
+                .contains("| SEND + poll | 100.0 | 150.0 | 1.50x | 300.0 | 3.00x | 2.90x |"),
+            "{floor_section}"
+        );
+        assert!(
+            floor_section.contains("| 100.0 per WR | 150.0 per WR | 1.50x |"),
+            "{floor_section}"
+        );
         assert!(md.contains("| 0.962 | <= 1x: met |"), "{md}");
         assert!(md.contains("| 1.154 | <= 1x: **missed** |"), "{md}");
         // The C probe's batch32 is its write32 chain again: not repeated.
