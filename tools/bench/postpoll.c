@@ -22,7 +22,14 @@
  * every measured poll finds its completion and no empty polls are counted.
  * Warm-up rounds call the same verbs through unmeasured paths first.
  *
- * Usage: postpoll MODE ITERS [DEVICE [GID_INDEX]]   (defaults: rxe0, 1)
+ * With a fifth argument `ex`, the same steps go through libibverbs'
+ * extended API instead: QPs from ibv_create_qp_ex with the operations
+ * asked for, sends built with ibv_wr_start / ibv_wr_send (or
+ * ibv_wr_rdma_write) / ibv_wr_set_sge / ibv_wr_complete, CQs from
+ * ibv_create_cq_ex polled with ibv_start_poll / ibv_end_poll (receives are
+ * still posted with ibv_post_recv: that API has no other).
+ *
+ * Usage: postpoll MODE ITERS [DEVICE [GID_INDEX [ex]]]   (defaults: rxe0, 1)
  */
 #include <errno.h>
 #include <poll.h>
@@ -67,14 +74,88 @@ __attribute__((noinline)) int measured_poll(struct ibv_cq *cq,
 	return ibv_poll_cq(cq, n, wc);
 }
 
+/* The extended API's steps (the `ex` argument): inlined into the
+ * unmeasured warm-up, called through measured_* when counted. */
+static inline int post_send_ex(struct ibv_qp_ex *qx,
+			       const struct ibv_send_wr *wr)
+{
+	ibv_wr_start(qx);
+	for (; wr; wr = wr->next) {
+		qx->wr_id = wr->wr_id;
+		qx->wr_flags = wr->send_flags;
+		if (wr->opcode == IBV_WR_SEND)
+			ibv_wr_send(qx);
+		else
+			ibv_wr_rdma_write(qx, wr->wr.rdma.rkey,
+					  wr->wr.rdma.remote_addr);
+		ibv_wr_set_sge(qx, wr->sg_list->lkey, wr->sg_list->addr,
+			       wr->sg_list->length);
+	}
+	return ibv_wr_complete(qx);
+}
+
+static inline int poll_ex(struct ibv_cq_ex *cq, struct ibv_wc *wc)
+{
+	struct ibv_poll_cq_attr attr = { .comp_mask = 0 };
+	int rc = ibv_start_poll(cq, &attr);
+
+	if (rc)
+		return rc == ENOENT ? 0 : -1;
+	wc->wr_id = cq->wr_id;
+	wc->status = cq->status;
+	wc->opcode = ibv_wc_read_opcode(cq);
+	wc->byte_len = ibv_wc_read_byte_len(cq);
+	ibv_end_poll(cq);
+	return 1;
+}
+
+__attribute__((noinline)) int measured_post_send_ex(struct ibv_qp_ex *qx,
+						    const struct ibv_send_wr *wr)
+{
+	return post_send_ex(qx, wr);
+}
+
+__attribute__((noinline)) int measured_poll_ex(struct ibv_cq_ex *cq,
+					       struct ibv_wc *wc)
+{
+	return poll_ex(cq, wc);
+}
+
 /* Everything below is unmeasured. */
+
+/* Whether the extended API is used (the `ex` argument). */
+static int ex;
 
 struct side {
 	struct ibv_cq *cq;
 	struct ibv_qp *qp;
 	struct ibv_mr *mr;
 	uint8_t *buf;
+	/* With `ex`: the same CQ and QP through the extended API. */
+	struct ibv_cq_ex *cqx;
+	struct ibv_qp_ex *qpx;
 };
+
+/* A post on `s`'s QP through the API the run uses, counted or not. */
+static int post_send_any(struct side *s, struct ibv_send_wr *wr, int measure)
+{
+	struct ibv_send_wr *bad;
+
+	if (ex)
+		return measure ? measured_post_send_ex(s->qpx, wr)
+			       : post_send_ex(s->qpx, wr);
+	return measure ? measured_post_send(s->qp, wr)
+		       : ibv_post_send(s->qp, wr, &bad);
+}
+
+/* A poll of `s`'s CQ for up to 16 completions (one, through the extended
+ * API), counted or not. */
+static int poll_any(struct side *s, struct ibv_wc *wc, int measure)
+{
+	if (ex)
+		return measure ? measured_poll_ex(s->cqx, wc) : poll_ex(s->cqx, wc);
+	return measure ? measured_poll(s->cq, wc, 16) : ibv_poll_cq(s->cq, 16, wc);
+}
 
 static struct ibv_comp_channel *chan;
 static unsigned int events;
@@ -151,7 +232,20 @@ static void setup_side(struct ibv_context *ctx, struct ibv_pd *pd,
 		     IBV_ACCESS_REMOTE_READ;
 	int rc;
 
-	s->cq = ibv_create_cq(ctx, DEPTH, NULL, chan, 0);
+	if (ex) {
+		struct ibv_cq_init_attr_ex ca = {
+			.cqe = DEPTH,
+			.channel = chan,
+			.wc_flags = IBV_WC_STANDARD_FLAGS,
+		};
+
+		s->cqx = ibv_create_cq_ex(ctx, &ca);
+		if (!s->cqx)
+			die("ibv_create_cq_ex", errno);
+		s->cq = ibv_cq_ex_to_cq(s->cqx);
+	} else {
+		s->cq = ibv_create_cq(ctx, DEPTH, NULL, chan, 0);
+	}
 	if (!s->cq)
 		die("ibv_create_cq", errno);
 	rc = posix_memalign((void **)&s->buf, 4096, 4096);
@@ -170,7 +264,25 @@ static void setup_side(struct ibv_context *ctx, struct ibv_pd *pd,
 	qa.cap.max_send_sge = 1;
 	qa.cap.max_recv_sge = 1;
 	qa.cap.max_inline_data = 0;
-	s->qp = ibv_create_qp(pd, &qa);
+	if (ex) {
+		struct ibv_qp_init_attr_ex qx;
+
+		memset(&qx, 0, sizeof(qx));
+		qx.send_cq = qa.send_cq;
+		qx.recv_cq = qa.recv_cq;
+		qx.qp_type = qa.qp_type;
+		qx.cap = qa.cap;
+		qx.pd = pd;
+		qx.comp_mask = IBV_QP_INIT_ATTR_PD |
+			       IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+		qx.send_ops_flags = IBV_QP_EX_WITH_SEND |
+				    IBV_QP_EX_WITH_RDMA_WRITE;
+		s->qp = ibv_create_qp_ex(ctx, &qx);
+		if (s->qp)
+			s->qpx = ibv_qp_to_qp_ex(s->qp);
+	} else {
+		s->qp = ibv_create_qp(pd, &qa);
+	}
 	if (!s->qp)
 		die("ibv_create_qp", errno);
 }
@@ -242,7 +354,7 @@ int main(int argc, char **argv)
 	int is_send, is_recv, is_write;
 
 	if (argc < 3) {
-		fprintf(stderr, "usage: postpoll send|recv|write32|batch32 ITERS [DEVICE [GID_INDEX]]\n");
+		fprintf(stderr, "usage: postpoll send|recv|write32|batch32 ITERS [DEVICE [GID_INDEX [ex]]]\n");
 		return 2;
 	}
 	mode = argv[1];
@@ -251,6 +363,13 @@ int main(int argc, char **argv)
 		dev = argv[3];
 	if (argc > 4)
 		gid_index = atoi(argv[4]);
+	if (argc > 5) {
+		if (strcmp(argv[5], "ex")) {
+			fprintf(stderr, "postpoll.c: the fifth argument is `ex` or nothing\n");
+			return 2;
+		}
+		ex = 1;
+	}
 	is_send = !strcmp(mode, "send");
 	is_recv = !strcmp(mode, "recv");
 	is_write = !strcmp(mode, "write32") || !strcmp(mode, "batch32");
@@ -334,13 +453,11 @@ int main(int argc, char **argv)
 
 		if (is_send) {
 			arm(a.cq);
-			rc = measure ? measured_post_send(a.qp, &send_wr)
-				     : ibv_post_send(a.qp, &send_wr, &sbad);
+			rc = post_send_any(&a, &send_wr, measure);
 			if (rc)
 				die("post_send", rc);
 			wait_event(a.cq);
-			n = measure ? measured_poll(a.cq, wc, 16)
-				    : ibv_poll_cq(a.cq, 16, wc);
+			n = poll_any(&a, wc, measure);
 			if (n != 1) {
 				fprintf(stderr, "postpoll.c: poll returned %d\n", n);
 				return 1;
@@ -358,8 +475,7 @@ int main(int argc, char **argv)
 			if ((rc = ibv_post_send(a.qp, &send_wr, &sbad)))
 				die("ibv_post_send", rc);
 			wait_event(b.cq);
-			n = measure ? measured_poll(b.cq, wc, 16)
-				    : ibv_poll_cq(b.cq, 16, wc);
+			n = poll_any(&b, wc, measure);
 			if (n != 1) {
 				fprintf(stderr, "postpoll.c: poll returned %d\n", n);
 				return 1;
@@ -372,13 +488,11 @@ int main(int argc, char **argv)
 			reap(a.cq, IBV_WC_SEND);
 		} else {
 			arm(a.cq);
-			rc = measure ? measured_post_send(a.qp, wwr)
-				     : ibv_post_send(a.qp, wwr, &sbad);
+			rc = post_send_any(&a, wwr, measure);
 			if (rc)
 				die("post_send", rc);
 			wait_event(a.cq);
-			n = measure ? measured_poll(a.cq, wc, 16)
-				    : ibv_poll_cq(a.cq, 16, wc);
+			n = poll_any(&a, wc, measure);
 			if (n != 1) {
 				fprintf(stderr, "postpoll.c: poll returned %d\n", n);
 				return 1;
@@ -399,8 +513,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "postpoll.c: the peer's buffer does not match\n");
 		return 1;
 	}
-	printf("postpoll.c: mode=%s iters=%ld wrs_per_iter=%d verified=%d bytes\n",
-	       mode, iters, is_write ? CHAIN : 1, n);
+	printf("postpoll.c: mode=%s%s iters=%ld wrs_per_iter=%d verified=%d bytes\n",
+	       mode, ex ? " (extended API)" : "", iters, is_write ? CHAIN : 1, n);
 
 	ibv_destroy_qp(a.qp);
 	ibv_destroy_qp(b.qp);

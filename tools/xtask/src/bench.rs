@@ -620,11 +620,14 @@ fn mlx5_probes(
     let sysfs = target.join("bench").join("mlx5-sysfs");
     let _ = std::fs::remove_dir_all(&sysfs);
     for p in PROBES {
-        for (tag, ourlib, bin) in [
-            (Tool::Rverbs.tag(), false, &b.probe_rs),
-            (Tool::RdmaCore.tag(), false, &b.probe_c),
-            (OURLIB, true, &b.probe_c),
-            (FLOOR, false, &b.floor_c),
+        for (tag, ourlib, bin, extra) in [
+            (Tool::Rverbs.tag(), false, &b.probe_rs, None),
+            (Tool::RdmaCore.tag(), false, &b.probe_c, None),
+            (OURLIB, true, &b.probe_c, None),
+            (FLOOR, false, &b.floor_c, None),
+            // libmlx5 through libibverbs' extended API (ibv_wr_*,
+            // ibv_start_poll): the C probe's `ex` argument.
+            (RDMA_CORE_EX, false, &b.probe_c, Some("ex")),
         ] {
             let name = probe_file("mlx5-", tag, p.mode);
             say!("mlx5: callgrind {tag} {}", p.mode);
@@ -645,6 +648,7 @@ fn mlx5_probes(
                 .arg(p.mode)
                 .arg(opts.probe_iters.to_string())
                 .args([MLX5_DEVICE, MLX5_GID_INDEX])
+                .args(extra)
                 .env("LD_PRELOAD", &lib)
                 .env("MLX5_EMU_SYSFS", &sysfs)
                 .env("SYSFS_PATH", &sysfs)
@@ -702,9 +706,14 @@ fn read_cabi(out: &Path, family: &str, iters: u32) -> Option<Vec<ProbeResult<'st
 /// The tag of the hand-written mlx5 floor's runs (`tools/bench/floor_mlx5.c`).
 const FLOOR: &str = "floor";
 
+/// The tag of the C probe's runs through libibverbs' extended API on
+/// libmlx5 (`ibv_wr_*`, `ibv_start_poll`).
+const RDMA_CORE_EX: &str = "rdma-core-ex";
+
 /// One probe mode against the floor: the floor's count, then rverbs',
-/// rdma-core's (libmlx5 through `ibv_post_send`) and our libibverbs'.
-type FloorRow = (&'static Probe, [Result<f64>; 4]);
+/// rdma-core's (libmlx5 through `ibv_post_send`, then through the
+/// extended API) and our libibverbs'.
+type FloorRow = (&'static Probe, [Result<f64>; 5]);
 
 /// Every mlx5 probe's counts against the floor; None when the run made no
 /// floor probe (a run from before it, read with --report-from).
@@ -724,6 +733,7 @@ fn read_floor(out: &Path, iters: u32) -> Option<Vec<FloorRow>> {
                         read(FLOOR),
                         read(Tool::Rverbs.tag()),
                         read(Tool::RdmaCore.tag()),
+                        read(RDMA_CORE_EX),
                         read(OURLIB),
                     ],
                 )
@@ -743,13 +753,17 @@ fn floor_table(w: &mut impl FnMut(&str), rows: &[FloorRow]) -> bool {
        doorbell record and the 64-byte BlueFlame copy (the register alone after a \
        chain), a CQE poll that checks the owner bit, opcode and QP number and nothing \
        else; its batch32 is its write32 (it has one way to post many). It checks that \
-       the data arrived, as the others do. Ratios: each side over the floor.",
+       the data arrived, as the others do. libmlx5 runs the C probe twice: through \
+       `ibv_post_send`/`ibv_poll_cq` and through the extended API (`ibv_wr_start`, \
+       `ibv_wr_send` or `ibv_wr_rdma_write`, `ibv_wr_set_sge`, `ibv_wr_complete`; \
+       `ibv_start_poll`/`ibv_end_poll`; receives are posted with `ibv_post_recv` \
+       either way). Ratios: each side over the floor.",
     );
     w("");
-    w("| Measured step | floor | rverbs | rverbs / floor | libmlx5 (`ibv_post_send`) | libmlx5 / floor | our libibverbs / floor |");
-    w("|---|---:|---:|---:|---:|---:|---:|");
+    w("| Measured step | floor | rverbs | rverbs / floor | libmlx5 (`ibv_post_send`) | / floor | libmlx5 (`ibv_wr_*`) | / floor | our libibverbs / floor |");
+    w("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut ok = true;
-    for (p, [floor, ours, theirs, ourlib]) in rows {
+    for (p, [floor, ours, theirs, theirs_ex, ourlib]) in rows {
         let cell = |r: &Result<f64>| match r {
             Ok(v) if p.wrs > 1 => format!("{:.1} per WR", v / f64::from(p.wrs)),
             Ok(v) => format!("{v:.1}"),
@@ -759,22 +773,32 @@ fn floor_table(w: &mut impl FnMut(&str), rows: &[FloorRow]) -> bool {
             (Ok(v), Ok(f)) if *f > 0.0 => format!("{:.2}x", v / f),
             _ => "-".into(),
         };
-        ok &= floor.is_ok() && ours.is_ok() && theirs.is_ok() && ourlib.is_ok();
+        ok &= [floor, ours, theirs, theirs_ex, ourlib]
+            .iter()
+            .all(|r| r.is_ok());
         w(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p.short,
             cell(floor),
             cell(ours),
             ratio(ours),
             cell(theirs),
             ratio(theirs),
+            cell(theirs_ex),
+            ratio(theirs_ex),
             ratio(ourlib)
         ));
     }
     for (p, r) in rows {
-        for (side, r) in [FLOOR, Tool::Rverbs.tag(), Tool::RdmaCore.tag(), OURLIB]
-            .iter()
-            .zip(r)
+        for (side, r) in [
+            FLOOR,
+            Tool::Rverbs.tag(),
+            Tool::RdmaCore.tag(),
+            RDMA_CORE_EX,
+            OURLIB,
+        ]
+        .iter()
+        .zip(r)
         {
             if let Err(e) = r {
                 w("");
@@ -2252,7 +2276,13 @@ mod tests {
                 let n = f64::from(p.wrs);
                 (
                     p,
-                    [Ok(100.0 * n), Ok(150.0 * n), Ok(300.0 * n), Ok(290.0 * n)],
+                    [
+                        Ok(100.0 * n),
+                        Ok(150.0 * n),
+                        Ok(300.0 * n),
+                        Ok(280.0 * n),
+                        Ok(290.0 * n),
+                    ],
                 )
             })
             .collect();
@@ -2275,8 +2305,9 @@ mod tests {
         // The floor's table: each side over the floor, per WR for chains.
         let floor_section = md.split("Against a hand-written floor").nth(1).unwrap();
         assert!(
-            floor_section
-                .contains("| SEND + poll | 100.0 | 150.0 | 1.50x | 300.0 | 3.00x | 2.90x |"),
+            floor_section.contains(
+                "| SEND + poll | 100.0 | 150.0 | 1.50x | 300.0 | 3.00x | 280.0 | 2.80x | 2.90x |"
+            ),
             "{floor_section}"
         );
         assert!(
