@@ -43,6 +43,9 @@
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
+#define PAIR_PROG "floor_mlx5.c"
+#include "pair.h"
+
 #define MSG 64
 #define CHAIN 32
 #define DEPTH 64
@@ -84,11 +87,6 @@ struct fcq {
 	__be32 *dbrec;
 };
 
-static void die(const char *what, int err)
-{
-	fprintf(stderr, "floor_mlx5.c: %s: %s\n", what, strerror(err));
-	exit(1);
-}
 
 #define compiler_barrier() asm volatile("" ::: "memory")
 
@@ -380,53 +378,6 @@ static void setup_side(struct ibv_context *ctx, struct ibv_pd *pd,
 		die("ibv_create_qp", errno);
 }
 
-static void connect_qp(struct ibv_qp *qp, uint32_t remote_qpn,
-		       uint32_t my_psn, uint32_t remote_psn,
-		       const union ibv_gid *gid, int gid_index, uint16_t lid)
-{
-	struct ibv_qp_attr a;
-	int rc;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-			    IBV_ACCESS_REMOTE_READ;
-	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (rc)
-		die("modify to INIT", rc);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = remote_qpn;
-	a.rq_psn = remote_psn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	if (rc)
-		die("modify to RTR", rc);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = my_psn;
-	a.max_rd_atomic = 1;
-	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-			   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-			   IBV_QP_MAX_QP_RD_ATOMIC);
-	if (rc)
-		die("modify to RTS", rc);
-}
 
 /* The raw queues of `s`'s QP and CQ. */
 static void raw(struct side *s, struct fsq *sq, struct frq *rq, struct fcq *cq)
@@ -470,10 +421,8 @@ static void raw(struct side *s, struct fsq *sq, struct frq *rq, struct fcq *cq)
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **list;
-	struct ibv_context *ctx = NULL;
+	struct ibv_context *ctx;
 	struct ibv_pd *pd;
-	struct ibv_port_attr port;
 	struct side a, b;
 	union ibv_gid gid;
 	struct fsq asq, bsq;
@@ -485,7 +434,7 @@ int main(int argc, char **argv)
 	const char *mode, *dev = "mlx5_0";
 	long iters, i, total;
 	uint64_t id;
-	int gid_index = 0, n, k, rc, verified;
+	int gid_index = 0, k, rc, verified;
 	int is_send, is_recv, is_write;
 
 	if (argc < 3) {
@@ -505,17 +454,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "floor_mlx5.c: bad mode or ITERS\n");
 		return 2;
 	}
-	list = ibv_get_device_list(&n);
-	if (!list)
-		die("ibv_get_device_list", errno);
-	for (k = 0; k < n; k++)
-		if (!strcmp(ibv_get_device_name(list[k]), dev))
-			ctx = ibv_open_device(list[k]);
-	if (!ctx) {
-		fprintf(stderr, "floor_mlx5.c: cannot open %s\n", dev);
-		return 1;
-	}
-	ibv_free_device_list(list);
+	ctx = open_named(dev);
 	pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		die("ibv_alloc_pd", errno);
@@ -524,11 +463,8 @@ int main(int argc, char **argv)
 	rc = ibv_query_gid(ctx, 1, gid_index, &gid);
 	if (rc)
 		die("ibv_query_gid", rc);
-	rc = ibv_query_port(ctx, 1, &port);
-	if (rc)
-		die("ibv_query_port", rc);
-	connect_qp(a.qp, b.qp->qp_num, 100, 200, &gid, gid_index, port.lid);
-	connect_qp(b.qp, a.qp->qp_num, 200, 100, &gid, gid_index, port.lid);
+	connect_qp(a.qp, b.qp->qp_num, 100, 200, &gid, gid_index);
+	connect_qp(b.qp, a.qp->qp_num, 200, 100, &gid, gid_index);
 	raw(&a, &asq, &arq, &acq);
 	raw(&b, &bsq, &brq, &bcq);
 
@@ -537,22 +473,8 @@ int main(int argc, char **argv)
 
 	/* B's receives (send mode) and A's sends (recv mode) go through
 	 * libibverbs, on the side not driven by hand. */
-	send_sge.addr = (uintptr_t)a.buf;
-	send_sge.length = MSG;
-	send_sge.lkey = a.mr->lkey;
-	memset(&send_wr, 0, sizeof(send_wr));
-	send_wr.wr_id = 1;
-	send_wr.sg_list = &send_sge;
-	send_wr.num_sge = 1;
-	send_wr.opcode = IBV_WR_SEND;
-	send_wr.send_flags = IBV_SEND_SIGNALED;
-	recv_sge.addr = (uintptr_t)b.buf;
-	recv_sge.length = MSG;
-	recv_sge.lkey = b.mr->lkey;
-	memset(&recv_wr, 0, sizeof(recv_wr));
-	recv_wr.wr_id = 2;
-	recv_wr.sg_list = &recv_sge;
-	recv_wr.num_sge = 1;
+	pair_send_wr(&send_wr, &send_sge, a.buf, MSG, a.mr->lkey);
+	pair_recv_wr(&recv_wr, &recv_sge, b.buf, MSG, b.mr->lkey);
 
 	total = WARMUP + iters;
 	for (i = 0; i < total; i++) {

@@ -40,17 +40,15 @@
 
 #include <infiniband/verbs.h>
 
+#define PAIR_PROG "postpoll.c"
+#include "pair.h"
+
 #define MSG 64
 #define CHAIN 32
 #define DEPTH 64
 #define WARMUP 50
 #define WAIT_MS 10000
 
-static void die(const char *what, int err)
-{
-	fprintf(stderr, "postpoll.c: %s: %s\n", what, strerror(err));
-	exit(1);
-}
 
 __attribute__((noinline)) int measured_post_send(struct ibv_qp *qp,
 						 struct ibv_send_wr *wr)
@@ -287,60 +285,10 @@ static void setup_side(struct ibv_context *ctx, struct ibv_pd *pd,
 		die("ibv_create_qp", errno);
 }
 
-static void connect_qp(struct ibv_qp *qp, uint32_t remote_qpn,
-		       uint32_t my_psn, uint32_t remote_psn,
-		       const union ibv_gid *gid, int gid_index)
-{
-	struct ibv_qp_attr a;
-	int rc;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.pkey_index = 0;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-			    IBV_ACCESS_REMOTE_READ;
-	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-			   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	if (rc)
-		die("modify to INIT", rc);
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = remote_qpn;
-	a.rq_psn = remote_psn;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.sgid_index = gid_index;
-	a.ah_attr.grh.hop_limit = 1;
-	a.ah_attr.port_num = 1;
-	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-			   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	if (rc)
-		die("modify to RTR", rc);
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = my_psn;
-	a.max_rd_atomic = 1;
-	rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-			   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-			   IBV_QP_MAX_QP_RD_ATOMIC);
-	if (rc)
-		die("modify to RTS", rc);
-}
 
 int main(int argc, char **argv)
 {
-	struct ibv_device **list;
-	struct ibv_context *ctx = NULL;
+	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct side a, b;
 	union ibv_gid gid;
@@ -378,17 +326,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	list = ibv_get_device_list(&n);
-	if (!list)
-		die("ibv_get_device_list", errno);
-	for (k = 0; k < n; k++)
-		if (!strcmp(ibv_get_device_name(list[k]), dev))
-			ctx = ibv_open_device(list[k]);
-	if (!ctx) {
-		fprintf(stderr, "postpoll.c: cannot open %s\n", dev);
-		return 1;
-	}
-	ibv_free_device_list(list);
+	ctx = open_named(dev);
 	pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		die("ibv_alloc_pd", errno);
@@ -406,23 +344,9 @@ int main(int argc, char **argv)
 	for (k = 0; k < 4096; k++)
 		a.buf[k] = (uint8_t)(k * 7 + 3);
 
-	send_sge.addr = (uintptr_t)a.buf;
-	send_sge.length = MSG;
-	send_sge.lkey = a.mr->lkey;
-	memset(&send_wr, 0, sizeof(send_wr));
-	send_wr.wr_id = 1;
-	send_wr.sg_list = &send_sge;
-	send_wr.num_sge = 1;
-	send_wr.opcode = IBV_WR_SEND;
-	send_wr.send_flags = IBV_SEND_SIGNALED;
+	pair_send_wr(&send_wr, &send_sge, a.buf, MSG, a.mr->lkey);
 
-	recv_sge.addr = (uintptr_t)b.buf;
-	recv_sge.length = MSG;
-	recv_sge.lkey = b.mr->lkey;
-	memset(&recv_wr, 0, sizeof(recv_wr));
-	recv_wr.wr_id = 2;
-	recv_wr.sg_list = &recv_sge;
-	recv_wr.num_sge = 1;
+	pair_recv_wr(&recv_wr, &recv_sge, b.buf, MSG, b.mr->lkey);
 
 	for (k = 0; k < CHAIN; k++) {
 		wsge[k].addr = (uintptr_t)a.buf + k * MSG;

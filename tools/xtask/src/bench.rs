@@ -1033,6 +1033,34 @@ struct PerfResult {
     ourlib: Option<Repeats>,
 }
 
+/// The latency repeats outside the guest's timer-tick regime (see
+/// [`TICK_BOUND_USEC`]).
+fn untimed(all: &[(Sample, Sample)]) -> Vec<(Sample, Sample)> {
+    all.iter()
+        .filter(|(o, t)| o.a < TICK_BOUND_USEC && t.a < TICK_BOUND_USEC)
+        .copied()
+        .collect()
+}
+
+/// The cell of a case without a ratio: every repeat failed, or none was
+/// usable.
+fn no_figures(all_failed: bool) -> &'static str {
+    if all_failed {
+        "failed"
+    } else {
+        "no usable repeat"
+    }
+}
+
+/// Adds each failed repeat of the case `label` to `failures`.
+fn failed_repeats(failures: &mut Vec<String>, label: &str, repeats: &Repeats) {
+    for (i, e) in repeats.iter().enumerate() {
+        if let Err(e) = e {
+            failures.push(format!("{label}, repeat {}: {e}", i + 1));
+        }
+    }
+}
+
 /// The repeats that have figures on both sides.
 fn pairs(repeats: &Repeats) -> Vec<(Sample, Sample)> {
     repeats
@@ -1679,15 +1707,11 @@ fn report(
                 triple(&rate)
             ));
         }
-        for (i, e) in r.repeats.iter().enumerate() {
-            if let Err(e) = e {
-                failures.push(format!(
-                    "{test} {}, repeat {}: {e}",
-                    fmt_size(c.size),
-                    i + 1
-                ));
-            }
-        }
+        failed_repeats(
+            &mut failures,
+            &format!("{test} {}", fmt_size(c.size)),
+            &r.repeats,
+        );
     }
     w("");
     w(&format!(
@@ -1707,11 +1731,7 @@ fn report(
     w("|---|---:|---:|---:|---:|---|---:|---:|---:|");
     for (c, r) in perf.iter().filter(|(c, _)| c.kind == Kind::Lat) {
         let all = r.pairs();
-        let pairs: Vec<(Sample, Sample)> = all
-            .iter()
-            .filter(|(o, t)| o.a < TICK_BOUND_USEC && t.a < TICK_BOUND_USEC)
-            .copied()
-            .collect();
+        let pairs = untimed(&all);
         let tick_bound = all.len() - pairs.len();
         let test = format!("{} lat", c.verb);
         if pairs.is_empty() {
@@ -1721,11 +1741,7 @@ fn report(
                 "| {test} | {} | {} | - | - | {} | - | - | {tick_bound} |",
                 fmt_size(c.size),
                 c.iters,
-                if all.is_empty() {
-                    "failed"
-                } else {
-                    "no usable repeat"
-                }
+                no_figures(all.is_empty())
             ));
         } else {
             let ours: Vec<f64> = pairs.iter().map(|p| p.0.a).collect();
@@ -1743,15 +1759,11 @@ fn report(
                 min_med_max(&avg).1
             ));
         }
-        for (i, e) in r.repeats.iter().enumerate() {
-            if let Err(e) = e {
-                failures.push(format!(
-                    "{test} {}, repeat {}: {e}",
-                    fmt_size(c.size),
-                    i + 1
-                ));
-            }
-        }
+        failed_repeats(
+            &mut failures,
+            &format!("{test} {}", fmt_size(c.size)),
+            &r.repeats,
+        );
     }
     w("");
     ourlib_perf_table(&mut w, perf, &mut failures, &mut ok);
@@ -1792,11 +1804,7 @@ fn ourlib_perf_table(
         let all = pairs(repeats);
         let usable: Vec<(Sample, Sample)> = match c.kind {
             Kind::Bw => all.clone(),
-            Kind::Lat => all
-                .iter()
-                .filter(|(o, t)| o.a < TICK_BOUND_USEC && t.a < TICK_BOUND_USEC)
-                .copied()
-                .collect(),
+            Kind::Lat => untimed(&all),
         };
         let unit = match c.kind {
             Kind::Bw => "MB/s",
@@ -1808,11 +1816,7 @@ fn ourlib_perf_table(
                 "| {test} | {} | {} | - | - | {} |",
                 fmt_size(c.size),
                 c.iters,
-                if all.is_empty() {
-                    "failed"
-                } else {
-                    "no usable repeat"
-                }
+                no_figures(all.is_empty())
             ));
         } else {
             let ours: Vec<f64> = usable.iter().map(|p| p.0.a).collect();
@@ -1827,15 +1831,11 @@ fn ourlib_perf_table(
                 fmt_num(min_med_max(&theirs).1),
             ));
         }
-        for (i, e) in repeats.iter().enumerate() {
-            if let Err(e) = e {
-                failures.push(format!(
-                    "{test} {} ({OURLIB}), repeat {}: {e}",
-                    fmt_size(c.size),
-                    i + 1
-                ));
-            }
-        }
+        failed_repeats(
+            failures,
+            &format!("{test} {} ({OURLIB})", fmt_size(c.size)),
+            repeats,
+        );
     }
 }
 
