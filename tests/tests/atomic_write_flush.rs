@@ -54,6 +54,22 @@ fn capabilities_are_as_the_kernel_says() {
     ] {
         assert_eq!(flags & bit != 0, want, "{name} on {:?}", kernel_release());
     }
+    // Context::offers says the same (what the C ABI's ibv_create_qp_ex
+    // asks before taking IBV_QP_EX_WITH_ATOMIC_WRITE); rxe has memory
+    // windows, and every plain opcode is offered.
+    for op in [WrOpcode::AtomicWrite, WrOpcode::Flush] {
+        assert_eq!(p.ctx.offers(op), want, "{op:?} on {:?}", kernel_release());
+    }
+    for op in [
+        WrOpcode::Send,
+        WrOpcode::RdmaWrite,
+        WrOpcode::RdmaRead,
+        WrOpcode::LocalInv,
+        WrOpcode::SendWithInv,
+        WrOpcode::BindMw,
+    ] {
+        assert!(p.ctx.offers(op), "{op:?} not offered on rxe");
+    }
 }
 
 #[test]

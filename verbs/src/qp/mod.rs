@@ -216,15 +216,21 @@ impl crate::Context {
     /// Whether an RC QP of this context accepts send requests of `op`
     /// as far as the device and its provider go: ATOMIC_WRITE and FLUSH
     /// only where the provider builds them and the device offers them
-    /// (its `device_cap_flags_ex`); every other opcode is offered by every
-    /// device this crate drives (the QP's type still decides, at post).
+    /// (its `device_cap_flags_ex`); LOCAL_INV, SEND_WITH_INV and BIND_MW
+    /// only where the provider has memory windows (mlx5 not yet); every
+    /// other opcode always (the QP's type still decides, at post).
     pub fn offers(&self, op: WrOpcode) -> bool {
-        CAPABILITY_OPS
-            .iter()
-            .find(|(_, o, _)| *o == op)
-            .is_none_or(|&(feature, _, bits)| {
-                self.provider().supports(feature) && self.caps().cap_flags_ex & bits != 0
-            })
+        let provider = self.provider();
+        match op {
+            WrOpcode::LocalInv | WrOpcode::SendWithInv | WrOpcode::BindMw => {
+                provider.supports(Feature::MemoryWindows)
+            }
+            _ => CAPABILITY_OPS.iter().find(|(_, o, _)| *o == op).is_none_or(
+                |&(feature, _, bits)| {
+                    provider.supports(feature) && self.caps().cap_flags_ex & bits != 0
+                },
+            ),
+        }
     }
 }
 
