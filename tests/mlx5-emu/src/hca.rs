@@ -1500,16 +1500,16 @@ fn responder_fatal(e: &mut Emu, h: u32, syndrome: u8) {
 
 /// Writes an async event (`struct ib_uverbs_async_event_desc`) for the
 /// object with `user_handle` to the async event fd of context `ctx`, as
-/// the kernel's uverbs async event file queues it. False if the context
-/// or its channel is gone. The event counts as reported when the
+/// the kernel's uverbs async event file queues it (nothing if the context
+/// or its channel is gone). The event counts as reported when the
 /// application reads it ([`event_read`]).
-fn async_event(e: &Emu, ctx: u64, user_handle: u64, event_type: u32) -> bool {
+fn async_event(e: &Emu, ctx: u64, user_handle: u64, event_type: u32) {
     let Some(ch) = e
         .context(ctx)
         .and_then(|c| c.ucontext())
         .and_then(|u| e.channel(u.async_channel()))
     else {
-        return false;
+        return;
     };
     let desc = AsyncEventDesc {
         element: user_handle,
@@ -1519,7 +1519,7 @@ fn async_event(e: &Emu, ctx: u64, user_handle: u64, event_type: u32) -> bool {
     crate::log::line(format_args!(
         "async event {event_type} for {user_handle:#x}"
     ));
-    real::write_all(ch.peer_fd(), desc.as_bytes())
+    real::write_all(ch.peer_fd(), desc.as_bytes());
 }
 
 /// Writes a completion event for CQ `h` to its channel, if it has one.
@@ -1546,53 +1546,33 @@ pub fn event_read(fd: libc::c_int, bytes: &[u8]) -> bool {
         return true;
     };
     let ctx = ch.ctx;
-    match ch.kind() {
-        EventKind::Comp => {
-            let Ok(desc) = CompEventDesc::read_from_prefix(bytes).map(|(d, _)| d) else {
-                return true;
-            };
-            let handle = desc.cq_handle;
-            match e.cqs.values_mut().find(|c| c.user_handle() == handle) {
-                Some(cq) => {
-                    cq.note_comp_event();
-                    true
-                }
-                None => false,
-            }
-        }
-        EventKind::Async => {
-            let Ok(desc) = AsyncEventDesc::read_from_prefix(bytes).map(|(d, _)| d) else {
-                return true;
-            };
-            let handle = desc.element;
-            let mine = |c: u64| c == ctx;
-            match desc.event_type {
-                event::CQ_ERR => match e
-                    .cqs
-                    .values_mut()
-                    .find(|c| mine(c.ctx) && c.user_handle() == handle)
-                {
-                    Some(c) => {
-                        c.note_async_event();
-                        true
-                    }
-                    None => false,
-                },
-                event::QP_REQ_ERR | event::QP_ACCESS_ERR => match e
-                    .qps
-                    .values_mut()
-                    .find(|q| mine(q.ctx) && q.user_handle() == handle)
-                {
-                    Some(q) => {
-                        q.note_async_event();
-                        true
-                    }
-                    None => false,
-                },
-                _ => true,
-            }
-        }
-    }
+    // Some(whether the object is still there) for an event of an object.
+    let counted = match ch.kind() {
+        EventKind::Comp => CompEventDesc::read_from_prefix(bytes).ok().map(|(d, _)| {
+            let cq = e.cqs.values_mut().find(|c| c.user_handle() == d.cq_handle);
+            cq.map(|c| c.note_comp_event()).is_some()
+        }),
+        EventKind::Async => AsyncEventDesc::read_from_prefix(bytes)
+            .ok()
+            .and_then(|(d, _)| match d.event_type {
+                event::CQ_ERR => Some(
+                    e.cqs
+                        .values_mut()
+                        .find(|c| c.ctx == ctx && c.user_handle() == d.element)
+                        .map(|c| c.note_async_event())
+                        .is_some(),
+                ),
+                event::QP_REQ_ERR | event::QP_ACCESS_ERR => Some(
+                    e.qps
+                        .values_mut()
+                        .find(|q| q.ctx == ctx && q.user_handle() == d.element)
+                        .map(|q| q.note_async_event())
+                        .is_some(),
+                ),
+                _ => None,
+            }),
+    };
+    counted.unwrap_or(true)
 }
 
 #[cfg(test)]
