@@ -240,8 +240,8 @@ impl Qp {
     /// once per context, on the first RC QP of a provider that has them).
     fn allow_capability_ops(&mut self) {
         let ctx = self.pd.context();
-        for (feature, op, bits) in CAPABILITY_OPS {
-            if ctx.provider().supports(feature) && ctx.caps().cap_flags_ex & bits != 0 {
+        for (_, op, _) in CAPABILITY_OPS {
+            if ctx.offers(op) {
                 self.sq.allow(op);
             }
         }
