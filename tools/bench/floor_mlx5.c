@@ -351,28 +351,12 @@ static void setup_side(struct ibv_context *ctx, struct ibv_pd *pd,
 		       struct side *s)
 {
 	struct ibv_qp_init_attr qa;
-	int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-		     IBV_ACCESS_REMOTE_READ;
-	int rc;
 
 	s->cq = ibv_create_cq(ctx, DEPTH, NULL, NULL, 0);
 	if (!s->cq)
 		die("ibv_create_cq", errno);
-	rc = posix_memalign((void **)&s->buf, 4096, 4096);
-	if (rc)
-		die("posix_memalign", rc);
-	memset(s->buf, 0, 4096);
-	s->mr = ibv_reg_mr(pd, s->buf, 4096, access);
-	if (!s->mr)
-		die("ibv_reg_mr", errno);
-	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = s->cq;
-	qa.recv_cq = s->cq;
-	qa.qp_type = IBV_QPT_RC;
-	qa.cap.max_send_wr = DEPTH;
-	qa.cap.max_recv_wr = DEPTH;
-	qa.cap.max_send_sge = 1;
-	qa.cap.max_recv_sge = 1;
+	pair_buffer(pd, &s->buf, &s->mr);
+	pair_qp_attr(&qa, s->cq, DEPTH);
 	s->qp = ibv_create_qp(pd, &qa);
 	if (!s->qp)
 		die("ibv_create_qp", errno);

@@ -94,6 +94,37 @@ static void connect_qp(struct ibv_qp *qp, uint32_t remote_qpn,
 		die("modify to RTS", rc);
 }
 
+/* A zeroed, page-aligned 4 KiB buffer, registered on `pd` for local
+ * write and remote read and write; exits on failure. */
+static void pair_buffer(struct ibv_pd *pd, uint8_t **buf, struct ibv_mr **mr)
+{
+	int rc = posix_memalign((void **)buf, 4096, 4096);
+
+	if (rc)
+		die("posix_memalign", rc);
+	memset(*buf, 0, 4096);
+	*mr = ibv_reg_mr(pd, *buf, 4096,
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				 IBV_ACCESS_REMOTE_READ);
+	if (!*mr)
+		die("ibv_reg_mr", errno);
+}
+
+/* The probes' RC QP: `depth` send and receive requests of one gather
+ * entry each, both completing on `cq`, no inline data. */
+static void pair_qp_attr(struct ibv_qp_init_attr *qa, struct ibv_cq *cq,
+			 uint32_t depth)
+{
+	memset(qa, 0, sizeof(*qa));
+	qa->send_cq = cq;
+	qa->recv_cq = cq;
+	qa->qp_type = IBV_QPT_RC;
+	qa->cap.max_send_wr = depth;
+	qa->cap.max_recv_wr = depth;
+	qa->cap.max_send_sge = 1;
+	qa->cap.max_recv_sge = 1;
+}
+
 /* The probes' messages: a signaled SEND of `len` bytes at `buf` (wr_id 1)
  * and the receive for it (wr_id 2), each with its one gather entry. */
 static void pair_send_wr(struct ibv_send_wr *wr, struct ibv_sge *sge,
