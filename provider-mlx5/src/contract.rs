@@ -19,7 +19,7 @@ use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 use rverbs_provider::batch::{BatchWr, SendBatch};
-use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
+use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use rverbs_provider::{
     AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostError,
     Provider, QpCreated, QpState, RingLost, SrqCreated,
@@ -61,6 +61,17 @@ impl rverbs_provider::SendQueue for qp::SendQueue {
     #[inline]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
         qp::SendQueue::post(self, wrs)
+    }
+    #[inline(always)]
+    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
+        qp::SendQueue::post_request(self, wr)
+    }
+    #[inline]
+    fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
+        &mut self,
+        reqs: I,
+    ) -> Result<(), (usize, PostError)> {
+        qp::SendQueue::post_iter(self, reqs)
     }
     #[inline]
     fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)> {

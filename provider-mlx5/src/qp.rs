@@ -29,7 +29,7 @@ use rverbs_abi::qp::{qp_type, CreateQp, CreateQpResp};
 use rverbs_abi::wr::{send_flags, Sge};
 use rverbs_abi::Errno;
 use rverbs_provider::check::{check_recv_sges, simple_send_ops, SendChecks, MAX_MSG};
-use rverbs_provider::wr::{Payload, RecvWr, SendWr, WrOpcode};
+use rverbs_provider::wr::{Payload, RecvWr, SendRequest, SendWr, WrOpcode};
 use rverbs_provider::QpState;
 use zerocopy::network_endian::U32;
 use zerocopy::FromZeros;
@@ -407,13 +407,39 @@ impl SendQueue {
         if let [wr] = wrs {
             return self.post_one(wr).map_err(|e| (0, e));
         }
-        self.post_chain(wrs)
+        self.post_chain(wrs.iter())
+    }
+
+    /// Posts one request read in place ([`SendRequest`]), as
+    /// [`SendQueue::post`] posts a chain of one.
+    #[inline(always)]
+    pub fn post_request<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
+        if !self.enabled {
+            return Err(PostError::InvalidState);
+        }
+        self.post_one(wr)
+    }
+
+    /// Posts the requests `reqs` yields as one chain, as
+    /// [`SendQueue::post`] posts a slice of them.
+    #[inline]
+    pub fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
+        &mut self,
+        reqs: I,
+    ) -> Result<(), (usize, PostError)> {
+        if !self.enabled {
+            return Err((0, PostError::InvalidState));
+        }
+        self.post_chain(reqs)
     }
 
     /// [`SendQueue::post`] of a chain (or of nothing). Out of line: the
     /// lone request's path keeps a small frame.
     #[inline(never)]
-    fn post_chain(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post_chain<R: SendRequest, I: Iterator<Item = R>>(
+        &mut self,
+        wrs: I,
+    ) -> Result<(), (usize, PostError)> {
         // Work requests of this chain written so far (also the index of
         // the next one: each WR is written or ends the chain).
         let mut nreq: u32 = 0;
@@ -431,13 +457,13 @@ impl SendQueue {
                 result = Err((nreq as usize, PostError::QueueFull));
                 break;
             }
-            if let Some((ds, _)) = self.try_fast(wr, cur_post, head.wrapping_add(nreq)) {
+            if let Some((ds, _)) = self.try_fast(&wr, cur_post, head.wrapping_add(nreq)) {
                 last_ds = ds;
                 cur_post = cur_post.wrapping_add(1);
                 nreq += 1;
                 continue;
             }
-            last_ds = match self.post_checked(wr, cur_post, head.wrapping_add(nreq)) {
+            last_ds = match self.post_checked(&wr, cur_post, head.wrapping_add(nreq)) {
                 Ok(ds) => ds,
                 Err(e) => {
                     result = Err((nreq as usize, e));
@@ -459,7 +485,7 @@ impl SendQueue {
     /// [`SendQueue::post`] of a lone request (the common call), in one
     /// straight line: no chain counters to keep across iterations.
     #[inline(always)]
-    fn post_one(&mut self, wr: &SendWr<'_>) -> Result<(), PostError> {
+    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
         let mut used = self.head.wrapping_sub(self.tail);
         if self.full(&mut used, 0) {
             return Err(PostError::QueueFull);
@@ -504,7 +530,12 @@ impl SendQueue {
     /// [`SendQueue::write_wqe`] take it. Same bytes as `write_wqe`.
     /// Returns the WQE's size in 16-byte units and its BB.
     #[inline(always)]
-    fn try_fast(&self, wr: &SendWr<'_>, cur_post: u32, head: u32) -> Option<(u32, OneBb)> {
+    fn try_fast<R: SendRequest + ?Sized>(
+        &self,
+        wr: &R,
+        cur_post: u32,
+        head: u32,
+    ) -> Option<(u32, OneBb)> {
         let Payload::Sge([sge]) = wr.payload() else {
             return None;
         };
@@ -540,7 +571,12 @@ impl SendQueue {
     /// `head` ([`SendQueue::write_wqe`]) and returns its size in 16-byte
     /// units. Out of line: the fast path's loop stays small.
     #[inline(never)]
-    fn post_checked(&self, wr: &SendWr<'_>, cur_post: u32, head: u32) -> Result<u32, PostError> {
+    fn post_checked<R: SendRequest + ?Sized>(
+        &self,
+        wr: &R,
+        cur_post: u32,
+        head: u32,
+    ) -> Result<u32, PostError> {
         let data = self.check(wr)?;
         Ok(self.write_wqe(wr, data, cur_post, head))
     }
@@ -548,7 +584,7 @@ impl SendQueue {
     /// Every check a send request must pass before a byte of it is
     /// written; returns its data part.
     #[inline(always)]
-    fn check<'a>(&self, wr: &SendWr<'a>) -> Result<Data<'a>, PostError> {
+    fn check<'a, R: SendRequest + ?Sized>(&self, wr: &'a R) -> Result<Data<'a>, PostError> {
         let length = self.checks.check(wr, |d| d.av.is_some())?;
         Ok(match wr.payload() {
             Payload::Sge(sges) => Data::Sges(sges),
@@ -566,7 +602,13 @@ impl SendQueue {
     /// in-flight WQEs never exceed the ring) and the device reads them
     /// only after the doorbell record says so.
     #[inline(always)]
-    fn write_wqe(&self, wr: &SendWr<'_>, data: Data<'_>, cur_post: u32, head: u32) -> u32 {
+    fn write_wqe<R: SendRequest + ?Sized>(
+        &self,
+        wr: &R,
+        data: Data<'_>,
+        cur_post: u32,
+        head: u32,
+    ) -> u32 {
         let mut w = self.ring.wqe(cur_post);
         let mut ds: u32 = 1;
         // `check` refused the opcodes the table has no WQE opcode for.

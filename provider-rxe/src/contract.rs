@@ -18,7 +18,7 @@ use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 use rverbs_provider::batch::{BatchWr, SendBatch};
-use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
+use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use rverbs_provider::{
     AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostError,
     Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
@@ -83,6 +83,23 @@ impl rverbs_provider::SendQueue for SendQueue {
             return Err((0, PostError::InvalidState));
         }
         self.ring.post(self.fd.as_fd(), wrs)
+    }
+    #[inline]
+    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
+        if !self.may_post {
+            return Err(PostError::InvalidState);
+        }
+        self.ring.post_request(self.fd.as_fd(), wr)
+    }
+    #[inline]
+    fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
+        &mut self,
+        reqs: I,
+    ) -> Result<(), (usize, PostError)> {
+        if !self.may_post {
+            return Err((0, PostError::InvalidState));
+        }
+        self.ring.post_iter(self.fd.as_fd(), reqs)
     }
     fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)> {
         if !self.may_post {

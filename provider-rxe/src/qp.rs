@@ -7,7 +7,7 @@ use rverbs_abi::qp::{qp_type as qpt, CreateQp, CreateQpResp, ExCreateQp};
 use rverbs_abi::rxe::{self, DmaInfo, RecvWqe};
 use rverbs_abi::Errno;
 use rverbs_provider::batch::{push_batch, BatchWr, SendBatch};
-use rverbs_provider::wr::{AhHold, RecvWr, SendFlags, SendWr, WrOpcode};
+use rverbs_provider::wr::{AhHold, RecvWr, SendFlags, SendRequest, SendWr, WrOpcode};
 use zerocopy::FromZeros;
 
 use crate::cmd;
@@ -150,33 +150,45 @@ impl SendQueue {
         if let [wr] = wrs {
             return self.post_one(fd, wr);
         }
-        self.post_chain(fd, wrs)
+        self.post_chain(fd, wrs.iter())
+    }
+
+    /// Posts the requests `reqs` yields, read in place ([`SendRequest`]),
+    /// as [`SendQueue::post`] posts a slice of them.
+    #[inline]
+    pub fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        reqs: I,
+    ) -> Result<(), (usize, PostError)> {
+        self.post_chain(fd, reqs)
     }
 
     /// [`SendQueue::post`] of a chain (or of nothing). A function of its
     /// own: its loop gets the registers to itself, whatever code the
     /// caller is compiled into.
     #[inline(never)]
-    fn post_chain(
+    fn post_chain<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         fd: BorrowedFd<'_>,
-        wrs: &[SendWr<'_>],
+        wrs: I,
     ) -> Result<(), (usize, PostError)> {
         let mut p = self.ring.producer();
         let mut result = Ok(());
         for wr in wrs {
             let slot = p.next_slot();
-            if let Err(e) = p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline)) {
+            if let Err(e) = p.push_send(&wr, has_dest, |wqe, inline| build_wqe(wqe, &wr, inline)) {
                 // A failed push pushes nothing: what was pushed is the
                 // index of `wr` in the chain.
                 result = Err((p.pushed(), e));
                 break;
             }
-            keep_hold(&mut self.holds, slot, wr);
+            keep_hold(&mut self.holds, slot, &wr);
         }
+        let pushed = p.pushed();
         if p.publish() {
             if let Err(e) = cmd::doorbell(fd, self.qp_handle) {
-                return Err((wrs.len(), PostError::Doorbell(e)));
+                return Err((pushed, PostError::Doorbell(e)));
             }
         }
         result
@@ -216,13 +228,28 @@ impl SendQueue {
     /// stack slots across iterations) would cost more than the request.
     #[inline]
     fn post_one(&mut self, fd: BorrowedFd<'_>, wr: &SendWr<'_>) -> Result<(), (usize, PostError)> {
+        self.post_request(fd, wr).map_err(|e| match e {
+            PostError::Doorbell(_) => (1, e),
+            e => (0, e),
+        })
+    }
+
+    /// Posts one request read in place ([`SendRequest`]: a [`SendWr`], or
+    /// another form of it such as the C ABI's), with the same checks and
+    /// the same entry as [`SendQueue::post`]; [`PostError::Doorbell`] means
+    /// it was posted and the doorbell failed.
+    #[inline]
+    pub fn post_request<R: SendRequest + ?Sized>(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        wr: &R,
+    ) -> Result<(), PostError> {
         let mut p = self.ring.producer();
         let slot = p.next_slot();
-        p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))
-            .map_err(|e| (0, e))?;
+        p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))?;
         p.publish();
         keep_hold(&mut self.holds, slot, wr);
-        cmd::doorbell(fd, self.qp_handle).map_err(|e| (1, PostError::Doorbell(e)))
+        cmd::doorbell(fd, self.qp_handle).map_err(PostError::Doorbell)
     }
 }
 
@@ -231,7 +258,7 @@ impl SendQueue {
 /// before has been consumed by the kernel, or the slot would not have
 /// been free. No-op for a connected QP (no holds).
 #[inline(always)]
-fn keep_hold(holds: &mut [Option<AhHold>], slot: u32, wr: &SendWr<'_>) {
+fn keep_hold<R: SendRequest + ?Sized>(holds: &mut [Option<AhHold>], slot: u32, wr: &R) {
     if let Some(h) = holds.get_mut(slot as usize) {
         *h = wr.ud_dest().and_then(|d| d.hold).cloned();
     }
@@ -249,7 +276,7 @@ fn has_dest(d: &rverbs_provider::wr::UdDest<'_>) -> bool {
 /// [`Producer::push_send`](crate::queue::Producer::push_send));
 /// `inline_flag` is `SendFlags::INLINE`'s bits if the payload is inline.
 #[inline(always)]
-fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, inline_flag: u32) {
+fn build_wqe<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R, inline_flag: u32) {
     hdr.wr.opcode = wr.opcode() as u32;
     hdr.wr.send_flags = wr.send_flags().difference(SendFlags::INLINE).bits() | inline_flag;
     hdr.wr.ex = match wr.opcode() {
@@ -285,7 +312,7 @@ fn build_wqe(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>, inline_flag: u32) {
 /// The BIND_MW arm of a send WQE: rare, kept out of the post path's line.
 #[cold]
 #[inline(never)]
-fn build_bind(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>) {
+fn build_bind<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R) {
     if let Some(b) = wr.bind_mw() {
         let m: &mut rxe::WrMw = wr_arm(&mut hdr.wr);
         m.addr = b.addr;
@@ -303,7 +330,7 @@ fn build_bind(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>) {
 /// own arm. Both take their length from `dma` (8, or the range's).
 #[cold]
 #[inline(never)]
-fn build_capable(hdr: &mut rxe::SendWqe, wr: &SendWr<'_>) {
+fn build_capable<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R) {
     if let Some(f) = wr.flush() {
         let a: &mut rxe::WrFlush = wr_arm(&mut hdr.wr);
         a.remote_addr = f.remote_addr;
@@ -349,29 +376,54 @@ impl RecvQueue {
     /// failing index are posted.
     #[inline]
     pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+        if let [wr] = wrs {
+            return self.post_one(wr).map_err(|e| (0, e));
+        }
+        self.post_chain(wrs)
+    }
+
+    /// [`RecvQueue::post`] of a chain (or of nothing).
+    #[inline(never)]
+    fn post_chain(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
         let mut p = self.ring.producer();
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
-            let pushed = p.push_recv(wr.sg_list, |length| RecvWqe {
-                wr_id: wr.wr_id,
-                reserved: 0,
-                padding: 0,
-                dma: DmaInfo {
-                    length: length as u32,
-                    resid: length as u32,
-                    cur_sge: 0,
-                    num_sge: wr.sg_list.len() as u32,
-                    sge_offset: 0,
-                    reserved: 0,
-                },
-            });
-            if let Err(e) = pushed {
+            if let Err(e) = p.push_recv(wr.sg_list, |length| recv_wqe(wr, length)) {
                 result = Err((i, e));
                 break;
             }
         }
         p.publish();
         result
+    }
+
+    /// [`RecvQueue::post`] of a lone request, the common call, in one
+    /// straight line.
+    #[inline(always)]
+    fn post_one(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+        let mut p = self.ring.producer();
+        p.push_recv(wr.sg_list, |length| recv_wqe(wr, length))?;
+        p.publish();
+        Ok(())
+    }
+}
+
+/// The header of the receive WQE of `wr`, whose scatter list holds
+/// `length` bytes (checked: at most 2^31).
+#[inline(always)]
+fn recv_wqe(wr: &RecvWr<'_>, length: u64) -> RecvWqe {
+    RecvWqe {
+        wr_id: wr.wr_id,
+        reserved: 0,
+        padding: 0,
+        dma: DmaInfo {
+            length: length as u32,
+            resid: length as u32,
+            cur_sge: 0,
+            num_sge: wr.sg_list.len() as u32,
+            sge_offset: 0,
+            reserved: 0,
+        },
     }
 }
 
@@ -602,6 +654,84 @@ mod tests {
         );
         let b = slot_bytes(&fd, 10, 1);
         assert_eq!(rxe::SendWqe::read_from_prefix(&b).unwrap().0.wr.wr_id, 3);
+    }
+
+    /// Requests read in place, one at a time (`post_request`) or as a
+    /// chain (`post_iter`), make the very slots `post` makes of the same
+    /// requests; a refused one stops the chain at its index, as with
+    /// `post`. Receives posted one at a time land as a chain's do.
+    #[test]
+    fn requests_read_in_place_make_the_same_slots() {
+        use rverbs_provider::wr::ForeignWr;
+        let null = doorbell_sink();
+        let sge = [Sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 9,
+        }];
+        let eight = [Sge {
+            addr: 0x2000,
+            length: 8,
+            lkey: 9,
+        }];
+        let data = [0x5au8; 12];
+        let inline = [IoSlice::new(&data)];
+        let wrs = [
+            SendWr::rdma_write_with_imm(1, &sge, 0xabc0, 77, 0xcafe_f00d)
+                .flags(SendFlags::SOLICITED | SendFlags::FENCE),
+            SendWr::rdma_read(2, &sge, 0x10, 0x20).signaled(),
+            SendWr::send(3, &sge),
+            SendWr::send_inline(4, &inline).signaled(),
+            SendWr::cmp_swap(5, &eight[0], 0x8008, 0x78, 1, 2),
+            SendWr::fetch_add(6, &eight[0], 0x8010, 0x78, 3).signaled(),
+        ];
+        let slots = |fd: &OwnedFd, n: usize| -> Vec<Vec<u8>> {
+            (0..n).map(|i| slot_bytes(fd, 10, i)).collect()
+        };
+        let queue = || {
+            let (q, fd) = ring(10);
+            (SendQueue::new(q, 1, qp_type::RC, 7, 2, 64).unwrap(), fd)
+        };
+        let (mut a, fa) = queue();
+        let (mut b, fb) = queue();
+        let (mut c, fc) = queue();
+        a.post(null.as_fd(), &wrs).unwrap();
+        for wr in &wrs {
+            b.post_request(null.as_fd(), &ForeignWr(*wr)).unwrap();
+        }
+        c.post_iter(null.as_fd(), wrs.iter().map(|w| ForeignWr(*w)))
+            .unwrap();
+        assert_eq!(slots(&fa, wrs.len()), slots(&fb, wrs.len()));
+        assert_eq!(slots(&fa, wrs.len()), slots(&fc, wrs.len()));
+        assert_eq!((b.outstanding(), c.outstanding()), (6, 6));
+
+        let three = [sge[0]; 3];
+        let mixed = [wrs[0], SendWr::send(9, &three), wrs[2]];
+        let (mut a, fa) = queue();
+        let (mut b, fb) = queue();
+        let want = a.post(null.as_fd(), &mixed);
+        assert_eq!(want, Err((1, PostError::TooManySge { given: 3, max: 2 })));
+        assert_eq!(
+            b.post_iter(null.as_fd(), mixed.iter().map(|w| ForeignWr(*w))),
+            want
+        );
+        assert_eq!(slots(&fa, 2), slots(&fb, 2));
+        assert_eq!(b.outstanding(), 1);
+
+        let (q, fa) = ring(10);
+        let mut a = RecvQueue::new(q, 4, 2).unwrap();
+        let (q, fb) = ring(10);
+        let mut b = RecvQueue::new(q, 4, 2).unwrap();
+        let recvs = [RecvWr::new(10, &sge), RecvWr::new(11, &three[..2])];
+        a.post(&recvs).unwrap();
+        for r in &recvs {
+            b.post(std::slice::from_ref(r)).unwrap();
+        }
+        assert_eq!(slots(&fa, 2), slots(&fb, 2));
+        assert_eq!(
+            b.post(&[RecvWr::new(12, &three)]),
+            Err((0, PostError::TooManySge { given: 3, max: 2 }))
+        );
     }
 
     /// ATOMIC_WRITE and FLUSH are refused until allowed, then land as

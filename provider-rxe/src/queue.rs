@@ -35,7 +35,7 @@ use rverbs_abi::rxe::{self, DmaInfo, MmInfo, QueueBuf, RecvWqe, SendWqe, QUEUE_D
 use rverbs_abi::wr::{Sge, Wc};
 use rverbs_abi::Errno;
 use rverbs_provider::check::{check_recv, SendChecks};
-use rverbs_provider::wr::{Payload, SendFlags, SendWr, UdDest, WrOpcode};
+use rverbs_provider::wr::{Payload, SendFlags, SendRequest, UdDest, WrOpcode};
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::PostError;
@@ -443,9 +443,9 @@ impl Producer<'_, &SendChecks> {
     /// `build` sets the opcode's fields, given `SendFlags::INLINE`'s bits if
     /// the payload is inline (else 0). On error nothing is pushed.
     #[inline(always)]
-    pub(crate) fn push_send(
+    pub(crate) fn push_send<R: SendRequest + ?Sized>(
         &mut self,
-        wr: &SendWr<'_>,
+        wr: &R,
         has_dest: impl FnOnce(&UdDest<'_>) -> bool,
         build: impl FnOnce(&mut SendWqe, u32),
     ) -> Result<(), PostError> {

@@ -9,7 +9,7 @@ use rverbs_abi::qp::qp_type;
 use rverbs_abi::wr::Sge;
 use rverbs_abi::Errno;
 use rverbs_provider::wr::{
-    opcode, FlushType, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode,
+    opcode, FlushType, ForeignWr, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode,
 };
 
 use super::geom::{geometry, Geometry, Request};
@@ -1474,4 +1474,64 @@ fn fast_and_general_paths_write_the_same_bytes() {
         }
     }
     assert_eq!(compared, 2 * 2 * 5 * 8);
+}
+
+/// Requests read in place, one at a time (`post_request`) or as a chain
+/// (`post_iter`), make the very bytes `post` makes of the same requests:
+/// ring, doorbell record and BlueFlame register.
+#[test]
+fn requests_read_in_place_make_the_same_bytes() {
+    let sge = [Sge {
+        addr: 0x1111_2222_3333_4444,
+        length: 0x40,
+        lkey: 0xaabbccdd,
+    }];
+    let eight = [Sge {
+        addr: 0x7000,
+        length: 8,
+        lkey: 0x42,
+    }];
+    let data = [0x5au8; 12];
+    let inline = [IoSlice::new(&data)];
+    let wrs = [
+        SendWr::rdma_write_with_imm(1, &sge, 0x5555_6666_7777_8888, 0x99, 0xcafe_f00d)
+            .flags(SendFlags::SOLICITED | SendFlags::FENCE),
+        SendWr::rdma_read(2, &sge, 0x10, 0x20).signaled(),
+        SendWr::send(3, &sge),
+        SendWr::send_inline(4, &inline).signaled(),
+        SendWr::cmp_swap(5, &eight[0], 0x8008, 0x77, 1, 2),
+        SendWr::fetch_add(6, &eight[0], 0x8010, 0x78, 3).signaled(),
+    ];
+    let state = |qp: &TestQp| {
+        (
+            qp.sq_bytes(0, 64 * wrs.len()),
+            qp.db(1),
+            qp.uar.read_bytes(0, 512),
+        )
+    };
+    let mut by_slice = rc(16, 2, 64);
+    let mut one_by_one = rc(16, 2, 64);
+    let mut by_iter = rc(16, 2, 64);
+    for wr in &wrs {
+        by_slice.sq.post(std::slice::from_ref(wr)).unwrap();
+        one_by_one.sq.post_request(&ForeignWr(*wr)).unwrap();
+    }
+    assert_eq!(state(&by_slice), state(&one_by_one));
+    let mut chained = rc(16, 2, 64);
+    chained.sq.post(&wrs).unwrap();
+    by_iter
+        .sq
+        .post_iter(wrs.iter().map(|w| ForeignWr(*w)))
+        .unwrap();
+    assert_eq!(state(&chained), state(&by_iter));
+    // A refused request stops the chain at its index, as `post` does.
+    let three = [sge[0]; 3];
+    let bad = SendWr::send(9, &three);
+    let mut a = rc(16, 2, 64);
+    let mut b = rc(16, 2, 64);
+    let mixed = [wrs[0], bad, wrs[2]];
+    let want = a.sq.post(&mixed);
+    assert_eq!(want, Err((1, PostError::TooManySge { given: 3, max: 2 })));
+    assert_eq!(b.sq.post_iter(mixed.iter().map(|w| ForeignWr(*w))), want);
+    assert_eq!(state(&a), state(&b));
 }

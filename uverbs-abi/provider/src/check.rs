@@ -9,7 +9,7 @@ use std::io::IoSlice;
 use rverbs_abi::qp::qp_type;
 use rverbs_abi::wr::Sge;
 
-use crate::wr::{FlushType, Payload, SendWr, UdDest, WrOpcode};
+use crate::wr::{FlushType, Payload, SendRequest, UdDest, WrOpcode};
 use crate::PostError;
 
 /// Opcodes (bit `1 << opcode`) that, on a QP of type `qp_type` and without
@@ -98,10 +98,10 @@ pub fn inline_len(
 /// [`check_capability_op`]), and a UD destination
 /// exactly on UD QPs (`has_dest`: the provider found in `wr.ud` what its
 /// WQE needs), UD messages at most `ud_mtu` bytes (one packet).
-pub fn check_send(
+pub fn check_send<R: SendRequest + ?Sized>(
     qpt: u8,
     ud_mtu: u32,
-    wr: &SendWr<'_>,
+    wr: &R,
     length: u64,
     has_dest: bool,
 ) -> Result<(), PostError> {
@@ -144,7 +144,7 @@ pub fn check_send(
 /// SEND_WITH_INV on RC only (the only transport with an invalidating
 /// packet), BIND_MW and LOCAL_INV without data, none with a UD
 /// destination. `length` is the payload's.
-pub fn check_mw(qpt: u8, wr: &SendWr<'_>, length: u64) -> Result<(), PostError> {
+pub fn check_mw<R: SendRequest + ?Sized>(qpt: u8, wr: &R, length: u64) -> Result<(), PostError> {
     let transport_ok = match wr.opcode() {
         WrOpcode::BindMw => qpt == qp_type::RC || qpt == qp_type::UC,
         _ => qpt == qp_type::RC,
@@ -170,7 +170,7 @@ pub fn check_mw(qpt: u8, wr: &SendWr<'_>, length: u64) -> Result<(), PostError> 
 /// ATOMIC_WRITE to an 8-byte aligned address, a FLUSH of a known placement
 /// type. Returns the length the operation moves or covers: 8 for
 /// ATOMIC_WRITE, the range's for FLUSH.
-pub fn check_capability_op(qpt: u8, wr: &SendWr<'_>) -> Result<u64, PostError> {
+pub fn check_capability_op<R: SendRequest + ?Sized>(qpt: u8, wr: &R) -> Result<u64, PostError> {
     if qpt != qp_type::RC || !matches!(wr.payload(), Payload::Sge([])) {
         return Err(PostError::InvalidOpcode);
     }
@@ -279,7 +279,7 @@ impl SendChecks {
     /// destination, which passes the opcode and destination rules whatever
     /// its payload: only the payload checks remain.
     #[inline(always)]
-    pub fn is_simple(&self, wr: &SendWr<'_>) -> bool {
+    pub fn is_simple<R: SendRequest + ?Sized>(&self, wr: &R) -> bool {
         self.simple_ops & (1 << (wr.opcode() as u32)) != 0 && wr.ud_dest().is_none()
     }
     /// Every check of a send request: SGE count or inline size, message
@@ -289,9 +289,9 @@ impl SendChecks {
     /// Returns the message length in bytes (for ATOMIC_WRITE and FLUSH,
     /// what [`check_capability_op`] returns).
     #[inline(always)]
-    pub fn check(
+    pub fn check<R: SendRequest + ?Sized>(
         &self,
-        wr: &SendWr<'_>,
+        wr: &R,
         has_dest: impl FnOnce(&UdDest<'_>) -> bool,
     ) -> Result<u64, PostError> {
         let length = match wr.payload() {
@@ -327,7 +327,7 @@ impl SendChecks {
     /// ATOMIC_WRITE and FLUSH: rare, kept out of the post path's line.
     #[cold]
     #[inline(never)]
-    fn check_capable(&self, wr: &SendWr<'_>) -> Result<u64, PostError> {
+    fn check_capable<R: SendRequest + ?Sized>(&self, wr: &R) -> Result<u64, PostError> {
         if !self.allows(wr.opcode()) {
             return Err(PostError::OpcodeUnsupported(wr.opcode()));
         }
@@ -365,6 +365,7 @@ pub fn check_recv_sges(sg_list: &[Sge], max_sge: u32) -> Result<(), PostError> {
 #[cfg(test)]
 mod send_check_tests {
     use super::*;
+    use crate::wr::SendWr;
 
     const OPCODES: [WrOpcode; 12] = [
         WrOpcode::RdmaWrite,

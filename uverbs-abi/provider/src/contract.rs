@@ -36,7 +36,7 @@ use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 
 use crate::batch::{BatchWr, SendBatch};
-use crate::wr::{RecvWr, SendWr, WrOpcode};
+use crate::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use crate::PostError;
 
 /// QP state (`enum ib_qp_state`).
@@ -200,6 +200,18 @@ pub trait SendQueue: Send + fmt::Debug {
     /// Posts the chain `wrs` (one doorbell); on error the requests before
     /// the returned index were posted.
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
+    /// Posts one request in any form ([`SendRequest`], read in place, no
+    /// [`SendWr`] built) as [`SendQueue::post`] posts a chain of one: the
+    /// same checks, the same entry, one doorbell.
+    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError>;
+    /// Posts the requests `reqs` yields, read in place, as
+    /// [`SendQueue::post`] posts a slice of them (one doorbell; on error
+    /// the requests before the returned index were posted and `reqs` is
+    /// not advanced past the failing one).
+    fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
+        &mut self,
+        reqs: I,
+    ) -> Result<(), (usize, PostError)>;
     /// Posts the batch `wrs` of `batch`'s operation (one doorbell), the
     /// requests the entries make with `batch` ([`SendBatch::to_wr`]) as
     /// [`SendQueue::post`] would post them, signaled as the batch says:

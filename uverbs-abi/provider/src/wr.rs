@@ -474,55 +474,39 @@ impl<'a> SendWr<'a> {
     /// others).
     #[inline(always)]
     pub const fn invalidate_rkey(&self) -> u32 {
-        match self.opcode {
-            WrOpcode::LocalInv | WrOpcode::SendWithInv => self.imm_data,
-            _ => 0,
-        }
+        invalidate_of(self.opcode, self.imm_data)
     }
     /// What a BIND_MW binds (`None` for the other opcodes). Kept in the
     /// request's general fields (address, key, operands), so that the
     /// request stays the size of the common ones.
     #[inline(always)]
     pub const fn bind_mw(&self) -> Option<MwBindWr> {
-        match self.opcode {
-            WrOpcode::BindMw => Some(MwBindWr {
-                mw_rkey: (self.swap >> 32) as u32,
-                rkey: self.rkey,
-                mr_lkey: self.swap as u32,
-                addr: self.remote_addr,
-                length: self.compare_add,
-                access: AccessFlags::from_bits_retain(self.imm_data),
-            }),
-            _ => None,
-        }
+        bind_of(
+            self.opcode,
+            self.imm_data,
+            self.remote_addr,
+            self.rkey,
+            self.compare_add,
+            self.swap,
+        )
     }
 
     /// The 8 bytes an ATOMIC_WRITE stores (`None` for the other opcodes),
     /// exactly as they land in remote memory.
     #[inline(always)]
     pub const fn atomic_write_value(&self) -> Option<[u8; 8]> {
-        match self.opcode {
-            WrOpcode::AtomicWrite => Some(self.compare_add.to_ne_bytes()),
-            _ => None,
-        }
+        atomic_write_of(self.opcode, self.compare_add)
     }
     /// What a FLUSH asks for (`None` for the other opcodes).
     #[inline(always)]
     pub const fn flush(&self) -> Option<FlushWr> {
-        match self.opcode {
-            WrOpcode::Flush => Some(FlushWr {
-                remote_addr: self.remote_addr,
-                length: self.compare_add as u32,
-                rkey: self.rkey,
-                kind: FlushType::from_bits_retain(self.swap as u8),
-                level: if (self.swap >> 8) as u8 == flush_level::MR {
-                    FlushLevel::Mr
-                } else {
-                    FlushLevel::Range
-                },
-            }),
-            _ => None,
-        }
+        flush_of(
+            self.opcode,
+            self.remote_addr,
+            self.rkey,
+            self.compare_add,
+            self.swap,
+        )
     }
 
     /// A request of any opcode with any payload, for the tests of the
@@ -540,6 +524,302 @@ impl<'a> SendWr<'a> {
         self.remote_addr = remote_addr;
         self.rkey = rkey;
         self
+    }
+}
+
+/// The rkey a LOCAL_INV or SEND_WITH_INV invalidates, from the general
+/// fields (0 for the other opcodes).
+#[inline(always)]
+const fn invalidate_of(opcode: WrOpcode, imm_data: u32) -> u32 {
+    match opcode {
+        WrOpcode::LocalInv | WrOpcode::SendWithInv => imm_data,
+        _ => 0,
+    }
+}
+
+/// What a BIND_MW binds, from the general fields it is kept in.
+#[inline(always)]
+const fn bind_of(
+    opcode: WrOpcode,
+    imm_data: u32,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+) -> Option<MwBindWr> {
+    match opcode {
+        WrOpcode::BindMw => Some(MwBindWr {
+            mw_rkey: (swap >> 32) as u32,
+            rkey,
+            mr_lkey: swap as u32,
+            addr: remote_addr,
+            length: compare_add,
+            access: AccessFlags::from_bits_retain(imm_data),
+        }),
+        _ => None,
+    }
+}
+
+/// The 8 bytes an ATOMIC_WRITE stores, from the general fields.
+#[inline(always)]
+const fn atomic_write_of(opcode: WrOpcode, compare_add: u64) -> Option<[u8; 8]> {
+    match opcode {
+        WrOpcode::AtomicWrite => Some(compare_add.to_ne_bytes()),
+        _ => None,
+    }
+}
+
+/// What a FLUSH asks for, from the general fields.
+#[inline(always)]
+const fn flush_of(
+    opcode: WrOpcode,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+) -> Option<FlushWr> {
+    match opcode {
+        WrOpcode::Flush => Some(FlushWr {
+            remote_addr,
+            length: compare_add as u32,
+            rkey,
+            kind: FlushType::from_bits_retain(swap as u8),
+            level: if (swap >> 8) as u8 == flush_level::MR {
+                FlushLevel::Mr
+            } else {
+                FlushLevel::Range
+            },
+        }),
+        _ => None,
+    }
+}
+
+/// A send work request as a provider's post path reads it: the general
+/// fields of a [`SendWr`], read through methods, so that a request kept in
+/// another form (the C ABI's `struct ibv_send_wr`) is written to the ring
+/// straight from that form, without being copied into a [`SendWr`] first.
+/// [`SendWr`] implements it; so may an adapter of another request format.
+///
+/// The values need not be well formed: a provider runs every check of
+/// [`crate::check`] on them, as on a [`SendWr`] built by hand, before a
+/// byte reaches its ring. The derived accessors (`invalidate_rkey`,
+/// `bind_mw`, `atomic_write_value`, `flush`) read the general fields as
+/// [`SendWr`]'s do.
+///
+/// # Safety
+/// Every method returns the same value each time it is called on the same
+/// request: a provider checks the payload and opcode of one call and
+/// writes the entry from another, so a request whose payload grew between
+/// the two would be written past the room that was checked.
+pub unsafe trait SendRequest {
+    /// Returned in the completion ([`SendWr::wr_id`]).
+    fn wr_id(&self) -> u64;
+    /// The operation.
+    fn opcode(&self) -> WrOpcode;
+    /// The flags ([`SendWr::send_flags`]).
+    fn send_flags(&self) -> SendFlags;
+    /// Immediate data in host order, or the general field as
+    /// [`SendWr::imm_data`] says.
+    fn imm_data(&self) -> u32;
+    /// The local data.
+    fn payload(&self) -> Payload<'_>;
+    /// Remote virtual address (RDMA and atomics; 0 for the others).
+    fn remote_addr(&self) -> u64;
+    /// Remote key (RDMA and atomics; 0 for the others).
+    fn rkey(&self) -> u32;
+    /// Compare value or addend (atomics).
+    fn compare_add(&self) -> u64;
+    /// Swap value (CMP_AND_SWP).
+    fn swap(&self) -> u64;
+    /// Where a UD send goes.
+    fn ud_dest(&self) -> Option<UdDest<'_>>;
+
+    /// [`SendWr::invalidate_rkey`].
+    #[inline(always)]
+    fn invalidate_rkey(&self) -> u32 {
+        invalidate_of(self.opcode(), self.imm_data())
+    }
+    /// [`SendWr::bind_mw`].
+    #[inline(always)]
+    fn bind_mw(&self) -> Option<MwBindWr> {
+        bind_of(
+            self.opcode(),
+            self.imm_data(),
+            self.remote_addr(),
+            self.rkey(),
+            self.compare_add(),
+            self.swap(),
+        )
+    }
+    /// [`SendWr::atomic_write_value`].
+    #[inline(always)]
+    fn atomic_write_value(&self) -> Option<[u8; 8]> {
+        atomic_write_of(self.opcode(), self.compare_add())
+    }
+    /// [`SendWr::flush`].
+    #[inline(always)]
+    fn flush(&self) -> Option<FlushWr> {
+        flush_of(
+            self.opcode(),
+            self.remote_addr(),
+            self.rkey(),
+            self.compare_add(),
+            self.swap(),
+        )
+    }
+    /// The same request as a [`SendWr`] (for a post path that takes only
+    /// those).
+    #[inline(always)]
+    fn to_send_wr(&self) -> SendWr<'_> {
+        SendWr {
+            wr_id: self.wr_id(),
+            opcode: self.opcode(),
+            send_flags: self.send_flags(),
+            imm_data: self.imm_data(),
+            payload: self.payload(),
+            remote_addr: self.remote_addr(),
+            rkey: self.rkey(),
+            compare_add: self.compare_add(),
+            swap: self.swap(),
+            ud: self.ud_dest(),
+        }
+    }
+}
+
+// SAFETY: forwards to `T`'s methods, which keep the contract.
+unsafe impl<T: SendRequest + ?Sized> SendRequest for &T {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        (**self).wr_id()
+    }
+    #[inline(always)]
+    fn opcode(&self) -> WrOpcode {
+        (**self).opcode()
+    }
+    #[inline(always)]
+    fn send_flags(&self) -> SendFlags {
+        (**self).send_flags()
+    }
+    #[inline(always)]
+    fn imm_data(&self) -> u32 {
+        (**self).imm_data()
+    }
+    #[inline(always)]
+    fn payload(&self) -> Payload<'_> {
+        (**self).payload()
+    }
+    #[inline(always)]
+    fn remote_addr(&self) -> u64 {
+        (**self).remote_addr()
+    }
+    #[inline(always)]
+    fn rkey(&self) -> u32 {
+        (**self).rkey()
+    }
+    #[inline(always)]
+    fn compare_add(&self) -> u64 {
+        (**self).compare_add()
+    }
+    #[inline(always)]
+    fn swap(&self) -> u64 {
+        (**self).swap()
+    }
+    #[inline(always)]
+    fn ud_dest(&self) -> Option<UdDest<'_>> {
+        (**self).ud_dest()
+    }
+}
+
+// SAFETY: every method reads a field of the request, which `&self`
+// keeps unchanged.
+unsafe impl SendRequest for SendWr<'_> {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+    #[inline(always)]
+    fn opcode(&self) -> WrOpcode {
+        self.opcode
+    }
+    #[inline(always)]
+    fn send_flags(&self) -> SendFlags {
+        self.send_flags
+    }
+    #[inline(always)]
+    fn imm_data(&self) -> u32 {
+        self.imm_data
+    }
+    #[inline(always)]
+    fn payload(&self) -> Payload<'_> {
+        self.payload
+    }
+    #[inline(always)]
+    fn remote_addr(&self) -> u64 {
+        self.remote_addr
+    }
+    #[inline(always)]
+    fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    #[inline(always)]
+    fn compare_add(&self) -> u64 {
+        self.compare_add
+    }
+    #[inline(always)]
+    fn swap(&self) -> u64 {
+        self.swap
+    }
+    #[inline(always)]
+    fn ud_dest(&self) -> Option<UdDest<'_>> {
+        self.ud
+    }
+    #[inline(always)]
+    fn to_send_wr(&self) -> SendWr<'_> {
+        *self
+    }
+}
+
+/// A request in another form than [`SendWr`] (as the C ABI's
+/// `ibv_send_wr` is), read through [`SendRequest`] only: for the
+/// providers' tests that the in-place post paths match the [`SendWr`]
+/// ones (the `test-util` feature; not API).
+#[cfg(any(test, feature = "test-util"))]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct ForeignWr<'a>(pub SendWr<'a>);
+
+// SAFETY: forwards to the wrapped request's fields, which do not change.
+#[cfg(any(test, feature = "test-util"))]
+unsafe impl SendRequest for ForeignWr<'_> {
+    fn wr_id(&self) -> u64 {
+        self.0.wr_id
+    }
+    fn opcode(&self) -> WrOpcode {
+        self.0.opcode
+    }
+    fn send_flags(&self) -> SendFlags {
+        self.0.send_flags
+    }
+    fn imm_data(&self) -> u32 {
+        self.0.imm_data
+    }
+    fn payload(&self) -> Payload<'_> {
+        self.0.payload
+    }
+    fn remote_addr(&self) -> u64 {
+        self.0.remote_addr
+    }
+    fn rkey(&self) -> u32 {
+        self.0.rkey
+    }
+    fn compare_add(&self) -> u64 {
+        self.0.compare_add
+    }
+    fn swap(&self) -> u64 {
+        self.0.swap
+    }
+    fn ud_dest(&self) -> Option<UdDest<'_>> {
+        self.0.ud
     }
 }
 
