@@ -14,6 +14,7 @@ use crate::context::Context;
 use crate::error::{Error, InvalidKind, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::sys::mem::Leakable;
+use crate::RingLost;
 
 pub(crate) struct CqInner {
     /// What outlives the ring (mlx5: the ring and doorbell record the
@@ -280,6 +281,18 @@ impl Cq {
         poll_ring(&mut self.ring, wc)
     }
 
+    /// [`Cq::poll`], with the provider's poll loop compiled into the
+    /// caller instead of called, and the provider's error ([`RingLost`],
+    /// which has no data) instead of the library's: for an adapter's entry
+    /// point that does little else (the C ABI's `ibv_poll_cq`), which then
+    /// costs one function instead of two. The same completions as
+    /// [`Cq::poll`]; prefer that one elsewhere (it keeps each provider's
+    /// loop in one place).
+    #[inline(always)]
+    pub fn poll_inlined(&mut self, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
+        self.ring.poll_wcs_inline(as_raw_wcs(wc))
+    }
+
     /// The completion channel this CQ signals, if it was created with one.
     pub fn channel(&self) -> Option<CompChannel> {
         self.inner.channel.clone()
@@ -397,11 +410,17 @@ impl Cq {
 
 #[inline]
 fn poll_ring(ring: &mut crate::provider::Cq, wc: &mut [Wc]) -> Result<usize> {
+    ring.poll_wcs(as_raw_wcs(wc))
+}
+
+/// `wc` as the kernel's completions the providers write.
+#[inline(always)]
+fn as_raw_wcs(wc: &mut [Wc]) -> &mut [rverbs_abi::wr::Wc] {
     // A `[Wc]` is a `[RawWc]`: Wc is repr(transparent) over it and both are
     // plain bytes, so the bytes of `wc` always make a `[RawWc]` of the same
     // length (size and alignment are equal; the check folds away).
     match <[rverbs_abi::wr::Wc]>::mut_from_bytes(wc.as_mut_bytes()) {
-        Ok(raw) => ring.poll_wcs(raw),
+        Ok(raw) => raw,
         Err(_) => unreachable!("[Wc] and [RawWc] have one layout"),
     }
 }

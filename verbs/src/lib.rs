@@ -110,7 +110,8 @@ pub use qp::{
 pub use rverbs_abi::wr::Sge;
 pub use rverbs_provider::batch::{BatchOp, BatchSignal, BatchWr, SendBatch};
 pub use rverbs_provider::wr::{
-    opcode, FlushLevel, FlushType, FlushWr, MwBindWr, Payload, RecvWr, SendFlags, SendWr, UdDest,
-    WrOpcode,
+    opcode, FlushLevel, FlushType, FlushWr, MwBindWr, Payload, RecvWr, SendFlags, SendRequest,
+    SendWr, UdDest, WrOpcode,
 };
+pub use rverbs_provider::RingLost;
 pub use srq::{Srq, SrqAttr, SrqInitAttr};

@@ -20,7 +20,7 @@ use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 use rverbs_mlx5::Mlx5;
 use rverbs_provider::batch::{BatchWr, SendBatch};
-use rverbs_provider::wr::{RecvWr, SendWr, WrOpcode};
+use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use rverbs_provider::{
     AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, Feature, OpenError, PostError,
     Provider, QpCreated, QpState, RecvQueue as RecvQueueOps, RingLost, SendQueue as SendQueueOps,
@@ -100,7 +100,19 @@ impl Cq {
     /// Polls up to `wc.len()` completions ([`CompletionQueue::poll`]).
     #[inline(always)]
     pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> Result<usize> {
-        dispatch!(self, c => poll_on(c, wc))
+        match dispatch!(self, c => poll_on(c, wc)) {
+            Ok(n) => Ok(n),
+            Err(e) => Err(poll_failed(e)),
+        }
+    }
+    /// [`Cq::poll_wcs`] with the provider's poll compiled into the caller,
+    /// and its own error.
+    #[inline(always)]
+    pub(crate) fn poll_wcs_inline(
+        &mut self,
+        wc: &mut [Wc],
+    ) -> std::result::Result<usize, RingLost> {
+        dispatch!(self, c => c.poll(wc))
     }
     /// Arms the CQ ([`CompletionQueue::arm`]).
     pub(crate) fn arm(&self, solicited_only: bool) -> Result<()> {
@@ -112,13 +124,12 @@ impl Cq {
     }
 }
 
-/// [`Cq::poll_wcs`] on one provider's CQ.
+/// [`Cq::poll_wcs`] on one provider's CQ. Its result is two registers
+/// (`RingLost` has no data): the library's error is made by the caller,
+/// out of line, only when the ring is lost.
 #[inline(never)]
-fn poll_on<C: CompletionQueue>(c: &mut C, wc: &mut [Wc]) -> Result<usize> {
-    match c.poll(wc) {
-        Ok(n) => Ok(n),
-        Err(e) => Err(poll_failed(e)),
-    }
+fn poll_on<C: CompletionQueue>(c: &mut C, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
+    c.poll(wc)
 }
 
 /// The error of a poll that found its ring lost. Out of line and cold.
@@ -151,6 +162,20 @@ impl SendQueue {
     #[inline(always)]
     pub(crate) fn post_wrs(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
         dispatch!(self, q => post_send_on(q, wrs))
+    }
+    /// Posts one request read in place ([`SendQueueOps::post_one`]).
+    #[inline(always)]
+    pub(crate) fn post_one_wr<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<()> {
+        dispatch!(self, q => post_one_on(q, wr))
+    }
+    /// Posts the requests `reqs` yields, read in place
+    /// ([`SendQueueOps::post_iter`]).
+    #[inline(always)]
+    pub(crate) fn post_iter_wrs<R: SendRequest, I: Iterator<Item = R>>(
+        &mut self,
+        reqs: I,
+    ) -> Result<()> {
+        dispatch!(self, q => posted(q.post_iter(reqs)))
     }
     /// Posts the batch `wrs` of `batch` ([`SendQueueOps::post_batch`]).
     #[inline(always)]
@@ -185,6 +210,19 @@ fn post_send_on<Q: SendQueueOps>(q: &mut Q, wrs: &[SendWr<'_>]) -> Result<()> {
     posted(q.post(wrs))
 }
 
+/// [`SendQueue::post_one_wr`] on one provider's queue; a failed doorbell
+/// is reported at index 1 (the request was written). Inlined into the
+/// caller, unlike the other post paths: its caller is an adapter's entry
+/// point (the C ABI's `ibv_post_send`), whose frame it then shares.
+#[inline(always)]
+fn post_one_on<Q: SendQueueOps, R: SendRequest + ?Sized>(q: &mut Q, wr: &R) -> Result<()> {
+    match q.post_one(wr) {
+        Ok(()) => Ok(()),
+        Err(e @ PostError::Doorbell(_)) => Err(post_failed(1, e)),
+        Err(e) => Err(post_failed(0, e)),
+    }
+}
+
 /// [`SendQueue::post_batch_wrs`] on one provider's queue.
 #[inline(never)]
 fn post_batch_on<Q: SendQueueOps>(q: &mut Q, batch: &SendBatch, wrs: &[BatchWr]) -> Result<()> {
@@ -196,6 +234,12 @@ impl RecvQueue {
     #[inline(always)]
     pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         dispatch!(self, q => post_recv_on(q, wrs))
+    }
+    /// Posts one request ([`RecvQueueOps::post`]), the provider's path
+    /// compiled into the caller.
+    #[inline(always)]
+    pub(crate) fn post_one_inline(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        dispatch!(self, q => posted(q.post(std::slice::from_ref(wr))))
     }
     /// [`RecvQueueOps::set_state`].
     pub(crate) fn set_state(&mut self, state: QpState) {
@@ -218,6 +262,12 @@ impl Srq {
     #[inline(always)]
     pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         dispatch!(self, s => post_srq_on(s, wrs))
+    }
+    /// Posts one request ([`SharedRecvQueue::post`]), the provider's path
+    /// compiled into the caller.
+    #[inline(always)]
+    pub(crate) fn post_one_inline(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        dispatch!(self, s => posted(s.post(std::slice::from_ref(wr))))
     }
     /// [`SharedRecvQueue::outstanding`].
     pub(crate) fn outstanding(&self) -> u32 {

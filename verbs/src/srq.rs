@@ -203,6 +203,16 @@ impl Srq {
         self.ring.post_wrs(wrs)
     }
 
+    /// [`Srq::post_srq_recv`] of one request, with the provider's post
+    /// compiled into the caller instead of called: for an adapter's entry
+    /// point that does little else (the C ABI's `ibv_post_srq_recv`). The
+    /// same checks, entry and errors; prefer [`Srq::post_srq_recv`]
+    /// elsewhere.
+    #[inline(always)]
+    pub fn post_srq_recv_inlined(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        self.ring.post_one_inline(wr)
+    }
+
     /// Arms the limit event: once fewer than `limit` receives remain the
     /// kernel raises [`crate::AsyncEventKind::SrqLimitReached`] once and
     /// disarms. 0 disarms. rxe refuses a limit above the ring's depth

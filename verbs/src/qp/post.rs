@@ -5,7 +5,7 @@
 //! every Nth send signaled.
 
 use rverbs_provider::batch::{BatchWr, SendBatch};
-use rverbs_provider::wr::{RecvWr, SendWr};
+use rverbs_provider::wr::{RecvWr, SendRequest, SendWr};
 
 use crate::error::{PostError, Result};
 use crate::provider::post_failed;
@@ -107,6 +107,34 @@ impl Qp {
         self.sq.post_wrs(wrs)
     }
 
+    /// Posts one send request given in any form that implements
+    /// [`SendRequest`], read in place: what a library adapting another
+    /// request format (our C ABI's `struct ibv_send_wr`) calls, so the
+    /// provider writes its entry straight from that format instead of from
+    /// a [`SendWr`] built first (rxe reads it in place; mlx5 builds the
+    /// [`SendWr`]). The same checks, entry and errors as
+    /// [`Qp::post_send`] of a chain of one: a doorbell that failed after
+    /// the entry was written is [`Error::Post`](crate::Error::Post) at
+    /// `index` 1.
+    #[inline]
+    pub fn post_send_request<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<()> {
+        self.sq.post_one_wr(wr)
+    }
+
+    /// Posts the send requests `reqs` yields, in any form that implements
+    /// [`SendRequest`], read in place, as one chain: [`Qp::post_send`]
+    /// without a slice of [`SendWr`] built first (the C ABI walks its
+    /// linked list of `struct ibv_send_wr` with it). The iterator is not
+    /// advanced past a refused request; on error the requests before
+    /// [`Error::Post`](crate::Error::Post)'s `index` were posted.
+    #[inline]
+    pub fn post_send_iter<R: SendRequest, I: IntoIterator<Item = R>>(
+        &mut self,
+        reqs: I,
+    ) -> Result<()> {
+        self.sq.post_iter_wrs(reqs.into_iter())
+    }
+
     /// Posts a batch: many send requests of one operation (RDMA WRITE,
     /// SEND, with or without immediate, or RDMA READ) under one remote
     /// key, described once by `batch`, one [`BatchWr`] (`wr_id`, local
@@ -152,6 +180,19 @@ impl Qp {
     pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
         match &mut *self.rq {
             Some(rq) => rq.post_wrs(wrs),
+            None if self.srq.is_some() => Err(post_failed(0, PostError::UsesSrq)),
+            None => Err(post_failed(0, PostError::InvalidState)),
+        }
+    }
+
+    /// [`Qp::post_recv`] of one request, with the provider's post compiled
+    /// into the caller instead of called: for an adapter's entry point
+    /// that does little else (the C ABI's `ibv_post_recv`). The same
+    /// checks, entry and errors; prefer [`Qp::post_recv`] elsewhere.
+    #[inline(always)]
+    pub fn post_recv_inlined(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+        match &mut *self.rq {
+            Some(rq) => rq.post_one_inline(wr),
             None if self.srq.is_some() => Err(post_failed(0, PostError::UsesSrq)),
             None => Err(post_failed(0, PostError::InvalidState)),
         }
