@@ -20,7 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rverbs::{
     opcode, AccessFlags, Ah, AhAttr, Gid, GlobalRoute, Mtu, Payload, PostError, Qp, QpAttr, QpCap,
-    QpCreateFlags, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendWr, Sge, Srq, SrqInitAttr,
+    QpCreateFlags, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendRequest, SendWr, Sge, Srq,
+    SrqInitAttr, UdDest, WrOpcode,
 };
 
 use super::cq::{cq_rec, IbvCq};
@@ -370,6 +371,16 @@ pub(super) fn post_errno(e: &PostError) -> c_int {
     }
 }
 
+/// The errno of a refused post of one request.
+#[cold]
+#[inline(never)]
+fn post_error_errno(e: &rverbs::Error) -> c_int {
+    match e {
+        rverbs::Error::Post { error, .. } => post_errno(error),
+        other => errno_of(other),
+    }
+}
+
 /// Posts `wrs` (their C requests in `from`) to the send queue; on
 /// refusal the C request to report and the errno.
 #[inline(always)]
@@ -482,6 +493,200 @@ unsafe fn send_wr<'a>(
     Ok(())
 }
 
+/// A C send request that the provider reads in place ([`SendRequest`]):
+/// a lone request of one of the common opcodes (RDMA WRITE and SEND, with
+/// or without immediate, RDMA READ, the two atomics) with a gather list,
+/// its opcode, gather list and UD destination decoded once. Everything
+/// else goes through [`send_wr`].
+struct CSendWr<'a> {
+    w: &'a IbvSendWr,
+    opcode: WrOpcode,
+    sg: &'a [Sge],
+    /// The UD destination's AH (UD QPs only), checked live at decoding;
+    /// the destination itself is read when asked for (most QPs have none,
+    /// and a smaller view stays in registers).
+    ah: Option<&'a AhRec>,
+}
+
+/// The `IBV_SEND_*` flags a [`CSendWr`] may carry: FENCE, SIGNALED,
+/// SOLICITED (not INLINE, whose bytes are copied through [`send_wr`]).
+const PLAIN_SEND_FLAGS: u32 = 0x7;
+
+impl<'a> CSendWr<'a> {
+    /// The view of `w` with gather list `sg`, if it is a request this view
+    /// takes (else `None`: [`send_wr`] decodes it, and reports its errors).
+    ///
+    /// # Safety
+    /// `w.wr.ud.ah` is a live AH of this library when `ud`.
+    #[inline(always)]
+    unsafe fn new(w: &'a IbvSendWr, sg: &'a [Sge], ud: bool) -> Option<Self> {
+        if w.send_flags & !PLAIN_SEND_FLAGS != 0 {
+            return None;
+        }
+        // libibverbs' IBV_WR_* numbers of these opcodes are the kernel's,
+        // which WrOpcode's discriminants are.
+        let opcode = match w.opcode {
+            0 => WrOpcode::RdmaWrite,
+            1 => WrOpcode::RdmaWriteWithImm,
+            2 => WrOpcode::Send,
+            3 => WrOpcode::SendWithImm,
+            4 => WrOpcode::RdmaRead,
+            5 => WrOpcode::AtomicCmpAndSwp,
+            6 => WrOpcode::AtomicFetchAndAdd,
+            _ => return None,
+        };
+        let ah = if ud {
+            // SAFETY: every arm of the union is plain integers or a
+            // pointer read as a value; the AH is live (this function's
+            // contract).
+            Some(unsafe { ah_rec(w.wr.ud.ah) }?)
+        } else {
+            None
+        };
+        Some(CSendWr { w, opcode, sg, ah })
+    }
+}
+
+// SAFETY: the opcode, gather list and AH were decoded once and are used
+// as stored; the other fields are read from the C request,
+// which the caller of ibv_post_send leaves unchanged during the call (its
+// contract).
+unsafe impl SendRequest for CSendWr<'_> {
+    #[inline(always)]
+    fn wr_id(&self) -> u64 {
+        self.w.wr_id
+    }
+    #[inline(always)]
+    fn opcode(&self) -> WrOpcode {
+        self.opcode
+    }
+    #[inline(always)]
+    fn send_flags(&self) -> SendFlags {
+        SendFlags::from_bits_truncate(self.w.send_flags & PLAIN_SEND_FLAGS)
+    }
+    #[inline(always)]
+    fn imm_data(&self) -> u32 {
+        if self.opcode.has_imm() {
+            u32::from_be(self.w.imm_data)
+        } else {
+            0
+        }
+    }
+    #[inline(always)]
+    fn payload(&self) -> Payload<'_> {
+        Payload::Sge(self.sg)
+    }
+    #[inline(always)]
+    fn remote_addr(&self) -> u64 {
+        if self.opcode.is_rdma() || self.opcode.is_atomic() {
+            // SAFETY: plain integers in every arm; `remote_addr` leads the
+            // rdma and atomic arms alike.
+            unsafe { self.w.wr.rdma.remote_addr }
+        } else {
+            0
+        }
+    }
+    #[inline(always)]
+    fn rkey(&self) -> u32 {
+        // SAFETY: plain integers in every arm.
+        unsafe {
+            if self.opcode.is_atomic() {
+                self.w.wr.atomic.rkey
+            } else if self.opcode.is_rdma() {
+                self.w.wr.rdma.rkey
+            } else {
+                0
+            }
+        }
+    }
+    #[inline(always)]
+    fn compare_add(&self) -> u64 {
+        if self.opcode.is_atomic() {
+            // SAFETY: plain integers in every arm.
+            unsafe { self.w.wr.atomic.compare_add }
+        } else {
+            0
+        }
+    }
+    #[inline(always)]
+    fn swap(&self) -> u64 {
+        if self.opcode == WrOpcode::AtomicCmpAndSwp {
+            // SAFETY: plain integers in every arm.
+            unsafe { self.w.wr.atomic.swap }
+        } else {
+            0
+        }
+    }
+    #[inline(always)]
+    fn ud_dest(&self) -> Option<UdDest<'_>> {
+        let ah = self.ah?;
+        // SAFETY: plain integers (and a pointer read as a value) in every
+        // arm; `ah` was decoded from this same arm.
+        let u = unsafe { self.w.wr.ud };
+        Some(ah.ah.dest(u.remote_qpn, u.remote_qkey))
+    }
+}
+
+/// The requests of a C chain, from its head, as [`CSendWr`]s, up to the
+/// first that is not one (or whose gather list is malformed): `cur` is
+/// then that request, which the caller posts the general way.
+struct CChain<'a> {
+    cur: *mut IbvSendWr,
+    ud: bool,
+    _chain: std::marker::PhantomData<&'a IbvSendWr>,
+}
+
+impl CChain<'_> {
+    /// The chain starting at `wr`.
+    ///
+    /// # Safety
+    /// `wr` is null or a chain of readable requests with readable gather
+    /// lists and (when `ud`) live AHs of this library, unchanged while the
+    /// walk lives (the contract of `ibv_post_send`).
+    unsafe fn new(wr: *mut IbvSendWr, ud: bool) -> Self {
+        CChain {
+            cur: wr,
+            ud,
+            _chain: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<'a> Iterator for CChain<'a> {
+    type Item = CSendWr<'a>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<CSendWr<'a>> {
+        // SAFETY: a readable request of the chain, if not null (`new`).
+        let w: &'a IbvSendWr = unsafe { self.cur.as_ref() }?;
+        // SAFETY: its gather list is readable (`new`).
+        let sg = unsafe { sges(w.sg_list, w.num_sge) }.ok()?;
+        // SAFETY: its AH is live (`new`).
+        let view = unsafe { CSendWr::new(w, sg, self.ud) }?;
+        self.cur = w.next;
+        Some(view)
+    }
+}
+
+/// The request `index` links after `wr` (or the last one, if the chain is
+/// shorter): the one a refused post names.
+///
+/// # Safety
+/// `wr` is a chain of readable requests.
+#[cold]
+#[inline(never)]
+unsafe fn nth_wr(wr: *mut IbvSendWr, index: usize) -> *mut IbvSendWr {
+    let mut at = wr;
+    for _ in 0..index {
+        // SAFETY: a readable request of the chain (the contract).
+        match unsafe { at.as_ref() } {
+            Some(w) if !w.next.is_null() => at = w.next,
+            _ => break,
+        }
+    }
+    at
+}
+
 /// `ibv_context_ops.post_send`: posts the chain `wr`; 0, or the errno
 /// with `*bad_wr` the first request not posted.
 ///
@@ -501,8 +706,6 @@ pub unsafe extern "C" fn post_send(
         };
         let ud = rec.ud;
         let mut q = rec.qp.lock();
-        let mut batch = Batch::new();
-        let mut cur = wr;
         let fail = |at: *mut IbvSendWr, e: c_int| {
             if !bad_wr.is_null() {
                 // SAFETY: writable per the contract.
@@ -510,6 +713,40 @@ pub unsafe extern "C" fn post_send(
             }
             e
         };
+        // SAFETY: a readable request of the chain (the contract), if any.
+        if let Some(w) = unsafe { wr.as_ref() } {
+            if w.next.is_null() {
+                // One request, the common case: read in place by the
+                // provider when it is a plain one.
+                // SAFETY: its gather list is readable (the contract).
+                let sg = match unsafe { sges(w.sg_list, w.num_sge) } {
+                    Ok(s) => s,
+                    Err(e) => return fail(wr, e),
+                };
+                // SAFETY: its AH is live (the contract).
+                if let Some(view) = unsafe { CSendWr::new(w, sg, ud) } {
+                    return match q.post_send_request(&view) {
+                        Ok(()) => 0,
+                        Err(e) => fail(wr, post_error_errno(&e)),
+                    };
+                }
+            }
+        }
+        // A chain: its plain requests read in place, as one chain...
+        // SAFETY: forwarded from this function's contract.
+        let mut chain = unsafe { CChain::new(wr, ud) };
+        if let Err(e) = q.post_send_iter(&mut chain) {
+            let index = match &e {
+                rverbs::Error::Post { index, .. } => *index,
+                _ => 0,
+            };
+            // SAFETY: a chain of readable requests (the contract).
+            return fail(unsafe { nth_wr(wr, index) }, post_error_errno(&e));
+        }
+        // ...then, from the first request that is not plain (inline, a
+        // memory-window operation, malformed), the general way.
+        let mut batch = Batch::new();
+        let mut cur = chain.cur;
         while !cur.is_null() {
             // SAFETY: a readable request of the chain (the contract).
             let w = unsafe { &*cur };
@@ -614,11 +851,14 @@ fn flush_recv(
 /// `wr` is a chain of readable requests with readable gather lists;
 /// `bad_wr` is null or writable.
 #[inline(always)]
-unsafe fn post_recv_chain(
+unsafe fn post_recv_chain<T>(
     wr: *mut IbvRecvWr,
     bad_wr: *mut *mut IbvRecvWr,
-    mut post: impl FnMut(&[RecvWr<'_>]) -> rverbs::Result<()>,
+    to: &mut T,
+    one: impl FnOnce(&mut T, &RecvWr<'_>) -> rverbs::Result<()>,
+    mut post_to: impl FnMut(&mut T, &[RecvWr<'_>]) -> rverbs::Result<()>,
 ) -> c_int {
+    let mut post = |b: &[RecvWr<'_>]| post_to(to, b);
     let fail = |at: *mut IbvRecvWr, e: c_int| {
         if !bad_wr.is_null() {
             // SAFETY: writable per the contract.
@@ -632,9 +872,9 @@ unsafe fn post_recv_chain(
             // One request, the common case: posted without the batch.
             // SAFETY: its gather list is readable (the contract).
             return match unsafe { sges(w.sg_list, w.num_sge) } {
-                Ok(sg) => match flush_recv(&mut post, &[RecvWr::new(w.wr_id, sg)], &[wr]) {
+                Ok(sg) => match one(to, &RecvWr::new(w.wr_id, sg)) {
                     Ok(()) => 0,
-                    Err((at, e)) => fail(at, e),
+                    Err(e) => fail(wr, post_error_errno(&e)),
                 },
                 Err(e) => fail(wr, e),
             };
@@ -689,7 +929,15 @@ pub unsafe extern "C" fn post_recv(
         };
         let mut q = rec.qp.lock();
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_recv_chain(wr, bad_wr, |b| q.post_recv(b)) }
+        unsafe {
+            post_recv_chain(
+                wr,
+                bad_wr,
+                &mut *q,
+                |q, w| q.post_recv_inlined(w),
+                |q, b| q.post_recv(b),
+            )
+        }
     })
 }
 
@@ -709,7 +957,15 @@ pub unsafe extern "C" fn post_srq_recv(
         };
         let mut s = rec.srq.lock();
         // SAFETY: forwarded from this function's contract.
-        unsafe { post_recv_chain(wr, bad_wr, |b| s.post_srq_recv(b)) }
+        unsafe {
+            post_recv_chain(
+                wr,
+                bad_wr,
+                &mut *s,
+                |s, w| s.post_srq_recv_inlined(w),
+                |s, b| s.post_srq_recv(b),
+            )
+        }
     })
 }
 
@@ -1466,5 +1722,83 @@ impl std::fmt::Debug for IbvSendWr {
             .field("opcode", &self.opcode)
             .field("num_sge", &self.num_sge)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A C request of `opcode` with `send_flags`, its union filled with
+    /// distinct values, `sg` as its gather list.
+    fn c_wr(opcode: c_int, send_flags: u32, sg: &mut [Sge]) -> IbvSendWr {
+        IbvSendWr {
+            wr_id: 0x1122_3344_5566_7788,
+            next: ptr::null_mut(),
+            sg_list: sg.as_mut_ptr(),
+            num_sge: sg.len() as c_int,
+            opcode,
+            send_flags,
+            imm_data: 0xdead_beefu32.to_be(),
+            wr: WrUnion {
+                atomic: WrAtomic {
+                    remote_addr: 0xaaaa_0000_0000_0008,
+                    compare_add: 0xbbbb,
+                    swap: 0xcccc,
+                    rkey: 0x1234,
+                },
+            },
+            remote_srqn: 0,
+            bind_mw: [0; 6],
+        }
+    }
+
+    /// The view the provider reads in place says of every C request it
+    /// takes exactly what the general decoding ([`send_wr`]) builds, field
+    /// by field; it takes no inline request, no other opcode and no
+    /// unknown flag, which the general decoding handles (or refuses).
+    #[test]
+    fn view_reads_as_the_general_decoding_builds() {
+        let mut sg = [Sge {
+            addr: 0x1000,
+            length: 8,
+            lkey: 7,
+        }];
+        let mut taken = 0;
+        for opcode in 0..16 {
+            for flags in [0, 1, 2, 4, 7, IBV_SEND_INLINE, 0x10] {
+                let w = c_wr(opcode, flags, &mut sg);
+                // SAFETY: `w`'s gather list is `sg`, alive and unchanged.
+                let list = unsafe { sges(w.sg_list, w.num_sge) }.unwrap();
+                // SAFETY: an RC request: no AH is read.
+                let view = unsafe { CSendWr::new(&w, list, false) };
+                let plain = (0..=6).contains(&opcode) && flags & !PLAIN_SEND_FLAGS == 0;
+                assert_eq!(view.is_some(), plain, "opcode {opcode} flags {flags:#x}");
+                let Some(view) = view else { continue };
+                taken += 1;
+                let mut out = MaybeUninit::uninit();
+                // SAFETY: an RC request: no AH is read.
+                unsafe { send_wr(&w, list, Payload::Sge(list), false, &mut out) }.unwrap();
+                // SAFETY: send_wr returned Ok, so it wrote `out`.
+                let wr = unsafe { out.assume_init() };
+                assert_eq!(view.wr_id(), wr.wr_id());
+                assert_eq!(view.opcode(), wr.opcode());
+                assert_eq!(view.send_flags(), wr.send_flags());
+                assert_eq!(view.imm_data(), wr.imm_data(), "opcode {opcode}");
+                assert_eq!(view.remote_addr(), wr.remote_addr(), "opcode {opcode}");
+                assert_eq!(view.rkey(), wr.rkey(), "opcode {opcode}");
+                assert_eq!(view.compare_add(), wr.compare_add(), "opcode {opcode}");
+                assert_eq!(view.swap(), wr.swap(), "opcode {opcode}");
+                assert_eq!(view.invalidate_rkey(), wr.invalidate_rkey());
+                assert!(view.ud_dest().is_none() && wr.ud_dest().is_none());
+                match (view.payload(), wr.payload()) {
+                    (Payload::Sge(a), Payload::Sge(b)) => {
+                        assert_eq!((a.as_ptr(), a.len()), (b.as_ptr(), b.len()))
+                    }
+                    _ => panic!("both gather lists"),
+                }
+            }
+        }
+        assert_eq!(taken, 7 * 5);
     }
 }
