@@ -18,6 +18,7 @@ mod geom;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Borrow;
 use std::io::IoSlice;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
@@ -407,7 +408,7 @@ impl SendQueue {
         if let [wr] = wrs {
             return self.post_one(wr).map_err(|e| (0, e));
         }
-        self.post_chain(wrs.iter())
+        self.post_chain::<SendWr<'_>, _, _>(wrs.iter())
     }
 
     /// Posts one request read in place ([`SendRequest`]), as
@@ -430,16 +431,18 @@ impl SendQueue {
         if !self.enabled {
             return Err((0, PostError::InvalidState));
         }
-        self.post_chain(reqs)
+        self.post_chain::<R, R, I>(reqs)
     }
 
     /// [`SendQueue::post`] of a chain (or of nothing). Out of line: the
     /// lone request's path keeps a small frame.
     #[inline(never)]
-    fn post_chain<R: SendRequest, I: Iterator<Item = R>>(
-        &mut self,
-        wrs: I,
-    ) -> Result<(), (usize, PostError)> {
+    fn post_chain<R, B, I>(&mut self, wrs: I) -> Result<(), (usize, PostError)>
+    where
+        R: SendRequest + ?Sized,
+        B: Borrow<R>,
+        I: Iterator<Item = B>,
+    {
         // Work requests of this chain written so far (also the index of
         // the next one: each WR is written or ends the chain).
         let mut nreq: u32 = 0;
@@ -453,17 +456,20 @@ impl SendQueue {
         let head = self.head;
         let mut result = Ok(());
         for wr in wrs {
+            // A slice's `&SendWr` is read as a `SendWr`, not through a
+            // second reference.
+            let wr: &R = wr.borrow();
             if self.full(&mut used, nreq) {
                 result = Err((nreq as usize, PostError::QueueFull));
                 break;
             }
-            if let Some((ds, _)) = self.try_fast(&wr, cur_post, head.wrapping_add(nreq)) {
+            if let Some((ds, _)) = self.try_fast(wr, cur_post, head.wrapping_add(nreq)) {
                 last_ds = ds;
                 cur_post = cur_post.wrapping_add(1);
                 nreq += 1;
                 continue;
             }
-            last_ds = match self.post_checked(&wr, cur_post, head.wrapping_add(nreq)) {
+            last_ds = match self.post_checked(wr, cur_post, head.wrapping_add(nreq)) {
                 Ok(ds) => ds,
                 Err(e) => {
                     result = Err((nreq as usize, e));

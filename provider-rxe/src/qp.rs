@@ -227,11 +227,18 @@ impl SendQueue {
     /// steps without the loop, whose bookkeeping (kept in registers and
     /// stack slots across iterations) would cost more than the request.
     #[inline]
-    fn post_one(&mut self, fd: BorrowedFd<'_>, wr: &SendWr<'_>) -> Result<(), (usize, PostError)> {
-        self.post_request(fd, wr).map_err(|e| match e {
-            PostError::Doorbell(_) => (1, e),
-            e => (0, e),
-        })
+    fn post_one<R: SendRequest + ?Sized>(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        wr: &R,
+    ) -> Result<(), (usize, PostError)> {
+        let mut p = self.ring.producer();
+        let slot = p.next_slot();
+        p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))
+            .map_err(|e| (0, e))?;
+        p.publish();
+        keep_hold(&mut self.holds, slot, wr);
+        cmd::doorbell(fd, self.qp_handle).map_err(|e| (1, PostError::Doorbell(e)))
     }
 
     /// Posts one request read in place ([`SendRequest`]: a [`SendWr`], or
@@ -244,12 +251,7 @@ impl SendQueue {
         fd: BorrowedFd<'_>,
         wr: &R,
     ) -> Result<(), PostError> {
-        let mut p = self.ring.producer();
-        let slot = p.next_slot();
-        p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))?;
-        p.publish();
-        keep_hold(&mut self.holds, slot, wr);
-        cmd::doorbell(fd, self.qp_handle).map_err(PostError::Doorbell)
+        self.post_one(fd, wr).map_err(|(_, e)| e)
     }
 }
 
@@ -277,29 +279,40 @@ fn has_dest(d: &rverbs_provider::wr::UdDest<'_>) -> bool {
 /// `inline_flag` is `SendFlags::INLINE`'s bits if the payload is inline.
 #[inline(always)]
 fn build_wqe<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R, inline_flag: u32) {
-    hdr.wr.opcode = wr.opcode() as u32;
+    let op = wr.opcode();
+    hdr.wr.opcode = op as u32;
     hdr.wr.send_flags = wr.send_flags().difference(SendFlags::INLINE).bits() | inline_flag;
-    hdr.wr.ex = match wr.opcode() {
-        WrOpcode::SendWithInv | WrOpcode::LocalInv => wr.invalidate_rkey(),
-        WrOpcode::BindMw => 0,
-        _ => wr.imm_data().to_be(),
-    };
-    if wr.opcode().is_rdma() {
-        let r: &mut rxe::WrRdma = wr_arm(&mut hdr.wr);
-        r.remote_addr = wr.remote_addr();
-        r.rkey = wr.rkey();
-        hdr.iova = wr.remote_addr();
-    } else if wr.opcode().is_atomic() {
-        let a: &mut rxe::WrAtomic = wr_arm(&mut hdr.wr);
-        a.remote_addr = wr.remote_addr();
-        a.compare_add = wr.compare_add();
-        a.swap = wr.swap();
-        a.rkey = wr.rkey();
-        hdr.iova = wr.remote_addr();
-    } else if wr.opcode() == WrOpcode::BindMw {
-        build_bind(hdr, wr);
-    } else if wr.opcode().needs_capability() {
-        build_capable(hdr, wr);
+    // One match on the opcode for `ex` and the arm (a jump table), not a
+    // chain of tests: its shape does not depend on how the compiler
+    // merges them.
+    let imm = wr.imm_data().to_be();
+    match op {
+        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
+            hdr.wr.ex = imm;
+            let r: &mut rxe::WrRdma = wr_arm(&mut hdr.wr);
+            r.remote_addr = wr.remote_addr();
+            r.rkey = wr.rkey();
+            hdr.iova = wr.remote_addr();
+        }
+        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+            hdr.wr.ex = imm;
+            let a: &mut rxe::WrAtomic = wr_arm(&mut hdr.wr);
+            a.remote_addr = wr.remote_addr();
+            a.compare_add = wr.compare_add();
+            a.swap = wr.swap();
+            a.rkey = wr.rkey();
+            hdr.iova = wr.remote_addr();
+        }
+        WrOpcode::Send | WrOpcode::SendWithImm => hdr.wr.ex = imm,
+        WrOpcode::SendWithInv | WrOpcode::LocalInv => hdr.wr.ex = wr.invalidate_rkey(),
+        WrOpcode::BindMw => {
+            hdr.wr.ex = 0;
+            build_bind(hdr, wr);
+        }
+        WrOpcode::AtomicWrite | WrOpcode::Flush => {
+            hdr.wr.ex = imm;
+            build_capable(hdr, wr);
+        }
     }
     if let Some(d) = wr.ud_dest() {
         let u: &mut rxe::WrUd = wr_arm(&mut hdr.wr);

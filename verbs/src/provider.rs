@@ -100,10 +100,7 @@ impl Cq {
     /// Polls up to `wc.len()` completions ([`CompletionQueue::poll`]).
     #[inline(always)]
     pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> Result<usize> {
-        match dispatch!(self, c => poll_on(c, wc)) {
-            Ok(n) => Ok(n),
-            Err(e) => Err(poll_failed(e)),
-        }
+        dispatch!(self, c => poll_on(c, wc))
     }
     /// [`Cq::poll_wcs`] with the provider's poll compiled into the caller,
     /// and its own error.
@@ -124,12 +121,13 @@ impl Cq {
     }
 }
 
-/// [`Cq::poll_wcs`] on one provider's CQ. Its result is two registers
-/// (`RingLost` has no data): the library's error is made by the caller,
-/// out of line, only when the ring is lost.
+/// [`Cq::poll_wcs`] on one provider's CQ.
 #[inline(never)]
-fn poll_on<C: CompletionQueue>(c: &mut C, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
-    c.poll(wc)
+fn poll_on<C: CompletionQueue>(c: &mut C, wc: &mut [Wc]) -> Result<usize> {
+    match c.poll(wc) {
+        Ok(n) => Ok(n),
+        Err(e) => Err(poll_failed(e)),
+    }
 }
 
 /// The error of a poll that found its ring lost. Out of line and cold.

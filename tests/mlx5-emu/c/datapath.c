@@ -1195,6 +1195,63 @@ int main(void)
 	}
 	pass("cq_overrun_stops");
 
+	/*
+	 * A chain that mixes plain requests with an inline one and ends with
+	 * one the QP cannot take (5 SGEs, 4 allowed): the call fails naming
+	 * that request in *bad_wr, and the three before it were posted, in
+	 * order (both libraries report it: libmlx5 with ENOMEM, ours with
+	 * EINVAL).
+	 */
+	{
+		struct ibv_send_wr w[4], *bad = NULL;
+		struct ibv_sge ws[2], five[5];
+		uint8_t inl[24];
+		int ret, k;
+
+		fill(buf + SRC, 256, 9);
+		fill(inl, sizeof(inl), 10);
+		memset(buf + DST, 0, 0x3000);
+		memset(buf + AUX, 0, 64);
+		r[0] = sge(AUX, 64);
+		post_recv("mixed_chain", qb, 1201, r, 1);
+		ws[0] = sge(SRC, 128);
+		ws[1] = sge(SRC + 128, 128);
+		w[0] = write_wr(1200, &ws[0], DST + 0x1000, IBV_SEND_SIGNALED);
+		memset(&w[1], 0, sizeof(w[1]));
+		s[0].addr = (uintptr_t)inl;
+		s[0].length = sizeof(inl);
+		s[0].lkey = 0;
+		w[1].wr_id = 1202;
+		w[1].sg_list = s;
+		w[1].num_sge = 1;
+		w[1].opcode = IBV_WR_SEND;
+		w[1].send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+		w[2] = write_wr(1203, &ws[1], DST + 0x2000, IBV_SEND_SIGNALED);
+		for (k = 0; k < 5; k++)
+			five[k] = sge(SRC, 8);
+		w[3] = write_wr(1204, five, DST, IBV_SEND_SIGNALED);
+		w[3].num_sge = 5;
+		for (k = 0; k < 3; k++)
+			w[k].next = &w[k + 1];
+		w[3].next = NULL;
+		ret = ibv_post_send(qa, &w[0], &bad);
+		expect("mixed_chain", ret == EINVAL || ret == ENOMEM,
+		       "a 5-SGE request on a 4-SGE QP was not refused");
+		expect("mixed_chain", bad == &w[3], "bad_wr is not the refused request");
+		for (k = 0; k < 3; k++) {
+			poll_one("mixed_chain", cqa, &wc);
+			expect_wc("mixed_chain", &wc, IBV_WC_SUCCESS, 1200 + (k ? k + 1 : 0));
+		}
+		expect_quiet("mixed_chain", cqa);
+		poll_one("mixed_chain", cqb, &wc);
+		expect_wc("mixed_chain", &wc, IBV_WC_SUCCESS, 1201);
+		expect("mixed_chain", wc.byte_len == sizeof(inl), "byte_len is not 24");
+		expect_bytes("mixed_chain", buf + AUX, inl, sizeof(inl));
+		expect_bytes("mixed_chain", buf + DST + 0x1000, buf + SRC, 128);
+		expect_bytes("mixed_chain", buf + DST + 0x2000, buf + SRC + 128, 128);
+	}
+	pass("mixed_chain");
+
 	/* Teardown. */
 	check_ret("teardown", ibv_destroy_qp(qa));
 	check_ret("teardown", ibv_destroy_qp(qb));

@@ -735,18 +735,24 @@ pub unsafe extern "C" fn post_send(
         // A chain: its plain requests read in place, as one chain...
         // SAFETY: forwarded from this function's contract.
         let mut chain = unsafe { CChain::new(wr, ud) };
-        if let Err(e) = q.post_send_iter(&mut chain) {
-            let index = match &e {
-                rverbs::Error::Post { index, .. } => *index,
-                _ => 0,
-            };
-            // SAFETY: a chain of readable requests (the contract).
-            return fail(unsafe { nth_wr(wr, index) }, post_error_errno(&e));
-        }
+        let mut cur = match q.post_send_iter(&mut chain) {
+            Ok(()) => chain.cur,
+            // Nothing posted: the general way posts from the head again
+            // and reports what it finds there (an opcode it refuses as
+            // such even on a QP that may not post yet).
+            Err(rverbs::Error::Post { index: 0, .. }) => wr,
+            Err(e) => {
+                let index = match &e {
+                    rverbs::Error::Post { index, .. } => *index,
+                    _ => 0,
+                };
+                // SAFETY: a chain of readable requests (the contract).
+                return fail(unsafe { nth_wr(wr, index) }, post_error_errno(&e));
+            }
+        };
         // ...then, from the first request that is not plain (inline, a
         // memory-window operation, malformed), the general way.
         let mut batch = Batch::new();
-        let mut cur = chain.cur;
         while !cur.is_null() {
             // SAFETY: a readable request of the chain (the contract).
             let w = unsafe { &*cur };
