@@ -408,7 +408,6 @@ int main(int argc, char **argv)
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct side a, b;
-	union ibv_gid gid;
 	struct fsq asq, bsq;
 	struct frq arq, brq;
 	struct fcq acq, bcq;
@@ -431,24 +430,15 @@ int main(int argc, char **argv)
 		dev = argv[3];
 	if (argc > 4)
 		gid_index = atoi(argv[4]);
-	is_send = !strcmp(mode, "send");
-	is_recv = !strcmp(mode, "recv");
-	is_write = !strcmp(mode, "write32") || !strcmp(mode, "batch32");
-	if (!(is_send || is_recv || is_write) || iters <= 0) {
-		fprintf(stderr, "floor_mlx5.c: bad mode or ITERS\n");
+	if (!pair_mode(mode, iters, &is_send, &is_recv, &is_write))
 		return 2;
-	}
 	ctx = open_named(dev);
 	pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		die("ibv_alloc_pd", errno);
 	setup_side(ctx, pd, &a);
 	setup_side(ctx, pd, &b);
-	rc = ibv_query_gid(ctx, 1, gid_index, &gid);
-	if (rc)
-		die("ibv_query_gid", rc);
-	connect_qp(a.qp, b.qp->qp_num, 100, 200, &gid, gid_index);
-	connect_qp(b.qp, a.qp->qp_num, 200, 100, &gid, gid_index);
+	connect_pair(ctx, a.qp, b.qp, gid_index);
 	raw(&a, &asq, &arq, &acq);
 	raw(&b, &bsq, &brq, &bcq);
 

@@ -125,14 +125,51 @@ static void pair_qp_attr(struct ibv_qp_init_attr *qa, struct ibv_cq *cq,
 	qa->cap.max_recv_sge = 1;
 }
 
+/* The probes' modes: send, recv, write32 or batch32 (both post 32 RDMA
+ * WRITEs), with a positive ITERS. Sets the three flags; 0, with a message,
+ * for anything else. */
+static int pair_mode(const char *mode, long iters, int *is_send, int *is_recv,
+		     int *is_write)
+{
+	*is_send = !strcmp(mode, "send");
+	*is_recv = !strcmp(mode, "recv");
+	*is_write = !strcmp(mode, "write32") || !strcmp(mode, "batch32");
+	if (!(*is_send || *is_recv || *is_write) || iters <= 0) {
+		fprintf(stderr, "%s: bad mode or ITERS\n", PAIR_PROG);
+		return 0;
+	}
+	return 1;
+}
+
+/* Connects the probes' two QPs, `a` and `b`, to each other over GID
+ * `gid_index` of port 1 (PSNs 100 and 200). */
+static void connect_pair(struct ibv_context *ctx, struct ibv_qp *a,
+			 struct ibv_qp *b, int gid_index)
+{
+	union ibv_gid gid;
+	int rc = ibv_query_gid(ctx, 1, gid_index, &gid);
+
+	if (rc)
+		die("ibv_query_gid", rc);
+	connect_qp(a, b->qp_num, 100, 200, &gid, gid_index);
+	connect_qp(b, a->qp_num, 200, 100, &gid, gid_index);
+}
+
+/* The one gather entry of a probe's message: `len` bytes at `buf`. */
+static void pair_sge(struct ibv_sge *sge, const void *buf, uint32_t len,
+		     uint32_t lkey)
+{
+	sge->addr = (uintptr_t)buf;
+	sge->length = len;
+	sge->lkey = lkey;
+}
+
 /* The probes' messages: a signaled SEND of `len` bytes at `buf` (wr_id 1)
  * and the receive for it (wr_id 2), each with its one gather entry. */
 static void pair_send_wr(struct ibv_send_wr *wr, struct ibv_sge *sge,
 			 const void *buf, uint32_t len, uint32_t lkey)
 {
-	sge->addr = (uintptr_t)buf;
-	sge->length = len;
-	sge->lkey = lkey;
+	pair_sge(sge, buf, len, lkey);
 	memset(wr, 0, sizeof(*wr));
 	wr->wr_id = 1;
 	wr->sg_list = sge;
@@ -144,9 +181,7 @@ static void pair_send_wr(struct ibv_send_wr *wr, struct ibv_sge *sge,
 static void pair_recv_wr(struct ibv_recv_wr *wr, struct ibv_sge *sge,
 			 void *buf, uint32_t len, uint32_t lkey)
 {
-	sge->addr = (uintptr_t)buf;
-	sge->length = len;
-	sge->lkey = lkey;
+	pair_sge(sge, buf, len, lkey);
 	memset(wr, 0, sizeof(*wr));
 	wr->wr_id = 2;
 	wr->sg_list = sge;

@@ -274,7 +274,6 @@ int main(int argc, char **argv)
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct side a, b;
-	union ibv_gid gid;
 	struct ibv_sge send_sge, recv_sge, wsge[CHAIN];
 	struct ibv_send_wr send_wr, wwr[CHAIN];
 	struct ibv_recv_wr recv_wr;
@@ -301,13 +300,8 @@ int main(int argc, char **argv)
 		}
 		ex = 1;
 	}
-	is_send = !strcmp(mode, "send");
-	is_recv = !strcmp(mode, "recv");
-	is_write = !strcmp(mode, "write32") || !strcmp(mode, "batch32");
-	if (!(is_send || is_recv || is_write) || iters <= 0) {
-		fprintf(stderr, "postpoll.c: bad mode or ITERS\n");
+	if (!pair_mode(mode, iters, &is_send, &is_recv, &is_write))
 		return 2;
-	}
 
 	ctx = open_named(dev);
 	pd = ibv_alloc_pd(ctx);
@@ -318,11 +312,7 @@ int main(int argc, char **argv)
 		die("ibv_create_comp_channel", errno);
 	setup_side(ctx, pd, &a);
 	setup_side(ctx, pd, &b);
-	rc = ibv_query_gid(ctx, 1, gid_index, &gid);
-	if (rc)
-		die("ibv_query_gid", rc);
-	connect_qp(a.qp, b.qp->qp_num, 100, 200, &gid, gid_index);
-	connect_qp(b.qp, a.qp->qp_num, 200, 100, &gid, gid_index);
+	connect_pair(ctx, a.qp, b.qp, gid_index);
 
 	for (k = 0; k < 4096; k++)
 		a.buf[k] = (uint8_t)(k * 7 + 3);

@@ -286,6 +286,24 @@ struct Binaries {
     rverbs: PathBuf,
 }
 
+/// Compiles the C probe `tools/bench/{src}` at -O2 into `out`, linked
+/// with `libs` (libibverbs-dev's, and libmlx5's for the floor).
+fn compile_probe(out: &Path, src: &str, libs: &[&str]) -> Result<()> {
+    util::run(
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-o"])
+            .arg(out)
+            .arg(workspace_root().join("tools/bench").join(src))
+            .args(libs),
+    )
+    .with_context(|| {
+        format!(
+            "compiling tools/bench/{src} with {} (libibverbs-dev)",
+            libs.join(" ")
+        )
+    })
+}
+
 /// Builds the release binaries and the C probe.
 fn build(target: &Path) -> Result<Binaries> {
     say!("building the workspace's binaries and examples in release mode");
@@ -298,16 +316,8 @@ fn build(target: &Path) -> Result<Binaries> {
     let bench_dir = target.join("bench");
     util::mkdir_p(&bench_dir)?;
     let probe_c = bench_dir.join("postpoll-c");
-    let src = workspace_root().join("tools/bench/postpoll.c");
     say!("building rdma-core's probe {}", probe_c.display());
-    util::run(
-        Command::new("cc")
-            .args(["-O2", "-Wall", "-Wextra", "-o"])
-            .arg(&probe_c)
-            .arg(&src)
-            .arg("-libverbs"),
-    )
-    .context("compiling tools/bench/postpoll.c against libibverbs (libibverbs-dev)")?;
+    compile_probe(&probe_c, "postpoll.c", &["-libverbs"])?;
     // (No library file name in xtask's strings: the linkage check reads
     // one in a binary as a possible dlopen, and xtask's binary is checked.)
     say!("building our libibverbs (release), for the C probe's second run");
@@ -315,32 +325,11 @@ fn build(target: &Path) -> Result<Binaries> {
     // The floor drives libmlx5's queues by hand (mlx5dv): it links
     // libmlx5 itself, which libibverbs-dev's mlx5dv.h goes with.
     let floor_c = bench_dir.join("floor-mlx5");
-    util::run(
-        Command::new("cc")
-            .args(["-O2", "-Wall", "-Wextra", "-o"])
-            .arg(&floor_c)
-            .arg(workspace_root().join("tools/bench/floor_mlx5.c"))
-            .args(["-libverbs", "-lmlx5"]),
-    )
-    .context("compiling tools/bench/floor_mlx5.c against libibverbs and libmlx5")?;
+    compile_probe(&floor_c, "floor_mlx5.c", &["-libverbs", "-lmlx5"])?;
     let regmr_c = bench_dir.join("regmr-c");
-    util::run(
-        Command::new("cc")
-            .args(["-O2", "-Wall", "-Wextra", "-o"])
-            .arg(&regmr_c)
-            .arg(workspace_root().join("tools/bench/regmr.c"))
-            .arg("-libverbs"),
-    )
-    .context("compiling tools/bench/regmr.c against libibverbs (libibverbs-dev)")?;
+    compile_probe(&regmr_c, "regmr.c", &["-libverbs"])?;
     let scale_c = bench_dir.join("scale-c");
-    util::run(
-        Command::new("cc")
-            .args(["-O2", "-Wall", "-Wextra", "-o"])
-            .arg(&scale_c)
-            .arg(workspace_root().join("tools/bench/scale.c"))
-            .arg("-libverbs"),
-    )
-    .context("compiling tools/bench/scale.c against libibverbs (libibverbs-dev)")?;
+    compile_probe(&scale_c, "scale.c", &["-libverbs"])?;
     Ok(Binaries {
         probe_rs: release.join("examples/postpoll"),
         probe_c,
