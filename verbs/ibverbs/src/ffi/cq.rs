@@ -16,7 +16,7 @@
 //! `ib_uverbs_wc` has the same layout), then only the one flag whose bit
 //! differs between the kernel and libibverbs is moved.
 
-use parking_lot::Mutex;
+use super::lock::Lock;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
@@ -120,7 +120,7 @@ struct ChannelRec {
     c: IbvCompChannel,
     chan: CompChannel,
     /// Its CQs by event id: (id, address of the CqRec).
-    cqs: Mutex<Vec<(EventId, usize)>>,
+    cqs: Lock<Vec<(EventId, usize)>>,
     /// CQs on it not yet destroyed.
     users: AtomicUsize,
 }
@@ -134,7 +134,7 @@ pub(crate) struct CqRec {
     c: UnsafeCell<IbvCqEx>,
     /// Its channel (a copy of `c.channel`, which this library never changes).
     channel: *mut IbvCompChannel,
-    pub(crate) cq: Mutex<Cq>,
+    pub(crate) cq: Lock<Cq>,
     /// QPs (and SRQs) using it and not destroyed.
     users: AtomicUsize,
     /// Held from a successful `start_poll` to `end_poll`: the extended
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut IbvContext) -> *m
                 refcnt: 0,
             },
             chan,
-            cqs: Mutex::new(Vec::new()),
+            cqs: Lock::new(Vec::new()),
             users: AtomicUsize::new(0),
         });
         Box::into_raw(rec).cast::<IbvCompChannel>()
@@ -329,7 +329,7 @@ fn new_cq(
             read_dlid_path_bits: Some(read_dlid_path_bits),
             read_unsupported: [None; 5],
         }),
-        cq: Mutex::new(cq),
+        cq: Lock::new(cq),
         users: AtomicUsize::new(0),
         polling: AtomicBool::new(false),
         current: UnsafeCell::new(Wc::default()),
@@ -685,21 +685,42 @@ pub unsafe extern "C" fn poll_cq(cq: *mut IbvCq, num_entries: c_int, wc: *mut Wc
         // have Wc's size, alignment and layout (tests/layout.rs); Wc has
         // no invalid bit patterns and the program holds no Rust reference.
         let out = unsafe { std::slice::from_raw_parts_mut(wc, n) };
-        let polled = rec.cq.lock().poll_inlined(out);
-        let Ok(got) = polled else {
-            return -1;
+        let polled = match rec.cq.try_lock() {
+            Some(mut ring) => ring.poll_inlined(out),
+            // Another thread polls: the whole poll out of line, so that the
+            // uncontended one calls nothing but in tail position (and
+            // saves no register for after a call).
+            None => return poll_contended(rec, out),
         };
-        match out {
-            // One completion, the common case, in line.
-            [w, ..] if got == 1 => {
-                fix_flags(w);
-                1
-            }
-            // None (a busy poller's common answer), without a call.
-            _ if got == 0 => 0,
-            _ => fix_all(out, got),
-        }
+        polled_count(out, polled)
     })
+}
+
+/// [`poll_cq`] once the CQ's lock was found taken: waits for it.
+#[cold]
+#[inline(never)]
+fn poll_contended(rec: &CqRec, out: &mut [Wc]) -> c_int {
+    let polled = rec.cq.lock().poll_inlined(out);
+    polled_count(out, polled)
+}
+
+/// What [`poll_cq`] returns for `polled` completions written to `out`
+/// (whose flags it fixes), or for a lost ring.
+#[inline(always)]
+fn polled_count(out: &mut [Wc], polled: Result<usize, rverbs::RingLost>) -> c_int {
+    let Ok(got) = polled else {
+        return -1;
+    };
+    match out {
+        // One completion, the common case, in line.
+        [w, ..] if got == 1 => {
+            fix_flags(w);
+            1
+        }
+        // None (a busy poller's common answer), without a call.
+        _ if got == 0 => 0,
+        _ => fix_all(out, got),
+    }
 }
 
 /// The flags of the first `got` of `out`, and `got` as the C count: for

@@ -17,6 +17,7 @@ use rverbs::{Context, Device, WcStatus};
 
 pub mod cq;
 pub mod event;
+mod lock;
 pub mod pd;
 pub mod qp;
 pub mod qp_ex;

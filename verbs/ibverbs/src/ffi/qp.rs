@@ -10,7 +10,7 @@
 //! threads post to one QP. The first request refused is returned through
 //! `bad_wr`, with those before it posted, as libibverbs promises.
 
-use parking_lot::Mutex;
+use super::lock::Lock;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::io::IoSlice;
@@ -294,14 +294,14 @@ pub(super) struct QpRec {
     /// The work requests built since `wr_start`, for a QP created with
     /// the extended interface (`None` otherwise).
     pub(super) pending: UnsafeCell<Option<qp_ex::Pending>>,
-    pub(super) qp: Mutex<Qp>,
+    pub(super) qp: Lock<Qp>,
 }
 
 /// An SRQ handed out.
 #[repr(C)]
 struct SrqRec {
     c: IbvSrq,
-    srq: Mutex<Srq>,
+    srq: Lock<Srq>,
     /// QPs on it not destroyed.
     users: AtomicUsize,
 }
@@ -1123,7 +1123,7 @@ pub(super) unsafe fn new_qp(
         c: UnsafeCell::new(qp_ex::IbvQpEx::new(base, pending.is_some())),
         building: std::sync::atomic::AtomicBool::new(false),
         pending: UnsafeCell::new(pending),
-        qp: Mutex::new(qp),
+        qp: Lock::new(qp),
     });
     let rec = Box::into_raw(rec);
     super::event::track(pdr.c_context(), id, rec as usize);
@@ -1437,7 +1437,7 @@ pub unsafe extern "C" fn ibv_create_srq(
                 cond: libc::PTHREAD_COND_INITIALIZER,
                 events_completed: 0,
             },
-            srq: Mutex::new(srq),
+            srq: Lock::new(srq),
             users: AtomicUsize::new(0),
         });
         let rec = Box::into_raw(rec);
