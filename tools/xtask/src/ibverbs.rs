@@ -207,8 +207,34 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
         got.len()
     );
     static_program(&ws, &out)?;
+    threads_program(&ws, &out)?;
     Ok(out)
 }
+
+/// The C thread-safety test of `tests/ibverbs-c`, linked dynamically
+/// against the `libibverbs.so.1` in `out` (so that it runs on whichever
+/// library the loader finds first: rdma-core's, or ours with
+/// `LD_LIBRARY_PATH`): `out/c-tests/threads`, a folder the linkage check
+/// does not read (the program needs a libibverbs, which is its point).
+fn threads_program(ws: &Path, out: &Path) -> Result<()> {
+    let src = ws.join(THREADS_SRC);
+    let dir = out.join("c-tests");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let exe = dir.join("threads");
+    let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
+    cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-I"])
+        .arg(ws.join("tools/bench"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .arg(out.join(soname()))
+        .stdin(Stdio::null());
+    say!("linking {}", exe.display());
+    util::run(&mut cc).with_context(|| format!("building {}", src.display()))
+}
+
+/// The C program [`threads_program`] builds.
+const THREADS_SRC: &str = "tests/ibverbs-c/threads.c";
 
 /// The C ping-pong of `tests/ibverbs-c`, linked with `-static` against
 /// our `libibverbs.a` in `out` (the header is `<infiniband/verbs.h>` from
