@@ -26,8 +26,39 @@
 //!
 //! Objects hold their parents ([`Qp`] holds its [`Pd`] and CQs, [`Pd`] its
 //! [`Context`]), so teardown order is right by construction. The data path
-//! (`post_send`, `post_recv`, `poll`) takes `&mut`, allocates nothing, takes
-//! no lock and dispatches on the provider with one `match`.
+//! (`post_send`, `post_recv`, `poll`) takes `&mut`, allocates nothing, and
+//! dispatches on the provider with one `match`; the one lock it takes is
+//! described under [Threading](#threading).
+//!
+//! # Threading
+//!
+//! Every object is `Send` and `Sync`: [`Context`], [`Device`], [`Pd`],
+//! [`Cq`], [`CompChannel`], [`Qp`], [`Srq`], [`Ah`], [`Mw`], [`RemoteMr`],
+//! [`SendBatch`], the [`cm`] ids and channels, and [`Mr<B>`](Mr) when its
+//! buffer `B` is (`Send` for `Send`, `Sync` for `Send + Sync`). Move them
+//! to other threads, or share them by reference or in an `Arc`.
+//!
+//! What changes a queue takes `&mut`, so one thread at a time does it and
+//! the borrow checker, not a lock, says so: posting ([`Qp::post_send`] and
+//! its variants, [`Qp::post_recv`], [`Srq::post_srq_recv`]), polling
+//! ([`Cq::poll`] and its variants), and [`Qp::modify`], [`Cq::resize`],
+//! [`Srq::resize`]. To post to one QP from several threads, put it behind
+//! a lock of your choice (or give each thread its own QP): you pay for
+//! sharing only where you share. A QP and the CQs it completes on are
+//! separate objects: one thread may post to the QP while another polls
+//! its CQ. What takes `&self` may run on any number of threads at once:
+//! creating objects from a [`Context`] or [`Pd`], registering memory,
+//! queries, [`Cq::req_notify`], [`Srq::modify_limit`].
+//!
+//! Below `&mut`, one lock remains, on mlx5 only: a CQ's ring is also
+//! written by its QPs (destroying or resetting a QP removes that QP's
+//! unpolled completions from the ring, as libmlx5 does), which another
+//! thread may do while the CQ is polled; a spin lock held for bounded work
+//! keeps the two apart (one atomic swap per poll when nobody else holds
+//! it). rxe's poll takes no lock (only the kernel writes its CQ's ring,
+//! and the poll alone consumes it). The C library (`rverbs-ibverbs`) adds a spin lock per QP,
+//! SRQ and CQ, because libibverbs promises C programs that several
+//! threads may post to one QP and poll one CQ.
 //!
 //! Waiting without spinning: [`Cq::poll_blocking`] on a CQ with a
 //! completion channel; on tokio (feature `tokio`), `rverbs::tokio::AsyncCq`
@@ -115,3 +146,32 @@ pub use rverbs_provider::wr::{
 };
 pub use rverbs_provider::RingLost;
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
+
+/// The threading model the crate docs state ([Threading](crate#threading)),
+/// checked at compile time.
+#[cfg(test)]
+mod threading {
+    fn send_sync<T: Send + Sync + ?Sized>() {}
+
+    #[test]
+    fn every_object_is_send_and_sync() {
+        send_sync::<crate::Context>();
+        send_sync::<crate::Device>();
+        send_sync::<crate::Pd>();
+        send_sync::<crate::Cq>();
+        send_sync::<crate::CompChannel>();
+        send_sync::<crate::Qp>();
+        send_sync::<crate::Srq>();
+        send_sync::<crate::Ah>();
+        send_sync::<crate::Mw>();
+        send_sync::<crate::RemoteMr>();
+        send_sync::<crate::SendBatch>();
+        send_sync::<crate::Mr<crate::PageBuf>>();
+        send_sync::<crate::Mr<Vec<u8>>>();
+        send_sync::<crate::cm::EventChannel>();
+        send_sync::<crate::cm::Resolved>();
+        send_sync::<crate::cm::Listener>();
+        send_sync::<crate::cm::ConnRequest>();
+        send_sync::<crate::cm::Connection>();
+    }
+}
