@@ -80,9 +80,14 @@ pub struct TestOptions {
 /// use when they are missing: rdma-core's ibv_devinfo (the oracle of the
 /// query tests), rping (the rdma_cm interop peer), libibverbs-dev (the linkage check's positive control),
 /// python3-pyverbs (a consumer of our libibverbs.so.1), libc6-dev (the static C ping-pong),
-/// the kernel uapi headers and a C compiler (the ABI layout probe).
+/// perftest (the interop peer of `rverbs perf` and of our library, and a
+/// consumer the library build checks), the kernel uapi headers and a C
+/// compiler (the ABI layout probe).
 fn ensure_reference_tools() -> Result<()> {
     util::ensure_tool("ibv_devinfo", "ibverbs-utils")?;
+    // tests/vm/perf_cm.sh, perftest_lib.sh, inspect.sh; and the consumer
+    // check of `ibverbs::check_consumers`, which lists perftest's files.
+    util::ensure_tool("ib_send_bw", "perftest")?;
     // tests/vm/rping.sh, tests/vm/udaddy.sh: rdma-core's rping and udaddy,
     // the rdma_cm interop peers (both in rdmacm-utils).
     util::ensure_tool("rping", "rdmacm-utils")?;
