@@ -134,6 +134,12 @@ mod tests {
     /// A CQ over a ring in a memfd laid out as rxe lays out its rings,
     /// with one completion (`wr_id` 7) produced.
     fn memfd_cq() -> (OwnedFd, Cq) {
+        memfd_cq_at(0)
+    }
+
+    /// [`memfd_cq`] with the header's consumer index set to `consumer`
+    /// (the producer index is 1).
+    fn memfd_cq_at(consumer: u32) -> (OwnedFd, Cq) {
         // SAFETY: a valid C string; memfd_create has no other preconditions.
         let raw = unsafe { libc::memfd_create(c"rxe-cq-test".as_ptr(), libc::MFD_CLOEXEC) };
         assert!(raw >= 0, "memfd_create: {}", Errno::last());
@@ -146,6 +152,7 @@ mod tests {
         hdr.log2_elem_size = LOG2_ELEM;
         hdr.index_mask = SLOTS - 1;
         hdr.producer_index = 1;
+        hdr.consumer_index = consumer;
         let wc = Wc {
             wr_id: 7,
             ..Wc::new_zeroed()
@@ -170,6 +177,20 @@ mod tests {
         let mut wc = [Wc::new_zeroed(); 4];
         assert_eq!(cq.poll(&mut wc), Ok(1));
         assert_eq!(wc[0].wr_id, 7);
+        assert_eq!(cq.poll(&mut wc), Ok(0));
+    }
+
+    /// The shared header is memory the kernel maps too: an index there
+    /// that is not masked (here u32::MAX, one below the producer's 1 when
+    /// wrapped) is stepped over with wrapping arithmetic, never an
+    /// overflow panic, and the poll ends at the producer index.
+    #[test]
+    fn an_unmasked_consumer_index_does_not_overflow() {
+        let (_fd, mut cq) = memfd_cq_at(u32::MAX);
+        let mut wc = [Wc::new_zeroed(); 16];
+        // Slots 7 (u32::MAX masked) and 0 (the completion written).
+        assert_eq!(cq.poll(&mut wc), Ok(2));
+        assert_eq!(wc[1].wr_id, 7);
         assert_eq!(cq.poll(&mut wc), Ok(0));
     }
 

@@ -408,7 +408,7 @@ impl<'r, L> Producer<'r, L> {
     /// Moves past the element just written (not yet visible to the kernel).
     #[inline(always)]
     fn advance_producer(&mut self) {
-        self.prod = (self.prod + 1) & self.q.mask;
+        self.prod = self.prod.wrapping_add(1) & self.q.mask;
     }
 
     /// Hands the elements pushed to the kernel: one release store of the
@@ -626,7 +626,7 @@ impl Consumer<'_> {
     /// Moves past the completion just read.
     #[inline(always)]
     fn advance_consumer(&mut self) {
-        self.cons = (self.cons + 1) & self.q.mask;
+        self.cons = self.cons.wrapping_add(1) & self.q.mask;
     }
 
     /// Copies the completion at the consumer index into `out` and advances
