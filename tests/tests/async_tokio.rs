@@ -179,3 +179,73 @@ fn rdma_cm_listen_connect_and_disconnect_awaited() {
         tokio::join!(server, client);
     });
 }
+
+/// Resolution awaited natively: on a current-thread runtime whose I/O
+/// driver alone runs the steps, a UD peer resolves from the source address
+/// given (to the device behind it), in the UDP port space, and a TCP id
+/// resolves as well.
+#[test]
+fn rdma_cm_resolution_is_awaited_on_the_runtime() {
+    use rverbs::cm::Listener;
+    use rverbs::tokio::{resolve_from, resolve_ud, resolve_ud_from};
+    let rt = rt();
+    rt.block_on(async {
+        let l = Listener::bind_ud("10.0.0.1:0".parse().unwrap(), 4).unwrap();
+        let dst = l.local_addr();
+        let src = "10.0.0.1:0".parse().unwrap();
+        let ud = resolve_ud_from(Some(src), dst, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(ud.peer_addr(), dst);
+        assert_eq!(ud.local_addr().map(|a| a.ip()), Some(src.ip()));
+        assert_eq!(ud.device().name(), "rxe0");
+        let ud = resolve_ud(dst, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(ud.device().name(), "rxe0");
+        let tcp = resolve_from(None, dst, Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert_eq!(tcp.device().name(), "rxe0");
+    });
+}
+
+/// An address nobody answers for fails with the CM's error, ended by the
+/// kernel's timer, while the same current-thread runtime keeps running
+/// other tasks (a blocking wait would stall the ticker).
+#[test]
+fn rdma_cm_resolution_failure_is_awaited_without_blocking_the_runtime() {
+    use rverbs::cm::CmError;
+    use rverbs::Error;
+    let rt = rt();
+    rt.block_on(async {
+        let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let t = std::sync::Arc::clone(&ticks);
+        let ticker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                t.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        let start = std::time::Instant::now();
+        let err = rverbs::tokio::resolve(
+            "10.0.0.77:7000".parse().unwrap(),
+            Duration::from_millis(1500),
+        )
+        .await
+        .map(|_| ())
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Cm(CmError::AddrError { .. }) | Error::Cm(CmError::RouteError { .. })
+            ),
+            "{err}"
+        );
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        // The ticker ran during the wait (a wait that blocked the thread
+        // would leave it at 0: nothing yields between the error and here).
+        let n = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(n >= 3, "{n} ticks in {took:?}");
+        ticker.abort();
+    });
+}

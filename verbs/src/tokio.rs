@@ -16,9 +16,10 @@
 //! ```
 //!
 //! The connection manager ([`crate::cm`]) too: [`AsyncListener`] awaits
-//! connection requests, [`AsyncConnection`] a connection's events, and
-//! [`resolve`], [`connect`] and [`accept`] run the bounded handshakes on
-//! tokio's blocking pool.
+//! connection requests, [`AsyncConnection`] a connection's events,
+//! [`resolve`] (and [`resolve_from`], [`resolve_ud`], [`resolve_ud_from`])
+//! await the id's events on the runtime, and [`connect`] and [`accept`]
+//! still run their bounded handshakes on tokio's blocking pool.
 //!
 //! Both fds are non-blocking from creation (see [`crate::event`]); no
 //! event needs acknowledging (see [`CompChannel`]).
@@ -224,6 +225,15 @@ impl AsRawFd for ListenerFd {
     }
 }
 
+/// A resolution under way, by value, its id's fd registered.
+pub(crate) struct ResolvingFd(crate::cm::Resolving);
+
+impl AsRawFd for ResolvingFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
 /// A [`Connection`](crate::cm::Connection) by value, its fd registered.
 pub(crate) struct ConnectionFd(crate::cm::Connection);
 
@@ -360,11 +370,69 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     })?
 }
 
-/// [`Resolved::resolve`](crate::cm::Resolved::resolve), awaited (address
-/// and route resolution, each bounded by `timeout`, on tokio's blocking
-/// pool).
+/// [`Resolved::resolve`](crate::cm::Resolved::resolve), awaited: address
+/// and route resolution, the id's events awaited on the runtime (no
+/// thread of tokio's blocking pool is taken). The kernel's own timer
+/// ends each step after `timeout` (an address that does not resolve
+/// gives [`CmError::AddrError`](crate::cm::CmError::AddrError)); for a
+/// deadline of your own, wrap the call in `tokio::time::timeout`:
+/// dropping the future destroys the id. Needs a runtime with I/O
+/// enabled.
 pub async fn resolve(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
-    blocking(move || crate::cm::Resolved::resolve(dst, timeout)).await
+    resolve_in(crate::cm::Space::Tcp, None, dst, timeout).await
+}
+
+/// [`Resolved::resolve_from`](crate::cm::Resolved::resolve_from),
+/// awaited as [`resolve`] is.
+pub async fn resolve_from(
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout: Duration,
+) -> Result<crate::cm::Resolved> {
+    resolve_in(crate::cm::Space::Tcp, src, dst, timeout).await
+}
+
+/// [`Resolved::resolve_ud`](crate::cm::Resolved::resolve_ud), awaited as
+/// [`resolve`] is.
+pub async fn resolve_ud(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
+    resolve_in(crate::cm::Space::Udp, None, dst, timeout).await
+}
+
+/// [`Resolved::resolve_ud_from`](crate::cm::Resolved::resolve_ud_from),
+/// awaited as [`resolve`] is.
+pub async fn resolve_ud_from(
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout: Duration,
+) -> Result<crate::cm::Resolved> {
+    resolve_in(crate::cm::Space::Udp, src, dst, timeout).await
+}
+
+/// The four above: the blocking API's steps ([`crate::cm::Resolving`]),
+/// each event awaited on the id's fd.
+async fn resolve_in(
+    space: crate::cm::Space,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout: Duration,
+) -> Result<crate::cm::Resolved> {
+    let r = crate::cm::Resolving::start(space, src, dst, timeout)?;
+    let mut fd = register("rdma_cm id", ResolvingFd(r))?;
+    loop {
+        let ev = loop {
+            let mut guard = fd.readable_mut().await.map_err(|source| Error::Io {
+                what: "waiting for rdma_cm address and route resolution".into(),
+                source,
+            })?;
+            match guard.get_inner().0.try_event()? {
+                Some(ev) => break ev,
+                None => guard.clear_ready(),
+            }
+        };
+        if fd.get_mut().0.advance(ev)? {
+            return fd.into_inner().0.finish();
+        }
+    }
 }
 
 /// [`Resolved::connect`](crate::cm::Resolved::connect), awaited (bounded

@@ -33,7 +33,7 @@ fn next_uid() -> u64 {
 /// Which kind of QP an id connects: RC through the CM's REQ/REP/RTU (the
 /// TCP port space) or UD through its SIDR exchange (the UDP port space).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Space {
+pub(crate) enum Space {
     Tcp,
     Udp,
 }
@@ -305,6 +305,135 @@ pub struct Resolved {
     peer: SocketAddr,
 }
 
+/// An address and route resolution under way: RESOLVE_ADDR sent, then,
+/// once the id's event says the address is resolved, RESOLVE_ROUTE. The
+/// id's events are fed in one at a time ([`Resolving::advance`]), so the
+/// blocking [`Resolved::resolve`] and the async `rverbs::tokio::resolve`
+/// (which waits for them on its runtime) take the same steps.
+#[derive(Debug)]
+pub(crate) struct Resolving {
+    id: Id,
+    /// The step timeout the kernel is given, in ms (nonzero).
+    ms: u32,
+    /// `timeout` and one second more: the blocking API's backstop.
+    backstop: Duration,
+    peer: SocketAddr,
+    /// Whether RESOLVE_ROUTE was sent (the address is resolved).
+    route: bool,
+}
+
+impl Resolving {
+    /// A new id in `space`, and RESOLVE_ADDR for `dst` (from `src`, if
+    /// given), each step bounded by `timeout` in the kernel.
+    pub(crate) fn start(
+        space: Space,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Resolving> {
+        let ms = u32::try_from(timeout.as_millis())
+            .ok()
+            .filter(|&ms| ms > 0)
+            .ok_or_else(|| {
+                Error::invalid_as(
+                    InvalidKind::TooLarge,
+                    format!("timeout {timeout:?} out of range"),
+                )
+            })?;
+        let id = Id::create(space)?;
+        let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
+        let (src_addr, src_size) = match src {
+            Some(s) => SockaddrStorage::new(&s),
+            None => (SockaddrStorage::default(), 0),
+        };
+        ucma::exec(
+            id.fd(),
+            &ResolveAddr {
+                id: id.handle,
+                timeout_ms: ms,
+                src_size,
+                dst_size,
+                src_addr,
+                dst_addr,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_resolve_addr"))?;
+        Ok(Resolving {
+            id,
+            ms,
+            // No overflow: `timeout` is under 2^32 ms.
+            backstop: timeout + Duration::from_secs(1),
+            peer: dst,
+            route: false,
+        })
+    }
+
+    /// The step under way, as errors name it.
+    pub(crate) fn step(&self) -> &'static str {
+        if self.route {
+            "route resolution"
+        } else {
+            "address resolution"
+        }
+    }
+
+    /// The id's next event if one is queued (never blocks).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_event(&self) -> Result<Option<CmEvent>> {
+        self.id.next_event(Some(Instant::now()))
+    }
+
+    /// Takes the id's event `ev`: `Ok(false)` while the route is still to
+    /// come (RESOLVE_ROUTE is sent on the address's event), `Ok(true)`
+    /// once it is resolved; a failure event as its [`CmError`].
+    pub(crate) fn advance(&mut self, ev: CmEvent) -> Result<bool> {
+        let want = if self.route {
+            CmEventKind::RouteResolved
+        } else {
+            CmEventKind::AddrResolved
+        };
+        if ev.kind() != want {
+            return Err(Error::Cm(failure(&ev, self.step())));
+        }
+        if self.route {
+            return Ok(true);
+        }
+        ucma::exec(
+            self.id.fd(),
+            &ResolveRoute {
+                id: self.id.handle,
+                timeout_ms: self.ms,
+            },
+        )
+        .map_err(Error::kernel("rdma_resolve_route"))?;
+        self.route = true;
+        Ok(false)
+    }
+
+    /// The resolved id, once [`Resolving::advance`] said so.
+    pub(crate) fn finish(self) -> Result<Resolved> {
+        let q = self.id.query_addr()?;
+        let device = device_of(&q)?;
+        let (local, _) = addrs_of(&q);
+        Ok(Resolved {
+            id: self.id,
+            device,
+            port_num: q.port_num,
+            local,
+            peer: self.peer,
+        })
+    }
+}
+
+/// The id's event channel fd (readable when an event is queued), for an
+/// async runtime to wait on; only the number, as for [`EventChannel`].
+impl AsRawFd for Resolving {
+    fn as_raw_fd(&self) -> RawFd {
+        self.id.ch.as_raw_fd()
+    }
+}
+
 impl Resolved {
     /// Resolves `dst` (address, then route), waiting up to `timeout` for
     /// each step. Errors: [`CmError::AddrError`] (e.g. no RDMA device
@@ -348,57 +477,14 @@ impl Resolved {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<Resolved> {
-        let ms = u32::try_from(timeout.as_millis())
-            .ok()
-            .filter(|&ms| ms > 0)
-            .ok_or_else(|| {
-                Error::invalid_as(
-                    InvalidKind::TooLarge,
-                    format!("timeout {timeout:?} out of range"),
-                )
-            })?;
-        let id = Id::create(space)?;
-        let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
-        let (src_addr, src_size) = match src {
-            Some(s) => SockaddrStorage::new(&s),
-            None => (SockaddrStorage::default(), 0),
-        };
-        ucma::exec(
-            id.fd(),
-            &ResolveAddr {
-                id: id.handle,
-                timeout_ms: ms,
-                src_size,
-                dst_size,
-                src_addr,
-                dst_addr,
-                ..Default::default()
-            },
-        )
-        .map_err(Error::kernel("rdma_resolve_addr"))?;
-        // The kernel's own timer ends the step; ours is a backstop (no
-        // overflow: `timeout` is under 2^32 ms).
-        let backstop = timeout + Duration::from_secs(1);
-        id.expect(CmEventKind::AddrResolved, "address resolution", backstop)?;
-        ucma::exec(
-            id.fd(),
-            &ResolveRoute {
-                id: id.handle,
-                timeout_ms: ms,
-            },
-        )
-        .map_err(Error::kernel("rdma_resolve_route"))?;
-        id.expect(CmEventKind::RouteResolved, "route resolution", backstop)?;
-        let q = id.query_addr()?;
-        let device = device_of(&q)?;
-        let (local, _) = addrs_of(&q);
-        Ok(Resolved {
-            id,
-            device,
-            port_num: q.port_num,
-            local,
-            peer: dst,
-        })
+        let mut r = Resolving::start(space, src, dst, timeout)?;
+        loop {
+            // The kernel's own timer ends each step; ours is a backstop.
+            let ev = r.id.event_within(r.step(), r.backstop)?;
+            if r.advance(ev)? {
+                return r.finish();
+            }
+        }
     }
 
     /// The device the destination is reached through: create the QP (and

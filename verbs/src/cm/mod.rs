@@ -49,6 +49,8 @@ use std::time::Duration;
 
 pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, UdInfo, RDMA_CM_PATH};
 pub use conn::{ConnRequest, Connection, Listener, Resolved};
+#[cfg(feature = "tokio")]
+pub(crate) use conn::{Resolving, Space};
 
 use rverbs_abi::ah::AhAttr as RawAhAttr;
 use rverbs_abi::qp::{attr_mask as m, QpAttr as RawQpAttr};

@@ -26,6 +26,8 @@ unsafe impl OwnsFd for crate::tokio::EventFd {}
 unsafe impl OwnsFd for crate::tokio::ListenerFd {}
 // SAFETY: as for ListenerFd: the Connection's id holds its event channel.
 unsafe impl OwnsFd for crate::tokio::ConnectionFd {}
+// SAFETY: as for ListenerFd: the Resolving's id holds its event channel.
+unsafe impl OwnsFd for crate::tokio::ResolvingFd {}
 
 /// Registers `inner`'s fd with the current tokio reactor for readability.
 /// Panics outside a runtime (the caller checks first).
