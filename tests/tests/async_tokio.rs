@@ -126,6 +126,11 @@ fn async_events_deliver_sq_drained() {
     assert!(ev.is_for_qp(&a), "{ev}");
 }
 
+/// `f`, checked to be `Send` (a future a multi-threaded runtime may move).
+fn sendable<F: std::future::Future + Send>(f: F) -> F {
+    f
+}
+
 #[test]
 fn rdma_cm_listen_connect_and_disconnect_awaited() {
     use rverbs::cm::{CmEventKind, ConnParams, Listener};
@@ -152,7 +157,7 @@ fn rdma_cm_listen_connect_and_disconnect_awaited() {
             let qp = pd
                 .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
                 .unwrap();
-            let mut conn = accept(req, qp, ConnParams::default()).await.unwrap();
+            let mut conn = accept(req, qp, &ConnParams::default()).await.unwrap();
             let ev = tokio::time::timeout(TIMEOUT, conn.next_event())
                 .await
                 .expect("the client's disconnect in time")
@@ -172,7 +177,8 @@ fn rdma_cm_listen_connect_and_disconnect_awaited() {
                 private_data: b"async".to_vec(),
                 ..ConnParams::default()
             };
-            let mut conn = connect(id, qp, p).await.unwrap();
+            // The handshake's future may move to another worker thread.
+            let mut conn = sendable(connect(id, qp, &p)).await.unwrap();
             assert_eq!(conn.get_ref().qp().state(), QpState::Rts);
             conn.get_mut().disconnect().unwrap();
         };
@@ -248,4 +254,93 @@ fn rdma_cm_resolution_failure_is_awaited_without_blocking_the_runtime() {
         assert!(n >= 3, "{n} ticks in {took:?}");
         ticker.abort();
     });
+}
+
+/// A UD peer's SIDR exchange with both sides awaited on one
+/// current-thread runtime (a blocking step on either side would stall
+/// the other, which then never answers): resolve_ud, connect_ud against
+/// an AsyncListener's request answered with accept_ud; the CM names the
+/// server's QP and carries its private data.
+#[test]
+fn rdma_cm_sidr_exchange_awaited_on_one_thread() {
+    use rverbs::cm::Listener;
+    use rverbs::tokio::{accept_ud, connect_ud, resolve_ud, AsyncListener};
+    let ud_qp = |ctx: &rverbs::Context| {
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq).cap(QpCap::default()))
+            .unwrap()
+    };
+    let rt = rt();
+    rt.block_on(async {
+        let l = AsyncListener::new(Listener::bind_ud("10.0.0.1:0".parse().unwrap(), 4).unwrap())
+            .unwrap();
+        let dst = l.get_ref().local_addr();
+        let server = async {
+            let req = l.get_request().await.unwrap();
+            assert_eq!(&req.private_data()[..3], b"cli");
+            let ctx = req.device().open().unwrap();
+            let mut qp = ud_qp(&ctx);
+            accept_ud(req, &mut qp, b"srv").await.unwrap();
+            qp.qp_num()
+        };
+        let client = async {
+            let id = resolve_ud(dst, Duration::from_secs(5)).await.unwrap();
+            let ctx = id.device().open().unwrap();
+            let mut qp = ud_qp(&ctx);
+            connect_ud(id, &mut qp, b"cli", Duration::from_secs(15))
+                .await
+                .unwrap()
+        };
+        let (server_qpn, peer) = tokio::join!(server, client);
+        assert_eq!(peer.qp_num, server_qpn, "the CM named the server's QP");
+        assert_eq!(&peer.private_data[..3], b"srv");
+    });
+}
+
+/// A peer that never answers (its listener holds the request, nobody
+/// accepts): the awaited connect ends with the step's timeout, measured
+/// by the timerfd awaited beside the id, on a runtime built without
+/// tokio's timer driver (I/O only), which it therefore does not need.
+#[test]
+fn rdma_cm_connect_times_out_on_a_runtime_without_timers() {
+    use rverbs::cm::{CmError, ConnParams, Listener};
+    use rverbs::Error;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let l = Listener::bind("10.0.0.1:0".parse().unwrap(), 4).unwrap();
+    let dst = l.local_addr();
+    rt.block_on(async {
+        let id = rverbs::tokio::resolve(dst, Duration::from_secs(5))
+            .await
+            .unwrap();
+        let ctx = id.device().open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
+            .unwrap();
+        let p = ConnParams {
+            timeout: Duration::from_millis(500),
+            ..ConnParams::default()
+        };
+        let start = std::time::Instant::now();
+        let err = rverbs::tokio::connect(id, qp, &p)
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        let took = start.elapsed();
+        match err {
+            Error::Cm(CmError::Timeout { step, after }) => {
+                assert_eq!(step, "the peer's answer");
+                assert_eq!(after, Duration::from_millis(500));
+            }
+            other => panic!("expected the step's timeout, got {other}"),
+        }
+        assert!(took >= Duration::from_millis(500), "{took:?}");
+        assert!(took < Duration::from_secs(10), "{took:?}");
+    });
+    drop(l);
 }

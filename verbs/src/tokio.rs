@@ -17,15 +17,19 @@
 //!
 //! The connection manager ([`crate::cm`]) too: [`AsyncListener`] awaits
 //! connection requests, [`AsyncConnection`] a connection's events,
-//! [`resolve`] (and [`resolve_from`], [`resolve_ud`], [`resolve_ud_from`])
-//! await the id's events on the runtime, and [`connect`] and [`accept`]
-//! still run their bounded handshakes on tokio's blocking pool.
+//! and every handshake step, [`resolve`] ([`resolve_from`],
+//! [`resolve_ud`], [`resolve_ud_from`]), [`connect`], [`connect_ud`],
+//! [`accept`] and [`accept_ud`], awaits its id's events on the runtime
+//! (no thread of tokio's blocking pool), bounded as the blocking API's
+//! steps are (a timerfd awaited beside the id, so the runtime's timer
+//! driver is not needed).
 //!
 //! Both fds are non-blocking from creation (see [`crate::event`]); no
 //! event needs acknowledging (see [`CompChannel`]).
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
+use std::task::Poll;
 use std::time::Duration;
 
 use ::tokio::io::unix::AsyncFd;
@@ -225,10 +229,10 @@ impl AsRawFd for ListenerFd {
     }
 }
 
-/// A resolution under way, by value, its id's fd registered.
-pub(crate) struct ResolvingFd(crate::cm::Resolving);
+/// An id borrowed for one wait, its fd registered.
+pub(crate) struct IdFd<'a>(&'a crate::cm::Id);
 
-impl AsRawFd for ResolvingFd {
+impl AsRawFd for IdFd<'_> {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()
     }
@@ -359,27 +363,15 @@ impl AsyncConnection {
     }
 }
 
-/// Runs a bounded, blocking connection-manager step on tokio's blocking
-/// pool. Each of these steps ends within its own timeout.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
-    ::tokio::task::spawn_blocking(f).await.map_err(|e| {
-        Error::invalid_as(
-            InvalidKind::Other,
-            format!("the rdma_cm step's task failed: {e}"),
-        )
-    })?
-}
-
 /// [`Resolved::resolve`](crate::cm::Resolved::resolve), awaited: address
 /// and route resolution, the id's events awaited on the runtime (no
-/// thread of tokio's blocking pool is taken). The kernel's own timer
-/// ends each step after `timeout` (an address that does not resolve
-/// gives [`CmError::AddrError`](crate::cm::CmError::AddrError)); for a
-/// deadline of your own, wrap the call in `tokio::time::timeout`:
-/// dropping the future destroys the id. Needs a runtime with I/O
-/// enabled.
+/// thread of tokio's blocking pool is taken), each step bounded as in the
+/// blocking API (the kernel's timer after `timeout`, ours a second
+/// later). Dropping the future destroys the id. Needs a runtime with I/O
+/// enabled (not its timer).
 pub async fn resolve(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
-    resolve_in(crate::cm::Space::Tcp, None, dst, timeout).await
+    crate::cm::Resolved::resolve_with(&mut OnRuntime, crate::cm::Space::Tcp, None, dst, timeout)
+        .await
 }
 
 /// [`Resolved::resolve_from`](crate::cm::Resolved::resolve_from),
@@ -389,13 +381,15 @@ pub async fn resolve_from(
     dst: SocketAddr,
     timeout: Duration,
 ) -> Result<crate::cm::Resolved> {
-    resolve_in(crate::cm::Space::Tcp, src, dst, timeout).await
+    crate::cm::Resolved::resolve_with(&mut OnRuntime, crate::cm::Space::Tcp, src, dst, timeout)
+        .await
 }
 
 /// [`Resolved::resolve_ud`](crate::cm::Resolved::resolve_ud), awaited as
 /// [`resolve`] is.
 pub async fn resolve_ud(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
-    resolve_in(crate::cm::Space::Udp, None, dst, timeout).await
+    crate::cm::Resolved::resolve_with(&mut OnRuntime, crate::cm::Space::Udp, None, dst, timeout)
+        .await
 }
 
 /// [`Resolved::resolve_ud_from`](crate::cm::Resolved::resolve_ud_from),
@@ -405,54 +399,99 @@ pub async fn resolve_ud_from(
     dst: SocketAddr,
     timeout: Duration,
 ) -> Result<crate::cm::Resolved> {
-    resolve_in(crate::cm::Space::Udp, src, dst, timeout).await
+    crate::cm::Resolved::resolve_with(&mut OnRuntime, crate::cm::Space::Udp, src, dst, timeout)
+        .await
 }
 
-/// The four above: the blocking API's steps ([`crate::cm::Resolving`]),
-/// each event awaited on the id's fd.
-async fn resolve_in(
-    space: crate::cm::Space,
-    src: Option<SocketAddr>,
-    dst: SocketAddr,
-    timeout: Duration,
-) -> Result<crate::cm::Resolved> {
-    let r = crate::cm::Resolving::start(space, src, dst, timeout)?;
-    let mut fd = register("rdma_cm id", ResolvingFd(r))?;
-    loop {
-        let ev = loop {
-            let mut guard = fd.readable_mut().await.map_err(|source| Error::Io {
-                what: "waiting for rdma_cm address and route resolution".into(),
-                source,
-            })?;
-            match guard.get_inner().0.try_event()? {
-                Some(ev) => break ev,
-                None => guard.clear_ready(),
-            }
-        };
-        if fd.get_mut().0.advance(ev)? {
-            return fd.into_inner().0.finish();
-        }
-    }
-}
-
-/// [`Resolved::connect`](crate::cm::Resolved::connect), awaited (bounded
-/// by `params.timeout`), giving an [`AsyncConnection`].
+/// [`Resolved::connect`](crate::cm::Resolved::connect), awaited on the
+/// runtime (bounded by `params.timeout`), giving an [`AsyncConnection`].
 pub async fn connect(
     id: crate::cm::Resolved,
     qp: crate::Qp,
-    params: crate::cm::ConnParams,
+    params: &crate::cm::ConnParams,
 ) -> Result<AsyncConnection> {
-    let c = blocking(move || id.connect(qp, &params)).await?;
+    let c = id.connect_with(&mut OnRuntime, qp, params).await?;
     AsyncConnection::new(c)
 }
 
-/// [`ConnRequest::accept`](crate::cm::ConnRequest::accept), awaited
-/// (bounded by `params.timeout`), giving an [`AsyncConnection`].
+/// [`Resolved::connect_ud`](crate::cm::Resolved::connect_ud), awaited on
+/// the runtime (bounded by `timeout`).
+pub async fn connect_ud(
+    id: crate::cm::Resolved,
+    qp: &mut crate::Qp,
+    private_data: &[u8],
+    timeout: Duration,
+) -> Result<crate::cm::UdInfo> {
+    id.connect_ud_with(&mut OnRuntime, qp, private_data, timeout)
+        .await
+}
+
+/// [`ConnRequest::accept`](crate::cm::ConnRequest::accept), awaited on
+/// the runtime (bounded by `params.timeout`), giving an
+/// [`AsyncConnection`].
 pub async fn accept(
     req: crate::cm::ConnRequest,
     qp: crate::Qp,
-    params: crate::cm::ConnParams,
+    params: &crate::cm::ConnParams,
 ) -> Result<AsyncConnection> {
-    let c = blocking(move || req.accept(qp, &params)).await?;
+    let c = req.accept_with(&mut OnRuntime, qp, params).await?;
     AsyncConnection::new(c)
+}
+
+/// [`ConnRequest::accept_ud`](crate::cm::ConnRequest::accept_ud), for the
+/// async API's parity: it waits for nothing (the SIDR REP is sent and the
+/// id released), so it is the blocking call, which never sleeps.
+pub async fn accept_ud(
+    req: crate::cm::ConnRequest,
+    qp: &mut crate::Qp,
+    private_data: &[u8],
+) -> Result<()> {
+    req.accept_ud(qp, private_data)
+}
+
+/// [`crate::cm::Wait`] on the current tokio runtime: the id's fd and a
+/// timerfd for the deadline, both awaited through the I/O driver.
+struct OnRuntime;
+
+impl crate::cm::Wait for OnRuntime {
+    async fn event(
+        &mut self,
+        id: &crate::cm::Id,
+        step: &'static str,
+        timeout: Duration,
+    ) -> Result<crate::cm::CmEvent> {
+        let cm = register("rdma_cm id", IdFd(id))?;
+        let timer = crate::sys::tokio::deadline_fd(timeout).map_err(|source| Error::Io {
+            what: "creating the rdma_cm step's timer".into(),
+            source,
+        })?;
+        let timer = register("rdma_cm step's timer", timer)?;
+        let io = |source| Error::Io {
+            what: format!("waiting for the rdma_cm {step}"),
+            source,
+        };
+        let got = std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = timer.poll_read_ready(cx) {
+                return Poll::Ready(r.map_err(io).map(|_| None));
+            }
+            loop {
+                match cm.poll_read_ready(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(e)) => return Poll::Ready(Err(io(e))),
+                    Poll::Ready(Ok(mut guard)) => match id.try_event() {
+                        Ok(Some(ev)) => return Poll::Ready(Ok(Some(ev))),
+                        // Taken before the readiness is cleared: an event
+                        // queued since sets it again.
+                        Ok(None) => guard.clear_ready(),
+                        Err(e) => return Poll::Ready(Err(e)),
+                    },
+                }
+            }
+        })
+        .await?;
+        got.ok_or(Error::Cm(crate::cm::CmError::Timeout {
+            step,
+            after: timeout,
+        }))
+    }
 }

@@ -1,6 +1,7 @@
 //! Connection-manager ids and what they become: a resolved active id, a
 //! listener, a connection request, an established connection.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -50,10 +51,68 @@ impl Space {
 /// An id and the channel it lives on (alone). Dropping the channel
 /// destroys the id in the kernel.
 #[derive(Debug)]
-struct Id {
+pub(crate) struct Id {
     ch: EventChannel,
     handle: u32,
     space: Space,
+}
+
+/// The id's event channel fd (readable when an event is queued), for an
+/// async runtime to wait on; only the number, as for [`EventChannel`].
+impl AsRawFd for Id {
+    fn as_raw_fd(&self) -> RawFd {
+        self.ch.as_raw_fd()
+    }
+}
+
+/// How a handshake waits for its id's next event: the blocking API's
+/// [`Blocking`] sleeps in `poll`; `rverbs::tokio`'s waits on its runtime.
+/// Every handshake below is written once, as an `async fn` generic over
+/// this, and the blocking API runs it with [`Blocking`] through [`block`].
+pub(crate) trait Wait {
+    /// `id`'s next event within `timeout`, or [`CmError::Timeout`] naming
+    /// `step`.
+    fn event<'a>(
+        &'a mut self,
+        id: &'a Id,
+        step: &'static str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<CmEvent>> + 'a;
+}
+
+/// [`Wait`] by blocking the thread (the future is ready when made).
+pub(crate) struct Blocking;
+
+impl Wait for Blocking {
+    fn event<'a>(
+        &'a mut self,
+        id: &'a Id,
+        step: &'static str,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<CmEvent>> + 'a {
+        std::future::ready(id.event_within(step, timeout))
+    }
+}
+
+/// Runs a handshake that waits with [`Blocking`] only: its future never
+/// returns `Pending` (every wait inside is already done when awaited), so
+/// one poll ends it.
+fn block<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
+    /// A waker nothing waits on.
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Noop));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(r) => r,
+        std::task::Poll::Pending => Err(Error::invalid_as(
+            InvalidKind::Other,
+            "a blocking rdma_cm step did not finish (a bug in rverbs)",
+        )),
+    }
 }
 
 impl Id {
@@ -107,9 +166,22 @@ impl Id {
             }))
     }
 
-    /// Waits for `want`; the failure events become their [`CmError`].
-    fn expect(&self, want: CmEventKind, step: &'static str, timeout: Duration) -> Result<CmEvent> {
-        let ev = self.event_within(step, timeout)?;
+    /// The next event for this id if one is queued (never blocks).
+    #[cfg(feature = "tokio")]
+    pub(crate) fn try_event(&self) -> Result<Option<CmEvent>> {
+        self.next_event(Some(Instant::now()))
+    }
+
+    /// Waits through `w` for `want`; the failure events become their
+    /// [`CmError`].
+    async fn expect<W: Wait>(
+        &self,
+        w: &mut W,
+        want: CmEventKind,
+        step: &'static str,
+        timeout: Duration,
+    ) -> Result<CmEvent> {
+        let ev = w.event(self, step, timeout).await?;
         if ev.kind() == want {
             return Ok(ev);
         }
@@ -305,135 +377,6 @@ pub struct Resolved {
     peer: SocketAddr,
 }
 
-/// An address and route resolution under way: RESOLVE_ADDR sent, then,
-/// once the id's event says the address is resolved, RESOLVE_ROUTE. The
-/// id's events are fed in one at a time ([`Resolving::advance`]), so the
-/// blocking [`Resolved::resolve`] and the async `rverbs::tokio::resolve`
-/// (which waits for them on its runtime) take the same steps.
-#[derive(Debug)]
-pub(crate) struct Resolving {
-    id: Id,
-    /// The step timeout the kernel is given, in ms (nonzero).
-    ms: u32,
-    /// `timeout` and one second more: the blocking API's backstop.
-    backstop: Duration,
-    peer: SocketAddr,
-    /// Whether RESOLVE_ROUTE was sent (the address is resolved).
-    route: bool,
-}
-
-impl Resolving {
-    /// A new id in `space`, and RESOLVE_ADDR for `dst` (from `src`, if
-    /// given), each step bounded by `timeout` in the kernel.
-    pub(crate) fn start(
-        space: Space,
-        src: Option<SocketAddr>,
-        dst: SocketAddr,
-        timeout: Duration,
-    ) -> Result<Resolving> {
-        let ms = u32::try_from(timeout.as_millis())
-            .ok()
-            .filter(|&ms| ms > 0)
-            .ok_or_else(|| {
-                Error::invalid_as(
-                    InvalidKind::TooLarge,
-                    format!("timeout {timeout:?} out of range"),
-                )
-            })?;
-        let id = Id::create(space)?;
-        let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
-        let (src_addr, src_size) = match src {
-            Some(s) => SockaddrStorage::new(&s),
-            None => (SockaddrStorage::default(), 0),
-        };
-        ucma::exec(
-            id.fd(),
-            &ResolveAddr {
-                id: id.handle,
-                timeout_ms: ms,
-                src_size,
-                dst_size,
-                src_addr,
-                dst_addr,
-                ..Default::default()
-            },
-        )
-        .map_err(Error::kernel("rdma_resolve_addr"))?;
-        Ok(Resolving {
-            id,
-            ms,
-            // No overflow: `timeout` is under 2^32 ms.
-            backstop: timeout + Duration::from_secs(1),
-            peer: dst,
-            route: false,
-        })
-    }
-
-    /// The step under way, as errors name it.
-    pub(crate) fn step(&self) -> &'static str {
-        if self.route {
-            "route resolution"
-        } else {
-            "address resolution"
-        }
-    }
-
-    /// The id's next event if one is queued (never blocks).
-    #[cfg(feature = "tokio")]
-    pub(crate) fn try_event(&self) -> Result<Option<CmEvent>> {
-        self.id.next_event(Some(Instant::now()))
-    }
-
-    /// Takes the id's event `ev`: `Ok(false)` while the route is still to
-    /// come (RESOLVE_ROUTE is sent on the address's event), `Ok(true)`
-    /// once it is resolved; a failure event as its [`CmError`].
-    pub(crate) fn advance(&mut self, ev: CmEvent) -> Result<bool> {
-        let want = if self.route {
-            CmEventKind::RouteResolved
-        } else {
-            CmEventKind::AddrResolved
-        };
-        if ev.kind() != want {
-            return Err(Error::Cm(failure(&ev, self.step())));
-        }
-        if self.route {
-            return Ok(true);
-        }
-        ucma::exec(
-            self.id.fd(),
-            &ResolveRoute {
-                id: self.id.handle,
-                timeout_ms: self.ms,
-            },
-        )
-        .map_err(Error::kernel("rdma_resolve_route"))?;
-        self.route = true;
-        Ok(false)
-    }
-
-    /// The resolved id, once [`Resolving::advance`] said so.
-    pub(crate) fn finish(self) -> Result<Resolved> {
-        let q = self.id.query_addr()?;
-        let device = device_of(&q)?;
-        let (local, _) = addrs_of(&q);
-        Ok(Resolved {
-            id: self.id,
-            device,
-            port_num: q.port_num,
-            local,
-            peer: self.peer,
-        })
-    }
-}
-
-/// The id's event channel fd (readable when an event is queued), for an
-/// async runtime to wait on; only the number, as for [`EventChannel`].
-impl AsRawFd for Resolving {
-    fn as_raw_fd(&self) -> RawFd {
-        self.id.ch.as_raw_fd()
-    }
-}
-
 impl Resolved {
     /// Resolves `dst` (address, then route), waiting up to `timeout` for
     /// each step. Errors: [`CmError::AddrError`] (e.g. no RDMA device
@@ -477,14 +420,72 @@ impl Resolved {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<Resolved> {
-        let mut r = Resolving::start(space, src, dst, timeout)?;
-        loop {
-            // The kernel's own timer ends each step; ours is a backstop.
-            let ev = r.id.event_within(r.step(), r.backstop)?;
-            if r.advance(ev)? {
-                return r.finish();
-            }
-        }
+        block(Self::resolve_with(&mut Blocking, space, src, dst, timeout))
+    }
+
+    /// [`Resolved::resolve_in`], waiting through `w`: RESOLVE_ADDR, its
+    /// event, RESOLVE_ROUTE, its event, each bounded by `timeout` in the
+    /// kernel and by `timeout` and one second more in `w` (a backstop).
+    pub(crate) async fn resolve_with<W: Wait>(
+        w: &mut W,
+        space: Space,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Resolved> {
+        let ms = u32::try_from(timeout.as_millis())
+            .ok()
+            .filter(|&ms| ms > 0)
+            .ok_or_else(|| {
+                Error::invalid_as(
+                    InvalidKind::TooLarge,
+                    format!("timeout {timeout:?} out of range"),
+                )
+            })?;
+        let id = Id::create(space)?;
+        let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
+        let (src_addr, src_size) = match src {
+            Some(s) => SockaddrStorage::new(&s),
+            None => (SockaddrStorage::default(), 0),
+        };
+        ucma::exec(
+            id.fd(),
+            &ResolveAddr {
+                id: id.handle,
+                timeout_ms: ms,
+                src_size,
+                dst_size,
+                src_addr,
+                dst_addr,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_resolve_addr"))?;
+        // The kernel's own timer ends the step; ours is a backstop (no
+        // overflow: `timeout` is under 2^32 ms).
+        let backstop = timeout + Duration::from_secs(1);
+        id.expect(w, CmEventKind::AddrResolved, "address resolution", backstop)
+            .await?;
+        ucma::exec(
+            id.fd(),
+            &ResolveRoute {
+                id: id.handle,
+                timeout_ms: ms,
+            },
+        )
+        .map_err(Error::kernel("rdma_resolve_route"))?;
+        id.expect(w, CmEventKind::RouteResolved, "route resolution", backstop)
+            .await?;
+        let q = id.query_addr()?;
+        let device = device_of(&q)?;
+        let (local, _) = addrs_of(&q);
+        Ok(Resolved {
+            id,
+            device,
+            port_num: q.port_num,
+            local,
+            peer: dst,
+        })
     }
 
     /// The device the destination is reached through: create the QP (and
@@ -522,7 +523,17 @@ impl Resolved {
     /// answer RTR, RTS and the CM RTU. Errors: [`CmError::Rejected`] (with
     /// the reason and the peer's private data), [`CmError::Unreachable`],
     /// [`CmError::Timeout`] after `params.timeout`.
-    pub fn connect(self, mut qp: Qp, params: &ConnParams) -> Result<Connection> {
+    pub fn connect(self, qp: Qp, params: &ConnParams) -> Result<Connection> {
+        block(self.connect_with(&mut Blocking, qp, params))
+    }
+
+    /// [`Resolved::connect`], waiting through `w`.
+    pub(crate) async fn connect_with<W: Wait>(
+        self,
+        w: &mut W,
+        mut qp: Qp,
+        params: &ConnParams,
+    ) -> Result<Connection> {
         if self.id.space != Space::Tcp {
             return Err(Error::invalid_as(
                 InvalidKind::WrongUse,
@@ -542,7 +553,7 @@ impl Resolved {
             },
         )
         .map_err(Error::kernel("rdma_connect"))?;
-        let ev = id.event_within("the peer's answer", params.timeout)?;
+        let ev = w.event(&id, "the peer's answer", params.timeout).await?;
         match ev.kind() {
             CmEventKind::ConnectResponse => {
                 id.ready_qp(&mut qp, params)?;
@@ -582,6 +593,17 @@ impl Resolved {
     /// private data), [`CmError::Unreachable`] (no answer),
     /// [`CmError::Timeout`].
     pub fn connect_ud(self, qp: &mut Qp, private_data: &[u8], timeout: Duration) -> Result<UdInfo> {
+        block(self.connect_ud_with(&mut Blocking, qp, private_data, timeout))
+    }
+
+    /// [`Resolved::connect_ud`], waiting through `w`.
+    pub(crate) async fn connect_ud_with<W: Wait>(
+        self,
+        w: &mut W,
+        qp: &mut Qp,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<UdInfo> {
         if self.id.space != Space::Udp {
             return Err(Error::invalid_as(
                 InvalidKind::WrongUse,
@@ -604,7 +626,7 @@ impl Resolved {
             },
         )
         .map_err(Error::kernel("rdma_connect (SIDR)"))?;
-        let ev = id.event_within("the peer's SIDR answer", timeout)?;
+        let ev = w.event(&id, "the peer's SIDR answer", timeout).await?;
         match ev.kind() {
             CmEventKind::Established => Ok(ev.ud().clone()),
             // A SIDR REP whose status is not success: the status is the
@@ -811,7 +833,17 @@ impl ConnRequest {
     /// [`ConnRequest::init_qp`]; created on [`ConnRequest::device`]): INIT,
     /// RTR, RTS, the CM REP with `params`, then waits up to
     /// `params.timeout` for the peer's RTU.
-    pub fn accept(mut self, mut qp: Qp, params: &ConnParams) -> Result<Connection> {
+    pub fn accept(self, qp: Qp, params: &ConnParams) -> Result<Connection> {
+        block(self.accept_with(&mut Blocking, qp, params))
+    }
+
+    /// [`ConnRequest::accept`], waiting through `w`.
+    pub(crate) async fn accept_with<W: Wait>(
+        mut self,
+        w: &mut W,
+        mut qp: Qp,
+        params: &ConnParams,
+    ) -> Result<Connection> {
         if self.id()?.space != Space::Tcp {
             return Err(Error::invalid_as(
                 InvalidKind::WrongUse,
@@ -834,7 +866,13 @@ impl ConnRequest {
         .map_err(Error::kernel("rdma_accept"))?;
         // Answered: from here on a failure destroys the id, no reject.
         let id = self.id.take().ok_or_else(answered)?;
-        id.expect(CmEventKind::Established, "the peer's RTU", params.timeout)?;
+        id.expect(
+            w,
+            CmEventKind::Established,
+            "the peer's RTU",
+            params.timeout,
+        )
+        .await?;
         Ok(Connection {
             id,
             qp,

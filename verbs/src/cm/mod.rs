@@ -50,7 +50,7 @@ use std::time::Duration;
 pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, UdInfo, RDMA_CM_PATH};
 pub use conn::{ConnRequest, Connection, Listener, Resolved};
 #[cfg(feature = "tokio")]
-pub(crate) use conn::{Resolving, Space};
+pub(crate) use conn::{Id, Space, Wait};
 
 use rverbs_abi::ah::AhAttr as RawAhAttr;
 use rverbs_abi::qp::{attr_mask as m, QpAttr as RawQpAttr};

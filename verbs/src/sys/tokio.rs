@@ -26,8 +26,52 @@ unsafe impl OwnsFd for crate::tokio::EventFd {}
 unsafe impl OwnsFd for crate::tokio::ListenerFd {}
 // SAFETY: as for ListenerFd: the Connection's id holds its event channel.
 unsafe impl OwnsFd for crate::tokio::ConnectionFd {}
-// SAFETY: as for ListenerFd: the Resolving's id holds its event channel.
-unsafe impl OwnsFd for crate::tokio::ResolvingFd {}
+// SAFETY: an IdFd borrows the id, which holds its event channel (an
+// OwnedFd, never replaced) for at least as long as the borrow; as_raw_fd
+// returns that fd.
+unsafe impl OwnsFd for crate::tokio::IdFd<'_> {}
+// SAFETY: an OwnedFd is open until it drops, and as_raw_fd returns it.
+unsafe impl OwnsFd for std::os::fd::OwnedFd {}
+
+/// A timerfd (CLOCK_MONOTONIC, non-blocking) that becomes readable once
+/// `after` has passed (at least a nanosecond), for a deadline awaited on
+/// the runtime without its timer driver.
+pub(crate) fn deadline_fd(after: std::time::Duration) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: timerfd_create takes no pointers.
+    let raw = unsafe {
+        libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: timerfd_create just returned this fd; nothing else owns it.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    // A zero it_value disarms the timer: at least a nanosecond. Seconds
+    // past what time_t holds are clamped (a deadline centuries away).
+    let after = after.max(std::time::Duration::from_nanos(1));
+    let spec = libc::itimerspec {
+        it_interval: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
+        it_value: libc::timespec {
+            tv_sec: libc::time_t::try_from(after.as_secs()).unwrap_or(libc::time_t::MAX),
+            // Below 10^9: fits the c_long of every target, 32-bit too.
+            tv_nsec: after.subsec_nanos() as libc::c_long,
+        },
+    };
+    // SAFETY: `fd` is the timerfd just made; `spec` is a valid
+    // itimerspec for the call's duration; the old value is not asked for.
+    let rc = unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
+}
 
 /// Registers `inner`'s fd with the current tokio reactor for readability.
 /// Panics outside a runtime (the caller checks first).
