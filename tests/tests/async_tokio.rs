@@ -126,6 +126,16 @@ fn async_events_deliver_sq_drained() {
     assert!(ev.is_for_qp(&a), "{ev}");
 }
 
+/// A QP of type `t` on `dev` (opened here; the QP holds its PD, CQ and
+/// context), with the default capacities and one CQ of 8 entries.
+fn qp_on(dev: &rverbs::Device, t: QpType) -> rverbs::Qp {
+    let ctx = dev.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    pd.create_qp(&QpInitAttr::new(t, &cq).cap(QpCap::default()))
+        .unwrap()
+}
+
 /// `f`, checked to be `Send` (a future a multi-threaded runtime may move).
 fn sendable<F: std::future::Future + Send>(f: F) -> F {
     f
@@ -151,12 +161,7 @@ fn rdma_cm_listen_connect_and_disconnect_awaited() {
         let server = async {
             let req = l.get_request().await.unwrap();
             assert_eq!(&req.private_data()[..5], b"async");
-            let ctx = req.device().open().unwrap();
-            let pd = ctx.alloc_pd().unwrap();
-            let cq = ctx.create_cq(8).unwrap();
-            let qp = pd
-                .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
-                .unwrap();
+            let qp = qp_on(req.device(), QpType::Rc);
             let mut conn = accept(req, qp, &ConnParams::default()).await.unwrap();
             let ev = tokio::time::timeout(TIMEOUT, conn.next_event())
                 .await
@@ -167,12 +172,7 @@ fn rdma_cm_listen_connect_and_disconnect_awaited() {
         };
         let client = async {
             let id = resolve(dst, Duration::from_secs(5)).await.unwrap();
-            let ctx = id.device().open().unwrap();
-            let pd = ctx.alloc_pd().unwrap();
-            let cq = ctx.create_cq(8).unwrap();
-            let qp = pd
-                .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
-                .unwrap();
+            let qp = qp_on(id.device(), QpType::Rc);
             let p = ConnParams {
                 private_data: b"async".to_vec(),
                 ..ConnParams::default()
@@ -265,12 +265,6 @@ fn rdma_cm_resolution_failure_is_awaited_without_blocking_the_runtime() {
 fn rdma_cm_sidr_exchange_awaited_on_one_thread() {
     use rverbs::cm::Listener;
     use rverbs::tokio::{accept_ud, connect_ud, resolve_ud, AsyncListener};
-    let ud_qp = |ctx: &rverbs::Context| {
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(8).unwrap();
-        pd.create_qp(&QpInitAttr::new(QpType::Ud, &cq).cap(QpCap::default()))
-            .unwrap()
-    };
     let rt = rt();
     rt.block_on(async {
         let l = AsyncListener::new(Listener::bind_ud("10.0.0.1:0".parse().unwrap(), 4).unwrap())
@@ -279,15 +273,13 @@ fn rdma_cm_sidr_exchange_awaited_on_one_thread() {
         let server = async {
             let req = l.get_request().await.unwrap();
             assert_eq!(&req.private_data()[..3], b"cli");
-            let ctx = req.device().open().unwrap();
-            let mut qp = ud_qp(&ctx);
+            let mut qp = qp_on(req.device(), QpType::Ud);
             accept_ud(req, &mut qp, b"srv").await.unwrap();
             qp.qp_num()
         };
         let client = async {
             let id = resolve_ud(dst, Duration::from_secs(5)).await.unwrap();
-            let ctx = id.device().open().unwrap();
-            let mut qp = ud_qp(&ctx);
+            let mut qp = qp_on(id.device(), QpType::Ud);
             connect_ud(id, &mut qp, b"cli", Duration::from_secs(15))
                 .await
                 .unwrap()
@@ -316,12 +308,7 @@ fn rdma_cm_connect_times_out_on_a_runtime_without_timers() {
         let id = rverbs::tokio::resolve(dst, Duration::from_secs(5))
             .await
             .unwrap();
-        let ctx = id.device().open().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(8).unwrap();
-        let qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
-            .unwrap();
+        let qp = qp_on(id.device(), QpType::Rc);
         let p = ConnParams {
             timeout: Duration::from_millis(500),
             ..ConnParams::default()

@@ -370,8 +370,7 @@ impl AsyncConnection {
 /// later). Dropping the future destroys the id. Needs a runtime with I/O
 /// enabled (not its timer).
 pub async fn resolve(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
-    crate::cm::Resolved::resolve_with(&mut OnRuntime, crate::cm::Space::Tcp, None, dst, timeout)
-        .await
+    resolve_from(None, dst, timeout).await
 }
 
 /// [`Resolved::resolve_from`](crate::cm::Resolved::resolve_from),
@@ -388,8 +387,7 @@ pub async fn resolve_from(
 /// [`Resolved::resolve_ud`](crate::cm::Resolved::resolve_ud), awaited as
 /// [`resolve`] is.
 pub async fn resolve_ud(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
-    crate::cm::Resolved::resolve_with(&mut OnRuntime, crate::cm::Space::Udp, None, dst, timeout)
-        .await
+    resolve_ud_from(None, dst, timeout).await
 }
 
 /// [`Resolved::resolve_ud_from`](crate::cm::Resolved::resolve_ud_from),
