@@ -98,16 +98,22 @@ pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateCq) -> Result<Cr
 ///
 /// It also holds what a QP needs to remove its CQEs from the CQ
 /// ([`CqMemory::clean`]) while the [`Cq`] itself is owned, and polled,
-/// elsewhere: the consumer state, guarded by `busy`.
+/// elsewhere: the consumer state, guarded by the `busy`/`cleaning` handshake (`lock.rs`).
 #[derive(Debug)]
 struct Mem {
     /// The current ring is the last.
     rings: Mutex<Vec<Arc<CqRing>>>,
     db: DbRec,
-    /// Taken by whoever consumes or moves CQEs: a poll, a resize, a QP
-    /// cleaning its CQEs out. The consumer index and which ring is
-    /// current are read and changed only while holding it.
+    /// Set while the CQ's owner (a poll, a resize) consumes or moves
+    /// CQEs ([`Mem::owner_enter`]).
     busy: AtomicBool,
+    /// Set while a QP cleaning its CQEs out wants in or is in
+    /// ([`Mem::cleaner_enter`]). The consumer index and which ring is
+    /// current are read and changed only by whoever is in.
+    cleaning: AtomicBool,
+    /// Whether the `busy`/`cleaning` handshake uses the asymmetric fences
+    /// of [`crate::hw::membarrier`] (else full fences on both sides).
+    asymmetric: bool,
     /// CQEs consumed.
     cons_index: AtomicU32,
     /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
@@ -130,6 +136,8 @@ impl Mem {
             rings: Mutex::new(vec![ring]),
             db,
             busy: AtomicBool::new(false),
+            cleaning: AtomicBool::new(false),
+            asymmetric: crate::hw::membarrier::available(),
             cons_index: AtomicU32::new(0),
             cqe_version: uctx.cqe_version(),
             arm_sn: AtomicU32::new(0),
@@ -327,7 +335,7 @@ impl Cq {
         }
         // A QP may be removing its CQEs (moving the others, advancing the
         // consumer index): wait for it, and keep it out while we consume.
-        self.mem.lock();
+        self.mem.owner_enter();
         let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
         let mut n = 0;
         while n < wc.len() {
@@ -341,7 +349,7 @@ impl Cq {
         }
         self.mem.cons_index.store(ci, Ordering::Relaxed);
         self.db.set_ci(ci);
-        self.mem.unlock();
+        self.mem.owner_exit();
         n
     }
 
@@ -389,7 +397,7 @@ impl Cq {
         };
         // No QP may clean the old ring while the device switches rings and
         // the unpolled CQEs move.
-        self.mem.lock();
+        self.mem.owner_enter();
         let pending = self.pending();
         let r = if pending >= ncqe.min(self.cqes.ncqe()) {
             Err(Errno::EINVAL)
@@ -399,13 +407,13 @@ impl Cq {
             cmd::resize_cq(fd, &cmd, &drv, &ring)
                 .and_then(|_| self.switch_ring(ring, RESIZE_CQE_WAIT))
         };
-        self.mem.unlock();
+        self.mem.owner_exit();
         r.map(|_| ncqe - 1)
     }
 
     /// The CQEs written and not yet consumed: the entries from the
     /// consumer index on whose owner bit says the device wrote them (at
-    /// most a ring's worth). Call it holding `mem`'s lock.
+    /// most a ring's worth). Call it as the owner ([`Mem::owner_enter`]).
     fn pending(&self) -> u32 {
         let ci = self.mem.cons_index.load(Ordering::Relaxed);
         let mut n = 0;
@@ -418,7 +426,7 @@ impl Cq {
     /// After RESIZE_CQ: finds the RESIZE CQE in the current ring, moves
     /// the unpolled CQEs before it into `new` (a fresh ring) and makes
     /// `new` current, the consumer index past the RESIZE CQE (for
-    /// [`CqMemory::clean`] too: call it holding `mem`'s lock). The
+    /// [`CqMemory::clean`] too: call it as the owner, [`Mem::owner_enter`]). The
     /// previous ring stays mapped until the next resize (a late device
     /// write to it must not hit unmapped memory); older ones are released.
     ///
@@ -778,6 +786,12 @@ mod tests {
     }
 
     fn fixture(ncqe: u32) -> Fixture {
+        fixture_fenced(ncqe, crate::hw::membarrier::available())
+    }
+
+    /// [`fixture`] with the owner/cleaner handshake on asymmetric fences
+    /// (`membarrier`) or on full fences on both sides.
+    fn fixture_fenced(ncqe: u32, asymmetric: bool) -> Fixture {
         let uctx = Uctx::for_tests(Limits {
             cqe_version: 1,
             ..Default::default()
@@ -788,8 +802,9 @@ mod tests {
             UIDX,
             Arc::new(QpEntry::new(QPN, Arc::clone(&sq), Arc::clone(&rq), None)),
         );
-        let mem = Arc::new(Mem::new(&uctx, ncqe).unwrap());
-        let cq = Cq::new(&uctx, mem, 0x99);
+        let mut mem = Mem::new(&uctx, ncqe).unwrap();
+        mem.asymmetric = asymmetric;
+        let cq = Cq::new(&uctx, Arc::new(mem), 0x99);
         Fixture { uctx, sq, rq, cq }
     }
 
@@ -1273,11 +1288,13 @@ mod tests {
     /// A QP cleaning its CQEs while another thread polls the CQ: every CQE
     /// of the other QP is reported exactly once and in order, and each of
     /// the cleaned QP's CQEs is either reported (before the cleaning) or
-    /// removed, never both.
+    /// removed, never both. With the handshake on asymmetric fences (where
+    /// the kernel has them) and on full fences.
     #[test]
     fn clean_races_with_poll() {
-        for round in 0..20usize {
-            let mut f = fixture(64);
+        let modes = [crate::hw::membarrier::available(), false];
+        for (round, asymmetric) in (0..20usize).flat_map(|r| modes.map(|m| (r, m))) {
+            let mut f = fixture_fenced(64, asymmetric);
             let sq2 = Arc::new(SqShared::new(64));
             for i in 0..64 {
                 f.sq.set_wrid(i % 8, 0);

@@ -27,8 +27,8 @@
 //! Objects hold their parents ([`Qp`] holds its [`Pd`] and CQs, [`Pd`] its
 //! [`Context`]), so teardown order is right by construction. The data path
 //! (`post_send`, `post_recv`, `poll`) takes `&mut`, allocates nothing, and
-//! dispatches on the provider with one `match`; the one lock it takes is
-//! described under [Threading](#threading).
+//! dispatches on the provider with one `match`; it takes no lock (see
+//! [Threading](#threading)).
 //!
 //! # Threading
 //!
@@ -50,13 +50,20 @@
 //! creating objects from a [`Context`] or [`Pd`], registering memory,
 //! queries, [`Cq::req_notify`], [`Srq::modify_limit`].
 //!
-//! Below `&mut`, one lock remains, on mlx5 only: a CQ's ring is also
-//! written by its QPs (destroying or resetting a QP removes that QP's
+//! Below `&mut`, one exclusion remains, on mlx5 only: a CQ's ring is
+//! also written by its QPs (destroying or resetting a QP removes that QP's
 //! unpolled completions from the ring, as libmlx5 does), which another
-//! thread may do while the CQ is polled; a spin lock held for bounded work
-//! keeps the two apart (one atomic swap per poll when nobody else holds
-//! it). rxe's poll takes no lock (only the kernel writes its CQ's ring,
-//! and the poll alone consumes it). The C library (`rverbs-ibverbs`) adds a spin lock per QP,
+//! thread may do while the CQ is polled. The two are kept apart by a
+//! handshake whose cost falls on the rare side: the poll stores a flag and
+//! reads another (no atomic read-modify-write, no fence instruction); the
+//! QP cleaning the ring issues `membarrier(2)`, which makes every thread of
+//! the process execute a full barrier. On a kernel without
+//! `MEMBARRIER_CMD_PRIVATE_EXPEDITED` (before 4.14) both sides use a full
+//! fence instead. (mlx5's poll makes atomic read-modify-writes only to hand
+//! a completed receive back to an SRQ, which another thread may be posting
+//! to.) rxe's poll needs none of it (only the kernel writes its
+//! CQ's ring, and the poll alone consumes it). The C library
+//! (`rverbs-ibverbs`) adds a spin lock per QP,
 //! SRQ and CQ, because libibverbs promises C programs that several
 //! threads may post to one QP and poll one CQ.
 //!

@@ -23,7 +23,7 @@ impl Mem {
     /// still arrive, past the producer index seen here, and are left
     /// alone.
     pub(super) fn clean(&self, uidx: u32, qpn: u32, srq: Option<&SrqShared>) -> u32 {
-        self.lock();
+        self.cleaner_enter();
         let ring = self.current();
         let ncqe = ring.ncqe();
         let ci = self.cons_index.load(Ordering::Relaxed);
@@ -64,7 +64,7 @@ impl Mem {
                 moved.op_own = (moved.op_own & !1) | u8::from(to & ncqe != 0);
                 // `to` is before `prod`, an entry the device wrote and
                 // will not write again until the consumer index passes it;
-                // the poller is locked out (`busy`).
+                // the owner is kept out (`cleaner_enter`).
                 ring.write(to, moved);
             }
         }
@@ -76,7 +76,7 @@ impl Mem {
             barrier::to_device();
             self.db.set_ci(ci);
         }
-        self.unlock();
+        self.cleaner_exit();
         nfreed
     }
 }

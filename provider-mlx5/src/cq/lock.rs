@@ -1,38 +1,152 @@
-//! The hand-made spin lock on a CQ's consumer state ([`Mem`]'s `busy`
-//! flag): taken by whoever consumes or moves CQEs (a poll, a resize, a QP
-//! cleaning its CQEs out), uncontended one atomic swap.
+//! Who may consume or move a CQ's CQEs at a time: its owner (a poll or a
+//! resize, through `&mut Cq`, so one thread) or a QP cleaning its CQEs
+//! out on reset or destroy (from any thread, rarely).
+//!
+//! A Dekker-style handshake on two flags, `busy` (the owner is in) and
+//! `cleaning` (a cleaner wants in or is in): each side stores its flag,
+//! then reads the other's. The store-then-load order comes from an
+//! asymmetric fence pair ([`membarrier`]): the owner's side, on every
+//! poll, is a plain store, a compiler fence and a load, with no atomic
+//! read-modify-write and no fence instruction; the cleaner pays a
+//! `membarrier(2)` system call. Where the kernel does not offer that,
+//! both sides use full fences.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 
 use super::Mem;
+use crate::hw::membarrier;
 
 impl Mem {
-    /// Takes `busy` (a spin lock: its holders do bounded work and never
-    /// block while holding it). Uncontended, one atomic swap.
+    /// The owner's way in (poll, resize): afterwards no cleaner is in
+    /// until [`Mem::owner_exit`].
     #[inline(always)]
-    pub(super) fn lock(&self) {
-        if self.busy.swap(true, Ordering::Acquire) {
-            self.lock_contended();
+    pub(super) fn owner_enter(&self) {
+        self.busy.store(true, Ordering::Relaxed);
+        self.owner_fence();
+        // Acquire: if a cleaner was in and left, its moves are seen.
+        if self.cleaning.load(Ordering::Acquire) {
+            self.owner_wait();
         }
     }
 
-    /// [`Mem::lock`] when another holder has it.
+    /// The owner's store of `busy` before its load of `cleaning`.
+    #[inline(always)]
+    fn owner_fence(&self) {
+        if self.asymmetric {
+            membarrier::light();
+        } else {
+            fence(Ordering::SeqCst);
+        }
+    }
+
+    /// [`Mem::owner_enter`] when a cleaner wants in or is in: steps back
+    /// until it is done (cleaners do bounded work and never block).
     #[cold]
     #[inline(never)]
-    fn lock_contended(&self) {
+    fn owner_wait(&self) {
         loop {
-            while self.busy.load(Ordering::Relaxed) {
-                std::hint::spin_loop();
+            self.busy.store(false, Ordering::Release);
+            while self.cleaning.load(Ordering::Relaxed) {
+                std::thread::yield_now();
             }
-            if !self.busy.swap(true, Ordering::Acquire) {
+            self.busy.store(true, Ordering::Relaxed);
+            self.owner_fence();
+            if !self.cleaning.load(Ordering::Acquire) {
                 return;
             }
         }
     }
 
-    /// Releases `busy`.
+    /// The owner's way out.
     #[inline(always)]
-    pub(super) fn unlock(&self) {
+    pub(super) fn owner_exit(&self) {
         self.busy.store(false, Ordering::Release);
+    }
+
+    /// A cleaner's way in: afterwards neither the owner nor another
+    /// cleaner is in until [`Mem::cleaner_exit`].
+    pub(super) fn cleaner_enter(&self) {
+        // One cleaner at a time (among themselves an ordinary spin lock).
+        while self.cleaning.swap(true, Ordering::SeqCst) {
+            while self.cleaning.load(Ordering::Relaxed) {
+                std::thread::yield_now();
+            }
+        }
+        if self.asymmetric {
+            membarrier::heavy();
+        } else {
+            fence(Ordering::SeqCst);
+        }
+        // The owner either saw `cleaning` (and steps back) or is seen
+        // here; Acquire: its consumer index and moves are seen.
+        while self.busy.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+    }
+
+    /// A cleaner's way out.
+    pub(super) fn cleaner_exit(&self) {
+        self.cleaning.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    use crate::uctx::{Limits, Uctx};
+
+    use super::Mem;
+
+    /// Mutual exclusion, both ways: the owner and two cleaners each add
+    /// to a counter inside their critical section by a load and a later
+    /// store (no read-modify-write), yielding in between to widen the
+    /// window; no update may be lost. With asymmetric fences (where the
+    /// kernel has them) and with full fences.
+    #[test]
+    fn owner_and_cleaners_exclude_each_other() {
+        let uctx = Uctx::for_tests(Limits::default());
+        for asymmetric in [crate::hw::membarrier::available(), false] {
+            let mut mem = Mem::new(&uctx, 4).unwrap();
+            mem.asymmetric = asymmetric;
+            let count = AtomicU64::new(0);
+            let add = |k: u32| {
+                let v = count.load(Ordering::Relaxed);
+                if k % 16 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                count.store(v + 1, Ordering::Relaxed);
+            };
+            const CLEANER: u32 = 2_000;
+            let cleaners_done = AtomicU32::new(0);
+            let mut owner = 0u32;
+            std::thread::scope(|s| {
+                let (mem, add, done) = (&mem, &add, &cleaners_done);
+                for _ in 0..2 {
+                    s.spawn(move || {
+                        for k in 0..CLEANER {
+                            mem.cleaner_enter();
+                            add(k);
+                            mem.cleaner_exit();
+                        }
+                        done.fetch_add(1, Ordering::Release);
+                    });
+                }
+                // The owner goes on as long as the cleaners do.
+                while owner < 1000 || done.load(Ordering::Acquire) < 2 {
+                    mem.owner_enter();
+                    add(owner | 1);
+                    mem.owner_exit();
+                    owner += 1;
+                }
+            });
+            assert_eq!(
+                count.into_inner(),
+                u64::from(owner + 2 * CLEANER),
+                "asymmetric: {asymmetric}"
+            );
+        }
     }
 }

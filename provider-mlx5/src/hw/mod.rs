@@ -8,6 +8,7 @@
 //!   doorbell pages, UAR pages;
 //! - [`barrier`]: the barriers between the CPU and the device, each
 //!   defined once;
+//! - [`membarrier`]: asymmetric fences between this process's threads;
 //! - [`dbrec`]: doorbell records and their named stores;
 //! - [`uar`]: the UAR doorbell and BlueFlame writes;
 //! - [`wqe`]: the send ring's WQE cursors, the receive ring and the SRQ's
@@ -27,6 +28,7 @@ pub(crate) mod cmd;
 pub(crate) mod cqe;
 pub(crate) mod dbrec;
 pub(crate) mod map;
+pub(crate) mod membarrier;
 pub(crate) mod qdir;
 pub(crate) mod uar;
 pub(crate) mod wqe;
