@@ -9,7 +9,7 @@
 //! tell the device how far with the consumer index in doorbell word 0.
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_abi::cq::{CreateCq, CreateCqResp, ResizeCq};
@@ -107,13 +107,11 @@ struct Mem {
     /// Set while the CQ's owner (a poll, a resize) consumes or moves
     /// CQEs ([`Mem::owner_enter`]).
     busy: AtomicBool,
-    /// Set while a QP cleaning its CQEs out wants in or is in
-    /// ([`Mem::cleaner_enter`]). The consumer index and which ring is
-    /// current are read and changed only by whoever is in.
-    cleaning: AtomicBool,
-    /// Whether the `busy`/`cleaning` handshake uses the asymmetric fences
-    /// of [`crate::hw::membarrier`] (else full fences on both sides).
-    asymmetric: bool,
+    /// A QP cleaning its CQEs out wants in or is in
+    /// ([`Mem::cleaner_enter`]); and whether the handshake uses full fences
+    /// (`lock::FULL_FENCES`). The consumer index and which ring is current
+    /// are read and changed only by whoever is in.
+    cleaning: AtomicU8,
     /// CQEs consumed.
     cons_index: AtomicU32,
     /// CQE format: 1 = user index in `srqn_uidx`, 0 = look up by QPN.
@@ -136,8 +134,11 @@ impl Mem {
             rings: Mutex::new(vec![ring]),
             db,
             busy: AtomicBool::new(false),
-            cleaning: AtomicBool::new(false),
-            asymmetric: crate::hw::membarrier::available(),
+            cleaning: AtomicU8::new(if crate::hw::membarrier::available() {
+                0
+            } else {
+                lock::FULL_FENCES
+            }),
             cons_index: AtomicU32::new(0),
             cqe_version: uctx.cqe_version(),
             arm_sn: AtomicU32::new(0),
@@ -802,8 +803,8 @@ mod tests {
             UIDX,
             Arc::new(QpEntry::new(QPN, Arc::clone(&sq), Arc::clone(&rq), None)),
         );
-        let mut mem = Mem::new(&uctx, ncqe).unwrap();
-        mem.asymmetric = asymmetric;
+        let mem = Mem::new(&uctx, ncqe).unwrap();
+        mem.set_asymmetric(asymmetric);
         let cq = Cq::new(&uctx, Arc::new(mem), 0x99);
         Fixture { uctx, sq, rq, cq }
     }

@@ -2,19 +2,25 @@
 //! resize, through `&mut Cq`, so one thread) or a QP cleaning its CQEs
 //! out on reset or destroy (from any thread, rarely).
 //!
-//! A Dekker-style handshake on two flags, `busy` (the owner is in) and
-//! `cleaning` (a cleaner wants in or is in): each side stores its flag,
-//! then reads the other's. The store-then-load order comes from an
-//! asymmetric fence pair ([`membarrier`]): the owner's side, on every
-//! poll, is a plain store, a compiler fence and a load, with no atomic
-//! read-modify-write and no fence instruction; the cleaner pays a
-//! `membarrier(2)` system call. Where the kernel does not offer that,
-//! both sides use full fences.
+//! A Dekker-style handshake on two words, `busy` (the owner is in) and
+//! `cleaning` (its [`CLEANER`] bit: a cleaner wants in or is in): each
+//! side stores its flag, then reads the other's. The store-then-load order
+//! comes from an asymmetric fence pair ([`membarrier`]): the owner's side,
+//! on every poll, is a plain store, a compiler fence, a load and one test,
+//! with no atomic read-modify-write and no fence instruction; the cleaner
+//! pays a `membarrier(2)` system call. Where the kernel does not offer
+//! that, `cleaning` carries [`FULL_FENCES`] for good: every owner entry
+//! then takes the out-of-line path, and both sides use full fences.
 
 use std::sync::atomic::{fence, Ordering};
 
 use super::Mem;
 use crate::hw::membarrier;
+
+/// `cleaning`: a cleaner wants in or is in.
+const CLEANER: u8 = 1;
+/// `cleaning`: no asymmetric fences in this process; both sides fence.
+pub(super) const FULL_FENCES: u8 = 2;
 
 impl Mem {
     /// The owner's way in (poll, resize): afterwards no cleaner is in
@@ -22,38 +28,33 @@ impl Mem {
     #[inline(always)]
     pub(super) fn owner_enter(&self) {
         self.busy.store(true, Ordering::Relaxed);
-        self.owner_fence();
+        membarrier::light();
         // Acquire: if a cleaner was in and left, its moves are seen.
-        if self.cleaning.load(Ordering::Acquire) {
-            self.owner_wait();
+        if self.cleaning.load(Ordering::Acquire) != 0 {
+            self.owner_slow();
         }
     }
 
-    /// The owner's store of `busy` before its load of `cleaning`.
-    #[inline(always)]
-    fn owner_fence(&self) {
-        if self.asymmetric {
-            membarrier::light();
-        } else {
-            fence(Ordering::SeqCst);
-        }
-    }
-
-    /// [`Mem::owner_enter`] when a cleaner wants in or is in: steps back
-    /// until it is done (cleaners do bounded work and never block).
+    /// [`Mem::owner_enter`] when `cleaning` is not clear: with full
+    /// fences, fences and looks again; while a cleaner wants in or is in,
+    /// steps back until it is done (cleaners do bounded work and never
+    /// block).
     #[cold]
     #[inline(never)]
-    fn owner_wait(&self) {
+    fn owner_slow(&self) {
         loop {
+            if self.cleaning.load(Ordering::Relaxed) & FULL_FENCES != 0 {
+                fence(Ordering::SeqCst);
+            }
+            if self.cleaning.load(Ordering::Acquire) & CLEANER == 0 {
+                return;
+            }
             self.busy.store(false, Ordering::Release);
-            while self.cleaning.load(Ordering::Relaxed) {
+            while self.cleaning.load(Ordering::Relaxed) & CLEANER != 0 {
                 std::thread::yield_now();
             }
             self.busy.store(true, Ordering::Relaxed);
-            self.owner_fence();
-            if !self.cleaning.load(Ordering::Acquire) {
-                return;
-            }
+            membarrier::light();
         }
     }
 
@@ -67,15 +68,22 @@ impl Mem {
     /// cleaner is in until [`Mem::cleaner_exit`].
     pub(super) fn cleaner_enter(&self) {
         // One cleaner at a time (among themselves an ordinary spin lock).
-        while self.cleaning.swap(true, Ordering::SeqCst) {
-            while self.cleaning.load(Ordering::Relaxed) {
-                std::thread::yield_now();
+        let full = loop {
+            let now = self.cleaning.load(Ordering::Relaxed);
+            if now & CLEANER == 0
+                && self
+                    .cleaning
+                    .compare_exchange(now, now | CLEANER, Ordering::SeqCst, Ordering::Relaxed)
+                    .is_ok()
+            {
+                break now & FULL_FENCES != 0;
             }
-        }
-        if self.asymmetric {
-            membarrier::heavy();
-        } else {
+            std::thread::yield_now();
+        };
+        if full {
             fence(Ordering::SeqCst);
+        } else {
+            membarrier::heavy();
         }
         // The owner either saw `cleaning` (and steps back) or is seen
         // here; Acquire: its consumer index and moves are seen.
@@ -86,7 +94,16 @@ impl Mem {
 
     /// A cleaner's way out.
     pub(super) fn cleaner_exit(&self) {
-        self.cleaning.store(false, Ordering::Release);
+        self.cleaning.fetch_and(!CLEANER, Ordering::Release);
+    }
+
+    /// Tests: the handshake on asymmetric fences (if `true`) or on full
+    /// fences, whatever the kernel offers. Call it before the CQ is used.
+    #[cfg(test)]
+    pub(super) fn set_asymmetric(&self, asymmetric: bool) {
+        let full = !asymmetric || !membarrier::available();
+        self.cleaning
+            .store(if full { FULL_FENCES } else { 0 }, Ordering::Relaxed);
     }
 }
 
@@ -107,8 +124,8 @@ mod tests {
     fn owner_and_cleaners_exclude_each_other() {
         let uctx = Uctx::for_tests(Limits::default());
         for asymmetric in [crate::hw::membarrier::available(), false] {
-            let mut mem = Mem::new(&uctx, 4).unwrap();
-            mem.asymmetric = asymmetric;
+            let mem = Mem::new(&uctx, 4).unwrap();
+            mem.set_asymmetric(asymmetric);
             let count = AtomicU64::new(0);
             let add = |k: u32| {
                 let v = count.load(Ordering::Relaxed);
