@@ -54,7 +54,12 @@ pub(crate) fn available() -> bool {
         // SAFETY: as in `membarrier`; QUERY returns the supported commands.
         let mask = unsafe { libc::syscall(libc::SYS_membarrier, cmd::QUERY, 0, 0) };
         let wanted = libc::c_long::from(cmd::PRIVATE_EXPEDITED | cmd::REGISTER_PRIVATE_EXPEDITED);
-        mask >= 0 && mask & wanted == wanted && membarrier(cmd::REGISTER_PRIVATE_EXPEDITED)
+        // Issued once too: a filter (seccomp) may allow the query and the
+        // registration and still refuse the command itself.
+        mask >= 0
+            && mask & wanted == wanted
+            && membarrier(cmd::REGISTER_PRIVATE_EXPEDITED)
+            && membarrier(cmd::PRIVATE_EXPEDITED)
     })
 }
 
