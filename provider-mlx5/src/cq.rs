@@ -575,10 +575,7 @@ fn parse(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
 /// [`parse`] of a successful requester CQE.
 #[inline(always)]
 fn parse_req(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
-    let Some(wr_id) =
-        e.sq.as_ref()
-            .and_then(|sq| sq.complete(c.wqe_counter().get()))
-    else {
+    let Some(wr_id) = e.sq.complete(c.wqe_counter().get()) else {
         return false;
     };
     // The WQE opcode: bits 31..24.
@@ -732,7 +729,7 @@ fn parse_other(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
         cqe_op::RESP_WR_IMM..=cqe_op::RESP_SEND_INV => return parse_resp(c, opcode, e, out),
         cqe_op::REQ_ERR | cqe_op::RESP_ERR => {
             let wr_id = if opcode == cqe_op::REQ_ERR {
-                e.sq.as_ref().and_then(|sq| sq.complete(wqe_counter))
+                e.sq.complete(wqe_counter)
             } else {
                 recv_wr_id(e, wqe_counter)
             };
@@ -758,7 +755,7 @@ fn parse_other(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
 fn recv_wr_id(e: &QpEntry, wqe_counter: u16) -> Option<u64> {
     match &e.srq {
         Some(s) => s.complete(wqe_counter),
-        None => e.rq.as_ref()?.complete(),
+        None => e.rq.complete(),
     }
 }
 

@@ -6,16 +6,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// `n` zeroed entries, at least one (a queue without a ring still gets
-/// a slot, so that ring code may mask any index into it).
-fn zeroed64(n: usize) -> Box<[AtomicU64]> {
-    (0..n.max(1)).map(|_| AtomicU64::new(0)).collect()
-}
-
-/// As [`zeroed64`].
-fn zeroed32(n: usize) -> Box<[AtomicU32]> {
-    (0..n.max(1)).map(|_| AtomicU32::new(0)).collect()
-}
+use crate::hw::slots::Slots;
 
 /// A send queue's completion bookkeeping, indexed by the first basic
 /// block of a WQE (`cur_post & (wqe_cnt - 1)`).
@@ -28,9 +19,9 @@ fn zeroed32(n: usize) -> Box<[AtomicU32]> {
 #[derive(Debug)]
 pub(crate) struct SqShared {
     /// `wr_id` per basic block where a WQE starts.
-    wrid: Box<[AtomicU64]>,
+    wrid: Slots<AtomicU64>,
     /// The poster's WR counter at the WQE starting there.
-    wqe_head: Box<[AtomicU32]>,
+    wqe_head: Slots<AtomicU32>,
     /// WR counter retired by completions.
     tail: AtomicU32,
     /// Basic blocks in the ring (a power of two, or 0 for no SQ).
@@ -41,8 +32,8 @@ impl SqShared {
     /// Bookkeeping for a ring of `wqe_cnt` basic blocks.
     pub(crate) fn new(wqe_cnt: u32) -> Self {
         SqShared {
-            wrid: zeroed64(wqe_cnt as usize),
-            wqe_head: zeroed32(wqe_cnt as usize),
+            wrid: Slots::new(wqe_cnt),
+            wqe_head: Slots::new(wqe_cnt),
             tail: AtomicU32::new(0),
             wqe_cnt,
         }
@@ -56,9 +47,12 @@ impl SqShared {
         if self.wqe_cnt == 0 {
             return None;
         }
-        let idx = (wqe_counter as u32 & (self.wqe_cnt - 1)) as usize;
-        let wr_id = self.wrid[idx].load(Ordering::Relaxed);
-        let head = self.wqe_head[idx].load(Ordering::Relaxed);
+        // Both tables have `wqe_cnt` entries: one index for both.
+        let wr_id = self.wrid.at(u32::from(wqe_counter)).load(Ordering::Relaxed);
+        let head = self
+            .wqe_head
+            .at(u32::from(wqe_counter))
+            .load(Ordering::Relaxed);
         self.tail.store(head.wrapping_add(1), Ordering::Release);
         Some(wr_id)
     }
@@ -129,7 +123,7 @@ impl SqShared {
 #[derive(Debug)]
 pub(crate) struct RqShared {
     /// `wr_id` per WQE slot.
-    wrid: Box<[AtomicU64]>,
+    wrid: Slots<AtomicU64>,
     /// WQEs completed.
     tail: AtomicU32,
     /// WQEs in the ring (a power of two, or 0 for no RQ).
@@ -140,7 +134,7 @@ impl RqShared {
     /// Bookkeeping for a ring of `wqe_cnt` WQEs.
     pub(crate) fn new(wqe_cnt: u32) -> Self {
         RqShared {
-            wrid: zeroed64(wqe_cnt as usize),
+            wrid: Slots::new(wqe_cnt),
             tail: AtomicU32::new(0),
             wqe_cnt,
         }
@@ -154,7 +148,7 @@ impl RqShared {
             return None;
         }
         let tail = self.tail.load(Ordering::Relaxed);
-        let wr_id = self.wrid[(tail & (self.wqe_cnt - 1)) as usize].load(Ordering::Relaxed);
+        let wr_id = self.wrid.at(tail).load(Ordering::Relaxed);
         self.tail.store(tail.wrapping_add(1), Ordering::Release);
         Some(wr_id)
     }
@@ -310,10 +304,12 @@ impl SrqShared {
 pub(crate) struct QpEntry {
     /// The QP number (reported as `qp_num`).
     pub(crate) qpn: u32,
-    /// Send queue bookkeeping.
-    pub(crate) sq: Option<Arc<SqShared>>,
-    /// Receive queue bookkeeping (unused when `srq` is set).
-    pub(crate) rq: Option<Arc<RqShared>>,
+    /// Send queue bookkeeping (a QP without send queue has one of no
+    /// ring, whose completions report nothing).
+    pub(crate) sq: Arc<SqShared>,
+    /// Receive queue bookkeeping (unused when `srq` is set; without a
+    /// receive queue, one of no ring).
+    pub(crate) rq: Arc<RqShared>,
     /// The SRQ the QP receives from.
     pub(crate) srq: Option<Arc<SrqShared>>,
 }
@@ -326,12 +322,7 @@ impl QpEntry {
         rq: Arc<RqShared>,
         srq: Option<Arc<SrqShared>>,
     ) -> Self {
-        QpEntry {
-            qpn,
-            sq: Some(sq),
-            rq: Some(rq),
-            srq,
-        }
+        QpEntry { qpn, sq, rq, srq }
     }
 
     /// An entry with only some queues (e.g. a send-only QP).
@@ -342,7 +333,12 @@ impl QpEntry {
         rq: Option<Arc<RqShared>>,
         srq: Option<Arc<SrqShared>>,
     ) -> Self {
-        QpEntry { qpn, sq, rq, srq }
+        QpEntry {
+            qpn,
+            sq: sq.unwrap_or_else(|| Arc::new(SqShared::new(0))),
+            rq: rq.unwrap_or_else(|| Arc::new(RqShared::new(0))),
+            srq,
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 //!   WQEs, writing typed PRM segments;
 //! - [`cqe`]: CQE rings and reading the CQEs the device wrote;
 //! - [`cmd`]: the commands that hand this memory to the kernel;
+//! - [`slots`]: `wr_id` tables indexed by a masked ring counter;
 //! - [`qdir`]: the queue directory an outside tool finds the queues by.
 //!
 //! Ring memory is never borrowed as a Rust reference: the device writes
@@ -30,5 +31,6 @@ pub(crate) mod dbrec;
 pub(crate) mod map;
 pub(crate) mod membarrier;
 pub(crate) mod qdir;
+pub(crate) mod slots;
 pub(crate) mod uar;
 pub(crate) mod wqe;
