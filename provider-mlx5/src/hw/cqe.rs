@@ -118,7 +118,7 @@ fn sw_cqe<'a>(base: NonNull<Cqe64>, ncqe: u32, i: u32) -> Option<Cqe<'a>> {
     // it atomically (an `AtomicU8` has the alignment and size of a `u8`).
     let op_own = unsafe { &*std::ptr::addr_of!((*p.as_ptr()).op_own).cast::<AtomicU8>() }
         .load(Ordering::Relaxed);
-    if op_own >> 4 == cqe_opcode::INVALID || (op_own & 1 != 0) != (i & ncqe != 0) {
+    if !written(op_own, i & ncqe != 0) {
         return None;
     }
     // The body was written before the owner byte.
@@ -127,6 +127,17 @@ fn sw_cqe<'a>(base: NonNull<Cqe64>, ncqe: u32, i: u32) -> Option<Cqe<'a>> {
         p,
         _ring: PhantomData,
     })
+}
+
+/// Whether a CQE's `op_own` byte says the device wrote it on the lap
+/// whose owner bit is `lap`: its opcode is not INVALID (high nibble 0xF)
+/// and its owner bit is `lap`. With `w = op_own ^ lap`, that is `w` even
+/// and below 0xF0, which is `w` rotated right by one below 0x78 (an odd
+/// `w` rotates its low bit into the top): one test instead of two.
+#[inline(always)]
+fn written(op_own: u8, lap: bool) -> bool {
+    const _: () = assert!(cqe_opcode::INVALID == 0xF);
+    (op_own ^ u8::from(lap)).rotate_right(1) < 0x78
 }
 
 /// A poller's view of a ring: its first CQE and size next to each other,
@@ -284,5 +295,25 @@ impl<'a> Cqe<'a> {
     #[inline(always)]
     pub(crate) fn vendor_err_synd(self) -> u8 {
         field!(self, ErrCqe, vendor_err_synd)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `written` is the two tests it replaces, for every byte and lap.
+    #[test]
+    fn written_is_valid_opcode_and_owner_bit() {
+        for op_own in 0..=u8::MAX {
+            for lap in [false, true] {
+                let plain = op_own >> 4 != cqe_opcode::INVALID && (op_own & 1 != 0) == lap;
+                assert_eq!(
+                    written(op_own, lap),
+                    plain,
+                    "op_own {op_own:#04x} lap {lap}"
+                );
+            }
+        }
     }
 }
