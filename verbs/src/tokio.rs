@@ -384,6 +384,20 @@ pub async fn resolve_from(
         .await
 }
 
+/// [`CmId::resolve`](crate::cm::CmId::resolve), awaited as [`resolve`]
+/// is: resolution of an id whose options
+/// ([`CmId::set_tos`](crate::cm::CmId::set_tos), ...) were set, or which
+/// was bound, first. The options themselves are set on the
+/// [`CmId`](crate::cm::CmId) as in the blocking API (each is one command
+/// that never waits).
+pub async fn resolve_id(
+    id: crate::cm::CmId,
+    dst: SocketAddr,
+    timeout: Duration,
+) -> Result<crate::cm::Resolved> {
+    crate::cm::Resolved::resolve_cm_id_with(&mut OnRuntime, id, dst, timeout).await
+}
+
 /// [`Resolved::resolve_ud`](crate::cm::Resolved::resolve_ud), awaited as
 /// [`resolve`] is.
 pub async fn resolve_ud(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {

@@ -48,7 +48,7 @@ pub mod private;
 use std::time::Duration;
 
 pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, UdInfo, RDMA_CM_PATH};
-pub use conn::{ConnRequest, Connection, Listener, Resolved};
+pub use conn::{CmId, ConnRequest, Connection, Listener, Resolved};
 #[cfg(feature = "tokio")]
 pub(crate) use conn::{Id, Space, Wait};
 
@@ -71,6 +71,10 @@ pub const MAX_REJ_PRIVATE_DATA: usize = 148;
 pub const MAX_SIDR_REQ_PRIVATE_DATA: usize = 180;
 /// The most private data a datagram (UD) answer carries (SIDR REP).
 pub const MAX_SIDR_REP_PRIVATE_DATA: usize = 136;
+
+/// The largest local ACK timeout a QP takes
+/// ([`CmId::set_ack_timeout`]; 5 bits: 4.096 us * 2^31, about 2.4 hours).
+pub const MAX_ACK_TIMEOUT: u8 = 31;
 
 /// The Q_Key the kernel's CM gives the UD QPs of the UDP port space
 /// (`RDMA_UDP_QKEY`): what both sides of a datagram "connection" use.
@@ -246,6 +250,27 @@ fn ah_attr_from_kernel(ah: &RawAhAttr) -> AhAttr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ack_timeouts_are_checked_before_any_command() {
+        use crate::error::InvalidKind;
+        for t in [0, 14, MAX_ACK_TIMEOUT] {
+            conn::check_ack_timeout(t, conn::Space::Tcp).unwrap();
+        }
+        let e = conn::check_ack_timeout(32, conn::Space::Tcp).unwrap_err();
+        assert_eq!(e.invalid_kind(), Some(InvalidKind::TooLarge), "{e}");
+        assert!(e.to_string().contains("ack timeout 32 exceeds 31"), "{e}");
+        let e = conn::check_ack_timeout(255, conn::Space::Tcp).unwrap_err();
+        assert_eq!(e.invalid_kind(), Some(InvalidKind::TooLarge), "{e}");
+        let e = conn::check_ack_timeout(14, conn::Space::Udp).unwrap_err();
+        assert_eq!(e.invalid_kind(), Some(InvalidKind::WrongUse), "{e}");
+    }
+
+    #[test]
+    fn cm_ids_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<CmId>();
+    }
 
     #[test]
     fn kernel_attrs_keep_only_what_the_mask_names() {

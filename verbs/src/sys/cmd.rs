@@ -14,7 +14,7 @@ use rverbs_abi::ioctl::{
     QUERY_PORT_RESP_EX_LEN,
 };
 use rverbs_abi::mr::DeregMr;
-use rverbs_abi::ucma::{self, MigrateId, MigrateResp};
+use rverbs_abi::ucma::{self, MigrateId, MigrateResp, SetOption};
 use rverbs_abi::wr::Sge;
 use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
@@ -220,4 +220,29 @@ pub(crate) fn migrate_id(
             resp.as_mut_bytes(),
         )
     }
+}
+
+/// SET_OPTION on the rdma_cm file `fd`: option `name` of level `level`
+/// of id `id`, set to the bytes of `value` (the kernel checks their
+/// length against the option's C type).
+pub(crate) fn set_option(
+    fd: BorrowedFd<'_>,
+    id: u32,
+    level: u32,
+    name: u32,
+    value: &[u8],
+) -> std::result::Result<(), Errno> {
+    let cmd = SetOption {
+        optval: value.as_ptr() as u64,
+        id,
+        level,
+        optname: name,
+        optlen: u32::try_from(value.len()).map_err(|_| Errno::EINVAL)?,
+    };
+    // SAFETY: SET_OPTION's struct, with no response field; its one user
+    // address, `optval`, points at `value`, borrowed for the call and
+    // readable for `optlen` (its length) bytes; the kernel only reads it
+    // (it copies the bytes in before acting on them) and keeps no pointer
+    // to it after the call.
+    unsafe { ucma::write_cmd(fd, ucma::nr::SET_OPTION, &cmd, None, &mut []) }
 }
