@@ -186,6 +186,43 @@ fn rdma_cm_listen_connect_and_disconnect_awaited() {
     });
 }
 
+/// An id whose options are set before it resolves (`CmId`), resolved on
+/// the runtime (`resolve_id`): the connected QPs carry the type of
+/// service as their traffic class and the ACK timeout as the active
+/// side's RTS timeout, read back with QUERY_QP.
+#[test]
+fn rdma_cm_id_options_then_resolution_awaited() {
+    use rverbs::cm::{CmId, ConnParams, Listener};
+    use rverbs::tokio::{accept, connect, resolve_id, AsyncListener};
+    let rt = rt();
+    rt.block_on(async {
+        let l =
+            AsyncListener::new(Listener::bind("10.0.0.1:0".parse().unwrap(), 4).unwrap()).unwrap();
+        let dst = l.get_ref().local_addr();
+        let server = async {
+            let req = l.get_request().await.unwrap();
+            let qp = qp_on(req.device(), QpType::Rc);
+            accept(req, qp, &ConnParams::default()).await.unwrap()
+        };
+        let client = async {
+            let id = CmId::new().unwrap();
+            id.set_tos(0x48).unwrap();
+            id.set_ack_timeout(15).unwrap();
+            let r = sendable(resolve_id(id, dst, Duration::from_secs(5)))
+                .await
+                .unwrap();
+            let qp = qp_on(r.device(), QpType::Rc);
+            connect(r, qp, &ConnParams::default()).await.unwrap()
+        };
+        let (s, c) = tokio::join!(server, client);
+        let (ca, _, _) = c.get_ref().qp().query().unwrap();
+        let (sa, _, _) = s.get_ref().qp().query().unwrap();
+        let tc = |a: &QpAttr| a.ah_attr.unwrap().grh.unwrap().traffic_class;
+        assert_eq!((tc(&ca), tc(&sa)), (0x48, 0x48));
+        assert_eq!(ca.timeout, Some(15));
+    });
+}
+
 /// Resolution awaited natively: on a current-thread runtime whose I/O
 /// driver alone runs the steps, a UD peer resolves from the source address
 /// given (to the device behind it), in the UDP port space, and a TCP id
