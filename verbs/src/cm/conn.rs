@@ -533,9 +533,10 @@ impl CmId {
     /// there, as librdmacm does. Call it before connecting; here, before
     /// [`CmId::resolve`], the kernel also derives the RoCE path's packet
     /// lifetime from it (`timeout - 1`), which paces the CM's own
-    /// retries: to change the QP's timeout only, set it on the
-    /// [`Resolved`] instead ([`Resolved::set_ack_timeout`]); the passive
-    /// side sets its own ([`ConnRequest::set_ack_timeout`]).
+    /// retries (and which wraps for 0: set 0 after resolution): to change
+    /// the QP's timeout only, set it on the [`Resolved`] instead
+    /// ([`Resolved::set_ack_timeout`]); the passive side sets its own
+    /// ([`ConnRequest::set_ack_timeout`]).
     ///
     /// Errors, before any command ([`Error::InvalidArgument`]): `timeout`
     /// above 31 ([`InvalidKind::TooLarge`]; the QP's field has 5 bits),
