@@ -263,7 +263,7 @@ impl AsRawFd for ConnectionFd {
 ///     let ctx = req.device().open()?;
 ///     # let qp: rverbs::Qp = unimplemented!();
 ///     // ... PD, CQ, QP on ctx ...
-///     let conn = accept(req, qp, ConnParams::default()).await?;
+///     let conn = accept(req, qp, &ConnParams::default()).await?;
 ///     # let _ = conn;
 /// }
 /// # }
