@@ -23,8 +23,19 @@ pub fn cqes(data: &[u8]) {
     };
     let shape = head[0];
     let size = |bits: u8| if bits == 0 { 0 } else { 1u32 << bits };
-    let sq = (shape & 1 != 0).then(|| Arc::new(SqShared::new(size((shape >> 3) & 7))));
-    let rq = (shape & 2 != 0).then(|| Arc::new(RqShared::new(size((shape >> 5) & 7))));
+    // A queue the QP does not have is one of no ring (size 0).
+    let sq_size = if shape & 1 != 0 {
+        size((shape >> 3) & 7)
+    } else {
+        0
+    };
+    let rq_size = if shape & 2 != 0 {
+        size((shape >> 5) & 7)
+    } else {
+        0
+    };
+    let sq = Arc::new(SqShared::new(sq_size));
+    let rq = Arc::new(RqShared::new(rq_size));
     let srq = (shape & 4 != 0).then(|| Arc::new(SrqShared::new(u32::from(shape) * 3)));
     let e = QpEntry {
         qpn: u32::from_be_bytes([0, head[1], head[2], head[3]]),
