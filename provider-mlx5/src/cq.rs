@@ -605,34 +605,33 @@ fn parse_resp(c: Cqe<'_>, opcode: u8, e: &QpEntry, out: &mut Wc) -> bool {
     let Some(wr_id) = recv_wr_id(e, c.wqe_counter().get()) else {
         return false;
     };
-    // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
-    let imm = u32::from_ne_bytes(c.imm_inval_pkey().to_bytes());
+    // Each field is stored as soon as it is known (the whole struct at
+    // the end would keep every value live at once, and spill some).
+    out.wr_id = wr_id;
+    out.status = wc_status::SUCCESS;
+    out.vendor_err = 0;
+    out.qp_num = e.qpn;
+    out.byte_len = c.byte_cnt().get();
     // `opcode >> 4` of a byte: below 16.
     let r = RESP_WC[usize::from(opcode & 0xF)];
+    out.opcode = r.opcode;
+    // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
+    let imm = u32::from_ne_bytes(c.imm_inval_pkey().to_bytes());
     // The immediate (wire order) or the invalidated rkey (host order).
-    let ex = (imm & r.imm_mask) | (u32::from_be(imm) & r.rkey_mask);
-    let op = r.opcode;
-    let mut flags = r.flags;
+    out.ex = (imm & r.imm_mask) | (u32::from_be(imm) & r.rkey_mask);
+    out.pkey_index = (u32::from_be(imm) & 0xFFFF) as u16;
     let flags_rqpn = c.flags_rqpn().get();
-    if (flags_rqpn >> 28) & 3 != 0 {
-        flags |= wc_flags::GRH;
-    }
-    *out = Wc {
-        wr_id,
-        status: wc_status::SUCCESS,
-        opcode: op,
-        vendor_err: 0,
-        byte_len: c.byte_cnt().get(),
-        ex,
-        qp_num: e.qpn,
-        src_qp: flags_rqpn & 0xFF_FFFF,
-        wc_flags: flags,
-        pkey_index: (u32::from_be(imm) & 0xFFFF) as u16,
-        slid: c.slid().get(),
-        sl: ((flags_rqpn >> 24) & 0xF) as u8,
-        dlid_path_bits: c.ml_path() & 0x7F,
-        ..Wc::default()
+    out.wc_flags = if (flags_rqpn >> 28) & 3 != 0 {
+        r.flags | wc_flags::GRH
+    } else {
+        r.flags
     };
+    out.src_qp = flags_rqpn & 0xFF_FFFF;
+    out.sl = ((flags_rqpn >> 24) & 0xF) as u8;
+    out.slid = c.slid().get();
+    out.dlid_path_bits = c.ml_path() & 0x7F;
+    out.port_num = 0;
+    out.reserved = 0;
     true
 }
 
