@@ -828,21 +828,7 @@ impl RecvRing {
                     }
                 )
             };
-            if let [s] = sges {
-                // The common receive: one entry, no loop.
-                if s.length != 0 {
-                    put(seg, s);
-                    seg = seg.add(SEG);
-                    n = 1;
-                }
-            } else {
-                for s in sges.iter().filter(|s| s.length != 0) {
-                    put(seg, s);
-                    seg = seg.add(SEG);
-                    n += 1;
-                }
-            }
-            if n < self.max_gs {
+            let end = |seg: *mut u8| {
                 put_seg!(
                     seg,
                     DataSeg {
@@ -850,7 +836,28 @@ impl RecvRing {
                         lkey: U32::new(prm::INVALID_LKEY),
                         addr: U64::ZERO,
                     }
-                );
+                )
+            };
+            if let [s] = sges {
+                // The common receive: one entry, no loop, no count (here
+                // `max_gs >= 1`: one SGE passed the length test above).
+                if s.length != 0 {
+                    put(seg, s);
+                    if self.max_gs > 1 {
+                        end(seg.add(SEG));
+                    }
+                } else {
+                    end(seg);
+                }
+            } else {
+                for s in sges.iter().filter(|s| s.length != 0) {
+                    put(seg, s);
+                    seg = seg.add(SEG);
+                    n += 1;
+                }
+                if n < self.max_gs {
+                    end(seg);
+                }
             }
             (*self.wrid.add(idx)).store(wr_id, Ordering::Relaxed);
         }
