@@ -556,13 +556,17 @@ impl SendQueue {
         // The BB is free (`full` said so) and unread by the device until
         // the doorbell record covers it.
         let mut bb = self.ring.bb(cur_post);
+        // The WQE's size in 16-byte units, counted as its segments are
+        // written (the control segment, then each of these).
+        let mut ds: u32 = 1;
         if fast.raddr {
             bb.raddr(wr.remote_addr(), wr.rkey());
+            ds = 2;
         }
         if sge.length != 0 {
             bb.data(sge.length, sge.lkey, sge.addr);
+            ds += 1;
         }
-        let ds = 1 + u32::from(fast.raddr) + u32::from(sge.length != 0);
         bb.ctrl_words([
             ((cur_post & 0xffff) << 8 | fast.op as u32).to_be(),
             self.qpn_be | ds.to_be(),
