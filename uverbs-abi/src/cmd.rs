@@ -63,6 +63,8 @@ pub mod nr {
     pub const DESTROY_QP: u32 = 27;
     pub const POST_SEND: u32 = 28;
     pub const POST_RECV: u32 = 29;
+    pub const ATTACH_MCAST: u32 = 30;
+    pub const DETACH_MCAST: u32 = 31;
     pub const CREATE_SRQ: u32 = 32;
     pub const MODIFY_SRQ: u32 = 33;
     pub const QUERY_SRQ: u32 = 34;
@@ -171,6 +173,8 @@ plain_cmds! {
     crate::qp::QueryQp => QUERY_QP, crate::qp::QueryQpResp;
     crate::qp::ModifyQp => MODIFY_QP, NoResp;
     crate::qp::DestroyQp => DESTROY_QP, crate::qp::DestroyQpResp;
+    crate::qp::AttachMcast => ATTACH_MCAST, NoResp;
+    crate::qp::DetachMcast => DETACH_MCAST, NoResp;
     crate::srq::ModifySrq => MODIFY_SRQ, NoResp;
     crate::srq::QuerySrq => QUERY_SRQ, crate::srq::QuerySrqResp;
     crate::srq::DestroySrq => DESTROY_SRQ, crate::srq::DestroySrqResp;

@@ -196,6 +196,32 @@ pub struct DestroyQp {
     pub reserved: u32,
 }
 
+/// `struct ib_uverbs_attach_mcast` (ATTACH_MCAST, no response): attaches
+/// the UD QP `qp_handle` to the multicast group `gid` (network byte order)
+/// with the multicast LID `mlid` (ignored on RoCE ports). Without its
+/// flexible `driver_data[]` (no driver sends any).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[allow(missing_docs)]
+pub struct AttachMcast {
+    pub gid: [u8; 16],
+    pub qp_handle: u32,
+    pub mlid: u16,
+    pub reserved: u16,
+}
+
+/// `struct ib_uverbs_detach_mcast` (DETACH_MCAST, no response): the fields
+/// of [`AttachMcast`], undoing it.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[allow(missing_docs)]
+pub struct DetachMcast {
+    pub gid: [u8; 16],
+    pub qp_handle: u32,
+    pub mlid: u16,
+    pub reserved: u16,
+}
+
 /// `struct ib_uverbs_destroy_qp_resp`.
 #[repr(C)]
 #[derive(Debug, Default, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]

@@ -316,6 +316,10 @@ fn entries() -> Vec<Entry> {
             base, rate_limit, reserved
         }
         qp::DestroyQp => "struct ib_uverbs_destroy_qp" { response, qp_handle, reserved }
+        qp::AttachMcast => "struct ib_uverbs_attach_mcast"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] { gid, qp_handle, mlid, reserved }
+        qp::DetachMcast => "struct ib_uverbs_detach_mcast"
+            [flex = "driver_data", lower_align = FLEX_ALIGN] { gid, qp_handle, mlid, reserved }
         qp::DestroyQpResp => "struct ib_uverbs_destroy_qp_resp" { events_reported }
         qp::QpAttr => "struct ib_uverbs_qp_attr" {
             qp_attr_mask, qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn,
@@ -594,6 +598,8 @@ fn constants() -> Vec<Const> {
         "IB_USER_VERBS_CMD_DESTROY_QP" => nr::DESTROY_QP,
         "IB_USER_VERBS_CMD_POST_SEND" => nr::POST_SEND,
         "IB_USER_VERBS_CMD_POST_RECV" => nr::POST_RECV,
+        "IB_USER_VERBS_CMD_ATTACH_MCAST" => nr::ATTACH_MCAST,
+        "IB_USER_VERBS_CMD_DETACH_MCAST" => nr::DETACH_MCAST,
         "IB_USER_VERBS_CMD_CREATE_SRQ" => nr::CREATE_SRQ,
         "IB_USER_VERBS_CMD_MODIFY_SRQ" => nr::MODIFY_SRQ,
         "IB_USER_VERBS_CMD_QUERY_SRQ" => nr::QUERY_SRQ,
