@@ -23,6 +23,15 @@ impl Gid {
         Ipv6Addr::from(self.0).to_ipv4_mapped()
     }
 
+    /// Whether this is a multicast GID, as the kernel tells one
+    /// (`rdma_is_multicast_addr`): an IPv6 multicast address (`ff00::/8`)
+    /// or an IPv4-mapped IPv4 multicast address (`::ffff:224.0.0.0/100`,
+    /// RoCE v2's groups of IPv4 addresses).
+    pub fn is_multicast(&self) -> bool {
+        let ip = Ipv6Addr::from(self.0);
+        ip.is_multicast() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_multicast())
+    }
+
     /// Whether this is the zero GID.
     pub fn is_zero(&self) -> bool {
         self.0 == [0; 16]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use rverbs_abi::cmd::exec;
 use rverbs_abi::device::device_cap_ex;
 pub use rverbs_abi::qp::QpCreateFlags;
-use rverbs_abi::qp::{CreateQp, CreateQpResp, DestroyQp, QueryQp};
+use rverbs_abi::qp::{AttachMcast, CreateQp, CreateQpResp, DestroyQp, DetachMcast, QueryQp};
 use rverbs_provider::wr::WrOpcode;
 use rverbs_provider::Feature;
 pub use rverbs_provider::QpState;
@@ -389,6 +389,75 @@ impl Qp {
             rnr_retry: Some(r.rnr_retry),
         };
         Ok((attr, self.cap(), r.sq_sig_all != 0))
+    }
+}
+
+impl Qp {
+    /// Attaches this UD QP to the multicast group `gid` (ATTACH_MCAST,
+    /// `ibv_attach_mcast`): datagrams sent to the group (destination QPN
+    /// 0xFFFFFF, the group's GID in the GRH) are delivered to it, as to
+    /// every QP attached. `lid` is the group's multicast LID on InfiniBand
+    /// (the `dlid` of the join's address vector); on RoCE the kernel
+    /// ignores it. Attaching twice to the same group is not an error.
+    /// The kernel detaches the QP from every group when it is destroyed.
+    ///
+    /// On RoCE the device filters on the group's Ethernet address, but the
+    /// host's IP stack takes the datagrams only if the netdev has joined
+    /// the IP group too: a join through the rdma_cm
+    /// ([`crate::cm::McastId::join`]) does both.
+    ///
+    /// Errors, before any command ([`Error::InvalidArgument`]): a QP that
+    /// is not UD ([`InvalidKind::WrongUse`]), a GID that is not multicast
+    /// ([`Gid::is_multicast`](crate::Gid::is_multicast)); from the kernel
+    /// ([`Error::Kernel`]): EOPNOTSUPP where the device has no multicast,
+    /// ENOMEM past its group or attachment limits.
+    pub fn attach_mcast(&self, gid: &crate::Gid, lid: u16) -> Result<()> {
+        self.check_mcast(gid, "attach")?;
+        let cmd = AttachMcast {
+            gid: gid.0,
+            qp_handle: self.handle,
+            mlid: lid,
+            reserved: 0,
+        };
+        exec(self.pd.context().fd(), &cmd, &mut []).map_err(Error::kernel("attach_mcast"))?;
+        Ok(())
+    }
+
+    /// Detaches this UD QP from the multicast group `gid` (DETACH_MCAST,
+    /// `ibv_detach_mcast`), undoing [`Qp::attach_mcast`]. Errors as
+    /// [`Qp::attach_mcast`]'s before the command; the kernel answers
+    /// EINVAL for a group the QP is not attached to (with this `lid`).
+    pub fn detach_mcast(&self, gid: &crate::Gid, lid: u16) -> Result<()> {
+        self.check_mcast(gid, "detach")?;
+        let cmd = DetachMcast {
+            gid: gid.0,
+            qp_handle: self.handle,
+            mlid: lid,
+            reserved: 0,
+        };
+        exec(self.pd.context().fd(), &cmd, &mut []).map_err(Error::kernel("detach_mcast"))?;
+        Ok(())
+    }
+
+    /// What the kernel refuses with EINVAL for every attach and detach: a
+    /// QP other than UD, a GID outside the multicast ranges.
+    fn check_mcast(&self, gid: &crate::Gid, what: &str) -> Result<()> {
+        if self.qp_type != QpType::Ud {
+            return Err(Error::invalid_as(
+                InvalidKind::WrongUse,
+                format!(
+                    "only UD QPs join multicast groups; cannot {what} a {:?} QP",
+                    self.qp_type
+                ),
+            ));
+        }
+        if !gid.is_multicast() {
+            return Err(Error::invalid_as(
+                InvalidKind::Other,
+                format!("cannot {what} {gid}: not a multicast GID"),
+            ));
+        }
+        Ok(())
     }
 }
 
