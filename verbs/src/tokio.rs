@@ -19,7 +19,8 @@
 //! connection requests, [`AsyncConnection`] a connection's events,
 //! and every handshake step, [`resolve`] ([`resolve_from`],
 //! [`resolve_ud`], [`resolve_ud_from`]), [`connect`], [`connect_ud`],
-//! [`accept`] and [`accept_ud`], awaits its id's events on the runtime
+//! [`accept`] and [`accept_ud`], and multicast's [`resolve_mcast`]
+//! ([`resolve_mcast_id`]) and [`join_mcast`], awaits its id's events on the runtime
 //! (no thread of tokio's blocking pool), bounded as the blocking API's
 //! steps are (a timerfd awaited beside the id, so the runtime's timer
 //! driver is not needed).
@@ -459,6 +460,42 @@ pub async fn accept_ud(
     private_data: &[u8],
 ) -> Result<()> {
     req.accept_ud(qp, private_data)
+}
+
+/// [`McastId::resolve_from`](crate::cm::McastId::resolve_from), awaited
+/// as [`resolve`] is: the multicast address resolved (address only) on a
+/// new datagram id.
+pub async fn resolve_mcast(
+    src: Option<SocketAddr>,
+    group: SocketAddr,
+    timeout: Duration,
+) -> Result<crate::cm::McastId> {
+    crate::cm::McastId::resolve_with(&mut OnRuntime, src, group, timeout).await
+}
+
+/// [`CmId::resolve_mcast`](crate::cm::CmId::resolve_mcast), awaited as
+/// [`resolve`] is (a datagram id whose options were set, or which was
+/// bound, first).
+pub async fn resolve_mcast_id(
+    id: crate::cm::CmId,
+    group: SocketAddr,
+    timeout: Duration,
+) -> Result<crate::cm::McastId> {
+    crate::cm::McastId::resolve_cm_id_with(&mut OnRuntime, id, group, timeout).await
+}
+
+/// [`McastId::join`](crate::cm::McastId::join), awaited on the runtime
+/// (bounded by `timeout`): the join's event awaited, then the QP attached
+/// as in the blocking API. Dropping the future before the join completes
+/// leaves the membership in the kernel until the id is dropped.
+pub async fn join_mcast(
+    id: &mut crate::cm::McastId,
+    group: SocketAddr,
+    mode: crate::cm::JoinMode,
+    qp: Option<&mut crate::Qp>,
+    timeout: Duration,
+) -> Result<crate::cm::McastGroup> {
+    id.join_with(&mut OnRuntime, group, mode, qp, timeout).await
 }
 
 /// [`crate::cm::Wait`] on the current tokio runtime: the id's fd and a

@@ -172,6 +172,15 @@ pub enum CmEventKind {
 }
 
 impl CmEventKind {
+    /// Whether this is an event of a multicast group
+    /// ([`CmEventKind::MulticastJoin`], [`CmEventKind::MulticastError`]).
+    pub fn is_multicast(self) -> bool {
+        matches!(
+            self,
+            CmEventKind::MulticastJoin | CmEventKind::MulticastError
+        )
+    }
+
     fn from_raw(v: u32) -> CmEventKind {
         use CmEventKind::*;
         match v {

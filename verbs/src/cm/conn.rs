@@ -26,7 +26,7 @@ use crate::qp::{Qp, QpState, QpType};
 /// A fresh nonzero cookie for an id's events: the kernel drops the events
 /// of an id whose cookie is 0 (a request not yet accepted), so every id
 /// this crate creates or accepts gets one.
-fn next_uid() -> u64 {
+pub(super) fn next_uid() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
@@ -53,9 +53,9 @@ impl Space {
 /// destroys the id in the kernel.
 #[derive(Debug)]
 pub(crate) struct Id {
-    ch: EventChannel,
-    handle: u32,
-    space: Space,
+    pub(super) ch: EventChannel,
+    pub(super) handle: u32,
+    pub(super) space: Space,
 }
 
 /// The id's event channel fd (readable when an event is queued), for an
@@ -98,7 +98,7 @@ impl Wait for Blocking {
 /// Runs a handshake that waits with [`Blocking`] only: its future never
 /// returns `Pending` (every wait inside is already done when awaited), so
 /// one poll ends it.
-fn block<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
+pub(super) fn block<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
     /// A waker nothing waits on.
     struct Noop;
     impl std::task::Wake for Noop {
@@ -118,7 +118,7 @@ fn block<T>(f: impl Future<Output = Result<T>>) -> Result<T> {
 
 impl Id {
     /// A new id on a channel of its own, in the port space `space`.
-    fn create(space: Space) -> Result<Id> {
+    pub(super) fn create(space: Space) -> Result<Id> {
         let ch = EventChannel::new()?;
         let (ps, qpt) = match space {
             Space::Tcp => (port_space::TCP, qp_type::RC),
@@ -141,17 +141,23 @@ impl Id {
         })
     }
 
-    fn fd(&self) -> BorrowedFd<'_> {
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
         self.ch.fd()
     }
 
-    /// The next event for this id, by `deadline`; events for other ids
-    /// (there are none on a channel of one id) are skipped.
-    fn next_event(&self, deadline: Option<Instant>) -> Result<Option<CmEvent>> {
+    /// The next event for this id or one of its multicast groups, by
+    /// `deadline`; events for other ids (there are none on a channel of
+    /// one id) are skipped.
+    pub(super) fn next_event(&self, deadline: Option<Instant>) -> Result<Option<CmEvent>> {
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             match self.ch.get_event(left)? {
-                Some(ev) if ev.id() == self.handle => return Ok(Some(ev)),
+                // A membership's events name the membership (the id JOIN
+                // answered), not this id: the channel holds this id alone,
+                // so every multicast event on it is one of its groups'.
+                Some(ev) if ev.id() == self.handle || ev.kind().is_multicast() => {
+                    return Ok(Some(ev))
+                }
                 Some(_) => continue,
                 None => return Ok(None),
             }
@@ -175,7 +181,7 @@ impl Id {
 
     /// Waits through `w` for `want`; the failure events become their
     /// [`CmError`].
-    async fn expect<W: Wait>(
+    pub(super) async fn expect<W: Wait>(
         &self,
         w: &mut W,
         want: CmEventKind,
@@ -190,7 +196,7 @@ impl Id {
     }
 
     /// QUERY's ADDR answer: the device, port and both addresses.
-    fn query_addr(&self) -> Result<QueryAddrResp> {
+    pub(super) fn query_addr(&self) -> Result<QueryAddrResp> {
         ucma::exec(
             self.fd(),
             &Query {
@@ -239,7 +245,7 @@ impl Id {
     /// to INIT with the CM's port, P_Key and Q_Key, then RTR and RTS (as
     /// librdmacm brings up the QP of a UDP-port-space id), unless it is
     /// past RESET already.
-    fn prepare_qp(&self, qp: &mut Qp, device: &Device) -> Result<()> {
+    pub(super) fn prepare_qp(&self, qp: &mut Qp, device: &Device) -> Result<()> {
         check_qp(qp, device, self.space)?;
         match self.space {
             Space::Tcp => self.modify_qp(qp, QpState::Init, None),
@@ -272,8 +278,47 @@ impl Id {
     }
 }
 
+impl Id {
+    /// RESOLVE_ADDR of `dst` (from `src`, unless the id is bound) with the
+    /// kernel's timer at `ms` (`timeout` in milliseconds), and its event,
+    /// awaited through `w` for `timeout` and one second more (a backstop:
+    /// the kernel's own timer ends the step).
+    pub(super) async fn resolve_addr<W: Wait>(
+        &self,
+        w: &mut W,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        ms: u32,
+        timeout: Duration,
+    ) -> Result<()> {
+        let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
+        let (src_addr, src_size) = match src {
+            Some(s) => SockaddrStorage::new(&s),
+            None => (SockaddrStorage::default(), 0),
+        };
+        ucma::exec(
+            self.fd(),
+            &ResolveAddr {
+                id: self.handle,
+                timeout_ms: ms,
+                src_size,
+                dst_size,
+                src_addr,
+                dst_addr,
+                ..Default::default()
+            },
+        )
+        .map_err(Error::kernel("rdma_resolve_addr"))?;
+        // No overflow: `timeout` is under 2^32 ms.
+        let backstop = timeout + Duration::from_secs(1);
+        self.expect(w, CmEventKind::AddrResolved, "address resolution", backstop)
+            .await?;
+        Ok(())
+    }
+}
+
 /// The error an event stands for when `step` expected another.
-fn failure(ev: &CmEvent, step: &'static str) -> CmError {
+pub(super) fn failure(ev: &CmEvent, step: &'static str) -> CmError {
     let errno = || Errno::from_raw(ev.status().saturating_neg());
     match ev.kind() {
         CmEventKind::AddrError => CmError::AddrError { errno: errno() },
@@ -295,14 +340,14 @@ fn failure(ev: &CmEvent, step: &'static str) -> CmError {
 
 /// The RDMA device whose node GUID the CM answered with (found without
 /// enumerating every device each time: [`crate::device::device_by_guid`]).
-fn device_of(resp: &QueryAddrResp) -> Result<Device> {
+pub(super) fn device_of(resp: &QueryAddrResp) -> Result<Device> {
     let guid = Guid::from_raw_be(resp.node_guid);
     crate::device::device_by_guid(guid)?.ok_or(Error::Cm(CmError::NoDevice { guid }))
 }
 
 /// The addresses in a QUERY ADDR answer (`None` where the kernel's bytes
 /// hold none).
-fn addrs_of(resp: &QueryAddrResp) -> (Option<SocketAddr>, Option<SocketAddr>) {
+pub(super) fn addrs_of(resp: &QueryAddrResp) -> (Option<SocketAddr>, Option<SocketAddr>) {
     let src = resp
         .src_addr
         .to_socket_addr(usize::from(resp.src_size))
@@ -345,7 +390,7 @@ fn conn_param(qpn: u32, p: &ConnParams, max: usize) -> Result<ConnParam> {
 
 /// Refuses a QP that is not of the id's type (RC for the TCP port space,
 /// UD for the UDP one) on `device`.
-fn check_qp(qp: &Qp, device: &Device, space: Space) -> Result<()> {
+pub(super) fn check_qp(qp: &Qp, device: &Device, space: Space) -> Result<()> {
     let want = space.qp_type();
     if qp.qp_type() != want {
         return Err(Error::invalid_as(
@@ -461,8 +506,8 @@ pub(crate) fn check_ack_timeout(timeout: u8, space: Space) -> Result<()> {
 /// it. Dropping the id destroys it (and frees its port).
 #[derive(Debug)]
 pub struct CmId {
-    id: Id,
-    bound: Option<SocketAddr>,
+    pub(super) id: Id,
+    pub(super) bound: Option<SocketAddr>,
 }
 
 impl CmId {
@@ -618,7 +663,7 @@ impl CmId {
 
 /// `timeout` in whole milliseconds for the kernel's resolution timers,
 /// refused when it is zero or does not fit in 32 bits.
-fn resolve_timeout_ms(timeout: Duration) -> Result<u32> {
+pub(super) fn resolve_timeout_ms(timeout: Duration) -> Result<u32> {
     u32::try_from(timeout.as_millis())
         .ok()
         .filter(|&ms| ms > 0)
@@ -725,29 +770,8 @@ impl Resolved {
         ms: u32,
         timeout: Duration,
     ) -> Result<Resolved> {
-        let (dst_addr, dst_size) = SockaddrStorage::new(&dst);
-        let (src_addr, src_size) = match src {
-            Some(s) => SockaddrStorage::new(&s),
-            None => (SockaddrStorage::default(), 0),
-        };
-        ucma::exec(
-            id.fd(),
-            &ResolveAddr {
-                id: id.handle,
-                timeout_ms: ms,
-                src_size,
-                dst_size,
-                src_addr,
-                dst_addr,
-                ..Default::default()
-            },
-        )
-        .map_err(Error::kernel("rdma_resolve_addr"))?;
-        // The kernel's own timer ends the step; ours is a backstop (no
-        // overflow: `timeout` is under 2^32 ms).
+        id.resolve_addr(w, src, dst, ms, timeout).await?;
         let backstop = timeout + Duration::from_secs(1);
-        id.expect(w, CmEventKind::AddrResolved, "address resolution", backstop)
-            .await?;
         ucma::exec(
             id.fd(),
             &ResolveRoute {

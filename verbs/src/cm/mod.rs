@@ -43,6 +43,7 @@
 
 mod channel;
 mod conn;
+mod mcast;
 pub mod private;
 
 use std::time::Duration;
@@ -51,6 +52,7 @@ pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, UdInfo, RDMA_CM_
 pub use conn::{CmId, ConnRequest, Connection, Listener, Resolved};
 #[cfg(feature = "tokio")]
 pub(crate) use conn::{Id, Space, Wait};
+pub use mcast::{JoinMode, McastGroup, McastId, MCAST_QPN};
 
 use rverbs_abi::ah::AhAttr as RawAhAttr;
 use rverbs_abi::qp::{attr_mask as m, QpAttr as RawQpAttr};
@@ -118,6 +120,12 @@ pub enum CmError {
     /// The connection failed after it was requested.
     #[error("connection error: {errno}")]
     ConnectError {
+        /// The kernel's errno.
+        errno: rverbs_abi::Errno,
+    },
+    /// A multicast join failed (`RDMA_CM_EVENT_MULTICAST_ERROR`).
+    #[error("multicast join failed: {errno}")]
+    JoinError {
         /// The kernel's errno.
         errno: rverbs_abi::Errno,
     },
