@@ -165,8 +165,9 @@ impl McastId {
     /// only: a join needs the id resolved, not routed), on a new datagram
     /// id, waiting up to `timeout`. Without a route for the group (no
     /// default route, no multicast route), name the local address with
-    /// [`McastId::resolve_from`]. Errors: [`CmError::AddrError`] (e.g.
-    /// ENETUNREACH without a route), [`CmError::Timeout`].
+    /// [`McastId::resolve_from`]. Errors: ENETUNREACH from
+    /// `rdma_resolve_addr` (an [`Error::Kernel`]) without a route,
+    /// [`CmError::AddrError`], [`CmError::Timeout`].
     pub fn resolve(group: SocketAddr, timeout: Duration) -> Result<McastId> {
         Self::resolve_from(None, group, timeout)
     }
@@ -275,8 +276,8 @@ impl McastId {
     /// Errors: before any command ([`Error::InvalidArgument`]), a `group`
     /// that is not a multicast address, a `qp` that is not UD or is on
     /// another device; from the kernel: the JOIN command's errno (EINVAL:
-    /// an address of the other family than the id resolved; EADDRINUSE:
-    /// the group is joined already on this id), a join that fails
+    /// e.g. an address of the other family than the id resolved), a join
+    /// that fails
     /// ([`CmError::JoinError`] with the kernel's errno, e.g. ENOTSUPP
     /// (524) for an IPv6 group on RoCE v2), [`CmError::Timeout`], and the
     /// attach's errors. A join that fails after the command is left
