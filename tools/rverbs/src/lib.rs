@@ -10,6 +10,7 @@ pub mod common;
 pub mod connected;
 pub mod devinfo;
 pub mod inspect;
+pub mod mckey;
 pub mod perf;
 pub mod rping;
 pub mod srq;

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use rverbs::{Mtu, QpType};
 
 use rverbs_cli::common::{num, parse_mtu, Common};
-use rverbs_cli::{connected, devinfo, inspect, perf, rping, srq, ud, udaddy};
+use rverbs_cli::{connected, devinfo, inspect, mckey, perf, rping, srq, ud, udaddy};
 
 #[derive(Parser)]
 #[command(
@@ -139,6 +139,10 @@ enum Cmd {
     /// interoperable with rdma-core's udaddy.
     #[command(name = "udaddy")]
     Udaddy(udaddy::UdaddyArgs),
+    /// Multicast datagrams to a group joined through rdma_cm,
+    /// interoperable with rdma-core's mckey.
+    #[command(name = "mckey")]
+    Mckey(mckey::MckeyArgs),
 }
 
 fn refuse(flags: &[(bool, &str)]) -> Result<()> {
@@ -190,6 +194,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Perf(a) => perf::run(&a),
         Cmd::Rping(a) => rping::run(&a),
         Cmd::Udaddy(a) => udaddy::run(&a),
+        Cmd::Mckey(a) => mckey::run(&a),
     }
 }
 
