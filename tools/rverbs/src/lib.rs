@@ -14,6 +14,7 @@ pub mod mckey;
 pub mod perf;
 pub mod rping;
 pub mod srq;
+pub mod ucmatose;
 pub mod ud;
 pub mod udaddy;
 pub mod wire;

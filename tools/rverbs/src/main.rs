@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use rverbs::{Mtu, QpType};
 
 use rverbs_cli::common::{num, parse_mtu, Common};
-use rverbs_cli::{connected, devinfo, inspect, mckey, perf, rping, srq, ud, udaddy};
+use rverbs_cli::{connected, devinfo, inspect, mckey, perf, rping, srq, ucmatose, ud, udaddy};
 
 #[derive(Parser)]
 #[command(
@@ -143,6 +143,10 @@ enum Cmd {
     /// interoperable with rdma-core's mckey.
     #[command(name = "mckey")]
     Mckey(mckey::MckeyArgs),
+    /// Many RC connections at once through rdma_cm, messages both ways on
+    /// each, interoperable with rdma-core's cmatose (ucmatose).
+    #[command(name = "ucmatose")]
+    Ucmatose(ucmatose::UcmatoseArgs),
 }
 
 fn refuse(flags: &[(bool, &str)]) -> Result<()> {
@@ -195,6 +199,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Rping(a) => rping::run(&a),
         Cmd::Udaddy(a) => udaddy::run(&a),
         Cmd::Mckey(a) => mckey::run(&a),
+        Cmd::Ucmatose(a) => ucmatose::run(&a),
     }
 }
 
