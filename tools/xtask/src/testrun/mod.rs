@@ -88,8 +88,8 @@ fn ensure_reference_tools() -> Result<()> {
     // tests/vm/perf_cm.sh, perftest_lib.sh, inspect.sh; and the consumer
     // check of `ibverbs::check_consumers`, which lists perftest's files.
     util::ensure_tool("ib_send_bw", "perftest")?;
-    // tests/vm/rping.sh, tests/vm/udaddy.sh: rdma-core's rping and udaddy,
-    // the rdma_cm interop peers (both in rdmacm-utils).
+    // tests/vm/rping.sh, udaddy.sh, ucmatose.sh: rdma-core's rping, udaddy
+    // and ucmatose, the rdma_cm interop peers (all in rdmacm-utils).
     util::ensure_tool("rping", "rdmacm-utils")?;
     util::ensure_tool("cc", "gcc")?;
     util::ensure_tool("readelf", "binutils")?;
