@@ -79,12 +79,15 @@ both print the results. Options that shape the test (-s/-a/--max-size, -n,
 
 The out-of-band exchange (addresses, a barrier per size, the client's
 results) is rverbs' own TCP format: rverbs perf talks to rverbs perf only,
-not to perftest's binaries. With -R (--rdma_cm; write bw only, for now)
+not to perftest's binaries. With -R (--rdma_cm; every test, one -s, no -D)
 both the exchange and the data QP go through rdma_cm as perftest's -R
-does (perftest 4.5): then either side may be perftest's ib_write_bw -R,
-the server prints the client's figures, and it waits at most --timeout
-seconds for the client's test to end; the sizes are not compared then
-(perftest's protocol does not carry them): give the server the same -s.
+does (perftest 4.5): then either side may be perftest's ib_<test>_<bw|lat>
+-R, and each side prints what perftest's would: the server of write, read
+and atomic bw the client's figures, of send bw and of send and write lat
+its own, of read and atomic lat none; a server that does not run waits at
+most --timeout seconds for the client's test to end. The sizes are not
+compared then (perftest's protocol does not carry them): give the server
+the same -s.
 
 Latency loops read the CPU's time-stamp counter (on x86-64), calibrated
 against CLOCK_MONOTONIC at start, so -F (perftest's CPU frequency check)
@@ -190,7 +193,7 @@ pub struct PerfArgs {
     #[arg(long = "timeout", value_name = "SECS", default_value = "60", value_parser = num::<u64>)]
     pub timeout: u64,
     /// Connect through rdma_cm and exchange through it as perftest's -R
-    /// does: interoperates with perftest's ib_write_bw -R (write bw only).
+    /// does: interoperates with perftest's ib_*_bw -R and ib_*_lat -R.
     #[arg(short = 'R', long = "rdma_cm", alias = "rdma-cm")]
     pub rdma_cm: bool,
 }

@@ -154,6 +154,10 @@ pub struct Params {
     pub kind: Kind,
     /// Whether we are the client (the side that drives).
     pub client: bool,
+    /// Whether this side sends the first message of a SEND or WRITE
+    /// latency ping-pong (the client, except in perftest's `ib_write_lat
+    /// -R`, whose server starts).
+    pub leads: bool,
     /// Iterations per size (ignored with `timing`).
     pub iters: u64,
     /// A `-D` run.
@@ -773,7 +777,7 @@ impl Bench {
         ))
     }
 
-    /// SEND and WRITE latency: the client sends first; each side sends its
+    /// SEND and WRITE latency: the leading side (`leads`) sends first; each side sends its
     /// next message once the peer's previous one arrived.
     fn pingpong(
         &mut self,
@@ -785,6 +789,7 @@ impl Bench {
         let write = self.p.verb == Verb::Write;
         let p = &self.p;
         let client = p.client;
+        let leads = p.leads;
         let use_inline = size as u64 <= p.inline as u64;
         let ssge = [res.mr.sge(0..size)?];
         let rsge = [res.mr.sge(res.half..res.half + size)?];
@@ -808,7 +813,7 @@ impl Bench {
         let mut looked = clock.now();
         let mut phases: Option<Phases> = None;
         loop {
-            if client {
+            if leads {
                 if sent == last {
                     break;
                 }
@@ -816,7 +821,7 @@ impl Bench {
                 if got == last {
                     break;
                 }
-                // Wait for the client's next message.
+                // Wait for the leading side's next message.
                 if !wait_msg(
                     write,
                     poll_ptr,
@@ -885,7 +890,7 @@ impl Bench {
             if timed {
                 lat_t.push(c);
             }
-            if client && sent == 0 {
+            if leads && sent == 0 {
                 phases = p.timing.map(|tm| Phases::new(tm, Instant::now()));
             }
             loop {
@@ -904,7 +909,7 @@ impl Bench {
                 check_wc(w, "send")?;
                 done = retired(w, sent)?;
             }
-            if client {
+            if leads {
                 if !wait_msg(
                     write,
                     poll_ptr,
@@ -915,7 +920,7 @@ impl Bench {
                     ctrl,
                     false,
                 )? {
-                    bail!("internal: the client was stopped by the peer");
+                    bail!("internal: the leading side was stopped by the peer");
                 }
                 got += 1;
                 if !write && (!timed || self.rposted < p.iters) {

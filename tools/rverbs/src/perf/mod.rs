@@ -8,9 +8,9 @@
 //! creates the QP and buffer (`setup`), exchanges addresses over our own
 //! TCP format (`wire`), connects, and runs every size: the data path is in
 //! `bench`, the figures and their printing in `stats` and `report`. With
-//! `-R` (`write bw` only, for now) the exchange and the connection go
-//! through rdma_cm the way perftest's `-R` does ([`ptcomm`], `cm`), so
-//! either side may be perftest's `ib_write_bw -R`.
+//! `-R` the exchange and the connection go through rdma_cm the way
+//! perftest's `-R` does ([`ptcomm`], `cm`), so either side may be
+//! perftest's `ib_<verb>_<bw|lat> -R`.
 
 mod args;
 mod bench;

@@ -98,6 +98,7 @@ impl Plan {
             verb: self.verb,
             kind: self.kind,
             client,
+            leads: client,
             iters: self.iters,
             timing: self.timing,
             tx_depth: self.tx_depth,
@@ -363,17 +364,10 @@ impl Plan {
     }
 }
 
-/// The options `-R` refuses: every test but `write bw`, and what the
-/// connection manager decides with rdma_cm (MTU, GID, port, SL, timeout).
+/// The options `-R` refuses: what the connection manager decides with
+/// rdma_cm (MTU, GID, port, SL, timeout), and the sweeps and timed runs
+/// perftest's `-R` exchange is not built for here.
 pub(super) fn check_rdma_cm(a: &PerfArgs) -> Result<()> {
-    if (a.verb, a.kind) != (Verb::Write, Kind::Bw) {
-        bail!(
-            "-R/--rdma_cm: only `perf write bw -R` (RC) speaks perftest's rdma_cm protocol for now, \
-             not `perf {} {} -R`",
-            a.verb.name(),
-            a.kind.name()
-        );
-    }
     let refuse = |given: bool, what: &str| -> Result<()> {
         if given {
             bail!("-R/--rdma_cm: {what} is not supported with rdma_cm (yet)");
@@ -575,7 +569,7 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn rdma_cm_is_write_bw_only() {
+    fn rdma_cm_takes_every_test() {
         let p = plan(&["write", "bw", "-R", "-s", "4096", "-n", "1000", "10.0.0.1"]).unwrap();
         assert!(p.rdma_cm);
         assert_eq!(
@@ -586,17 +580,27 @@ pub(super) mod tests {
         assert!(p.rdma_cm && p.host.is_none());
         assert_eq!(p.port, 19000);
         assert!(!plan(&["write", "bw"]).unwrap().rdma_cm);
+        for verb in ["send", "write", "read", "atomic"] {
+            for kind in ["bw", "lat"] {
+                let p = plan(&[verb, kind, "-R", "-n", "100", "10.0.0.1"]).unwrap();
+                assert!(p.rdma_cm, "{verb} {kind}");
+                assert_eq!((p.verb.name(), p.kind.name()), (verb, kind));
+            }
+        }
+        let p = plan(&["read", "lat", "-R", "-o", "4"]).unwrap();
+        assert_eq!(p.outs, Some(4));
+        let p = plan(&["send", "bw", "-R", "-r", "64", "-n", "100"]).unwrap();
+        assert_eq!(p.rx_depth, 64);
         for (v, want) in [
-            (&["read", "bw", "-R"][..], "only `perf write bw -R`"),
-            (&["send", "bw", "-R"], "not `perf send bw -R`"),
-            (&["write", "lat", "-R"], "not `perf write lat -R`"),
-            (&["write", "bw", "-R", "-a"], "-a/--all"),
+            (&["write", "bw", "-R", "-a"][..], "-a/--all"),
+            (&["send", "lat", "-R", "-a"], "-a/--all"),
             (&["write", "bw", "-R", "-D", "5"], "-D/--duration"),
+            (&["read", "lat", "-R", "-D", "5"], "-D/--duration"),
             (&["write", "bw", "-R", "-m", "1024"], "-m/--mtu"),
-            (&["write", "bw", "-R", "-x", "1"], "-x/--gid-index"),
+            (&["send", "bw", "-R", "-x", "1"], "-x/--gid-index"),
             (&["write", "bw", "-R", "-i", "2"], "-i/--ib-port"),
-            (&["write", "bw", "-R", "-S", "1"], "-S/--sl"),
-            (&["write", "bw", "-R", "-u", "16"], "-u/--qp-timeout"),
+            (&["atomic", "bw", "-R", "-S", "1"], "-S/--sl"),
+            (&["write", "lat", "-R", "-u", "16"], "-u/--qp-timeout"),
             (&["write", "bw", "-R", "-c", "UC"], "RC only"),
         ] {
             let e = format!("{:#}", plan(v).unwrap_err());

@@ -1,7 +1,7 @@
 //! perftest's `-R` (`--rdma_cm`) control channel: the "comm" RC connection
 //! through rdma_cm that carries perftest's version, system data, MTU,
 //! barrier, key and report messages as plain SENDs, so that `rverbs perf
-//! -R` interoperates with perftest's `ib_*_bw -R` (perftest 4.5, version
+//! -R` interoperates with perftest's `ib_*_bw -R` and `ib_*_lat -R` (perftest 4.5, version
 //! "6.06", as shipped by Debian 12).
 //!
 //! Every exchange is one SEND each way, strictly alternating: the client
@@ -673,7 +673,7 @@ fn check_len(b: &[u8], want: &[usize], what: &str) -> Result<()> {
         let w: Vec<String> = want.iter().map(|n| n.to_string()).collect();
         bail!(
             "out of step with the peer: {what} came as {} bytes, expected {} \
-             (is the peer `ib_write_bw -R` of perftest 4.5, or `rverbs perf write bw -R`?)",
+             (is the peer perftest 4.5's `-R` or `rverbs perf -R`, running the same test?)",
             b.len(),
             w.join(" or ")
         );

@@ -93,8 +93,20 @@ pub(super) struct Parts {
 /// for inline data is tried again without: if that works, the error says
 /// the inline size is too large.
 pub(super) fn create_parts(p: &Plan, o: &Opened, access: AccessFlags) -> Result<Parts> {
+    create_parts_min(p, o, access, 0)
+}
+
+/// [`create_parts`] with halves of at least `min_half` bytes (perftest's
+/// `-R` peer works within its cycle buffer, the larger page size, from the
+/// address we announce).
+pub(super) fn create_parts_min(
+    p: &Plan,
+    o: &Opened,
+    access: AccessFlags,
+    min_half: u64,
+) -> Result<Parts> {
     let page = page_size();
-    let half = (p.max_size().max(64) as usize).div_ceil(page) * page;
+    let half = (p.max_size().max(64).max(min_half) as usize).div_ceil(page) * page;
     let pd = o.ctx.alloc_pd().context("couldn't allocate a PD")?;
     let mr = pd
         .alloc_mr(2 * half, AccessFlags::LOCAL_WRITE | access)
