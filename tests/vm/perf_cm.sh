@@ -1,12 +1,18 @@
 #!/bin/bash
-# perftest interop over rdma_cm: `rverbs perf write bw -R` with perftest's
-# `ib_write_bw -R` (Debian 12: perftest 4.5, version "6.06") on rxe0
-# (10.0.0.1). Three mixes (our server with their client, their server
-# with our client, ours<->ours), each for -s 4096 and -s 65536, -n 1000.
+# perftest interop over rdma_cm: `rverbs perf VERB KIND -R` with
+# perftest's `ib_VERB_KIND -R` (Debian 12: perftest 4.5, version "6.06")
+# on rxe0 (10.0.0.1). write bw: three mixes (our server with their
+# client, their server with our client, ours<->ours), each for -s 4096
+# and -s 65536, -n 1000. Every other test (send, read, atomic bw; send,
+# write, read, atomic lat): both mixes with perftest at one size, -n 100,
+# and ours<->ours on the first kernel.
 # A run passes when both processes exit 0 and the client's result row
-# parses with #bytes and #iterations echoing the request and an average
-# bandwidth > 0; the server's row (the client's figures, relayed over
-# perftest's report exchange) must echo #bytes and #iterations too.
+# parses with #bytes and #iterations echoing the request and a figure > 0
+# (average bandwidth; lat: average latency); the server's row must echo
+# #bytes and #iterations too: for write, read and atomic bw the client's
+# figures relayed over perftest's report exchange, for send bw and send
+# and write lat its own; the server of read and atomic lat prints no row
+# (perftest's does not), which is checked too.
 # Then our client against a port nobody listens on: a clear "rejected"
 # error within its retry window. Rows go to the interop matrix
 # ($RVERBS_REPORT); exits 1 if any failed.
@@ -46,43 +52,48 @@ failed=0
 . "$(dirname "$0")/lib/ourlib.sh"
 
 record() {
-    local mix=$1 size=$2 why=$3 result=ok
+    local mix=$1 test=$2 size=$3 why=$4 result=ok
     if [ -n "$why" ]; then
         result="FAIL (${why%; })"
         failed=$((failed + 1))
     fi
     echo "--- result: $result"
-    rows+=("$(printf '%-32s %-18s %-6s %s' "$mix" "write bw -R" "$size" "$result")")
+    rows+=("$(printf '%-32s %-18s %-6s %s' "$mix" "$test -R" "$size" "$result")")
     if [ -n "${RVERBS_REPORT:-}" ]; then
-        printf '%s\t%s\t%s\t%s\n' "$mix" "rdma_cm perf write bw -R" "$size" "$result" \
+        printf '%s\t%s\t%s\t%s\n' "$mix" "rdma_cm perf $test -R" "$size" "$result" \
             >>"$RVERBS_REPORT"
     fi
 }
 
-# cmd_of WHO ROLE SIZE PORT: the command line of one side.
+# cmd_of WHO ROLE TEST SIZE PORT: the command line of one side ("-" as
+# SIZE: no -s, the test's own: atomics move 8 bytes).
 cmd_of() {
-    local who=$1 role=$2 size=$3 p=$4
+    local who=$1 role=$2 test=$3 size=$4 p=$5 s=""
+    [ "$size" = - ] || s="-s $size "
     if [ "$who" = ours ]; then
-        printf '%q perf write bw -R -d %s -s %s -n %s -p %s --timeout 60' \
-            "$ours" "$dev" "$size" "$iters" "$p"
+        printf '%q perf %s -R -d %s %s-n %s -p %s --timeout 60' \
+            "$ours" "$test" "$dev" "$s" "$iters" "$p"
     else
         [ "$who" = ourlib ] && ourlib_env
-        printf 'ib_write_bw -R -d %s -s %s -n %s -p %s -F' "$dev" "$size" "$iters" "$p"
+        printf 'ib_%s -R -d %s %s-n %s -p %s -F' "${test/ /_}" "$dev" "$s" "$iters" "$p"
     fi
     if [ "$role" = client ]; then
         printf ' %s' "$addr"
     fi
 }
 
-# The first result row after the "#bytes" header of file $1: bytes,
-# iterations, peak, average, message rate (empty if there is none).
+# The fields of the first result row after the "#bytes" header of file
+# $1 (empty if there is none): bw: bytes, iterations, peak, average,
+# message rate; lat: bytes, iterations, t_min, t_max, t_typical, t_avg...
 row_of() {
-    awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print $1, $2, $3, $4, $5; exit }' "$1"
+    awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { print; exit }' "$1"
 }
 
-# check_row SIDE FILE SIZE NEED_BW: what is wrong with the row, if anything.
+# check_row SIDE FILE SIZE FIELD: what is wrong with the row, if anything;
+# FIELD (the average bandwidth, 4, or latency, 6) must be > 0 unless it
+# is "no".
 check_row() {
-    local side=$1 file=$2 size=$3 need_bw=$4 r
+    local side=$1 file=$2 size=$3 field=$4 r
     r=$(row_of "$file")
     if [ -z "$r" ]; then
         printf '%s: no result row; ' "$side"
@@ -92,22 +103,27 @@ check_row() {
     set -- $r
     [ "${1:-}" = "$size" ] || printf '%s: #bytes %s, want %s; ' "$side" "${1:-}" "$size"
     [ "${2:-}" = "$iters" ] || printf '%s: #iterations %s, want %s; ' "$side" "${2:-}" "$iters"
-    if [ "$need_bw" = yes ]; then
-        awk -v bw="${4:-0}" 'BEGIN { exit !(bw + 0 > 0) }' ||
-            printf '%s: average bandwidth %s not > 0; ' "$side" "${4:-}"
+    if [ "$field" != no ]; then
+        local v=${!field:-0}
+        awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' ||
+            printf '%s: figure %s (column %s) not > 0; ' "$side" "$v" "$field"
     fi
 }
 
+# run_mix SERVER CLIENT SIZE [TEST]: one run (TEST: "write bw" unless
+# given; SIZE "-" for the test's own).
 run_mix() {
-    local srv=$1 cli=$2 size=$3
+    local srv=$1 cli=$2 size=$3 test=${4:-write bw}
     local mix="$srv(server)<->$cli(client)"
     [ "$srv" = "$cli" ] && mix="$srv<->$cli"
     port=$((port + 1))
     local so="$work/$port.server" co="$work/$port.client" why=""
     local scmd ccmd
-    scmd=$(cmd_of "$srv" server "$size" "$port")
-    ccmd=$(cmd_of "$cli" client "$size" "$port")
-    echo "=== $mix size $size (port $port)"
+    scmd=$(cmd_of "$srv" server "$test" "$size" "$port")
+    ccmd=$(cmd_of "$cli" client "$test" "$size" "$port")
+    local want=$size
+    [ "$size" = - ] && want=8
+    echo "=== $mix $test size $size (port $port)"
     echo "server: $scmd"
     echo "client: $ccmd"
     run_cm_pair "$port" "$limit" "$scmd" "$so" "$ccmd" "$co"
@@ -116,15 +132,22 @@ run_mix() {
     # perftest's own timing prints 0.00 under TCG now and then (its cycle
     # counter against the CPU's nominal clock): on our library's rows the
     # row must echo the size and count, its bandwidth is not judged.
-    local need_bw=yes
-    [ "$srv" = ourlib ] || [ "$cli" = ourlib ] && need_bw=no
-    why+=$(check_row client "$co" "$size" "$need_bw")
-    why+=$(check_row server "$so" "$size" no)
+    local field=4
+    [ "${test#* }" = lat ] && field=6
+    [ "$srv" = ourlib ] || [ "$cli" = ourlib ] && field=no
+    why+=$(check_row client "$co" "$want" "$field")
+    case $test in
+    "read lat" | "atomic lat")
+        # perftest's server of these prints no result row; ours neither.
+        [ -z "$(row_of "$so")" ] || why+="server: a result row, want none; "
+        ;;
+    *) why+=$(check_row server "$so" "$want" no) ;;
+    esac
     echo "--- server output:"
     cat "$so" "$so.err" 2>/dev/null
     echo "--- client output:"
     cat "$co" "$co.err" 2>/dev/null
-    record "$mix" "$size" "$why"
+    record "$mix" "$test" "$size" "$why"
 }
 
 for size in $(kernel_sizes 4096 65536 -- 4096); do
@@ -140,6 +163,20 @@ if ourlib_first_kernel perf_cm; then
     run_mix perftest ourlib 4096
 fi
 
+# Every other test, -n 100: both ways with perftest, and ours<->ours on
+# the first kernel.
+iters=100
+t_other=$(date +%s)
+for t in "send bw:4096" "read bw:4096" "atomic bw:-" "send lat:64" "write lat:64" \
+    "read lat:64" "atomic lat:-"; do
+    run_mix ours perftest "${t#*:}" "${t%%:*}"
+    run_mix perftest ours "${t#*:}" "${t%%:*}"
+    if first_kernel; then
+        run_mix ours ours "${t#*:}" "${t%%:*}"
+    fi
+done
+echo "perf_cm: the tests other than write bw took $(($(date +%s) - t_other)) s"
+
 # Nobody listening: our client gives up with a clear error (the server
 # refuses the request: rejected) within its 5 s of retries, not a hang.
 port=$((port + 1))
@@ -154,7 +191,7 @@ why=""
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || why+="exit $rc, want a failure of its own; "
 grep -qi "rejected" "$work/none.err" || why+="no 'rejected' in the error; "
 [ "$took" -le 30 ] || why+="took ${took}s; "
-record "ours(client), nobody listening" - "$why"
+record "ours(client), nobody listening" "write bw" - "$why"
 
 echo
 printf '%-32s %-18s %-6s %s\n' mix test size result
