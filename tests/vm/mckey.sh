@@ -52,10 +52,11 @@ record() {
     fi
 }
 
-# cmd_of WHO ROLE GROUP SIZE EXTRA: the command line (mckey's stdout is
-# made line-buffered, so that its "joined" line shows while it runs).
+# cmd_of WHO ROLE GROUP SIZE EXTRA [COUNT]: the command line (mckey's
+# stdout is made line-buffered, so that its "joined" line shows while it
+# runs); COUNT (default $count) is the datagrams to send or to wait for.
 cmd_of() {
-    local who=$1 role=$2 group=$3 size=$4 extra=$5 s=""
+    local who=$1 role=$2 group=$3 size=$4 extra=$5 n=${6:-$count} s=""
     [ "$role" = sender ] && s=" -s"
     if [ "$who" = ours ]; then
         printf '%q mckey' "$ours"
@@ -69,7 +70,7 @@ cmd_of() {
     else
         printf 'stdbuf -oL mckey'
     fi
-    printf ' -m %s -b %s -C %s -S %s%s%s' "$group" "$addr" "$count" "$size" "$s" "$extra"
+    printf ' -m %s -b %s -C %s -S %s%s%s' "$group" "$addr" "$n" "$size" "$s" "$extra"
 }
 
 check_out() {
@@ -90,7 +91,14 @@ run_mix() {
     local group="239.1.2.$run_no"
     local ro="$work/$run_no.rcv" so="$work/$run_no.snd" why="" rpid rrc=0 src=0
     local rcmd scmd
-    rcmd=$(cmd_of "$rcv" receiver "$group" "$size" "$extra")
+    # Even slowed by strace, rdma-core's sender loses some of its
+    # datagrams on a busy machine (3 or 8 of 10 arrived in one run): our
+    # receiver then waits for the first one only, which still proves the
+    # join, the attach and the datagram's format (length and immediate
+    # checked). Our own sender's count is asserted in full elsewhere.
+    local rcount=$count
+    [ "$rcv" = ours ] && [ "$snd" = rdma-core ] && rcount=1
+    rcmd=$(cmd_of "$rcv" receiver "$group" "$size" "$extra" "$rcount")
     scmd=$(cmd_of "$snd" sender "$group" "$size" "$extra$sextra")
     echo "=== $mix, $what, size $size, group $group"
     echo "receiver: $rcmd"
