@@ -31,19 +31,24 @@ mod cmd {
     pub const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 }
 
-/// Issues one `membarrier(2)` command; `true` if the kernel did it.
-fn membarrier(cmd: libc::c_int) -> bool {
+/// `membarrier(2)` with command `cmd`: the kernel's answer (a mask for
+/// QUERY, 0 for the others), negative if it refused.
+fn call(cmd: libc::c_int) -> libc::c_long {
     // SAFETY: membarrier takes two integers and a CPU number (unused
     // without MEMBARRIER_CMD_FLAG_CPU) and touches no memory of ours.
-    let r = unsafe {
+    unsafe {
         libc::syscall(
             libc::SYS_membarrier,
             cmd,
             0 as libc::c_uint,
             0 as libc::c_int,
         )
-    };
-    r >= 0
+    }
+}
+
+/// Issues one `membarrier(2)` command; `true` if the kernel did it.
+fn membarrier(cmd: libc::c_int) -> bool {
+    call(cmd) >= 0
 }
 
 /// Whether this process may pair [`light`] with [`heavy`]: asked of the
@@ -51,8 +56,8 @@ fn membarrier(cmd: libc::c_int) -> bool {
 pub(crate) fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        // SAFETY: as in `membarrier`; QUERY returns the supported commands.
-        let mask = unsafe { libc::syscall(libc::SYS_membarrier, cmd::QUERY, 0, 0) };
+        // QUERY answers the commands the kernel has.
+        let mask = call(cmd::QUERY);
         let wanted = libc::c_long::from(cmd::PRIVATE_EXPEDITED | cmd::REGISTER_PRIVATE_EXPEDITED);
         // Issued once too: a filter (seccomp) may allow the query and the
         // registration and still refuse the command itself.
@@ -105,8 +110,7 @@ mod tests {
             light();
             heavy();
         }
-        // SAFETY: as in `membarrier`.
-        let mask = unsafe { libc::syscall(libc::SYS_membarrier, cmd::QUERY, 0, 0) };
+        let mask = call(cmd::QUERY);
         if mask >= 0 && mask & libc::c_long::from(cmd::PRIVATE_EXPEDITED) != 0 {
             assert!(
                 available(),
