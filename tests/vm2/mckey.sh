@@ -31,10 +31,10 @@ SELF=10.0.1.1
 tool() {
     case "$1" in
     # mckey's stdout line-buffered, so that its "joined" line shows while
-    # it runs; its sender slowed by strace (see tests/vm/mckey.sh: it
-    # destroys its QP right after posting its sends unsignaled, before
-    # rxe sent them).
-    rdma-core) [ "$2" = sender ] && echo "strace -f -qq -o /dev/null stdbuf -oL mckey" || echo "stdbuf -oL mckey" ;;
+    # it runs; its sender held back by strace, each write() delayed
+    # 100 ms (see tests/vm/mckey.sh: it destroys its QP right after
+    # posting its sends unsignaled, before rxe sent them).
+    rdma-core) [ "$2" = sender ] && echo "strace -f -qq -o /dev/null -e trace=write -e inject=write:delay_enter=100000 stdbuf -oL mckey" || echo "stdbuf -oL mckey" ;;
     rverbs) echo "$RVERBS mckey" ;;
     esac
 }
