@@ -103,6 +103,7 @@ pub mod pd;
 mod provider;
 pub mod qp;
 pub mod srq;
+pub mod stream;
 #[allow(unsafe_code)]
 mod sys;
 #[cfg(test)]

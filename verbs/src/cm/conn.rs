@@ -1404,6 +1404,12 @@ impl Connection {
 }
 
 impl Connection {
+    /// The fd its events arrive on, for a crate-internal `poll` beside
+    /// other fds (the stream's CQ channel).
+    pub(crate) fn cm_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.id.fd()
+    }
+
     /// Waits until an event (a disconnect) is queued, without taking it:
     /// `Ok(true)`, or `Ok(false)` when `timeout` (`None`: no limit) passed
     /// first.

@@ -1,0 +1,292 @@
+//! `rverbs::stream` (rsockets over RC) against the real kernel (VM, rxe0 on
+//! veth0 = 10.0.0.1), both ends ours: bytes arrive intact and in order
+//! through buffer wrap-around, grants and credits running out; a half
+//! close gives end of file one way while the other still flows; a reader
+//! that stops makes the writer time out with bounded memory; requests and
+//! answers without rsockets' connection data are refused. Interop with
+//! librdmacm's rsockets (rstream) is tests/vm/rstream.sh.
+
+#![forbid(unsafe_code)]
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rverbs::cm::{ConnParams, Listener, Resolved};
+use rverbs::stream::{RdmaListener, RdmaStream, StreamOptions};
+use rverbs::{QpCap, QpInitAttr, QpType};
+
+/// The address of rxe0's netdev in the VM.
+const RXE_IP: &str = "10.0.0.1";
+
+fn any_port() -> SocketAddr {
+    format!("{RXE_IP}:0").parse().unwrap()
+}
+
+/// Byte `i` of a test stream.
+fn pattern(i: usize) -> u8 {
+    (i.wrapping_mul(131) ^ (i >> 9)) as u8
+}
+
+/// A listener, and a thread that accepts one stream and runs `serve`.
+fn serve<T: Send + 'static>(
+    opts: StreamOptions,
+    serve: impl FnOnce(RdmaStream) -> T + Send + 'static,
+) -> (SocketAddr, thread::JoinHandle<T>) {
+    let l = opts.bind(any_port()).expect("listen on rxe0's address");
+    let addr = l.local_addr();
+    let h = thread::spawn(move || {
+        let (s, peer) = l.accept().expect("accept");
+        assert_eq!(peer.ip(), addr.ip());
+        serve(s)
+    });
+    (addr, h)
+}
+
+/// Writes `total` pattern bytes in chunks cycling through `chunks`, while
+/// the server echoes them; reads the echo back and checks every byte.
+fn echo_round(opts: StreamOptions, recv_buf: usize, total: usize, chunks: &[usize]) {
+    let (addr, server) = serve(opts.clone(), |mut s| {
+        let mut buf = vec![0u8; 70_000];
+        let mut n = 0usize;
+        loop {
+            let got = s.read(&mut buf).expect("server read");
+            if got == 0 {
+                break;
+            }
+            s.write_all(&buf[..got]).expect("server echo");
+            n += got;
+        }
+        n
+    });
+    let mut c = opts.connect(addr).expect("connect");
+    assert_eq!(c.peer_addr(), Some(addr));
+    let data: Vec<u8> = (0..total).map(pattern).collect();
+    // One `&mut` stream cannot be read by another thread: interleave.
+    // Bytes in flight stay under what both receive buffers hold (the
+    // server writes its echo before it reads on), so neither side waits
+    // on the other for good.
+    let limit = recv_buf / 2;
+    assert!(chunks.iter().all(|&c| c <= recv_buf));
+    let mut sent = 0usize;
+    let mut back = Vec::with_capacity(total);
+    let mut buf = vec![0u8; 100_000];
+    c.set_read_timeout(Some(Duration::from_secs(20)));
+    for k in 0.. {
+        if back.len() == total {
+            break;
+        }
+        if sent < total {
+            let n = chunks[k % chunks.len()].min(total - sent);
+            c.write_all(&data[sent..sent + n]).expect("client write");
+            sent += n;
+        }
+        let keep = if sent == total { 0 } else { limit };
+        while sent - back.len() > keep {
+            let got = c.read(&mut buf).expect("client read");
+            assert!(got > 0, "end of file after {} of {total} bytes", back.len());
+            back.extend_from_slice(&buf[..got]);
+        }
+    }
+    assert_eq!(back.len(), total);
+    if let Some(i) = (0..total).find(|&i| back[i] != data[i]) {
+        panic!(
+            "byte {i} of {total} came back {:#x}, sent {:#x}",
+            back[i], data[i]
+        );
+    }
+    c.shutdown(Shutdown::Both).expect("shutdown");
+    assert_eq!(server.join().unwrap(), total, "bytes the server echoed");
+}
+
+#[test]
+fn echo_default_sizes() {
+    // 3 MiB through 128 KiB buffers: each side's ring wraps many times;
+    // chunks cross the inline size, the 2 KiB to 64 KiB message sizes
+    // and the buffer halves.
+    echo_round(
+        StreamOptions::new(),
+        128 << 10,
+        3 << 20,
+        &[1, 64, 65, 4000, 70_000, 65_536, 100_000, 7],
+    );
+}
+
+#[test]
+fn echo_small_buffers_and_queues() {
+    // 4 KiB buffers and 16-deep queues: grants and credits run out all
+    // the time, and no byte goes inline.
+    echo_round(
+        StreamOptions::new()
+            .send_buffer(4096)
+            .recv_buffer(4096)
+            .sq_size(16)
+            .rq_size(16)
+            .inline_size(0),
+        4096,
+        300_000,
+        &[1, 2, 3, 1000, 4096, 2049, 3000],
+    );
+}
+
+#[test]
+fn half_close_gives_end_of_file_one_way() {
+    let (addr, server) = serve(StreamOptions::new(), |mut s| {
+        let mut got = Vec::new();
+        s.read_to_end(&mut got)
+            .expect("read until the client's shutdown");
+        // The client still reads: answer after its end of file.
+        s.write_all(&(got.len() as u32).to_be_bytes()).unwrap();
+        s.write_all(&got).unwrap();
+        got.len()
+    });
+    let mut c = RdmaStream::connect(addr).unwrap();
+    let msg: Vec<u8> = (0..100_000).map(pattern).collect();
+    c.write_all(&msg).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let err = c.write(b"x").expect_err("a write after shutdown(Write)");
+    assert_eq!(err.kind(), ErrorKind::BrokenPipe);
+    let mut answer = Vec::new();
+    c.set_read_timeout(Some(Duration::from_secs(20)));
+    c.read_to_end(&mut answer)
+        .expect("read the answer to end of file");
+    assert_eq!(&answer[..4], &100_000u32.to_be_bytes());
+    assert!(answer[4..] == msg[..], "the echoed bytes differ");
+    assert_eq!(server.join().unwrap(), 100_000);
+}
+
+#[test]
+fn stopped_reader_times_out_the_writer() {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let (addr, server) = serve(StreamOptions::new(), move |mut s| {
+        // Read nothing until told, then everything.
+        rx.recv().unwrap();
+        let mut n = 0usize;
+        let mut buf = vec![0u8; 65536];
+        loop {
+            let got = s.read(&mut buf).unwrap();
+            if got == 0 {
+                return n;
+            }
+            for (j, b) in buf[..got].iter().enumerate() {
+                assert_eq!(*b, pattern(n + j), "byte {}", n + j);
+            }
+            n += got;
+        }
+    });
+    let mut c = RdmaStream::connect(addr).unwrap();
+    c.set_write_timeout(Some(Duration::from_millis(500)));
+    let data: Vec<u8> = (0..1 << 20).map(pattern).collect();
+    let mut sent = 0usize;
+    let start = Instant::now();
+    let err = loop {
+        match c.write(&data[sent..sent + 8192]) {
+            Ok(n) => sent += n,
+            Err(e) => break e,
+        }
+        assert!(
+            sent < data.len() - 8192,
+            "1 MiB went out to a reader that reads nothing"
+        );
+    };
+    assert_eq!(err.kind(), ErrorKind::TimedOut, "{err}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // What went out is what the peer's 128 KiB buffer (its first half,
+    // then the second, granted only as it is read) could take.
+    assert!(
+        sent <= 128 << 10,
+        "{sent} bytes accepted by a reader that reads nothing"
+    );
+    // A non-blocking write says so at once.
+    c.set_nonblocking(true);
+    assert_eq!(
+        c.write(&data[sent..]).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    c.set_nonblocking(false);
+    tx.send(()).unwrap();
+    c.set_write_timeout(None);
+    c.write_all(&data[sent..])
+        .expect("the rest, once the reader reads");
+    drop(c);
+    assert_eq!(server.join().unwrap(), data.len());
+}
+
+#[test]
+fn requests_without_connection_data_are_refused() {
+    // A plain rdma_cm client (no rsockets data) is rejected; the listener
+    // then accepts a stream as usual.
+    let l = RdmaListener::bind(any_port()).unwrap();
+    let addr = l.local_addr();
+    let server = thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut b = [0u8; 3];
+        s.read_exact(&mut b).unwrap();
+        b
+    });
+    let id = Resolved::resolve(addr, Duration::from_secs(5)).unwrap();
+    let ctx = id.device().open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
+        .unwrap();
+    let params = ConnParams {
+        private_data: vec![7; 40],
+        timeout: Duration::from_secs(10),
+        ..ConnParams::default()
+    };
+    let err = id
+        .connect(qp, &params)
+        .expect_err("a connect with junk private data");
+    assert!(err.to_string().contains("reject"), "{err}");
+    let mut s = RdmaStream::connect(addr).unwrap();
+    s.write_all(b"abc").unwrap();
+    assert_eq!(&server.join().unwrap(), b"abc");
+}
+
+#[test]
+fn answers_without_connection_data_are_refused() {
+    // A plain rdma_cm server accepts with junk private data: the connect
+    // fails with InvalidData instead of trusting it.
+    let l = Listener::bind(any_port(), 1).unwrap();
+    let addr = l.local_addr();
+    let server = thread::spawn(move || {
+        let req = l
+            .get_request(Some(Duration::from_secs(20)))
+            .unwrap()
+            .unwrap();
+        let ctx = req.device().open().unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(8).unwrap();
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
+            .unwrap();
+        let params = ConnParams {
+            private_data: vec![2; 40],
+            ..ConnParams::default()
+        };
+        let conn = req.accept(qp, &params);
+        thread::sleep(Duration::from_millis(500));
+        drop(conn);
+    });
+    let err = RdmaStream::connect(addr).expect_err("a stream to a server without rsockets");
+    assert_eq!(err.kind(), ErrorKind::InvalidData, "{err}");
+    assert!(err.to_string().contains("version 2"), "{err}");
+    server.join().unwrap();
+}
+
+#[test]
+fn bad_options_are_refused() {
+    for o in [
+        StreamOptions::new().recv_buffer(4097),
+        StreamOptions::new().recv_buffer(100),
+        StreamOptions::new().send_buffer(0),
+    ] {
+        let e = o.connect(format!("{RXE_IP}:1")).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        let e = o.bind(any_port()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    }
+}

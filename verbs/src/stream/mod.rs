@@ -1,0 +1,406 @@
+//! Byte streams over RDMA that speak librdmacm's **rsockets** protocol:
+//! [`RdmaListener`] and [`RdmaStream`], used like `TcpListener` and
+//! `TcpStream` (`std::io::Read` and `Write`), interoperable with C
+//! programs on rsockets (`rstream`, `riostream`, `rcopy`, anything
+//! preloaded with `librspreload`), with no C.
+//!
+//! A connection is an RC QP set up through rdma_cm (the TCP port space,
+//! so an rsocket's address and port are those it was bound to). Each side
+//! registers a receive buffer the peer writes into directly; data is
+//! copied into a registered send ring (or, up to the inline size, straight
+//! into the work request) and goes out as RDMA WRITE WITH IMMEDIATE, so
+//! the receiver's CPU only copies it out. Flow control is rsockets':
+//! credits (one per message the receiver can take) and buffer grants (the
+//! receiver hands out its buffer in halves as it is read). The connection
+//! data exchanged in the CM's private data, the immediates, and the
+//! grants' layout are [`wire`]'s.
+//!
+//! ```no_run
+//! use std::io::{Read, Write};
+//! use rverbs::stream::{RdmaListener, RdmaStream};
+//! # fn main() -> std::io::Result<()> {
+//! let listener = RdmaListener::bind("10.0.0.1:7471")?;
+//! std::thread::spawn(move || -> std::io::Result<()> {
+//!     let (mut s, _peer) = listener.accept()?;
+//!     let mut buf = [0u8; 5];
+//!     s.read_exact(&mut buf)?;
+//!     s.write_all(&buf)
+//! });
+//! let mut s = RdmaStream::connect("10.0.0.1:7471")?;
+//! s.write_all(b"hello")?;
+//! let mut back = [0u8; 5];
+//! s.read_exact(&mut back)?;
+//! assert_eq!(&back, b"hello");
+//! # Ok(()) }
+//! ```
+//!
+//! **Closing.** Dropping a stream closes both directions as rsockets'
+//! `rclose` does: a disconnect message, a bounded wait for the sends
+//! already posted, then the rdma_cm disconnect. The peer reads what was
+//! sent before, then end of file. A peer that goes away without closing
+//! (its process killed: its rdma_cm disconnects) is reported as
+//! `ConnectionReset` once the data that did arrive has been read; a work
+//! request that fails (a link gone for good) as `ConnectionAborted`; a
+//! peer that breaks the protocol (writes past its grant, ignores its
+//! credits) as `InvalidData`. Nothing a peer sends can make this side
+//! read or write outside its own buffers.
+//!
+//! **Not spoken (yet):** rsockets' direct placement (`riomap` /
+//! `riowrite`: a peer's iomap descriptors are ignored and none is
+//! offered), keep-alive probes, the iWARP message-send mode, and AF_IB
+//! addresses.
+
+mod socket;
+pub mod wire;
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::cm::{CmId, ConnParams, Listener};
+use crate::Context;
+
+use socket::{io_err, Prepared, Socket};
+use wire::ConnData;
+
+/// How long a drop waits for the close to go out.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Sizes and limits of the streams a listener accepts or a connect
+/// makes: rsockets' socket options. Defaults are rsockets' own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamOptions {
+    send_buf: u32,
+    recv_buf: u32,
+    inline: u16,
+    sq_size: u16,
+    rq_size: u16,
+    timeout: Duration,
+    source: Option<SocketAddr>,
+}
+
+impl Default for StreamOptions {
+    /// 128 KiB each way, 64 bytes inline, 384-deep queues (rsockets'
+    /// defaults), 10 s per connection step.
+    fn default() -> Self {
+        StreamOptions {
+            send_buf: 1 << 17,
+            recv_buf: 1 << 17,
+            inline: 64,
+            sq_size: 384,
+            rq_size: 384,
+            timeout: Duration::from_secs(10),
+            source: None,
+        }
+    }
+}
+
+impl StreamOptions {
+    /// rsockets' defaults ([`StreamOptions::default`]).
+    pub fn new() -> StreamOptions {
+        StreamOptions::default()
+    }
+
+    /// The send buffer's size in bytes (the registered ring data is
+    /// copied into). rsockets doubles what `SO_SNDBUF` is given, as Linux
+    /// does: its `SO_SNDBUF` of `n` is `send_buffer(2 * n)` here. From
+    /// 4 KiB to 1 GiB.
+    pub fn send_buffer(mut self, bytes: u32) -> Self {
+        self.send_buf = bytes;
+        self
+    }
+
+    /// The receive buffer's size in bytes (registered for the peer's
+    /// writes, granted to it in halves): even, from 4 KiB to 1 GiB.
+    /// rsockets' `SO_RCVBUF` of `n` is `recv_buffer(2 * n)` here.
+    pub fn recv_buffer(mut self, bytes: u32) -> Self {
+        self.recv_buf = bytes;
+        self
+    }
+
+    /// Data messages up to this size go inline in the work request
+    /// (rsockets' `RDMA_INLINE`; the device may lower it, 0 turns it off).
+    pub fn inline_size(mut self, bytes: u16) -> Self {
+        self.inline = bytes;
+        self
+    }
+
+    /// The send queue's depth (rsockets' `RDMA_SQSIZE`; kept within 16
+    /// and what the device offers).
+    pub fn sq_size(mut self, n: u16) -> Self {
+        self.sq_size = n;
+        self
+    }
+
+    /// The receive queue's depth, which is also the credits the peer gets
+    /// (rsockets' `RDMA_RQSIZE`; kept within 16 and what the device
+    /// offers).
+    pub fn rq_size(mut self, n: u16) -> Self {
+        self.rq_size = n;
+        self
+    }
+
+    /// The longest wait of each connection step (address, route, the
+    /// peer's answer).
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Connects from this local address (its port 0 for any), as
+    /// `bind` before `connect`.
+    pub fn source(mut self, addr: SocketAddr) -> Self {
+        self.source = Some(addr);
+        self
+    }
+
+    fn check(&self) -> io::Result<()> {
+        let range = 2 * socket::SNDLOWAT..=1 << 30;
+        let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+        if !range.contains(&self.send_buf) {
+            return bad(format!(
+                "send buffer of {} bytes: 4096 to 1 GiB supported",
+                self.send_buf
+            ));
+        }
+        if !range.contains(&self.recv_buf) || self.recv_buf % 2 != 0 {
+            return bad(format!(
+                "receive buffer of {} bytes: an even size from 4096 to 1 GiB supported",
+                self.recv_buf
+            ));
+        }
+        Ok(())
+    }
+
+    /// Connects to `addr` (each address it resolves to in turn, as
+    /// `TcpStream::connect`) with these options.
+    pub fn connect(&self, addr: impl ToSocketAddrs) -> io::Result<RdmaStream> {
+        self.check()?;
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match self.connect_one(a) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")
+        }))
+    }
+
+    fn connect_one(&self, dst: SocketAddr) -> io::Result<RdmaStream> {
+        let mut id = CmId::new().map_err(io_err)?;
+        if let Some(src) = self.source {
+            id.bind(src).map_err(io_err)?;
+        }
+        let resolved = id.resolve(dst, self.timeout).map_err(io_err)?;
+        let ctx = context_for(resolved.device())?;
+        let mut p = Prepared::new(&ctx, self).map_err(io_err)?;
+        resolved.init_qp(&mut p.qp).map_err(io_err)?;
+        p.post_recvs().map_err(io_err)?;
+        let params = conn_params(&p, self.timeout);
+        let Prepared { qp, parts } = p;
+        let conn = resolved.connect(qp, &params).map_err(io_err)?;
+        let peer = ConnData::decode(conn.private_data()).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{dst} answered without rsockets' connection data: {e}"),
+            )
+        })?;
+        Ok(RdmaStream::new(Socket::new(conn, parts, &peer)?))
+    }
+
+    /// Listens on `addr` with these options for the streams it accepts.
+    pub fn bind(&self, addr: impl ToSocketAddrs) -> io::Result<RdmaListener> {
+        self.check()?;
+        let mut last = None;
+        for a in addr.to_socket_addrs()? {
+            match Listener::bind(a, 128) {
+                Ok(listener) => {
+                    return Ok(RdmaListener {
+                        listener,
+                        opts: self.clone(),
+                    })
+                }
+                Err(e) => last = Some(io_err(e)),
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")))
+    }
+}
+
+/// rsockets' connection parameters: this side's connection data as
+/// private data, no RDMA READ either way, every retry.
+fn conn_params(p: &Prepared, timeout: Duration) -> ConnParams {
+    ConnParams {
+        private_data: p.parts.conn_data().encode().to_vec(),
+        responder_resources: 0,
+        initiator_depth: 0,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        timeout,
+    }
+}
+
+/// The device contexts opened so far, one per device, shared by every
+/// stream (as librdmacm keeps one per device).
+static CONTEXTS: Mutex<Vec<Context>> = Mutex::new(Vec::new());
+
+fn context_for(device: &crate::Device) -> io::Result<Context> {
+    let mut all = CONTEXTS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(c) = all.iter().find(|c| c.device().name() == device.name()) {
+        return Ok(c.clone());
+    }
+    let c = device.open().map_err(io_err)?;
+    all.push(c.clone());
+    Ok(c)
+}
+
+/// A listening rsocket: accepts [`RdmaStream`]s.
+#[derive(Debug)]
+pub struct RdmaListener {
+    listener: Listener,
+    opts: StreamOptions,
+}
+
+impl RdmaListener {
+    /// Listens on `addr` with rsockets' default sizes.
+    pub fn bind(addr: impl ToSocketAddrs) -> io::Result<RdmaListener> {
+        StreamOptions::default().bind(addr)
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr()
+    }
+
+    /// Waits for a connection and accepts it. A request that does not
+    /// carry rsockets' connection data is rejected and the wait goes on.
+    pub fn accept(&self) -> io::Result<(RdmaStream, SocketAddr)> {
+        loop {
+            let Some(req) = self.listener.get_request(None).map_err(io_err)? else {
+                continue;
+            };
+            let peer = match ConnData::decode(req.private_data()) {
+                Ok(p) => p,
+                Err(_) => {
+                    let _ = req.reject(&[]);
+                    continue;
+                }
+            };
+            let peer_addr = req
+                .peer_addr()
+                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+            let ctx = context_for(req.device())?;
+            let mut p = match Prepared::new(&ctx, &self.opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = req.reject(&[]);
+                    return Err(io_err(e));
+                }
+            };
+            req.init_qp(&mut p.qp).map_err(io_err)?;
+            p.post_recvs().map_err(io_err)?;
+            let params = conn_params(&p, self.opts.timeout);
+            let Prepared { qp, parts } = p;
+            let conn = req.accept(qp, &params).map_err(io_err)?;
+            return Ok((RdmaStream::new(Socket::new(conn, parts, &peer)?), peer_addr));
+        }
+    }
+}
+
+/// A connected rsocket: a byte stream over an RC QP.
+pub struct RdmaStream {
+    sock: Socket,
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for RdmaStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaStream")
+            .field("local_addr", &self.local_addr())
+            .field("peer_addr", &self.peer_addr())
+            .field("fault", &self.sock.fault)
+            .finish()
+    }
+}
+
+impl RdmaStream {
+    /// Connects to `addr` with rsockets' default sizes.
+    pub fn connect(addr: impl ToSocketAddrs) -> io::Result<RdmaStream> {
+        StreamOptions::default().connect(addr)
+    }
+
+    fn new(sock: Socket) -> RdmaStream {
+        RdmaStream {
+            sock,
+            read_timeout: None,
+            write_timeout: None,
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.sock.conn.peer_addr()
+    }
+
+    /// This side's address.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.sock.conn.local_addr()
+    }
+
+    /// Closes the read side, the write side, or both (as rsockets'
+    /// `rshutdown`): the peer reads end of file once it read what was
+    /// sent. Waits up to 2 s for the sends already posted.
+    pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
+        self.sock.shutdown(how, CLOSE_TIMEOUT)
+    }
+
+    /// A read waits at most this long (`None`: no limit), then fails with
+    /// `TimedOut`.
+    pub fn set_read_timeout(&mut self, t: Option<Duration>) {
+        self.read_timeout = t;
+    }
+
+    /// A write waits at most this long for room (`None`: no limit), then
+    /// fails with `TimedOut`.
+    pub fn set_write_timeout(&mut self, t: Option<Duration>) {
+        self.write_timeout = t;
+    }
+
+    /// Reads and writes that would wait fail with `WouldBlock` instead.
+    pub fn set_nonblocking(&mut self, on: bool) {
+        self.sock.nonblocking = on;
+    }
+
+    /// Whether received data is waiting to be read.
+    pub fn has_data(&self) -> bool {
+        self.sock.has_data()
+    }
+}
+
+impl Read for RdmaStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.recv(buf, self.read_timeout)
+    }
+}
+
+impl Write for RdmaStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.sock.send(buf, self.write_timeout)
+    }
+
+    /// Nothing is buffered: data is posted as it is written.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RdmaStream {
+    fn drop(&mut self) {
+        let _ = self.sock.shutdown(Shutdown::Both, CLOSE_TIMEOUT);
+    }
+}

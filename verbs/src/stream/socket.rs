@@ -1,0 +1,964 @@
+//! One rsockets connection: its verbs objects and the protocol's state
+//! (credits, buffer grants, the ring of received messages), driven by
+//! polling its CQ. The public types in `super` wrap it.
+//!
+//! The protocol, as rsockets speaks it: each side registers a receive
+//! buffer (`rbuf`) the peer may write and a two-entry target list
+//! (`target`) the peer writes buffer grants into. Data goes out as RDMA
+//! WRITE WITH IMMEDIATE into the space granted (the immediate: `Data` and
+//! the length), each consuming one of the peer's posted (empty) receives;
+//! the receiver reads the bytes in order from its buffer. As it frees
+//! space it grants the next half of its buffer (an RDMA WRITE of a
+//! descriptor into the sender's target list, immediate `Sgl` and the
+//! sequence number up to which the sender may send), or credits alone (a
+//! zero-length write with the same immediate). `Ctrl` messages close one
+//! or both directions.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use crate::cm::{CmEventKind, Connection};
+use crate::mr::PageBuf;
+use crate::opcode::Write;
+use crate::qp::{QpCap, QpInitAttr, QpType};
+use crate::{AccessFlags, CompChannel, Context, Cq, Mr, Qp, RecvWr, Sge, Wc, WcStatus};
+
+use super::wire::{self, ConnData, Ctrl, Msg, Op, RsSge, SGE_LEN, SGL_SIZE};
+use super::StreamOptions;
+
+/// The first data message's size of a write; it doubles per message up to
+/// [`MAX_TRANSFER`] (rsockets' overlap start size).
+const OLAP_START_SIZE: u32 = 2048;
+/// The largest data message.
+const MAX_TRANSFER: u32 = 65536;
+/// Send-buffer space that must be free before data is sent.
+pub(super) const SNDLOWAT: u32 = 2048;
+/// Bounds of the queues' depths.
+pub(super) const QP_MIN_SIZE: u32 = 16;
+pub(super) const QP_MAX_SIZE: u32 = 0xfffe;
+/// Control messages in flight at most.
+const QP_CTRL_SIZE: u32 = 4;
+/// A control message's largest payload (a descriptor).
+const MAX_CTRL_MSG: u32 = SGE_LEN as u32;
+/// Marks a receive's work request id.
+const WR_ID_RECV: u64 = 1 << 63;
+/// Completions taken per poll.
+const WC_BATCH: usize = 16;
+
+/// How the connection ended, if it did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Fault {
+    /// The peer went away without closing (rdma_cm disconnect, or its
+    /// QP's error), while a direction was still open.
+    Reset,
+    /// A work request failed.
+    Failed(WcStatus),
+    /// The peer broke the protocol.
+    Protocol(String),
+    /// A local verbs call failed.
+    Local(String),
+}
+
+impl Fault {
+    pub(super) fn to_io(&self) -> io::Error {
+        match self {
+            Fault::Reset => io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                "the peer disconnected without closing the stream",
+            ),
+            Fault::Failed(s) => io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!("a work request failed: {}", s.as_str()),
+            ),
+            Fault::Protocol(m) => io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("rsockets protocol violation by the peer: {m}"),
+            ),
+            Fault::Local(m) => io::Error::other(m.clone()),
+        }
+    }
+}
+
+/// A library error as an I/O error (its errno where it has one).
+pub(super) fn io_err(e: crate::Error) -> io::Error {
+    match e {
+        crate::Error::Timeout(_) => io::Error::new(io::ErrorKind::TimedOut, e.to_string()),
+        crate::Error::InvalidArgument(_) => {
+            io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
+        }
+        crate::Error::Io { source, .. } => source,
+        other => match other.errno() {
+            Some(errno) => io::Error::new(
+                io::Error::from_raw_os_error(errno.raw()).kind(),
+                other.to_string(),
+            ),
+            None => io::Error::other(other.to_string()),
+        },
+    }
+}
+
+/// The verbs objects of a connection being set up: created on the route's
+/// device, the receives posted, before the CM connects the QP.
+pub(super) struct Prepared {
+    pub(super) qp: Qp,
+    pub(super) parts: Parts,
+}
+
+/// A prepared connection's objects other than its QP (which the CM's
+/// connect or accept takes).
+pub(super) struct Parts {
+    cq: Cq,
+    chan: CompChannel,
+    sbuf: Mr<PageBuf>,
+    rbuf: Mr<PageBuf>,
+    target: Mr<PageBuf>,
+    sizes: Sizes,
+}
+
+/// The sizes a connection settled on.
+#[derive(Clone, Copy, Debug)]
+struct Sizes {
+    sq_size: u32,
+    rq_size: u32,
+    sq_inline: u32,
+    sbuf_size: u32,
+    rbuf_size: u32,
+}
+
+impl Prepared {
+    /// PD, channel, CQ, RC QP and the three MRs on `ctx`, as rsockets
+    /// creates them (one CQ for both queues, every send signaled, two
+    /// gather entries for a wrapped send buffer).
+    pub(super) fn new(ctx: &Context, o: &StreamOptions) -> crate::Result<Prepared> {
+        let max = ctx
+            .query_device()?
+            .max_qp_wr
+            .clamp(QP_MIN_SIZE, QP_MAX_SIZE);
+        let sq_size = u32::from(o.sq_size).clamp(QP_MIN_SIZE, max);
+        let rq_size = u32::from(o.rq_size).clamp(QP_MIN_SIZE, max);
+        let pd = ctx.alloc_pd()?;
+        let chan = ctx.create_comp_channel()?;
+        let cq = ctx.create_cq_with(sq_size + rq_size, Some(&chan), 0)?;
+        let qp = pd.create_qp(
+            &QpInitAttr::new(QpType::Rc, &cq)
+                .cap(QpCap {
+                    max_send_wr: sq_size,
+                    max_recv_wr: rq_size,
+                    max_send_sge: 2,
+                    max_recv_sge: 1,
+                    max_inline_data: u32::from(o.inline),
+                })
+                .sq_sig_all(true),
+        )?;
+        let sq_inline = qp.cap().max_inline_data;
+        let sbuf_size = o.send_buf;
+        let rbuf_size = o.recv_buf;
+        // The send buffer, then a slot per control message in flight (for
+        // a descriptor that cannot go inline).
+        let sbuf = pd.alloc_mr(
+            (sbuf_size + MAX_CTRL_MSG * QP_CTRL_SIZE) as usize,
+            AccessFlags::LOCAL_WRITE,
+        )?;
+        let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let rbuf = pd.alloc_mr(rbuf_size as usize, remote)?;
+        let target = pd.alloc_mr(SGE_LEN * SGL_SIZE as usize, remote)?;
+        Ok(Prepared {
+            qp,
+            parts: Parts {
+                cq,
+                chan,
+                sbuf,
+                rbuf,
+                target,
+                sizes: Sizes {
+                    sq_size,
+                    rq_size,
+                    sq_inline,
+                    sbuf_size,
+                    rbuf_size,
+                },
+            },
+        })
+    }
+
+    /// Posts every receive (empty: data lands by RDMA WRITE, the
+    /// receive only carries its immediate).
+    pub(super) fn post_recvs(&mut self) -> crate::Result<()> {
+        for _ in 0..self.parts.sizes.rq_size {
+            self.qp.post_recv(&[RecvWr::new(WR_ID_RECV, &[])])?;
+        }
+        Ok(())
+    }
+}
+
+impl Parts {
+    /// This side's connection data: its receive queue's depth as the
+    /// peer's credits, its target list, the first half of its buffer.
+    pub(super) fn conn_data(&self) -> ConnData {
+        ConnData {
+            version: wire::VERSION,
+            flags: if wire::host_is_net() {
+                wire::FLAG_NET
+            } else {
+                0
+            },
+            credits: self.sizes.rq_size as u16,
+            target_iomap_size: 0,
+            target_sgl: RsSge {
+                addr: self.target.iova(),
+                key: self.target.rkey(),
+                length: SGL_SIZE,
+            },
+            data_buf: RsSge {
+                addr: self.rbuf.iova(),
+                key: self.rbuf.rkey(),
+                length: self.sizes.rbuf_size / 2,
+            },
+        }
+    }
+}
+
+/// A connected rsocket.
+pub(super) struct Socket {
+    /// Declared first: dropping it disconnects and destroys the QP before
+    /// the CQ and the memory the device may still write go.
+    pub(super) conn: Connection,
+    cq: Cq,
+    chan: CompChannel,
+    sbuf: Mr<PageBuf>,
+    rbuf: Mr<PageBuf>,
+    target: Mr<PageBuf>,
+    wc: [Wc; WC_BATCH],
+    sizes: Sizes,
+
+    // Sending.
+    /// Data messages sent, and the peer's limit for them.
+    sseq_no: u16,
+    sseq_comp: u16,
+    /// Send queue entries free for data.
+    sqe_avail: u32,
+    /// Send buffer bytes free, and where the next copy goes.
+    sbuf_bytes_avail: u32,
+    shead: u32,
+    /// The target list entry data goes to next.
+    target_sge: u32,
+    /// Control messages posted, and the limit (completions raise it).
+    ctrl_seqno: u32,
+    ctrl_max_seqno: u32,
+    /// The peer's target list, the entry the next grant goes to, and its
+    /// byte order.
+    remote_sgl: RsSge,
+    remote_sge: u32,
+    peer_net: bool,
+
+    // Receiving.
+    /// Data messages consumed, and the count at which credits are due.
+    rseq_no: u16,
+    rseq_comp: u16,
+    /// Lengths of the data messages not yet read (the first one partly
+    /// read), at most the receive queue's depth.
+    rmsg: VecDeque<u32>,
+    /// Where the next unread byte is.
+    rbuf_offset: u32,
+    /// Free buffer bytes not granted yet, and where they start.
+    rbuf_bytes_avail: u32,
+    rbuf_free_offset: u32,
+    /// Bytes granted to the peer and not yet written by it.
+    granted: u32,
+
+    readable: bool,
+    writable: bool,
+    connected: bool,
+    pub(super) fault: Option<Fault>,
+    pub(super) nonblocking: bool,
+}
+
+/// What a wait waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Until {
+    /// Data to read, or the read side closed.
+    Readable,
+    /// Room to send, or the write side closed.
+    Writable,
+    /// A control message slot, or the connection gone.
+    CtrlSlot,
+    /// Every send completed, or the connection gone.
+    SendsDone,
+}
+
+impl Socket {
+    /// The connected socket, from the prepared objects and the peer's
+    /// connection data.
+    pub(super) fn new(conn: Connection, p: Parts, peer: &ConnData) -> io::Result<Socket> {
+        let Parts {
+            cq,
+            chan,
+            sbuf,
+            rbuf,
+            mut target,
+            sizes,
+        } = p;
+        // The peer's first grant goes into our first target entry, in our
+        // byte order (as the peer writes later ones).
+        target
+            .write_at(0, &peer.data_buf.to_bytes(wire::host_is_net()))
+            .map_err(io_err)?;
+        Ok(Socket {
+            conn,
+            cq,
+            chan,
+            sbuf,
+            rbuf,
+            target,
+            wc: [Wc::default(); WC_BATCH],
+            sizes,
+            sseq_no: 0,
+            sseq_comp: peer.credits,
+            sqe_avail: sizes.sq_size - QP_CTRL_SIZE,
+            sbuf_bytes_avail: sizes.sbuf_size,
+            shead: 0,
+            target_sge: 0,
+            ctrl_seqno: 0,
+            ctrl_max_seqno: QP_CTRL_SIZE,
+            remote_sgl: peer.target_sgl,
+            remote_sge: 1,
+            peer_net: peer.is_net(),
+            rseq_no: 0,
+            rseq_comp: (sizes.rq_size / 2) as u16,
+            rmsg: VecDeque::with_capacity(sizes.rq_size as usize),
+            rbuf_offset: 0,
+            rbuf_bytes_avail: sizes.rbuf_size / 2,
+            rbuf_free_offset: sizes.rbuf_size / 2,
+            granted: sizes.rbuf_size / 2,
+            readable: true,
+            writable: true,
+            connected: true,
+            fault: None,
+            nonblocking: false,
+        })
+    }
+
+    fn qp(&mut self) -> &mut Qp {
+        self.conn.qp_mut()
+    }
+
+    fn fail(&mut self, f: Fault) {
+        if self.fault.is_none() {
+            self.fault = Some(f);
+        }
+        self.readable = false;
+        self.writable = false;
+        self.connected = false;
+    }
+
+    /// A verbs call's failure: the connection is unusable after it.
+    fn local(&mut self, what: &str, e: crate::Error) -> io::Error {
+        self.fail(Fault::Local(format!("{what}: {e}")));
+        io_err(e)
+    }
+
+    /// The target entry `i` as the peer last wrote it (or as sending
+    /// consumed it).
+    fn target_entry(&self, i: u32) -> RsSge {
+        let mut b = [0u8; SGE_LEN];
+        // In bounds: i < SGL_SIZE, the MR holds SGL_SIZE entries.
+        let _ = self.target.read_at(i as usize * SGE_LEN, &mut b);
+        RsSge::from_bytes(&b, wire::host_is_net())
+    }
+
+    fn set_target_entry(&mut self, i: u32, s: RsSge) {
+        let _ = self
+            .target
+            .write_at(i as usize * SGE_LEN, &s.to_bytes(wire::host_is_net()));
+    }
+
+    // ---- completions ----
+
+    /// Takes every completion there is and acts on it; reposts the
+    /// receives consumed.
+    fn poll_cq(&mut self) -> io::Result<()> {
+        let mut consumed = 0u32;
+        loop {
+            let n = match self.cq.poll(&mut self.wc) {
+                Ok(n) => n,
+                Err(e) => return Err(self.local("poll the stream's CQ", e)),
+            };
+            for i in 0..n {
+                let wc = self.wc[i];
+                if wc.wr_id() & WR_ID_RECV != 0 {
+                    if self.on_recv(&wc) {
+                        consumed += 1;
+                    }
+                } else {
+                    self.on_send(&wc);
+                }
+            }
+            if n < WC_BATCH {
+                break;
+            }
+        }
+        if self.connected {
+            for _ in 0..consumed {
+                if let Err(e) = self.qp().post_recv(&[RecvWr::new(WR_ID_RECV, &[])]) {
+                    return Err(self.local("repost a receive", e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A receive's completion: a message from the peer. Returns whether a
+    /// receive was consumed.
+    fn on_recv(&mut self, wc: &Wc) -> bool {
+        if !wc.is_success() {
+            if wc.status() != WcStatus::WR_FLUSH_ERR && self.connected {
+                self.fail(Fault::Failed(wc.status()));
+            }
+            return false;
+        }
+        let Some(imm) = wc.imm_data() else {
+            self.fail(Fault::Protocol(
+                "a message without immediate data (message-send mode is not spoken)".into(),
+            ));
+            return true;
+        };
+        let msg = Msg::from_imm(imm);
+        match msg.op {
+            Op::Sgl => self.sseq_comp = msg.data as u16,
+            Op::IomapSgl | Op::Write => {}
+            Op::Ctrl => match msg.ctrl() {
+                Some(Ctrl::Disconnect) => {
+                    self.readable = false;
+                    self.writable = false;
+                    self.connected = false;
+                }
+                Some(Ctrl::Shutdown) => {
+                    if self.writable {
+                        self.readable = false;
+                    } else {
+                        self.connected = false;
+                        self.readable = false;
+                    }
+                }
+                Some(Ctrl::Keepalive) | None => {}
+            },
+            Op::Data | Op::DataMore | Op::DraMore | Op::Rsvd => {
+                // rsockets takes the reserved ops as data too. The peer
+                // may write no more than it was granted, and no more
+                // messages than it had credits for.
+                if msg.data > self.granted {
+                    self.fail(Fault::Protocol(format!(
+                        "{} bytes sent where {} were granted",
+                        msg.data, self.granted
+                    )));
+                } else if self.rmsg.len() >= self.sizes.rq_size as usize {
+                    self.fail(Fault::Protocol(format!(
+                        "more than {} messages unread (credits ignored)",
+                        self.sizes.rq_size
+                    )));
+                } else {
+                    self.granted -= msg.data;
+                    self.rmsg.push_back(msg.data);
+                }
+            }
+        }
+        true
+    }
+
+    /// A send's completion (its work request id is the message's
+    /// immediate).
+    fn on_send(&mut self, wc: &Wc) {
+        let msg = Msg::from_imm(wc.wr_id() as u32);
+        match msg.op {
+            Op::Sgl => self.ctrl_max_seqno = self.ctrl_max_seqno.wrapping_add(1),
+            Op::Ctrl => {
+                self.ctrl_max_seqno = self.ctrl_max_seqno.wrapping_add(1);
+                if msg.ctrl() == Some(Ctrl::Disconnect) {
+                    self.connected = false;
+                }
+            }
+            Op::IomapSgl => self.sqe_avail += 1,
+            _ => {
+                self.sqe_avail += 1;
+                self.sbuf_bytes_avail = self.sbuf_bytes_avail.saturating_add(msg.data);
+            }
+        }
+        if !wc.is_success() && self.connected {
+            self.fail(Fault::Failed(wc.status()));
+        }
+    }
+
+    // ---- credits ----
+
+    fn ctrl_avail(&self) -> bool {
+        self.ctrl_seqno != self.ctrl_max_seqno
+    }
+
+    fn give_credits(&self) -> bool {
+        (self.rbuf_bytes_avail >= self.sizes.rbuf_size / 2
+            || (self.rseq_no as i16).wrapping_sub(self.rseq_comp as i16) >= 0)
+            && self.ctrl_avail()
+            && self.connected
+    }
+
+    fn update_credits(&mut self) -> io::Result<()> {
+        if self.give_credits() {
+            self.send_credits()?;
+        }
+        Ok(())
+    }
+
+    /// Grants the next half of the receive buffer if it is free (a
+    /// descriptor written into the peer's target list), or credits alone.
+    fn send_credits(&mut self) -> io::Result<()> {
+        let half = self.sizes.rbuf_size / 2;
+        self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
+        self.rseq_comp = self.rseq_no.wrapping_add((self.sizes.rq_size / 2) as u16);
+        // As rsockets: the 16-bit count plus the queue's depth, 29 bits.
+        let msg = Msg::new(Op::Sgl, u32::from(self.rseq_no) + self.sizes.rq_size);
+        let imm = msg.imm();
+        let r = if self.rbuf_bytes_avail >= half {
+            let sge = RsSge {
+                addr: self.rbuf.iova() + u64::from(self.rbuf_free_offset),
+                key: self.rbuf.rkey(),
+                length: half,
+            };
+            let bytes = sge.to_bytes(self.peer_net);
+            let remote = self
+                .remote_sgl
+                .addr
+                .wrapping_add(u64::from(self.remote_sge) * SGE_LEN as u64);
+            let rkey = self.remote_sgl.key;
+            let r = if self.sizes.sq_inline >= MAX_CTRL_MSG {
+                let bufs = [IoSlice::new(&bytes)];
+                let wr = Write::inline(u64::from(imm), &bufs, remote, rkey)
+                    .imm(imm)
+                    .build();
+                self.conn.qp_mut().post_send(&[wr])
+            } else {
+                let at =
+                    self.sizes.sbuf_size + MAX_CTRL_MSG * (self.ctrl_seqno & (QP_CTRL_SIZE - 1));
+                let _ = self.sbuf.write_at(at as usize, &bytes);
+                let sge = self.sbuf.sge(at as usize..(at + MAX_CTRL_MSG) as usize);
+                match sge {
+                    Ok(sge) => {
+                        let sges = [sge];
+                        let wr = Write::new(u64::from(imm), &sges, remote, rkey)
+                            .imm(imm)
+                            .build();
+                        self.conn.qp_mut().post_send(&[wr])
+                    }
+                    Err(e) => Err(e),
+                }
+            };
+            self.granted += half;
+            self.rbuf_bytes_avail -= half;
+            self.rbuf_free_offset += half;
+            if self.rbuf_free_offset >= self.sizes.rbuf_size {
+                self.rbuf_free_offset = 0;
+            }
+            self.remote_sge += 1;
+            if self.remote_sge >= self.remote_sgl.length {
+                self.remote_sge = 0;
+            }
+            r
+        } else {
+            self.post_msg(imm)
+        };
+        r.map_err(|e| self.local("post a credit grant", e))
+    }
+
+    /// A message with no payload: a zero-length RDMA WRITE carrying `imm`.
+    fn post_msg(&mut self, imm: u32) -> crate::Result<()> {
+        let wr = Write::new(u64::from(imm), &[], 0, 0).imm(imm).build();
+        self.conn.qp_mut().post_send(&[wr])
+    }
+
+    // ---- waiting ----
+
+    fn test(&self, u: Until) -> bool {
+        match u {
+            Until::Readable => !self.rmsg.is_empty() || !self.readable,
+            Until::Writable => self.can_send() || !self.writable,
+            Until::CtrlSlot => self.ctrl_avail() || !self.connected,
+            Until::SendsDone => {
+                self.ctrl_max_seqno.wrapping_sub(self.ctrl_seqno) + self.sqe_avail
+                    == self.sizes.sq_size
+                    || !self.connected
+            }
+        }
+    }
+
+    /// Polls and grants credits until `u` holds: returns at once without
+    /// waiting when non-blocking (`WouldBlock`), fails with `TimedOut`
+    /// after `timeout`. Sleeps on the CQ's channel and the connection's
+    /// rdma_cm fd together, so a peer that vanishes (its rdma_cm
+    /// disconnects) wakes the wait.
+    fn wait(&mut self, u: Until, timeout: Option<Duration>) -> io::Result<()> {
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut armed = false;
+        loop {
+            self.update_credits()?;
+            self.poll_cq()?;
+            self.update_credits()?;
+            if self.test(u) {
+                return Ok(());
+            }
+            if self.nonblocking {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            if !armed {
+                // A completion after this raises an event; poll once more
+                // for one that came before.
+                if let Err(e) = self.cq.req_notify(false) {
+                    return Err(self.local("arm the stream's CQ", e));
+                }
+                armed = true;
+                continue;
+            }
+            let left = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "the stream's timeout passed",
+                        ));
+                    }
+                    Some(left)
+                }
+                None => None,
+            };
+            let (cq_ready, cm_ready) = self.sleep(left)?;
+            if cq_ready {
+                // Drain the events; the next round re-arms.
+                loop {
+                    match self.chan.try_get_event() {
+                        Ok(Some(_)) => {}
+                        Ok(None) => break,
+                        Err(e) => return Err(self.local("read the CQ's event", e)),
+                    }
+                }
+                armed = false;
+            }
+            if cm_ready {
+                self.on_cm_event()?;
+            }
+        }
+    }
+
+    /// Sleeps until the channel or the rdma_cm fd is readable (or `left`
+    /// passes).
+    fn sleep(&self, left: Option<Duration>) -> io::Result<(bool, bool)> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let ms = match left {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                // Round up so that a wait never spins on 0 ms.
+                let ms = d.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [
+            PollFd::new(self.chan.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.conn.cm_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, ms) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok((false, false)),
+            Err(e) => return Err(io::Error::from(e)),
+        }
+        let ready = |f: &PollFd| {
+            f.revents().is_some_and(|r| {
+                r.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP)
+            })
+        };
+        Ok((ready(&fds[0]), ready(&fds[1])))
+    }
+
+    /// Takes the connection's pending rdma_cm events. A disconnect (or
+    /// the device's removal) ends the stream: what already arrived stays
+    /// readable; a direction the peer had not closed reports a reset.
+    fn on_cm_event(&mut self) -> io::Result<()> {
+        loop {
+            let ev = match self.conn.next_event(Some(Duration::ZERO)) {
+                Ok(Some(ev)) => ev,
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.local("read the stream's rdma_cm event", e)),
+            };
+            if matches!(
+                ev.kind(),
+                CmEventKind::Disconnected | CmEventKind::DeviceRemoval
+            ) {
+                // Messages that arrived before the disconnect count.
+                self.poll_cq()?;
+                if self.readable || self.writable {
+                    let unread = std::mem::take(&mut self.rmsg);
+                    self.fail(Fault::Reset);
+                    // Data that arrived stays readable before the error.
+                    self.rmsg = unread;
+                }
+                self.connected = false;
+            }
+        }
+    }
+
+    // ---- sending ----
+
+    fn can_send(&self) -> bool {
+        self.sqe_avail > 0
+            && self.sbuf_bytes_avail >= SNDLOWAT
+            && self.sseq_no != self.sseq_comp
+            && self.target_entry(self.target_sge).length != 0
+    }
+
+    /// Sends what it can of `buf` (all of it, unless the peer's credits or
+    /// buffer grants run out after part of it went): blocks (or fails
+    /// with `WouldBlock`) only when nothing can go at once.
+    pub(super) fn send(&mut self, buf: &[u8], timeout: Option<Duration>) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut sent = 0usize;
+        let mut olen = OLAP_START_SIZE;
+        while sent < buf.len() {
+            if !self.writable {
+                break;
+            }
+            if !self.can_send() {
+                self.poll_cq()?;
+                self.update_credits()?;
+                if !self.can_send() {
+                    if sent > 0 {
+                        break;
+                    }
+                    self.wait(Until::Writable, timeout)?;
+                    if !self.writable {
+                        break;
+                    }
+                }
+            }
+            let left = u32::try_from(buf.len() - sent).unwrap_or(u32::MAX);
+            let mut xfer = if olen < left {
+                let x = olen;
+                if olen < MAX_TRANSFER {
+                    olen <<= 1;
+                }
+                x
+            } else {
+                left
+            };
+            let t = self.target_entry(self.target_sge);
+            xfer = xfer.min(self.sbuf_bytes_avail).min(t.length);
+            let data = &buf[sent..sent + xfer as usize];
+            self.write_data(data, t)?;
+            sent += xfer as usize;
+        }
+        if sent == 0 {
+            return Err(self.write_error());
+        }
+        Ok(sent)
+    }
+
+    /// Why nothing can be written.
+    pub(super) fn write_error(&self) -> io::Error {
+        match &self.fault {
+            Some(f) => f.to_io(),
+            None => io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the stream is closed for writing",
+            ),
+        }
+    }
+
+    /// One data message of `data` into the target entry `t` (the current
+    /// one), inline or through the send buffer.
+    fn write_data(&mut self, data: &[u8], t: RsSge) -> io::Result<()> {
+        let len = data.len() as u32;
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.sqe_avail -= 1;
+        self.sbuf_bytes_avail -= len;
+        // Consume the grant before sending (the peer may rewrite the
+        // entry once it sees the data).
+        let i = self.target_sge;
+        self.set_target_entry(
+            i,
+            RsSge {
+                addr: t.addr.wrapping_add(u64::from(len)),
+                key: t.key,
+                length: t.length - len,
+            },
+        );
+        if t.length == len {
+            self.target_sge = (self.target_sge + 1) % SGL_SIZE;
+        }
+        let imm = Msg::new(Op::Data, len).imm();
+        let r = if len <= self.sizes.sq_inline {
+            let bufs = [IoSlice::new(data)];
+            let wr = Write::inline(u64::from(imm), &bufs, t.addr, t.key)
+                .imm(imm)
+                .build();
+            self.conn.qp_mut().post_send(&[wr])
+        } else {
+            // Copied into the send buffer's ring, wrapping into a second
+            // gather entry at its end.
+            let at = self.shead;
+            let room = self.sizes.sbuf_size - at;
+            let first = len.min(room);
+            let (a, b) = data.split_at(first as usize);
+            let _ = self.sbuf.write_at(at as usize, a);
+            let _ = self.sbuf.write_at(0, b);
+            self.shead = if first == room { len - first } else { at + len };
+            let s0 = self.sbuf.sge(at as usize..(at + first) as usize);
+            let s1 = self.sbuf.sge(0..(len - first) as usize);
+            match (s0, s1) {
+                (Ok(s0), Ok(s1)) => {
+                    let sges: [Sge; 2] = [s0, s1];
+                    let n = if b.is_empty() { 1 } else { 2 };
+                    let wr = Write::new(u64::from(imm), &sges[..n], t.addr, t.key)
+                        .imm(imm)
+                        .build();
+                    self.conn.qp_mut().post_send(&[wr])
+                }
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            }
+        };
+        r.map_err(|e| self.local("post data", e))
+    }
+
+    // ---- receiving ----
+
+    /// Reads what has arrived into `buf` (at least one byte), waiting
+    /// for data if none has; `Ok(0)` once the peer closed its side and
+    /// everything before was read.
+    pub(super) fn recv(&mut self, buf: &mut [u8], timeout: Option<Duration>) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            if self.rmsg.is_empty() {
+                self.poll_cq()?;
+                self.update_credits()?;
+            }
+            if self.rmsg.is_empty() && self.readable {
+                self.wait(Until::Readable, timeout)?;
+            }
+            let n = self.copy_out(buf);
+            if n > 0 {
+                self.update_credits()?;
+                return Ok(n);
+            }
+            if self.rmsg.is_empty() && !self.readable {
+                return match &self.fault {
+                    Some(f) => Err(f.to_io()),
+                    None => Ok(0),
+                };
+            }
+        }
+    }
+
+    /// Copies queued data out, in order, freeing the buffer space it held.
+    fn copy_out(&mut self, buf: &mut [u8]) -> usize {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let Some(head) = self.rmsg.front_mut() else {
+                break;
+            };
+            let want = u32::try_from(buf.len() - done).unwrap_or(u32::MAX);
+            let rsize = if want < *head {
+                *head -= want;
+                want
+            } else {
+                let n = *head;
+                self.rmsg.pop_front();
+                self.rseq_no = self.rseq_no.wrapping_add(1);
+                n
+            };
+            // The message may wrap at the buffer's end.
+            let mut left = rsize;
+            while left > 0 {
+                let end = self.sizes.rbuf_size - self.rbuf_offset;
+                let n = left.min(end);
+                let out = &mut buf[done..done + n as usize];
+                let _ = self.rbuf.read_at(self.rbuf_offset as usize, out);
+                self.rbuf_offset += n;
+                if self.rbuf_offset == self.sizes.rbuf_size {
+                    self.rbuf_offset = 0;
+                }
+                self.rbuf_bytes_avail += n;
+                done += n as usize;
+                left -= n;
+            }
+        }
+        done
+    }
+
+    /// Whether data is waiting to be read.
+    pub(super) fn has_data(&self) -> bool {
+        !self.rmsg.is_empty()
+    }
+
+    // ---- closing ----
+
+    /// Closes one or both directions as rsockets' `rshutdown` does: a
+    /// control message tells the peer, then the sends already posted are
+    /// waited for (at most `timeout`).
+    pub(super) fn shutdown(
+        &mut self,
+        how: std::net::Shutdown,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        use std::net::Shutdown;
+        if !self.connected {
+            self.readable &= how == Shutdown::Write;
+            self.writable &= how == Shutdown::Read;
+            return Ok(());
+        }
+        let ctrl = match how {
+            Shutdown::Both => {
+                self.readable = false;
+                self.writable = false;
+                Ctrl::Disconnect
+            }
+            Shutdown::Write => {
+                self.writable = false;
+                if self.readable {
+                    Ctrl::Shutdown
+                } else {
+                    Ctrl::Disconnect
+                }
+            }
+            Shutdown::Read => {
+                self.readable = false;
+                if self.writable {
+                    return Ok(());
+                }
+                Ctrl::Disconnect
+            }
+        };
+        let was = self.nonblocking;
+        self.nonblocking = false;
+        let r = self.close_with(ctrl, timeout);
+        self.nonblocking = was;
+        r
+    }
+
+    fn close_with(&mut self, ctrl: Ctrl, timeout: Duration) -> io::Result<()> {
+        if !self.ctrl_avail() {
+            self.wait(Until::CtrlSlot, Some(timeout))?;
+        }
+        if self.connected && self.ctrl_avail() {
+            self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
+            let imm = Msg::new(Op::Ctrl, ctrl as u32).imm();
+            if let Err(e) = self.post_msg(imm) {
+                return Err(self.local("post a shutdown message", e));
+            }
+        }
+        if self.connected {
+            self.wait(Until::SendsDone, Some(timeout))?;
+        }
+        Ok(())
+    }
+}
