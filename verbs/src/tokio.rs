@@ -222,7 +222,7 @@ impl AsyncEvents {
 }
 
 /// A [`Listener`](crate::cm::Listener) by value, its fd registered.
-pub(crate) struct ListenerFd(crate::cm::Listener);
+pub(crate) struct ListenerFd(pub(crate) crate::cm::Listener);
 
 impl AsRawFd for ListenerFd {
     fn as_raw_fd(&self) -> RawFd {

@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod mckey;
 pub mod perf;
 pub mod rping;
+pub mod rstream;
 pub mod srq;
 pub mod ucmatose;
 pub mod ud;

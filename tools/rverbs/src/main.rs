@@ -14,7 +14,9 @@ use clap::{Parser, Subcommand};
 use rverbs::{Mtu, QpType};
 
 use rverbs_cli::common::{num, parse_mtu, Common};
-use rverbs_cli::{connected, devinfo, inspect, mckey, perf, rping, srq, ucmatose, ud, udaddy};
+use rverbs_cli::{
+    connected, devinfo, inspect, mckey, perf, rping, rstream, srq, ucmatose, ud, udaddy,
+};
 
 #[derive(Parser)]
 #[command(
@@ -147,6 +149,10 @@ enum Cmd {
     /// each, interoperable with rdma-core's cmatose (ucmatose).
     #[command(name = "ucmatose")]
     Ucmatose(ucmatose::UcmatoseArgs),
+    /// Byte streams over rsockets' protocol: latency and bandwidth
+    /// series, interoperable with rdma-core's rstream.
+    #[command(name = "rstream")]
+    Rstream(rstream::RstreamArgs),
 }
 
 fn refuse(flags: &[(bool, &str)]) -> Result<()> {
@@ -200,6 +206,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Udaddy(a) => udaddy::run(&a),
         Cmd::Mckey(a) => mckey::run(&a),
         Cmd::Ucmatose(a) => ucmatose::run(&a),
+        Cmd::Rstream(a) => rstream::run(&a),
     }
 }
 

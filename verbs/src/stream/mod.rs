@@ -50,7 +50,13 @@
 //! offered), keep-alive probes, the iWARP message-send mode, and AF_IB
 //! addresses.
 
+#[cfg(feature = "fuzz")]
+pub mod book;
+#[cfg(not(feature = "fuzz"))]
+mod book;
 mod socket;
+#[cfg(feature = "tokio")]
+mod tokio;
 pub mod wire;
 
 use std::io::{self, Read, Write};
@@ -62,6 +68,8 @@ use crate::cm::{CmId, ConnParams, Listener};
 use crate::Context;
 
 use socket::{io_err, Prepared, Socket};
+#[cfg(feature = "tokio")]
+pub use tokio::{AsyncRdmaListener, AsyncRdmaStream};
 use wire::ConnData;
 
 /// How long a drop waits for the close to go out.
@@ -271,6 +279,12 @@ impl RdmaListener {
         StreamOptions::default().bind(addr)
     }
 
+    /// The options of the streams accepted from now on (the source
+    /// address is not used).
+    pub fn set_options(&mut self, opts: StreamOptions) {
+        self.opts = opts;
+    }
+
     /// The address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr()
@@ -279,8 +293,26 @@ impl RdmaListener {
     /// Waits for a connection and accepts it. A request that does not
     /// carry rsockets' connection data is rejected and the wait goes on.
     pub fn accept(&self) -> io::Result<(RdmaStream, SocketAddr)> {
+        self.accept_inner(None)
+    }
+
+    /// [`RdmaListener::accept`], waiting at most `timeout` for the
+    /// request (then `TimedOut`).
+    pub fn accept_timeout(&self, timeout: Duration) -> io::Result<(RdmaStream, SocketAddr)> {
+        self.accept_inner(Some(timeout))
+    }
+
+    fn accept_inner(&self, timeout: Option<Duration>) -> io::Result<(RdmaStream, SocketAddr)> {
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         loop {
-            let Some(req) = self.listener.get_request(None).map_err(io_err)? else {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            let Some(req) = self.listener.get_request(left).map_err(io_err)? else {
+                if left.is_some() {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no connection request within the timeout",
+                    ));
+                }
                 continue;
             };
             let peer = match ConnData::decode(req.private_data()) {

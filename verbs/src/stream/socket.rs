@@ -14,7 +14,6 @@
 //! zero-length write with the same immediate). `Ctrl` messages close one
 //! or both directions.
 
-use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -25,6 +24,7 @@ use crate::opcode::Write;
 use crate::qp::{QpCap, QpInitAttr, QpType};
 use crate::{AccessFlags, CompChannel, Context, Cq, Mr, Qp, RecvWr, Sge, Wc, WcStatus};
 
+use super::book::RecvBook;
 use super::wire::{self, ConnData, Ctrl, Msg, Op, RsSge, SGE_LEN, SGL_SIZE};
 use super::StreamOptions;
 
@@ -44,6 +44,9 @@ const QP_CTRL_SIZE: u32 = 4;
 const MAX_CTRL_MSG: u32 = SGE_LEN as u32;
 /// Marks a receive's work request id.
 const WR_ID_RECV: u64 = 1 << 63;
+/// How often a non-blocking wait that finds nothing reads the rdma_cm fd
+/// (a system call; the CQ is polled every time).
+const CM_CHECK_EVERY: Duration = Duration::from_millis(5);
 /// Completions taken per poll.
 const WC_BATCH: usize = 16;
 
@@ -253,26 +256,16 @@ pub(super) struct Socket {
     remote_sge: u32,
     peer_net: bool,
 
-    // Receiving.
-    /// Data messages consumed, and the count at which credits are due.
-    rseq_no: u16,
-    rseq_comp: u16,
-    /// Lengths of the data messages not yet read (the first one partly
-    /// read), at most the receive queue's depth.
-    rmsg: VecDeque<u32>,
-    /// Where the next unread byte is.
-    rbuf_offset: u32,
-    /// Free buffer bytes not granted yet, and where they start.
-    rbuf_bytes_avail: u32,
-    rbuf_free_offset: u32,
-    /// Bytes granted to the peer and not yet written by it.
-    granted: u32,
+    /// The receive buffer's bookkeeping.
+    rx: RecvBook,
 
     readable: bool,
     writable: bool,
     connected: bool,
     pub(super) fault: Option<Fault>,
     pub(super) nonblocking: bool,
+    /// When a non-blocking wait last read the rdma_cm fd.
+    cm_checked: Instant,
 }
 
 /// What a wait waits for.
@@ -325,18 +318,13 @@ impl Socket {
             remote_sgl: peer.target_sgl,
             remote_sge: 1,
             peer_net: peer.is_net(),
-            rseq_no: 0,
-            rseq_comp: (sizes.rq_size / 2) as u16,
-            rmsg: VecDeque::with_capacity(sizes.rq_size as usize),
-            rbuf_offset: 0,
-            rbuf_bytes_avail: sizes.rbuf_size / 2,
-            rbuf_free_offset: sizes.rbuf_size / 2,
-            granted: sizes.rbuf_size / 2,
+            rx: RecvBook::new(sizes.rbuf_size, sizes.rq_size),
             readable: true,
             writable: true,
             connected: true,
             fault: None,
             nonblocking: false,
+            cm_checked: Instant::now(),
         })
     }
 
@@ -445,23 +433,11 @@ impl Socket {
                 Some(Ctrl::Keepalive) | None => {}
             },
             Op::Data | Op::DataMore | Op::DraMore | Op::Rsvd => {
-                // rsockets takes the reserved ops as data too. The peer
-                // may write no more than it was granted, and no more
-                // messages than it had credits for.
-                if msg.data > self.granted {
-                    self.fail(Fault::Protocol(format!(
-                        "{} bytes sent where {} were granted",
-                        msg.data, self.granted
-                    )));
-                } else if self.rmsg.len() >= self.sizes.rq_size as usize {
-                    self.fail(Fault::Protocol(format!(
-                        "more than {} messages unread (credits ignored)",
-                        self.sizes.rq_size
-                    )));
-                } else {
-                    self.granted -= msg.data;
-                    self.rmsg.push_back(msg.data);
+                // rsockets takes the reserved ops as data too.
+                if let Err(m) = self.rx.on_data(msg.data) {
+                    self.fail(Fault::Protocol(m));
                 }
+                debug_assert!(self.rx.is_consistent());
             }
         }
         true
@@ -485,7 +461,9 @@ impl Socket {
                 self.sbuf_bytes_avail = self.sbuf_bytes_avail.saturating_add(msg.data);
             }
         }
-        if !wc.is_success() && self.connected {
+        // A flush follows the error that moved the QP to ERR (reported
+        // by its own completion) or a disconnect (reported by rdma_cm).
+        if !wc.is_success() && wc.status() != WcStatus::WR_FLUSH_ERR && self.connected {
             self.fail(Fault::Failed(wc.status()));
         }
     }
@@ -497,10 +475,7 @@ impl Socket {
     }
 
     fn give_credits(&self) -> bool {
-        (self.rbuf_bytes_avail >= self.sizes.rbuf_size / 2
-            || (self.rseq_no as i16).wrapping_sub(self.rseq_comp as i16) >= 0)
-            && self.ctrl_avail()
-            && self.connected
+        self.rx.credits_due() && self.ctrl_avail() && self.connected
     }
 
     fn update_credits(&mut self) -> io::Result<()> {
@@ -513,61 +488,52 @@ impl Socket {
     /// Grants the next half of the receive buffer if it is free (a
     /// descriptor written into the peer's target list), or credits alone.
     fn send_credits(&mut self) -> io::Result<()> {
-        let half = self.sizes.rbuf_size / 2;
         self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
-        self.rseq_comp = self.rseq_no.wrapping_add((self.sizes.rq_size / 2) as u16);
-        // As rsockets: the 16-bit count plus the queue's depth, 29 bits.
-        let msg = Msg::new(Op::Sgl, u32::from(self.rseq_no) + self.sizes.rq_size);
-        let imm = msg.imm();
-        let r = if self.rbuf_bytes_avail >= half {
-            let sge = RsSge {
-                addr: self.rbuf.iova() + u64::from(self.rbuf_free_offset),
-                key: self.rbuf.rkey(),
-                length: half,
-            };
-            let bytes = sge.to_bytes(self.peer_net);
-            let remote = self
-                .remote_sgl
-                .addr
-                .wrapping_add(u64::from(self.remote_sge) * SGE_LEN as u64);
-            let rkey = self.remote_sgl.key;
-            let r = if self.sizes.sq_inline >= MAX_CTRL_MSG {
-                let bufs = [IoSlice::new(&bytes)];
-                let wr = Write::inline(u64::from(imm), &bufs, remote, rkey)
-                    .imm(imm)
-                    .build();
-                self.conn.qp_mut().post_send(&[wr])
-            } else {
-                let at =
-                    self.sizes.sbuf_size + MAX_CTRL_MSG * (self.ctrl_seqno & (QP_CTRL_SIZE - 1));
-                let _ = self.sbuf.write_at(at as usize, &bytes);
-                let sge = self.sbuf.sge(at as usize..(at + MAX_CTRL_MSG) as usize);
-                match sge {
-                    Ok(sge) => {
-                        let sges = [sge];
-                        let wr = Write::new(u64::from(imm), &sges, remote, rkey)
-                            .imm(imm)
-                            .build();
-                        self.conn.qp_mut().post_send(&[wr])
-                    }
-                    Err(e) => Err(e),
+        let g = self.rx.grant();
+        let imm = Msg::new(Op::Sgl, g.credits).imm();
+        let r = match g.buf {
+            Some((at, len)) => {
+                let sge = RsSge {
+                    addr: self.rbuf.iova() + u64::from(at),
+                    key: self.rbuf.rkey(),
+                    length: len,
+                };
+                let r = self.post_grant(sge, imm);
+                self.remote_sge += 1;
+                if self.remote_sge >= self.remote_sgl.length {
+                    self.remote_sge = 0;
                 }
-            };
-            self.granted += half;
-            self.rbuf_bytes_avail -= half;
-            self.rbuf_free_offset += half;
-            if self.rbuf_free_offset >= self.sizes.rbuf_size {
-                self.rbuf_free_offset = 0;
+                r
             }
-            self.remote_sge += 1;
-            if self.remote_sge >= self.remote_sgl.length {
-                self.remote_sge = 0;
-            }
-            r
-        } else {
-            self.post_msg(imm)
+            None => self.post_msg(imm),
         };
         r.map_err(|e| self.local("post a credit grant", e))
+    }
+
+    /// Writes `sge` into the peer's target list (its next entry, in its
+    /// byte order) with `imm`: inline, or from a control slot of the send
+    /// buffer when the inline size is too small.
+    fn post_grant(&mut self, sge: RsSge, imm: u32) -> crate::Result<()> {
+        let bytes = sge.to_bytes(self.peer_net);
+        let remote = self
+            .remote_sgl
+            .addr
+            .wrapping_add(u64::from(self.remote_sge) * SGE_LEN as u64);
+        let rkey = self.remote_sgl.key;
+        if self.sizes.sq_inline >= MAX_CTRL_MSG {
+            let bufs = [IoSlice::new(&bytes)];
+            let wr = Write::inline(u64::from(imm), &bufs, remote, rkey)
+                .imm(imm)
+                .build();
+            return self.conn.qp_mut().post_send(&[wr]);
+        }
+        let at = self.sizes.sbuf_size + MAX_CTRL_MSG * (self.ctrl_seqno & (QP_CTRL_SIZE - 1));
+        self.sbuf.write_at(at as usize, &bytes)?;
+        let sges = [self.sbuf.sge(at as usize..(at + MAX_CTRL_MSG) as usize)?];
+        let wr = Write::new(u64::from(imm), &sges, remote, rkey)
+            .imm(imm)
+            .build();
+        self.conn.qp_mut().post_send(&[wr])
     }
 
     /// A message with no payload: a zero-length RDMA WRITE carrying `imm`.
@@ -580,7 +546,7 @@ impl Socket {
 
     fn test(&self, u: Until) -> bool {
         match u {
-            Until::Readable => !self.rmsg.is_empty() || !self.readable,
+            Until::Readable => self.rx.has_data() || !self.readable,
             Until::Writable => self.can_send() || !self.writable,
             Until::CtrlSlot => self.ctrl_avail() || !self.connected,
             Until::SendsDone => {
@@ -607,14 +573,22 @@ impl Socket {
                 return Ok(());
             }
             if self.nonblocking {
+                // A caller spinning on WouldBlock must still learn that
+                // the peer vanished: look at the rdma_cm fd now and then.
+                let now = Instant::now();
+                if now.duration_since(self.cm_checked) >= CM_CHECK_EVERY {
+                    self.cm_checked = now;
+                    self.on_cm_event()?;
+                    if self.test(u) {
+                        return Ok(());
+                    }
+                }
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             if !armed {
                 // A completion after this raises an event; poll once more
                 // for one that came before.
-                if let Err(e) = self.cq.req_notify(false) {
-                    return Err(self.local("arm the stream's CQ", e));
-                }
+                self.arm()?;
                 armed = true;
                 continue;
             }
@@ -633,20 +607,38 @@ impl Socket {
             };
             let (cq_ready, cm_ready) = self.sleep(left)?;
             if cq_ready {
-                // Drain the events; the next round re-arms.
-                loop {
-                    match self.chan.try_get_event() {
-                        Ok(Some(_)) => {}
-                        Ok(None) => break,
-                        Err(e) => return Err(self.local("read the CQ's event", e)),
-                    }
-                }
+                // The next round re-arms.
+                self.drain_cq_events()?;
                 armed = false;
             }
             if cm_ready {
                 self.on_cm_event()?;
             }
         }
+    }
+
+    /// Arms the CQ: its next completion raises an event on the channel.
+    pub(super) fn arm(&mut self) -> io::Result<()> {
+        self.cq
+            .req_notify(false)
+            .map_err(|e| self.local("arm the stream's CQ", e))
+    }
+
+    /// Reads every event queued on the CQ's channel.
+    pub(super) fn drain_cq_events(&mut self) -> io::Result<()> {
+        loop {
+            match self.chan.try_get_event() {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(()),
+                Err(e) => return Err(self.local("read the CQ's event", e)),
+            }
+        }
+    }
+
+    /// The CQ's channel (for an async runtime to watch).
+    #[cfg(feature = "tokio")]
+    pub(super) fn chan(&self) -> &CompChannel {
+        &self.chan
     }
 
     /// Sleeps until the channel or the rdma_cm fd is readable (or `left`
@@ -681,7 +673,7 @@ impl Socket {
     /// Takes the connection's pending rdma_cm events. A disconnect (or
     /// the device's removal) ends the stream: what already arrived stays
     /// readable; a direction the peer had not closed reports a reset.
-    fn on_cm_event(&mut self) -> io::Result<()> {
+    pub(super) fn on_cm_event(&mut self) -> io::Result<()> {
         loop {
             let ev = match self.conn.next_event(Some(Duration::ZERO)) {
                 Ok(Some(ev)) => ev,
@@ -695,10 +687,8 @@ impl Socket {
                 // Messages that arrived before the disconnect count.
                 self.poll_cq()?;
                 if self.readable || self.writable {
-                    let unread = std::mem::take(&mut self.rmsg);
-                    self.fail(Fault::Reset);
                     // Data that arrived stays readable before the error.
-                    self.rmsg = unread;
+                    self.fail(Fault::Reset);
                 }
                 self.connected = false;
             }
@@ -838,11 +828,11 @@ impl Socket {
             return Ok(0);
         }
         loop {
-            if self.rmsg.is_empty() {
+            if !self.rx.has_data() {
                 self.poll_cq()?;
                 self.update_credits()?;
             }
-            if self.rmsg.is_empty() && self.readable {
+            if !self.rx.has_data() && self.readable {
                 self.wait(Until::Readable, timeout)?;
             }
             let n = self.copy_out(buf);
@@ -850,7 +840,7 @@ impl Socket {
                 self.update_credits()?;
                 return Ok(n);
             }
-            if self.rmsg.is_empty() && !self.readable {
+            if !self.rx.has_data() && !self.readable {
                 return match &self.fault {
                     Some(f) => Err(f.to_io()),
                     None => Ok(0),
@@ -861,43 +851,16 @@ impl Socket {
 
     /// Copies queued data out, in order, freeing the buffer space it held.
     fn copy_out(&mut self, buf: &mut [u8]) -> usize {
-        let mut done = 0usize;
-        while done < buf.len() {
-            let Some(head) = self.rmsg.front_mut() else {
-                break;
-            };
-            let want = u32::try_from(buf.len() - done).unwrap_or(u32::MAX);
-            let rsize = if want < *head {
-                *head -= want;
-                want
-            } else {
-                let n = *head;
-                self.rmsg.pop_front();
-                self.rseq_no = self.rseq_no.wrapping_add(1);
-                n
-            };
-            // The message may wrap at the buffer's end.
-            let mut left = rsize;
-            while left > 0 {
-                let end = self.sizes.rbuf_size - self.rbuf_offset;
-                let n = left.min(end);
-                let out = &mut buf[done..done + n as usize];
-                let _ = self.rbuf.read_at(self.rbuf_offset as usize, out);
-                self.rbuf_offset += n;
-                if self.rbuf_offset == self.sizes.rbuf_size {
-                    self.rbuf_offset = 0;
-                }
-                self.rbuf_bytes_avail += n;
-                done += n as usize;
-                left -= n;
-            }
-        }
-        done
+        let Socket { rx, rbuf, .. } = self;
+        rx.consume(buf.len(), |at, to, n| {
+            // In bounds: the book's spans lie in the buffer and in `buf`.
+            let _ = rbuf.read_at(at as usize, &mut buf[to..to + n as usize]);
+        })
     }
 
     /// Whether data is waiting to be read.
     pub(super) fn has_data(&self) -> bool {
-        !self.rmsg.is_empty()
+        self.rx.has_data()
     }
 
     // ---- closing ----
@@ -943,6 +906,30 @@ impl Socket {
         let r = self.close_with(ctrl, timeout);
         self.nonblocking = was;
         r
+    }
+
+    /// Closes the write side without waiting (for an async caller):
+    /// `WouldBlock` while every control slot is in use.
+    #[cfg(feature = "tokio")]
+    pub(super) fn try_shutdown_write(&mut self) -> io::Result<()> {
+        if !self.writable || !self.connected {
+            self.writable = false;
+            return Ok(());
+        }
+        self.poll_cq()?;
+        if !self.ctrl_avail() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        self.writable = false;
+        let ctrl = if self.readable {
+            Ctrl::Shutdown
+        } else {
+            Ctrl::Disconnect
+        };
+        self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
+        let imm = Msg::new(Op::Ctrl, ctrl as u32).imm();
+        self.post_msg(imm)
+            .map_err(|e| self.local("post a shutdown message", e))
     }
 
     fn close_with(&mut self, ctrl: Ctrl, timeout: Duration) -> io::Result<()> {

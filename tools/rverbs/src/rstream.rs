@@ -1,0 +1,622 @@
+//! `rverbs rstream`: librdmacm's `rstream` (rdmacm-utils) on
+//! `rverbs::stream`: the same options, the same test series (ping-pong
+//! latency, then bandwidth, over one rsocket each), the same columns, and
+//! the same wire, so either side can be rdma-core's.
+//!
+//! Each test: a 16-byte exchange to start together, then `-I` iterations
+//! of `-C` transfers of `-S` bytes from the client followed by as many
+//! back. `-T v` fills what is sent with a running byte counter and checks
+//! what arrives against it, as rstream does (one counter per direction
+//! over the whole run, so the two interoperate). `-T s` runs the same
+//! over TCP sockets, the baseline. Unlike rstream, every wait is bounded
+//! (`--timeout`): a peer that stops or vanishes ends the run with an
+//! error instead of a hang.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _, Result};
+use rverbs::stream::{RdmaListener, RdmaStream, StreamOptions};
+
+use crate::common::num;
+use crate::rping::resolve;
+
+/// rstream's port (`-p`).
+pub const DEFAULT_PORT: u16 = 7471;
+/// rstream's socket buffer size when `-B` is not given (its SO_SNDBUF and
+/// SO_RCVBUF; rsockets doubles them).
+const DEFAULT_SOCKET_BUF: u32 = 1 << 19;
+/// The largest transfer (`-S`).
+const MAX_SIZE: u32 = 1 << 30;
+
+/// The default series: (size, needs `-S all`), as rstream's table.
+const TEST_SIZES: &[(u32, bool)] = &[
+    (1 << 6, false),
+    (1 << 7, true),
+    ((1 << 7) + (1 << 6), true),
+    (1 << 8, true),
+    ((1 << 8) + (1 << 7), true),
+    (1 << 9, true),
+    ((1 << 9) + (1 << 8), true),
+    (1 << 10, true),
+    ((1 << 10) + (1 << 9), true),
+    (1 << 11, true),
+    ((1 << 11) + (1 << 10), true),
+    (1 << 12, false),
+    ((1 << 12) + (1 << 11), true),
+    (1 << 13, true),
+    ((1 << 13) + (1 << 12), true),
+    (1 << 14, true),
+    ((1 << 14) + (1 << 13), true),
+    (1 << 15, true),
+    ((1 << 15) + (1 << 14), true),
+    (1 << 16, false),
+    ((1 << 16) + (1 << 15), true),
+    (1 << 17, true),
+    ((1 << 17) + (1 << 16), true),
+    (1 << 18, true),
+    ((1 << 18) + (1 << 17), true),
+    (1 << 19, true),
+    ((1 << 19) + (1 << 18), true),
+    (1 << 20, false),
+    ((1 << 20) + (1 << 19), true),
+    (1 << 21, true),
+    ((1 << 21) + (1 << 20), true),
+    (1 << 22, true),
+    ((1 << 22) + (1 << 21), true),
+];
+
+/// The options of `rverbs rstream` (rstream's own letters).
+#[derive(Debug, Clone, clap::Args)]
+pub struct RstreamArgs {
+    /// Be the client of the server at this address (without it: the
+    /// server).
+    #[arg(short = 's', long = "server", value_name = "ADDR")]
+    pub server: Option<String>,
+    /// Local address to bind to (server) or connect from (client).
+    #[arg(short = 'b', long = "bind", value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// Address format: name, ip or ipv6 (gid, AF_IB, is not supported).
+    #[arg(short = 'f', long = "format", value_name = "FORMAT")]
+    pub format: Option<String>,
+    /// Socket buffer size (rsockets' SO_SNDBUF and SO_RCVBUF, which it
+    /// doubles); default 512 KiB as rstream's.
+    #[arg(short = 'B', long = "buffer-size", value_parser = num::<u32>)]
+    pub buffer_size: Option<u32>,
+    /// Inline size of the latency tests.
+    #[arg(short = 'i', long = "inline", default_value_t = 64, value_parser = num::<u16>)]
+    pub inline: u16,
+    /// Iterations (a custom test).
+    #[arg(short = 'I', long = "iterations", value_parser = num::<u32>)]
+    pub iterations: Option<u32>,
+    /// Transfers each way per iteration (a custom test).
+    #[arg(short = 'C', long = "count", value_parser = num::<u32>)]
+    pub count: Option<u32>,
+    /// Transfer size (a custom test), or `all` for every size of the
+    /// default series.
+    #[arg(short = 'S', long = "size", value_name = "SIZE|all")]
+    pub size: Option<String>,
+    /// Port.
+    #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Keep-alive time (not supported yet: refused).
+    #[arg(short = 'k', long = "keepalive", value_parser = num::<u32>)]
+    pub keepalive: Option<u32>,
+    /// Test options, as rstream's: s|socket (TCP), a|async, b|blocking,
+    /// n|nonblocking, r|resolve, v|verify (f|fork is not supported).
+    #[arg(short = 'T', long = "test-option", value_name = "OPT")]
+    pub test_options: Vec<String>,
+    /// The longest wait for the peer in any one step (a client to
+    /// connect, data or room to arrive), in seconds (rstream waits
+    /// forever).
+    #[arg(long = "timeout", default_value_t = 30, value_parser = num::<u64>)]
+    pub timeout: u64,
+}
+
+/// The options, checked.
+#[derive(Debug, Clone)]
+struct Opts {
+    server: Option<String>,
+    bind: Option<String>,
+    port: u16,
+    socket_buf: u32,
+    inline: u16,
+    custom: Option<(u32, u32, u32)>,
+    all_sizes: bool,
+    tcp: bool,
+    blocking: bool,
+    verify: bool,
+    timeout: Duration,
+}
+
+impl Opts {
+    fn from_args(a: &RstreamArgs) -> Result<Opts> {
+        if a.keepalive.is_some() {
+            bail!("-k (keep-alive) is not supported by rverbs rstream yet");
+        }
+        if let Some(f) = &a.format {
+            let f = f.to_ascii_lowercase();
+            if f.starts_with("gid") {
+                bail!("-f gid (AF_IB addresses) is not supported by rverbs");
+            }
+            if !(f.starts_with("ip") || f.starts_with("name")) {
+                eprintln!("Warning: unknown address format");
+            }
+        }
+        let (mut tcp, mut blocking, mut verify) = (false, false, false);
+        for t in &a.test_options {
+            let t = t.to_ascii_lowercase();
+            let is = |short: &str, long: &str| t == short || (t.len() > 1 && t.starts_with(long));
+            if is("s", "socket") {
+                tcp = true;
+            } else if is("a", "async") || is("b", "block") {
+                blocking = true;
+            } else if is("n", "nonblock") {
+                blocking = false;
+            } else if is("r", "resolve") {
+            } else if is("v", "verify") {
+                verify = true;
+            } else if is("f", "fork") {
+                bail!("-T f (fork server processing) is not supported by rverbs rstream");
+            } else {
+                bail!("unknown test option -T {t}");
+            }
+        }
+        let mut all_sizes = false;
+        let mut size = None;
+        if let Some(s) = &a.size {
+            if s.to_ascii_lowercase().starts_with("all") {
+                all_sizes = true;
+            } else {
+                size = Some(num::<u32>(s).map_err(anyhow::Error::msg)?);
+            }
+        }
+        let custom = (a.iterations.is_some() || a.count.is_some() || size.is_some()).then(|| {
+            (
+                a.iterations.unwrap_or(1),
+                a.count.unwrap_or(1000),
+                size.unwrap_or(1000),
+            )
+        });
+        if let Some((i, c, s)) = custom {
+            if i == 0 || c == 0 || s == 0 || s > MAX_SIZE {
+                bail!("-I, -C and -S must be at least 1 (and -S at most {MAX_SIZE})");
+            }
+        }
+        let socket_buf = a.buffer_size.unwrap_or(DEFAULT_SOCKET_BUF);
+        if !(2048..=1 << 29).contains(&socket_buf) {
+            bail!("-B {socket_buf}: 2048 to 512 MiB supported");
+        }
+        Ok(Opts {
+            server: a.server.clone(),
+            bind: a.bind.clone(),
+            port: a.port,
+            socket_buf,
+            inline: a.inline,
+            custom,
+            all_sizes,
+            tcp,
+            blocking,
+            verify,
+            timeout: Duration::from_secs(a.timeout.max(1)),
+        })
+    }
+
+    /// The stream options of a connection tuned for latency (rstream's
+    /// `-i` inline size), bandwidth (no inline) or neither.
+    fn stream(&self, inline: Option<u16>) -> StreamOptions {
+        let mut o = StreamOptions::new()
+            .send_buffer(self.socket_buf * 2)
+            .recv_buffer(self.socket_buf * 2)
+            .timeout(self.timeout);
+        if let Some(i) = inline {
+            o = o.inline_size(i);
+        }
+        o
+    }
+}
+
+/// A connection of either kind.
+enum Conn {
+    Rdma(Box<RdmaStream>),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    fn io(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Conn::Rdma(s) => s.as_mut(),
+            Conn::Tcp(s) => s,
+        }
+    }
+
+    fn set_nonblocking(&mut self, on: bool) -> io::Result<()> {
+        match self {
+            Conn::Rdma(s) => {
+                s.set_nonblocking(on);
+                Ok(())
+            }
+            Conn::Tcp(s) => s.set_nonblocking(on),
+        }
+    }
+
+    fn close(self) {
+        match self {
+            Conn::Rdma(mut s) => {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+            Conn::Tcp(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// The listening side of either kind.
+enum Listening {
+    Rdma(RdmaListener),
+    Tcp(TcpListener),
+}
+
+/// rstream's running byte counters (`format_buf` / `verify_buf`): one for
+/// what is sent, one for what is received, over the whole run.
+#[derive(Debug, Default)]
+struct Counters {
+    send: u8,
+    recv: u8,
+    checked: u64,
+}
+
+/// One test's parameters.
+struct Test {
+    name: String,
+    size: u32,
+    count: u32,
+    iterations: u32,
+}
+
+/// The run's state: its buffer, counters and the side it plays.
+struct Run<'a> {
+    o: &'a Opts,
+    client: bool,
+    buf: Vec<u8>,
+    ctr: Counters,
+}
+
+impl Run<'_> {
+    /// Sends `size` bytes (pattern-filled with `-T v`), all of them.
+    fn send_xfer(&mut self, c: &mut Conn, size: usize) -> Result<()> {
+        if self.o.verify {
+            for b in &mut self.buf[..size] {
+                *b = self.ctr.send;
+                self.ctr.send = self.ctr.send.wrapping_add(1);
+            }
+        }
+        let deadline = Instant::now() + self.o.timeout;
+        let mut off = 0;
+        while off < size {
+            match c.io().write(&self.buf[off..size]) {
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        bail!("rsend: no room to send for {:?}", self.o.timeout);
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).context("rsend"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives exactly `size` bytes (and checks them with `-T v`).
+    fn recv_xfer(&mut self, c: &mut Conn, size: usize) -> Result<()> {
+        let deadline = Instant::now() + self.o.timeout;
+        let mut off = 0;
+        while off < size {
+            match c.io().read(&mut self.buf[off..size]) {
+                Ok(0) => bail!("rrecv: the peer closed after {off} of {size} bytes"),
+                Ok(n) => off += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        bail!("rrecv: nothing received for {:?}", self.o.timeout);
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).context("rrecv"),
+            }
+        }
+        if self.o.verify {
+            for &b in &self.buf[..size] {
+                if b != self.ctr.recv {
+                    println!("data verification failed byte {}", self.ctr.checked);
+                    bail!("data verification failed byte {}", self.ctr.checked);
+                }
+                self.ctr.recv = self.ctr.recv.wrapping_add(1);
+                self.ctr.checked += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn out(&mut self, c: &mut Conn, size: u32) -> Result<()> {
+        self.send_xfer(c, size as usize)
+    }
+
+    fn back(&mut self, c: &mut Conn, size: u32) -> Result<()> {
+        self.recv_xfer(c, size as usize)
+    }
+
+    /// rstream's `run_test`: the 16-byte start, then the timed loop; prints
+    /// the line.
+    fn run_test(&mut self, c: &mut Conn, t: &Test) -> Result<()> {
+        // The client speaks first, each way.
+        if self.client {
+            self.out(c, 16)?;
+            self.back(c, 16)?;
+        } else {
+            self.back(c, 16)?;
+            self.out(c, 16)?;
+        }
+        let start = Instant::now();
+        for _ in 0..t.iterations {
+            for _ in 0..t.count {
+                if self.client {
+                    self.out(c, t.size)?;
+                } else {
+                    self.back(c, t.size)?;
+                }
+            }
+            for _ in 0..t.count {
+                if self.client {
+                    self.back(c, t.size)?;
+                } else {
+                    self.out(c, t.size)?;
+                }
+            }
+        }
+        show_perf(t, start.elapsed());
+        Ok(())
+    }
+}
+
+/// rstream's `size_str`: 1 decimal below 10 of a unit, k/m/g suffixes.
+pub fn size_str(size: u64) -> String {
+    let (base, mag) = if size >= 1 << 30 {
+        (1u64 << 30, "g")
+    } else if size >= 1 << 20 {
+        (1 << 20, "m")
+    } else if size >= 1 << 10 {
+        (1 << 10, "k")
+    } else {
+        (1, "")
+    };
+    let fraction = if size / base < 10 {
+        (size % base) * 10 / base
+    } else {
+        0
+    };
+    if fraction != 0 {
+        format!("{}.{}{mag}", size / base, fraction)
+    } else {
+        format!("{}{mag}", size / base)
+    }
+}
+
+/// rstream's `cnt_str`.
+pub fn cnt_str(cnt: u64) -> String {
+    if cnt >= 1_000_000_000 {
+        format!("{}b", cnt / 1_000_000_000)
+    } else if cnt >= 1_000_000 {
+        format!("{}m", cnt / 1_000_000)
+    } else if cnt >= 1000 {
+        format!("{}k", cnt / 1000)
+    } else {
+        format!("{cnt}")
+    }
+}
+
+/// rstream's `size_to_count`: transfers (or iterations) per test size.
+pub fn size_to_count(size: u32) -> u32 {
+    if size >= 1 << 20 {
+        100
+    } else if size >= 1 << 16 {
+        1000
+    } else if size >= 1 << 10 {
+        10000
+    } else {
+        100000
+    }
+}
+
+/// A test's name as rstream makes it (its size string cut to 4
+/// characters, then `_lat` or `_bw`).
+fn test_name(size: u32, suffix: &str) -> String {
+    let s = size_str(u64::from(size));
+    format!("{}{suffix}", &s[..s.len().min(4)])
+}
+
+fn show_perf(t: &Test, elapsed: Duration) {
+    let usec = (elapsed.as_secs_f64() * 1e6).max(1.0);
+    let bytes = u64::from(t.iterations) * u64::from(t.count) * u64::from(t.size) * 2;
+    println!(
+        "{:<10}{:<8}{:<8}{:<8}{:<8}{:8.2}s{:10.2}{:11.2}",
+        t.name,
+        size_str(u64::from(t.size)),
+        cnt_str(u64::from(t.count)),
+        cnt_str(u64::from(t.iterations)),
+        size_str(bytes),
+        usec / 1e6,
+        (bytes as f64 * 8.0) / (1000.0 * usec),
+        (usec / f64::from(t.iterations)) / (f64::from(t.count) * 2.0),
+    );
+}
+
+/// Runs `rverbs rstream`.
+pub fn run(a: &RstreamArgs) -> Result<()> {
+    let o = Opts::from_args(a)?;
+    let max = match o.custom {
+        Some((_, _, s)) => s,
+        None => TEST_SIZES.last().map_or(1 << 22, |t| t.0),
+    };
+    let mut r = Run {
+        o: &o,
+        client: o.server.is_some(),
+        buf: vec![0u8; max as usize],
+        ctr: Counters::default(),
+    };
+    let mut listening = match &o.server {
+        Some(_) => None,
+        None => Some(listen(&o)?),
+    };
+    println!(
+        "{:<10}{:<8}{:<8}{:<8}{:<8}{:>8} {:>10}{:>13}",
+        "name", "bytes", "xfers", "iters", "total", "time", "Gb/sec", "usec/xfer"
+    );
+    let sizes = || {
+        TEST_SIZES
+            .iter()
+            .filter(|(_, all)| !*all || o.all_sizes)
+            .map(|t| t.0)
+    };
+    match o.custom {
+        None => {
+            let mut c = open(&o, listening.as_mut(), Some(o.inline))?;
+            for size in sizes() {
+                let t = Test {
+                    name: test_name(size, "_lat"),
+                    size,
+                    count: 1,
+                    iterations: size_to_count(size),
+                };
+                r.run_test(&mut c, &t)?;
+            }
+            c.close();
+            let mut c = open(&o, listening.as_mut(), Some(0))?;
+            for size in sizes() {
+                let t = Test {
+                    name: test_name(size, "_bw"),
+                    size,
+                    count: size_to_count(size),
+                    iterations: 1,
+                };
+                r.run_test(&mut c, &t)?;
+            }
+            c.close();
+        }
+        Some((iterations, count, size)) => {
+            let mut c = open(&o, listening.as_mut(), None)?;
+            let t = Test {
+                name: "custom".into(),
+                size,
+                count,
+                iterations,
+            };
+            r.run_test(&mut c, &t)?;
+            c.close();
+        }
+    }
+    Ok(())
+}
+
+fn listen(o: &Opts) -> Result<Listening> {
+    let addr = match &o.bind {
+        Some(b) => resolve(b, o.port)?,
+        None => SocketAddr::from(([0, 0, 0, 0], o.port)),
+    };
+    if o.tcp {
+        let l = TcpListener::bind(addr).with_context(|| format!("rbind {addr}"))?;
+        return Ok(Listening::Tcp(l));
+    }
+    // The server's sizes go with the listener (rstream sets its options
+    // there before accepting); each accept tunes its own inline size.
+    Ok(Listening::Rdma(
+        o.stream(None)
+            .bind(addr)
+            .with_context(|| format!("rbind {addr}"))?,
+    ))
+}
+
+/// The next connection: accepted from `l` (the server) or made to `-s`.
+fn open(o: &Opts, l: Option<&mut Listening>, inline: Option<u16>) -> Result<Conn> {
+    let mut c = match (l, &o.server) {
+        (Some(Listening::Tcp(l)), _) => {
+            // Bounded as the RDMA accept is.
+            l.set_nonblocking(true)?;
+            let deadline = Instant::now() + o.timeout;
+            let s = loop {
+                match l.accept() {
+                    Ok((s, _)) => break s,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if Instant::now() > deadline {
+                            bail!("raccept: no client within --timeout");
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => return Err(e).context("raccept"),
+                }
+            };
+            s.set_nonblocking(false)?;
+            s.set_nodelay(true)?;
+            Conn::Tcp(s)
+        }
+        (Some(Listening::Rdma(l)), _) => {
+            // rstream tunes the listener before each accept.
+            l.set_options(o.stream(inline));
+            let (s, _) = l
+                .accept_timeout(o.timeout)
+                .context("raccept (no client within --timeout)")?;
+            Conn::Rdma(Box::new(s))
+        }
+        (None, Some(server)) => {
+            let dst = resolve(server, o.port)?;
+            if o.tcp {
+                let s = TcpStream::connect_timeout(&dst, o.timeout)
+                    .with_context(|| format!("rconnect {dst}"))?;
+                s.set_nodelay(true)?;
+                Conn::Tcp(s)
+            } else {
+                let mut so = o.stream(inline);
+                if let Some(b) = &o.bind {
+                    so = so.source(resolve(b, 0)?);
+                }
+                Conn::Rdma(Box::new(
+                    so.connect(dst).with_context(|| format!("rconnect {dst}"))?,
+                ))
+            }
+        }
+        (None, None) => bail!("neither a listener nor a server to connect to"),
+    };
+    c.set_nonblocking(!o.blocking)?;
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_as_rstream_prints_them() {
+        assert_eq!(size_str(64), "64");
+        assert_eq!(size_str(192), "192");
+        assert_eq!(size_str(1536), "1.5k");
+        assert_eq!(size_str(4096), "4k");
+        assert_eq!(size_str(6144), "6k");
+        assert_eq!(size_str(65536), "64k");
+        assert_eq!(size_str(98304), "96k");
+        assert_eq!(size_str(3 << 20), "3m");
+        assert_eq!(size_str(12_800_000), "12m");
+        assert_eq!(cnt_str(100_000), "100k");
+        assert_eq!(cnt_str(999), "999");
+        assert_eq!(test_name(1 << 6, "_lat"), "64_lat");
+        assert_eq!(test_name((1 << 20) + (1 << 19), "_bw"), "1.5m_bw");
+        assert_eq!(size_to_count(64), 100000);
+        assert_eq!(size_to_count(1 << 20), 100);
+    }
+}
