@@ -100,7 +100,8 @@ pub struct RstreamArgs {
     /// Port.
     #[arg(short = 'p', long = "port", default_value_t = DEFAULT_PORT)]
     pub port: u16,
-    /// Keep-alive time (not supported yet: refused).
+    /// Keep-alive time in seconds: a blocking wait (`-T b`) probes a
+    /// quiet peer this often, and fails when a probe cannot be delivered.
     #[arg(short = 'k', long = "keepalive", value_parser = num::<u32>)]
     pub keepalive: Option<u32>,
     /// Test options, as rstream's: s|socket (TCP), a|async, b|blocking,
@@ -128,13 +129,11 @@ struct Opts {
     blocking: bool,
     verify: bool,
     timeout: Duration,
+    keepalive: Option<Duration>,
 }
 
 impl Opts {
     fn from_args(a: &RstreamArgs) -> Result<Opts> {
-        if a.keepalive.is_some() {
-            bail!("-k (keep-alive) is not supported by rverbs rstream yet");
-        }
         if let Some(f) = &a.format {
             let f = f.to_ascii_lowercase();
             if f.starts_with("gid") {
@@ -200,6 +199,10 @@ impl Opts {
             blocking,
             verify,
             timeout: Duration::from_secs(a.timeout.max(1)),
+            keepalive: a
+                .keepalive
+                .filter(|&k| k > 0)
+                .map(|k| Duration::from_secs(u64::from(k))),
         })
     }
 
@@ -209,7 +212,8 @@ impl Opts {
         let mut o = StreamOptions::new()
             .send_buffer(self.socket_buf * 2)
             .recv_buffer(self.socket_buf * 2)
-            .timeout(self.timeout);
+            .timeout(self.timeout)
+            .keepalive(self.keepalive);
         if let Some(i) = inline {
             o = o.inline_size(i);
         }

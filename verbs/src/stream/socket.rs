@@ -264,6 +264,8 @@ pub(super) struct Socket {
     connected: bool,
     pub(super) fault: Option<Fault>,
     pub(super) nonblocking: bool,
+    /// How long a blocking wait stays quiet before it probes the peer.
+    pub(super) keepalive: Option<Duration>,
     /// When a non-blocking wait last read the rdma_cm fd.
     cm_checked: Instant,
 }
@@ -324,6 +326,7 @@ impl Socket {
             connected: true,
             fault: None,
             nonblocking: false,
+            keepalive: None,
             cm_checked: Instant::now(),
         })
     }
@@ -605,7 +608,18 @@ impl Socket {
                 }
                 None => None,
             };
-            let (cq_ready, cm_ready) = self.sleep(left)?;
+            // With keep-alive on, a quiet wait probes the peer every
+            // interval: a probe that cannot be delivered fails (transport
+            // retries exhausted), which ends the stream.
+            let nap = match (self.keepalive, left) {
+                (Some(k), Some(l)) => Some(k.min(l)),
+                (Some(k), None) => Some(k),
+                (None, l) => l,
+            };
+            let (cq_ready, cm_ready) = self.sleep(nap)?;
+            if !cq_ready && !cm_ready && self.keepalive.is_some() {
+                self.probe()?;
+            }
             if cq_ready {
                 // The next round re-arms.
                 self.drain_cq_events()?;
@@ -615,6 +629,22 @@ impl Socket {
                 self.on_cm_event()?;
             }
         }
+    }
+
+    /// Sends a keep-alive probe (rsockets' form: a zero-length RDMA WRITE
+    /// without immediate, so the peer's receives are not touched) if a
+    /// control slot is free and the connection is up.
+    fn probe(&mut self) -> io::Result<()> {
+        if !self.connected || !self.ctrl_avail() {
+            return Ok(());
+        }
+        self.ctrl_seqno = self.ctrl_seqno.wrapping_add(1);
+        let id = Msg::new(Op::Ctrl, Ctrl::Keepalive as u32).imm();
+        let wr = Write::new(u64::from(id), &[], 0, 0).build();
+        self.conn
+            .qp_mut()
+            .post_send(&[wr])
+            .map_err(|e| self.local("post a keep-alive probe", e))
     }
 
     /// Arms the CQ: its next completion raises an event on the channel.

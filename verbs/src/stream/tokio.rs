@@ -32,7 +32,7 @@ use crate::sys::tokio::register_readable;
 
 use super::socket::{io_err, Prepared, Socket};
 use super::wire::ConnData;
-use super::{conn_params, context_for, StreamOptions, CLOSE_TIMEOUT};
+use super::{conn_params, context_for, StreamOptions, ACK_TIMEOUT, CLOSE_TIMEOUT};
 
 fn register<T: crate::sys::tokio::OwnsFd>(what: &str, fd: T) -> io::Result<AsyncFd<T>> {
     if ::tokio::runtime::Handle::try_current().is_err() {
@@ -72,6 +72,7 @@ impl StreamOptions {
         let resolved = crate::tokio::resolve_id(id, dst, self.timeout)
             .await
             .map_err(io_err)?;
+        resolved.set_ack_timeout(ACK_TIMEOUT).map_err(io_err)?;
         let ctx = context_for(resolved.device())?;
         let mut p = Prepared::new(&ctx, self).map_err(io_err)?;
         resolved.init_qp(&mut p.qp).map_err(io_err)?;
@@ -161,6 +162,7 @@ impl AsyncRdmaListener {
                     return Err(io_err(e));
                 }
             };
+            req.set_ack_timeout(ACK_TIMEOUT).map_err(io_err)?;
             req.init_qp(&mut p.qp).map_err(io_err)?;
             p.post_recvs().map_err(io_err)?;
             let params = conn_params(&p, self.opts.timeout);
