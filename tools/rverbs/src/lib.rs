@@ -12,6 +12,7 @@ pub mod devinfo;
 pub mod inspect;
 pub mod mckey;
 pub mod perf;
+pub mod rcopy;
 pub mod rping;
 pub mod rstream;
 pub mod srq;

@@ -15,7 +15,7 @@ use rverbs::{Mtu, QpType};
 
 use rverbs_cli::common::{num, parse_mtu, Common};
 use rverbs_cli::{
-    connected, devinfo, inspect, mckey, perf, rping, rstream, srq, ucmatose, ud, udaddy,
+    connected, devinfo, inspect, mckey, perf, rcopy, rping, rstream, srq, ucmatose, ud, udaddy,
 };
 
 #[derive(Parser)]
@@ -153,6 +153,10 @@ enum Cmd {
     /// series, interoperable with rdma-core's rstream.
     #[command(name = "rstream")]
     Rstream(rstream::RstreamArgs),
+    /// Copies a file over rsockets' protocol, interoperable with
+    /// rdma-core's rcopy.
+    #[command(name = "rcopy")]
+    Rcopy(rcopy::RcopyArgs),
 }
 
 fn refuse(flags: &[(bool, &str)]) -> Result<()> {
@@ -207,6 +211,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Mckey(a) => mckey::run(&a),
         Cmd::Ucmatose(a) => ucmatose::run(&a),
         Cmd::Rstream(a) => rstream::run(&a),
+        Cmd::Rcopy(a) => rcopy::run(&a),
     }
 }
 
