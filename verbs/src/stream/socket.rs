@@ -318,7 +318,9 @@ impl Socket {
             ctrl_seqno: 0,
             ctrl_max_seqno: QP_CTRL_SIZE,
             remote_sgl: peer.target_sgl,
-            remote_sge: 1,
+            // rsockets' second entry first (its first one went in the
+            // connection data); 0 for a one-entry list.
+            remote_sge: 1 % peer.target_sgl.length.max(1),
             peer_net: peer.is_net(),
             rx: RecvBook::new(sizes.rbuf_size, sizes.rq_size),
             readable: true,
@@ -963,6 +965,7 @@ impl Socket {
     }
 
     fn close_with(&mut self, ctrl: Ctrl, timeout: Duration) -> io::Result<()> {
+        let start = Instant::now();
         if !self.ctrl_avail() {
             self.wait(Until::CtrlSlot, Some(timeout))?;
         }
@@ -974,7 +977,9 @@ impl Socket {
             }
         }
         if self.connected {
-            self.wait(Until::SendsDone, Some(timeout))?;
+            // One budget for both waits.
+            let left = timeout.saturating_sub(start.elapsed());
+            self.wait(Until::SendsDone, Some(left))?;
         }
         Ok(())
     }
