@@ -41,6 +41,7 @@ use serde_json::Value;
 use crate::callgrind::callgrind_total;
 use crate::charts::{self, Axes, Bar, Line, Mark, OURS, THEIRS};
 use crate::linkage;
+use crate::streambench;
 use crate::sweepbench::{self, Sweep, Sweep1};
 use crate::util::{self, cargo_bin, fmt_num, print_line, shell_quote, workspace_root};
 use crate::vm::{self, VmOptions};
@@ -536,6 +537,7 @@ fn payload(
             }
         }
     }
+    streambench::payload(&mut s, &q(&b.rverbs)?, opts.repeats)?;
     sweepbench::payload(&mut s, &q(&b.rverbs)?, sweeps)?;
     Ok(s)
 }
@@ -1179,6 +1181,8 @@ fn probe_table(
 struct ControlRows {
     reg: regbench::Rows,
     scale: scalebench::Rows,
+    /// The byte streams (with the perf runs only).
+    stream: Option<streambench::Rows>,
 }
 
 /// Where the charts go, relative to the report: in a run
@@ -1758,6 +1762,26 @@ fn report(
     ourlib_perf_table(&mut w, perf, &mut failures, &mut ok);
     ok &= failures.is_empty();
     bullets(&mut w, "Failed runs:", &failures);
+    if let Some(rows) = &control.stream {
+        w("");
+        w("### Byte streams: rverbs::stream vs rsockets vs TCP (rxe)");
+        w("");
+        w(&format!(
+            "The same rstream test over three stacks in one guest, both ends on rxe0's \
+             address: ours (`rverbs rstream`, `rverbs::stream`), librdmacm's rsockets \
+             (Debian's `rstream`) and the kernel's TCP on the same veth (`rstream -T s`); \
+             rstream's default non-blocking mode (each side spins on its calls), its \
+             default 512 KiB socket buffers and 64-byte inline size. Medians of {} \
+             repeats, the stacks' order rotated per repeat. Latency is µs per transfer \
+             of a ping-pong, bandwidth the Gb/s of `-C` transfers each way; a ratio \
+             above 1 means ours is better. **Under TCG only the ratios mean anything.**",
+            opts.repeats
+        ));
+        w("");
+        if !streambench::table(&mut w, rows) {
+            ok = false;
+        }
+    }
     if !sweeps.is_empty() {
         w("");
         sweep_section(&mut w, sweeps, &charts.sweeps, &mut ok);
@@ -2040,6 +2064,7 @@ fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Re
     let control = ControlRows {
         reg: regbench::read(&run_dir),
         scale: scalebench::read(&run_dir),
+        stream: with_perf.then(|| streambench::read(&run_dir, opts.repeats)),
     };
     let sweeps: Vec<SweepResult> = sweeps
         .into_iter()
@@ -2194,6 +2219,7 @@ mod tests {
         let control = ControlRows {
             reg: Vec::new(),
             scale,
+            stream: None,
         };
         (probes, control, sweeps)
     }

@@ -66,6 +66,7 @@ mod mlx5;
 mod mlx5_pyverbs;
 mod regbench;
 mod scalebench;
+mod streambench;
 mod sweepbench;
 mod testrun;
 mod vm;
