@@ -6,7 +6,6 @@
 # server stores under its -d folder only the name's last component: a
 # client naming ../escape.bin writes nothing outside it. rdma-core's
 # server serves forever and is stopped after each copy.
-# xtask: first kernel only
 if [ -z "${BASH_VERSION:-}" ]; then
     exec bash "$0" "$@"
 fi
