@@ -24,6 +24,16 @@ fn any_port() -> SocketAddr {
     format!("{RXE_IP}:0").parse().unwrap()
 }
 
+/// An RC QP on `dev` for a plain rdma_cm peer (the QP holds its PD, CQ
+/// and context).
+fn plain_qp(dev: &rverbs::Device) -> rverbs::Qp {
+    let ctx = dev.open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8).unwrap();
+    pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
+        .unwrap()
+}
+
 /// Byte `i` of a test stream.
 fn pattern(i: usize) -> u8 {
     (i.wrapping_mul(131) ^ (i >> 9)) as u8
@@ -226,12 +236,7 @@ fn requests_without_connection_data_are_refused() {
         b
     });
     let id = Resolved::resolve(addr, Duration::from_secs(5)).unwrap();
-    let ctx = id.device().open().unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8).unwrap();
-    let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
-        .unwrap();
+    let qp = plain_qp(id.device());
     let params = ConnParams {
         private_data: vec![7; 40],
         timeout: Duration::from_secs(10),
@@ -257,12 +262,7 @@ fn answers_without_connection_data_are_refused() {
             .get_request(Some(Duration::from_secs(20)))
             .unwrap()
             .unwrap();
-        let ctx = req.device().open().unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        let cq = ctx.create_cq(8).unwrap();
-        let qp = pd
-            .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
-            .unwrap();
+        let qp = plain_qp(req.device());
         let params = ConnParams {
             private_data: vec![2; 40],
             ..ConnParams::default()

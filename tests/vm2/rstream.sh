@@ -33,7 +33,6 @@ ROWS=""
 FAILED=0
 RUN_NO=0
 SELF=10.0.1.1
-PY=/usr/bin/python3
 
 . "$(dirname "$0")/../vm/lib/net.sh"
 
@@ -42,30 +41,6 @@ tool() {
     rdma-core) echo "stdbuf -oL rstream" ;;
     rverbs) echo "$RVERBS rstream --timeout 30" ;;
     esac
-}
-
-ready_port() {
-    timeout "$READY_LIMIT" "$PY" -c '
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("", int(sys.argv[1])))
-s.listen(1)
-c, _ = s.accept()
-c.close()
-' "$1"
-}
-
-await_ready() {
-    local start
-    start=$(date +%s)
-    while [ $(($(date +%s) - start)) -lt "$READY_LIMIT" ]; do
-        if timeout 2 bash -c "exec 3<>/dev/tcp/$RVERBS_PEER_ADDR/$1" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.3
-    done
-    return 1
 }
 
 row() {
@@ -94,7 +69,7 @@ one() {
         timeout -k 5 "$RUN_LIMIT" $cmd >"$log" 2>&1 &
         spid=$!
         if wait_cm_listen "$port" "$spid"; then
-            ready_port $((port + 1000)) || why+="the client never came; "
+            ready_port $((port + 1000)) "$READY_LIMIT" || why+="the client never came; "
         else
             why+="not listening; "
         fi
@@ -102,7 +77,7 @@ one() {
     else
         cmd="$(tool "$client") -s $RVERBS_PEER_ADDR -p $port $opts"
         echo "run $RUN_NO: client: $cmd"
-        if await_ready $((port + 1000)); then
+        if await_ready $((port + 1000)) "$READY_LIMIT"; then
             timeout -k 5 "$RUN_LIMIT" $cmd >"$log" 2>&1 || rc=$?
         else
             why+="the server never listened; "
@@ -126,7 +101,7 @@ cut() {
         echo "cut: server: $cmd"
         $cmd >"$log" 2>&1 &
         pid=$!
-        wait_cm_listen "$port" "$pid" && ready_port $((port + 1000))
+        wait_cm_listen "$port" "$pid" && ready_port $((port + 1000)) "$READY_LIMIT"
         local base got=0 until_t=$(($(date +%s) + 60))
         base=$(cat "$counter")
         while [ "$got" -lt 2000 ] && [ "$(date +%s)" -lt "$until_t" ]; do
@@ -146,7 +121,7 @@ cut() {
     else
         cmd="$RVERBS rstream --timeout 120 -s $RVERBS_PEER_ADDR -p $port $opts"
         echo "cut: client: $cmd"
-        await_ready $((port + 1000)) || why+="the server never listened; "
+        await_ready $((port + 1000)) "$READY_LIMIT" || why+="the server never listened; "
         $cmd >"$log" 2>&1 &
         pid=$!
         local until_t=$(($(date +%s) + 90))

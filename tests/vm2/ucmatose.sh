@@ -30,8 +30,6 @@ FAILED=0
 RUN_NO=0
 # Guest a's address (the harness's convention; b connects to it).
 SELF=10.0.1.1
-# Debian's interpreter (one earlier on PATH may be another).
-PY=/usr/bin/python3
 
 . "$(dirname "$0")/../vm/lib/net.sh"
 
@@ -40,34 +38,6 @@ tool() {
     rdma-core) echo "ucmatose" ;;
     rverbs) echo "$RVERBS ucmatose" ;;
     esac
-}
-
-# ready_port PORT: accepts one TCP connection on PORT (within
-# READY_LIMIT), telling guest b that the server listens.
-ready_port() {
-    timeout "$READY_LIMIT" "$PY" -c '
-import socket, sys
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("", int(sys.argv[1])))
-s.listen(1)
-c, _ = s.accept()
-c.close()
-' "$1"
-}
-
-# await_ready PORT: waits (up to READY_LIMIT s) until guest a's PORT
-# accepts a TCP connection.
-await_ready() {
-    local start
-    start=$(date +%s)
-    while [ $(($(date +%s) - start)) -lt "$READY_LIMIT" ]; do
-        if timeout 2 bash -c "exec 3<>/dev/tcp/$RVERBS_PEER_ADDR/$1" 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.3
-    done
-    return 1
 }
 
 # one SERVER_IMPL CLIENT_IMPL [-V]
@@ -83,7 +53,7 @@ one() {
         timeout -k 5 "$RUN_LIMIT" $cmd >"$log" 2>"$log.err" &
         spid=$!
         if wait_cm_listen "$port" "$spid"; then
-            ready_port $((port + 1000)) || why+="the client never came; "
+            ready_port $((port + 1000)) "$READY_LIMIT" || why+="the client never came; "
         else
             why+="not listening; "
         fi
@@ -92,7 +62,7 @@ one() {
     else
         cmd="$(tool "$client") -s $RVERBS_PEER_ADDR -p $port -c $CONNS -C $COUNT -S $SIZE $v"
         echo "run $RUN_NO: client: $cmd"
-        if await_ready $((port + 1000)); then
+        if await_ready $((port + 1000)) "$READY_LIMIT"; then
             timeout -k 5 "$RUN_LIMIT" $cmd >"$log" 2>"$log.err" || rc=$?
         else
             why+="the server never listened; "

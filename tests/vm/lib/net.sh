@@ -74,3 +74,32 @@ wait_rts() {
     done
     return 1
 }
+
+# Two guests of `cargo xtask vm2` telling each other a server is up, over
+# TCP (the guests share no pipe): ready_port PORT [SECS] accepts one TCP
+# connection on PORT within SECS (default 30) on the server's guest;
+# await_ready PORT [SECS] waits until RVERBS_PEER_ADDR:PORT accepts one,
+# on the client's. Both fail when the time is up.
+ready_port() {
+    timeout "${2:-30}" /usr/bin/python3 -c '
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", int(sys.argv[1])))
+s.listen(1)
+c, _ = s.accept()
+c.close()
+' "$1"
+}
+
+await_ready() {
+    local start
+    start=$(date +%s)
+    while [ $(($(date +%s) - start)) -lt "${2:-30}" ]; do
+        if timeout 2 bash -c "exec 3<>/dev/tcp/$RVERBS_PEER_ADDR/$1" 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.3
+    done
+    return 1
+}

@@ -64,10 +64,10 @@ use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::cm::{CmId, ConnParams, Listener};
+use crate::cm::{CmId, ConnParams, ConnRequest, Connection, Listener, Resolved};
 use crate::Context;
 
-use socket::{io_err, Prepared, Socket};
+use socket::{io_err, Parts, Prepared, Socket};
 #[cfg(feature = "tokio")]
 pub use tokio::{AsyncRdmaListener, AsyncRdmaStream};
 use wire::ConnData;
@@ -218,28 +218,85 @@ impl StreamOptions {
     }
 
     fn connect_one(&self, dst: SocketAddr) -> io::Result<RdmaStream> {
+        let resolved = self.new_id()?.resolve(dst, self.timeout).map_err(io_err)?;
+        let (Prepared { qp, parts }, params) = self.prepare_connect(&resolved)?;
+        let conn = resolved.connect(qp, &params).map_err(io_err)?;
+        Ok(RdmaStream::new(self.established(conn, parts, dst)?))
+    }
+
+    /// A new id, bound to the source address if there is one.
+    fn new_id(&self) -> io::Result<CmId> {
         let mut id = CmId::new().map_err(io_err)?;
         if let Some(src) = self.source {
             id.bind(src).map_err(io_err)?;
         }
-        let resolved = id.resolve(dst, self.timeout).map_err(io_err)?;
+        Ok(id)
+    }
+
+    /// The active side before its connect: the ACK timeout on the resolved
+    /// id, the verbs objects on its device, the QP in INIT with its
+    /// receives posted, and the connection parameters.
+    fn prepare_connect(&self, resolved: &Resolved) -> io::Result<(Prepared, ConnParams)> {
         resolved.set_ack_timeout(ACK_TIMEOUT).map_err(io_err)?;
         let ctx = context_for(resolved.device())?;
         let mut p = Prepared::new(&ctx, self).map_err(io_err)?;
         resolved.init_qp(&mut p.qp).map_err(io_err)?;
         p.post_recvs().map_err(io_err)?;
         let params = conn_params(&p, self.timeout);
-        let Prepared { qp, parts } = p;
-        let conn = resolved.connect(qp, &params).map_err(io_err)?;
+        Ok((p, params))
+    }
+
+    /// The active side once connected: the server's answer must carry
+    /// rsockets' connection data.
+    fn established(&self, conn: Connection, parts: Parts, dst: SocketAddr) -> io::Result<Socket> {
         let peer = ConnData::decode(conn.private_data()).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{dst} answered without rsockets' connection data: {e}"),
             )
         })?;
-        let mut sock = Socket::new(conn, parts, &peer)?;
+        self.socket(conn, parts, &peer)
+    }
+
+    /// The socket of an established connection, with these options.
+    fn socket(&self, conn: Connection, parts: Parts, peer: &ConnData) -> io::Result<Socket> {
+        let mut sock = Socket::new(conn, parts, peer)?;
         sock.keepalive = self.keepalive;
-        Ok(RdmaStream::new(sock))
+        Ok(sock)
+    }
+
+    /// The passive side's answer to `req`, prepared: `Ok(None)` if `req`
+    /// carries no rsockets connection data (it is rejected).
+    fn prepare_accept(&self, req: ConnRequest) -> io::Result<Option<Accepting>> {
+        let peer = match ConnData::decode(req.private_data()) {
+            Ok(p) => p,
+            Err(_) => {
+                let _ = req.reject(&[]);
+                return Ok(None);
+            }
+        };
+        let peer_addr = req
+            .peer_addr()
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let ctx = context_for(req.device())?;
+        let mut p = match Prepared::new(&ctx, self) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = req.reject(&[]);
+                return Err(io_err(e));
+            }
+        };
+        req.set_ack_timeout(ACK_TIMEOUT).map_err(io_err)?;
+        req.init_qp(&mut p.qp).map_err(io_err)?;
+        p.post_recvs().map_err(io_err)?;
+        let params = conn_params(&p, self.timeout);
+        Ok(Some(Accepting {
+            req,
+            peer,
+            peer_addr,
+            prepared: p,
+            params,
+        }))
     }
 
     /// Listens on `addr` with these options for the streams it accepts.
@@ -260,6 +317,15 @@ impl StreamOptions {
         Err(last
             .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")))
     }
+}
+
+/// A connection request answered but not yet accepted.
+struct Accepting {
+    req: ConnRequest,
+    peer: ConnData,
+    peer_addr: SocketAddr,
+    prepared: Prepared,
+    params: ConnParams,
 }
 
 /// rsockets' connection parameters (this side's connection data as
@@ -341,33 +407,13 @@ impl RdmaListener {
                 }
                 continue;
             };
-            let peer = match ConnData::decode(req.private_data()) {
-                Ok(p) => p,
-                Err(_) => {
-                    let _ = req.reject(&[]);
-                    continue;
-                }
+            let Some(a) = self.opts.prepare_accept(req)? else {
+                continue;
             };
-            let peer_addr = req
-                .peer_addr()
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            let ctx = context_for(req.device())?;
-            let mut p = match Prepared::new(&ctx, &self.opts) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = req.reject(&[]);
-                    return Err(io_err(e));
-                }
-            };
-            req.set_ack_timeout(ACK_TIMEOUT).map_err(io_err)?;
-            req.init_qp(&mut p.qp).map_err(io_err)?;
-            p.post_recvs().map_err(io_err)?;
-            let params = conn_params(&p, self.opts.timeout);
-            let Prepared { qp, parts } = p;
-            let conn = req.accept(qp, &params).map_err(io_err)?;
-            let mut sock = Socket::new(conn, parts, &peer)?;
-            sock.keepalive = self.opts.keepalive;
-            return Ok((RdmaStream::new(sock), peer_addr));
+            let Prepared { qp, parts } = a.prepared;
+            let conn = a.req.accept(qp, &a.params).map_err(io_err)?;
+            let sock = self.opts.socket(conn, parts, &a.peer)?;
+            return Ok((RdmaStream::new(sock), a.peer_addr));
         }
     }
 }

@@ -27,12 +27,11 @@ use std::time::Duration;
 use ::tokio::io::unix::AsyncFd;
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::cm::{CmId, Listener};
+use crate::cm::Listener;
 use crate::sys::tokio::register_readable;
 
 use super::socket::{io_err, Prepared, Socket};
-use super::wire::ConnData;
-use super::{conn_params, context_for, StreamOptions, ACK_TIMEOUT, CLOSE_TIMEOUT};
+use super::{StreamOptions, CLOSE_TIMEOUT};
 
 fn register<T: crate::sys::tokio::OwnsFd>(what: &str, fd: T) -> io::Result<AsyncFd<T>> {
     if ::tokio::runtime::Handle::try_current().is_err() {
@@ -65,31 +64,15 @@ impl StreamOptions {
     }
 
     async fn connect_one_async(&self, dst: SocketAddr) -> io::Result<AsyncRdmaStream> {
-        let mut id = CmId::new().map_err(io_err)?;
-        if let Some(src) = self.source {
-            id.bind(src).map_err(io_err)?;
-        }
-        let resolved = crate::tokio::resolve_id(id, dst, self.timeout)
+        let resolved = crate::tokio::resolve_id(self.new_id()?, dst, self.timeout)
             .await
             .map_err(io_err)?;
-        resolved.set_ack_timeout(ACK_TIMEOUT).map_err(io_err)?;
-        let ctx = context_for(resolved.device())?;
-        let mut p = Prepared::new(&ctx, self).map_err(io_err)?;
-        resolved.init_qp(&mut p.qp).map_err(io_err)?;
-        p.post_recvs().map_err(io_err)?;
-        let params = conn_params(&p, self.timeout);
-        let Prepared { qp, parts } = p;
+        let (Prepared { qp, parts }, params) = self.prepare_connect(&resolved)?;
         let conn = crate::tokio::connect(resolved, qp, &params)
             .await
             .map_err(io_err)?
             .into_inner();
-        let peer = ConnData::decode(conn.private_data()).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{dst} answered without rsockets' connection data: {e}"),
-            )
-        })?;
-        AsyncRdmaStream::new(Socket::new(conn, parts, &peer)?)
+        AsyncRdmaStream::new(self.established(conn, parts, dst)?)
     }
 
     /// [`StreamOptions::bind`] for a listener whose connections are
@@ -147,34 +130,16 @@ impl AsyncRdmaListener {
                     Err(e) => return Err(io_err(e)),
                 }
             };
-            let Ok(peer) = ConnData::decode(req.private_data()) else {
-                let _ = req.reject(&[]);
+            let Some(a) = self.opts.prepare_accept(req)? else {
                 continue;
             };
-            let peer_addr = req
-                .peer_addr()
-                .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
-            let ctx = context_for(req.device())?;
-            let mut p = match Prepared::new(&ctx, &self.opts) {
-                Ok(p) => p,
-                Err(e) => {
-                    let _ = req.reject(&[]);
-                    return Err(io_err(e));
-                }
-            };
-            req.set_ack_timeout(ACK_TIMEOUT).map_err(io_err)?;
-            req.init_qp(&mut p.qp).map_err(io_err)?;
-            p.post_recvs().map_err(io_err)?;
-            let params = conn_params(&p, self.opts.timeout);
-            let Prepared { qp, parts } = p;
-            let conn = crate::tokio::accept(req, qp, &params)
+            let Prepared { qp, parts } = a.prepared;
+            let conn = crate::tokio::accept(a.req, qp, &a.params)
                 .await
                 .map_err(io_err)?
                 .into_inner();
-            return Ok((
-                AsyncRdmaStream::new(Socket::new(conn, parts, &peer)?)?,
-                peer_addr,
-            ));
+            let sock = self.opts.socket(conn, parts, &a.peer)?;
+            return Ok((AsyncRdmaStream::new(sock)?, a.peer_addr));
         }
     }
 }
