@@ -47,8 +47,9 @@
 //!
 //! **Not spoken (yet):** rsockets' direct placement (`riomap` /
 //! `riowrite`: a peer's iomap descriptors are ignored and none is
-//! offered), keep-alive probes, the iWARP message-send mode, and AF_IB
-//! addresses.
+//! offered), the iWARP message-send mode, and AF_IB addresses.
+//! Keep-alive probes ([`StreamOptions::keepalive`]) are sent by the
+//! blocking streams only.
 
 #[cfg(feature = "fuzz")]
 pub mod book;
