@@ -11,8 +11,6 @@
 //! not cover it) and flushing write-combining stores takes `dsb st`.
 //! Other architectures get a full fence (correct, perhaps slower).
 
-use std::sync::atomic::Ordering;
-
 /// Orders the CPU's earlier stores to memory the device reads (WQEs,
 /// `wr_id`s, a CQ's compacted entries) before its later stores (the
 /// doorbell record that tells the device about them):
@@ -30,9 +28,9 @@ pub(crate) fn to_device() {
     // and, for a reader in this process (the emulated device), makes the
     // following relaxed doorbell-record store publish the earlier stores.
     #[cfg(target_arch = "x86_64")]
-    std::sync::atomic::fence(Ordering::Release);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
     #[cfg(not(any(target_arch = "aarch64", target_arch = "x86_64")))]
-    std::sync::atomic::fence(Ordering::SeqCst);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Orders the read of a CQE's ownership byte before the reads of its body
@@ -51,7 +49,7 @@ pub(crate) fn from_device() {
     // (the emulated device), the fence that pairs with its release store
     // of the ownership byte.
     #[cfg(not(target_arch = "aarch64"))]
-    std::sync::atomic::fence(Ordering::Acquire);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
 }
 
 /// Orders earlier stores (the doorbell record) before the following
@@ -79,7 +77,7 @@ pub(crate) fn flush_writes() {
         std::arch::asm!("dsb st", options(nostack, preserves_flags));
     }
     #[cfg(not(any(target_arch = "aarch64", target_arch = "x86_64")))]
-    std::sync::atomic::fence(Ordering::SeqCst);
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
 }
 
 #[cfg(test)]
