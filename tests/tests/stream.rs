@@ -3,8 +3,10 @@
 //! through buffer wrap-around, grants and credits running out; a half
 //! close gives end of file one way while the other still flows; a reader
 //! that stops makes the writer time out with bounded memory; requests and
-//! answers without rsockets' connection data are refused. Interop with
-//! librdmacm's rsockets (rstream) is tests/vm/rstream.sh.
+//! answers without rsockets' connection data are refused; direct
+//! placement (`iomap`/`iowrite`) lands every byte where the peer mapped
+//! it, and refuses what it must. Interop with librdmacm's rsockets is
+//! tests/vm/rstream.sh and tests/vm/riostream.sh.
 
 #![forbid(unsafe_code)]
 
@@ -289,4 +291,104 @@ fn bad_options_are_refused() {
         let e = o.bind(any_port()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
     }
+}
+
+/// The client's side of [`direct_placement_round`]: what it writes.
+const IO_LEN: usize = 200_000;
+
+/// The server offers the client two MRs (at offset 0 and at the second's
+/// address) and says where; the client writes both by offset in pieces
+/// of every size (`iowrite`), then says so on the stream, which the
+/// server reads only after the bytes landed: every byte is checked.
+fn direct_placement_round(opts: StreamOptions) {
+    use rverbs::AccessFlags;
+    let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let (addr, server) = serve(opts.clone(), move |mut s| {
+        let mr = s.pd().alloc_mr(IO_LEN, remote).unwrap();
+        let small = s.pd().alloc_mr(4096, remote).unwrap();
+        let m = s.iomap(&mr, Some(0)).expect("map at 0");
+        assert_eq!((m.offset(), m.len()), (0, IO_LEN as u32));
+        let m2 = s.iomap(&small, None).expect("map at its address");
+        assert_eq!(m2.offset(), small.iova());
+        // The client offers two entries: a third mapping finds none.
+        let third = s.pd().alloc_mr(64, remote).unwrap();
+        let e = s.iomap(&third, Some(1 << 40)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OutOfMemory, "{e}");
+        // MRs the peer must not be offered.
+        let other_pd = s.pd().context().alloc_pd().unwrap();
+        let foreign = other_pd.alloc_mr(64, remote).unwrap();
+        let e = s.iomap(&foreign, None).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        let local_only = s.pd().alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
+        let e = s.iomap(&local_only, None).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+        s.write_all(&m2.offset().to_le_bytes()).unwrap();
+        let mut done = [0u8; 4];
+        s.read_exact(&mut done).expect("the client's word");
+        assert_eq!(&done, b"done");
+        let got = mr.to_vec();
+        for (i, b) in got.iter().enumerate() {
+            assert_eq!(*b, pattern(i), "byte {i} of the region at 0");
+        }
+        assert_eq!(&small.to_vec()[..100], &[0x5a; 100][..]);
+        // Unmapped, the entry takes another MR.
+        s.iounmap(m).unwrap();
+        assert_eq!(s.iounmap(m).unwrap_err().kind(), ErrorKind::InvalidInput);
+        s.iomap(&third, Some(1 << 40)).expect("the freed entry");
+        s.write_all(b"ok").unwrap();
+    });
+    let mut c = opts.clone().iomap_size(2).connect(addr).expect("connect");
+    // The server offers no entries: nothing of ours can be mapped there.
+    let mine = c
+        .pd()
+        .alloc_mr(64, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .unwrap();
+    assert_eq!(
+        c.iomap(&mine, None).unwrap_err().kind(),
+        ErrorKind::OutOfMemory
+    );
+    let mut at = [0u8; 8];
+    c.read_exact(&mut at).expect("the server's word");
+    let small_at = u64::from_le_bytes(at);
+    let data: Vec<u8> = (0..IO_LEN).map(pattern).collect();
+    let sizes = [1usize, 63, 64, 65, 2048, 5000, 65_536, 100_000];
+    let mut off = 0usize;
+    let mut k = 0;
+    while off < IO_LEN {
+        let end = (off + sizes[k % sizes.len()]).min(IO_LEN);
+        k += 1;
+        while off < end {
+            off += c.iowrite(&data[off..end], off as u64).expect("iowrite");
+        }
+    }
+    // A write past a region's end stops there.
+    assert_eq!(c.iowrite(&[0x5a; 100], small_at).unwrap(), 100);
+    assert_eq!(c.iowrite(&[0; 64], small_at + 4090).unwrap(), 6);
+    // No region at that offset.
+    let e = c.iowrite(&[0; 8], IO_LEN as u64).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    c.write_all(b"done").unwrap();
+    let mut ok = [0u8; 2];
+    c.read_exact(&mut ok).expect("the server's answer");
+    assert_eq!(&ok, b"ok");
+    server.join().expect("server");
+}
+
+#[test]
+fn direct_placement_default_sizes() {
+    direct_placement_round(StreamOptions::new());
+}
+
+#[test]
+fn direct_placement_through_a_small_send_ring() {
+    // No byte inline (descriptors too go through the ring), and a 4 KiB
+    // ring that wraps under the direct writes.
+    direct_placement_round(
+        StreamOptions::new()
+            .send_buffer(4096)
+            .recv_buffer(4096)
+            .sq_size(16)
+            .rq_size(16)
+            .inline_size(0),
+    );
 }

@@ -45,11 +45,15 @@
 //! credits) as `InvalidData`. Nothing a peer sends can make this side
 //! read or write outside its own buffers.
 //!
-//! **Not spoken (yet):** rsockets' direct placement (`riomap` /
-//! `riowrite`: a peer's iomap descriptors are ignored and none is
-//! offered), the iWARP message-send mode, and AF_IB addresses.
-//! Keep-alive probes ([`StreamOptions::keepalive`]) are sent by the
-//! blocking streams only.
+//! **Direct placement** (rsockets' `riomap` / `riowrite`): a side that
+//! asked for entries ([`StreamOptions::iomap_size`]) lets its peer offer
+//! it MRs ([`RdmaStream::iomap`]) which it then writes into by offset
+//! ([`RdmaStream::iowrite`]): plain RDMA WRITEs the receiving process
+//! never sees, so it learns of them by other means (a byte it polls, or a
+//! message sent after them on the stream, which arrives after them).
+//! The async streams have the same calls.
+//!
+//! **Not spoken (yet):** the iWARP message-send mode and AF_IB addresses.
 
 #[cfg(feature = "fuzz")]
 pub mod book;
@@ -66,8 +70,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::cm::{CmId, ConnParams, ConnRequest, Connection, Listener, Resolved};
-use crate::Context;
+use crate::{AccessFlags, Context, Mr, Pd};
 
+pub use socket::IoMap;
 use socket::{io_err, Parts, Prepared, Socket};
 #[cfg(feature = "tokio")]
 pub use tokio::{AsyncRdmaListener, AsyncRdmaStream};
@@ -94,6 +99,7 @@ pub struct StreamOptions {
     timeout: Duration,
     source: Option<SocketAddr>,
     keepalive: Option<Duration>,
+    iomap_size: u32,
 }
 
 impl Default for StreamOptions {
@@ -109,6 +115,7 @@ impl Default for StreamOptions {
             timeout: Duration::from_secs(10),
             source: None,
             keepalive: None,
+            iomap_size: 0,
         }
     }
 }
@@ -177,10 +184,19 @@ impl StreamOptions {
     /// default): a zero-length RDMA WRITE, which the peer's device answers
     /// without its process. When the link or the peer's host is gone the
     /// probe's transport retries run out and the wait fails with
-    /// `ConnectionAborted` instead of waiting on. Not used by the async
-    /// streams, whose waits have no timer.
+    /// `ConnectionAborted` instead of waiting on. The async streams
+    /// probe the same way while a read or write is pending.
     pub fn keepalive(mut self, interval: Option<Duration>) -> Self {
         self.keepalive = interval;
+        self
+    }
+
+    /// How many direct-placement regions the peer may offer this side to
+    /// write into ([`RdmaStream::iowrite`]; rsockets' `RDMA_IOMAPSIZE`,
+    /// 0 by default): kept as rsockets keeps it (up to 128 exactly,
+    /// larger counts rounded down to a multiple of 256, at most 32512).
+    pub fn iomap_size(mut self, n: u32) -> Self {
+        self.iomap_size = wire::scale_to_value(wire::value_to_scale(n));
         self
     }
 
@@ -419,6 +435,25 @@ impl RdmaListener {
     }
 }
 
+/// Offers `mr` on `sock` (see [`RdmaStream::iomap`]) once it is checked
+/// to be one the peer may be given.
+fn iomap<B>(sock: &mut Socket, mr: &Mr<B>, offset: Option<u64>) -> io::Result<IoMap> {
+    let bad = |m: &str| Err(io::Error::new(io::ErrorKind::InvalidInput, m.to_string()));
+    if !std::sync::Arc::ptr_eq(&mr.pd().inner, &sock.pd().inner) {
+        return bad("the MR is not registered on the stream's protection domain");
+    }
+    if !mr.access().contains(AccessFlags::REMOTE_WRITE) {
+        return bad("the MR does not allow remote writes");
+    }
+    let Ok(len) = u32::try_from(mr.len()) else {
+        return bad("the MR is 4 GiB or longer: rsockets' descriptors hold 32-bit lengths");
+    };
+    if len == 0 {
+        return bad("the MR is empty");
+    }
+    sock.iomap(mr.iova(), mr.rkey(), len, offset.unwrap_or(mr.iova()))
+}
+
 /// A connected rsocket: a byte stream over an RC QP.
 pub struct RdmaStream {
     sock: Socket,
@@ -487,6 +522,56 @@ impl RdmaStream {
     /// Whether received data is waiting to be read.
     pub fn has_data(&self) -> bool {
         self.sock.has_data()
+    }
+
+    /// The protection domain of this stream's verbs objects: register
+    /// here the MRs to offer with [`RdmaStream::iomap`].
+    pub fn pd(&self) -> &Pd {
+        self.sock.pd()
+    }
+
+    /// Offers the peer all of `mr` to write into with its `iowrite`
+    /// (rsockets' `riomap` with `PROT_WRITE`), addressed from `offset`
+    /// (`None`: the MR's address, as rsockets' offset of -1). Returns
+    /// the mapping; its offset is the peer's address of the MR's first
+    /// byte.
+    ///
+    /// `mr` must be registered on [`RdmaStream::pd`] with
+    /// [`AccessFlags::REMOTE_WRITE`], be at most 4 GiB - 1 long, and not
+    /// be empty. The peer may write it from the moment its descriptor
+    /// arrives (it goes at once if a message can, else before the next
+    /// write on this stream) as long as the MR stays registered:
+    /// [`RdmaStream::iounmap`] frees the peer's entry for another
+    /// mapping but cannot take back what the peer has; dropping (or
+    /// deregistering) the MR does, and the peer's later writes then fail,
+    /// which breaks its stream. Read what arrived with [`Mr::read_at`]
+    /// (which tolerates the device writing meanwhile).
+    ///
+    /// Fails with `OutOfMemory` when every entry the peer offers (its
+    /// [`StreamOptions::iomap_size`]) is taken.
+    pub fn iomap<B>(&mut self, mr: &Mr<B>, offset: Option<u64>) -> io::Result<IoMap> {
+        iomap(&mut self.sock, mr, offset)
+    }
+
+    /// Frees the peer's entry `map` holds (rsockets' `riounmap`, but the
+    /// MR stays registered: drop it to revoke the peer's access).
+    pub fn iounmap(&mut self, map: IoMap) -> io::Result<()> {
+        self.sock.iounmap(map)
+    }
+
+    /// Writes what it can of `buf` at `offset` into the regions the peer
+    /// offered with its `iomap` (rsockets' `riowrite`): copied through the
+    /// send buffer and posted as plain RDMA WRITEs, which take no credit
+    /// and which the peer's process does not see. Returns the bytes
+    /// written: fewer than `buf` where a region ends and none follows, or
+    /// when room ran out after part of it went. Fails with `InvalidInput`
+    /// if no region holds `offset`; waits for room (or fails with
+    /// `WouldBlock`, `TimedOut`) as a write does.
+    ///
+    /// A message written on the stream after this arrives after these
+    /// bytes have landed: use one to tell the peer.
+    pub fn iowrite(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.sock.iowrite(buf, offset, self.write_timeout)
     }
 }
 

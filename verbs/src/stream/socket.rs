@@ -25,7 +25,7 @@ use crate::qp::{QpCap, QpInitAttr, QpType};
 use crate::{AccessFlags, CompChannel, Context, Cq, Mr, Qp, RecvWr, Sge, Wc, WcStatus};
 
 use super::book::RecvBook;
-use super::wire::{self, ConnData, Ctrl, Msg, Op, RsSge, SGE_LEN, SGL_SIZE};
+use super::wire::{self, ConnData, Ctrl, Iomap, Msg, Op, RsSge, IOMAP_LEN, SGE_LEN, SGL_SIZE};
 use super::StreamOptions;
 
 /// The first data message's size of a write; it doubles per message up to
@@ -49,6 +49,21 @@ const WR_ID_RECV: u64 = 1 << 63;
 const CM_CHECK_EVERY: Duration = Duration::from_millis(5);
 /// Completions taken per poll.
 const WC_BATCH: usize = 16;
+
+/// The next message's size of a write with `left` bytes to go: `olen`,
+/// which doubles each message up to [`MAX_TRANSFER`], or what is left
+/// (rsockets' overlap of copying and sending).
+fn next_xfer(olen: &mut u32, left: u32) -> u32 {
+    if *olen < left {
+        let x = *olen;
+        if *olen < MAX_TRANSFER {
+            *olen <<= 1;
+        }
+        x
+    } else {
+        left
+    }
+}
 
 /// How the connection ended, if it did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,6 +143,9 @@ struct Sizes {
     sq_inline: u32,
     sbuf_size: u32,
     rbuf_size: u32,
+    /// Direct-placement descriptors the peer may write into our target
+    /// list's tail.
+    iomap_size: u32,
 }
 
 impl Prepared {
@@ -166,7 +184,11 @@ impl Prepared {
         )?;
         let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         let rbuf = pd.alloc_mr(rbuf_size as usize, remote)?;
-        let target = pd.alloc_mr(SGE_LEN * SGL_SIZE as usize, remote)?;
+        let iomap_size = o.iomap_size;
+        let target = pd.alloc_mr(
+            SGE_LEN * SGL_SIZE as usize + IOMAP_LEN * iomap_size as usize,
+            remote,
+        )?;
         Ok(Prepared {
             qp,
             parts: Parts {
@@ -181,6 +203,7 @@ impl Prepared {
                     sq_inline,
                     sbuf_size,
                     rbuf_size,
+                    iomap_size,
                 },
             },
         })
@@ -202,13 +225,14 @@ impl Parts {
     pub(super) fn conn_data(&self) -> ConnData {
         ConnData {
             version: wire::VERSION,
-            flags: if wire::host_is_net() {
-                wire::FLAG_NET
-            } else {
-                0
-            },
+            flags: wire::FLAG_IOMAP
+                | if wire::host_is_net() {
+                    wire::FLAG_NET
+                } else {
+                    0
+                },
             credits: self.sizes.rq_size as u16,
-            target_iomap_size: 0,
+            target_iomap_size: wire::value_to_scale(self.sizes.iomap_size),
             target_sgl: RsSge {
                 addr: self.target.iova(),
                 key: self.target.rkey(),
@@ -255,6 +279,12 @@ pub(super) struct Socket {
     remote_sgl: RsSge,
     remote_sge: u32,
     peer_net: bool,
+    /// The peer's direct-placement entries (where our descriptors go,
+    /// `length` of them), and the ones this side filled.
+    remote_iomap: RsSge,
+    iomaps: Vec<MapSlot>,
+    /// Whether a descriptor in `iomaps` waits to be sent.
+    iomap_pending: bool,
 
     /// The receive buffer's bookkeeping.
     rx: RecvBook,
@@ -268,6 +298,43 @@ pub(super) struct Socket {
     pub(super) keepalive: Option<Duration>,
     /// When a non-blocking wait last read the rdma_cm fd.
     cm_checked: Instant,
+}
+
+/// One of the peer's direct-placement entries this side filled.
+#[derive(Clone, Copy, Debug)]
+struct MapSlot {
+    index: u32,
+    map: Iomap,
+    sent: bool,
+}
+
+/// A direct-placement mapping made by
+/// [`RdmaStream::iomap`](super::RdmaStream::iomap): the peer's entry
+/// it occupies and the offset the peer writes it at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IoMap {
+    index: u32,
+    offset: u64,
+    len: u32,
+}
+
+impl IoMap {
+    /// The offset the peer addresses the region's first byte at (its
+    /// `iowrite`'s offset; rsockets' return value of `riomap`).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The region's length in bytes.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the region is empty (it never is: empty regions are
+    /// refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// What a wait waits for.
@@ -322,6 +389,22 @@ impl Socket {
             // connection data); 0 for a one-entry list.
             remote_sge: 1 % peer.target_sgl.length.max(1),
             peer_net: peer.is_net(),
+            remote_iomap: if peer.flags & wire::FLAG_IOMAP != 0 {
+                RsSge {
+                    // The entries follow the peer's target list (whose
+                    // length the decoder bounded to 1..=2).
+                    addr: peer
+                        .target_sgl
+                        .addr
+                        .wrapping_add(u64::from(peer.target_sgl.length) * SGE_LEN as u64),
+                    key: peer.target_sgl.key,
+                    length: wire::scale_to_value(peer.target_iomap_size),
+                }
+            } else {
+                RsSge::default()
+            },
+            iomaps: Vec::new(),
+            iomap_pending: false,
             rx: RecvBook::new(sizes.rbuf_size, sizes.rq_size),
             readable: true,
             writable: true,
@@ -460,7 +543,10 @@ impl Socket {
                     self.connected = false;
                 }
             }
-            Op::IomapSgl => self.sqe_avail += 1,
+            Op::IomapSgl => {
+                self.sqe_avail += 1;
+                self.sbuf_bytes_avail = self.sbuf_bytes_avail.saturating_add(IOMAP_LEN as u32);
+            }
             _ => {
                 self.sqe_avail += 1;
                 self.sbuf_bytes_avail = self.sbuf_bytes_avail.saturating_add(msg.data);
@@ -620,7 +706,7 @@ impl Socket {
             };
             let (cq_ready, cm_ready) = self.sleep(nap)?;
             if !cq_ready && !cm_ready && self.keepalive.is_some() {
-                self.probe()?;
+                self.send_probe()?;
             }
             if cq_ready {
                 // The next round re-arms.
@@ -636,7 +722,7 @@ impl Socket {
     /// Sends a keep-alive probe (rsockets' form: a zero-length RDMA WRITE
     /// without immediate, so the peer's receives are not touched) if a
     /// control slot is free and the connection is up.
-    fn probe(&mut self) -> io::Result<()> {
+    pub(super) fn send_probe(&mut self) -> io::Result<()> {
         if !self.connected || !self.ctrl_avail() {
             return Ok(());
         }
@@ -743,6 +829,9 @@ impl Socket {
         if buf.is_empty() {
             return Ok(0);
         }
+        if self.iomap_pending {
+            self.send_iomaps(timeout)?;
+        }
         let mut sent = 0usize;
         let mut olen = OLAP_START_SIZE;
         while sent < buf.len() {
@@ -763,15 +852,7 @@ impl Socket {
                 }
             }
             let left = u32::try_from(buf.len() - sent).unwrap_or(u32::MAX);
-            let mut xfer = if olen < left {
-                let x = olen;
-                if olen < MAX_TRANSFER {
-                    olen <<= 1;
-                }
-                x
-            } else {
-                left
-            };
+            let mut xfer = next_xfer(&mut olen, left);
             let t = self.target_entry(self.target_sge);
             xfer = xfer.min(self.sbuf_bytes_avail).min(t.length);
             let data = &buf[sent..sent + xfer as usize];
@@ -817,37 +898,259 @@ impl Socket {
             self.target_sge = (self.target_sge + 1) % SGL_SIZE;
         }
         let imm = Msg::new(Op::Data, len).imm();
-        let r = if len <= self.sizes.sq_inline {
+        self.post_write(data, t.addr, t.key, Some(imm), u64::from(imm))
+            .map_err(|e| self.local("post data", e))
+    }
+
+    /// An RDMA WRITE of `data` to `addr` under `key` (with `imm` if
+    /// given): inline up to the inline size, else copied into the send
+    /// buffer's ring, wrapping into a second gather entry at its end. The
+    /// caller took the ring space (`sbuf_bytes_avail`).
+    fn post_write(
+        &mut self,
+        data: &[u8],
+        addr: u64,
+        key: u32,
+        imm: Option<u32>,
+        wr_id: u64,
+    ) -> crate::Result<()> {
+        let len = data.len() as u32;
+        if len <= self.sizes.sq_inline {
             let bufs = [IoSlice::new(data)];
-            let wr = Write::inline(u64::from(imm), &bufs, t.addr, t.key)
-                .imm(imm)
-                .build();
-            self.conn.qp_mut().post_send(&[wr])
-        } else {
-            // Copied into the send buffer's ring, wrapping into a second
-            // gather entry at its end.
-            let at = self.shead;
-            let room = self.sizes.sbuf_size - at;
-            let first = len.min(room);
-            let (a, b) = data.split_at(first as usize);
-            let _ = self.sbuf.write_at(at as usize, a);
-            let _ = self.sbuf.write_at(0, b);
-            self.shead = if first == room { len - first } else { at + len };
-            let s0 = self.sbuf.sge(at as usize..(at + first) as usize);
-            let s1 = self.sbuf.sge(0..(len - first) as usize);
-            match (s0, s1) {
-                (Ok(s0), Ok(s1)) => {
-                    let sges: [Sge; 2] = [s0, s1];
-                    let n = if b.is_empty() { 1 } else { 2 };
-                    let wr = Write::new(u64::from(imm), &sges[..n], t.addr, t.key)
-                        .imm(imm)
-                        .build();
-                    self.conn.qp_mut().post_send(&[wr])
-                }
-                (Err(e), _) | (_, Err(e)) => Err(e),
+            let mut w = Write::inline(wr_id, &bufs, addr, key);
+            if let Some(imm) = imm {
+                w = w.imm(imm);
             }
+            return self.conn.qp_mut().post_send(&[w.build()]);
+        }
+        let at = self.shead;
+        let room = self.sizes.sbuf_size - at;
+        let first = len.min(room);
+        let (a, b) = data.split_at(first as usize);
+        let _ = self.sbuf.write_at(at as usize, a);
+        let _ = self.sbuf.write_at(0, b);
+        self.shead = if first == room { len - first } else { at + len };
+        let sges: [Sge; 2] = [
+            self.sbuf.sge(at as usize..(at + first) as usize)?,
+            self.sbuf.sge(0..(len - first) as usize)?,
+        ];
+        let n = if b.is_empty() { 1 } else { 2 };
+        let mut w = Write::new(wr_id, &sges[..n], addr, key);
+        if let Some(imm) = imm {
+            w = w.imm(imm);
+        }
+        self.conn.qp_mut().post_send(&[w.build()])
+    }
+
+    // ---- direct placement (rsockets' iomap) ----
+
+    /// The PD every MR of this stream is registered on.
+    pub(super) fn pd(&self) -> &crate::Pd {
+        self.rbuf.pd()
+    }
+
+    /// Offers the peer `len` bytes at `addr` under `rkey` (an MR of this
+    /// stream's PD the caller checked), addressed from `offset`: the
+    /// peer's first free entry gets the descriptor, sent at once if a
+    /// message can go without waiting, else before the next data.
+    pub(super) fn iomap(
+        &mut self,
+        addr: u64,
+        rkey: u32,
+        len: u32,
+        offset: u64,
+    ) -> io::Result<IoMap> {
+        let Some(index) =
+            (0..self.remote_iomap.length).find(|i| self.iomaps.iter().all(|m| m.index != *i))
+        else {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!(
+                    "every direct-placement entry the peer offers is in use ({})",
+                    self.remote_iomap.length
+                ),
+            ));
         };
-        r.map_err(|e| self.local("post data", e))
+        let map = Iomap {
+            offset,
+            sge: RsSge {
+                addr,
+                key: rkey,
+                length: len,
+            },
+        };
+        self.iomaps.push(MapSlot {
+            index,
+            map,
+            sent: false,
+        });
+        self.iomap_pending = true;
+        // Out now if that needs no wait; a failure to send stays for the
+        // next write to report.
+        let _ = self.poll_cq();
+        let _ = self.try_send_iomaps();
+        Ok(IoMap { index, offset, len })
+    }
+
+    /// Frees the peer's entry `m` held (a later mapping may take it).
+    pub(super) fn iounmap(&mut self, m: IoMap) -> io::Result<()> {
+        let Some(at) = self
+            .iomaps
+            .iter()
+            .position(|s| s.index == m.index && s.map.offset == m.offset)
+        else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a mapping of this stream",
+            ));
+        };
+        self.iomaps.swap_remove(at);
+        self.iomap_pending = self.iomaps.iter().any(|s| !s.sent);
+        Ok(())
+    }
+
+    /// Sends the descriptors not sent yet that can go without waiting.
+    fn try_send_iomaps(&mut self) -> io::Result<()> {
+        while self.iomap_pending && self.writable && self.can_send() {
+            self.send_one_iomap()?;
+        }
+        Ok(())
+    }
+
+    /// Sends every descriptor not sent yet, waiting for room as a write
+    /// does.
+    fn send_iomaps(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        while self.iomap_pending {
+            if !self.writable {
+                return Err(self.write_error());
+            }
+            if !self.can_send() {
+                self.poll_cq()?;
+                self.update_credits()?;
+                if !self.can_send() {
+                    self.wait(Until::Writable, timeout)?;
+                    continue;
+                }
+            }
+            self.send_one_iomap()?;
+        }
+        Ok(())
+    }
+
+    /// The first unsent descriptor, written into the peer's entry with
+    /// its index as the immediate (as rsockets' `riomap` does: a credit
+    /// and 24 bytes of the send buffer).
+    fn send_one_iomap(&mut self) -> io::Result<()> {
+        let Some(slot) = self.iomaps.iter_mut().find(|s| !s.sent) else {
+            self.iomap_pending = false;
+            return Ok(());
+        };
+        slot.sent = true;
+        let slot = *slot;
+        self.iomap_pending = self.iomaps.iter().any(|s| !s.sent);
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        self.sqe_avail -= 1;
+        self.sbuf_bytes_avail -= IOMAP_LEN as u32;
+        let bytes = slot.map.to_bytes(self.peer_net);
+        let addr = self
+            .remote_iomap
+            .addr
+            .wrapping_add(u64::from(slot.index) * IOMAP_LEN as u64);
+        let imm = Msg::new(Op::IomapSgl, slot.index).imm();
+        let key = self.remote_iomap.key;
+        self.post_write(&bytes, addr, key, Some(imm), u64::from(imm))
+            .map_err(|e| self.local("post a direct-placement descriptor", e))
+    }
+
+    /// The direct-placement descriptor the peer last wrote into our entry
+    /// `i` (zeros until it writes one).
+    fn peer_iomap(&self, i: u32) -> Iomap {
+        let mut b = [0u8; IOMAP_LEN];
+        // In bounds: i < iomap_size, the MR holds that many entries after
+        // the target list.
+        let _ = self
+            .target
+            .read_at(SGE_LEN * SGL_SIZE as usize + i as usize * IOMAP_LEN, &mut b);
+        Iomap::from_bytes(&b, wire::host_is_net())
+    }
+
+    /// The peer's region that holds `offset`: its address there and the
+    /// bytes left in it.
+    fn find_iomap(&self, offset: u64) -> Option<(u64, u32, u32)> {
+        (0..self.sizes.iomap_size).find_map(|i| {
+            let m = self.peer_iomap(i);
+            m.locate(offset).map(|(addr, left)| (addr, m.sge.key, left))
+        })
+    }
+
+    /// rsockets' `riowrite`: writes what it can of `buf` into the peer's
+    /// direct-placement regions at `offset` (plain RDMA WRITEs through the
+    /// send buffer: the peer's CPU sees nothing). Stops at the end of a
+    /// region not followed by another; blocks (or fails with
+    /// `WouldBlock`) only when nothing can go at once.
+    pub(super) fn iowrite(
+        &mut self,
+        buf: &[u8],
+        offset: u64,
+        timeout: Option<Duration>,
+    ) -> io::Result<usize> {
+        if self.iomap_pending {
+            self.send_iomaps(timeout)?;
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let mut sent = 0usize;
+        let mut olen = OLAP_START_SIZE;
+        while sent < buf.len() {
+            if !self.writable {
+                break;
+            }
+            let Some(at) = offset.checked_add(sent as u64) else {
+                break;
+            };
+            let Some((addr, key, room)) = self.find_iomap(at) else {
+                if sent > 0 {
+                    break;
+                }
+                let hint = if self.sizes.iomap_size == 0 {
+                    " (this stream offers it no entries: StreamOptions::iomap_size)"
+                } else {
+                    ""
+                };
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("the peer has mapped no region at offset {at}{hint}"),
+                ));
+            };
+            if !self.can_send() {
+                self.poll_cq()?;
+                self.update_credits()?;
+                if !self.can_send() {
+                    if sent > 0 {
+                        break;
+                    }
+                    self.wait(Until::Writable, timeout)?;
+                    continue;
+                }
+            }
+            let left = u32::try_from(buf.len() - sent).unwrap_or(u32::MAX);
+            let mut xfer = next_xfer(&mut olen, left);
+            xfer = xfer.min(self.sbuf_bytes_avail).min(room);
+            let data = &buf[sent..sent + xfer as usize];
+            self.sqe_avail -= 1;
+            self.sbuf_bytes_avail -= xfer;
+            // The completion gives the send buffer space back (its id:
+            // a `Write` message of the length).
+            let id = u64::from(Msg::new(Op::Write, xfer).imm());
+            self.post_write(data, addr, key, None, id)
+                .map_err(|e| self.local("post a direct write", e))?;
+            sent += xfer as usize;
+        }
+        if sent == 0 {
+            return Err(self.write_error());
+        }
+        Ok(sent)
     }
 
     // ---- receiving ----

@@ -25,6 +25,11 @@ pub const SGL_SIZE: u32 = 2;
 pub const CONN_DATA_LEN: usize = 40;
 /// Bytes of one buffer descriptor.
 pub const SGE_LEN: usize = 16;
+/// Bytes of one direct-placement (iomap) descriptor.
+pub const IOMAP_LEN: usize = 24;
+/// The most direct-placement descriptors a side can announce (the
+/// largest value of [`ConnData::target_iomap_size`]'s scale).
+pub const IOMAP_MAX: u32 = scale_to_value(0xff);
 /// Bits of an immediate that carry the message's value.
 pub const DATA_BITS: u32 = 29;
 /// The largest value a message carries (a data message's length).
@@ -78,6 +83,63 @@ impl RsSge {
                 length: u32::from_le_bytes(l),
             }
         }
+    }
+}
+
+/// A direct-placement (iomap) descriptor: the peer may write `sge.length`
+/// bytes at `sge.addr` under `sge.key`, addressing them as `offset` and
+/// up. A side writes its descriptors into entries after the peer's target
+/// list (rsockets' `riomap`), in the peer's byte order.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Iomap {
+    /// The offset the region starts at, as the writer addresses it.
+    pub offset: u64,
+    /// The region.
+    pub sge: RsSge,
+}
+
+impl Iomap {
+    /// The 24 bytes in the given byte order (offset, then the region).
+    pub fn to_bytes(self, big_endian: bool) -> [u8; IOMAP_LEN] {
+        let mut b = [0u8; IOMAP_LEN];
+        let off = if big_endian {
+            self.offset.to_be_bytes()
+        } else {
+            self.offset.to_le_bytes()
+        };
+        b[..8].copy_from_slice(&off);
+        b[8..].copy_from_slice(&self.sge.to_bytes(big_endian));
+        b
+    }
+
+    /// Reads 24 bytes in the given byte order.
+    pub fn from_bytes(b: &[u8; IOMAP_LEN], big_endian: bool) -> Iomap {
+        let (o, s) = b.split_at(8);
+        // The split gives exactly 8 and 16 bytes.
+        let o: [u8; 8] = o.try_into().unwrap_or_default();
+        let s: [u8; SGE_LEN] = s.try_into().unwrap_or_default();
+        Iomap {
+            offset: if big_endian {
+                u64::from_be_bytes(o)
+            } else {
+                u64::from_le_bytes(o)
+            },
+            sge: RsSge::from_bytes(&s, big_endian),
+        }
+    }
+
+    /// Where offset `at` lies in the region: its address there and the
+    /// bytes from there to the region's end; `None` outside the region
+    /// (or where a peer's values would overflow).
+    pub fn locate(&self, at: u64) -> Option<(u64, u32)> {
+        let into = at.checked_sub(self.offset)?;
+        let left = u64::from(self.sge.length).checked_sub(into)?;
+        if left == 0 {
+            return None;
+        }
+        let addr = self.sge.addr.checked_add(into)?;
+        // left <= length, a u32.
+        Some((addr, left as u32))
     }
 }
 
@@ -393,6 +455,41 @@ mod tests {
             assert_eq!(RsSge::from_bytes(&s.to_bytes(be), be), s);
         }
         assert_eq!(&s.to_bytes(false)[12..], &65536u32.to_le_bytes());
+    }
+
+    #[test]
+    fn iomap_layout_and_locate() {
+        let m = Iomap {
+            offset: 4096,
+            sge: RsSge {
+                addr: 0x7f00_0000_0000,
+                key: 7,
+                length: 100,
+            },
+        };
+        let le = m.to_bytes(false);
+        // As rsockets lays out struct rs_iomap: offset, addr, key, length.
+        assert_eq!(&le[..8], &4096u64.to_le_bytes());
+        assert_eq!(&le[8..16], &0x7f00_0000_0000u64.to_le_bytes());
+        assert_eq!(&le[16..20], &7u32.to_le_bytes());
+        assert_eq!(&le[20..], &100u32.to_le_bytes());
+        for be in [false, true] {
+            assert_eq!(Iomap::from_bytes(&m.to_bytes(be), be), m);
+        }
+        assert_eq!(m.locate(4096), Some((0x7f00_0000_0000, 100)));
+        assert_eq!(m.locate(4195), Some((0x7f00_0000_0063, 1)));
+        assert_eq!(m.locate(4196), None);
+        assert_eq!(m.locate(4095), None);
+        let hostile = Iomap {
+            offset: 0,
+            sge: RsSge {
+                addr: u64::MAX - 1,
+                key: 1,
+                length: u32::MAX,
+            },
+        };
+        assert_eq!(hostile.locate(5), None);
+        assert_eq!(IOMAP_MAX, 32512);
     }
 
     #[test]
