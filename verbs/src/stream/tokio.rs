@@ -15,7 +15,10 @@
 //! as `rverbs::tokio`'s are. Dropping a stream closes it as the blocking
 //! one does: a disconnect message and a wait of at most 2 s for the sends
 //! already posted (normally a few microseconds; shut the stream down with
-//! `AsyncWriteExt::shutdown` first to avoid even that).
+//! `AsyncWriteExt::shutdown` first to avoid even that). With
+//! [`StreamOptions::keepalive`] a wait also awaits a timerfd (not the
+//! runtime's timer, which need not be enabled) and probes the peer each
+//! time it fires.
 
 use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
@@ -158,10 +161,46 @@ pub struct AsyncRdmaStream {
     armed: bool,
 }
 
-/// One side's registrations of the two fds.
+/// One side's registrations of the two fds, and its keep-alive timer.
 struct Fds {
     cq: AsyncFd<OwnedFd>,
     cm: AsyncFd<OwnedFd>,
+    /// A timerfd (made on the first wait with keep-alive on), and
+    /// whether it is armed for the wait going on.
+    ka: Option<AsyncFd<OwnedFd>>,
+    ka_armed: bool,
+}
+
+impl Fds {
+    /// With keep-alive every `every`: whether this wait has been quiet
+    /// that long (the caller probes), else the timer armed for it (or
+    /// still running) with `cx` woken when it fires.
+    fn keepalive_due(&mut self, cx: &mut TaskContext<'_>, every: Duration) -> io::Result<bool> {
+        if self.ka.is_none() {
+            let fd = crate::sys::tokio::deadline_fd(every)?;
+            self.ka = Some(register("stream's keep-alive timer", fd)?);
+            self.ka_armed = true;
+        }
+        let Some(t) = &self.ka else {
+            return Ok(false);
+        };
+        if !self.ka_armed {
+            crate::sys::tokio::set_deadline(t.get_ref().as_fd(), every)?;
+            self.ka_armed = true;
+            // A readiness cached from an expiry of an earlier wait.
+            if let Poll::Ready(g) = t.poll_read_ready(cx) {
+                g?.clear_ready();
+            }
+        }
+        match t.poll_read_ready(cx) {
+            Poll::Ready(g) => {
+                g?.clear_ready();
+                self.ka_armed = false;
+                Ok(true)
+            }
+            Poll::Pending => Ok(false),
+        }
+    }
 }
 
 impl std::fmt::Debug for AsyncRdmaStream {
@@ -191,6 +230,8 @@ impl AsyncRdmaStream {
                     "stream's rdma_cm fd",
                     sock.conn.cm_fd().try_clone_to_owned()?,
                 )?,
+                ka: None,
+                ka_armed: false,
             })
         };
         Ok(AsyncRdmaStream {
@@ -211,6 +252,33 @@ impl AsyncRdmaStream {
         self.sock.conn.local_addr()
     }
 
+    /// The protection domain of this stream's verbs objects
+    /// ([`RdmaStream::pd`](super::RdmaStream::pd)).
+    pub fn pd(&self) -> &crate::Pd {
+        self.sock.pd()
+    }
+
+    /// Offers the peer `mr` to write into
+    /// ([`RdmaStream::iomap`](super::RdmaStream::iomap), whose contract
+    /// this shares): the descriptor goes at once if it can, else before
+    /// the next write.
+    pub fn iomap<B>(&mut self, mr: &crate::Mr<B>, offset: Option<u64>) -> io::Result<super::IoMap> {
+        super::iomap(&mut self.sock, mr, offset)
+    }
+
+    /// Frees the peer's entry `map` holds
+    /// ([`RdmaStream::iounmap`](super::RdmaStream::iounmap)).
+    pub fn iounmap(&mut self, map: super::IoMap) -> io::Result<()> {
+        self.sock.iounmap(map)
+    }
+
+    /// Writes what it can of `buf` at `offset` into the peer's regions
+    /// ([`RdmaStream::iowrite`](super::RdmaStream::iowrite)), awaiting
+    /// room.
+    pub async fn iowrite(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_op(cx, true, |s| s.iowrite(buf, offset, None))).await
+    }
+
     /// Runs `op` until it does not return `WouldBlock`, sleeping on the
     /// two fds between tries.
     fn poll_op<T>(
@@ -222,7 +290,15 @@ impl AsyncRdmaStream {
         loop {
             match op(&mut self.sock) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                r => return Poll::Ready(r),
+                r => {
+                    // The next wait starts its quiet time afresh.
+                    if write {
+                        self.write_fds.ka_armed = false;
+                    } else {
+                        self.read_fds.ka_armed = false;
+                    }
+                    return Poll::Ready(r);
+                }
             }
             if !self.armed {
                 // Poll once more after arming: a completion that came
@@ -232,9 +308,9 @@ impl AsyncRdmaStream {
                 continue;
             }
             let fds = if write {
-                &self.write_fds
+                &mut self.write_fds
             } else {
-                &self.read_fds
+                &mut self.read_fds
             };
             let cq = fds.cq.poll_read_ready(cx);
             let cm = fds.cm.poll_read_ready(cx);
@@ -251,6 +327,16 @@ impl AsyncRdmaStream {
                 woke = true;
             }
             if !woke {
+                // With keep-alive on, a wait quiet for an interval probes
+                // the peer (as the blocking streams' waits do): a probe
+                // that cannot be delivered fails, and that failure's
+                // completion ends the wait with an error.
+                if let Some(every) = self.sock.keepalive {
+                    if fds.keepalive_due(cx, every)? {
+                        self.sock.send_probe()?;
+                        continue;
+                    }
+                }
                 return Poll::Pending;
             }
         }

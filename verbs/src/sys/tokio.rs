@@ -1,6 +1,6 @@
 //! tokio's fd registration, whose contract is I/O safety.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use ::tokio::io::unix::{AsyncFd, AsyncFdRegisterError};
 use ::tokio::io::Interest;
@@ -50,6 +50,17 @@ pub(crate) fn deadline_fd(after: std::time::Duration) -> std::io::Result<std::os
     }
     // SAFETY: timerfd_create just returned this fd; nothing else owns it.
     let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+    set_deadline(fd.as_fd(), after)?;
+    Ok(fd)
+}
+
+/// Re-arms the timerfd `fd` to become readable once `after` has passed
+/// (at least a nanosecond); an expiry not yet read is dropped, so it is
+/// not readable until then.
+pub(crate) fn set_deadline(
+    fd: std::os::fd::BorrowedFd<'_>,
+    after: std::time::Duration,
+) -> std::io::Result<()> {
     // A zero it_value disarms the timer: at least a nanosecond. Seconds
     // past what time_t holds are clamped (a deadline centuries away).
     let after = after.max(std::time::Duration::from_nanos(1));
@@ -64,13 +75,14 @@ pub(crate) fn deadline_fd(after: std::time::Duration) -> std::io::Result<std::os
             tv_nsec: after.subsec_nanos() as libc::c_long,
         },
     };
-    // SAFETY: `fd` is the timerfd just made; `spec` is a valid
-    // itimerspec for the call's duration; the old value is not asked for.
+    // SAFETY: `fd` is open for the borrow (a timerfd, else the call fails
+    // with EINVAL); `spec` is a valid itimerspec for the call's duration;
+    // the old value is not asked for.
     let rc = unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
     if rc < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(fd)
+    Ok(())
 }
 
 /// Registers `inner`'s fd with the current tokio reactor for readability.
