@@ -153,6 +153,11 @@ enum Cmd {
     /// series, interoperable with rdma-core's rstream.
     #[command(name = "rstream")]
     Rstream(rstream::RstreamArgs),
+    /// Direct placement over rsockets' protocol (`iomap`/`iowrite`: the
+    /// peer's memory written by offset), interoperable with rdma-core's
+    /// riostream.
+    #[command(name = "riostream")]
+    Riostream(rstream::RstreamArgs),
     /// Copies a file over rsockets' protocol, interoperable with
     /// rdma-core's rcopy.
     #[command(name = "rcopy")]
@@ -211,6 +216,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Mckey(a) => mckey::run(&a),
         Cmd::Ucmatose(a) => ucmatose::run(&a),
         Cmd::Rstream(a) => rstream::run(&a),
+        Cmd::Riostream(a) => rstream::run_io(&a),
         Cmd::Rcopy(a) => rcopy::run(&a),
     }
 }

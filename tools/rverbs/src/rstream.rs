@@ -11,6 +11,12 @@
 //! over TCP sockets, the baseline. Unlike rstream, every wait is bounded
 //! (`--timeout`): a peer that stops or vanishes ends the run with an
 //! error instead of a hang.
+//!
+//! `rverbs riostream` is librdmacm's `riostream` the same way: each side
+//! maps a region of the test's size for the peer (`iomap` at offset 0),
+//! and the transfers are `iowrite`s into the peer's region, the last of
+//! each turn carrying a marker in its last byte that the receiver polls
+//! for (its process sees nothing else); `-T v` checks all but that byte.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -18,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
 use rverbs::stream::{RdmaListener, RdmaStream, StreamOptions};
+use rverbs::{AccessFlags, Mr, PageBuf};
 
 use crate::common::num;
 use crate::rping::resolve;
@@ -130,10 +137,13 @@ struct Opts {
     verify: bool,
     timeout: Duration,
     keepalive: Option<Duration>,
+    /// riostream: direct placement.
+    io: bool,
 }
 
 impl Opts {
-    fn from_args(a: &RstreamArgs) -> Result<Opts> {
+    fn from_args(a: &RstreamArgs, io: bool) -> Result<Opts> {
+        let tool = if io { "riostream" } else { "rstream" };
         if let Some(f) = &a.format {
             let f = f.to_ascii_lowercase();
             if f.starts_with("gid") {
@@ -147,17 +157,17 @@ impl Opts {
         for t in &a.test_options {
             let t = t.to_ascii_lowercase();
             let is = |short: &str, long: &str| t == short || (t.len() > 1 && t.starts_with(long));
-            if is("s", "socket") {
+            if is("s", "socket") && !io {
                 tcp = true;
             } else if is("a", "async") || is("b", "block") {
                 blocking = true;
             } else if is("n", "nonblock") {
                 blocking = false;
-            } else if is("r", "resolve") {
+            } else if is("r", "resolve") && !io {
             } else if is("v", "verify") {
                 verify = true;
             } else if is("f", "fork") {
-                bail!("-T f (fork server processing) is not supported by rverbs rstream");
+                bail!("-T f (fork server processing) is not supported by rverbs {tool}");
             } else {
                 bail!("unknown test option -T {t}");
             }
@@ -183,6 +193,9 @@ impl Opts {
                 bail!("-I, -C and -S must be at least 1 (and -S at most {MAX_SIZE})");
             }
         }
+        if io && a.keepalive.is_some() {
+            bail!("riostream has no -k");
+        }
         let socket_buf = a.buffer_size.unwrap_or(DEFAULT_SOCKET_BUF);
         if !(2048..=1 << 29).contains(&socket_buf) {
             bail!("-B {socket_buf}: 2048 to 512 MiB supported");
@@ -203,6 +216,7 @@ impl Opts {
                 .keepalive
                 .filter(|&k| k > 0)
                 .map(|k| Duration::from_secs(u64::from(k))),
+            io,
         })
     }
 
@@ -216,6 +230,10 @@ impl Opts {
             .keepalive(self.keepalive);
         if let Some(i) = inline {
             o = o.inline_size(i);
+        }
+        if self.io {
+            // riostream's RDMA_IOMAPSIZE: one region each way.
+            o = o.iomap_size(1);
         }
         o
     }
@@ -292,51 +310,27 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Sends `size` bytes (pattern-filled with `-T v`), all of them.
-    fn send_xfer(&mut self, c: &mut Conn, size: usize) -> Result<()> {
-        if self.o.verify {
+    /// Sends `size` bytes (pattern-filled if `verify`), all of them.
+    fn send_xfer(&mut self, c: &mut Conn, size: usize, verify: bool) -> Result<()> {
+        if verify {
             for b in &mut self.buf[..size] {
                 *b = self.ctr.send;
                 self.ctr.send = self.ctr.send.wrapping_add(1);
             }
         }
-        let deadline = Instant::now() + self.o.timeout;
-        let mut off = 0;
-        while off < size {
-            match c.io().write(&self.buf[off..size]) {
-                Ok(n) => off += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        bail!("rsend: no room to send for {:?}", self.o.timeout);
-                    }
-                    std::hint::spin_loop();
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("rsend"),
-            }
-        }
-        Ok(())
+        let buf = &self.buf;
+        all_of("rsend", self.o.timeout, size, |off| {
+            c.io().write(&buf[off..size])
+        })
     }
 
-    /// Receives exactly `size` bytes (and checks them with `-T v`).
-    fn recv_xfer(&mut self, c: &mut Conn, size: usize) -> Result<()> {
-        let deadline = Instant::now() + self.o.timeout;
-        let mut off = 0;
-        while off < size {
-            match c.io().read(&mut self.buf[off..size]) {
-                Ok(0) => bail!("rrecv: the peer closed after {off} of {size} bytes"),
-                Ok(n) => off += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        bail!("rrecv: nothing received for {:?}", self.o.timeout);
-                    }
-                    std::hint::spin_loop();
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("rrecv"),
-            }
-        }
-        if self.o.verify {
+    /// Receives exactly `size` bytes (and checks them if `verify`).
+    fn recv_xfer(&mut self, c: &mut Conn, size: usize, verify: bool) -> Result<()> {
+        let buf = &mut self.buf;
+        all_of("rrecv", self.o.timeout, size, |off| {
+            c.io().read(&mut buf[off..size])
+        })?;
+        if verify {
             for &b in &self.buf[..size] {
                 if b != self.ctr.recv {
                     println!("data verification failed byte {}", self.ctr.checked);
@@ -350,16 +344,19 @@ impl Run<'_> {
     }
 
     fn out(&mut self, c: &mut Conn, size: u32) -> Result<()> {
-        self.send_xfer(c, size as usize)
+        self.send_xfer(c, size as usize, self.o.verify)
     }
 
     fn back(&mut self, c: &mut Conn, size: u32) -> Result<()> {
-        self.recv_xfer(c, size as usize)
+        self.recv_xfer(c, size as usize, self.o.verify)
     }
 
     /// rstream's `run_test`: the 16-byte start, then the timed loop; prints
     /// the line.
     fn run_test(&mut self, c: &mut Conn, t: &Test) -> Result<()> {
+        if self.o.io {
+            return self.run_io_test(c, t);
+        }
         // The client speaks first, each way.
         if self.client {
             self.out(c, 16)?;
@@ -388,6 +385,144 @@ impl Run<'_> {
         show_perf(t, start.elapsed());
         Ok(())
     }
+}
+
+impl Run<'_> {
+    /// riostream's `run_test`: a region of the test's size mapped for the
+    /// peer (its last byte, the marker the peer's last write of a turn
+    /// sets, starts at 0xff), the 16-byte start (which also carries each
+    /// side's descriptor before it), then turns of `-C` direct writes each
+    /// way; prints the line.
+    fn run_io_test(&mut self, c: &mut Conn, t: &Test) -> Result<()> {
+        let Conn::Rdma(s) = c else {
+            bail!("riostream runs over rsockets only");
+        };
+        let size = t.size as usize;
+        let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+        let mut region = s.pd().alloc_mr(size, remote).context("riomap: register")?;
+        region.write_at(size - 1, &[0xff])?;
+        let map = s.iomap(&region, Some(0)).context("riomap")?;
+        // riostream's start is not pattern-checked.
+        if self.client {
+            self.send_xfer(c, 16, false)?;
+            self.recv_xfer(c, 16, false)?;
+        } else {
+            self.recv_xfer(c, 16, false)?;
+            self.send_xfer(c, 16, false)?;
+        }
+        let Conn::Rdma(s) = c else {
+            bail!("riostream runs over rsockets only");
+        };
+        // What is written carries the buffer's last byte: as in
+        // riostream, whose buffer is its own region, that is 0xff, then
+        // the marker last seen, never the one the peer waits for.
+        self.buf[size - 1] = 0xff;
+        let mut marker = 0u8;
+        let start = Instant::now();
+        for _ in 0..t.iterations {
+            if !self.client {
+                self.wait_marker(&region, marker)?;
+                self.buf[size - 1] = marker;
+                marker = marker.wrapping_add(1);
+            }
+            for _ in 1..t.count {
+                self.io_xfer(s, size)?;
+            }
+            if self.o.verify {
+                for b in &mut self.buf[..size - 1] {
+                    *b = self.ctr.send;
+                    self.ctr.send = self.ctr.send.wrapping_add(1);
+                }
+            }
+            self.buf[size - 1] = marker;
+            marker = marker.wrapping_add(1);
+            self.io_xfer(s, size)?;
+            if self.client {
+                self.wait_marker(&region, marker)?;
+                self.buf[size - 1] = marker;
+                marker = marker.wrapping_add(1);
+            }
+        }
+        show_perf(t, start.elapsed());
+        s.iounmap(map).context("riounmap")?;
+        Ok(())
+    }
+
+    /// riostream's `send_xfer`: `size` bytes of the buffer into the
+    /// peer's region at offset 0, all of them.
+    fn io_xfer(&mut self, s: &mut RdmaStream, size: usize) -> Result<()> {
+        let buf = &self.buf;
+        all_of("riowrite", self.o.timeout, size, |off| {
+            s.iowrite(&buf[off..size], off as u64)
+        })
+    }
+
+    /// riostream's `recv_xfer`: polls the region's last byte until the
+    /// peer's marker lands there (at most `--timeout`), then checks the
+    /// rest with `-T v`.
+    fn wait_marker(&mut self, region: &Mr<PageBuf>, marker: u8) -> Result<()> {
+        let size = region.len();
+        let deadline = Instant::now() + self.o.timeout;
+        let mut b = [0u8; 1];
+        let mut spins = 0u32;
+        loop {
+            region.read_at(size - 1, &mut b)?;
+            if b[0] == marker {
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 && Instant::now() > deadline {
+                bail!(
+                    "riostream: the peer's marker {marker} did not arrive within {:?}",
+                    self.o.timeout
+                );
+            }
+            std::hint::spin_loop();
+        }
+        if self.o.verify {
+            region.read_at(0, &mut self.buf[..size - 1])?;
+            for &b in &self.buf[..size - 1] {
+                if b != self.ctr.recv {
+                    println!("data verification failed byte {}", self.ctr.checked);
+                    bail!("data verification failed byte {}", self.ctr.checked);
+                }
+                self.ctr.recv = self.ctr.recv.wrapping_add(1);
+                self.ctr.checked += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `op` (a read or write from offset `off`) until `size` bytes went,
+/// spinning on `WouldBlock` for at most `timeout` without progress, as
+/// rstream's loops spin on EWOULDBLOCK (but bounded).
+fn all_of(
+    what: &str,
+    timeout: Duration,
+    size: usize,
+    mut op: impl FnMut(usize) -> io::Result<usize>,
+) -> Result<()> {
+    let mut deadline = Instant::now() + timeout;
+    let mut off = 0;
+    while off < size {
+        match op(off) {
+            Ok(0) => bail!("{what}: the peer closed after {off} of {size} bytes"),
+            Ok(n) => {
+                off += n;
+                deadline = Instant::now() + timeout;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    bail!("{what}: no progress for {timeout:?}");
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context(what.to_string()),
+        }
+    }
+    Ok(())
 }
 
 /// rstream's `size_str`: 1 decimal below 10 of a unit, k/m/g suffixes.
@@ -464,7 +599,15 @@ fn show_perf(t: &Test, elapsed: Duration) {
 
 /// Runs `rverbs rstream`.
 pub fn run(a: &RstreamArgs) -> Result<()> {
-    let o = Opts::from_args(a)?;
+    run_opts(Opts::from_args(a, false)?)
+}
+
+/// Runs `rverbs riostream`.
+pub fn run_io(a: &RstreamArgs) -> Result<()> {
+    run_opts(Opts::from_args(a, true)?)
+}
+
+fn run_opts(o: Opts) -> Result<()> {
     let max = match o.custom {
         Some((_, _, s)) => s,
         None => TEST_SIZES.last().map_or(1 << 22, |t| t.0),
@@ -472,7 +615,8 @@ pub fn run(a: &RstreamArgs) -> Result<()> {
     let mut r = Run {
         o: &o,
         client: o.server.is_some(),
-        buf: vec![0u8; max as usize],
+        // At least the 16 bytes of the start exchange.
+        buf: vec![0u8; max.max(16) as usize],
         ctr: Counters::default(),
     };
     let mut listening = match &o.server {
@@ -622,5 +766,30 @@ mod tests {
         assert_eq!(test_name((1 << 20) + (1 << 19), "_bw"), "1.5m_bw");
         assert_eq!(size_to_count(64), 100000);
         assert_eq!(size_to_count(1 << 20), 100);
+    }
+
+    fn args(words: &[&str]) -> RstreamArgs {
+        #[derive(clap::Parser)]
+        struct P {
+            #[command(flatten)]
+            a: RstreamArgs,
+        }
+        let mut all = vec!["x"];
+        all.extend_from_slice(words);
+        <P as clap::Parser>::try_parse_from(all).unwrap().a
+    }
+
+    #[test]
+    fn riostream_takes_riostream_options_only() {
+        let o = Opts::from_args(&args(&["-T", "v", "-T", "b", "-S", "4096"]), true).unwrap();
+        assert!(o.io && o.verify && o.blocking && !o.tcp);
+        assert_eq!(o.stream(Some(0)), o.stream(Some(0)).iomap_size(1));
+        for bad in [&["-T", "s"][..], &["-T", "r"], &["-k", "1"], &["-T", "f"]] {
+            let e = Opts::from_args(&args(bad), true).unwrap_err();
+            assert!(!e.to_string().is_empty(), "{bad:?}");
+        }
+        // rstream keeps its TCP mode and keep-alive.
+        let o = Opts::from_args(&args(&["-T", "s", "-k", "1"]), false).unwrap();
+        assert!(o.tcp && !o.io && o.keepalive.is_some());
     }
 }
