@@ -36,6 +36,17 @@ fn plain_qp(dev: &rverbs::Device) -> rverbs::Qp {
         .unwrap()
 }
 
+/// 4 KiB buffers, 16-deep queues, nothing inline: grants, credits and
+/// the send ring run out all the time.
+fn small_options() -> StreamOptions {
+    StreamOptions::new()
+        .send_buffer(4096)
+        .recv_buffer(4096)
+        .sq_size(16)
+        .rq_size(16)
+        .inline_size(0)
+}
+
 /// Byte `i` of a test stream.
 fn pattern(i: usize) -> u8 {
     (i.wrapping_mul(131) ^ (i >> 9)) as u8
@@ -130,12 +141,7 @@ fn echo_small_buffers_and_queues() {
     // 4 KiB buffers and 16-deep queues: grants and credits run out all
     // the time, and no byte goes inline.
     echo_round(
-        StreamOptions::new()
-            .send_buffer(4096)
-            .recv_buffer(4096)
-            .sq_size(16)
-            .rq_size(16)
-            .inline_size(0),
+        small_options(),
         4096,
         300_000,
         &[1, 2, 3, 1000, 4096, 2049, 3000],
@@ -383,12 +389,5 @@ fn direct_placement_default_sizes() {
 fn direct_placement_through_a_small_send_ring() {
     // No byte inline (descriptors too go through the ring), and a 4 KiB
     // ring that wraps under the direct writes.
-    direct_placement_round(
-        StreamOptions::new()
-            .send_buffer(4096)
-            .recv_buffer(4096)
-            .sq_size(16)
-            .rq_size(16)
-            .inline_size(0),
-    );
+    direct_placement_round(small_options());
 }

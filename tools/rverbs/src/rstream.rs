@@ -313,10 +313,7 @@ impl Run<'_> {
     /// Sends `size` bytes (pattern-filled if `verify`), all of them.
     fn send_xfer(&mut self, c: &mut Conn, size: usize, verify: bool) -> Result<()> {
         if verify {
-            for b in &mut self.buf[..size] {
-                *b = self.ctr.send;
-                self.ctr.send = self.ctr.send.wrapping_add(1);
-            }
+            self.format(size);
         }
         let buf = &self.buf;
         all_of("rsend", self.o.timeout, size, |off| {
@@ -331,14 +328,30 @@ impl Run<'_> {
             c.io().read(&mut buf[off..size])
         })?;
         if verify {
-            for &b in &self.buf[..size] {
-                if b != self.ctr.recv {
-                    println!("data verification failed byte {}", self.ctr.checked);
-                    bail!("data verification failed byte {}", self.ctr.checked);
-                }
-                self.ctr.recv = self.ctr.recv.wrapping_add(1);
-                self.ctr.checked += 1;
+            self.verify(size)?;
+        }
+        Ok(())
+    }
+
+    /// rstream's `format_buf`: the buffer's first `len` bytes from the
+    /// send counter.
+    fn format(&mut self, len: usize) {
+        for b in &mut self.buf[..len] {
+            *b = self.ctr.send;
+            self.ctr.send = self.ctr.send.wrapping_add(1);
+        }
+    }
+
+    /// rstream's `verify_buf`: the buffer's first `len` bytes against the
+    /// receive counter.
+    fn verify(&mut self, len: usize) -> Result<()> {
+        for &b in &self.buf[..len] {
+            if b != self.ctr.recv {
+                println!("data verification failed byte {}", self.ctr.checked);
+                bail!("data verification failed byte {}", self.ctr.checked);
             }
+            self.ctr.recv = self.ctr.recv.wrapping_add(1);
+            self.ctr.checked += 1;
         }
         Ok(())
     }
@@ -429,10 +442,7 @@ impl Run<'_> {
                 self.io_xfer(s, size)?;
             }
             if self.o.verify {
-                for b in &mut self.buf[..size - 1] {
-                    *b = self.ctr.send;
-                    self.ctr.send = self.ctr.send.wrapping_add(1);
-                }
+                self.format(size - 1);
             }
             self.buf[size - 1] = marker;
             marker = marker.wrapping_add(1);
@@ -481,14 +491,7 @@ impl Run<'_> {
         }
         if self.o.verify {
             region.read_at(0, &mut self.buf[..size - 1])?;
-            for &b in &self.buf[..size - 1] {
-                if b != self.ctr.recv {
-                    println!("data verification failed byte {}", self.ctr.checked);
-                    bail!("data verification failed byte {}", self.ctr.checked);
-                }
-                self.ctr.recv = self.ctr.recv.wrapping_add(1);
-                self.ctr.checked += 1;
-            }
+            self.verify(size - 1)?;
         }
         Ok(())
     }

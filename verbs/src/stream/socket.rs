@@ -337,6 +337,17 @@ impl IoMap {
     }
 }
 
+/// What [`Socket::room`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Room {
+    /// A message can go now.
+    Now,
+    /// One can go after a wait for room.
+    AfterWait,
+    /// The write stops here.
+    Stop,
+}
+
 /// What a wait waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Until {
@@ -822,6 +833,31 @@ impl Socket {
             && self.target_entry(self.target_sge).length != 0
     }
 
+    /// Whether a message can go: at once, after taking completions and
+    /// granting credits, or (when nothing of this write went yet,
+    /// `sent == 0`) after waiting for room; `Stop` when a write that
+    /// already sent something would have to wait, or the write side
+    /// closed meanwhile.
+    fn room(&mut self, sent: usize, timeout: Option<Duration>) -> io::Result<Room> {
+        if self.can_send() {
+            return Ok(Room::Now);
+        }
+        self.poll_cq()?;
+        self.update_credits()?;
+        if self.can_send() {
+            return Ok(Room::Now);
+        }
+        if sent > 0 {
+            return Ok(Room::Stop);
+        }
+        self.wait(Until::Writable, timeout)?;
+        Ok(if self.writable {
+            Room::AfterWait
+        } else {
+            Room::Stop
+        })
+    }
+
     /// Sends what it can of `buf` (all of it, unless the peer's credits or
     /// buffer grants run out after part of it went): blocks (or fails
     /// with `WouldBlock`) only when nothing can go at once.
@@ -838,18 +874,9 @@ impl Socket {
             if !self.writable {
                 break;
             }
-            if !self.can_send() {
-                self.poll_cq()?;
-                self.update_credits()?;
-                if !self.can_send() {
-                    if sent > 0 {
-                        break;
-                    }
-                    self.wait(Until::Writable, timeout)?;
-                    if !self.writable {
-                        break;
-                    }
-                }
+            match self.room(sent, timeout)? {
+                Room::Now | Room::AfterWait => {}
+                Room::Stop => break,
             }
             let left = u32::try_from(buf.len() - sent).unwrap_or(u32::MAX);
             let mut xfer = next_xfer(&mut olen, left);
@@ -1024,13 +1051,8 @@ impl Socket {
             if !self.writable {
                 return Err(self.write_error());
             }
-            if !self.can_send() {
-                self.poll_cq()?;
-                self.update_credits()?;
-                if !self.can_send() {
-                    self.wait(Until::Writable, timeout)?;
-                    continue;
-                }
+            if self.room(0, timeout)? == Room::Stop {
+                return Err(self.write_error());
             }
             self.send_one_iomap()?;
         }
@@ -1123,16 +1145,11 @@ impl Socket {
                     format!("the peer has mapped no region at offset {at}{hint}"),
                 ));
             };
-            if !self.can_send() {
-                self.poll_cq()?;
-                self.update_credits()?;
-                if !self.can_send() {
-                    if sent > 0 {
-                        break;
-                    }
-                    self.wait(Until::Writable, timeout)?;
-                    continue;
-                }
+            match self.room(sent, timeout)? {
+                Room::Now => {}
+                // The peer may have remapped meanwhile: look again.
+                Room::AfterWait => continue,
+                Room::Stop => break,
             }
             let left = u32::try_from(buf.len() - sent).unwrap_or(u32::MAX);
             let mut xfer = next_xfer(&mut olen, left);
