@@ -124,7 +124,7 @@ pub struct Cq {
 impl rverbs_provider::CompletionQueue for Cq {
     #[inline]
     fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
-        Ok(self.ring.poll(wc))
+        self.ring.poll_wcs(wc)
     }
     /// No system call: the doorbell record, then the UAR's CQ doorbell.
     fn arm(&self, solicited_only: bool) -> Result<(), Errno> {

@@ -18,7 +18,7 @@ use rverbs_abi::mlx5::prm::{self, cqe_opcode as cqe_op, syndrome};
 use rverbs_abi::mlx5::qdir::kind;
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
 use rverbs_abi::Errno;
-use rverbs_provider::SharedCq;
+use rverbs_provider::{RingLost, SharedCq};
 use zerocopy::FromZeros;
 
 use crate::hw::cmd;
@@ -208,8 +208,12 @@ struct Lookup {
     /// The table rows as of `generation`, keyed (and sorted) by what CQEs
     /// name QPs by.
     rows: Vec<Row>,
-    /// The row of the last CQE's QP.
-    last: usize,
+    /// The key of the last CQE's QP ([`NO_KEY`] after a refresh), whose
+    /// entry is `hit`: a CQE of it is resolved without a look at `rows`.
+    hit_key: u32,
+    /// The entry of the last CQE's QP (a copy of its row's, which keeps
+    /// the same queues: one load less per CQE than through the row).
+    hit: QpEntry,
     generation: u64,
     uctx: Arc<Uctx>,
 }
@@ -220,12 +224,30 @@ impl Lookup {
     fn complete(&mut self, cqe: Cqe<'_>, out: &mut Wc) -> bool {
         let key = cqe.key(self.key) & 0xFF_FFFF;
         // Most CQs serve one QP, or a few in turn: try the last hit first.
-        if let Some(r) = self.rows.get(self.last) {
-            if r.0 == key {
-                return parse(cqe, &r.1, out);
-            }
+        if key == self.hit_key {
+            return parse(cqe, &self.hit, out);
         }
         self.complete_other(cqe, key, out)
+    }
+
+    /// [`Lookup::complete`] of a CQE of the last hit's QP that a plain
+    /// send or receive completed (its opcode `REQ` or one of the
+    /// responder's): whether it was reported. `None`, with nothing
+    /// written, for any other CQE.
+    #[inline(always)]
+    fn complete_hot(&mut self, cqe: Cqe<'_>, out: &mut Wc) -> Option<bool> {
+        let key = cqe.key(self.key) & 0xFF_FFFF;
+        if key != self.hit_key {
+            return None;
+        }
+        let opcode = cqe.op_own() >> 4;
+        if opcode == cqe_op::REQ {
+            Some(parse_req(cqe, &self.hit, out))
+        } else if opcode <= cqe_op::RESP_SEND_INV {
+            Some(parse_resp(cqe, opcode, &self.hit, out))
+        } else {
+            None
+        }
     }
 
     /// [`Lookup::complete`] when the CQE is not of the last hit's QP.
@@ -244,8 +266,9 @@ impl Lookup {
                 }
             }
         };
-        self.last = i;
-        parse(cqe, &self.rows[i].1, out)
+        self.hit_key = key;
+        self.hit = QpEntry::clone(&self.rows[i].1);
+        parse(cqe, &self.hit, out)
     }
 
     /// The row of `key` (what CQEs name QPs by: see [`Lookup::refresh`]).
@@ -260,8 +283,22 @@ impl Lookup {
     #[cold]
     fn refresh(&mut self) {
         self.generation = snapshot(&self.uctx, self.by_qpn, &mut self.rows);
-        self.last = 0;
+        // The last hit's QP may be gone, and its key another QP's now.
+        self.hit_key = NO_KEY;
     }
+}
+
+/// [`Lookup::hit_key`] when no QP is cached: keys are 24 bits.
+const NO_KEY: u32 = u32::MAX;
+
+/// Where [`Cq::poll_hot`] stopped.
+enum Hot {
+    /// The poll is done: this many completions.
+    Done(usize),
+    /// Nothing done: the general path from the start.
+    Start,
+    /// The owner in, `n` completions reported, the CQE of `ci` next.
+    At { n: usize, ci: u32 },
 }
 
 /// An mlx5 CQ: the CQE ring and doorbell record, the consumer index, and
@@ -300,7 +337,8 @@ impl Cq {
                 },
                 by_qpn,
                 rows,
-                last: 0,
+                hit_key: NO_KEY,
+                hit: QpEntry::none(),
                 generation,
                 uctx: Arc::clone(uctx),
             },
@@ -329,6 +367,57 @@ impl Cq {
     /// asks for) are consumed without being reported.
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
+        self.poll_wcs(wc).unwrap_or(0)
+    }
+
+    /// [`Cq::poll`] as the provider contract returns it (never `Err`:
+    /// an mlx5 ring is never lost). The common case (the QP table
+    /// unchanged, no cleaner waiting, CQEs of the last QP found that a
+    /// plain send or receive completed) runs in [`Cq::poll_hot`], compiled
+    /// here and calling nothing; anything else continues in an
+    /// out-of-line function that this one ends by jumping to, so that no
+    /// value is live across a call and the common case needs no frame.
+    #[inline(always)]
+    pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
+        match self.poll_hot(wc) {
+            Hot::Done(n) => Ok(n),
+            Hot::Start => self.poll_start(wc),
+            Hot::At { n, ci } => self.poll_from(wc, n, ci),
+        }
+    }
+
+    /// The common case of [`Cq::poll_wcs`]: `Hot::Done` after the
+    /// whole poll, `Hot::Start` with nothing done (the QP table changed,
+    /// or a cleaner wants in: the owner stepped back out), `Hot::At` with
+    /// the owner in and `n` completions reported up to consumer index `ci`,
+    /// whose CQE it leaves to the general path.
+    #[inline(always)]
+    fn poll_hot(&mut self, wc: &mut [Wc]) -> Hot {
+        if self.lookup.uctx.table().generation() != self.lookup.generation
+            || !self.mem.owner_try_enter()
+        {
+            return Hot::Start;
+        }
+        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
+        let mut n = 0;
+        while n < wc.len() {
+            let Some(cqe) = self.cqes.sw_cqe(ci) else {
+                break;
+            };
+            let Some(reported) = self.lookup.complete_hot(cqe, &mut wc[n]) else {
+                return Hot::At { n, ci };
+            };
+            ci = ci.wrapping_add(1);
+            n += usize::from(reported);
+        }
+        self.finish(ci);
+        Hot::Done(n)
+    }
+
+    /// [`Cq::poll_wcs`] from the start, the general way: refreshes the QP
+    /// table snapshot if it changed, waits for a cleaner, then polls.
+    #[inline(never)]
+    fn poll_start(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
         // QPs created or destroyed since the last poll: CQEs of destroyed
         // QPs must not be reported (one load; a lock only after a change).
         if self.lookup.uctx.table().generation() != self.lookup.generation {
@@ -337,8 +426,15 @@ impl Cq {
         // A QP may be removing its CQEs (moving the others, advancing the
         // consumer index): wait for it, and keep it out while we consume.
         self.mem.owner_enter();
-        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
-        let mut n = 0;
+        let ci = self.mem.cons_index.load(Ordering::Relaxed);
+        self.poll_from(wc, 0, ci)
+    }
+
+    /// [`Cq::poll_wcs`] as the owner, `n` completions reported and the
+    /// CQEs before consumer index `ci` consumed: polls the rest and
+    /// finishes.
+    #[inline(never)]
+    fn poll_from(&mut self, wc: &mut [Wc], mut n: usize, mut ci: u32) -> Result<usize, RingLost> {
         while n < wc.len() {
             let Some(cqe) = self.cqes.sw_cqe(ci) else {
                 break;
@@ -348,10 +444,17 @@ impl Cq {
                 n += 1;
             }
         }
+        self.finish(ci);
+        Ok(n)
+    }
+
+    /// The end of every poll: the consumer index (ours and the device's
+    /// doorbell record), then the owner's way out.
+    #[inline(always)]
+    fn finish(&mut self, ci: u32) {
         self.mem.cons_index.store(ci, Ordering::Relaxed);
         self.db.set_ci(ci);
         self.mem.owner_exit();
-        n
     }
 
     /// Issues RESIZE_CQ for at least `cqe` entries and moves the CQEs not
@@ -580,21 +683,20 @@ fn parse_req(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
     };
     // The WQE opcode: bits 31..24.
     let r = REQ_WC[usize::from(c.sop_drop_qpn().to_bytes()[0])];
+    // A word at a time, from words prepared (fewer stores than field
+    // by field, half of whose fields are zero here).
+    let w = out.words_mut();
+    w[0] = wr_id;
+    w[1] = r.status_opcode;
     // RDMA READ reports the bytes read; the others a fixed length.
-    let len = if r.byte_cnt {
-        c.byte_cnt().get()
+    w[2] = if r.byte_cnt {
+        Wc::pair(0, c.byte_cnt().get())
     } else {
         r.len
     };
-    *out = Wc {
-        wr_id,
-        status: wc_status::SUCCESS,
-        opcode: r.opcode,
-        byte_len: len,
-        qp_num: e.qpn,
-        wc_flags: r.flags,
-        ..Wc::default()
-    };
+    w[3] = e.qpn_word;
+    w[4] = r.flags;
+    w[5] = 0;
     true
 }
 
@@ -679,41 +781,47 @@ const RESP_WC: [RespWc; 16] = {
     t
 };
 
-/// What a successful requester completion reports for its WQE opcode.
+/// What a successful requester completion reports for its WQE opcode,
+/// as the words of the work completion ([`Wc::pair`]) that hold it.
 #[derive(Clone, Copy)]
 struct ReqWc {
-    /// The work completion's opcode.
-    opcode: u32,
-    /// Its flags.
-    flags: u32,
-    /// Its byte count, unless `byte_cnt`.
-    len: u32,
+    /// `status` (success) and `opcode`.
+    status_opcode: u64,
+    /// `wc_flags` (and `src_qp`, zero).
+    flags: u64,
+    /// `byte_len`, unless `byte_cnt` (and `vendor_err`, zero).
+    len: u64,
     /// Whether the byte count is the CQE's (RDMA READ).
     byte_cnt: bool,
+}
+
+impl ReqWc {
+    /// A completion of `opcode` with `flags` and byte count `len`.
+    const fn new(opcode: u32, flags: u32, len: u32) -> ReqWc {
+        ReqWc {
+            status_opcode: Wc::pair(wc_status::SUCCESS, opcode),
+            flags: Wc::pair(0, flags),
+            len: Wc::pair(0, len),
+            byte_cnt: false,
+        }
+    }
 }
 
 /// [`ReqWc`] by WQE opcode, all 256 (any byte indexes it): what libmlx5
 /// reports for each, and a SEND for the ones plain verbs never posts.
 const REQ_WC: [ReqWc; 256] = {
-    let send = ReqWc {
-        opcode: wc_opcode::SEND,
-        flags: 0,
-        len: 0,
-        byte_cnt: false,
+    let mut t = [ReqWc::new(wc_opcode::SEND, 0, 0); 256];
+    t[wqe_op::RDMA_WRITE as usize] = ReqWc::new(wc_opcode::RDMA_WRITE, 0, 0);
+    t[wqe_op::RDMA_WRITE_IMM as usize] = ReqWc::new(wc_opcode::RDMA_WRITE, wc_flags::WITH_IMM, 0);
+    t[wqe_op::SEND_IMM as usize] = ReqWc::new(wc_opcode::SEND, wc_flags::WITH_IMM, 0);
+    t[wqe_op::RDMA_READ as usize] = ReqWc {
+        byte_cnt: true,
+        ..ReqWc::new(wc_opcode::RDMA_READ, 0, 0)
     };
-    let mut t = [send; 256];
-    t[wqe_op::RDMA_WRITE as usize].opcode = wc_opcode::RDMA_WRITE;
-    t[wqe_op::RDMA_WRITE_IMM as usize].opcode = wc_opcode::RDMA_WRITE;
-    t[wqe_op::RDMA_WRITE_IMM as usize].flags = wc_flags::WITH_IMM;
-    t[wqe_op::SEND_IMM as usize].flags = wc_flags::WITH_IMM;
-    t[wqe_op::RDMA_READ as usize].opcode = wc_opcode::RDMA_READ;
-    t[wqe_op::RDMA_READ as usize].byte_cnt = true;
-    t[wqe_op::ATOMIC_CS as usize].opcode = wc_opcode::COMP_SWAP;
-    t[wqe_op::ATOMIC_CS as usize].len = 8;
-    t[wqe_op::ATOMIC_FA as usize].opcode = wc_opcode::FETCH_ADD;
-    t[wqe_op::ATOMIC_FA as usize].len = 8;
-    t[wqe_op::UMR as usize].opcode = wc_opcode::BIND_MW;
-    t[wqe_op::LOCAL_INV_OLD as usize].opcode = wc_opcode::LOCAL_INV;
+    t[wqe_op::ATOMIC_CS as usize] = ReqWc::new(wc_opcode::COMP_SWAP, 0, 8);
+    t[wqe_op::ATOMIC_FA as usize] = ReqWc::new(wc_opcode::FETCH_ADD, 0, 8);
+    t[wqe_op::UMR as usize] = ReqWc::new(wc_opcode::BIND_MW, 0, 0);
+    t[wqe_op::LOCAL_INV_OLD as usize] = ReqWc::new(wc_opcode::LOCAL_INV, 0, 0);
     t
 };
 

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::hw::slots::Slots;
+use rverbs_abi::wr::Wc;
 
 /// A send queue's completion bookkeeping, indexed by the first basic
 /// block of a WQE (`cur_post & (wqe_cnt - 1)`).
@@ -300,10 +301,13 @@ impl SrqShared {
 
 /// What a CQ needs to know about one QP: its number and the bookkeeping
 /// of its queues.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct QpEntry {
     /// The QP number (reported as `qp_num`).
     pub(crate) qpn: u32,
+    /// `qp_num` and a zero `ex`, the work completion's word that holds
+    /// them ([`Wc::pair`]).
+    pub(crate) qpn_word: u64,
     /// Send queue bookkeeping (a QP without send queue has one of no
     /// ring, whose completions report nothing).
     pub(crate) sq: Arc<SqShared>,
@@ -322,7 +326,24 @@ impl QpEntry {
         rq: Arc<RqShared>,
         srq: Option<Arc<SrqShared>>,
     ) -> Self {
-        QpEntry { qpn, sq, rq, srq }
+        QpEntry {
+            qpn,
+            qpn_word: Wc::pair(0, qpn),
+            sq,
+            rq,
+            srq,
+        }
+    }
+
+    /// An entry of no QP: queues of no ring, whose completions report
+    /// nothing (what a CQ caches before its first hit).
+    pub(crate) fn none() -> Self {
+        QpEntry::new(
+            0,
+            Arc::new(SqShared::new(0)),
+            Arc::new(RqShared::new(0)),
+            None,
+        )
     }
 
     /// An entry with only some queues (e.g. a send-only QP).
@@ -333,12 +354,12 @@ impl QpEntry {
         rq: Option<Arc<RqShared>>,
         srq: Option<Arc<SrqShared>>,
     ) -> Self {
-        QpEntry {
+        QpEntry::new(
             qpn,
-            sq: sq.unwrap_or_else(|| Arc::new(SqShared::new(0))),
-            rq: rq.unwrap_or_else(|| Arc::new(RqShared::new(0))),
+            sq.unwrap_or_else(|| Arc::new(SqShared::new(0))),
+            rq.unwrap_or_else(|| Arc::new(RqShared::new(0))),
             srq,
-        }
+        )
     }
 }
 

@@ -54,7 +54,7 @@ fn completions(cq: &mut rverbs::Cq, n: usize, opcode: WcOpcode) -> Result<Vec<rv
     }
     // Nothing more.
     let mut more = [rverbs::Wc::default(); 1];
-    let extra = cq.poll(&mut more).map_err(e)?;
+    let extra = cq.poll(&mut more).map_err(|x| e(x.into()))?;
     check(extra == 0, || {
         format!("unexpected completion {:?}", more[0])
     })?;

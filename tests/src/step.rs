@@ -12,13 +12,13 @@ pub struct Fail(pub String, pub String);
 /// A step's result.
 pub type R<T = ()> = Result<T, Fail>;
 
-/// Names the step a verbs error happened in.
+/// Names the step an error (a verbs error, a lost ring) happened in.
 pub trait At<T> {
     /// The error as a failure of `step`.
     fn at(self, step: &str) -> R<T>;
 }
 
-impl<T> At<T> for rverbs::Result<T> {
+impl<T, E: std::fmt::Display> At<T> for Result<T, E> {
     fn at(self, step: &str) -> R<T> {
         self.map_err(|e| Fail(step.to_string(), e.to_string()))
     }

@@ -105,6 +105,30 @@ pub struct Wc {
     pub reserved: u8,
 }
 
+impl Wc {
+    /// Two adjacent `u32` fields (`first` at the lower address: `status`
+    /// and `opcode`, `vendor_err` and `byte_len`, `ex` and `qp_num`,
+    /// `src_qp` and `wc_flags`) as the 8-byte word they share, in this
+    /// machine's byte order: for a provider that writes a completion a
+    /// word at a time ([`Wc::words_mut`]) from words it prepared.
+    pub const fn pair(first: u32, second: u32) -> u64 {
+        if cfg!(target_endian = "little") {
+            first as u64 | (second as u64) << 32
+        } else {
+            (first as u64) << 32 | second as u64
+        }
+    }
+
+    /// The completion as its six 8-byte words (word 0 `wr_id`, words 1
+    /// to 4 the [`Wc::pair`]s in field order, word 5 the last eight
+    /// one- and two-byte fields).
+    #[inline(always)]
+    pub fn words_mut(&mut self) -> &mut [u64; 6] {
+        // Both are 48 plain bytes aligned to 8 (zerocopy checks it).
+        zerocopy::transmute_mut!(self)
+    }
+}
+
 /// Work completion opcodes (`enum ib_uverbs_wc_opcode`, plus the receive values).
 #[allow(missing_docs)]
 pub mod wc_opcode {
@@ -179,3 +203,35 @@ pub struct PostSendResp {
 
 /// `sizeof(struct ib_uverbs_send_wr)`: the `wqe_size` POST_SEND announces.
 pub const UVERBS_SEND_WR_SIZE: u32 = 56;
+
+#[cfg(test)]
+mod tests {
+    use super::Wc;
+
+    /// Each word written through [`Wc::words_mut`] lands on the fields
+    /// [`Wc::pair`] names, in this machine's byte order.
+    #[test]
+    fn words_are_the_field_pairs() {
+        let mut wc = Wc::default();
+        let w = wc.words_mut();
+        w[0] = 0x1122_3344_5566_7788;
+        w[1] = Wc::pair(1, 2);
+        w[2] = Wc::pair(3, 4);
+        w[3] = Wc::pair(5, 6);
+        w[4] = Wc::pair(7, 8);
+        w[5] = 0;
+        let want = Wc {
+            wr_id: 0x1122_3344_5566_7788,
+            status: 1,
+            opcode: 2,
+            vendor_err: 3,
+            byte_len: 4,
+            ex: 5,
+            qp_num: 6,
+            src_qp: 7,
+            wc_flags: 8,
+            ..Wc::default()
+        };
+        assert_eq!(wc, want);
+    }
+}

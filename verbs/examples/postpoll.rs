@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use rverbs::{
     AccessFlags, BatchWr, CompChannel, ConnectOpts, Cq, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr,
-    SendBatch, SendWr, Sge, Wc, WcOpcode,
+    RingLost, SendBatch, SendWr, Sge, Wc, WcOpcode,
 };
 
 const MSG: usize = 64;
@@ -69,7 +69,7 @@ pub fn rverbs_measured_post_recv(qp: &mut Qp, wrs: &[RecvWr<'_>]) -> rverbs::Res
 /// Measured: one poll call.
 #[no_mangle]
 #[inline(never)]
-pub fn rverbs_measured_poll(cq: &mut Cq, wc: &mut [Wc]) -> rverbs::Result<usize> {
+pub fn rverbs_measured_poll(cq: &mut Cq, wc: &mut [Wc]) -> Result<usize, RingLost> {
     cq.poll(wc)
 }
 

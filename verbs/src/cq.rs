@@ -274,16 +274,18 @@ impl Cq {
     /// for is not here: the kernel reports that loss only as an
     /// [`crate::AsyncEventKind::CqErr`] async event naming this CQ.
     ///
-    /// Fails with [`Error::Unusable`] after a failed rxe resize lost the
-    /// ring (see [`Cq::resize`]).
+    /// Fails with [`RingLost`] after a failed rxe resize lost the ring
+    /// (see [`Cq::resize`]), for good; `?` turns it into
+    /// [`Error::Unusable`]. Its own error type, not [`Error`], so that the
+    /// result comes back in two registers (no 72-byte result written
+    /// through memory on every poll).
     #[inline]
-    pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize> {
-        poll_ring(&mut self.ring, wc)
+    pub fn poll(&mut self, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
+        self.ring.poll_wcs(as_raw_wcs(wc))
     }
 
     /// [`Cq::poll`], with the provider's poll loop compiled into the
-    /// caller instead of called, and the provider's error ([`RingLost`],
-    /// which has no data) instead of the library's: for an adapter's entry
+    /// caller instead of called: for an adapter's entry
     /// point that does little else (the C ABI's `ibv_poll_cq`), which then
     /// costs one function instead of two. The same completions as
     /// [`Cq::poll`]; prefer that one elsewhere (it keeps each provider's
@@ -408,11 +410,6 @@ impl Cq {
     }
 }
 
-#[inline]
-fn poll_ring(ring: &mut crate::provider::Cq, wc: &mut [Wc]) -> Result<usize> {
-    ring.poll_wcs(as_raw_wcs(wc))
-}
-
 /// `wc` as the kernel's completions the providers write.
 #[inline(always)]
 fn as_raw_wcs(wc: &mut [Wc]) -> &mut [rverbs_abi::wr::Wc] {
@@ -464,7 +461,7 @@ struct BlockingWaiter<'a, 'w> {
 
 impl Waiter for BlockingWaiter<'_, '_> {
     fn poll(&mut self) -> Result<usize> {
-        poll_ring(self.ring, self.wc)
+        Ok(self.ring.poll_wcs(as_raw_wcs(self.wc))?)
     }
     fn arm(&mut self) -> Result<()> {
         self.ring.arm(false)

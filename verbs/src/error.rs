@@ -126,6 +126,16 @@ pub enum Error {
     },
 }
 
+/// A poll's only failure ([`crate::Cq::poll`]) as the library's error:
+/// [`Error::Unusable`], so `?` works in functions returning [`Result`].
+impl From<rverbs_provider::RingLost> for Error {
+    #[cold]
+    #[inline(never)]
+    fn from(e: rverbs_provider::RingLost) -> Error {
+        Error::Unusable(format!("poll_cq: {e}"))
+    }
+}
+
 impl Error {
     /// The errno behind the error, where there is one.
     pub fn errno(&self) -> Option<Errno> {

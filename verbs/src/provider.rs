@@ -99,7 +99,7 @@ impl CqShared {
 impl Cq {
     /// Polls up to `wc.len()` completions ([`CompletionQueue::poll`]).
     #[inline(always)]
-    pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> Result<usize> {
+    pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
         dispatch!(self, c => poll_on(c, wc))
     }
     /// [`Cq::poll_wcs`] with the provider's poll compiled into the caller,
@@ -121,20 +121,13 @@ impl Cq {
     }
 }
 
-/// [`Cq::poll_wcs`] on one provider's CQ.
+/// [`Cq::poll_wcs`] on one provider's CQ. Its result (a count or a
+/// [`RingLost`]) comes back in two registers, so the caller's dispatch
+/// jumps here instead of calling, and a provider's poll may itself end
+/// by jumping to its general path (mlx5 does).
 #[inline(never)]
-fn poll_on<C: CompletionQueue>(c: &mut C, wc: &mut [Wc]) -> Result<usize> {
-    match c.poll(wc) {
-        Ok(n) => Ok(n),
-        Err(e) => Err(poll_failed(e)),
-    }
-}
-
-/// The error of a poll that found its ring lost. Out of line and cold.
-#[cold]
-#[inline(never)]
-fn poll_failed(e: RingLost) -> Error {
-    Error::Unusable(format!("poll_cq: {e}"))
+fn poll_on<C: CompletionQueue>(c: &mut C, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
+    c.poll(wc)
 }
 
 /// The error of a post that failed at `index`. Out of line and cold: the

@@ -160,7 +160,7 @@ struct Step<'a, 'w> {
 
 impl Waiter for Step<'_, '_> {
     fn poll(&mut self) -> Result<usize> {
-        self.cq.poll(self.wc)
+        Ok(self.cq.poll(self.wc)?)
     }
     fn arm(&mut self) -> Result<()> {
         self.cq.req_notify(false)

@@ -37,12 +37,12 @@ pub fn cqes(data: &[u8]) {
     let sq = Arc::new(SqShared::new(sq_size));
     let rq = Arc::new(RqShared::new(rq_size));
     let srq = (shape & 4 != 0).then(|| Arc::new(SrqShared::new(u32::from(shape) * 3)));
-    let e = QpEntry {
-        qpn: u32::from_be_bytes([0, head[1], head[2], head[3]]),
+    let e = QpEntry::new(
+        u32::from_be_bytes([0, head[1], head[2], head[3]]),
         sq,
         rq,
         srq,
-    };
+    );
     for c in rest.chunks(CQE_SIZE) {
         let mut a = [0; CQE_SIZE];
         a[..c.len()].copy_from_slice(c);

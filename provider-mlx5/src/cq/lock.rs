@@ -35,6 +35,20 @@ impl Mem {
         }
     }
 
+    /// [`Mem::owner_enter`] if no cleaner wants in and fences are
+    /// asymmetric (`cleaning` clear): `true` with the owner in; `false`,
+    /// out again, otherwise (then call [`Mem::owner_enter`]).
+    #[inline(always)]
+    pub(super) fn owner_try_enter(&self) -> bool {
+        self.busy.store(true, Ordering::Relaxed);
+        membarrier::light();
+        if self.cleaning.load(Ordering::Acquire) != 0 {
+            self.busy.store(false, Ordering::Release);
+            return false;
+        }
+        true
+    }
+
     /// [`Mem::owner_enter`] when `cleaning` is not clear: with full
     /// fences, fences and looks again; while a cleaner wants in or is in,
     /// steps back until it is done (cleaners do bounded work and never

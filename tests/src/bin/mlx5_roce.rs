@@ -88,7 +88,7 @@ trait At<T> {
     fn at(self, step: &'static str) -> R<T>;
 }
 
-impl<T> At<T> for rverbs::Result<T> {
+impl<T, E: std::fmt::Display> At<T> for Result<T, E> {
     fn at(self, step: &'static str) -> R<T> {
         self.map_err(|e| Fail {
             step,

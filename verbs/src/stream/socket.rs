@@ -470,7 +470,7 @@ impl Socket {
         loop {
             let n = match self.cq.poll(&mut self.wc) {
                 Ok(n) => n,
-                Err(e) => return Err(self.local("poll the stream's CQ", e)),
+                Err(e) => return Err(self.local("poll the stream's CQ", e.into())),
             };
             for i in 0..n {
                 let wc = self.wc[i];

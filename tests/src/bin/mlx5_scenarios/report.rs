@@ -37,7 +37,7 @@ pub(crate) trait Ctx<T> {
     fn at(self, step: &'static str) -> R<T>;
 }
 
-impl<T> Ctx<T> for rverbs::Result<T> {
+impl<T, E: std::fmt::Display> Ctx<T> for Result<T, E> {
     fn at(self, step: &'static str) -> R<T> {
         self.map_err(|e| Fail {
             step,

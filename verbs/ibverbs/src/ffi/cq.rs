@@ -433,7 +433,8 @@ unsafe fn read_next(rec: &CqRec) -> c_int {
             0
         }
         Ok(_) => ENOENT,
-        Err(e) => errno_of(&e),
+        // A lost ring: EIO, as `errno_of` answers for `Error::Unusable`.
+        Err(_) => libc::EIO,
     }
 }
 
