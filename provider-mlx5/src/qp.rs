@@ -542,14 +542,10 @@ impl SendQueue {
         cur_post: u32,
         head: u32,
     ) -> Option<(u32, OneBb)> {
-        let Payload::Sge([sge]) = wr.payload() else {
-            return None;
-        };
+        // One SGE, no UD destination.
+        let sge = wr.lone_sge()?;
         // `is_simple` with the SGE count folded in (`fast_ops`).
-        if self.fast_ops & (1 << (wr.opcode() as u32)) == 0
-            || wr.ud_dest().is_some()
-            || u64::from(sge.length) > MAX_MSG
-        {
+        if self.fast_ops & (1 << (wr.opcode() as u32)) == 0 || u64::from(sge.length) > MAX_MSG {
             return None;
         }
         let fast = WQE_OPS[wr.opcode() as usize];

@@ -242,6 +242,19 @@ pub struct SendWr<'a> {
     compare_add: u64,
     swap: u64,
     ud: Option<UdDest<'a>>,
+    /// The payload's one SGE if it is exactly one SGE and there is no UD
+    /// destination ([`SendRequest::lone_sge`]), kept with them: a post's
+    /// fast path tests one field instead of three.
+    lone: Option<&'a Sge>,
+}
+
+/// [`SendRequest::lone_sge`] of a request with `payload` and `ud`.
+#[inline(always)]
+const fn lone_of<'a>(payload: Payload<'a>, ud: &Option<UdDest<'_>>) -> Option<&'a Sge> {
+    match (payload, ud) {
+        (Payload::Sge([sge]), None) => Some(sge),
+        _ => None,
+    }
 }
 
 /// A receive work request.
@@ -274,6 +287,7 @@ impl<'a> SendWr<'a> {
             compare_add: 0,
             swap: 0,
             ud: None,
+            lone: lone_of(payload, &None),
         }
     }
 
@@ -376,6 +390,7 @@ impl<'a> SendWr<'a> {
     /// every provider needs, mlx5's address vector included).
     pub const fn dest(mut self, dest: UdDest<'a>) -> Self {
         self.ud = Some(dest);
+        self.lone = None;
         self
     }
     /// Addresses a UD send by the provider's raw address-handle number
@@ -633,6 +648,15 @@ pub unsafe trait SendRequest {
     fn swap(&self) -> u64;
     /// Where a UD send goes.
     fn ud_dest(&self) -> Option<UdDest<'_>>;
+    /// The payload's one SGE if the payload is exactly one SGE and there
+    /// is no UD destination, else `None`: what a provider's fast path for
+    /// the common request looks at first. Must agree with
+    /// [`SendRequest::payload`] and [`SendRequest::ud_dest`] (the default
+    /// derives it from them; [`SendWr`] keeps it).
+    #[inline(always)]
+    fn lone_sge(&self) -> Option<&Sge> {
+        lone_of(self.payload(), &self.ud_dest())
+    }
 
     /// [`SendWr::invalidate_rkey`].
     #[inline(always)]
@@ -682,6 +706,7 @@ pub unsafe trait SendRequest {
             compare_add: self.compare_add(),
             swap: self.swap(),
             ud: self.ud_dest(),
+            lone: self.lone_sge(),
         }
     }
 }
@@ -728,6 +753,10 @@ unsafe impl<T: SendRequest + ?Sized> SendRequest for &T {
     fn ud_dest(&self) -> Option<UdDest<'_>> {
         (**self).ud_dest()
     }
+    #[inline(always)]
+    fn lone_sge(&self) -> Option<&Sge> {
+        (**self).lone_sge()
+    }
 }
 
 // SAFETY: every method reads a field of the request, which `&self`
@@ -772,6 +801,10 @@ unsafe impl SendRequest for SendWr<'_> {
     #[inline(always)]
     fn ud_dest(&self) -> Option<UdDest<'_>> {
         self.ud
+    }
+    #[inline(always)]
+    fn lone_sge(&self) -> Option<&Sge> {
+        self.lone
     }
     #[inline(always)]
     fn to_send_wr(&self) -> SendWr<'_> {
@@ -1116,6 +1149,56 @@ pub mod opcode {
         /// The work request.
         pub const fn build(self) -> SendWr<'a> {
             self.0
+        }
+    }
+}
+
+#[cfg(test)]
+mod lone_tests {
+    use super::*;
+
+    /// [`SendWr`] keeps [`SendRequest::lone_sge`] as its payload and UD
+    /// destination say, through every builder that sets them, and as the
+    /// trait's default derives it.
+    #[test]
+    fn lone_sge_follows_payload_and_destination() {
+        let a = Sge {
+            addr: 0x1000,
+            length: 64,
+            lkey: 7,
+        };
+        let two = [a, a];
+        let one = [a];
+        let bytes = [IoSlice::new(b"hi")];
+        let dest = UdDest {
+            ah_num: 1,
+            av: None,
+            remote_qpn: 2,
+            remote_qkey: 3,
+            hold: None,
+        };
+        let cases = [
+            (SendWr::send(1, &one), true),
+            (SendWr::rdma_write(2, &one, 0x2000, 9), true),
+            (
+                SendWr::rdma_write_with_imm(3, &one, 0x2000, 9, 5).signaled(),
+                true,
+            ),
+            (SendWr::send(4, &two), false),
+            (SendWr::send(5, &[]), false),
+            (SendWr::send_inline(6, &bytes), false),
+            (SendWr::send(7, &one).dest(dest), false),
+        ];
+        for (wr, lone) in cases {
+            let got = wr.lone_sge().map(|s| s as *const Sge);
+            let want = lone.then(|| &one[0] as *const Sge);
+            assert_eq!(got, want, "wr_id {}", wr.wr_id());
+            // The trait's default, from the payload and destination.
+            assert_eq!(
+                lone_of(wr.payload(), &wr.ud_dest()).map(|s| s as *const Sge),
+                want
+            );
+            assert_eq!(wr.to_send_wr().lone_sge().map(|s| s as *const Sge), want);
         }
     }
 }
