@@ -375,8 +375,9 @@ impl Cq {
     /// unchanged, no cleaner waiting, CQEs of the last QP found that a
     /// plain send or receive completed) runs in [`Cq::poll_hot`], compiled
     /// here and calling nothing; anything else continues in an
-    /// out-of-line function that this one ends by jumping to, so that no
-    /// value is live across a call and the common case needs no frame.
+    /// out-of-line function that this one ends by jumping to (it returns
+    /// the same register pair), not calling: no result is kept across a
+    /// call, and the library's dispatch jumps here too.
     #[inline(always)]
     pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
         match self.poll_hot(wc) {
