@@ -284,10 +284,10 @@ impl Cq {
         self.ring.poll_wcs(as_raw_wcs(wc))
     }
 
-    /// [`Cq::poll`], with the provider's poll loop compiled into the
-    /// caller instead of called: for an adapter's entry
+    /// [`Cq::poll`], with rxe's poll compiled into the caller instead of
+    /// called (mlx5's loop is called either way): for an adapter's entry
     /// point that does little else (the C ABI's `ibv_poll_cq`), which then
-    /// costs one function instead of two. The same completions as
+    /// costs one function instead of two on rxe. The same completions as
     /// [`Cq::poll`]; prefer that one elsewhere (it keeps each provider's
     /// loop in one place).
     #[inline(always)]

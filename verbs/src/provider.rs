@@ -102,14 +102,19 @@ impl Cq {
     pub(crate) fn poll_wcs(&mut self, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
         dispatch!(self, c => poll_on(c, wc))
     }
-    /// [`Cq::poll_wcs`] with the provider's poll compiled into the caller,
-    /// and its own error.
+    /// [`Cq::poll_wcs`] with rxe's poll (a few loads and stores on the
+    /// ring it shares with the kernel) compiled into the caller. mlx5's
+    /// loop is called, as from [`Cq::poll_wcs`]: compiled into the same
+    /// function, the registers it saves would be saved on rxe's path too.
     #[inline(always)]
     pub(crate) fn poll_wcs_inline(
         &mut self,
         wc: &mut [Wc],
     ) -> std::result::Result<usize, RingLost> {
-        dispatch!(self, c => c.poll(wc))
+        match self {
+            Self::Rxe(c) => c.poll(wc),
+            Self::Mlx5(c) => poll_on(c, wc),
+        }
     }
     /// Arms the CQ ([`CompletionQueue::arm`]).
     pub(crate) fn arm(&self, solicited_only: bool) -> Result<()> {
