@@ -209,11 +209,13 @@ struct Lookup {
     /// name QPs by.
     rows: Vec<Row>,
     /// The key of the last CQE's QP ([`NO_KEY`] after a refresh), whose
-    /// entry is `hit`: a CQE of it is resolved without a look at `rows`.
+    /// row is `hit`: a CQE of it is resolved without comparing keys in
+    /// the table.
     hit_key: u32,
-    /// The entry of the last CQE's QP (a copy of its row's, which keeps
-    /// the same queues: one load less per CQE than through the row).
-    hit: QpEntry,
+    /// The row of the last CQE's QP: an index, not a clone of the row's
+    /// `Arc` (switching QPs then counts no reference: no atomic
+    /// read-modify-write in the poll).
+    hit: usize,
     generation: u64,
     uctx: Arc<Uctx>,
 }
@@ -225,7 +227,9 @@ impl Lookup {
         let key = cqe.key(self.key) & 0xFF_FFFF;
         // Most CQs serve one QP, or a few in turn: try the last hit first.
         if key == self.hit_key {
-            return parse(cqe, &self.hit, out);
+            if let Some(e) = self.hit() {
+                return parse(cqe, e, out);
+            }
         }
         self.complete_other(cqe, key, out)
     }
@@ -240,14 +244,22 @@ impl Lookup {
         if key != self.hit_key {
             return None;
         }
+        let e = self.hit()?;
         let opcode = cqe.op_own() >> 4;
         if opcode == cqe_op::REQ {
-            Some(parse_req(cqe, &self.hit, out))
+            Some(parse_req(cqe, e, out))
         } else if opcode <= cqe_op::RESP_SEND_INV {
-            Some(parse_resp(cqe, opcode, &self.hit, out))
+            Some(parse_resp(cqe, opcode, e, out))
         } else {
             None
         }
+    }
+
+    /// The entry of the last hit's QP (`None` only if `hit_key` is
+    /// [`NO_KEY`], which no CQE's key equals).
+    #[inline(always)]
+    fn hit(&self) -> Option<&QpEntry> {
+        self.rows.get(self.hit).map(|r| &*r.1)
     }
 
     /// [`Lookup::complete`] when the CQE is not of the last hit's QP.
@@ -267,8 +279,8 @@ impl Lookup {
             }
         };
         self.hit_key = key;
-        self.hit = QpEntry::clone(&self.rows[i].1);
-        parse(cqe, &self.hit, out)
+        self.hit = i;
+        parse(cqe, &self.rows[i].1, out)
     }
 
     /// The row of `key` (what CQEs name QPs by: see [`Lookup::refresh`]).
@@ -338,7 +350,7 @@ impl Cq {
                 by_qpn,
                 rows,
                 hit_key: NO_KEY,
-                hit: QpEntry::none(),
+                hit: 0,
                 generation,
                 uctx: Arc::clone(uctx),
             },

@@ -301,7 +301,7 @@ impl SrqShared {
 
 /// What a CQ needs to know about one QP: its number and the bookkeeping
 /// of its queues.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct QpEntry {
     /// The QP number (reported as `qp_num`).
     pub(crate) qpn: u32,
@@ -333,17 +333,6 @@ impl QpEntry {
             rq,
             srq,
         }
-    }
-
-    /// An entry of no QP: queues of no ring, whose completions report
-    /// nothing (what a CQ caches before its first hit).
-    pub(crate) fn none() -> Self {
-        QpEntry::new(
-            0,
-            Arc::new(SqShared::new(0)),
-            Arc::new(RqShared::new(0)),
-            None,
-        )
     }
 
     /// An entry with only some queues (e.g. a send-only QP).
