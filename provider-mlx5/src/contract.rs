@@ -21,7 +21,7 @@ use rverbs_abi::Errno;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use rverbs_provider::{
-    AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostError,
+    AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostFailed,
     Provider, QpCreated, QpState, RingLost, SrqCreated,
 };
 use zerocopy::{FromZeros, IntoBytes};
@@ -59,22 +59,22 @@ impl Mlx5 {
 
 impl rverbs_provider::SendQueue for qp::SendQueue {
     #[inline]
-    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostFailed> {
         qp::SendQueue::post(self, wrs)
     }
     #[inline(always)]
-    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
+    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostFailed> {
         qp::SendQueue::post_request(self, wr)
     }
     #[inline]
     fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         reqs: I,
-    ) -> Result<(), (usize, PostError)> {
+    ) -> Result<(), PostFailed> {
         qp::SendQueue::post_iter(self, reqs)
     }
     #[inline]
-    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)> {
+    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), PostFailed> {
         qp::SendQueue::post_batch(self, batch, wrs)
     }
     fn set_state(&mut self, s: QpState) {
@@ -98,7 +98,7 @@ impl rverbs_provider::SendQueue for qp::SendQueue {
 
 impl rverbs_provider::RecvQueue for qp::RecvQueue {
     #[inline]
-    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         qp::RecvQueue::post(self, wrs)
     }
     fn set_state(&mut self, s: QpState) {
@@ -153,7 +153,7 @@ impl Srq {
 
 impl rverbs_provider::SharedRecvQueue for Srq {
     #[inline]
-    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         self.ring.post(wrs)
     }
     fn capacity(&self) -> u32 {

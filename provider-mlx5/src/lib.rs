@@ -36,7 +36,7 @@ pub mod uctx;
 pub mod wq;
 
 pub use contract::Mlx5;
-pub use rverbs_provider::PostError;
+pub use rverbs_provider::{PostError, PostFailed};
 
 /// Send WQE opcodes (`MLX5_OPCODE_*`): what a control segment carries and
 /// what a requester CQE reports back (bits 31..24 of `sop_drop_qpn`).

@@ -45,7 +45,7 @@ use crate::hw::{barrier, cmd};
 use crate::srq::Srq;
 use crate::uctx::Uctx;
 use crate::wq::{QpEntry, RqShared, SqShared, SrqShared};
-use crate::{wqe_op, PostError};
+use crate::{wqe_op, PostError, PostFailed};
 
 /// The unit of WQE sizes (`ds`): 16 bytes, the size of the control,
 /// remote-address, atomic and data segments.
@@ -401,12 +401,12 @@ impl SendQueue {
     /// Posts the chain `wrs`: WQEs built in the ring, one doorbell for the
     /// chain. On error the WRs before the failing index are posted.
     #[inline]
-    pub fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+    pub fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostFailed> {
         if !self.enabled {
-            return Err((0, PostError::InvalidState));
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         if let [wr] = wrs {
-            return self.post_one(wr).map_err(|e| (0, e));
+            return self.post_one(wr);
         }
         self.post_chain::<SendWr<'_>, _, _>(wrs.iter())
     }
@@ -414,9 +414,9 @@ impl SendQueue {
     /// Posts one request read in place ([`SendRequest`]), as
     /// [`SendQueue::post`] posts a chain of one.
     #[inline(always)]
-    pub fn post_request<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
+    pub fn post_request<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostFailed> {
         if !self.enabled {
-            return Err(PostError::InvalidState);
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         self.post_one(wr)
     }
@@ -427,9 +427,9 @@ impl SendQueue {
     pub fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         reqs: I,
-    ) -> Result<(), (usize, PostError)> {
+    ) -> Result<(), PostFailed> {
         if !self.enabled {
-            return Err((0, PostError::InvalidState));
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         self.post_chain::<R, R, I>(reqs)
     }
@@ -437,7 +437,7 @@ impl SendQueue {
     /// [`SendQueue::post`] of a chain (or of nothing). Out of line: the
     /// lone request's path keeps a small frame.
     #[inline(never)]
-    fn post_chain<R, B, I>(&mut self, wrs: I) -> Result<(), (usize, PostError)>
+    fn post_chain<R, B, I>(&mut self, wrs: I) -> Result<(), PostFailed>
     where
         R: SendRequest + ?Sized,
         B: Borrow<R>,
@@ -460,7 +460,7 @@ impl SendQueue {
             // second reference.
             let wr: &R = wr.borrow();
             if self.full(&mut used, nreq) {
-                result = Err((nreq as usize, PostError::QueueFull));
+                result = Err(PostFailed::new(nreq as usize, PostError::QueueFull));
                 break;
             }
             if let Some((ds, _)) = self.try_fast(wr, cur_post, head.wrapping_add(nreq)) {
@@ -472,7 +472,7 @@ impl SendQueue {
             last_ds = match self.post_checked(wr, cur_post, head.wrapping_add(nreq)) {
                 Ok(ds) => ds,
                 Err(e) => {
-                    result = Err((nreq as usize, e));
+                    result = Err(PostFailed::new(nreq as usize, e));
                     break;
                 }
             };
@@ -491,10 +491,10 @@ impl SendQueue {
     /// [`SendQueue::post`] of a lone request (the common call), in one
     /// straight line: no chain counters to keep across iterations.
     #[inline(always)]
-    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
+    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostFailed> {
         let mut used = self.head.wrapping_sub(self.tail);
         if self.full(&mut used, 0) {
-            return Err(PostError::QueueFull);
+            return Err(PostFailed::first(PostError::QueueFull));
         }
         let cur_post = self.cur_post;
         let head = self.head;
@@ -851,22 +851,22 @@ impl RecvQueue {
     /// Posts the chain `wrs` (WQEs, then the doorbell record; no UAR
     /// write). On error the WRs before the failing index are posted.
     #[inline]
-    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         if !self.enabled {
-            return Err((0, PostError::InvalidState));
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         if let [wr] = wrs {
-            return self.post_one(wr).map_err(|e| (0, e));
+            return self.post_one(wr);
         }
         self.post_chain(wrs)
     }
 
     /// [`RecvQueue::post`] of a lone request (the common call).
     #[inline(always)]
-    fn post_one(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
+    fn post_one(&mut self, wr: &RecvWr<'_>) -> Result<(), PostFailed> {
         let head = self.head;
         if self.full(head) {
-            return Err(PostError::RecvQueueFull);
+            return Err(PostFailed::first(PostError::RecvQueueFull));
         }
         check_recv_sges(wr.sg_list, self.ring.max_gs())?;
         // The WQE is free (fewer than `wqe_cnt` outstanding).
@@ -881,17 +881,17 @@ impl RecvQueue {
 
     /// [`RecvQueue::post`] of a chain (or of nothing), out of line.
     #[inline(never)]
-    fn post_chain(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post_chain(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         let mut nreq: u32 = 0;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             let head = self.head.wrapping_add(nreq);
             if self.full(head) {
-                result = Err((i, PostError::RecvQueueFull));
+                result = Err(PostFailed::new(i, PostError::RecvQueueFull));
                 break;
             }
             if let Err(e) = check_recv_sges(wr.sg_list, self.ring.max_gs()) {
-                result = Err((i, e));
+                result = Err(PostFailed::new(i, e));
                 break;
             }
             // The WQE is free (fewer than `wqe_cnt` outstanding).

@@ -27,7 +27,7 @@ use crate::hw::wqe::SrqRing;
 use crate::hw::{barrier, cmd};
 use crate::uctx::{Limits, Uctx};
 use crate::wq::SrqShared;
-use crate::PostError;
+use crate::{PostError, PostFailed};
 
 /// Bytes of the `mlx5_wqe_srq_next_seg` header.
 const NEXT_SEG: usize = size_of::<SrqNextSeg>();
@@ -207,18 +207,18 @@ impl Srq {
     /// Posts the chain `wrs`. On error the WRs before the failing index are
     /// posted.
     #[inline]
-    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         let mut result = Ok(());
         let mut n = 0u32;
         for (i, wr) in wrs.iter().enumerate() {
             if let Err(e) = check_recv_sges(wr.sg_list, self.max_gs) {
-                result = Err((i, e));
+                result = Err(PostFailed::new(i, e));
                 break;
             }
             if self.head == self.tail {
                 self.reclaim();
                 if self.head == self.tail {
-                    result = Err((i, PostError::SrqFull));
+                    result = Err(PostFailed::new(i, PostError::SrqFull));
                     break;
                 }
             }
@@ -370,7 +370,10 @@ mod tests {
         assert_eq!(s.db.load(0), 3);
         assert_eq!(s.outstanding(), 3);
         // Exhausted: head == tail.
-        assert_eq!(s.post(&wrs[..1]).unwrap_err(), (0, PostError::SrqFull));
+        assert_eq!(
+            s.post(&wrs[..1]).unwrap_err(),
+            PostFailed::new(0, PostError::SrqFull)
+        );
         // The CQ completes WQE 1; the next post reuses the tail (3) and
         // links 1 after it.
         assert_eq!(s.shared.complete(1), Some(101));
@@ -387,7 +390,7 @@ mod tests {
                 sg_list: &too_many
             }])
             .unwrap_err(),
-            (0, PostError::TooManySge { given: 4, max: 3 })
+            PostFailed::new(0, PostError::TooManySge { given: 4, max: 3 })
         );
     }
 }

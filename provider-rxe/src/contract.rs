@@ -21,7 +21,7 @@ use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use rverbs_provider::{
     AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostError,
-    Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
+    PostFailed, Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
 };
 use zerocopy::{FromZeros, IntoBytes};
 
@@ -78,16 +78,16 @@ pub struct SendQueue {
 
 impl rverbs_provider::SendQueue for SendQueue {
     #[inline]
-    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostFailed> {
         if !self.may_post {
-            return Err((0, PostError::InvalidState));
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         self.ring.post(self.fd.as_fd(), wrs)
     }
     #[inline]
-    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
+    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostFailed> {
         if !self.may_post {
-            return Err(PostError::InvalidState);
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         self.ring.post_request(self.fd.as_fd(), wr)
     }
@@ -95,15 +95,15 @@ impl rverbs_provider::SendQueue for SendQueue {
     fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         reqs: I,
-    ) -> Result<(), (usize, PostError)> {
+    ) -> Result<(), PostFailed> {
         if !self.may_post {
-            return Err((0, PostError::InvalidState));
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         self.ring.post_iter(self.fd.as_fd(), reqs)
     }
-    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)> {
+    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), PostFailed> {
         if !self.may_post {
-            return Err((0, PostError::InvalidState));
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         self.ring.post_batch(self.fd.as_fd(), batch, wrs)
     }
@@ -136,9 +136,9 @@ pub struct RecvQueue {
 
 impl rverbs_provider::RecvQueue for RecvQueue {
     #[inline]
-    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         if !self.may_post {
-            return Err((0, PostError::InvalidState));
+            return Err(PostFailed::first(PostError::InvalidState));
         }
         self.ring.post(wrs)
     }
@@ -191,7 +191,7 @@ pub struct Srq {
 
 impl rverbs_provider::SharedRecvQueue for Srq {
     #[inline]
-    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         self.ring.post(wrs)
     }
     fn capacity(&self) -> u32 {

@@ -31,4 +31,4 @@ pub mod srq;
 pub const DRIVER_ABI: std::ops::RangeInclusive<u32> = 1..=2;
 
 pub use contract::Rxe;
-pub use rverbs_provider::PostError;
+pub use rverbs_provider::{PostError, PostFailed};

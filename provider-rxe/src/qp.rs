@@ -12,7 +12,7 @@ use zerocopy::FromZeros;
 
 use crate::cmd;
 use crate::queue::{wr_arm, Queue, RecvRing, SendRing};
-use crate::PostError;
+use crate::{PostError, PostFailed};
 
 /// What CREATE_QP returned: the kernel's answer and the mapped rings. If
 /// either ring failed to map the caller must destroy `resp.qp_handle`.
@@ -142,11 +142,7 @@ impl SendQueue {
     /// On error, the requests before the failing index are posted (and the
     /// doorbell rung for them) and the error names the index.
     #[inline]
-    pub fn post(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        wrs: &[SendWr<'_>],
-    ) -> Result<(), (usize, PostError)> {
+    pub fn post(&mut self, fd: BorrowedFd<'_>, wrs: &[SendWr<'_>]) -> Result<(), PostFailed> {
         if let [wr] = wrs {
             return self.post_one(fd, wr);
         }
@@ -160,7 +156,7 @@ impl SendQueue {
         &mut self,
         fd: BorrowedFd<'_>,
         reqs: I,
-    ) -> Result<(), (usize, PostError)> {
+    ) -> Result<(), PostFailed> {
         self.post_chain(fd, reqs)
     }
 
@@ -172,7 +168,7 @@ impl SendQueue {
         &mut self,
         fd: BorrowedFd<'_>,
         wrs: I,
-    ) -> Result<(), (usize, PostError)> {
+    ) -> Result<(), PostFailed> {
         let mut p = self.ring.producer();
         let mut result = Ok(());
         for wr in wrs {
@@ -180,7 +176,7 @@ impl SendQueue {
             if let Err(e) = p.push_send(&wr, has_dest, |wqe, inline| build_wqe(wqe, &wr, inline)) {
                 // A failed push pushes nothing: what was pushed is the
                 // index of `wr` in the chain.
-                result = Err((p.pushed(), e));
+                result = Err(PostFailed::new(p.pushed(), e));
                 break;
             }
             keep_hold(&mut self.holds, slot, &wr);
@@ -188,7 +184,7 @@ impl SendQueue {
         let pushed = p.pushed();
         if p.publish() {
             if let Err(e) = cmd::doorbell(fd, self.qp_handle) {
-                return Err((pushed, PostError::Doorbell(e)));
+                return Err(PostFailed::new(pushed, PostError::Doorbell(e)));
             }
         }
         result
@@ -206,18 +202,19 @@ impl SendQueue {
         fd: BorrowedFd<'_>,
         batch: &SendBatch,
         wrs: &[BatchWr],
-    ) -> Result<(), (usize, PostError)> {
-        self.ring.checks().check_batch(batch).map_err(|e| (0, e))?;
+    ) -> Result<(), PostFailed> {
+        self.ring.checks().check_batch(batch)?;
         // The kernel only frees slots: all of these stay free.
         let free = self.ring.max_wr().saturating_sub(self.outstanding());
         let mut p = self.ring.producer();
         let result = push_batch(batch, wrs, free, |wr| {
             p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))
-        });
+        })
+        .map_err(PostFailed::from);
         let pushed = p.pushed();
         if p.publish() {
             if let Err(e) = cmd::doorbell(fd, self.qp_handle) {
-                return Err((pushed, PostError::Doorbell(e)));
+                return Err(PostFailed::new(pushed, PostError::Doorbell(e)));
             }
         }
         result
@@ -231,27 +228,26 @@ impl SendQueue {
         &mut self,
         fd: BorrowedFd<'_>,
         wr: &R,
-    ) -> Result<(), (usize, PostError)> {
+    ) -> Result<(), PostFailed> {
         let mut p = self.ring.producer();
         let slot = p.next_slot();
-        p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))
-            .map_err(|e| (0, e))?;
+        p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))?;
         p.publish();
         keep_hold(&mut self.holds, slot, wr);
-        cmd::doorbell(fd, self.qp_handle).map_err(|e| (1, PostError::Doorbell(e)))
+        cmd::doorbell(fd, self.qp_handle).map_err(|e| PostFailed::new(1, PostError::Doorbell(e)))
     }
 
     /// Posts one request read in place ([`SendRequest`]: a [`SendWr`], or
     /// another form of it such as the C ABI's), with the same checks and
-    /// the same entry as [`SendQueue::post`]; [`PostError::Doorbell`] means
-    /// it was posted and the doorbell failed.
+    /// the same entry as [`SendQueue::post`]; [`PostError::Doorbell`] (at
+    /// index 1) means it was posted and the doorbell failed.
     #[inline]
     pub fn post_request<R: SendRequest + ?Sized>(
         &mut self,
         fd: BorrowedFd<'_>,
         wr: &R,
-    ) -> Result<(), PostError> {
-        self.post_one(fd, wr).map_err(|(_, e)| e)
+    ) -> Result<(), PostFailed> {
+        self.post_one(fd, wr)
     }
 }
 
@@ -388,21 +384,21 @@ impl RecvQueue {
     /// (rxe needs no receive doorbell). On error the requests before the
     /// failing index are posted.
     #[inline]
-    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         if let [wr] = wrs {
-            return self.post_one(wr).map_err(|e| (0, e));
+            return self.post_one(wr).map_err(PostFailed::first);
         }
         self.post_chain(wrs)
     }
 
     /// [`RecvQueue::post`] of a chain (or of nothing).
     #[inline(never)]
-    fn post_chain(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    fn post_chain(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         let mut p = self.ring.producer();
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             if let Err(e) = p.push_recv(wr.sg_list, |length| recv_wqe(wr, length)) {
-                result = Err((i, e));
+                result = Err(PostFailed::new(i, e));
                 break;
             }
         }
@@ -549,8 +545,11 @@ mod tests {
             len: usize::MAX,
             max: 64,
         };
-        assert_eq!(sq.post(fd.as_fd(), &[wr]), Err((0, want)));
-        assert_eq!(sq.post(fd.as_fd(), &[wr, wr]), Err((0, want)));
+        assert_eq!(sq.post(fd.as_fd(), &[wr]), Err(PostFailed::new(0, want)));
+        assert_eq!(
+            sq.post(fd.as_fd(), &[wr, wr]),
+            Err(PostFailed::new(0, want))
+        );
         assert_eq!(sq.outstanding(), 0);
     }
 
@@ -640,7 +639,10 @@ mod tests {
         let wrs: Vec<_> = (0..7)
             .map(|i| SendWr::rdma_write(i, &sge, 0xabc0 + i, 77))
             .collect();
-        assert_eq!(sq.post(null.as_fd(), &wrs), Err((6, PostError::QueueFull)));
+        assert_eq!(
+            sq.post(null.as_fd(), &wrs),
+            Err(PostFailed::new(6, PostError::QueueFull))
+        );
         assert_eq!(sq.outstanding(), 6);
         let b = slot_bytes(&fd, 10, 5);
         let wqe = rxe::SendWqe::read_from_prefix(&b).unwrap().0;
@@ -663,7 +665,7 @@ mod tests {
         assert_eq!(sq.outstanding(), 6);
         assert_eq!(
             sq.post(null.as_fd(), &wrs[..1]),
-            Err((0, PostError::QueueFull))
+            Err(PostFailed::new(0, PostError::QueueFull))
         );
         let b = slot_bytes(&fd, 10, 1);
         assert_eq!(rxe::SendWqe::read_from_prefix(&b).unwrap().0.wr.wr_id, 3);
@@ -723,7 +725,13 @@ mod tests {
         let (mut a, fa) = queue();
         let (mut b, fb) = queue();
         let want = a.post(null.as_fd(), &mixed);
-        assert_eq!(want, Err((1, PostError::TooManySge { given: 3, max: 2 })));
+        assert_eq!(
+            want,
+            Err(PostFailed::new(
+                1,
+                PostError::TooManySge { given: 3, max: 2 }
+            ))
+        );
         assert_eq!(
             b.post_iter(null.as_fd(), mixed.iter().map(|w| ForeignWr(*w))),
             want
@@ -743,7 +751,10 @@ mod tests {
         assert_eq!(slots(&fa, 2), slots(&fb, 2));
         assert_eq!(
             b.post(&[RecvWr::new(12, &three)]),
-            Err((0, PostError::TooManySge { given: 3, max: 2 }))
+            Err(PostFailed::new(
+                0,
+                PostError::TooManySge { given: 3, max: 2 }
+            ))
         );
     }
 
@@ -763,7 +774,10 @@ mod tests {
         for wr in [aw, fl] {
             assert_eq!(
                 sq.post(null.as_fd(), &[wr]),
-                Err((0, PostError::OpcodeUnsupported(wr.opcode())))
+                Err(PostFailed::new(
+                    0,
+                    PostError::OpcodeUnsupported(wr.opcode())
+                ))
             );
         }
         assert!(sq.allow(WrOpcode::AtomicWrite) && sq.allow(WrOpcode::Flush));
@@ -824,9 +838,15 @@ mod tests {
         assert_eq!(rq.post(&wrs), Ok(()));
         assert_eq!(
             rq.post(&[RecvWr::new(12, &[sges[0]; 3])]),
-            Err((0, PostError::TooManySge { given: 3, max: 2 }))
+            Err(PostFailed::new(
+                0,
+                PostError::TooManySge { given: 3, max: 2 }
+            ))
         );
-        assert_eq!(rq.post(&wrs), Err((1, PostError::RecvQueueFull)));
+        assert_eq!(
+            rq.post(&wrs),
+            Err(PostFailed::new(1, PostError::RecvQueueFull))
+        );
         assert_eq!(rq.outstanding(), 3);
         let b = slot_bytes(&fd, 8, 0);
         let wqe = RecvWqe::read_from_prefix(&b).unwrap().0;
@@ -852,7 +872,7 @@ mod tests {
         let sges = [sge; 4];
         assert_eq!(
             rq.post(&[RecvWr::new(1, &sges)]),
-            Err((0, PostError::MessageTooLong))
+            Err(PostFailed::new(0, PostError::MessageTooLong))
         );
         assert_eq!(rq.outstanding(), 0);
     }

@@ -14,7 +14,7 @@ use zerocopy::FromZeros;
 use crate::cmd;
 use crate::qp::RecvQueue;
 use crate::queue::Queue;
-use crate::PostError;
+use crate::{PostError, PostFailed};
 
 /// `IB_SRQ_MAX_WR`: MODIFY_SRQ resizes the ring.
 pub const SRQ_MAX_WR: u32 = 1;
@@ -67,14 +67,14 @@ impl Srq {
     /// Posts the chain `wrs` (no doorbell: rxe polls the ring). On error the
     /// requests before the failing index are posted.
     #[inline]
-    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)> {
+    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         match &mut self.rq {
             // The ring is a receive queue's; its refusal is the SRQ's.
-            Some(rq) => rq.post(wrs).map_err(|(i, e)| match e {
-                PostError::RecvQueueFull => (i, PostError::SrqFull),
-                e => (i, e),
+            Some(rq) => rq.post(wrs).map_err(|f| match f.error() {
+                PostError::RecvQueueFull => PostFailed::new(f.index(), PostError::SrqFull),
+                _ => f,
             }),
-            None => Err((0, PostError::InvalidState)),
+            None => Err(PostFailed::first(PostError::InvalidState)),
         }
     }
 

@@ -7,7 +7,7 @@
 //! (`src/bin/mlx5_batch.rs`, on the host) run the same steps.
 
 use rverbs::{
-    BatchSignal, BatchWr, Error, Mr, PostError, QpInitAttr, QpType, RecvWr, SendBatch, WcOpcode,
+    BatchSignal, BatchWr, Mr, PostError, QpInitAttr, QpType, RecvWr, SendBatch, WcOpcode,
 };
 
 use crate::{all_access, pattern, Pair, TIMEOUT};
@@ -37,7 +37,7 @@ fn check(ok: bool, what: impl FnOnce() -> String) -> Outcome {
     }
 }
 
-fn e(err: Error) -> String {
+fn e(err: impl std::fmt::Display) -> String {
     err.to_string()
 }
 
@@ -54,7 +54,7 @@ fn completions(cq: &mut rverbs::Cq, n: usize, opcode: WcOpcode) -> Result<Vec<rv
     }
     // Nothing more.
     let mut more = [rverbs::Wc::default(); 1];
-    let extra = cq.poll(&mut more).map_err(|x| e(x.into()))?;
+    let extra = cq.poll(&mut more).map_err(e)?;
     check(extra == 0, || {
         format!("unexpected completion {:?}", more[0])
     })?;
@@ -211,11 +211,12 @@ pub fn queue_full(p: &mut Pair) -> Outcome {
     let rd = dst.remote();
     let wrs = entries(&src, &vec![64; n], |k| k * 64, rd.addr)?;
     let batch = SendBatch::rdma_write(rd.rkey);
-    match p.a.post_send_batch(&batch, &wrs) {
-        Err(Error::Post {
-            index,
-            error: PostError::QueueFull,
-        }) if index == cap => {}
+    match p
+        .a
+        .post_send_batch(&batch, &wrs)
+        .map_err(|f| (f.index(), f.error()))
+    {
+        Err((index, PostError::QueueFull)) if index == cap => {}
         other => return Err(format!("{other:?}, expected QueueFull at {cap}")),
     }
     let wc = completions(&mut p.cq_a, 1, WcOpcode::RDMA_WRITE)?;
@@ -240,11 +241,12 @@ pub fn too_long(p: &mut Pair) -> Outcome {
     let rd = dst.remote();
     let mut wrs = entries(&src, &[100; 4], |k| k * 1000, rd.addr)?;
     wrs[2].sge.length = (1 << 31) + 1;
-    match p.a.post_send_batch(&SendBatch::rdma_write(rd.rkey), &wrs) {
-        Err(Error::Post {
-            index: 2,
-            error: PostError::MessageTooLong,
-        }) => {}
+    match p
+        .a
+        .post_send_batch(&SendBatch::rdma_write(rd.rkey), &wrs)
+        .map_err(|f| (f.index(), f.error()))
+    {
+        Err((2, PostError::MessageTooLong)) => {}
         other => return Err(format!("{other:?}, expected MessageTooLong at 2")),
     }
     let wc = completions(&mut p.cq_a, 1, WcOpcode::RDMA_WRITE)?;
@@ -269,11 +271,11 @@ pub fn not_ready(p: &mut Pair) -> Outcome {
         .map_err(e)?;
     let src = p.pd.alloc_mr(64, all_access()).map_err(e)?;
     let wrs = entries(&src, &[8], |_| 0, 0)?;
-    match qp.post_send_batch(&SendBatch::send(), &wrs) {
-        Err(Error::Post {
-            index: 0,
-            error: PostError::InvalidState,
-        }) => Ok(()),
+    match qp
+        .post_send_batch(&SendBatch::send(), &wrs)
+        .map_err(|f| (f.index(), f.error()))
+    {
+        Err((0, PostError::InvalidState)) => Ok(()),
         other => Err(format!("{other:?}, expected InvalidState at 0")),
     }
 }

@@ -292,6 +292,7 @@ fn poll_of_an_empty_cq_and_refused_posts() {
                 SendWr::rdma_write(1, &one, rb.addr, rb.rkey).signaled(),
                 SendWr::rdma_write(2, &many[..smax as usize + 1], rb.addr, rb.rkey),
             ])
+            .map_err(Error::from)
             .unwrap_err();
         assert!(
             matches!(
@@ -307,6 +308,7 @@ fn poll_of_an_empty_cq_and_refused_posts() {
         let rmax = p.b.cap().max_recv_sge as usize;
         let e =
             p.b.post_recv(&[RecvWr::new(1, &many[..rmax + 1])])
+                .map_err(Error::from)
                 .unwrap_err();
         assert!(
             matches!(

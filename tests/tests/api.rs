@@ -232,7 +232,7 @@ fn query_and_cap_agree_with_what_can_be_posted() {
     let wrs: Vec<RecvWr> = (0..=u64::from(cap.max_recv_wr))
         .map(|i| RecvWr::new(i, &r))
         .collect();
-    match p.b.post_recv(&wrs) {
+    match p.b.post_recv(&wrs).map_err(Error::from) {
         Err(Error::Post {
             index,
             error: PostError::RecvQueueFull,
@@ -274,7 +274,7 @@ fn signal_every_keeps_a_long_unsignaled_stream_going() {
         // What must not happen is a queue that stays full.
         let end = Instant::now() + TIMEOUT;
         loop {
-            match p.a.post_send(&[wr]) {
+            match p.a.post_send(&[wr]).map_err(Error::from) {
                 Ok(()) => break,
                 Err(Error::Post {
                     error: PostError::QueueFull,

@@ -29,8 +29,8 @@ fn offered() -> bool {
     kernel_release() >= (6, 2)
 }
 
-fn refused_as_unsupported(r: rverbs::Result<()>, op: WrOpcode) {
-    match r {
+fn refused_as_unsupported(r: Result<(), rverbs::PostFailed>, op: WrOpcode) {
+    match r.map_err(Error::from) {
         Err(
             e @ Error::Post {
                 index: 0,
@@ -104,7 +104,7 @@ fn atomic_write_stores_8_bytes() {
         Err(Error::InvalidArgument(_))
     ));
     let by_hand = SendWr::atomic_write(3, odd.addr, odd.rkey, value);
-    match p.a.post_send(&[by_hand]) {
+    match p.a.post_send(&[by_hand]).map_err(Error::from) {
         Err(Error::Post {
             error: PostError::BadAtomic,
             ..

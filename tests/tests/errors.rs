@@ -140,12 +140,12 @@ fn posting_past_the_queue_depth_is_refused_and_corrupts_nothing() {
         .map(|(i, s)| RecvWr::new(i as u64, s))
         .collect();
     // One more than the depth: the first `depth` are posted, the last refused.
-    let err = p.b.post_recv(&wrs).unwrap_err();
+    let err = p.b.post_recv(&wrs).map_err(Error::from).unwrap_err();
     assert!(
         matches!(err, Error::Post { index, error: PostError::RecvQueueFull } if index == depth),
         "{err}"
     );
-    let err = p.b.post_recv(&wrs[..1]).unwrap_err();
+    let err = p.b.post_recv(&wrs[..1]).map_err(Error::from).unwrap_err();
     assert!(
         matches!(
             err,
@@ -181,7 +181,7 @@ fn posting_past_the_queue_depth_is_refused_and_corrupts_nothing() {
     let chain: Vec<SendWr> = (0..sdepth + 3)
         .map(|i| SendWr::rdma_write(i as u64, &one, rm.addr, rm.rkey).signaled())
         .collect();
-    let err = p.a.post_send(&chain).unwrap_err();
+    let err = p.a.post_send(&chain).map_err(Error::from).unwrap_err();
     assert!(
         matches!(err, Error::Post { index, error: PostError::QueueFull } if index == sdepth),
         "{err}"
@@ -268,7 +268,10 @@ fn posting_in_the_wrong_state_is_refused() {
         .unwrap();
     let mr = pd.alloc_mr(64, AccessFlags::LOCAL_WRITE).unwrap();
     let s = [mr.sge(..).unwrap()];
-    let e = qp.post_recv(&[RecvWr::new(1, &s)]).unwrap_err();
+    let e = qp
+        .post_recv(&[RecvWr::new(1, &s)])
+        .map_err(Error::from)
+        .unwrap_err();
     assert!(
         matches!(
             e,
@@ -279,7 +282,10 @@ fn posting_in_the_wrong_state_is_refused() {
         ),
         "{e}"
     );
-    let e = qp.post_send(&[SendWr::send(1, &s)]).unwrap_err();
+    let e = qp
+        .post_send(&[SendWr::send(1, &s)])
+        .map_err(Error::from)
+        .unwrap_err();
     assert!(
         matches!(
             e,
@@ -323,7 +329,7 @@ fn zero_sized_and_unaligned_requests_are_rejected() {
     let s8 = [local.sge(0..8).unwrap()];
     let rm = remote.remote();
     let wr = SendWr::fetch_add(1, &s8[0], rm.addr + 3, rm.rkey, 1);
-    let e = p.a.post_send(&[wr]).unwrap_err();
+    let e = p.a.post_send(&[wr]).map_err(Error::from).unwrap_err();
     assert!(
         matches!(
             e,
@@ -336,7 +342,7 @@ fn zero_sized_and_unaligned_requests_are_rejected() {
     );
     let s4 = [local.sge(0..4).unwrap()];
     let wr = SendWr::fetch_add(1, &s4[0], rm.addr, rm.rkey, 1);
-    let e = p.a.post_send(&[wr]).unwrap_err();
+    let e = p.a.post_send(&[wr]).map_err(Error::from).unwrap_err();
     assert!(
         matches!(
             e,
@@ -362,7 +368,10 @@ fn oversized_sge_lists_and_inline_are_rejected() {
     let many: Vec<Sge> = (0..max + 1)
         .map(|i| mr.sge(i * 8..i * 8 + 8).unwrap())
         .collect();
-    let e = p.a.post_send(&[SendWr::send(1, &many)]).unwrap_err();
+    let e =
+        p.a.post_send(&[SendWr::send(1, &many)])
+            .map_err(Error::from)
+            .unwrap_err();
     assert!(
         matches!(
             e,
@@ -376,6 +385,7 @@ fn oversized_sge_lists_and_inline_are_rejected() {
     let rmax = p.b.cap().max_recv_sge as usize;
     let e =
         p.b.post_recv(&[RecvWr::new(1, &many[..rmax + 1])])
+            .map_err(Error::from)
             .unwrap_err();
     assert!(
         matches!(
@@ -389,7 +399,10 @@ fn oversized_sge_lists_and_inline_are_rejected() {
     );
     let big = vec![0u8; p.a.cap().max_inline_data as usize + 1];
     let bufs = [IoSlice::new(&big)];
-    let e = p.a.post_send(&[SendWr::send_inline(1, &bufs)]).unwrap_err();
+    let e =
+        p.a.post_send(&[SendWr::send_inline(1, &bufs)])
+            .map_err(Error::from)
+            .unwrap_err();
     assert!(
         matches!(
             e,
@@ -407,6 +420,7 @@ fn oversized_sge_lists_and_inline_are_rejected() {
     let one = [mr.sge(0..16).unwrap()];
     let e =
         p.a.post_send(&[SendWr::send(10, &one).signaled(), SendWr::send(11, &many)])
+            .map_err(Error::from)
             .unwrap_err();
     assert!(matches!(e, Error::Post { index: 1, .. }), "{e}");
     assert_eq!(wait_ok(&mut p.cq_a).wr_id(), 10);

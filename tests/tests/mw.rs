@@ -292,7 +292,7 @@ fn binds_are_checked_before_anything_is_posted() {
         SendWr::local_inv(1, k2),
         SendWr::send_with_inv(2, &sge_of(&target), k2),
     ] {
-        match uc.a.post_send(&[wr]) {
+        match uc.a.post_send(&[wr]).map_err(Error::from) {
             Err(Error::Post { index: 0, error }) => assert_eq!(error, PostError::InvalidOpcode),
             other => panic!("{wr:?} on UC: {other:?}"),
         }

@@ -233,6 +233,7 @@ fn zz_device_removed_while_in_use() {
         let s = [src.sge(1024..2048).unwrap()];
         let e =
             p.a.post_send(&[SendWr::rdma_write(2, &s, rm.addr + 1024, rm.rkey).signaled()])
+                .map_err(rverbs::Error::from)
                 .unwrap_err();
         assert_eq!(e.errno(), eio, "{e}");
         let mut wc = [rverbs::Wc::default(); 4];

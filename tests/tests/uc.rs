@@ -224,7 +224,10 @@ fn uc_refuses_read_and_atomics_at_post_time() {
         SendWr::fetch_add(2, &s[0], rm.addr, rm.rkey, 1),
         SendWr::cmp_swap(3, &s[0], rm.addr, rm.rkey, 0, 1),
     ] {
-        let e = p.a.post_send(&[wr.signaled()]).unwrap_err();
+        let e =
+            p.a.post_send(&[wr.signaled()])
+                .map_err(Error::from)
+                .unwrap_err();
         assert!(
             matches!(
                 e,

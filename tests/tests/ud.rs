@@ -362,6 +362,7 @@ fn message_over_the_active_mtu_is_refused_and_the_mtu_itself_fits() {
     let big = [src.sge(..mtu + 1).unwrap()];
     let e = u.qps[0]
         .post_send(&[SendWr::send(1, &big).to(&ah, b_qpn, QKEY).signaled()])
+        .map_err(Error::from)
         .unwrap_err();
     match e {
         Error::Post {
@@ -450,7 +451,7 @@ fn post_time_refusals() {
     src.write_at(0, b"x").unwrap();
     let s = [src.sge(..1).unwrap()];
     let qp = &mut u.qps[0];
-    let refused = |qp: &mut Qp, wr: SendWr<'_>| match qp.post_send(&[wr]) {
+    let refused = |qp: &mut Qp, wr: SendWr<'_>| match qp.post_send(&[wr]).map_err(Error::from) {
         Err(Error::Post { index: 0, error }) => error,
         r => panic!("expected a refusal, got {r:?}"),
     };
@@ -486,6 +487,7 @@ fn post_time_refusals() {
             SendWr::send(1, &s).to(&ah, b_qpn, QKEY).signaled(),
             SendWr::send(2, &s),
         ])
+        .map_err(Error::from)
         .unwrap_err();
     assert!(
         matches!(
@@ -527,6 +529,7 @@ fn ud_address_on_a_connected_qp_is_refused() {
     let s = [src.sge(..1).unwrap()];
     let e =
         p.a.post_send(&[SendWr::send(1, &s).to(&ah, p.b.qp_num(), QKEY).signaled()])
+            .map_err(Error::from)
             .unwrap_err();
     assert!(
         matches!(

@@ -29,8 +29,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use rverbs::{
-    AccessFlags, BatchWr, CompChannel, ConnectOpts, Cq, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr,
-    RingLost, SendBatch, SendWr, Sge, Wc, WcOpcode,
+    AccessFlags, BatchWr, CompChannel, ConnectOpts, Cq, Mr, PostFailed, Qp, QpCap, QpInitAttr,
+    QpType, RecvWr, RingLost, SendBatch, SendWr, Sge, Wc, WcOpcode,
 };
 
 const MSG: usize = 64;
@@ -44,7 +44,7 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// Measured: one post_send call (a single WR or a chain).
 #[no_mangle]
 #[inline(never)]
-pub fn rverbs_measured_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> rverbs::Result<()> {
+pub fn rverbs_measured_post_send(qp: &mut Qp, wrs: &[SendWr<'_>]) -> Result<(), PostFailed> {
     qp.post_send(wrs)
 }
 
@@ -55,14 +55,14 @@ pub fn rverbs_measured_post_batch(
     qp: &mut Qp,
     batch: &SendBatch,
     wrs: &[BatchWr],
-) -> rverbs::Result<()> {
+) -> Result<(), PostFailed> {
     qp.post_send_batch(batch, wrs)
 }
 
 /// Measured: one post_recv call.
 #[no_mangle]
 #[inline(never)]
-pub fn rverbs_measured_post_recv(qp: &mut Qp, wrs: &[RecvWr<'_>]) -> rverbs::Result<()> {
+pub fn rverbs_measured_post_recv(qp: &mut Qp, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
     qp.post_recv(wrs)
 }
 

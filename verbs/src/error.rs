@@ -2,7 +2,7 @@
 //! failed, refused arguments, and refused work requests.
 
 pub use rverbs_abi::Errno;
-pub use rverbs_provider::{Feature, PostError};
+pub use rverbs_provider::{Feature, PostError, PostFailed};
 
 /// Everything a verbs call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +124,20 @@ pub enum Error {
         /// Why.
         error: PostError,
     },
+}
+
+/// A refused post ([`crate::Qp::post_send`] and the other post calls) as
+/// the library's error: [`Error::Post`] with the same index and error, so
+/// `?` works in functions returning [`Result`].
+impl From<PostFailed> for Error {
+    #[cold]
+    #[inline(never)]
+    fn from(f: PostFailed) -> Error {
+        Error::Post {
+            index: f.index(),
+            error: f.error(),
+        }
+    }
 }
 
 /// A poll's only failure ([`crate::Cq::poll`]) as the library's error:

@@ -127,7 +127,7 @@ pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompChannel, Cq, CqFlags, CqInitAttr, Wc, WcOpcode, WcStatus};
 pub use device::{device, devices, Device, Driver, Guid};
 pub use dmabuf::{DmabufMr, DMABUF_ACCESS};
-pub use error::{Errno, Error, Feature, Invalid, InvalidKind, PostError, Result};
+pub use error::{Errno, Error, Feature, Invalid, InvalidKind, PostError, PostFailed, Result};
 pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
 pub use fork::{fork_safety, ForkSafety};
 pub use gid::{Gid, GidEntry, GidType};

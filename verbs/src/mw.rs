@@ -331,11 +331,16 @@ impl Qp {
         wr.set_send_flags(flags);
         match self.post_send(&[wr]) {
             Ok(()) => Ok(mw.rkey),
-            Err(e) => {
-                // Nothing was posted: the kernel's key is unchanged.
-                mw.rkey = old_rkey;
-                mw.bound = old_bound;
-                Err(e)
+            Err(f) => {
+                // Refused (index 0): nothing was posted, the kernel's key
+                // is unchanged. A doorbell that failed after the request
+                // was written (index 1) leaves it queued: the new key
+                // stands.
+                if f.index() == 0 {
+                    mw.rkey = old_rkey;
+                    mw.bound = old_bound;
+                }
+                Err(f.into())
             }
         }
     }

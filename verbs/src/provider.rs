@@ -22,7 +22,7 @@ use rverbs_mlx5::Mlx5;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use rverbs_provider::{
-    AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, Feature, OpenError, PostError,
+    AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, Feature, OpenError, PostFailed,
     Provider, QpCreated, QpState, RecvQueue as RecvQueueOps, RingLost, SendQueue as SendQueueOps,
     SharedCq, SharedRecvQueue,
 };
@@ -135,34 +135,20 @@ fn poll_on<C: CompletionQueue>(c: &mut C, wc: &mut [Wc]) -> std::result::Result<
     c.poll(wc)
 }
 
-/// The error of a post that failed at `index`. Out of line and cold: the
-/// posting paths build no error value on success.
-#[cold]
-#[inline(never)]
-pub(crate) fn post_failed(index: usize, error: PostError) -> Error {
-    Error::Post { index, error }
-}
-
-/// A provider's post result as the library's, inlined into each
-/// per-provider post function below.
-#[inline(always)]
-fn posted(r: std::result::Result<(), (usize, PostError)>) -> Result<()> {
-    match r {
-        Ok(()) => Ok(()),
-        Err((index, error)) => Err(post_failed(index, error)),
-    }
-}
+/// A post's result: nothing, or where and why it stopped, in two
+/// registers (a dispatch that ends in a post jumps to it).
+pub(crate) type Posted = std::result::Result<(), PostFailed>;
 
 impl SendQueue {
     /// Posts the chain `wrs` ([`SendQueueOps::post`]).
     #[inline(always)]
-    pub(crate) fn post_wrs(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+    pub(crate) fn post_wrs(&mut self, wrs: &[SendWr<'_>]) -> Posted {
         dispatch!(self, q => post_send_on(q, wrs))
     }
     /// Posts one request read in place ([`SendQueueOps::post_one`]).
     #[inline(always)]
-    pub(crate) fn post_one_wr<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<()> {
-        dispatch!(self, q => post_one_on(q, wr))
+    pub(crate) fn post_one_wr<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Posted {
+        dispatch!(self, q => q.post_one(wr))
     }
     /// Posts the requests `reqs` yields, read in place
     /// ([`SendQueueOps::post_iter`]).
@@ -170,12 +156,12 @@ impl SendQueue {
     pub(crate) fn post_iter_wrs<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         reqs: I,
-    ) -> Result<()> {
-        dispatch!(self, q => posted(q.post_iter(reqs)))
+    ) -> Posted {
+        dispatch!(self, q => q.post_iter(reqs))
     }
     /// Posts the batch `wrs` of `batch` ([`SendQueueOps::post_batch`]).
     #[inline(always)]
-    pub(crate) fn post_batch_wrs(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<()> {
+    pub(crate) fn post_batch_wrs(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Posted {
         dispatch!(self, q => post_batch_on(q, batch, wrs))
     }
     /// [`SendQueueOps::set_state`].
@@ -202,40 +188,27 @@ impl SendQueue {
 
 /// [`SendQueue::post_wrs`] on one provider's queue.
 #[inline(never)]
-fn post_send_on<Q: SendQueueOps>(q: &mut Q, wrs: &[SendWr<'_>]) -> Result<()> {
-    posted(q.post(wrs))
-}
-
-/// [`SendQueue::post_one_wr`] on one provider's queue; a failed doorbell
-/// is reported at index 1 (the request was written). Inlined into the
-/// caller, unlike the other post paths: its caller is an adapter's entry
-/// point (the C ABI's `ibv_post_send`), whose frame it then shares.
-#[inline(always)]
-fn post_one_on<Q: SendQueueOps, R: SendRequest + ?Sized>(q: &mut Q, wr: &R) -> Result<()> {
-    match q.post_one(wr) {
-        Ok(()) => Ok(()),
-        Err(e @ PostError::Doorbell(_)) => Err(post_failed(1, e)),
-        Err(e) => Err(post_failed(0, e)),
-    }
+fn post_send_on<Q: SendQueueOps>(q: &mut Q, wrs: &[SendWr<'_>]) -> Posted {
+    q.post(wrs)
 }
 
 /// [`SendQueue::post_batch_wrs`] on one provider's queue.
 #[inline(never)]
-fn post_batch_on<Q: SendQueueOps>(q: &mut Q, batch: &SendBatch, wrs: &[BatchWr]) -> Result<()> {
-    posted(q.post_batch(batch, wrs))
+fn post_batch_on<Q: SendQueueOps>(q: &mut Q, batch: &SendBatch, wrs: &[BatchWr]) -> Posted {
+    q.post_batch(batch, wrs)
 }
 
 impl RecvQueue {
     /// Posts the chain `wrs` ([`RecvQueueOps::post`]).
     #[inline(always)]
-    pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+    pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Posted {
         dispatch!(self, q => post_recv_on(q, wrs))
     }
     /// Posts one request ([`RecvQueueOps::post`]), the provider's path
     /// compiled into the caller.
     #[inline(always)]
-    pub(crate) fn post_one_inline(&mut self, wr: &RecvWr<'_>) -> Result<()> {
-        dispatch!(self, q => posted(q.post(std::slice::from_ref(wr))))
+    pub(crate) fn post_one_inline(&mut self, wr: &RecvWr<'_>) -> Posted {
+        dispatch!(self, q => q.post(std::slice::from_ref(wr)))
     }
     /// [`RecvQueueOps::set_state`].
     pub(crate) fn set_state(&mut self, state: QpState) {
@@ -249,21 +222,21 @@ impl RecvQueue {
 
 /// [`RecvQueue::post_wrs`] (and [`Srq::post_wrs`]) on one provider's queue.
 #[inline(never)]
-fn post_recv_on<Q: RecvQueueOps>(q: &mut Q, wrs: &[RecvWr<'_>]) -> Result<()> {
-    posted(q.post(wrs))
+fn post_recv_on<Q: RecvQueueOps>(q: &mut Q, wrs: &[RecvWr<'_>]) -> Posted {
+    q.post(wrs)
 }
 
 impl Srq {
     /// Posts the chain `wrs` ([`SharedRecvQueue::post`]).
     #[inline(always)]
-    pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+    pub(crate) fn post_wrs(&mut self, wrs: &[RecvWr<'_>]) -> Posted {
         dispatch!(self, s => post_srq_on(s, wrs))
     }
     /// Posts one request ([`SharedRecvQueue::post`]), the provider's path
     /// compiled into the caller.
     #[inline(always)]
-    pub(crate) fn post_one_inline(&mut self, wr: &RecvWr<'_>) -> Result<()> {
-        dispatch!(self, s => posted(s.post(std::slice::from_ref(wr))))
+    pub(crate) fn post_one_inline(&mut self, wr: &RecvWr<'_>) -> Posted {
+        dispatch!(self, s => s.post(std::slice::from_ref(wr)))
     }
     /// [`SharedRecvQueue::outstanding`].
     pub(crate) fn outstanding(&self) -> u32 {
@@ -281,8 +254,8 @@ impl Srq {
 
 /// [`Srq::post_wrs`] on one provider's SRQ.
 #[inline(never)]
-fn post_srq_on<S: SharedRecvQueue>(s: &mut S, wrs: &[RecvWr<'_>]) -> Result<()> {
-    posted(s.post(wrs))
+fn post_srq_on<S: SharedRecvQueue>(s: &mut S, wrs: &[RecvWr<'_>]) -> Posted {
+    s.post(wrs)
 }
 
 /// A created CQ: the kernel's answer, the ring, what outlives the ring.

@@ -16,7 +16,7 @@ use rverbs_abi::srq::{CreateSrq, DestroySrq, QuerySrq};
 use rverbs_provider::wr::RecvWr;
 use rverbs_provider::Feature;
 
-use crate::error::{Error, InvalidKind, Result};
+use crate::error::{Error, InvalidKind, PostFailed, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::pd::Pd;
 
@@ -197,9 +197,9 @@ impl Srq {
     }
 
     /// Posts a chain of receive work requests to the shared pool. On error
-    /// the requests before [`Error::Post`]'s `index` were posted.
+    /// the requests before [`PostFailed::index`] were posted.
     #[inline]
-    pub fn post_srq_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+    pub fn post_srq_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         self.ring.post_wrs(wrs)
     }
 
@@ -209,7 +209,7 @@ impl Srq {
     /// same checks, entry and errors; prefer [`Srq::post_srq_recv`]
     /// elsewhere.
     #[inline(always)]
-    pub fn post_srq_recv_inlined(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+    pub fn post_srq_recv_inlined(&mut self, wr: &RecvWr<'_>) -> Result<(), PostFailed> {
         self.ring.post_one_inline(wr)
     }
 

@@ -8,7 +8,7 @@ use zerocopy::network_endian::U32;
 
 use super::{SendQueue, WQE_OPS};
 use crate::hw::wqe::BatchWqe;
-use crate::PostError;
+use crate::{PostError, PostFailed};
 
 impl SendQueue {
     /// Posts the batch `wrs` of `batch`'s operation: the same WQEs as the
@@ -24,15 +24,11 @@ impl SendQueue {
     /// not written, the ones before it are posted). Every WQE is one BB
     /// (control, remote address for RDMA, one data segment).
     #[inline]
-    pub fn post_batch(
-        &mut self,
-        batch: &SendBatch,
-        wrs: &[BatchWr],
-    ) -> Result<(), (usize, PostError)> {
+    pub fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), PostFailed> {
         if !self.enabled {
-            return Err((0, PostError::InvalidState));
+            return Err(PostFailed::first(PostError::InvalidState));
         }
-        self.checks.check_batch(batch).map_err(|e| (0, e))?;
+        self.checks.check_batch(batch)?;
         // How many of `wrs` fit: `max_post` requests may be outstanding.
         // The consumer counter is re-read only if the cached one says the
         // batch does not fit.
@@ -109,8 +105,8 @@ impl SendQueue {
                 .ring(&self.ring, &self.db, self.cur_post, posted, last_ds);
         }
         match err {
-            Some(e) => Err((posted as usize, e)),
-            None if full => Err((posted as usize, PostError::QueueFull)),
+            Some(e) => Err(PostFailed::new(posted as usize, e)),
+            None if full => Err(PostFailed::new(posted as usize, PostError::QueueFull)),
             None => Ok(()),
         }
     }

@@ -20,7 +20,7 @@ use crate::hw::uar::BlueFlame;
 use crate::hw::wqe::{RecvRing, SendRing};
 use crate::uctx::Limits;
 use crate::wq::{RqShared, SqShared};
-use crate::PostError;
+use crate::{PostError, PostFailed};
 use rverbs_provider::QpState;
 
 /// ConnectX-5's limits, as the emulator reports them (`..Default` in case
@@ -427,7 +427,10 @@ fn inline_sizes() {
     assert_eq!(
         qp.sq
             .post(&[SendWr::send_inline(4, &[IoSlice::new(&data)])]),
-        Err((0, PostError::InlineTooLarge { len: 61, max: 60 }))
+        Err(PostFailed::new(
+            0,
+            PostError::InlineTooLarge { len: 61, max: 60 }
+        ))
     );
     assert_eq!(qp.sq.cur_post, 4);
     // Inline RDMA WRITE: raddr, then inline.
@@ -669,17 +672,26 @@ fn send_overflow_and_retire() {
         lkey: 9,
     }];
     let wrs: Vec<SendWr<'_>> = (0..20).map(|i| SendWr::send(i, &sge)).collect();
-    assert_eq!(qp.sq.post(&wrs), Err((16, PostError::QueueFull)));
+    assert_eq!(
+        qp.sq.post(&wrs),
+        Err(PostFailed::new(16, PostError::QueueFull))
+    );
     assert_eq!(
         (qp.sq.head, qp.sq.cur_post, qp.sq.outstanding()),
         (16, 16, 16)
     );
     assert_eq!(qp.db(1), [0, 0, 0, 16]);
-    assert_eq!(qp.sq.post(&wrs[..1]), Err((0, PostError::QueueFull)));
+    assert_eq!(
+        qp.sq.post(&wrs[..1]),
+        Err(PostFailed::new(0, PostError::QueueFull))
+    );
     // The CQ retires WRs up to wqe_head[4] + 1 = 5.
     qp.sq.shared.retire_to(5);
     assert_eq!(qp.sq.outstanding(), 11);
-    assert_eq!(qp.sq.post(&wrs[..6]), Err((5, PostError::QueueFull)));
+    assert_eq!(
+        qp.sq.post(&wrs[..6]),
+        Err(PostFailed::new(5, PostError::QueueFull))
+    );
     assert_eq!(qp.sq.outstanding(), 16);
     // The ring wrapped: WR 20 is at BB 20 & 63 = 20; the 16-bit counter
     // keeps going.
@@ -698,7 +710,10 @@ fn send_error_indices() {
     // Refused first WR: nothing posted, no doorbell.
     assert_eq!(
         qp.sq.post(&[SendWr::send(1, &two)]),
-        Err((0, PostError::TooManySge { given: 2, max: 1 }))
+        Err(PostFailed::new(
+            0,
+            PostError::TooManySge { given: 2, max: 1 }
+        ))
     );
     assert_eq!((qp.sq.head, qp.sq.cur_post), (0, 0));
     assert_eq!(qp.db(1), [0; 4]);
@@ -711,7 +726,10 @@ fn send_error_indices() {
     ];
     assert_eq!(
         qp.sq.post(&wrs),
-        Err((2, PostError::TooManySge { given: 2, max: 1 }))
+        Err(PostFailed::new(
+            2,
+            PostError::TooManySge { given: 2, max: 1 }
+        ))
     );
     assert_eq!((qp.sq.head, qp.sq.cur_post), (2, 2));
     assert_eq!(qp.db(1), [0, 0, 0, 2]);
@@ -843,7 +861,11 @@ fn send_refusals() {
             &mut qp.sq,
             WrOpcode::Flush
         ));
-        assert_eq!(qp.sq.post(&[wr]), Err((0, want)), "{qpt} {wr:?}");
+        assert_eq!(
+            qp.sq.post(&[wr]),
+            Err(PostFailed::new(0, want)),
+            "{qpt} {wr:?}"
+        );
         assert_eq!((qp.sq.cur_post, qp.db(1)), (0, [0; 4]));
     }
     // And the UD send itself is fine, as is a 1024-byte one.
@@ -862,9 +884,15 @@ fn send_states() {
         lkey: 9,
     }];
     let wr = [SendWr::send(1, &sge)];
-    assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
+    assert_eq!(
+        qp.sq.post(&wr),
+        Err(PostFailed::new(0, PostError::InvalidState))
+    );
     qp.sq.set_state(QpState::Init);
-    assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
+    assert_eq!(
+        qp.sq.post(&wr),
+        Err(PostFailed::new(0, PostError::InvalidState))
+    );
     qp.sq.set_state(QpState::Rts);
     qp.sq.post(&wr).unwrap();
     qp.sq.post(&wr).unwrap();
@@ -872,7 +900,10 @@ fn send_states() {
     qp.sq.shared.retire_to(1);
     // RESET: counters and the doorbell record start over.
     qp.sq.set_state(QpState::Reset);
-    assert_eq!(qp.sq.post(&wr), Err((0, PostError::InvalidState)));
+    assert_eq!(
+        qp.sq.post(&wr),
+        Err(PostFailed::new(0, PostError::InvalidState))
+    );
     assert_eq!((qp.sq.cur_post, qp.sq.head, qp.sq.outstanding()), (0, 0, 0));
     assert_eq!(qp.db(1), [0; 4]);
     qp.sq.set_state(QpState::Init);
@@ -890,7 +921,10 @@ fn no_send_queue() {
     qp.sq.set_state(QpState::Rts);
     assert_eq!(qp.sq.capacity(), 0);
     let wr = [SendWr::send(1, &[])];
-    assert_eq!(qp.sq.post(&wr), Err((0, PostError::QueueFull)));
+    assert_eq!(
+        qp.sq.post(&wr),
+        Err(PostFailed::new(0, PostError::QueueFull))
+    );
     assert_eq!(qp.db(1), [0; 4]);
 }
 
@@ -920,7 +954,10 @@ fn recv_wqes() {
         },
     ];
     let wrs = [RecvWr::new(5, &sges), RecvWr::new(6, &sges[..1])];
-    assert_eq!(rq.post(&wrs), Err((0, PostError::InvalidState)));
+    assert_eq!(
+        rq.post(&wrs),
+        Err(PostFailed::new(0, PostError::InvalidState))
+    );
     rq.set_state(QpState::Init);
     rq.post(&wrs).unwrap();
     assert_eq!(rq.shared.wrid(0), 5);
@@ -938,10 +975,16 @@ fn recv_wqes() {
     assert_eq!(qp.db(1), [0; 4]);
     // Full: the third waits for the CQ.
     let rq = qp.rq.as_mut().unwrap();
-    assert_eq!(rq.post(&wrs[..1]), Err((0, PostError::RecvQueueFull)));
+    assert_eq!(
+        rq.post(&wrs[..1]),
+        Err(PostFailed::new(0, PostError::RecvQueueFull))
+    );
     rq.shared.retire_to(1);
     let more = [RecvWr::new(8, &sges[..1]), RecvWr::new(9, &sges[..1])];
-    assert_eq!(rq.post(&more), Err((1, PostError::RecvQueueFull)));
+    assert_eq!(
+        rq.post(&more),
+        Err(PostFailed::new(1, PostError::RecvQueueFull))
+    );
     assert_eq!(rq.shared.wrid(0), 8);
     assert_eq!(qp.db(0), [0, 0, 0, 3]);
     // Too many SGEs.
@@ -950,7 +993,10 @@ fn recv_wqes() {
     rq.shared.retire_to(3);
     assert_eq!(
         rq.post(&[RecvWr::new(1, &sges), RecvWr::new(1, &five)]),
-        Err((1, PostError::TooManySge { given: 5, max: 4 }))
+        Err(PostFailed::new(
+            1,
+            PostError::TooManySge { given: 5, max: 4 }
+        ))
     );
     assert_eq!(qp.db(0), [0, 0, 0, 4]);
     // RESET starts over.
@@ -959,7 +1005,10 @@ fn recv_wqes() {
     assert_eq!(rq.outstanding(), 0);
     assert_eq!(qp.db(0), [0; 4]);
     let rq = qp.rq.as_mut().unwrap();
-    assert_eq!(rq.post(&wrs), Err((0, PostError::InvalidState)));
+    assert_eq!(
+        rq.post(&wrs),
+        Err(PostFailed::new(0, PostError::InvalidState))
+    );
     rq.set_state(QpState::Init);
     rq.post(&wrs[1..]).unwrap();
     assert_eq!(qp.db(0), [0, 0, 0, 1]);
@@ -1105,7 +1154,7 @@ fn inline_length_overflow_is_refused() {
         let wr = SendWr::any(1, op, Payload::Inline(&bufs));
         assert_eq!(
             qp.sq.post(&[wr]),
-            Err((
+            Err(PostFailed::new(
                 0,
                 PostError::InlineTooLarge {
                     len: usize::MAX,
@@ -1315,7 +1364,10 @@ mod batches {
         assert_eq!(qp.sq.capacity(), 16);
         let wrs: Vec<BatchWr> = (0..20).map(|k| entry(k, 16)).collect();
         let b = SendBatch::rdma_write(7);
-        assert_eq!(qp.sq.post_batch(&b, &wrs), Err((16, PostError::QueueFull)));
+        assert_eq!(
+            qp.sq.post_batch(&b, &wrs),
+            Err(PostFailed::new(16, PostError::QueueFull))
+        );
         assert_eq!((qp.sq.head, qp.sq.cur_post), (16, 16));
         assert_eq!(qp.db(1), [0, 0, 0, 16]);
         let fm = |qp: &TestQp, i: usize| qp.sq_bytes(i * 64 + 11, 1)[0];
@@ -1327,14 +1379,14 @@ mod batches {
         // Full: nothing posted, nothing rung.
         assert_eq!(
             qp.sq.post_batch(&b, &wrs[16..]),
-            Err((0, PostError::QueueFull))
+            Err(PostFailed::new(0, PostError::QueueFull))
         );
         assert_eq!(qp.db(1), [0, 0, 0, 16]);
         // The CQ retires up to WR 5: five more fit.
         qp.sq.shared.retire_to(5);
         assert_eq!(
             qp.sq.post_batch(&b, &wrs[10..]),
-            Err((5, PostError::QueueFull))
+            Err(PostFailed::new(5, PostError::QueueFull))
         );
         assert_eq!((qp.sq.head, qp.sq.outstanding()), (21, 16));
         assert_eq!(fm(&qp, 20), 0x08);
@@ -1355,7 +1407,7 @@ mod batches {
             wrs[2].sge.length = (1 << 31) + 1;
             assert_eq!(
                 qp.sq.post_batch(&b, &wrs),
-                Err((2, PostError::MessageTooLong))
+                Err(PostFailed::new(2, PostError::MessageTooLong))
             );
             assert_eq!((qp.sq.head, qp.sq.cur_post), (2, 2));
             assert_eq!(qp.db(1), [0, 0, 0, 2]);
@@ -1366,7 +1418,7 @@ mod batches {
             wrs[0].sge.length = u32::MAX;
             assert_eq!(
                 qp.sq.post_batch(&b, &wrs),
-                Err((0, PostError::MessageTooLong))
+                Err(PostFailed::new(0, PostError::MessageTooLong))
             );
             assert_eq!((qp.sq.head, qp.sq.cur_post), (0, 0));
             assert_eq!(qp.db(1), [0; 4]);
@@ -1397,24 +1449,27 @@ mod batches {
         ud.sq.set_state(QpState::Rts);
         assert_eq!(
             ud.sq.post_batch(&SendBatch::send(), &wrs),
-            Err((0, PostError::MissingAddress))
+            Err(PostFailed::new(0, PostError::MissingAddress))
         );
         let mut uc = TestQp::new(&req(qp_type::UC, 10, 1, 0), false, 0, false);
         uc.sq.set_state(QpState::Rts);
         assert_eq!(
             uc.sq.post_batch(&SendBatch::rdma_read(1), &wrs),
-            Err((0, PostError::InvalidOpcode))
+            Err(PostFailed::new(0, PostError::InvalidOpcode))
         );
         let mut none = rc(10, 0, 0);
         assert_eq!(
             none.sq.post_batch(&SendBatch::send(), &wrs),
-            Err((0, PostError::TooManySge { given: 1, max: 0 }))
+            Err(PostFailed::new(
+                0,
+                PostError::TooManySge { given: 1, max: 0 }
+            ))
         );
         let mut init = TestQp::new(&req(qp_type::RC, 10, 1, 0), false, 0, false);
         init.sq.set_state(QpState::Init);
         assert_eq!(
             init.sq.post_batch(&SendBatch::send(), &wrs),
-            Err((0, PostError::InvalidState))
+            Err(PostFailed::new(0, PostError::InvalidState))
         );
         for qp in [&ud, &uc, &none, &init] {
             assert_eq!((qp.sq.head, qp.sq.cur_post), (0, 0));
@@ -1531,7 +1586,13 @@ fn requests_read_in_place_make_the_same_bytes() {
     let mut b = rc(16, 2, 64);
     let mixed = [wrs[0], bad, wrs[2]];
     let want = a.sq.post(&mixed);
-    assert_eq!(want, Err((1, PostError::TooManySge { given: 3, max: 2 })));
+    assert_eq!(
+        want,
+        Err(PostFailed::new(
+            1,
+            PostError::TooManySge { given: 3, max: 2 }
+        ))
+    );
     assert_eq!(b.sq.post_iter(mixed.iter().map(|w| ForeignWr(*w))), want);
     assert_eq!(state(&a), state(&b));
 }

@@ -37,7 +37,7 @@ use rverbs_abi::Errno;
 
 use crate::batch::{BatchWr, SendBatch};
 use crate::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
-use crate::PostError;
+use crate::PostFailed;
 
 /// QP state (`enum ib_qp_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -195,15 +195,16 @@ pub trait CompletionQueue: Send + fmt::Debug {
 
 /// A QP's send queue. It owns "may post": in a state where
 /// [`QpState::may_post_send`] is false every post fails with
-/// [`PostError::InvalidState`] at index 0 (a new queue is in RESET).
+/// [`PostError::InvalidState`](crate::PostError::InvalidState) at index 0 (a new queue is in RESET).
 pub trait SendQueue: Send + fmt::Debug {
     /// Posts the chain `wrs` (one doorbell); on error the requests before
     /// the returned index were posted.
-    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), (usize, PostError)>;
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostFailed>;
     /// Posts one request in any form ([`SendRequest`], read in place, no
     /// [`SendWr`] built) as [`SendQueue::post`] posts a chain of one: the
-    /// same checks, the same entry, one doorbell.
-    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError>;
+    /// same checks, the same entry, one doorbell. A doorbell that failed
+    /// after the entry was written is reported at index 1.
+    fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostFailed>;
     /// Posts the requests `reqs` yields, read in place, as
     /// [`SendQueue::post`] posts a slice of them (one doorbell; on error
     /// the requests before the returned index were posted and `reqs` is
@@ -211,16 +212,16 @@ pub trait SendQueue: Send + fmt::Debug {
     fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         reqs: I,
-    ) -> Result<(), (usize, PostError)>;
+    ) -> Result<(), PostFailed>;
     /// Posts the batch `wrs` of `batch`'s operation (one doorbell), the
     /// requests the entries make with `batch` ([`SendBatch::to_wr`]) as
     /// [`SendQueue::post`] would post them, signaled as the batch says:
     /// the uniform part is checked once ([`crate::check::SendChecks::check_batch`],
     /// its error at index 0 with nothing posted), each entry by
     /// [`crate::batch::check_batch_wr`]. Entries that do not fit end with
-    /// [`PostError::QueueFull`] at the first of them. On error the entries
+    /// [`PostError::QueueFull`](crate::PostError::QueueFull) at the first of them. On error the entries
     /// before the returned index were posted.
-    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), (usize, PostError)>;
+    fn post_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), PostFailed>;
     /// Follows the QP's state after a MODIFY_QP the kernel accepted.
     fn set_state(&mut self, state: QpState);
     /// Bounds UD messages by the port's active MTU (bytes).
@@ -229,7 +230,7 @@ pub trait SendQueue: Send + fmt::Debug {
     /// ([`WrOpcode::needs_capability`]), which the library has seen the
     /// device offer; returns whether this queue now accepts it (a provider
     /// that does not build it answers `false` and keeps refusing it with
-    /// [`PostError::OpcodeUnsupported`]).
+    /// [`PostError::OpcodeUnsupported`](crate::PostError::OpcodeUnsupported)).
     fn allow(&mut self, op: WrOpcode) -> bool;
     /// Requests that may be outstanding at once.
     fn capacity(&self) -> u32;
@@ -242,7 +243,7 @@ pub trait SendQueue: Send + fmt::Debug {
 pub trait RecvQueue: Send + fmt::Debug {
     /// Posts the chain `wrs`; on error the requests before the returned
     /// index were posted.
-    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed>;
     /// Follows the QP's state after a MODIFY_QP the kernel accepted.
     fn set_state(&mut self, state: QpState);
     /// Receives that may be outstanding at once.
@@ -255,7 +256,7 @@ pub trait RecvQueue: Send + fmt::Debug {
 pub trait SharedRecvQueue: Send + fmt::Debug {
     /// Posts the chain `wrs`; on error the requests before the returned
     /// index were posted.
-    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), (usize, PostError)>;
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed>;
     /// Receives that may be outstanding at once.
     fn capacity(&self) -> u32;
     /// Receives posted and not yet consumed.

@@ -1,7 +1,12 @@
 //! [`PostError`]: why a provider refused a work request before it reached
-//! the queue, the error of every post path.
+//! the queue; [`PostFailed`]: that and where in the chain, the error of
+//! every post path, two registers wide.
+
+use std::num::NonZeroU64;
 
 use rverbs_abi::Errno;
+
+use crate::wr::WrOpcode;
 
 /// Why a work request was refused before it reached the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,3 +147,231 @@ impl std::fmt::Display for PostError {
 }
 
 impl std::error::Error for PostError {}
+
+/// A post that stopped: the [`PostError`] of the first refused request and
+/// its index in what was posted (the requests before it were posted).
+///
+/// The error of every post path, sized to come back in two registers
+/// (instead of through memory, as a larger error would): a post that
+/// returns it can end by jumping to the provider's post, and the
+/// provider's post can be compiled into its caller without making the
+/// caller save registers for it. [`PostFailed::index`] and
+/// [`PostFailed::error`] give what it holds.
+///
+/// Two limits of the packing, neither reachable by a real queue: an index
+/// above `u32::MAX` reads as `u32::MAX` (no queue holds more requests
+/// than that), and a queue limit carried by the error (`max` of
+/// [`PostError::TooManySge`] and [`PostError::InlineTooLarge`], `mtu` of
+/// [`PostError::UdTooLong`]) above [`PostFailed::LIMIT_MAX`] reads as
+/// that (SGE counts, inline sizes and MTUs are all far below it). Counts
+/// and lengths of the request itself are kept whole.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PostFailed {
+    /// Bits 0..8: which [`PostError`] (never 0); bits 8..32: its queue
+    /// limit, if it has one; bits 32..64: the index.
+    head: NonZeroU64,
+    /// The error's count, length, opcode or errno, if it has one.
+    arg: u64,
+}
+
+impl PostFailed {
+    /// The largest queue limit a [`PostFailed`] keeps whole (2^24 - 1).
+    pub const LIMIT_MAX: u32 = (1 << 24) - 1;
+
+    /// `error` at `index`.
+    #[inline]
+    pub fn new(index: usize, error: PostError) -> PostFailed {
+        let (tag, limit, arg): (u8, u32, u64) = match error {
+            PostError::QueueFull => (1, 0, 0),
+            PostError::RecvQueueFull => (2, 0, 0),
+            PostError::SrqFull => (3, 0, 0),
+            PostError::TooManySge { given, max } => (4, max, given as u64),
+            PostError::InlineTooLarge { len, max } => (5, max, len as u64),
+            PostError::MessageTooLong => (6, 0, 0),
+            PostError::InvalidOpcode => (7, 0, 0),
+            PostError::BadAtomic => (8, 0, 0),
+            PostError::InvalidState => (9, 0, 0),
+            PostError::MissingAddress => (10, 0, 0),
+            PostError::UnexpectedAddress => (11, 0, 0),
+            PostError::UdTooLong { len, mtu } => (12, mtu, len),
+            PostError::InvalidateUnsupported => (13, 0, 0),
+            PostError::OpcodeUnsupported(op) => (14, 0, u64::from(op as u32)),
+            PostError::UsesSrq => (15, 0, 0),
+            PostError::Doorbell(e) => (16, 0, u64::from(e.raw() as u32)),
+        };
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        let head = u64::from(index) << 32 | u64::from(limit.min(Self::LIMIT_MAX)) << 8;
+        PostFailed {
+            // Every tag above is at least 1.
+            head: NonZeroU64::new(head | u64::from(tag)).unwrap_or(NonZeroU64::MIN),
+            arg,
+        }
+    }
+
+    /// `error` at index 0: the first request, nothing posted.
+    #[inline]
+    pub fn first(error: PostError) -> PostFailed {
+        PostFailed::new(0, error)
+    }
+
+    /// The index of the first refused request: the requests before it
+    /// were posted.
+    #[inline]
+    pub fn index(&self) -> usize {
+        (self.head.get() >> 32) as usize
+    }
+
+    /// Why it was refused.
+    pub fn error(&self) -> PostError {
+        let limit = (self.head.get() >> 8) as u32 & Self::LIMIT_MAX;
+        let arg = self.arg;
+        match self.head.get() as u8 {
+            1 => PostError::QueueFull,
+            2 => PostError::RecvQueueFull,
+            3 => PostError::SrqFull,
+            4 => PostError::TooManySge {
+                given: arg as usize,
+                max: limit,
+            },
+            5 => PostError::InlineTooLarge {
+                len: arg as usize,
+                max: limit,
+            },
+            6 => PostError::MessageTooLong,
+            7 => PostError::InvalidOpcode,
+            8 => PostError::BadAtomic,
+            9 => PostError::InvalidState,
+            10 => PostError::MissingAddress,
+            11 => PostError::UnexpectedAddress,
+            12 => PostError::UdTooLong {
+                len: arg,
+                mtu: limit,
+            },
+            13 => PostError::InvalidateUnsupported,
+            14 => match WrOpcode::from_raw(arg as u32) {
+                Some(op) => PostError::OpcodeUnsupported(op),
+                // `new` stores only a WrOpcode's value here.
+                None => PostError::InvalidOpcode,
+            },
+            15 => PostError::UsesSrq,
+            // 16: `new` stores no other tag.
+            _ => PostError::Doorbell(Errno::from_raw(arg as u32 as i32)),
+        }
+    }
+
+    /// The same error at `index` plus `base`: for a caller that posted
+    /// a chain in parts, `base` requests before this part.
+    #[inline]
+    pub fn shifted(self, base: usize) -> PostFailed {
+        PostFailed::new(self.index().saturating_add(base), self.error())
+    }
+}
+
+impl From<PostError> for PostFailed {
+    /// The error at index 0.
+    #[inline]
+    fn from(error: PostError) -> PostFailed {
+        PostFailed::first(error)
+    }
+}
+
+impl From<(usize, PostError)> for PostFailed {
+    /// The error at the index.
+    #[inline]
+    fn from((index, error): (usize, PostError)) -> PostFailed {
+        PostFailed::new(index, error)
+    }
+}
+
+impl std::fmt::Debug for PostFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostFailed")
+            .field("index", &self.index())
+            .field("error", &self.error())
+            .finish()
+    }
+}
+
+impl std::fmt::Display for PostFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "work request {} refused: {}", self.index(), self.error())
+    }
+}
+
+impl std::error::Error for PostFailed {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn every_error() -> Vec<PostError> {
+        vec![
+            PostError::QueueFull,
+            PostError::RecvQueueFull,
+            PostError::SrqFull,
+            PostError::TooManySge {
+                given: usize::MAX,
+                max: 30,
+            },
+            PostError::InlineTooLarge {
+                len: 1 << 40,
+                max: PostFailed::LIMIT_MAX,
+            },
+            PostError::MessageTooLong,
+            PostError::InvalidOpcode,
+            PostError::BadAtomic,
+            PostError::InvalidState,
+            PostError::MissingAddress,
+            PostError::UnexpectedAddress,
+            PostError::UdTooLong {
+                len: u64::MAX,
+                mtu: 4096,
+            },
+            PostError::InvalidateUnsupported,
+            PostError::OpcodeUnsupported(WrOpcode::AtomicWrite),
+            PostError::OpcodeUnsupported(WrOpcode::RdmaWrite),
+            PostError::UsesSrq,
+            PostError::Doorbell(Errno::EINVAL),
+            PostError::Doorbell(Errno::from_raw(-7)),
+        ]
+    }
+
+    #[test]
+    fn post_failed_keeps_every_error_and_index() {
+        for e in every_error() {
+            for index in [0, 1, 31, u32::MAX as usize] {
+                let f = PostFailed::new(index, e);
+                assert_eq!((f.index(), f.error()), (index, e), "{f:?}");
+                assert!(f.to_string().contains(&e.to_string()));
+            }
+        }
+        for op in WrOpcode::ALL {
+            let f = PostFailed::first(PostError::OpcodeUnsupported(op));
+            assert_eq!(f.error(), PostError::OpcodeUnsupported(op));
+        }
+    }
+
+    #[test]
+    fn post_failed_saturates_what_no_queue_reaches() {
+        let f = PostFailed::new(
+            usize::MAX,
+            PostError::TooManySge {
+                given: 3,
+                max: u32::MAX,
+            },
+        );
+        assert_eq!(f.index(), u32::MAX as usize);
+        assert_eq!(
+            f.error(),
+            PostError::TooManySge {
+                given: 3,
+                max: PostFailed::LIMIT_MAX
+            }
+        );
+    }
+
+    #[test]
+    fn post_result_fits_two_registers() {
+        assert_eq!(std::mem::size_of::<Result<(), PostFailed>>(), 16);
+    }
+}

@@ -7,7 +7,8 @@
 //!   once ([`batch::SendBatch`]) with plain entries ([`batch::BatchWr`]);
 //! * [`check`]: the checks each provider runs on a request before a byte of
 //!   it reaches its ring (one copy, not one per provider);
-//! * [`PostError`]: why a request was refused;
+//! * [`PostError`]: why a request was refused, and [`PostFailed`]: that
+//!   and where, the error of every post;
 //! * [`contract`]: the operations every provider implements and the library
 //!   calls ([`Provider`] and its queue traits).
 
@@ -24,5 +25,5 @@ pub use contract::{
     Provider, QpCreated, QpState, RecvQueue, RingLost, SendQueue, SharedCq, SharedRecvQueue,
     SrqCreated, Unshared,
 };
-pub use error::PostError;
+pub use error::{PostError, PostFailed};
 pub use rverbs_abi::Errno;

@@ -48,6 +48,27 @@ pub enum WrOpcode {
 }
 
 impl WrOpcode {
+    /// Every opcode.
+    pub const ALL: [WrOpcode; 12] = [
+        Self::RdmaWrite,
+        Self::RdmaWriteWithImm,
+        Self::Send,
+        Self::SendWithImm,
+        Self::RdmaRead,
+        Self::AtomicCmpAndSwp,
+        Self::AtomicFetchAndAdd,
+        Self::LocalInv,
+        Self::BindMw,
+        Self::SendWithInv,
+        Self::Flush,
+        Self::AtomicWrite,
+    ];
+
+    /// The opcode whose `ib_uverbs_wr_opcode` value is `raw`, if any.
+    pub fn from_raw(raw: u32) -> Option<WrOpcode> {
+        Self::ALL.into_iter().find(|op| *op as u32 == raw)
+    }
+
     /// Whether the operation names remote memory (remote address and rkey).
     pub fn is_rdma(self) -> bool {
         matches!(

@@ -7,8 +7,7 @@
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr};
 
-use crate::error::{PostError, Result};
-use crate::provider::post_failed;
+use crate::error::{PostError, PostFailed};
 use crate::qp::Qp;
 
 /// Marks every Nth send work request signaled, the "selective
@@ -86,7 +85,9 @@ impl SignalEvery {
 
 impl Qp {
     /// Posts a chain of send work requests (one doorbell). On error the
-    /// requests before [`Error::Post`](crate::Error::Post)'s `index` were posted.
+    /// requests before [`PostFailed::index`] were posted. The error comes
+    /// back in two registers; `?` turns it into [`Error::Post`](crate::Error::Post)
+    /// in a function returning [`crate::Result`].
     ///
     /// **Signal regularly.** A send slot is freed only once the request is
     /// known complete. On mlx5 (as with rdma-core's libmlx5) that is known
@@ -103,7 +104,7 @@ impl Qp {
     /// the QP is in RTS: the provider's send queue follows the QP's state
     /// and decides.
     #[inline]
-    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<()> {
+    pub fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostFailed> {
         self.sq.post_wrs(wrs)
     }
 
@@ -114,10 +115,9 @@ impl Qp {
     /// a [`SendWr`] built first (rxe reads it in place; mlx5 builds the
     /// [`SendWr`]). The same checks, entry and errors as
     /// [`Qp::post_send`] of a chain of one: a doorbell that failed after
-    /// the entry was written is [`Error::Post`](crate::Error::Post) at
-    /// `index` 1.
+    /// the entry was written is reported at [`PostFailed::index`] 1.
     #[inline]
-    pub fn post_send_request<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<()> {
+    pub fn post_send_request<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostFailed> {
         self.sq.post_one_wr(wr)
     }
 
@@ -126,12 +126,12 @@ impl Qp {
     /// without a slice of [`SendWr`] built first (the C ABI walks its
     /// linked list of `struct ibv_send_wr` with it). The iterator is not
     /// advanced past a refused request; on error the requests before
-    /// [`Error::Post`](crate::Error::Post)'s `index` were posted.
+    /// [`PostFailed::index`] were posted.
     #[inline]
     pub fn post_send_iter<R: SendRequest, I: IntoIterator<Item = R>>(
         &mut self,
         reqs: I,
-    ) -> Result<()> {
+    ) -> Result<(), PostFailed> {
         self.sq.post_iter_wrs(reqs.into_iter())
     }
 
@@ -150,7 +150,7 @@ impl Qp {
     /// [`PostError::MessageTooLong`]; zero moves no data). Entries that do
     /// not fit the queue end with [`PostError::QueueFull`] at the first of
     /// them. As with [`Qp::post_send`], on error the requests before
-    /// [`Error::Post`](crate::Error::Post)'s `index` were posted; with the default signaling
+    /// [`PostFailed::index`] were posted; with the default signaling
     /// the last of them is signaled.
     ///
     /// On mlx5 the batch is written in one loop without decoding a
@@ -170,18 +170,22 @@ impl Qp {
     /// # Ok(()) }
     /// ```
     #[inline]
-    pub fn post_send_batch(&mut self, batch: &SendBatch, wrs: &[BatchWr]) -> Result<()> {
+    pub fn post_send_batch(
+        &mut self,
+        batch: &SendBatch,
+        wrs: &[BatchWr],
+    ) -> Result<(), PostFailed> {
         self.sq.post_batch_wrs(batch, wrs)
     }
 
     /// Posts a chain of receive work requests. Refused in RESET (the QP
     /// must be at least INIT) and on a QP that uses an SRQ.
     #[inline]
-    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<()> {
+    pub fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         match &mut *self.rq {
             Some(rq) => rq.post_wrs(wrs),
-            None if self.srq.is_some() => Err(post_failed(0, PostError::UsesSrq)),
-            None => Err(post_failed(0, PostError::InvalidState)),
+            None if self.srq.is_some() => Err(PostFailed::first(PostError::UsesSrq)),
+            None => Err(PostFailed::first(PostError::InvalidState)),
         }
     }
 
@@ -190,11 +194,11 @@ impl Qp {
     /// that does little else (the C ABI's `ibv_post_recv`). The same
     /// checks, entry and errors; prefer [`Qp::post_recv`] elsewhere.
     #[inline(always)]
-    pub fn post_recv_inlined(&mut self, wr: &RecvWr<'_>) -> Result<()> {
+    pub fn post_recv_inlined(&mut self, wr: &RecvWr<'_>) -> Result<(), PostFailed> {
         match &mut *self.rq {
             Some(rq) => rq.post_one_inline(wr),
-            None if self.srq.is_some() => Err(post_failed(0, PostError::UsesSrq)),
-            None => Err(post_failed(0, PostError::InvalidState)),
+            None if self.srq.is_some() => Err(PostFailed::first(PostError::UsesSrq)),
+            None => Err(PostFailed::first(PostError::InvalidState)),
         }
     }
 

@@ -489,7 +489,7 @@ impl Socket {
         if self.connected {
             for _ in 0..consumed {
                 if let Err(e) = self.qp().post_recv(&[RecvWr::new(WR_ID_RECV, &[])]) {
-                    return Err(self.local("repost a receive", e));
+                    return Err(self.local("repost a receive", e.into()));
                 }
             }
         }
@@ -627,7 +627,7 @@ impl Socket {
             let wr = Write::inline(u64::from(imm), &bufs, remote, rkey)
                 .imm(imm)
                 .build();
-            return self.conn.qp_mut().post_send(&[wr]);
+            return Ok(self.conn.qp_mut().post_send(&[wr])?);
         }
         let at = self.sizes.sbuf_size + MAX_CTRL_MSG * (self.ctrl_seqno & (QP_CTRL_SIZE - 1));
         self.sbuf.write_at(at as usize, &bytes)?;
@@ -635,13 +635,13 @@ impl Socket {
         let wr = Write::new(u64::from(imm), &sges, remote, rkey)
             .imm(imm)
             .build();
-        self.conn.qp_mut().post_send(&[wr])
+        Ok(self.conn.qp_mut().post_send(&[wr])?)
     }
 
     /// A message with no payload: a zero-length RDMA WRITE carrying `imm`.
     fn post_msg(&mut self, imm: u32) -> crate::Result<()> {
         let wr = Write::new(u64::from(imm), &[], 0, 0).imm(imm).build();
-        self.conn.qp_mut().post_send(&[wr])
+        Ok(self.conn.qp_mut().post_send(&[wr])?)
     }
 
     // ---- waiting ----
@@ -743,7 +743,7 @@ impl Socket {
         self.conn
             .qp_mut()
             .post_send(&[wr])
-            .map_err(|e| self.local("post a keep-alive probe", e))
+            .map_err(|e| self.local("post a keep-alive probe", e.into()))
     }
 
     /// Arms the CQ: its next completion raises an event on the channel.
@@ -948,7 +948,7 @@ impl Socket {
             if let Some(imm) = imm {
                 w = w.imm(imm);
             }
-            return self.conn.qp_mut().post_send(&[w.build()]);
+            return Ok(self.conn.qp_mut().post_send(&[w.build()])?);
         }
         let at = self.shead;
         let room = self.sizes.sbuf_size - at;
@@ -966,7 +966,7 @@ impl Socket {
         if let Some(imm) = imm {
             w = w.imm(imm);
         }
-        self.conn.qp_mut().post_send(&[w.build()])
+        Ok(self.conn.qp_mut().post_send(&[w.build()])?)
     }
 
     // ---- direct placement (rsockets' iomap) ----

@@ -15,7 +15,7 @@ use std::io::{IoSlice, IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rverbs::{opcode, Cq, Error, Mr, Payload, PostError, Qp, RecvWr, SendFlags, SendWr, Sge, Wc};
+use rverbs::{opcode, Cq, Mr, Payload, PostError, Qp, RecvWr, SendFlags, SendWr, Sge, Wc};
 
 use super::clock::Clock;
 use super::stats;
@@ -423,11 +423,8 @@ fn retired(w: &Wc, posted: u64) -> Result<u64> {
 fn post_some(qp: &mut Qp, wrs: &[SendWr<'_>]) -> Result<usize> {
     match qp.post_send(wrs) {
         Ok(()) => Ok(wrs.len()),
-        Err(Error::Post {
-            index,
-            error: PostError::QueueFull,
-        }) => Ok(index),
-        Err(e) => Err(e).context("couldn't post send"),
+        Err(f) if f.error() == PostError::QueueFull => Ok(f.index()),
+        Err(f) => Err(rverbs::Error::from(f)).context("couldn't post send"),
     }
 }
 

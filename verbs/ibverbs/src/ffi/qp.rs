@@ -19,9 +19,9 @@ use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rverbs::{
-    opcode, AccessFlags, Ah, AhAttr, Gid, GlobalRoute, Mtu, Payload, PostError, Qp, QpAttr, QpCap,
-    QpCreateFlags, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendRequest, SendWr, Sge, Srq,
-    SrqInitAttr, UdDest, WrOpcode,
+    opcode, AccessFlags, Ah, AhAttr, Gid, GlobalRoute, Mtu, Payload, PostError, PostFailed, Qp,
+    QpAttr, QpCap, QpCreateFlags, QpInitAttr, QpState, QpType, RecvWr, SendFlags, SendRequest,
+    SendWr, Sge, Srq, SrqInitAttr, UdDest, WrOpcode,
 };
 
 use super::cq::{cq_rec, IbvCq};
@@ -371,14 +371,11 @@ pub(super) fn post_errno(e: &PostError) -> c_int {
     }
 }
 
-/// The errno of a refused post of one request.
+/// The errno of a refused post.
 #[cold]
 #[inline(never)]
-fn post_error_errno(e: &rverbs::Error) -> c_int {
-    match e {
-        rverbs::Error::Post { error, .. } => post_errno(error),
-        other => errno_of(other),
-    }
+fn post_error_errno(f: &PostFailed) -> c_int {
+    post_errno(&f.error())
 }
 
 /// Posts `wrs` (their C requests in `from`) to the send queue; on
@@ -392,12 +389,11 @@ pub(super) fn flush_send(
     if wrs.is_empty() {
         return Ok(());
     }
-    qp.post_send(wrs).map_err(|e| match &e {
-        rverbs::Error::Post { index, error } => (
-            from.get(*index).copied().unwrap_or(from[0]),
-            post_errno(error),
-        ),
-        other => (from[0], errno_of(other)),
+    qp.post_send(wrs).map_err(|f| {
+        (
+            from.get(f.index()).copied().unwrap_or(from[0]),
+            post_error_errno(&f),
+        )
     })
 }
 
@@ -740,14 +736,10 @@ pub unsafe extern "C" fn post_send(
             // Nothing posted: the general way posts from the head again
             // and reports what it finds there (an opcode it refuses as
             // such even on a QP that may not post yet).
-            Err(rverbs::Error::Post { index: 0, .. }) => wr,
-            Err(e) => {
-                let index = match &e {
-                    rverbs::Error::Post { index, .. } => *index,
-                    _ => 0,
-                };
+            Err(f) if f.index() == 0 => wr,
+            Err(f) => {
                 // SAFETY: a chain of readable requests (the contract).
-                return fail(unsafe { nth_wr(wr, index) }, post_error_errno(&e));
+                return fail(unsafe { nth_wr(wr, f.index()) }, post_error_errno(&f));
             }
         };
         // ...then, from the first request that is not plain (inline, a
@@ -834,19 +826,18 @@ pub unsafe extern "C" fn post_send(
 /// C request to report and the errno.
 #[inline(always)]
 fn flush_recv(
-    post: &mut impl FnMut(&[RecvWr<'_>]) -> rverbs::Result<()>,
+    post: &mut impl FnMut(&[RecvWr<'_>]) -> Result<(), PostFailed>,
     batch: &[RecvWr<'_>],
     from: &[*mut IbvRecvWr],
 ) -> Result<(), (*mut IbvRecvWr, c_int)> {
     if batch.is_empty() {
         return Ok(());
     }
-    post(batch).map_err(|e| match &e {
-        rverbs::Error::Post { index, error } => (
-            from.get(*index).copied().unwrap_or(from[0]),
-            post_errno(error),
-        ),
-        other => (from[0], errno_of(other)),
+    post(batch).map_err(|f| {
+        (
+            from.get(f.index()).copied().unwrap_or(from[0]),
+            post_error_errno(&f),
+        )
     })
 }
 
@@ -861,8 +852,8 @@ unsafe fn post_recv_chain<T>(
     wr: *mut IbvRecvWr,
     bad_wr: *mut *mut IbvRecvWr,
     to: &mut T,
-    one: impl FnOnce(&mut T, &RecvWr<'_>) -> rverbs::Result<()>,
-    mut post_to: impl FnMut(&mut T, &[RecvWr<'_>]) -> rverbs::Result<()>,
+    one: impl FnOnce(&mut T, &RecvWr<'_>) -> Result<(), PostFailed>,
+    mut post_to: impl FnMut(&mut T, &[RecvWr<'_>]) -> Result<(), PostFailed>,
 ) -> c_int {
     let mut post = |b: &[RecvWr<'_>]| post_to(to, b);
     let fail = |at: *mut IbvRecvWr, e: c_int| {
