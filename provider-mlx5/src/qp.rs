@@ -855,13 +855,14 @@ impl RecvQueue {
         if !self.enabled {
             return Err(PostFailed::first(PostError::InvalidState));
         }
-        if let [wr] = wrs {
+        if let [wr @ RecvWr { sg_list: [_], .. }] = wrs {
             return self.post_one(wr);
         }
         self.post_chain(wrs)
     }
 
-    /// [`RecvQueue::post`] of a lone request (the common call).
+    /// [`RecvQueue::post`] of a lone request with one SGE (the common
+    /// call): no loop over SGEs, whose registers would be saved here.
     #[inline(always)]
     fn post_one(&mut self, wr: &RecvWr<'_>) -> Result<(), PostFailed> {
         let head = self.head;
