@@ -235,23 +235,25 @@ impl Lookup {
     }
 
     /// [`Lookup::complete`] of a CQE of the last hit's QP that a plain
-    /// send or receive completed (its opcode `REQ` or one of the
-    /// responder's): whether it was reported. `None`, with nothing
-    /// written, for any other CQE.
+    /// send completed (its opcode `REQ`): whether it was reported. A
+    /// plain receive's (one of the responder's opcodes) is left to the
+    /// caller, and any other CQE to the general path, both unwritten.
     #[inline(always)]
-    fn complete_hot(&mut self, cqe: Cqe<'_>, out: &mut Wc) -> Option<bool> {
+    fn complete_hot(&mut self, cqe: Cqe<'_>, out: &mut Wc) -> Hot1 {
         let key = cqe.key(self.key) & 0xFF_FFFF;
         if key != self.hit_key {
-            return None;
+            return Hot1::Other;
         }
-        let e = self.hit()?;
+        let Some(e) = self.hit() else {
+            return Hot1::Other;
+        };
         let opcode = cqe.op_own() >> 4;
         if opcode == cqe_op::REQ {
-            Some(parse_req(cqe, e, out))
+            Hot1::Req(parse_req(cqe, e, out))
         } else if opcode <= cqe_op::RESP_SEND_INV {
-            Some(parse_resp(cqe, opcode, e, out))
+            Hot1::Resp(opcode)
         } else {
-            None
+            Hot1::Other
         }
     }
 
@@ -300,6 +302,16 @@ impl Lookup {
     }
 }
 
+/// What [`Lookup::complete_hot`] made of a CQE.
+enum Hot1 {
+    /// A plain send's, parsed: whether it was reported.
+    Req(bool),
+    /// A plain receive's, of this opcode, not parsed.
+    Resp(u8),
+    /// Anything else, not parsed.
+    Other,
+}
+
 /// [`Lookup::hit_key`] when no QP is cached: keys are 24 bits.
 const NO_KEY: u32 = u32::MAX;
 
@@ -311,6 +323,17 @@ enum Hot {
     Start,
     /// The owner in, `n` completions reported, the CQE of `ci` next.
     At { n: usize, ci: u32 },
+    /// The owner in, nothing reported, the CQE of `ci` (written, of the
+    /// last hit's QP) a responder one of `opcode` ([`Cq::poll_resp`]).
+    Resp { ci: u32, opcode: u8 },
+}
+
+/// Where [`Cq::hot_end`] left a poll.
+enum End {
+    /// The poll is done (the owner out): this many completions.
+    Done(usize),
+    /// The owner in, `n` completions reported, the CQE of `ci` next.
+    More { n: usize, ci: u32 },
 }
 
 /// An mlx5 CQ: the CQE ring and doorbell record, the consumer index, and
@@ -396,14 +419,21 @@ impl Cq {
             Hot::Done(n) => Ok(n),
             Hot::Start => self.poll_start(wc),
             Hot::At { n, ci } => self.poll_from(wc, n, ci),
+            Hot::Resp { ci, opcode } => self.poll_resp(wc, ci, opcode),
         }
     }
 
-    /// The common case of [`Cq::poll_wcs`]: `Hot::Done` after the
-    /// whole poll, `Hot::Start` with nothing done (the QP table changed,
-    /// or a cleaner wants in: the owner stepped back out), `Hot::At` with
-    /// the owner in and `n` completions reported up to consumer index `ci`,
-    /// whose CQE it leaves to the general path.
+    /// The common case of [`Cq::poll_wcs`], in one straight line (no
+    /// loop, whose carried state would need saved registers): the first
+    /// CQE, if it is of the last hit's QP and a plain send completed it.
+    /// `Hot::Done` after the whole poll (that CQE and no other written
+    /// yet, or room for no more, or none at all); `Hot::Start` with
+    /// nothing done (the QP table changed, or a cleaner wants in: the
+    /// owner stepped back out); `Hot::Resp` for a plain receive's CQE
+    /// (parsed in [`Cq::poll_resp`], whose registers are not saved
+    /// here); `Hot::At` with the owner in, `n` completions reported up
+    /// to consumer index `ci`, whose CQE (the first one, of another kind,
+    /// or the next one) it leaves to the general path.
     #[inline(always)]
     fn poll_hot(&mut self, wc: &mut [Wc]) -> Hot {
         if self.lookup.uctx.table().generation() != self.lookup.generation
@@ -411,20 +441,49 @@ impl Cq {
         {
             return Hot::Start;
         }
-        let mut ci = self.mem.cons_index.load(Ordering::Relaxed);
-        let mut n = 0;
-        while n < wc.len() {
-            let Some(cqe) = self.cqes.sw_cqe(ci) else {
-                break;
-            };
-            let Some(reported) = self.lookup.complete_hot(cqe, &mut wc[n]) else {
-                return Hot::At { n, ci };
-            };
-            ci = ci.wrapping_add(1);
-            n += usize::from(reported);
+        let ci = self.mem.cons_index.load(Ordering::Relaxed);
+        let (Some(out), Some(cqe)) = (wc.first_mut(), self.cqes.sw_cqe(ci)) else {
+            // Nothing consumed: the consumer index stands.
+            self.mem.owner_exit();
+            return Hot::Done(0);
+        };
+        let reported = match self.lookup.complete_hot(cqe, out) {
+            Hot1::Req(reported) => reported,
+            Hot1::Resp(opcode) => return Hot::Resp { ci, opcode },
+            Hot1::Other => return Hot::At { n: 0, ci },
+        };
+        match self.hot_end(wc, usize::from(reported), ci.wrapping_add(1)) {
+            End::Done(n) => Hot::Done(n),
+            End::More { n, ci } => Hot::At { n, ci },
+        }
+    }
+
+    /// The end of [`Cq::poll_hot`] and [`Cq::poll_resp`], after the first
+    /// CQE (`n` completions, 0 or 1, the consumer index `ci` past it):
+    /// `End::More` if there is room for more and the next CQE is written,
+    /// else the poll's end.
+    #[inline(always)]
+    fn hot_end(&mut self, wc: &[Wc], n: usize, ci: u32) -> End {
+        if n < wc.len() && self.cqes.sw_cqe(ci).is_some() {
+            return End::More { n, ci };
         }
         self.finish(ci);
-        Hot::Done(n)
+        End::Done(n)
+    }
+
+    /// [`Cq::poll_wcs`] when [`Cq::poll_hot`] found the first CQE (at
+    /// `ci`, written, of the last hit's QP) to be a plain receive's of
+    /// `opcode`: the same straight line as `poll_hot`'s, out of line.
+    #[inline(never)]
+    fn poll_resp(&mut self, wc: &mut [Wc], ci: u32, opcode: u8) -> Result<usize, RingLost> {
+        let (Some(out), Some(e)) = (wc.first_mut(), self.lookup.hit()) else {
+            return self.poll_from(wc, 0, ci);
+        };
+        let reported = parse_resp(self.cqes.seen_cqe(ci), opcode, e, out);
+        match self.hot_end(wc, usize::from(reported), ci.wrapping_add(1)) {
+            End::Done(n) => Ok(n),
+            End::More { n, ci } => self.poll_from(wc, n, ci),
+        }
     }
 
     /// [`Cq::poll_wcs`] from the start, the general way: refreshes the QP
@@ -695,21 +754,18 @@ fn parse_req(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
         return false;
     };
     // The WQE opcode: bits 31..24.
-    let r = REQ_WC[usize::from(c.sop_drop_qpn().to_bytes()[0])];
-    // A word at a time, from words prepared (fewer stores than field
-    // by field, half of whose fields are zero here).
+    let op = c.sop_drop_qpn().to_bytes()[0];
+    // The completion prepared for the opcode, copied whole (in vector
+    // registers: no general-purpose register held for its words), then
+    // what is this CQE's.
     let w = out.words_mut();
+    *w = REQ_WC[usize::from(op)];
     w[0] = wr_id;
-    w[1] = r.status_opcode;
-    // RDMA READ reports the bytes read; the others a fixed length.
-    w[2] = if r.byte_cnt {
-        Wc::pair(0, c.byte_cnt().get())
-    } else {
-        r.len
-    };
     w[3] = e.qpn_word;
-    w[4] = r.flags;
-    w[5] = 0;
+    // RDMA READ reports the bytes read; the others a fixed length.
+    if op == wqe_op::RDMA_READ {
+        w[2] = Wc::pair(0, c.byte_cnt().get());
+    }
     true
 }
 
@@ -720,16 +776,15 @@ fn parse_resp(c: Cqe<'_>, opcode: u8, e: &QpEntry, out: &mut Wc) -> bool {
     let Some(wr_id) = recv_wr_id(e, c.wqe_counter().get()) else {
         return false;
     };
-    // Each field is stored as soon as it is known (the whole struct at
-    // the end would keep every value live at once, and spill some).
-    out.wr_id = wr_id;
-    out.status = wc_status::SUCCESS;
-    out.vendor_err = 0;
-    out.qp_num = e.qpn;
-    out.byte_len = c.byte_cnt().get();
-    // `opcode >> 4` of a byte: below 16.
+    // Each word or field is stored as soon as it is known (the whole
+    // struct at the end would keep every value live at once, and spill
+    // some). `opcode >> 4` of a byte: below 16.
     let r = RESP_WC[usize::from(opcode & 0xF)];
-    out.opcode = r.opcode;
+    let w = out.words_mut();
+    w[0] = wr_id;
+    w[1] = Wc::pair(wc_status::SUCCESS, r.opcode);
+    w[2] = Wc::pair(0, c.byte_cnt().get());
+    out.qp_num = e.qpn;
     // Kept in wire (big-endian) order, as `ib_uverbs_wc` has it.
     let imm = u32::from_ne_bytes(c.imm_inval_pkey().to_bytes());
     // The immediate (wire order) or the invalidated rkey (host order).
@@ -794,47 +849,34 @@ const RESP_WC: [RespWc; 16] = {
     t
 };
 
-/// What a successful requester completion reports for its WQE opcode,
-/// as the words of the work completion ([`Wc::pair`]) that hold it.
-#[derive(Clone, Copy)]
-struct ReqWc {
-    /// `status` (success) and `opcode`.
-    status_opcode: u64,
-    /// `wc_flags` (and `src_qp`, zero).
-    flags: u64,
-    /// `byte_len`, unless `byte_cnt` (and `vendor_err`, zero).
-    len: u64,
-    /// Whether the byte count is the CQE's (RDMA READ).
-    byte_cnt: bool,
+/// The words of a successful requester completion of `opcode` with
+/// `flags` and byte count `len` ([`Wc::words_mut`]); `wr_id` and the QP
+/// number are the CQE's.
+const fn req_wc(opcode: u32, flags: u32, len: u32) -> [u64; 6] {
+    [
+        0,
+        Wc::pair(wc_status::SUCCESS, opcode),
+        Wc::pair(0, len),
+        0,
+        Wc::pair(0, flags),
+        0,
+    ]
 }
 
-impl ReqWc {
-    /// A completion of `opcode` with `flags` and byte count `len`.
-    const fn new(opcode: u32, flags: u32, len: u32) -> ReqWc {
-        ReqWc {
-            status_opcode: Wc::pair(wc_status::SUCCESS, opcode),
-            flags: Wc::pair(0, flags),
-            len: Wc::pair(0, len),
-            byte_cnt: false,
-        }
-    }
-}
-
-/// [`ReqWc`] by WQE opcode, all 256 (any byte indexes it): what libmlx5
-/// reports for each, and a SEND for the ones plain verbs never posts.
-const REQ_WC: [ReqWc; 256] = {
-    let mut t = [ReqWc::new(wc_opcode::SEND, 0, 0); 256];
-    t[wqe_op::RDMA_WRITE as usize] = ReqWc::new(wc_opcode::RDMA_WRITE, 0, 0);
-    t[wqe_op::RDMA_WRITE_IMM as usize] = ReqWc::new(wc_opcode::RDMA_WRITE, wc_flags::WITH_IMM, 0);
-    t[wqe_op::SEND_IMM as usize] = ReqWc::new(wc_opcode::SEND, wc_flags::WITH_IMM, 0);
-    t[wqe_op::RDMA_READ as usize] = ReqWc {
-        byte_cnt: true,
-        ..ReqWc::new(wc_opcode::RDMA_READ, 0, 0)
-    };
-    t[wqe_op::ATOMIC_CS as usize] = ReqWc::new(wc_opcode::COMP_SWAP, 0, 8);
-    t[wqe_op::ATOMIC_FA as usize] = ReqWc::new(wc_opcode::FETCH_ADD, 0, 8);
-    t[wqe_op::UMR as usize] = ReqWc::new(wc_opcode::BIND_MW, 0, 0);
-    t[wqe_op::LOCAL_INV_OLD as usize] = ReqWc::new(wc_opcode::LOCAL_INV, 0, 0);
+/// The successful requester completions ([`req_wc`]) by WQE opcode, all
+/// 256 (any byte indexes it): what libmlx5 reports for each, and a SEND
+/// for the ones plain verbs never posts. RDMA READ's byte count is the
+/// CQE's.
+const REQ_WC: [[u64; 6]; 256] = {
+    let mut t = [req_wc(wc_opcode::SEND, 0, 0); 256];
+    t[wqe_op::RDMA_WRITE as usize] = req_wc(wc_opcode::RDMA_WRITE, 0, 0);
+    t[wqe_op::RDMA_WRITE_IMM as usize] = req_wc(wc_opcode::RDMA_WRITE, wc_flags::WITH_IMM, 0);
+    t[wqe_op::SEND_IMM as usize] = req_wc(wc_opcode::SEND, wc_flags::WITH_IMM, 0);
+    t[wqe_op::RDMA_READ as usize] = req_wc(wc_opcode::RDMA_READ, 0, 0);
+    t[wqe_op::ATOMIC_CS as usize] = req_wc(wc_opcode::COMP_SWAP, 0, 8);
+    t[wqe_op::ATOMIC_FA as usize] = req_wc(wc_opcode::FETCH_ADD, 0, 8);
+    t[wqe_op::UMR as usize] = req_wc(wc_opcode::BIND_MW, 0, 0);
+    t[wqe_op::LOCAL_INV_OLD as usize] = req_wc(wc_opcode::LOCAL_INV, 0, 0);
     t
 };
 

@@ -165,6 +165,22 @@ impl CqReader {
         sw_cqe(self.base, self.ncqe, i)
     }
 
+    /// The CQE for counter `i`, which [`CqReader::sw_cqe`] found written
+    /// and which is not consumed yet (its owner byte is not looked at
+    /// again). A CQE the device rewrote since (a device breaking the
+    /// protocol) reads as whatever it holds now: bytes, never memory
+    /// outside the ring.
+    #[inline(always)]
+    pub(crate) fn seen_cqe(&self, i: u32) -> Cqe<'_> {
+        let slot = (i & (self.ncqe - 1)) as usize;
+        Cqe {
+            // SAFETY: the entry lies inside the ring (`slot < ncqe`),
+            // which the borrow of `self` (holding `ring`) keeps mapped.
+            p: unsafe { self.base.add(slot) },
+            _ring: PhantomData,
+        }
+    }
+
     /// Entries in the ring.
     #[inline(always)]
     pub(crate) fn ncqe(&self) -> u32 {
