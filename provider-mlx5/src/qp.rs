@@ -471,8 +471,8 @@ impl SendQueue {
             }
             last_ds = match self.post_checked(wr, cur_post, head.wrapping_add(nreq)) {
                 Ok(ds) => ds,
-                Err(e) => {
-                    result = Err(PostFailed::new(nreq as usize, e));
+                Err(f) => {
+                    result = Err(f.shifted(nreq as usize));
                     break;
                 }
             };
@@ -505,6 +505,20 @@ impl SendQueue {
             self.bf.ring_one_bb(&self.db, next, bb, ds);
             return Ok(());
         }
+        self.post_one_checked(wr, cur_post, head)
+    }
+
+    /// [`SendQueue::post_one`] of a request [`SendQueue::try_fast`] did
+    /// not take, at producer counter `cur_post` and WR counter `head`
+    /// (the queue has room). Out of line and jumped to: nothing of the
+    /// fast path is kept across a call.
+    #[inline(never)]
+    fn post_one_checked<R: SendRequest + ?Sized>(
+        &mut self,
+        wr: &R,
+        cur_post: u32,
+        head: u32,
+    ) -> Result<(), PostFailed> {
         let ds = self.post_checked(wr, cur_post, head)?;
         let next = cur_post.wrapping_add(wqe_bbs(ds));
         self.cur_post = next;
@@ -582,7 +596,7 @@ impl SendQueue {
         wr: &R,
         cur_post: u32,
         head: u32,
-    ) -> Result<u32, PostError> {
+    ) -> Result<u32, PostFailed> {
         let data = self.check(wr)?;
         Ok(self.write_wqe(wr, data, cur_post, head))
     }
