@@ -235,9 +235,10 @@ impl Lookup {
     }
 
     /// [`Lookup::complete`] of a CQE of the last hit's QP that a plain
-    /// send completed (its opcode `REQ`): whether it was reported. A
-    /// plain receive's (one of the responder's opcodes) is left to the
-    /// caller, and any other CQE to the general path, both unwritten.
+    /// send completed (its opcode `REQ`), reported. A plain receive's
+    /// (one of the responder's opcodes) is left to the caller, and any
+    /// other CQE to the general path (also a send's that reports nothing,
+    /// after `out` was written: scratch until counted).
     #[inline(always)]
     fn complete_hot(&mut self, cqe: Cqe<'_>, out: &mut Wc) -> Hot1 {
         let key = cqe.key(self.key) & 0xFF_FFFF;
@@ -249,7 +250,11 @@ impl Lookup {
         };
         let opcode = cqe.op_own() >> 4;
         if opcode == cqe_op::REQ {
-            Hot1::Req(parse_req(cqe, e, out))
+            if parse_req(cqe, e, out) {
+                Hot1::Req
+            } else {
+                Hot1::Other
+            }
         } else if opcode <= cqe_op::RESP_SEND_INV {
             Hot1::Resp(opcode)
         } else {
@@ -304,8 +309,8 @@ impl Lookup {
 
 /// What [`Lookup::complete_hot`] made of a CQE.
 enum Hot1 {
-    /// A plain send's, parsed: whether it was reported.
-    Req(bool),
+    /// A plain send's, parsed and reported.
+    Req,
     /// A plain receive's, of this opcode, not parsed.
     Resp(u8),
     /// Anything else, not parsed.
@@ -447,12 +452,12 @@ impl Cq {
             self.mem.owner_exit();
             return Hot::Done(0);
         };
-        let reported = match self.lookup.complete_hot(cqe, out) {
-            Hot1::Req(reported) => reported,
+        match self.lookup.complete_hot(cqe, out) {
+            Hot1::Req => {}
             Hot1::Resp(opcode) => return Hot::Resp { ci, opcode },
             Hot1::Other => return Hot::At { n: 0, ci },
-        };
-        match self.hot_end(wc, usize::from(reported), ci.wrapping_add(1)) {
+        }
+        match self.hot_end(wc, 1, ci.wrapping_add(1)) {
             End::Done(n) => Hot::Done(n),
             End::More { n, ci } => Hot::At { n, ci },
         }
@@ -479,8 +484,12 @@ impl Cq {
         let (Some(out), Some(e)) = (wc.first_mut(), self.lookup.hit()) else {
             return self.poll_from(wc, 0, ci);
         };
-        let reported = parse_resp(self.cqes.seen_cqe(ci), opcode, e, out);
-        match self.hot_end(wc, usize::from(reported), ci.wrapping_add(1)) {
+        // One that reports nothing (no queue to retire from: the general
+        // path consumes it, parsing it again).
+        if !parse_resp(self.cqes.seen_cqe(ci), opcode, e, out) {
+            return self.poll_from(wc, 0, ci);
+        }
+        match self.hot_end(wc, 1, ci.wrapping_add(1)) {
             End::Done(n) => Ok(n),
             End::More { n, ci } => self.poll_from(wc, n, ci),
         }
@@ -750,22 +759,23 @@ fn parse(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
 /// [`parse`] of a successful requester CQE.
 #[inline(always)]
 fn parse_req(c: Cqe<'_>, e: &QpEntry, out: &mut Wc) -> bool {
-    let Some(wr_id) = e.sq.complete(c.wqe_counter().get()) else {
-        return false;
-    };
     // The WQE opcode: bits 31..24.
     let op = c.sop_drop_qpn().to_bytes()[0];
     // The completion prepared for the opcode, copied whole (in vector
     // registers: no general-purpose register held for its words), then
-    // what is this CQE's.
+    // what is this CQE's; the `wr_id` last (`out` is scratch until the
+    // caller counts it: `false` leaves it unreported).
     let w = out.words_mut();
     *w = REQ_WC[usize::from(op)];
-    w[0] = wr_id;
     w[3] = e.qpn_word;
     // RDMA READ reports the bytes read; the others a fixed length.
     if op == wqe_op::RDMA_READ {
         w[2] = Wc::pair(0, c.byte_cnt().get());
     }
+    let Some(wr_id) = e.sq.complete(c.wqe_counter().get()) else {
+        return false;
+    };
+    w[0] = wr_id;
     true
 }
 
@@ -1184,6 +1194,41 @@ mod tests {
         put(&f.cq, 2, &c);
         assert_eq!(f.cq.poll(&mut wc), 0);
         assert_eq!(f.cq.cons_index(), 3);
+    }
+
+    #[test]
+    fn cqes_of_queues_a_qp_lacks_are_consumed_unreported() {
+        let mut f = fixture(8);
+        let mut wc = [Wc::default(); 4];
+        // QP 99 has neither a send nor a receive queue.
+        f.uctx
+            .register_qp(99, Arc::new(QpEntry::with_queues(5, None, None, None)));
+        let of_99 = |op: u8, wqe_op: u8, counter: u16| {
+            let mut c = cqe(op, wqe_op, counter, false);
+            c[32..36].copy_from_slice(&99u32.to_be_bytes());
+            c
+        };
+        // Each kind first alone (the straight path takes the first CQE),
+        // then with the fixture QP's send completion behind it.
+        put(&f.cq, 0, &of_99(cqe_op::REQ, wqe_op::SEND, 0));
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        put(&f.cq, 1, &of_99(cqe_op::RESP_SEND, 0, 0));
+        assert_eq!(f.cq.poll(&mut wc), 0);
+        assert_eq!(f.cq.cons_index(), 2);
+        f.sq.set_wrid(0, 77);
+        put(&f.cq, 2, &of_99(cqe_op::REQ, wqe_op::SEND, 1));
+        put(&f.cq, 3, &of_99(cqe_op::RESP_SEND, 0, 1));
+        put(&f.cq, 4, &cqe(cqe_op::REQ, wqe_op::SEND, 0, false));
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        assert_eq!((wc[0].wr_id, wc[0].qp_num), (77, QPN));
+        assert_eq!(f.cq.cons_index(), 5);
+        // A send completion of its own QP, then one of 99: the first
+        // reported, the second consumed.
+        put(&f.cq, 5, &cqe(cqe_op::REQ, wqe_op::SEND, 0, false));
+        put(&f.cq, 6, &of_99(cqe_op::REQ, wqe_op::SEND, 2));
+        assert_eq!(f.cq.poll(&mut wc), 1);
+        assert_eq!(wc[0].wr_id, 77);
+        assert_eq!(f.cq.cons_index(), 7);
     }
 
     #[test]
