@@ -1,6 +1,6 @@
 //! `cargo xtask fuzz [--seconds N]`: runs every cargo-fuzz target of
-//! `tests/fuzz` for N seconds each (libFuzzer's `-max_total_time`), one
-//! after the other, and fails if any crashed, naming the crashing inputs.
+//! `tests/fuzz` for N seconds each (libFuzzer's `-max_total_time`), two
+//! at a time, and fails if any crashed, naming the crashing inputs.
 //!
 //! It installs nothing: the nightly toolchain (`rustup toolchain install
 //! nightly`) and cargo-fuzz (`cargo install cargo-fuzz --locked`) must be
@@ -112,7 +112,143 @@ pub fn done_line(output: &str) -> Option<&str> {
     output.lines().rev().find(|l| l.starts_with("Done "))
 }
 
-/// Runs every target; true if none crashed.
+/// Targets fuzzed at the same time: libFuzzer runs on one thread, and CI
+/// machines have two cores.
+const PARALLEL: usize = 2;
+
+/// The folder of the fuzz binaries `cargo fuzz build` made:
+/// `<target dir>/<host triple>/release` (cargo-fuzz builds for the host
+/// triple, in release mode unless `--dev`). The target folder is cargo's
+/// own answer for the fuzz crate's manifest, from the same folder and
+/// environment `cargo fuzz` runs in.
+fn binaries_dir(fuzz_dir: &Path) -> Result<PathBuf> {
+    let manifest = fuzz_dir.join("Cargo.toml");
+    let manifest = manifest.to_string_lossy();
+    let mut meta = nightly_cargo(&[
+        "metadata",
+        "--format-version",
+        "1",
+        "--no-deps",
+        "--manifest-path",
+        &manifest,
+    ]);
+    let json: serde_json::Value =
+        serde_json::from_str(&crate::util::output(&mut meta)?).context("cargo metadata JSON")?;
+    let target = json["target_directory"]
+        .as_str()
+        .context("cargo metadata gave no target_directory")?;
+    let version = crate::util::output(&mut nightly_cargo(&["-vV"]))?;
+    let host = version
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .context("`cargo +nightly -vV` named no host triple")?;
+    Ok(Path::new(target).join(host.trim()).join("release"))
+}
+
+/// What one target's run left.
+struct Outcome {
+    status: std::process::ExitStatus,
+    /// Its stdout then stderr.
+    text: String,
+    /// Files new in its artifacts folder (crashing inputs).
+    inputs: Vec<PathBuf>,
+    secs: u64,
+}
+
+/// Runs one target's binary as `cargo fuzz run --fuzz-dir DIR
+/// --debug-assertions NAME -- -max_total_time=S -timeout=T` did, without
+/// cargo: the same arguments in the same order (`-artifact_prefix=` first,
+/// the corpus folder last, both created first), from the workspace root,
+/// with cargo-fuzz's `detect_odr_violation=0` added to `ASAN_OPTIONS`.
+/// Output is captured.
+fn run_target(bin_dir: &Path, dir: &Path, name: &str, secs: u64) -> Result<Outcome> {
+    let artifacts = dir.join("artifacts").join(name);
+    let corpus = dir.join("corpus").join(name);
+    for d in [&artifacts, &corpus] {
+        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+    }
+    let before = files_in(&artifacts);
+    let mut asan = std::env::var("ASAN_OPTIONS").unwrap_or_default();
+    if !asan.is_empty() {
+        asan.push(':');
+    }
+    asan.push_str("detect_odr_violation=0");
+    // The trailing slash: libFuzzer prepends the prefix to the file name.
+    let mut prefix = std::ffi::OsString::from("-artifact_prefix=");
+    prefix.push(artifacts.join(""));
+    let mut run = Command::new(bin_dir.join(name));
+    run.arg(prefix)
+        .arg(format!("-max_total_time={secs}"))
+        .arg(format!("-timeout={INPUT_TIMEOUT_SECS}"))
+        .arg(&corpus)
+        .env("ASAN_OPTIONS", asan)
+        .current_dir(workspace_root())
+        .stdin(Stdio::null());
+    let what = describe(&run);
+    let started = Instant::now();
+    let out = run
+        .output()
+        .with_context(|| format!("cannot start `{what}`"))?;
+    let mut text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let inputs: Vec<PathBuf> = files_in(&artifacts).difference(&before).cloned().collect();
+    // What `cargo fuzz run` printed after a crash: each input's `Debug`.
+    for p in &inputs {
+        let input = p.to_string_lossy();
+        let dir_arg = dir.to_string_lossy();
+        let mut fmt = nightly_cargo(&[
+            "fuzz",
+            "fmt",
+            "--fuzz-dir",
+            &dir_arg,
+            "--debug-assertions",
+            name,
+            &input,
+        ]);
+        let what = describe(&fmt);
+        if let Ok(o) = fmt.stdin(Stdio::null()).output() {
+            text.push_str(&format!("{what}:\n"));
+            text.push_str(&String::from_utf8_lossy(&o.stdout));
+            text.push_str(&String::from_utf8_lossy(&o.stderr));
+        }
+    }
+    Ok(Outcome {
+        status: out.status,
+        text,
+        inputs,
+        secs: started.elapsed().as_secs(),
+    })
+}
+
+/// Prints one target's verdict (and on failure the end of its output,
+/// each line prefixed with its name); true if it passed.
+fn report(name: &str, o: &Outcome) -> bool {
+    if o.status.success() && o.inputs.is_empty() {
+        say!(
+            "fuzz: {name}: ok ({})",
+            done_line(&o.text).unwrap_or("no summary from libFuzzer")
+        );
+        return true;
+    }
+    let lines: Vec<&str> = o.text.lines().collect();
+    for l in &lines[lines.len().saturating_sub(TAIL_LINES)..] {
+        crate::util::print_line(&format!("  [{name}] {l}"));
+    }
+    say!("fuzz: {name}: FAILED ({}, after {} s)", o.status, o.secs);
+    if o.inputs.is_empty() {
+        say!("fuzz: {name}: no crashing input was saved (see the output above)");
+    }
+    for p in &o.inputs {
+        say!("fuzz: {name}: crashing input: {}", p.display());
+    }
+    false
+}
+
+/// Runs every target, [`PARALLEL`] at a time, each for its full time;
+/// true if none crashed.
 pub fn fuzz_command(opts: &FuzzOptions) -> Result<bool> {
     let dir = fuzz_dir();
     let names = targets(&dir)?;
@@ -139,60 +275,57 @@ pub fn fuzz_command(opts: &FuzzOptions) -> Result<bool> {
     if !status.success() {
         bail!("`{what}` failed ({status})");
     }
-    say!("fuzz: {secs} s per target");
-    let mut crashed = Vec::new();
+    // `cargo fuzz run` would run `cargo build` and `cargo run` again for
+    // every target (about 2 s each); the binaries are built, so they run
+    // directly, PARALLEL at a time, each target's output printed in one
+    // piece when it ends.
+    let bin_dir = binaries_dir(&dir)?;
     for name in &names {
-        let artifacts = dir.join("artifacts").join(name);
-        let before = files_in(&artifacts);
-        let max_time = format!("-max_total_time={secs}");
-        let timeout = format!("-timeout={INPUT_TIMEOUT_SECS}");
-        let mut run = nightly_cargo(&[
-            "fuzz",
-            "run",
-            "--fuzz-dir",
-            &dir_arg,
-            "--debug-assertions",
-            name,
-            "--",
-            &max_time,
-            &timeout,
-        ]);
-        let what = describe(&run);
-        let started = Instant::now();
-        let out = run
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("cannot start `{what}`"))?;
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let inputs: Vec<PathBuf> = files_in(&artifacts).difference(&before).cloned().collect();
-        if out.status.success() && inputs.is_empty() {
-            say!(
-                "fuzz: {name}: ok ({})",
-                done_line(&text).unwrap_or("no summary from libFuzzer")
-            );
-            continue;
+        let bin = bin_dir.join(name);
+        if !bin.is_file() {
+            bail!("`{what}` left no {}", bin.display());
         }
-        let lines: Vec<&str> = text.lines().collect();
-        for l in &lines[lines.len().saturating_sub(TAIL_LINES)..] {
-            crate::util::print_line(&format!("  {l}"));
-        }
-        say!(
-            "fuzz: {name}: FAILED ({}, after {} s)",
-            out.status,
-            started.elapsed().as_secs()
-        );
-        if inputs.is_empty() {
-            say!("fuzz: {name}: no crashing input was saved (see the output above)");
-        }
-        for p in &inputs {
-            say!("fuzz: {name}: crashing input: {}", p.display());
-        }
-        crashed.push(name.clone());
     }
+    let jobs = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, PARALLEL);
+    say!("fuzz: {secs} s per target, {jobs} at a time");
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut failed = vec![false; names.len()];
+    let mut error = None;
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let (next, names, bin_dir, dir) = (&next, &names, &bin_dir, &dir);
+            s.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(name) = names.get(i) else { break };
+                if tx.send((i, run_target(bin_dir, dir, name, secs))).is_err() {
+                    break;
+                }
+            });
+        }
+        drop(tx);
+        for (i, outcome) in rx {
+            match outcome {
+                Ok(o) => failed[i] = !report(&names[i], &o),
+                Err(e) => {
+                    say!("fuzz: {}: error: {e:#}", names[i]);
+                    error.get_or_insert(e);
+                }
+            }
+        }
+    });
+    if let Some(e) = error {
+        return Err(e);
+    }
+    let crashed: Vec<&str> = names
+        .iter()
+        .zip(&failed)
+        .filter(|(_, &f)| f)
+        .map(|(n, _)| n.as_str())
+        .collect();
     if crashed.is_empty() {
         say!("fuzz: {} targets, no crash", names.len());
         Ok(true)
