@@ -3,13 +3,18 @@
 //!
 //! For every ELF executable or shared object under the target directory's
 //! profile folders it reads the dynamic section (`readelf -d`) for NEEDED
-//! libraries, the dynamic symbol table (`nm -D --undefined-only`) for
-//! imported `ibv_*`/`mlx5dv_*`/`rdma_*` functions, and the file's bytes for
-//! the library names a `dlopen` call would carry.
+//! libraries, the dynamic symbol table (`nm -D`) for imported
+//! `ibv_*`/`mlx5dv_*`/`rdma_*` functions, and the file's bytes for the
+//! library names a `dlopen` call would carry. A file reached under two
+//! names (cargo hard-links `deps/NAME-HASH` to `NAME`) is read once, and
+//! two files are read at a time.
 
+use std::collections::HashSet;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
 
@@ -57,12 +62,19 @@ pub fn inspect(path: &Path) -> Result<Vec<String>> {
             found.push(format!("links {}", line.trim()));
         }
     }
+    // One `nm -D` serves both questions below. It prints an undefined
+    // symbol (what `--undefined-only` lists) with no value and type `U`,
+    // or `w`/`v` when weak; every other line is a defined symbol (what
+    // `--defined-only` lists). The name is the line's last word.
     let syms = Command::new("nm")
-        .args(["-D", "--undefined-only"])
+        .arg("-D")
         .arg(path)
         .output()
         .context("running nm (binutils)")?;
-    for line in String::from_utf8_lossy(&syms.stdout).lines() {
+    let syms = String::from_utf8_lossy(&syms.stdout);
+    let (undefined, defined): (Vec<&str>, Vec<&str>) =
+        syms.lines().partition(|line| nm_line_is_undefined(line));
+    for line in undefined {
         let name = line.split_whitespace().last().unwrap_or("");
         if FORBIDDEN_SYMBOLS.iter().any(|p| name.starts_with(p)) {
             found.push(format!("imports {name}"));
@@ -71,31 +83,59 @@ pub fn inspect(path: &Path) -> Result<Vec<String>> {
     // Our own libibverbs.so.1 (verbs/ibverbs) names itself in its soname;
     // it is told from rdma-core's by the symbol only our build defines,
     // and every other check still applies to it.
-    let defined = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(path)
-        .output()
-        .context("running nm (binutils)")?;
-    let ours = String::from_utf8_lossy(&defined.stdout)
-        .lines()
+    let ours = defined
+        .iter()
         .filter_map(|l| l.split_whitespace().last()?.split('@').next())
         .any(|name| name == OUR_LIBIBVERBS_MARK);
     let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    for lib in FORBIDDEN_LIBS
+    let named = libs_named(&bytes);
+    for (lib, _) in FORBIDDEN_LIBS
         .iter()
-        .filter(|l| !(ours && **l == "libibverbs"))
+        .zip(named)
+        .filter(|(l, hit)| *hit && !(ours && **l == "libibverbs"))
     {
-        let needle = format!("{lib}.so");
-        if memchr::memmem::find(&bytes, needle.as_bytes()).is_some() {
-            found.push(format!("contains the string {needle:?} (dlopen?)"));
-        }
+        let needle = [lib, "so"].join(".");
+        found.push(format!("contains the string {needle:?} (dlopen?)"));
     }
     Ok(found)
 }
 
-/// Checks every ELF file the workspace built under `target/<profile>/`,
-/// its `examples/` and `deps/`. Returns (files checked, problems).
-pub fn check(target_dir: &Path) -> Result<(usize, Vec<String>)> {
+/// For each of [`FORBIDDEN_LIBS`], whether `bytes` contain `NAME.so`. One
+/// pass over the bytes (a file is tens of MB, and the harness's memchr is
+/// unoptimised): every `so` after a `.` is looked at for a name right
+/// before the dot. `so` cannot overlap itself, so this meets every
+/// occurrence of every `NAME.so`. (No literal here starts with `.so`:
+/// placed after the names in this binary's read-only data, it would spell
+/// one of them, and the check scans this binary too.)
+fn libs_named(bytes: &[u8]) -> [bool; FORBIDDEN_LIBS.len()] {
+    let mut hit = [false; FORBIDDEN_LIBS.len()];
+    for at in memchr::memmem::find_iter(bytes, b"so") {
+        let Some(dot) = at.checked_sub(1) else {
+            continue;
+        };
+        if bytes[dot] != b'.' {
+            continue;
+        }
+        for (h, lib) in hit.iter_mut().zip(FORBIDDEN_LIBS) {
+            *h |= bytes[..dot].ends_with(lib.as_bytes());
+        }
+    }
+    hit
+}
+
+/// Whether a line of `nm -D` is an undefined symbol: type `U`, or `w`/`v`
+/// (weak), the type being the word before the name (nm leaves the value
+/// out for these).
+fn nm_line_is_undefined(line: &str) -> bool {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    matches!(words.as_slice(), [.., "U" | "w" | "v", _])
+}
+
+/// The ELF files the workspace built under `target/<profile>/`, its
+/// `examples/` and `deps/`, and our libibverbs' folders, in that order,
+/// each file once: a later name of the same (device, inode) is dropped
+/// (cargo hard-links each final binary in `deps/` to its plain name).
+fn files_to_check(target_dir: &Path) -> Vec<PathBuf> {
     let mut files = Vec::new();
     for profile in ["debug", "release"] {
         let base = target_dir.join(profile);
@@ -105,10 +145,50 @@ pub fn check(target_dir: &Path) -> Result<(usize, Vec<String>)> {
         // Our libibverbs.so.1 (`cargo xtask ibverbs`).
         files.extend(elf_files(&target_dir.join("ibverbs").join(profile)));
     }
+    let mut seen = HashSet::new();
+    files.retain(|f| match fs::metadata(f) {
+        Ok(m) => seen.insert((m.dev(), m.ino())),
+        // Kept: inspecting it reports the error.
+        Err(_) => true,
+    });
+    files
+}
+
+/// Files inspected at the same time (`readelf`, `nm` and the byte scan
+/// are each one core's work).
+const THREADS: usize = 2;
+
+/// Checks every ELF file the workspace built under `target/<profile>/`,
+/// its `examples/` and `deps/` (each distinct file once, see
+/// [`files_to_check`]). Returns (files checked, problems), the problems
+/// in file order.
+pub fn check(target_dir: &Path) -> Result<(usize, Vec<String>)> {
+    let files = files_to_check(target_dir);
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<(usize, Result<Vec<String>>)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(f) = files.get(i) else { break };
+                        mine.push((i, inspect(f)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("a linkage worker panicked"))
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
     let mut problems = Vec::new();
-    for f in &files {
-        for p in inspect(f)? {
-            problems.push(format!("{}: {p}", f.display()));
+    for (i, found) in results {
+        for p in found? {
+            problems.push(format!("{}: {p}", files[i].display()));
         }
     }
     Ok((files.len(), problems))
@@ -199,6 +279,74 @@ mod tests {
         );
         let clean = std::env::current_exe().unwrap();
         assert_eq!(inspect(&clean).unwrap(), Vec::<String>::new());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn one_pass_finds_each_library_name() {
+        // Names and suffix built at run time (see above and libs_named).
+        let so = [".", "so"].concat();
+        let old = |bytes: &[u8]| -> Vec<bool> {
+            FORBIDDEN_LIBS
+                .iter()
+                .map(|l| memchr::memmem::find(bytes, format!("{l}{so}").as_bytes()).is_some())
+                .collect()
+        };
+        let [verbs, mlx5, rxe, cm, efa] = FORBIDDEN_LIBS else {
+            panic!("{FORBIDDEN_LIBS:?}")
+        };
+        for text in [
+            String::new(),
+            so.clone(),
+            format!("{mlx5}{so}"),
+            format!("x{verbs}.s{rxe}{so}.1\0{cm}so {efa}"),
+            format!("{so}{efa}{so}{so}{verbs}.sa{cm}{so}"),
+            format!("{}{so}", &verbs[1..]),
+            format!("{efa}s{so}{verbs}.{so}"),
+        ] {
+            let new = libs_named(text.as_bytes());
+            assert_eq!(new.to_vec(), old(text.as_bytes()), "{text:?}");
+        }
+        assert_eq!(
+            libs_named(format!("x{verbs}.s{rxe}{so}.1").as_bytes()),
+            [false, false, true, false, false]
+        );
+    }
+
+    #[test]
+    fn nm_lines_are_told_apart() {
+        assert!(nm_line_is_undefined(
+            "                 U ibv_fork_init@IBVERBS_1.1"
+        ));
+        assert!(nm_line_is_undefined("                 w __gmon_start__"));
+        assert!(nm_line_is_undefined("                 v weak_object"));
+        assert!(!nm_line_is_undefined(
+            "0000000000012340 T rverbs_ibverbs_version@@IBVERBS_1.1"
+        ));
+        assert!(!nm_line_is_undefined("0000000000000000 A IBVERBS_1.0"));
+        assert!(!nm_line_is_undefined("0000000000001000 W weak_defined"));
+        assert!(!nm_line_is_undefined(""));
+    }
+
+    #[test]
+    fn a_hard_linked_binary_is_checked_once() {
+        let dir = std::env::temp_dir().join(format!("linkage-dedup-{}", std::process::id()));
+        let deps = dir.join("debug/deps");
+        fs::create_dir_all(&deps).unwrap();
+        let me = std::env::current_exe().unwrap();
+        // As cargo leaves a binary: deps/NAME-HASH, hard-linked to NAME.
+        fs::copy(&me, deps.join("tool-0123abcd")).unwrap();
+        fs::hard_link(deps.join("tool-0123abcd"), dir.join("debug/tool")).unwrap();
+        // A copy is another file, and is checked.
+        fs::copy(&me, deps.join("other-4567ef01")).unwrap();
+        fs::write(deps.join("tool-0123abcd.d"), "not ELF").unwrap();
+        let files = files_to_check(&dir);
+        assert_eq!(
+            files,
+            vec![dir.join("debug/tool"), deps.join("other-4567ef01")],
+            "{files:?}"
+        );
+        assert_eq!(check(&dir).unwrap(), (2, Vec::new()));
         fs::remove_dir_all(&dir).unwrap();
     }
 }
