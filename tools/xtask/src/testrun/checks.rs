@@ -89,11 +89,12 @@ pub(super) fn static_checks(ws: &Path) -> Vec<(String, bool)> {
     );
     // Verification builds the packages as registry crates, which cargo
     // never rebuilds for a changed source at an unchanged version: it gets
-    // a target folder of its own, emptied first, and no unpacked copy of
-    // an earlier run's sources.
+    // a target folder of its own, with nothing left in it of our crates
+    // (their dependencies from crates.io stay built), and no unpacked copy
+    // of an earlier run's sources.
     forget_packaged_sources();
     let verify_dir = ws.join("target/package-verify");
-    let _ = std::fs::remove_dir_all(&verify_dir);
+    forget_packaged_builds(&verify_dir);
     let mut package = Command::new(cargo_bin());
     package
         .args(["package", "--quiet", "--allow-dirty"])
@@ -196,6 +197,65 @@ pub(super) fn forget_packaged_sources() {
     }
 }
 
+/// Removes what earlier `cargo package` runs left of our own crates in
+/// the verification target folder, keeping their dependencies' builds.
+/// Cargo fingerprints a registry crate by its version alone, so a build of
+/// ours left there would be taken as fresh for changed sources at the same
+/// version; with its fingerprint and outputs gone it is built again. In
+/// every profile folder (one holding `.fingerprint/`), the entries of the
+/// folder itself and of `.fingerprint/`, `deps/`, `build/`, `incremental/`
+/// and `examples/` named after one of [`PUBLISHED`] (see [`ours`]) go, and
+/// so does `package/` (the packed and unpacked copies of our crates and
+/// the local registry holding them).
+pub(super) fn forget_packaged_builds(verify_dir: &Path) {
+    let _ = std::fs::remove_dir_all(verify_dir.join("package"));
+    let Ok(top) = std::fs::read_dir(verify_dir) else {
+        return;
+    };
+    for profile in top.flatten().map(|e| e.path()) {
+        if !profile.join(".fingerprint").is_dir() {
+            continue;
+        }
+        for sub in [
+            "",
+            ".fingerprint",
+            "deps",
+            "build",
+            "incremental",
+            "examples",
+        ] {
+            let Ok(entries) = std::fs::read_dir(profile.join(sub)) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if !ours(&e.file_name().to_string_lossy()) {
+                    continue;
+                }
+                let path = e.path();
+                let _ = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
+    }
+}
+
+/// Whether a file or folder cargo made in a target folder belongs to one
+/// of [`PUBLISHED`]: its name, without a `lib` in front and with `-` read
+/// as `_`, starts with a published crate's name so read (`rverbs-abi-HASH`,
+/// `librverbs_abi-HASH.rlib`, `rverbs_abi-HASH.d`, the `rverbs` binary of
+/// rverbs-cli). Every published package's library and binaries carry such
+/// a name; a crate of crates.io that did would only be built again.
+pub(super) fn ours(name: &str) -> bool {
+    let name = name.replace('-', "_");
+    let name = name.strip_prefix("lib").unwrap_or(&name);
+    PUBLISHED
+        .iter()
+        .any(|p| name.starts_with(&p.replace('-', "_")))
+}
+
 /// The packages published to crates.io, in dependency order.
 pub(super) const PUBLISHED: &[&str] = &[
     "rverbs-abi",
@@ -282,4 +342,76 @@ pub(super) fn msrv_command(ws: &Path) -> Result<Command> {
         .env_remove("CARGO")
         .env_remove("RUSTC");
     Ok(cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_our_crates_are_forgotten_in_the_verify_folder() {
+        let dir = std::env::temp_dir().join(format!("package-verify-{}", std::process::id()));
+        let debug = dir.join("debug");
+        let gone = [
+            "package/tmp-registry/index",
+            "package/rverbs-abi-0.1.0/src/lib.rs",
+            "debug/.fingerprint/rverbs-abi-1d5f129977576a37/lib-rverbs_abi",
+            "debug/.fingerprint/rverbs-cli-48413f473fb3dd78/bin-rverbs",
+            "debug/deps/librverbs_abi-1d5f129977576a37.rlib",
+            "debug/deps/librverbs_mlx5-530476fd959ae075.rmeta",
+            "debug/deps/rverbs_rxe-197731299e4c4d5b.d",
+            "debug/deps/rverbs-48413f473fb3dd78",
+            "debug/build/rverbs-provider-0123456789abcdef/output",
+            "debug/incremental/rverbs_netlink-2gtt7s1pjsohr/s-x/dep-graph.bin",
+            "debug/librverbs_cli.rlib",
+            "debug/rverbs",
+            "debug/rverbs.d",
+        ];
+        let kept = [
+            "debug/.fingerprint/nix-0848f01281998d5e/lib-nix",
+            "debug/.fingerprint/libc-bb2133470ae49579/lib-libc",
+            "debug/deps/libnix-0848f01281998d5e.rlib",
+            "debug/deps/libsyn-0dcc5c9aa3511f85.rmeta",
+            "debug/deps/serde_json-16253bb678d742cb.d",
+            "debug/build/libc-bb2133470ae49579/output",
+            "debug/.cargo-lock",
+            ".rustc_info.json",
+        ];
+        for f in gone.iter().chain(&kept) {
+            let f = dir.join(f);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(&f, "x").unwrap();
+        }
+        forget_packaged_builds(&dir);
+        for f in gone {
+            assert!(!dir.join(f).exists(), "{f} is left");
+        }
+        for f in kept {
+            assert!(dir.join(f).exists(), "{f} is gone");
+        }
+        assert!(debug.join("incremental").is_dir());
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A missing folder is no error.
+        forget_packaged_builds(&dir);
+    }
+
+    #[test]
+    fn our_names_are_told_from_others() {
+        for n in [
+            "rverbs",
+            "rverbs-abi-1d5f129977576a37",
+            "librverbs_provider-b461e7221b8fa01b.rlib",
+            "rverbs_cli-2aw59frt2nq9d",
+        ] {
+            assert!(ours(n), "{n}");
+        }
+        for n in [
+            "libc-bb2133470ae49579",
+            "libnix-0848.rlib",
+            "syn-0dcc5c9a",
+            "zerocopy",
+        ] {
+            assert!(!ours(n), "{n}");
+        }
+    }
 }
