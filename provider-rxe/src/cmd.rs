@@ -53,8 +53,8 @@ pub(crate) fn create_qp_ex(
 /// the requester for the QP `qp_handle`.
 ///
 /// The command is framed at its exact size on the stack
-/// ([`write_cmd_fixed`]): it is rung on every post.
-#[inline]
+/// ([`write_cmd_fixed`]): it is rung on every post, compiled into it.
+#[inline(always)]
 pub(crate) fn doorbell(fd: BorrowedFd<'_>, qp_handle: u32) -> Result<(), Errno> {
     let cmd = PostSend {
         response: 0,

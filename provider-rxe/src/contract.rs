@@ -84,7 +84,9 @@ impl rverbs_provider::SendQueue for SendQueue {
         }
         self.ring.post(self.fd.as_fd(), wrs)
     }
-    #[inline]
+    /// Compiled into its caller (the C ABI's `ibv_post_send` entry
+    /// point, whose frame it then shares).
+    #[inline(always)]
     fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostFailed> {
         if !self.may_post {
             return Err(PostFailed::first(PostError::InvalidState));

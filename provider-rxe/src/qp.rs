@@ -173,7 +173,7 @@ impl SendQueue {
         let mut result = Ok(());
         for wr in wrs {
             let slot = p.next_slot();
-            if let Err(e) = p.push_send(&wr, has_dest, |wqe, inline| build_wqe(wqe, &wr, inline)) {
+            if let Err(e) = p.push_send(&wr, has_dest) {
                 // A failed push pushes nothing: what was pushed is the
                 // index of `wr` in the chain.
                 result = Err(PostFailed::new(p.pushed(), e));
@@ -207,10 +207,8 @@ impl SendQueue {
         // The kernel only frees slots: all of these stay free.
         let free = self.ring.max_wr().saturating_sub(self.outstanding());
         let mut p = self.ring.producer();
-        let result = push_batch(batch, wrs, free, |wr| {
-            p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))
-        })
-        .map_err(PostFailed::from);
+        let result =
+            push_batch(batch, wrs, free, |wr| p.push_send(wr, has_dest)).map_err(PostFailed::from);
         let pushed = p.pushed();
         if p.publish() {
             if let Err(e) = cmd::doorbell(fd, self.qp_handle) {
@@ -223,7 +221,9 @@ impl SendQueue {
     /// [`SendQueue::post`] of a single request, the common case: the same
     /// steps without the loop, whose bookkeeping (kept in registers and
     /// stack slots across iterations) would cost more than the request.
-    #[inline]
+    /// Always compiled into its caller: the library's post and the C
+    /// ABI's `ibv_post_send`, one frame each.
+    #[inline(always)]
     fn post_one<R: SendRequest + ?Sized>(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -231,7 +231,7 @@ impl SendQueue {
     ) -> Result<(), PostFailed> {
         let mut p = self.ring.producer();
         let slot = p.next_slot();
-        p.push_send(wr, has_dest, |wqe, inline| build_wqe(wqe, wr, inline))?;
+        p.push_send(wr, has_dest)?;
         p.publish();
         keep_hold(&mut self.holds, slot, wr);
         cmd::doorbell(fd, self.qp_handle).map_err(|e| PostFailed::new(1, PostError::Doorbell(e)))
@@ -241,7 +241,7 @@ impl SendQueue {
     /// another form of it such as the C ABI's), with the same checks and
     /// the same entry as [`SendQueue::post`]; [`PostError::Doorbell`] (at
     /// index 1) means it was posted and the doorbell failed.
-    #[inline]
+    #[inline(always)]
     pub fn post_request<R: SendRequest + ?Sized>(
         &mut self,
         fd: BorrowedFd<'_>,
@@ -274,7 +274,7 @@ fn has_dest(d: &rverbs_provider::wr::UdDest<'_>) -> bool {
 /// [`Producer::push_send`](crate::queue::Producer::push_send));
 /// `inline_flag` is `SendFlags::INLINE`'s bits if the payload is inline.
 #[inline(always)]
-fn build_wqe<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R, inline_flag: u32) {
+pub(crate) fn build_wqe<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R, inline_flag: u32) {
     let op = wr.opcode();
     hdr.wr.opcode = op as u32;
     hdr.wr.send_flags = wr.send_flags().difference(SendFlags::INLINE).bits() | inline_flag;

@@ -440,14 +440,15 @@ impl Producer<'_, &SendChecks> {
     /// ([`SendChecks::check`], with `has_dest` for a UD destination): the
     /// SGEs or inline bytes are copied after the header, whose `wr_id`,
     /// `dma` (length, SGE count) and zeroed rest are written here, then
-    /// `build` sets the opcode's fields, given `SendFlags::INLINE`'s bits if
-    /// the payload is inline (else 0). On error nothing is pushed.
+    /// [`crate::qp::build_wqe`] sets the opcode's fields (called here, not
+    /// passed in: a builder passed as a closure or function item was left
+    /// out of line in the C ABI's `ibv_post_send`). On error nothing is
+    /// pushed.
     #[inline(always)]
     pub(crate) fn push_send<R: SendRequest + ?Sized>(
         &mut self,
         wr: &R,
         has_dest: impl FnOnce(&UdDest<'_>) -> bool,
-        build: impl FnOnce(&mut SendWqe, u32),
     ) -> Result<(), PostError> {
         if self.full() {
             return Err(PostError::QueueFull);
@@ -501,7 +502,7 @@ impl Producer<'_, &SendChecks> {
                 sge_offset: 0,
                 reserved: 0,
             };
-            build(wqe, inline_flag);
+            crate::qp::build_wqe(wqe, wr, inline_flag);
         }
         self.advance_producer();
         Ok(())

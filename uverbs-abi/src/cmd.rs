@@ -406,7 +406,7 @@ struct Framed<Q> {
 /// As [`write_cmd`]: every user address `req` carries must be valid for
 /// what the command makes the kernel and device do with it, for as long
 /// as they may do it.
-#[inline]
+#[inline(always)]
 pub unsafe fn write_cmd_fixed<Q, R>(fd: BorrowedFd<'_>, command: u32, req: &Q) -> Result<R, Errno>
 where
     Q: IntoBytes + Immutable + Copy,

@@ -178,7 +178,9 @@ impl PostFailed {
     /// The largest queue limit a [`PostFailed`] keeps whole (2^24 - 1).
     pub const LIMIT_MAX: u32 = (1 << 24) - 1;
 
-    /// `error` at `index`.
+    /// `error` at `index`. In line: an error known where it is built
+    /// packs to constants (a `?` on an error not known there goes through
+    /// the cold `From<PostError>` instead).
     #[inline]
     pub fn new(index: usize, error: PostError) -> PostFailed {
         let (tag, limit, arg): (u8, u32, u64) = match error {
@@ -268,8 +270,11 @@ impl PostFailed {
 }
 
 impl From<PostError> for PostFailed {
-    /// The error at index 0.
-    #[inline]
+    /// The error at index 0. Out of line and cold: what `?` calls on a
+    /// refused request, whose packing would otherwise be compiled into
+    /// every posting function.
+    #[cold]
+    #[inline(never)]
     fn from(error: PostError) -> PostFailed {
         PostFailed::first(error)
     }
