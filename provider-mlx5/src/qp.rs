@@ -471,8 +471,9 @@ impl SendQueue {
             }
             last_ds = match self.post_checked(wr, cur_post, head.wrapping_add(nreq)) {
                 Ok(ds) => ds,
+                // Refused at its own index 0: at `nreq` in the chain.
                 Err(f) => {
-                    result = Err(f.shifted(nreq as usize));
+                    result = Err(PostFailed::new(nreq as usize, f.error()));
                     break;
                 }
             };

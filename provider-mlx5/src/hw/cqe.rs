@@ -109,10 +109,8 @@ impl CqRing {
 /// software's to read until the consumer index passes it.
 #[inline(always)]
 fn sw_cqe<'a>(base: NonNull<Cqe64>, ncqe: u32, i: u32) -> Option<Cqe<'a>> {
-    let slot = (i & (ncqe - 1)) as usize;
-    // SAFETY: the entry lies inside the ring (`slot < ncqe`), which the
-    // caller's borrow (`'a`) keeps mapped.
-    let p = unsafe { base.add(slot) };
+    // The caller's borrow (`'a`) keeps the ring mapped.
+    let p = entry(base, ncqe, i);
     // SAFETY: the entry's `op_own` byte (taken by raw pointer, no
     // reference to the entry); the device writes it concurrently, so read
     // it atomically (an `AtomicU8` has the alignment and size of a `u8`).
@@ -127,6 +125,16 @@ fn sw_cqe<'a>(base: NonNull<Cqe64>, ncqe: u32, i: u32) -> Option<Cqe<'a>> {
         p,
         _ring: PhantomData,
     })
+}
+
+/// The entry for counter `i` in the ring of `ncqe` entries (a power of
+/// two) at `base`: masked, so always inside the ring.
+#[inline(always)]
+fn entry(base: NonNull<Cqe64>, ncqe: u32, i: u32) -> NonNull<Cqe64> {
+    let slot = (i & (ncqe - 1)) as usize;
+    // SAFETY: `slot < ncqe`, so the entry lies inside the ring `base`
+    // starts.
+    unsafe { base.add(slot) }
 }
 
 /// Whether a CQE's `op_own` byte says the device wrote it on the lap
@@ -172,11 +180,9 @@ impl CqReader {
     /// outside the ring.
     #[inline(always)]
     pub(crate) fn seen_cqe(&self, i: u32) -> Cqe<'_> {
-        let slot = (i & (self.ncqe - 1)) as usize;
         Cqe {
-            // SAFETY: the entry lies inside the ring (`slot < ncqe`),
-            // which the borrow of `self` (holding `ring`) keeps mapped.
-            p: unsafe { self.base.add(slot) },
+            // The borrow of `self` (holding `ring`) keeps it mapped.
+            p: entry(self.base, self.ncqe, i),
             _ring: PhantomData,
         }
     }

@@ -367,21 +367,6 @@ mod send_check_tests {
     use super::*;
     use crate::wr::SendWr;
 
-    const OPCODES: [WrOpcode; 12] = [
-        WrOpcode::RdmaWrite,
-        WrOpcode::RdmaWriteWithImm,
-        WrOpcode::Send,
-        WrOpcode::SendWithImm,
-        WrOpcode::RdmaRead,
-        WrOpcode::AtomicCmpAndSwp,
-        WrOpcode::AtomicFetchAndAdd,
-        WrOpcode::LocalInv,
-        WrOpcode::BindMw,
-        WrOpcode::SendWithInv,
-        WrOpcode::Flush,
-        WrOpcode::AtomicWrite,
-    ];
-
     /// Providers skip `check_send` exactly for the opcodes in
     /// `simple_send_ops` without a UD destination: for every QP type,
     /// opcode, payload shape and destination, `check_send` must then
@@ -404,7 +389,7 @@ mod send_check_tests {
         };
         let mut skipped = 0;
         for qpt in [qp_type::RC, qp_type::UC, qp_type::UD] {
-            for op in OPCODES {
+            for op in WrOpcode::ALL {
                 for ud in [None, Some(dest)] {
                     for (length, sges) in [
                         (64u64, &one[..]),

@@ -260,13 +260,6 @@ impl PostFailed {
             _ => PostError::Doorbell(Errno::from_raw(arg as u32 as i32)),
         }
     }
-
-    /// The same error at `index` plus `base`: for a caller that posted
-    /// a chain in parts, `base` requests before this part.
-    #[inline]
-    pub fn shifted(self, base: usize) -> PostFailed {
-        PostFailed::new(self.index().saturating_add(base), self.error())
-    }
 }
 
 impl From<PostError> for PostFailed {
