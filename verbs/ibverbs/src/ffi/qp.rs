@@ -378,17 +378,6 @@ fn post_error_errno(f: &PostFailed) -> c_int {
     post_errno(&f.error())
 }
 
-/// A refused post of the C requests `from`: the one it names (at its
-/// index, else the first) and its errno.
-#[cold]
-#[inline(never)]
-fn refused<T: Copy>(from: &[T], f: PostFailed) -> (T, c_int) {
-    (
-        from.get(f.index()).copied().unwrap_or(from[0]),
-        post_error_errno(&f),
-    )
-}
-
 /// Posts `wrs` (their C requests in `from`) to the send queue; on
 /// refusal the C request to report and the errno.
 #[inline(always)]
@@ -400,7 +389,12 @@ pub(super) fn flush_send(
     if wrs.is_empty() {
         return Ok(());
     }
-    qp.post_send(wrs).map_err(|f| refused(from, f))
+    qp.post_send(wrs).map_err(|f| {
+        (
+            from.get(f.index()).copied().unwrap_or(from[0]),
+            post_error_errno(&f),
+        )
+    })
 }
 
 /// The flags of `IBV_SEND_*` this library takes.
@@ -839,7 +833,12 @@ fn flush_recv(
     if batch.is_empty() {
         return Ok(());
     }
-    post(batch).map_err(|f| refused(from, f))
+    post(batch).map_err(|f| {
+        (
+            from.get(f.index()).copied().unwrap_or(from[0]),
+            post_error_errno(&f),
+        )
+    })
 }
 
 /// Walks a receive chain, posting up to [`BATCH`] at a time with `post`;
