@@ -16,6 +16,7 @@ use rverbs_abi::mlx5::prm::{
 };
 use rverbs_abi::wr::Sge;
 use rverbs_provider::batch::{check_batch_wr, BatchWr};
+use rverbs_provider::wr::{SendRequest, WrOpcode};
 use rverbs_provider::PostError;
 use zerocopy::network_endian::{U16, U32, U64};
 
@@ -373,14 +374,9 @@ impl BatchCursor<'_> {
         let mut rest = wrs;
         let mut done = 0usize;
         while !rest.is_empty() {
-            let slot = self.cur_post & self.mask;
-            // BBs from `slot` to the ring's end (at least 1), and no
-            // further than the 16-bit WQE index's wrap (which a ring of
-            // at most 2^16 BBs never reaches inside a run).
-            let room =
-                ((self.mask - slot) as usize + 1).min(0x1_0000 - (self.cur_post & 0xffff) as usize);
+            let (slot, room) = run_room(self.cur_post, self.mask);
             let (run, after) = rest.split_at(rest.len().min(room));
-            let (n, err) = self.write_run::<RADDR>(slot as usize, run);
+            let (n, err) = self.write_run::<RADDR>(slot, run);
             done += n;
             if err.is_some() {
                 return (done, err);
@@ -449,7 +445,7 @@ impl BatchCursor<'_> {
                     // No data segment: one unit less.
                     lo -= 1;
                 }
-                bb.cast::<u64>().write(lo.swap_bytes());
+                bb.cast::<u64>().write(lo.to_be());
                 bb.add(8).cast::<u64>().write(self.ctrl_hi);
                 (*wrid.wrapping_add(head)).store(e.wr_id, Ordering::Relaxed);
                 (*wqe_head.wrapping_add(head)).store(head as u32, Ordering::Relaxed);
@@ -462,6 +458,305 @@ impl BatchCursor<'_> {
         self.head = head as u32;
         self.cur_post = self.cur_post.wrapping_add(n as u32);
         (n, err)
+    }
+}
+
+/// Where a run of one-BB WQEs written without wrapping starts, from
+/// producer counter `cur_post` of a ring of `mask + 1` BBs: its slot, and
+/// how many BBs it may take: up to the ring's end (at least 1), and no
+/// further than the 16-bit WQE index's wrap (which a ring of at most 2^16
+/// BBs never reaches inside a run).
+#[inline(always)]
+fn run_room(cur_post: u32, mask: u32) -> (usize, usize) {
+    let slot = cur_post & mask;
+    let room = ((mask - slot) as usize + 1).min(0x1_0000 - (cur_post & 0xffff) as usize);
+    (slot as usize, room)
+}
+
+/// Two 4-byte words as the 8 bytes they make in memory, `first` at the
+/// lower address.
+#[inline(always)]
+fn word_pair(first: u32, second: u32) -> u64 {
+    if cfg!(target_endian = "little") {
+        u64::from(first) | u64::from(second) << 32
+    } else {
+        u64::from(first) << 32 | u64::from(second)
+    }
+}
+
+/// What the chain loop ([`ChainCursor`]) needs of a work-request opcode
+/// on one queue: a table of 16 of them (see `SendQueue`'s `chain_ops`),
+/// built once when the queue is made.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ChainOp {
+    /// The control segment's first 8 bytes as a big-endian word, with WQE
+    /// index 0 and a data segment (as [`BatchCursor`]'s `ctrl_lo`): WQE
+    /// opcode in bits 32..40, `qpn << 8 | ds` in 0..32, `ds` 2, or 3 with
+    /// a remote-address segment (bit 0 says which). 0 if the opcode does
+    /// not take the fast path on the queue.
+    ctrl_lo: u64,
+    /// All ones if the opcode carries immediate data, else 0.
+    imm_mask: u32,
+}
+
+impl ChainOp {
+    /// The entry of a WQE opcode `opcode` (with a remote address if
+    /// `raddr`) on QP `qpn`.
+    pub(crate) fn new(opcode: u8, raddr: bool, imm_mask: u32, qpn: u32) -> ChainOp {
+        let ds = 2 + u32::from(raddr);
+        ChainOp {
+            ctrl_lo: u64::from(opcode) << 32 | u64::from(qpn << 8 | ds),
+            imm_mask,
+        }
+    }
+
+    /// Whether the opcode takes the fast path on the queue.
+    #[inline(always)]
+    fn is_fast(self) -> bool {
+        self.ctrl_lo != 0
+    }
+
+    /// Whether a remote-address segment follows the control segment.
+    #[inline(always)]
+    fn raddr(self) -> bool {
+        self.ctrl_lo & 1 != 0
+    }
+
+    /// The WQE's size in 16-byte units, with its data segment.
+    #[inline(always)]
+    fn ds(self) -> u32 {
+        (self.ctrl_lo & 0x3f) as u32
+    }
+}
+
+/// Writes the one-BB WQEs of a chain's common requests (a simple opcode,
+/// one SGE of 1 to 2^31 bytes, no UD destination: what
+/// `SendQueue::try_fast` takes, minus the empty SGE): the same bytes as
+/// [`Bb`] writes for each, with the ring's pointers in locals, the
+/// opcode's control words from a per-queue table ([`ChainOp`]), and the
+/// producer counters advanced as it writes. Borrowed from the ring, which
+/// keeps the memory mapped.
+pub(crate) struct ChainCursor<'r> {
+    start: *mut u8,
+    mask: u32,
+    wrid: *const AtomicU64,
+    wqe_head: *const AtomicU32,
+    /// Producer counter of BBs: where the next WQE goes.
+    pub(crate) cur_post: u32,
+    /// Producer counter of work requests (recorded with each WQE).
+    pub(crate) head: u32,
+    _ring: std::marker::PhantomData<&'r SendRing>,
+}
+
+impl SendRing {
+    /// The cursor a chain writes its common requests with, from producer
+    /// counters `cur_post` (BBs) and `head` (work requests) on (see
+    /// [`ChainCursor`]).
+    #[inline(always)]
+    pub(crate) fn chain_cursor(&self, cur_post: u32, head: u32) -> ChainCursor<'_> {
+        ChainCursor {
+            start: self.start,
+            mask: self.mask,
+            wrid: self.wrid,
+            wqe_head: self.wqe_head,
+            cur_post,
+            head,
+            _ring: std::marker::PhantomData,
+        }
+    }
+}
+
+impl ChainCursor<'_> {
+    /// Writes a WQE for each of the leading requests of `wrs` that the
+    /// chain loop takes (see [`ChainCursor`]; `ops` by work-request
+    /// opcode, `flags` the control segment's third word by the low three
+    /// send flags), in runs of consecutive BBs up to the ring's end, and
+    /// records each `wr_id` and WR counter. Stops at the first request it
+    /// does not take, writing nothing of it. Returns how many it wrote
+    /// and the last one's size in 16-byte units (0 if none).
+    ///
+    /// The caller owns the BBs of all of `wrs` (the ring has room for
+    /// them, one BB each at least: `max_post` allowed, and the doorbell
+    /// record does not cover them yet); the writes stay inside the ring
+    /// whatever `wrs` holds.
+    #[inline(always)]
+    pub(crate) fn write<R: SendRequest>(
+        &mut self,
+        wrs: &[R],
+        ops: &[ChainOp; 16],
+        flags: &[u32; 8],
+    ) -> (usize, u32) {
+        let mut rest = wrs;
+        let mut done = 0usize;
+        let mut last_ds = 0;
+        while !rest.is_empty() {
+            let (slot, room) = run_room(self.cur_post, self.mask);
+            let (run, after) = rest.split_at(rest.len().min(room));
+            let n = self.write_run(slot, run, ops, flags, &mut last_ds);
+            done += n;
+            if n < run.len() {
+                break;
+            }
+            rest = after;
+        }
+        (done, last_ds)
+    }
+
+    /// [`ChainCursor::write`]'s run: the leading requests of `run` (at
+    /// most the BBs from `slot` to the ring's end, and before the WQE
+    /// index wraps) that it takes, at BB `slot` on, without wrapping, in
+    /// stretches of one opcode (its table entry read once for each).
+    /// Returns how many it wrote; `last_ds` is the last one's size in
+    /// 16-byte units if it wrote any.
+    #[inline(always)]
+    fn write_run<R: SendRequest>(
+        &mut self,
+        slot: usize,
+        run: &[R],
+        ops: &[ChainOp; 16],
+        flags: &[u32; 8],
+        last_ds: &mut u32,
+    ) -> usize {
+        // SAFETY: `slot <= mask`, so `start + slot` BBs and `wrid`,
+        // `wqe_head` + `slot` entries are inside the ring (kept mapped by
+        // the borrowed ring) and the bookkeeping arrays (at least `mask +
+        // 1` entries); the pointers offset by `-first` with wrapping
+        // arithmetic, so that the WR counter indexes them (only the
+        // entries themselves are in bounds, and dereferenced).
+        let mut at = unsafe {
+            let first = self.head as usize;
+            RunPos {
+                bb: self.start.add(slot * SEND_WQE_BB as usize),
+                wrid: self.wrid.add(slot).wrapping_sub(first),
+                wqe_head: self.wqe_head.add(slot).wrapping_sub(first),
+                head: first,
+                idx: u64::from(self.cur_post as u16) << 40,
+            }
+        };
+        let first = at.head;
+        let mut rest = run;
+        while let [wr, ..] = rest {
+            let opcode = wr.opcode();
+            let op = ops[opcode as usize];
+            if !op.is_fast() {
+                break;
+            }
+            // SAFETY: `rest` is the end of `run`, its first `head -
+            // first` entries written, one BB each from `slot` on: `at`
+            // is at the BB after them, and the BBs of `rest` follow it
+            // inside the ring (see `write`'s contract for their owner).
+            let n = unsafe {
+                match (op.raddr(), op.imm_mask != 0) {
+                    (true, false) => at.write::<R, true, false>(rest, opcode, op, flags),
+                    (true, true) => at.write::<R, true, true>(rest, opcode, op, flags),
+                    (false, false) => at.write::<R, false, false>(rest, opcode, op, flags),
+                    (false, true) => at.write::<R, false, true>(rest, opcode, op, flags),
+                }
+            };
+            if n == 0 {
+                break;
+            }
+            // A request taken has a data segment: the entry's size.
+            *last_ds = op.ds();
+            rest = &rest[n..];
+        }
+        let n = at.head.wrapping_sub(first);
+        self.head = at.head as u32;
+        self.cur_post = self.cur_post.wrapping_add(n as u32);
+        n
+    }
+
+    /// Moves the producer counters past a WQE of `bbs` BBs written
+    /// elsewhere (the general path's).
+    #[inline(always)]
+    pub(crate) fn skip(&mut self, bbs: u32) {
+        self.cur_post = self.cur_post.wrapping_add(bbs);
+        self.head = self.head.wrapping_add(1);
+    }
+}
+
+/// Where [`ChainCursor`]'s run stands: the next BB, the bookkeeping
+/// arrays (offset so that the WR counter indexes them), the WR counter
+/// and the next WQE index (bits 40..56 of a control segment's first
+/// word).
+struct RunPos {
+    bb: *mut u8,
+    wrid: *const AtomicU64,
+    wqe_head: *const AtomicU32,
+    head: usize,
+    idx: u64,
+}
+
+impl RunPos {
+    /// Writes the leading requests of `reqs` that have `opcode` (whose
+    /// entry is `op`: with a remote-address segment if `RADDR`, with
+    /// immediate data if `IMM`) and the chain loop takes, one BB each
+    /// from `self.bb` on; returns how many.
+    ///
+    /// # Safety
+    /// `self.bb` and the `reqs.len() - 1` BBs after it are inside the
+    /// ring, the caller's to write; the bookkeeping entries the WR
+    /// counter indexes for as many requests are inside their arrays.
+    #[inline(always)]
+    unsafe fn write<R: SendRequest, const RADDR: bool, const IMM: bool>(
+        &mut self,
+        reqs: &[R],
+        opcode: WrOpcode,
+        op: ChainOp,
+        flags: &[u32; 8],
+    ) -> usize {
+        let start = self.head;
+        // The control segment's first word, its index counted up.
+        let mut lo = op.ctrl_lo | self.idx;
+        for wr in reqs {
+            let Some(sge) = wr.lone_sge() else { break };
+            if wr.opcode() != opcode {
+                break;
+            }
+            let (addr, word, len) = sge_words(sge);
+            // `len` in 1..=2^31 exactly when its negation is negative:
+            // 0 (no data segment) and more than `MAX_MSG` (refused) are
+            // the general path's.
+            if (len.wrapping_neg() as i32) >= 0 {
+                break;
+            }
+            let bb = self.bb;
+            let hi = if IMM {
+                word_pair(
+                    flags[(wr.send_flags().bits() & 7) as usize],
+                    wr.imm_data().to_be(),
+                )
+            } else {
+                word_pair(flags[(wr.send_flags().bits() & 7) as usize], 0)
+            };
+            // SAFETY: `bb` is a BB the caller lets us write (see above),
+            // 64-byte aligned; each store is an aligned word of it, at
+            // most 48 bytes in (control, remote address, data segment;
+            // the offsets are asserted with `BatchCursor`'s). The
+            // bookkeeping entries are the caller's too.
+            unsafe {
+                let mut seg = bb.add(SEG);
+                if RADDR {
+                    seg.cast::<u64>().write(wr.remote_addr().to_be());
+                    seg.add(8)
+                        .cast::<u64>()
+                        .write(word_pair(wr.rkey().to_be(), 0));
+                    seg = seg.add(SEG);
+                }
+                seg.cast::<u64>().write(data_lo(word));
+                seg.add(8).cast::<u64>().write(addr.to_be());
+                bb.cast::<u64>().write(lo.to_be());
+                bb.add(8).cast::<u64>().write(hi);
+                (*self.wrid.wrapping_add(self.head)).store(wr.wr_id(), Ordering::Relaxed);
+                (*self.wqe_head.wrapping_add(self.head)).store(self.head as u32, Ordering::Relaxed);
+                self.bb = bb.add(SEND_WQE_BB as usize);
+            }
+            self.head = self.head.wrapping_add(1);
+            lo = lo.wrapping_add(1 << 40);
+        }
+        let n = self.head.wrapping_sub(start);
+        self.idx = self.idx.wrapping_add((n as u64) << 40);
+        n
     }
 }
 

@@ -29,19 +29,9 @@ impl SendQueue {
             return Err(PostFailed::first(PostError::InvalidState));
         }
         self.checks.check_batch(batch)?;
-        // How many of `wrs` fit: `max_post` requests may be outstanding.
-        // The consumer counter is re-read only if the cached one says the
-        // batch does not fit.
-        let mut room = self
-            .max_post
-            .saturating_sub(self.head.wrapping_sub(self.tail));
-        if (room as usize) < wrs.len() {
-            self.tail = self.shared.retired();
-            room = self
-                .max_post
-                .saturating_sub(self.head.wrapping_sub(self.tail));
-        }
-        let (todo, full) = match wrs.split_at_checked(room as usize) {
+        // How many of `wrs` fit.
+        let room = self.room(wrs.len());
+        let (todo, full) = match wrs.split_at_checked(room) {
             Some((todo, _)) if todo.len() < wrs.len() => (todo, true),
             _ => (wrs, false),
         };
