@@ -176,7 +176,7 @@ int main(void)
 	struct ibv_qp *qa, *qb, *ua, *ub, *da, *db, *sa, *sb;
 	struct ibv_srq *srq;
 	struct ibv_ah *ah;
-	int n, i;
+	int n, i, r;
 
 	list = check_ptr("open", ibv_get_device_list(&n));
 	if (n < 1 || strcmp(ibv_get_device_name(list[0]), "mlx5_0"))
@@ -296,6 +296,41 @@ int main(void)
 		wait_n("wrap", 1);
 	}
 	pass("wrap");
+	/*
+	 * Chains of 12 mixing every opcode of the common path (one doorbell
+	 * each), a 2-SGE and an inline WRITE among them; ten of them go
+	 * round the ring (mixed_chain() in mlx5_wqe_seq.rs is the twin).
+	 */
+	for (r = 0; r < 10; r++) {
+		struct ibv_send_wr w[12], *bad;
+		struct ibv_sge s[12][3];
+
+		for (i = 0; i < 3; i++)
+			recv_on("mixed_chain", qb, NULL, 300 + 3 * r + i, 256, 0);
+		for (i = 0; i < 12; i++) {
+			struct wr_desc d = { .wr_id = 400 + 12 * r + i, .nsge = 1,
+					     .loff = { SRC + 0x40 * i }, .len = { 16 + 8 * i },
+					     .roff = DST + 0x3000 + 0x80 * i };
+
+			switch (i) {
+			case 2: d.opcode = IBV_WR_RDMA_WRITE_WITH_IMM; d.imm = 0x1000 + r; break;
+			case 3: d.opcode = IBV_WR_SEND; break;
+			case 4: d.opcode = IBV_WR_SEND_WITH_IMM; d.imm = 0x2000 + r; break;
+			case 5: d.opcode = IBV_WR_RDMA_READ; break;
+			case 6: d.opcode = IBV_WR_RDMA_WRITE; d.flags = IBV_SEND_INLINE; break;
+			case 7: d.opcode = IBV_WR_RDMA_WRITE; d.flags = IBV_SEND_FENCE; break;
+			case 8: d.opcode = IBV_WR_RDMA_WRITE; d.nsge = 2;
+				d.loff[1] = SRC + 0x800; d.len[1] = 8; break;
+			case 11: d.opcode = IBV_WR_RDMA_WRITE; d.flags = SIG; break;
+			default: d.opcode = IBV_WR_RDMA_WRITE; break;
+			}
+			fill_wr(&w[i], s[i], &d);
+			w[i].next = i < 11 ? &w[i + 1] : NULL;
+		}
+		check_ret("mixed_chain", ibv_post_send(qa, w, &bad));
+		wait_n("mixed_chain", 1 + 3);
+	}
+	pass("mixed_chain");
 
 	/* UC, ua -> ub. */
 	recv_on("uc_send", ub, NULL, 200, 256, 0);

@@ -507,6 +507,74 @@ fn run() -> R {
         )?;
     }
     pass("wrap");
+    // Chains of 12 mixing every opcode of the common path (one doorbell
+    // each), a 2-SGE and an inline WRITE among them; ten of them go round
+    // the ring (see wqe_seq.c).
+    for r in 0..10u32 {
+        for i in 0..3 {
+            s.recv_on(
+                "mixed_chain",
+                Some(&mut qb),
+                None,
+                300 + 3 * u64::from(r) + i,
+                256,
+                0,
+            )?;
+        }
+        let chain: Vec<Desc> = (0..12usize)
+            .map(|i| {
+                let base = Desc {
+                    loff: [SRC + 0x40 * i, 0, 0],
+                    len: [16 + 8 * i as u32, 0, 0],
+                    nsge: 1,
+                    roff: DST + 0x3000 + 0x80 * i,
+                    ..d(
+                        400 + 12 * u64::from(r) + i as u64,
+                        WrOpcode::RdmaWrite,
+                        SendFlags::empty(),
+                    )
+                };
+                match i {
+                    2 => Desc {
+                        opcode: Some(WrOpcode::RdmaWriteWithImm),
+                        imm: 0x1000 + r,
+                        ..base
+                    },
+                    3 => Desc {
+                        opcode: Some(WrOpcode::Send),
+                        ..base
+                    },
+                    4 => Desc {
+                        opcode: Some(WrOpcode::SendWithImm),
+                        imm: 0x2000 + r,
+                        ..base
+                    },
+                    5 => Desc {
+                        opcode: Some(WrOpcode::RdmaRead),
+                        ..base
+                    },
+                    6 => Desc {
+                        flags: inline,
+                        ..base
+                    },
+                    7 => Desc {
+                        flags: SendFlags::FENCE,
+                        ..base
+                    },
+                    8 => Desc {
+                        loff: [base.loff[0], SRC + 0x800, 0],
+                        len: [base.len[0], 8, 0],
+                        nsge: 2,
+                        ..base
+                    },
+                    11 => Desc { flags: sig, ..base },
+                    _ => base,
+                }
+            })
+            .collect();
+        s.post("mixed_chain", &mut qa, &chain, None, 1 + 3)?;
+    }
+    pass("mixed_chain");
 
     // UC, ua -> ub.
     s.recv_on("uc_send", Some(&mut ub), None, 200, 256, 0)?;
