@@ -506,10 +506,12 @@ impl SendQueue {
     /// [`SendQueue::post`] of a chain (or of nothing), in runs: the
     /// common requests (see [`ChainCursor`]) in a tight loop, each other
     /// one checked and written by the general path. The ring's room is
-    /// taken once for the whole chain (requests past it end with
-    /// [`PostError::QueueFull`] at the first of them). Same bytes, same
-    /// result as [`SendQueue::post_chain`]. Out of line: the lone
-    /// request's path keeps a small frame.
+    /// taken once for the whole chain, from the consumer counter as it
+    /// stands then (requests past it end with [`PostError::QueueFull`] at
+    /// the first of them). Same bytes, same result as
+    /// [`SendQueue::post_chain`] (which may see completions retired
+    /// during the chain). Out of line: the lone request's path keeps a
+    /// small frame.
     #[inline(never)]
     fn post_slice<R: SendRequest>(&mut self, wrs: &[R]) -> Result<(), PostFailed> {
         let (todo, full) = wrs.split_at(self.room(wrs.len()).min(wrs.len()));
