@@ -14,7 +14,7 @@ if [ -z "${BASH_VERSION:-}" ]; then
 fi
 set -u
 
-ours="${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs"
+ours="${RVERBS_BIN:-${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs}"
 dev=rxe0
 port=19760
 work=$(mktemp -d /tmp/watch.XXXXXX)

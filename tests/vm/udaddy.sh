@@ -12,7 +12,7 @@ if [ -z "${BASH_VERSION:-}" ]; then
 fi
 set -u
 
-ours="${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs"
+ours="${RVERBS_BIN:-${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs}"
 addr=10.0.0.1
 count=10
 # udaddy's port (it has no option for it).

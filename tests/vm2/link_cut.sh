@@ -24,7 +24,7 @@ set -u
 : "${RVERBS_PEER_RUN_DIR:?not in a two-guest run}"
 PORT=18700
 TARGET=${RVERBS_TARGET_DIR:-$PWD/target}
-RVERBS="$TARGET/debug/rverbs"
+RVERBS="${RVERBS_BIN:-$TARGET/debug/rverbs}"
 # One 1 KiB RDMA WRITE per packet, far more than fit in the run, over the
 # IPv4 RoCE v2 GID (index 1). Our stdout is line-buffered, so the
 # connection shows in the log at once.

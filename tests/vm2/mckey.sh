@@ -18,7 +18,7 @@ set -u
 : "${RVERBS_ROLE:?not in a two-guest run: use cargo xtask vm2 -- bash $0}"
 : "${RVERBS_PEER_ADDR:?not in a two-guest run: use cargo xtask vm2 -- bash $0}"
 TARGET=${RVERBS_TARGET_DIR:-$PWD/target}
-RVERBS="$TARGET/debug/rverbs"
+RVERBS="${RVERBS_BIN:-$TARGET/debug/rverbs}"
 COUNT=10
 RUN_LIMIT=60
 SYNC_LIMIT=40

@@ -12,7 +12,7 @@ set -u
 : "${RVERBS_ROLE:?not in a two-guest run: use cargo xtask vm2 -- sh $0}"
 : "${RVERBS_PEER_ADDR:?not in a two-guest run: use cargo xtask vm2 -- sh $0}"
 TARGET=${RVERBS_TARGET_DIR:-$PWD/target}
-RVERBS="$TARGET/debug/rverbs"
+RVERBS="${RVERBS_BIN:-$TARGET/debug/rverbs}"
 COUNT=10
 RUN_LIMIT=60
 CONNECT_LIMIT=25

@@ -26,7 +26,7 @@ set -u
 : "${RVERBS_RUN_DIR:?not in a two-guest run}"
 : "${RVERBS_PEER_RUN_DIR:?not in a two-guest run}"
 TARGET=${RVERBS_TARGET_DIR:-$PWD/target}
-RVERBS="$TARGET/debug/rverbs"
+RVERBS="${RVERBS_BIN:-$TARGET/debug/rverbs}"
 RUN_LIMIT=90
 READY_LIMIT=30
 ROWS=""

@@ -19,7 +19,7 @@ set -u
 : "${RVERBS_ROLE:?not in a two-guest run: use cargo xtask vm2 -- sh $0}"
 : "${RVERBS_PEER_ADDR:?not in a two-guest run: use cargo xtask vm2 -- sh $0}"
 TARGET=${RVERBS_TARGET_DIR:-$PWD/target}
-RVERBS="$TARGET/debug/rverbs"
+RVERBS="${RVERBS_BIN:-$TARGET/debug/rverbs}"
 CONNS=4
 COUNT=10
 SIZE=1024

@@ -18,7 +18,7 @@ a | b) ;;
     ;;
 esac
 TARGET=${RVERBS_TARGET_DIR:-$PWD/target}
-RVERBS="$TARGET/debug/rverbs"
+RVERBS="${RVERBS_BIN:-$TARGET/debug/rverbs}"
 # Exchanges per run: each round trip takes tens of ms on the emulated link.
 ITERS=${PP_ITERS:-20}
 # Bound on one pingpong process and on a client's connection attempts.
