@@ -12,7 +12,8 @@ fi
 set -u
 
 # RVERBS_BIN: the rverbs binary to test (tests/vm/static.sh passes the
-# static build); by default the debug build of the workspace.
+# static build; `cargo xtask test` the debug build's copy in the guest's
+# tmpfs); by default the debug build of the workspace.
 ours="${RVERBS_BIN:-${RVERBS_TARGET_DIR:?RVERBS_TARGET_DIR is not set}/debug/rverbs}"
 dev=rxe0
 work=$(mktemp -d /tmp/devinfo_compare.XXXXXX)
