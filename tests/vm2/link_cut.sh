@@ -17,6 +17,7 @@
 #
 # The guests coordinate through their run folders in the shared workspace
 # (the link is down by then). Every wait is bounded by the clock.
+# xtask: last in the pair
 set -u
 : "${RVERBS_ROLE:?not in a two-guest run: use cargo xtask vm2 -- sh $0}"
 : "${RVERBS_PEER_ADDR:?not in a two-guest run}"
@@ -83,6 +84,9 @@ if [ "$RVERBS_ROLE" = b ]; then
     : >"$RVERBS_RUN_DIR/cut"
     # Stay up, link down, until a's client has ended.
     wait_file "$RVERBS_PEER_RUN_DIR/done" 90 || echo "note: guest a did not report back within 90 s"
+    # The link back up before the server's QP is destroyed: with it down,
+    # rxe holds the QP (and its process) for about 50 s, then warns.
+    ip link set eth0 up || echo "note: ip link set eth0 up failed"
     kill "$server" 2>/dev/null
     wait "$server" 2>/dev/null
     exit 0

@@ -5,9 +5,6 @@
 # fails on a mismatch). rdma-core<->rdma-core, then ours in both
 # directions. Each side must exit 0; the client must print one
 # "ping data: rdma-ping-N: ..." line per ping.
-# rdma_cm over a real link on the first kernel; the other kernels run
-# rping.sh and the rc/link-cut pairs:
-# xtask: first kernel only
 set -u
 : "${RVERBS_ROLE:?not in a two-guest run: use cargo xtask vm2 -- sh $0}"
 : "${RVERBS_PEER_ADDR:?not in a two-guest run: use cargo xtask vm2 -- sh $0}"

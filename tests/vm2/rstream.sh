@@ -6,7 +6,8 @@
 # listens (guest a opens a TCP port, the run's port + 1000, after its
 # rdma_cm listener is up).
 #
-# Then the link is cut under a stream (last: it stays cut): guest b's
+# Then the link is cut under a stream (last: it stays cut; `cargo xtask
+# test` mends it before its next script): guest b's
 # client (ours, blocking, keep-alive every second) sends 1 MB transfers to
 # guest a's server (ours, blocking, keep-alive every second); once a has
 # received a good amount, a's neighbour entry for b is replaced by a MAC
@@ -16,7 +17,6 @@
 # transport retries; the reader's keep-alive probes (and credit grants)
 # do too, unless the writer's exit reached it first as a disconnect
 # (b's packets still reach a): either is an error naming the failure.
-# xtask: first kernel only
 if [ -z "${BASH_VERSION:-}" ]; then
     exec bash "$0" "$@"
 fi

@@ -9,9 +9,6 @@
 # port (RUN's port + 1000) after its rdma_cm listener is up, and guest b
 # waits until it can connect there (a rejected connection would leave
 # the server waiting for the rest of its -c connections).
-# rdma_cm over a real link on the first kernel; the other kernels run
-# tests/vm/ucmatose.sh:
-# xtask: first kernel only
 if [ -z "${BASH_VERSION:-}" ]; then
     exec bash "$0" "$@"
 fi

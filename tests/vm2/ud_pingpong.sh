@@ -5,9 +5,6 @@
 # link's 1024-byte MTU. When our `rverbs ud-pingpong` is built, also
 # ours<->rdma-core in both directions. Each side must exit 0 and print the
 # exact byte and iteration counts.
-# UD over a real link on the first kernel; the other kernels run UD in
-# interop.sh and the rc/link-cut pairs:
-# xtask: first kernel only
 set -u
 . "$(dirname "$0")/lib/pingpong.sh"
 
