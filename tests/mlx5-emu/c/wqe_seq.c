@@ -298,8 +298,9 @@ int main(void)
 	pass("wrap");
 	/*
 	 * Chains of 12 mixing every opcode of the common path (one doorbell
-	 * each), a 2-SGE and an inline WRITE among them; ten of them go
-	 * round the ring (mixed_chain() in mlx5_wqe_seq.rs is the twin).
+	 * each), a FETCH_AND_ADD and a 2-SGE WRITE among them (no inline
+	 * request: our libibverbs posts one on its own, a doorbell more);
+	 * ten of them go round the ring (mlx5_wqe_seq.rs has the twin).
 	 */
 	for (r = 0; r < 10; r++) {
 		struct ibv_send_wr w[12], *bad;
@@ -317,7 +318,8 @@ int main(void)
 			case 3: d.opcode = IBV_WR_SEND; break;
 			case 4: d.opcode = IBV_WR_SEND_WITH_IMM; d.imm = 0x2000 + r; break;
 			case 5: d.opcode = IBV_WR_RDMA_READ; break;
-			case 6: d.opcode = IBV_WR_RDMA_WRITE; d.flags = IBV_SEND_INLINE; break;
+			case 6: d.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD; d.loff[0] = SRC + 0x3100 + 8 * r;
+				d.len[0] = 8; d.roff = ATOM + 0x100 + 8 * r; d.add_swap = 1 + r; break;
 			case 7: d.opcode = IBV_WR_RDMA_WRITE; d.flags = IBV_SEND_FENCE; break;
 			case 8: d.opcode = IBV_WR_RDMA_WRITE; d.nsge = 2;
 				d.loff[1] = SRC + 0x800; d.len[1] = 8; break;

@@ -508,8 +508,8 @@ fn run() -> R {
     }
     pass("wrap");
     // Chains of 12 mixing every opcode of the common path (one doorbell
-    // each), a 2-SGE and an inline WRITE among them; ten of them go round
-    // the ring (see wqe_seq.c).
+    // each), a FETCH_AND_ADD and a 2-SGE WRITE among them; ten of them go
+    // round the ring (see wqe_seq.c).
     for r in 0..10u32 {
         for i in 0..3 {
             s.recv_on(
@@ -554,7 +554,11 @@ fn run() -> R {
                         ..base
                     },
                     6 => Desc {
-                        flags: inline,
+                        opcode: Some(WrOpcode::AtomicFetchAndAdd),
+                        loff: [SRC + 0x3100 + 8 * r as usize, 0, 0],
+                        len: [8, 0, 0],
+                        roff: ATOM + 0x100 + 8 * r as usize,
+                        add_swap: 1 + u64::from(r),
                         ..base
                     },
                     7 => Desc {
