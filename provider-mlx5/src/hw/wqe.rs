@@ -222,16 +222,10 @@ impl SendRing {
         let imm = c.imm.to_bytes();
         let rkey = c.rkey.to_bytes();
         BatchCursor {
-            start: self.start,
-            mask: self.mask,
-            wrid: self.wrid,
-            wqe_head: self.wqe_head,
-            cur_post,
-            head,
+            at: self.chain_cursor(cur_post, head),
             ctrl_lo: u64::from(c.opcode) << 32 | u64::from(c.qpn << 8 | (c.ds + 1)),
             ctrl_hi: u64::from_ne_bytes([0, 0, 0, c.fm_ce_se, imm[0], imm[1], imm[2], imm[3]]),
             rkey_hi: u64::from_ne_bytes([rkey[0], rkey[1], rkey[2], rkey[3], 0, 0, 0, 0]),
-            _ring: std::marker::PhantomData,
         }
     }
 
@@ -334,14 +328,8 @@ fn sge_words(sge: &Sge) -> (u64, u64, u32) {
 /// producer counters advanced as it writes. Borrowed from the ring, which
 /// keeps the memory mapped.
 pub(crate) struct BatchCursor<'r> {
-    start: *mut u8,
-    mask: u32,
-    wrid: *const AtomicU64,
-    wqe_head: *const AtomicU32,
-    /// Producer counter of BBs: where the next WQE goes.
-    cur_post: u32,
-    /// Producer counter of work requests (recorded with each WQE).
-    head: u32,
+    /// The ring's pointers and the producer counters.
+    at: ChainCursor<'r>,
     /// The control segment's first 8 bytes before the byte swap, with
     /// WQE index 0 and a data segment: opcode in bits 32..40, the index
     /// goes in 40..56 (opcode modifier 0 in 56..64), `qpn << 8 | ds` in
@@ -352,7 +340,6 @@ pub(crate) struct BatchCursor<'r> {
     ctrl_hi: u64,
     /// Bytes 8..16 of the remote-address segment: rkey, reserved 0.
     rkey_hi: u64,
-    _ring: std::marker::PhantomData<&'r SendRing>,
 }
 
 impl BatchCursor<'_> {
@@ -374,7 +361,7 @@ impl BatchCursor<'_> {
         let mut rest = wrs;
         let mut done = 0usize;
         while !rest.is_empty() {
-            let (slot, room) = run_room(self.cur_post, self.mask);
+            let (slot, room) = run_room(self.at.cur_post, self.at.mask);
             let (run, after) = rest.split_at(rest.len().min(room));
             let (n, err) = self.write_run::<RADDR>(slot, run);
             done += n;
@@ -398,26 +385,24 @@ impl BatchCursor<'_> {
         let mut err = None;
         // The WQE index in bits 40..56, counted up there: it does not
         // wrap inside a run.
-        let mut ctrl_lo = self.ctrl_lo | u64::from(self.cur_post as u16) << 40;
-        // The WR counter, as the index of the run's bookkeeping entries
-        // too: the arrays' pointers are offset by its start.
-        let first = self.head as usize;
+        let mut ctrl_lo = self.ctrl_lo | u64::from(self.at.cur_post as u16) << 40;
+        // SAFETY: `slot <= mask` (`run_room`'s).
+        let RunPos {
+            mut bb,
+            wrid,
+            wqe_head,
+            head: first,
+            ..
+        } = unsafe { self.at.run_pos(slot) };
         let mut head = first;
-        // SAFETY: `slot <= mask`, so `start + slot` BBs and `wrid`,
-        // `wqe_head` + `slot` entries are inside the ring (kept mapped by
-        // the borrowed ring) and the bookkeeping arrays (at least `mask +
-        // 1` entries); `run` has at most `mask + 1 - slot` entries, so
-        // every BB below, advanced once per entry written, and every
-        // bookkeeping entry `head - first` past `slot` (the pointers
-        // offset by `-first` with wrapping arithmetic, so only the
-        // entries themselves are in bounds, and dereferenced) stay
-        // inside them. The BBs are the caller's to write (see `write`);
-        // each store is an aligned word of one (BBs are 64-byte aligned;
-        // the offsets are asserted above).
+        // SAFETY: `run` has at most `mask + 1 - slot` entries, so every
+        // BB below, advanced once per entry written from `slot`'s, and
+        // every bookkeeping entry `head - first` past `slot`'s stay inside
+        // the ring and the arrays (see `run_pos`). The BBs are the
+        // caller's to write (see `write`); each store is an aligned word
+        // of one (BBs are 64-byte aligned; the offsets are asserted
+        // above).
         unsafe {
-            let mut bb = self.start.add(slot * SEND_WQE_BB as usize);
-            let wrid = self.wrid.add(slot).wrapping_sub(first);
-            let wqe_head = self.wqe_head.add(slot).wrapping_sub(first);
             for e in run {
                 let (addr, word, len) = sge_words(&e.sge);
                 // One test for the two rare lengths: 0 (no data segment)
@@ -455,8 +440,8 @@ impl BatchCursor<'_> {
             }
         }
         let n = head.wrapping_sub(first);
-        self.head = head as u32;
-        self.cur_post = self.cur_post.wrapping_add(n as u32);
+        self.at.head = head as u32;
+        self.at.cur_post = self.at.cur_post.wrapping_add(n as u32);
         (n, err)
     }
 }
@@ -529,7 +514,11 @@ impl ChainOp {
     }
 }
 
-/// Writes the one-BB WQEs of a chain's common requests (a simple opcode,
+/// The ring's pointers copied out (into locals, where the compiler keeps
+/// them in registers: raw stores to the ring could alias the ring's own
+/// fields) and the producer counters, advanced as WQEs are written: the
+/// base of [`BatchCursor`], and on its own the chain loop's writer, which
+/// writes the one-BB WQEs of a chain's common requests (a simple opcode,
 /// one SGE of 1 to 2^31 bytes, no UD destination: what
 /// `SendQueue::try_fast` takes, minus the empty SGE): the same bytes as
 /// [`Bb`] writes for each, with the ring's pointers in locals, the
@@ -617,22 +606,8 @@ impl ChainCursor<'_> {
         flags: &[u32; 8],
         last_ds: &mut u32,
     ) -> usize {
-        // SAFETY: `slot <= mask`, so `start + slot` BBs and `wrid`,
-        // `wqe_head` + `slot` entries are inside the ring (kept mapped by
-        // the borrowed ring) and the bookkeeping arrays (at least `mask +
-        // 1` entries); the pointers offset by `-first` with wrapping
-        // arithmetic, so that the WR counter indexes them (only the
-        // entries themselves are in bounds, and dereferenced).
-        let mut at = unsafe {
-            let first = self.head as usize;
-            RunPos {
-                bb: self.start.add(slot * SEND_WQE_BB as usize),
-                wrid: self.wrid.add(slot).wrapping_sub(first),
-                wqe_head: self.wqe_head.add(slot).wrapping_sub(first),
-                head: first,
-                idx: u64::from(self.cur_post as u16) << 40,
-            }
-        };
+        // SAFETY: `slot <= mask` (`run_room`'s).
+        let mut at = unsafe { self.run_pos(slot) };
         let first = at.head;
         let mut rest = run;
         while let [wr, ..] = rest {
@@ -666,6 +641,32 @@ impl ChainCursor<'_> {
         n
     }
 
+    /// Where a run of one-BB WQEs from BB `slot` on starts ([`RunPos`]):
+    /// that BB, the bookkeeping arrays offset by the WR counter (so that
+    /// it indexes them), the counter and the WQE index.
+    ///
+    /// # Safety
+    /// `slot <= mask`. Then `start + slot` BBs and `wrid`, `wqe_head` +
+    /// `slot` entries are inside the ring (kept mapped by the borrowed
+    /// ring) and the bookkeeping arrays (at least `mask + 1` entries);
+    /// the offset by `-head` is wrapping arithmetic, so only the entries
+    /// the counter then indexes are in bounds, and only those may be
+    /// dereferenced.
+    #[inline(always)]
+    unsafe fn run_pos(&self, slot: usize) -> RunPos {
+        let first = self.head as usize;
+        // SAFETY: as the caller guarantees (see above).
+        unsafe {
+            RunPos {
+                bb: self.start.add(slot * SEND_WQE_BB as usize),
+                wrid: self.wrid.add(slot).wrapping_sub(first),
+                wqe_head: self.wqe_head.add(slot).wrapping_sub(first),
+                head: first,
+                idx: u64::from(self.cur_post as u16) << 40,
+            }
+        }
+    }
+
     /// Moves the producer counters past a WQE of `bbs` BBs written
     /// elsewhere (the general path's).
     #[inline(always)]
@@ -675,10 +676,10 @@ impl ChainCursor<'_> {
     }
 }
 
-/// Where [`ChainCursor`]'s run stands: the next BB, the bookkeeping
-/// arrays (offset so that the WR counter indexes them), the WR counter
-/// and the next WQE index (bits 40..56 of a control segment's first
-/// word).
+/// Where a run of a [`ChainCursor`] or a [`BatchCursor`] stands: the
+/// next BB, the bookkeeping arrays (offset so that the WR counter indexes
+/// them), the WR counter and the next WQE index (bits 40..56 of a control
+/// segment's first word).
 struct RunPos {
     bb: *mut u8,
     wrid: *const AtomicU64,
