@@ -24,7 +24,7 @@ use std::io;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
-use std::task::{Context as TaskContext, Poll};
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
 
 use ::tokio::io::unix::AsyncFd;
@@ -159,6 +159,11 @@ pub struct AsyncRdmaStream {
     sock: Socket,
     /// Whether the CQ is armed since its channel was last drained.
     armed: bool,
+    /// The task of a read, then of a write, that returned `Pending`:
+    /// woken by the other side when it consumes the CQ's or rdma_cm's
+    /// events (which disarms the CQ and may make the waiting side's
+    /// progress: it must look again, and arm again before it sleeps).
+    waiting: [Option<Waker>; 2],
 }
 
 /// One side's registrations of the two fds, and its keep-alive timer.
@@ -239,6 +244,7 @@ impl AsyncRdmaStream {
             write_fds: fds(&sock)?,
             sock,
             armed: false,
+            waiting: [None, None],
         })
     }
 
@@ -326,7 +332,14 @@ impl AsyncRdmaStream {
                 self.sock.on_cm_event()?;
                 woke = true;
             }
-            if !woke {
+            if woke {
+                // The other side may be asleep on what this side just
+                // consumed (its registration saw the same readiness, but
+                // the CQ is disarmed now and the completions polled).
+                if let Some(w) = self.waiting[usize::from(!write)].take() {
+                    w.wake();
+                }
+            } else {
                 // With keep-alive on, a wait quiet for an interval probes
                 // the peer (as the blocking streams' waits do): a probe
                 // that cannot be delivered fails, and that failure's
@@ -336,6 +349,10 @@ impl AsyncRdmaStream {
                         self.sock.send_probe()?;
                         continue;
                     }
+                }
+                let slot = &mut self.waiting[usize::from(write)];
+                if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *slot = Some(cx.waker().clone());
                 }
                 return Poll::Pending;
             }
