@@ -13,7 +13,8 @@
 # figures relayed over perftest's report exchange, for send bw and send
 # and write lat its own; the server of read and atomic lat prints no row
 # (perftest's does not), which is checked too.
-# Then our client against a port nobody listens on: a clear "rejected"
+# Then the sweeps (-a) of every test with perftest (one on the kernels
+# after the first; below). Then our client against a port nobody listens on: a clear "rejected"
 # error within its retry window. Rows go to the interop matrix
 # ($RVERBS_REPORT); exits 1 if any failed.
 if [ -z "${BASH_VERSION:-}" ]; then
@@ -69,7 +70,11 @@ record() {
 # SIZE: no -s, the test's own: atomics move 8 bytes).
 cmd_of() {
     local who=$1 role=$2 test=$3 size=$4 p=$5 s=""
-    [ "$size" = - ] || s="-s $size "
+    case $size in
+    -) ;;
+    all) s="-a " ;;
+    *) s="-s $size " ;;
+    esac
     if [ "$who" = ours ]; then
         printf '%q perf %s -R -d %s %s-n %s -p %s --timeout 60' \
             "$ours" "$test" "$dev" "$s" "$iters" "$p"
@@ -176,6 +181,111 @@ for t in "send bw:4096" "read bw:4096" "atomic bw:-" "send lat:64" "write lat:64
     fi
 done
 echo "perf_cm: the tests other than write bw took $(($(date +%s) - t_other)) s"
+
+# The sweep (-a: 2 bytes to 8 MiB, -n 5): perftest goes from one size to
+# the next without a word in most tests, with a barrier before each size
+# (send bw and lat) and after it (send bw) in the others; either side may
+# be perftest's. The client prints a row per size, #iterations 5 each;
+# the server a row per size where it measures (send bw and lat, write
+# lat), the last size's (the client's figures) for write and read bw,
+# none for read lat. Each sweep moves about 80 MB per direction (10 to
+# 15 s under TCG): on the first kernel every test, both ways for those
+# whose two sides differ per size (send bw, write lat), our
+# client once with --json (the same rows as a JSON document); elsewhere
+# send bw (barriers before and after each size), perftest's server.
+iters=5
+sweep=""
+for i in $(seq 1 23); do
+    sweep+="$((1 << i)) "
+done
+
+# sizes_of FILE: the #bytes of every result row after the header.
+sizes_of() {
+    awk '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ { printf "%s ", $1 }' "$1"
+}
+
+# rows_ok SIDE FILE WANT: what is wrong with the rows of FILE (their
+# sizes must be WANT, their #iterations $iters), if anything.
+rows_ok() {
+    local side=$1 file=$2 want=$3 got bad
+    got=$(sizes_of "$file")
+    [ "$got" = "$want" ] || printf '%s: sizes [%s], want [%s]; ' "$side" "$got" "$want"
+    bad=$(awk -v n="$iters" '/#bytes/ { h = 1; next } h && $1 ~ /^[0-9]+$/ && $2 != n { c++ } END { print c + 0 }' "$file")
+    [ "$bad" = 0 ] || printf '%s: %s rows without #iterations %s; ' "$side" "$bad" "$iters"
+}
+
+# json_ok FILE KIND: what is wrong with the JSON document of our client.
+json_ok() {
+    python3 - "$1" "$2" "$iters" "$sweep" <<'PY'
+import json, sys
+path, kind, iters, sweep = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+try:
+    doc = json.load(open(path))
+except Exception as e:
+    print(f"client: no JSON document ({e}); ", end="")
+    sys.exit()
+rows = doc.get("results", [])
+sizes = [r.get("bytes") for r in rows]
+if sizes != [int(x) for x in sweep.split()]:
+    print(f"client JSON: sizes {sizes}; ", end="")
+if doc.get("side") != "client" or any(r.get("iterations") != iters for r in rows):
+    print("client JSON: side or iterations wrong; ", end="")
+key = "bw_average" if kind == "bw" else "t_avg_usec"
+if not all((r.get(key) or 0) > 0 for r in rows):
+    print(f"client JSON: a {key} not > 0; ", end="")
+PY
+}
+
+# run_sweep SERVER CLIENT TEST [--json]: one -a run.
+run_sweep() {
+    local srv=$1 cli=$2 test=$3 json=${4:-}
+    local mix="$srv(server)<->$cli(client)"
+    port=$((port + 1))
+    local so="$work/$port.server" co="$work/$port.client" why=""
+    local scmd ccmd
+    scmd=$(cmd_of "$srv" server "$test" all "$port")
+    ccmd=$(cmd_of "$cli" client "$test" all "$port")
+    [ -n "$json" ] && ccmd+=" --json"
+    echo "=== $mix $test -a $json (port $port)"
+    echo "server: $scmd"
+    echo "client: $ccmd"
+    local t0
+    t0=$(date +%s)
+    run_cm_pair "$port" "$limit" "$scmd" "$so" "$ccmd" "$co"
+    echo "--- took $(($(date +%s) - t0)) s"
+    [ "$SERVER_RC" -ne 0 ] && why+="server exit $SERVER_RC; "
+    [ "$CLIENT_RC" -ne 0 ] && why+="client exit $CLIENT_RC; "
+    if [ -n "$json" ]; then
+        why+=$(json_ok "$co" "${test#* }")
+    else
+        why+=$(rows_ok client "$co" "$sweep")
+    fi
+    case $test in
+    "write bw" | "read bw") why+=$(rows_ok server "$so" "8388608 ") ;;
+    "read lat") why+=$(rows_ok server "$so" "") ;;
+    *) why+=$(rows_ok server "$so" "$sweep") ;;
+    esac
+    echo "--- server output:"
+    cat "$so" "$so.err" 2>/dev/null
+    echo "--- client output:"
+    cat "$co" "$co.err" 2>/dev/null
+    record "$mix" "$test" "-a${json:+ $json}" "$why"
+}
+
+t_sweep=$(date +%s)
+if first_kernel; then
+    run_sweep perftest ours "write bw"
+    run_sweep ours perftest "read bw"
+    run_sweep ours perftest "send bw"
+    run_sweep perftest ours "send bw" --json
+    run_sweep ours perftest "send lat"
+    run_sweep ours perftest "write lat"
+    run_sweep perftest ours "write lat"
+    run_sweep ours perftest "read lat"
+else
+    run_sweep perftest ours "send bw"
+fi
+echo "perf_cm: the sweeps took $(($(date +%s) - t_sweep)) s"
 
 # Nobody listening: our client gives up with a clear error (the server
 # refuses the request: rejected) within its 5 s of retries, not a hang.

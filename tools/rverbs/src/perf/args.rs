@@ -79,7 +79,7 @@ both print the results. Options that shape the test (-s/-a/--max-size, -n,
 
 The out-of-band exchange (addresses, a barrier per size, the client's
 results) is rverbs' own TCP format: rverbs perf talks to rverbs perf only,
-not to perftest's binaries. With -R (--rdma_cm; every test, one -s, no -D)
+not to perftest's binaries. With -R (--rdma_cm; every test, -s or -a, no -D)
 both the exchange and the data QP go through rdma_cm as perftest's -R
 does (perftest 4.5): then either side may be perftest's ib_<test>_<bw|lat>
 -R, and each side prints what perftest's would: the server of write, read
@@ -87,7 +87,9 @@ and atomic bw the client's figures, of send bw and of send and write lat
 its own, of read and atomic lat none; a server that does not run waits at
 most --timeout seconds for the client's test to end. The sizes are not
 compared then (perftest's protocol does not carry them): give the server
-the same -s.
+the same -s, or -a on both sides (perftest's sweep always ends at 8 MiB,
+so --max-size only suits rverbs on both sides). The server of write, read
+and atomic bw prints the figures of the sweep's last size, as perftest's.
 
 Latency loops read the CPU's time-stamp counter (on x86-64), calibrated
 against CLOCK_MONOTONIC at start, so -F (perftest's CPU frequency check)

@@ -16,7 +16,12 @@
 //! the ping-pong and the close message; WRITE latency: the ping-pong (the
 //! server writes first), nothing after it; READ and atomic latency: the
 //! client's run and the close message. The client then disconnects the
-//! data connection.
+//! data connection. perftest's sweep (`-a`) runs every size where a
+//! lone size runs: the SEND tests post their receives and pass a barrier
+//! before each size (`send bw` one more after it), the others go on to
+//! the next size without a word (WRITE latency clears the polled byte of
+//! every size before the first barrier), and the bandwidth figures sent
+//! to the server are the last size's.
 
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -384,7 +389,6 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
     // perftest announces no length: it exposes at least the size and the
     // cycle buffer (the larger page size) at vaddr.
     let peer_buf = Peer::remote(peer.vaddr, peer.rkey, p.max_size().max(cycle))?;
-    let size = p.sizes.first().copied().unwrap_or(0) as usize;
     let mut params = p.bench_params(client, " -R");
     // perftest's ib_write_lat: the server writes first.
     params.leads = client != (p.verb == Verb::Write && p.kind == Kind::Lat);
@@ -399,26 +403,57 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
         half,
         inline_src: vec![0x5a; p.inline as usize],
     };
+    let sizes: Vec<usize> = p.sizes.iter().map(|&s| s as usize).collect();
+    // perftest's sweep (-a) syncs before each size (after its receives
+    // are posted) in the SEND tests only; the others go from one size to
+    // the next without a word, so the polled bytes of every size of WRITE
+    // latency are cleared before the peer may write any.
+    let write_lat = p.verb == Verb::Write && lat;
+    let sync_per_size = flow == Flow::SendBw || (flow == Flow::PingPong && p.verb == Verb::Send);
     // Receives (SEND tests) and the polled byte (WRITE latency) are ready
     // before the barrier releases the peer.
     if runs {
-        bench.prepare(&mut res, size)?;
+        let first = if write_lat {
+            &sizes[..]
+        } else {
+            &sizes[..sizes.len().min(1)]
+        };
+        for &size in first {
+            bench.prepare(&mut res, size)?;
+        }
     }
-    let go = barrier(comm, &me)?;
+    let mut go = barrier(comm, &me)?;
     if !p.json && (runs || flow == Flow::OneSidedBw) {
         println!("{}", p.fmt.header(lat, false));
         let _ = std::io::stdout().flush();
     }
-    let mine = if runs {
-        let (u0, s0) = rusage();
-        let mut r = bench.run(&mut res, &mut Silent, size, go)?;
-        let (u1, s1) = rusage();
-        r.cpu_user = u1 - u0;
-        r.cpu_sys = s1 - s0;
-        Some(r)
-    } else {
-        None
-    };
+    let mut reports: Vec<Report> = Vec::with_capacity(sizes.len() + 1);
+    for (i, &size) in sizes.iter().enumerate() {
+        if i > 0 && runs && !write_lat {
+            bench.prepare(&mut res, size)?;
+        }
+        if i > 0 && sync_per_size {
+            go = barrier(comm, &me)?;
+        } else if i > 0 {
+            go = Instant::now();
+        }
+        if runs {
+            let (u0, s0) = rusage();
+            let mut r = bench.run(&mut res, &mut Silent, size, go)?;
+            let (u1, s1) = rusage();
+            r.cpu_user = u1 - u0;
+            r.cpu_sys = s1 - s0;
+            if !p.json {
+                println!("{}", p.fmt.row(&r));
+                let _ = std::io::stdout().flush();
+            }
+            reports.push(r);
+        }
+        // ib_send_bw's sweep syncs after each size too.
+        if p.all && flow == Flow::SendBw {
+            comm.hand_shake(&me, "the end of a size of the sweep")?;
+        }
+    }
     // The buffer stays registered (and the CQs alive) until the end: the
     // peer may still be working on it.
     let Res {
@@ -427,12 +462,7 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
         mr: _mr,
         ..
     } = res;
-    if let (Some(r), false) = (&mine, p.json) {
-        println!("{}", p.fmt.row(r));
-        let _ = std::io::stdout().flush();
-    }
     let (_, unit) = p.fmt.bw_unit();
-    let mut reports: Vec<Report> = mine.into_iter().collect();
     match flow {
         Flow::OneSidedBw if client => {
             if !p.json {
@@ -440,7 +470,9 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
                 let _ = std::io::stdout().flush();
             }
             comm.hand_shake(&me, "the end of the test")?;
-            let r = reports.first().copied().unwrap_or_default();
+            // perftest sends the figures of the last size (the only
+            // size unless -a).
+            let r = reports.last().copied().unwrap_or_default();
             comm.bw_reports(&BwFigures::from_report(&r, unit))?;
             comm.hand_shake(&me, "the close")?;
         }

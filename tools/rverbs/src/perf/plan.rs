@@ -374,7 +374,6 @@ pub(super) fn check_rdma_cm(a: &PerfArgs) -> Result<()> {
         }
         Ok(())
     };
-    refuse(a.all, "-a/--all")?;
     refuse(a.duration.is_some(), "-D/--duration")?;
     refuse(
         a.mtu.is_some(),
@@ -591,10 +590,15 @@ pub(super) mod tests {
         assert_eq!(p.outs, Some(4));
         let p = plan(&["send", "bw", "-R", "-r", "64", "-n", "100"]).unwrap();
         assert_eq!(p.rx_depth, 64);
+        // perftest's sweep: 2 bytes to 8 MiB, as without -R.
+        for v in [["write", "bw"], ["send", "lat"]] {
+            let p = plan(&[v[0], v[1], "-R", "-a", "10.0.0.1"]).unwrap();
+            assert!(p.all && p.rdma_cm);
+            assert_eq!(p.sizes.len(), 23);
+            assert_eq!(p.max_size(), 1 << 23);
+        }
         for (v, want) in [
-            (&["write", "bw", "-R", "-a"][..], "-a/--all"),
-            (&["send", "lat", "-R", "-a"], "-a/--all"),
-            (&["write", "bw", "-R", "-D", "5"], "-D/--duration"),
+            (&["write", "bw", "-R", "-D", "5"][..], "-D/--duration"),
             (&["read", "lat", "-R", "-D", "5"], "-D/--duration"),
             (&["write", "bw", "-R", "-m", "1024"], "-m/--mtu"),
             (&["send", "bw", "-R", "-x", "1"], "-x/--gid-index"),
