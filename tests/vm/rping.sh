@@ -5,7 +5,8 @@
 # client), each for a few sizes, all with -v -V: a run passes when both
 # processes exit 0, the client printed one "ping data: rdma-ping-N: ..."
 # line per ping with the expected pattern, and the server printed the
-# same data. Rows go to the interop matrix; exits 1 if any failed.
+# same data. Then both ways with -q (rping's self-created QP) on both
+# sides. Rows go to the interop matrix; exits 1 if any failed.
 if [ -z "${BASH_VERSION:-}" ]; then
     exec bash "$0" "$@"
 fi
@@ -57,11 +58,13 @@ cmd_of() {
         printf 'rping'
     fi
     if [ "$role" = server ]; then
-        printf ' -s -v -a %s -p %s -S %s' "$addr" "$p" "$size"
+        printf ' -s -v -a %s -p %s -S %s%s' "$addr" "$p" "$size" "$qflag"
     else
-        printf ' -c -v -V -a %s -p %s -S %s -C %s' "$addr" "$p" "$size" "$count"
+        printf ' -c -v -V -a %s -p %s -S %s -C %s%s' "$addr" "$p" "$size" "$count" "$qflag"
     fi
 }
+# " -q" (rping's self-created QPs) for both sides of the runs below.
+qflag=""
 
 # The pattern rping's client sends for ping $1 at size $2 (section 4 of
 # its protocol): "rdma-ping-N: " then rotating characters 65..122.
@@ -105,7 +108,7 @@ run_mix() {
     cat "$so" "$so.err" 2>/dev/null
     echo "--- client output:"
     cat "$co" "$co.err" 2>/dev/null
-    record "$mix" "$size" "$why"
+    record "$mix" "$size$qflag" "$why"
 }
 
 for size in $(kernel_sizes 64 23 4096 -- 4096); do
@@ -113,6 +116,13 @@ for size in $(kernel_sizes 64 23 4096 -- 4096); do
     run_mix ours rdma-core "$size"
     run_mix rdma-core ours "$size"
 done
+# -q on both sides: rping then creates its QP with verbs and moves it
+# through the connection manager's attributes itself (librdmacm's other
+# path); ours accepts the flag (its QPs are always the caller's).
+qflag=" -q"
+run_mix ours rdma-core 64
+run_mix rdma-core ours 64
+qflag=""
 # rdma-core's rping on our libibverbs.so.1 (librdmacm loaded on it)
 # against rping on rdma-core's, both ways.
 if ourlib_first_kernel rping; then

@@ -6,7 +6,9 @@
 # passes when both processes exit 0 and both print "data transfers
 # complete" and "return status 0" (each side has received all -C
 # datagrams; ours also checked their size, and with -V their bytes).
-# Rows go to the interop matrix; exits 1 if any failed.
+# Then the client with -t and -f ip, both ways (ours must report the
+# traffic class in its address handle). Rows go to the interop matrix;
+# exits 1 if any failed.
 if [ -z "${BASH_VERSION:-}" ]; then
     exec bash "$0" "$@"
 fi
@@ -33,6 +35,8 @@ fi
 rows=()
 failed=0
 run_no=0
+# Options for the clients of the runs below (udaddy's -t and -f).
+client_extra=""
 
 . "$(dirname "$0")/lib/net.sh"
 . "$(dirname "$0")/lib/ourlib.sh"
@@ -64,7 +68,7 @@ cmd_of() {
     if [ "$role" = server ]; then
         printf ' -b %s -S %s -C %s%s' "$addr" "$size" "$count" "$v"
     else
-        printf ' -s %s -S %s -C %s%s' "$addr" "$size" "$count" "$v"
+        printf ' -s %s -S %s -C %s%s%s' "$addr" "$size" "$count" "$v" "$client_extra"
     fi
 }
 
@@ -93,11 +97,17 @@ run_mix() {
     [ "$CLIENT_RC" -ne 0 ] && why+="client exit $CLIENT_RC; "
     why+=$(check_out "$so" server)
     why+=$(check_out "$co" client)
+    # With -t our client shows the traffic class its address handle got
+    # from the route (udaddy's client does not print it).
+    if [ "$cli" = ours ] && [ -n "$client_extra" ]; then
+        grep -qx "udaddy: address handle traffic class $tos" "$co" ||
+            why+="client: no 'address handle traffic class $tos'; "
+    fi
     echo "--- server output:"
     cat "$so" "$so.err" 2>/dev/null
     echo "--- client output:"
     cat "$co" "$co.err" 2>/dev/null
-    record "$mix" "$size" "$why"
+    record "$mix" "$size$client_extra" "$why"
 }
 
 for size in $(kernel_sizes 100 1024 -- 1024); do
@@ -105,6 +115,14 @@ for size in $(kernel_sizes 100 1024 -- 1024); do
     run_mix ours rdma-core "$size"
     run_mix rdma-core ours "$size"
 done
+# A type of service (-t) and numeric addresses (-f ip) on the client,
+# ours against udaddy's server and udaddy's against ours: the route, and
+# so the address handle of our client, carries the traffic class.
+tos=32
+client_extra=" -t $tos -f ip"
+run_mix rdma-core ours 100
+run_mix ours rdma-core 100
+client_extra=""
 # rdma-core's udaddy on our libibverbs.so.1 against udaddy on
 # rdma-core's, both ways (the server answers through
 # ibv_create_ah_from_wc).

@@ -107,6 +107,13 @@ pub struct RpingArgs {
     /// Print what happens, step by step (stdout).
     #[arg(short = 'd', long = "debug")]
     pub debug: bool,
+    /// rping's "create the QP with verbs, not through the connection
+    /// manager": rverbs always does (the QP is the caller's; the
+    /// connection manager's INIT_QP_ATTR answers move it), so this
+    /// changes nothing, on the wire or here. Accepted for rping's command
+    /// lines.
+    #[arg(short = 'q', long = "self-create-qp")]
+    pub self_create_qp: bool,
 }
 
 /// A command line rping refuses before doing anything: the message, for
@@ -218,6 +225,33 @@ pub fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
         .with_context(|| format!("invalid hostname or IP address {host:?}"))?
         .next()
         .ok_or_else(|| anyhow!("{host:?} resolves to no address"))
+}
+
+/// The address format option (`-f`) of rdma-core's cm examples (cmatose,
+/// udaddy): `name` (the default) or `ip`/`ipv6` (numeric addresses only);
+/// returns whether names are refused. `gid` (AF_IB) is refused with a
+/// clear error, as is an unknown format.
+pub fn address_format(f: Option<&str>) -> Result<bool> {
+    match f.map(str::to_ascii_lowercase).as_deref() {
+        None | Some("name") => Ok(false),
+        Some("ip") | Some("ipv6") => Ok(true),
+        Some("gid") => bail!("-f gid: AF_IB addresses are not supported"),
+        Some(f) => bail!("-f {f:?}: unknown address format (name, ip or ipv6)"),
+    }
+}
+
+/// [`resolve`], refusing names when `numeric` (`-f ip`/`ipv6`).
+pub fn resolve_as(host: &str, port: u16, numeric: bool) -> Result<SocketAddr> {
+    if numeric {
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if bare.parse::<IpAddr>().is_err() {
+            bail!("{host:?} is not a numeric address (-f ip)");
+        }
+    }
+    resolve(host, port)
 }
 
 /// The 16-byte message of rping, every field big-endian: an advert of a
@@ -831,6 +865,23 @@ mod tests {
     }
 
     #[test]
+    fn address_formats_are_checked() {
+        assert!(!address_format(None).unwrap());
+        assert!(!address_format(Some("NAME")).unwrap());
+        assert!(address_format(Some("ip")).unwrap());
+        assert!(address_format(Some("ipv6")).unwrap());
+        let e = address_format(Some("gid")).unwrap_err().to_string();
+        assert!(e.contains("AF_IB"), "{e}");
+        assert!(address_format(Some("ipx")).is_err());
+        let e = resolve_as("localhost", 1, true).unwrap_err().to_string();
+        assert!(e.contains("not a numeric address"), "{e}");
+        assert_eq!(
+            resolve_as("10.0.0.1", 7, true).unwrap(),
+            "10.0.0.1:7".parse::<SocketAddr>().unwrap()
+        );
+    }
+
+    #[test]
     fn options_are_checked() {
         let base = RpingArgs {
             server: false,
@@ -844,6 +895,7 @@ mod tests {
             validate: false,
             persistent: false,
             debug: false,
+            self_create_qp: false,
         };
         assert_eq!(check(&base).unwrap().size, 64);
         for (size, ok) in [

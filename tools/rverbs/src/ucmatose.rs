@@ -21,7 +21,7 @@
 //! unset bytes) fills every message with a pattern and checks what
 //! arrives.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
@@ -32,7 +32,7 @@ use rverbs::{
 };
 
 use crate::common::num;
-use crate::rping::resolve;
+use crate::rping::{address_format, resolve_as};
 
 /// cmatose's port (`-p`).
 pub const DEFAULT_PORT: u16 = 7471;
@@ -143,12 +143,7 @@ fn check(a: &UcmatoseArgs) -> Result<Opts> {
         "-P {:?}: unknown port space (only tcp is supported)",
         a.port_space
     );
-    let numeric = match a.format.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("name") => false,
-        Some("ip") | Some("ipv6") => true,
-        Some("gid") => bail!("-f gid: AF_IB addresses are not supported"),
-        Some(f) => bail!("-f {f:?}: unknown address format (name, ip or ipv6)"),
-    };
+    let numeric = address_format(a.format.as_deref())?;
     ensure!(
         !a.migrate,
         "-m (migrating the ids to a new event channel) is not supported by rverbs"
@@ -194,17 +189,7 @@ fn check(a: &UcmatoseArgs) -> Result<Opts> {
 
 /// An address of the command line (`-f ip`/`ipv6`: numeric only).
 fn address(host: &str, port: u16, o: &Opts) -> Result<SocketAddr> {
-    if o.numeric {
-        let bare = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        ensure!(
-            bare.parse::<IpAddr>().is_ok(),
-            "{host:?} is not a numeric address (-f ip)"
-        );
-    }
-    resolve(host, port)
+    resolve_as(host, port, o.numeric)
 }
 
 /// Runs cmatose: the client with `-s`, else the server.

@@ -19,13 +19,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use rverbs::cm::{Listener, Resolved};
+use rverbs::cm::{CmId, Listener, Resolved};
 use rverbs::{
     AccessFlags, Ah, Cq, Grh, Mr, PageBuf, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
     UdSendWr, Wc, WcOpcode,
 };
 
-use crate::rping::resolve;
+use crate::common::num;
+use crate::rping::{address_format, resolve_as};
 
 /// udaddy's port (it has no option for it; `--port` is ours).
 pub const DEFAULT_PORT: u16 = 7174;
@@ -49,6 +50,9 @@ pub struct UdaddyArgs {
     /// Local address to bind to (server) or send from (client).
     #[arg(short = 'b', long = "bind", value_name = "ADDR")]
     pub bind: Option<String>,
+    /// Address format: name, ip or ipv6 (gid, AF_IB, is not supported).
+    #[arg(short = 'f', long = "format", value_name = "FORMAT")]
+    pub format: Option<String>,
     /// Number of connections (each its own QP).
     #[arg(short = 'c', long = "connections", default_value_t = 1)]
     pub connections: u32,
@@ -58,6 +62,10 @@ pub struct UdaddyArgs {
     /// Size of each datagram (at most the port's active MTU).
     #[arg(short = 'S', long = "size", default_value_t = 100)]
     pub size: u32,
+    /// Type of service of the client's ids (set before route
+    /// resolution, as udaddy does; the server ignores it).
+    #[arg(short = 't', long = "tos", value_parser = num::<u8>)]
+    pub tos: Option<u8>,
     /// Port space: only `udp` (the default) is supported.
     #[arg(short = 'P', long = "port-space", default_value = "udp")]
     pub port_space: String,
@@ -87,6 +95,7 @@ struct Opts {
     count: u32,
     size: u32,
     validate: bool,
+    tos: Option<u8>,
 }
 
 impl Opts {
@@ -108,6 +117,7 @@ pub fn run(a: &UdaddyArgs) -> Result<()> {
             a.port_space
         );
     }
+    let numeric = address_format(a.format.as_deref())?;
     ensure!(a.connections > 0, "-c must be at least 1");
     ensure!(a.count <= 4096, "-C {}: at most 4096", a.count);
     let o = Opts {
@@ -115,6 +125,7 @@ pub fn run(a: &UdaddyArgs) -> Result<()> {
         // udaddy: no size, no messages.
         size: a.size,
         validate: a.validate,
+        tos: a.tos,
     };
     let o = if o.size == 0 {
         Opts { count: 0, ..o }
@@ -124,12 +135,16 @@ pub fn run(a: &UdaddyArgs) -> Result<()> {
     ensure!(o.size <= 65536, "-S {}: larger than any MTU", o.size);
     match &a.server {
         Some(dst) => {
-            let dst = resolve(dst, a.port)?;
-            let src = a.bind.as_deref().map(|s| resolve(s, 0)).transpose()?;
+            let dst = resolve_as(dst, a.port, numeric)?;
+            let src = a
+                .bind
+                .as_deref()
+                .map(|s| resolve_as(s, 0, numeric))
+                .transpose()?;
             run_client(src, dst, a.connections, &o)
         }
         None => {
-            let addr = resolve(a.bind.as_deref().unwrap_or("0.0.0.0"), a.port)?;
+            let addr = resolve_as(a.bind.as_deref().unwrap_or("0.0.0.0"), a.port, numeric)?;
             run_server(addr, a.connections, &o)
         }
     }
@@ -267,19 +282,44 @@ fn recv_all(n: &mut Node, conn: u32, reply: bool, o: &Opts) -> Result<Option<Wc>
     Ok(first)
 }
 
+/// A UD id resolved to `dst` (from `src`), its type of service set
+/// before the route is resolved (the route's traffic class, and so the
+/// address handle's, follows it).
+fn resolve_id(src: Option<SocketAddr>, dst: SocketAddr, tos: Option<u8>) -> Result<Resolved> {
+    let Some(tos) = tos else {
+        return Resolved::resolve_ud_from(src, dst, RESOLVE_TIMEOUT)
+            .with_context(|| format!("resolving {dst}"));
+    };
+    let mut id = CmId::new_ud()?;
+    id.set_tos(tos).context("udaddy: set TOS option failed")?;
+    if let Some(src) = src {
+        id.bind(SocketAddr::new(src.ip(), 0))
+            .with_context(|| format!("udaddy: binding to {}", src.ip()))?;
+    }
+    id.resolve(dst, RESOLVE_TIMEOUT)
+        .with_context(|| format!("resolving {dst}"))
+}
+
 fn run_client(src: Option<SocketAddr>, dst: SocketAddr, conns: u32, o: &Opts) -> Result<()> {
     println!("udaddy: starting client");
     println!("udaddy: connecting");
     let mut nodes = Vec::new();
     for _ in 0..conns {
-        let id = Resolved::resolve_ud_from(src, dst, RESOLVE_TIMEOUT)
-            .with_context(|| format!("resolving {dst}"))?;
+        let id = resolve_id(src, dst, o.tos)?;
         let mut n = node(id.device(), id.port_num(), o)?;
         id.init_qp(&mut n.qp)?;
         post_recvs(&mut n, o)?;
         let peer = id
             .connect_ud(&mut n.qp, &[], STEP_TIMEOUT)
             .context("udaddy: failure connecting")?;
+        if o.tos.is_some() {
+            // Not in udaddy's output: shows where -t ended up.
+            let tc = peer.ah_attr.grh.map(|g| g.traffic_class);
+            println!(
+                "udaddy: address handle traffic class {}",
+                tc.map_or("none (no GRH)".into(), |t| t.to_string())
+            );
+        }
         let ah =
             n.pd.create_ah(&peer.ah_attr)
                 .context("udaddy: failure creating address handle")?;
@@ -347,4 +387,32 @@ fn run_server(addr: SocketAddr, conns: u32, o: &Opts) -> Result<()> {
     println!("test complete");
     println!("return status 0");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: UdaddyArgs,
+    }
+
+    fn parse(v: &[&str]) -> std::result::Result<UdaddyArgs, clap::Error> {
+        T::try_parse_from(std::iter::once("udaddy").chain(v.iter().copied())).map(|t| t.a)
+    }
+
+    #[test]
+    fn tos_and_format_are_udaddys() {
+        let a = parse(&["-t", "0x20", "-f", "ip", "-s", "10.0.0.1"]).unwrap();
+        assert_eq!((a.tos, a.format.as_deref()), (Some(32), Some("ip")));
+        assert!(parse(&["-t", "256"]).is_err());
+        // Refused before any id is created.
+        let e = run(&parse(&["-f", "gid", "-s", "10.0.0.1"]).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("AF_IB"), "{e}");
+        let e = run(&parse(&["-f", "ip", "-s", "localhost"]).unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not a numeric address"), "{e}");
+    }
 }
