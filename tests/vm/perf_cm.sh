@@ -13,7 +13,7 @@
 # figures relayed over perftest's report exchange, for send bw and send
 # and write lat its own; the server of read and atomic lat prints no row
 # (perftest's does not), which is checked too.
-# Then the sweeps (-a) of every test with perftest (one on the kernels
+# Then -D runs (first kernel), the sweeps (-a) of every test with perftest (one on the kernels
 # after the first; below). Then our client against a port nobody listens on: a clear "rejected"
 # error within its retry window. Rows go to the interop matrix
 # ($RVERBS_REPORT); exits 1 if any failed.
@@ -46,6 +46,8 @@ ours="$work/rverbs"
 
 rows=()
 failed=0
+# -D seconds of the runs below (empty: -n $iters).
+dur=""
 
 # shellcheck source=tests/vm/lib/net.sh
 . "$(dirname "$0")/lib/net.sh"
@@ -75,12 +77,14 @@ cmd_of() {
     all) s="-a " ;;
     *) s="-s $size " ;;
     esac
+    local n="-n $iters"
+    [ -n "$dur" ] && n="-D $dur"
     if [ "$who" = ours ]; then
-        printf '%q perf %s -R -d %s %s-n %s -p %s --timeout 60' \
-            "$ours" "$test" "$dev" "$s" "$iters" "$p"
+        printf '%q perf %s -R -d %s %s%s -p %s --timeout 60' \
+            "$ours" "$test" "$dev" "$s" "$n" "$p"
     else
         [ "$who" = ourlib ] && ourlib_env
-        printf 'ib_%s -R -d %s %s-n %s -p %s -F' "${test/ /_}" "$dev" "$s" "$iters" "$p"
+        printf 'ib_%s -R -d %s %s%s -p %s -F' "${test/ /_}" "$dev" "$s" "$n" "$p"
     fi
     if [ "$role" = client ]; then
         printf ' %s' "$addr"
@@ -107,12 +111,25 @@ check_row() {
     # shellcheck disable=SC2086
     set -- $r
     [ "${1:-}" = "$size" ] || printf '%s: #bytes %s, want %s; ' "$side" "${1:-}" "$size"
-    [ "${2:-}" = "$iters" ] || printf '%s: #iterations %s, want %s; ' "$side" "${2:-}" "$iters"
+    if [ -n "$dur" ]; then
+        # -D: as many as fitted in the time, at least one.
+        [ "${2:-0}" -gt 0 ] 2>/dev/null || printf '%s: #iterations %s, want > 0; ' "$side" "${2:-}"
+    else
+        [ "${2:-}" = "$iters" ] || printf '%s: #iterations %s, want %s; ' "$side" "${2:-}" "$iters"
+    fi
     if [ "$field" != no ]; then
         local v=${!field:-0}
         awk -v v="$v" 'BEGIN { exit !(v + 0 > 0) }' ||
             printf '%s: figure %s (column %s) not > 0; ' "$side" "$v" "$field"
     fi
+}
+
+# show_outputs SERVER_OUT CLIENT_OUT: both sides' output, for the log.
+show_outputs() {
+    echo "--- server output:"
+    cat "$1" "$1.err" 2>/dev/null
+    echo "--- client output:"
+    cat "$2" "$2.err" 2>/dev/null
 }
 
 # run_mix SERVER CLIENT SIZE [TEST]: one run (TEST: "write bw" unless
@@ -139,7 +156,11 @@ run_mix() {
     # row must echo the size and count, its bandwidth is not judged.
     local field=4
     [ "${test#* }" = lat ] && field=6
+    # -D latency rows: #bytes, #iterations, t_avg, tps.
+    [ -n "$dur" ] && [ "${test#* }" = lat ] && field=3
     [ "$srv" = ourlib ] || [ "$cli" = ourlib ] && field=no
+    # perftest's own -D figures are not judged (its clock under TCG).
+    [ -n "$dur" ] && [ "$cli" != ours ] && field=no
     why+=$(check_row client "$co" "$want" "$field")
     case $test in
     "read lat" | "atomic lat")
@@ -148,11 +169,8 @@ run_mix() {
         ;;
     *) why+=$(check_row server "$so" "$want" no) ;;
     esac
-    echo "--- server output:"
-    cat "$so" "$so.err" 2>/dev/null
-    echo "--- client output:"
-    cat "$co" "$co.err" 2>/dev/null
-    record "$mix" "$test" "$size" "$why"
+    show_outputs "$so" "$co"
+    record "$mix" "$test" "$size${dur:+ -D $dur}" "$why"
 }
 
 for size in $(kernel_sizes 4096 65536 -- 4096); do
@@ -181,6 +199,23 @@ for t in "send bw:4096" "read bw:4096" "atomic bw:-" "send lat:64" "write lat:64
     fi
 done
 echo "perf_cm: the tests other than write bw took $(($(date +%s) - t_other)) s"
+
+# -D 2 (a margin of 0): each side stops on its own clock, as perftest's
+# do; a row's #iterations is what fitted, more than 0. On the first
+# kernel: send bw and write lat both ways (both sides run), send lat with
+# our server, write bw and read lat with our client.
+if first_kernel; then
+    iters=100
+    dur=2
+    run_mix ours perftest 4096 "send bw"
+    run_mix perftest ours 4096 "send bw"
+    run_mix ours perftest 64 "write lat"
+    run_mix perftest ours 64 "write lat"
+    run_mix ours perftest 64 "send lat"
+    run_mix perftest ours 4096 "write bw"
+    run_mix perftest ours 64 "read lat"
+    dur=""
+fi
 
 # The sweep (-a: 2 bytes to 8 MiB, -n 5): perftest goes from one size to
 # the next without a word in most tests, with a barrier before each size
@@ -265,10 +300,7 @@ run_sweep() {
     "read lat") why+=$(rows_ok server "$so" "") ;;
     *) why+=$(rows_ok server "$so" "$sweep") ;;
     esac
-    echo "--- server output:"
-    cat "$so" "$so.err" 2>/dev/null
-    echo "--- client output:"
-    cat "$co" "$co.err" 2>/dev/null
+    show_outputs "$so" "$co"
     record "$mix" "$test" "-a${json:+ $json}" "$why"
 }
 

@@ -79,13 +79,15 @@ both print the results. Options that shape the test (-s/-a/--max-size, -n,
 
 The out-of-band exchange (addresses, a barrier per size, the client's
 results) is rverbs' own TCP format: rverbs perf talks to rverbs perf only,
-not to perftest's binaries. With -R (--rdma_cm; every test, -s or -a, no -D)
+not to perftest's binaries. With -R (--rdma_cm; every test, -s, -a or -D)
 both the exchange and the data QP go through rdma_cm as perftest's -R
 does (perftest 4.5): then either side may be perftest's ib_<test>_<bw|lat>
 -R, and each side prints what perftest's would: the server of write, read
 and atomic bw the client's figures, of send bw and of send and write lat
 its own, of read and atomic lat none; a server that does not run waits at
-most --timeout seconds for the client's test to end. The sizes are not
+most --timeout seconds (and -D's) for the client's test to end. With -D
+each side stops on its own clock, as perftest's do: nothing on the wire
+says when a run ends. The sizes are not
 compared then (perftest's protocol does not carry them): give the server
 the same -s, or -a on both sides (perftest's sweep always ends at 8 MiB,
 so --max-size only suits rverbs on both sides). The server of write, read

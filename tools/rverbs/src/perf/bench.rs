@@ -162,6 +162,9 @@ pub struct Params {
     pub iters: u64,
     /// A `-D` run.
     pub timing: Option<Timing>,
+    /// A `-D` run ends on this side's clock alone: the peer does not say
+    /// when it stops (perftest's `-R`, each side on its own alarm).
+    pub own_clock: bool,
     /// Work requests in flight at most.
     pub tx_depth: u32,
     /// Receives posted at most.
@@ -737,7 +740,9 @@ impl Bench {
                     pending -= k as u64;
                 }
                 if let Some(ph) = &mut phases {
-                    ph.update(t, rcnt);
+                    if ph.update(t, rcnt) && p.own_clock {
+                        target = rcnt;
+                    }
                 }
             } else if let Some(t) = watch.spin() {
                 watch.check(t, || format!("{rcnt} of {} messages received", p.iters))?;
@@ -751,7 +756,9 @@ impl Bench {
                     watch.progress(t);
                 }
                 if let Some(ph) = &mut phases {
-                    ph.update(t, rcnt);
+                    if ph.update(t, rcnt) && p.own_clock {
+                        target = rcnt;
+                    }
                 }
                 ticker.tick(t, rcnt, ctrl)?;
             }
@@ -809,6 +816,12 @@ impl Bench {
         let clock = self.clock;
         let mut looked = clock.now();
         let mut phases: Option<Phases> = None;
+        // perftest's -R -D: each side stops on its own clock, whatever
+        // message it is waiting for.
+        let deadline = match p.timing {
+            Some(t) if p.own_clock => Some(Instant::now() + t.total),
+            _ => None,
+        };
         loop {
             if leads {
                 if sent == last {
@@ -828,6 +841,7 @@ impl Bench {
                     &mut watch,
                     ctrl,
                     p.timing.is_some(),
+                    deadline,
                 )? {
                     break;
                 }
@@ -916,7 +930,11 @@ impl Bench {
                     &mut watch,
                     ctrl,
                     false,
+                    deadline,
                 )? {
+                    if deadline.is_some() {
+                        break;
+                    }
                     bail!("internal: the leading side was stopped by the peer");
                 }
                 got += 1;
@@ -934,7 +952,7 @@ impl Bench {
                 let now = Instant::now();
                 watch.progress(now);
                 if let Some(ph) = &mut phases {
-                    if ph.update(now, sent) && client {
+                    if ph.update(now, sent) && (client || p.own_clock) {
                         break;
                     }
                 }
@@ -1044,7 +1062,8 @@ impl Bench {
 
 /// Waits for the peer's message number `n`: for WRITE, until the polled
 /// byte reads `n` (mod 256); for SEND, one receive completion. Returns
-/// false when (`stoppable`, a `-D` server) the peer said the run is over.
+/// false when (`stoppable`, a `-D` server) the peer said the run is over,
+/// or at `deadline` (a `-D` run on this side's clock).
 #[allow(clippy::too_many_arguments)]
 fn wait_msg(
     write: bool,
@@ -1055,6 +1074,7 @@ fn wait_msg(
     watch: &mut Watch,
     ctrl: &mut dyn Control,
     stoppable: bool,
+    deadline: Option<Instant>,
 ) -> Result<bool> {
     let want = n as u8;
     loop {
@@ -1074,6 +1094,9 @@ fn wait_msg(
             }
         }
         if let Some(t) = watch.spin() {
+            if deadline.is_some_and(|d| t >= d) {
+                return Ok(false);
+            }
             watch.check(t, || format!("message {n} from the peer did not arrive"))?;
             if ctrl.poll_done()?.is_some() {
                 if stoppable {

@@ -22,6 +22,9 @@
 //! the next size without a word (WRITE latency clears the polled byte of
 //! every size before the first barrier), and the bandwidth figures sent
 //! to the server are the last size's.
+//! With `-D` each side stops on its own clock (perftest's alarm): a
+//! waiting receiver or ping-pong side gives up its wait when its time is
+//! up, as nothing on the wire says that the run is over.
 
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -392,6 +395,8 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
     let mut params = p.bench_params(client, " -R");
     // perftest's ib_write_lat: the server writes first.
     params.leads = client != (p.verb == Verb::Write && p.kind == Kind::Lat);
+    // perftest's -D: each side on its own alarm, nothing says the end.
+    params.own_clock = true;
     let mut bench = Bench::new(params, peer_buf);
     let lat = p.kind == Kind::Lat;
     let runs = client || matches!(flow, Flow::SendBw | Flow::PingPong);
@@ -424,7 +429,7 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
     }
     let mut go = barrier(comm, &me)?;
     if !p.json && (runs || flow == Flow::OneSidedBw) {
-        println!("{}", p.fmt.header(lat, false));
+        println!("{}", p.fmt.header(lat, lat && p.timing.is_some()));
         let _ = std::io::stdout().flush();
     }
     let mut reports: Vec<Report> = Vec::with_capacity(sizes.len() + 1);
@@ -463,6 +468,11 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
         ..
     } = res;
     let (_, unit) = p.fmt.bw_unit();
+    // A server that does not run waits for the client's run: --timeout,
+    // and the whole of a -D run.
+    let wait_limit = p
+        .limit
+        .map(|l| l + p.timing.map_or(Duration::ZERO, |t| t.total));
     match flow {
         Flow::OneSidedBw if client => {
             if !p.json {
@@ -480,7 +490,7 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
             // The client runs; its end-of-test message ends our wait
             // (bounded by --timeout; a closed comm or data connection ends
             // it too).
-            let b = comm.recv(p.limit, Some(&mut conn), "the end of the client's test")?;
+            let b = comm.recv(wait_limit, Some(&mut conn), "the end of the client's test")?;
             PtDest::decode(&b).context("the end of the client's test")?;
             comm.send(&me.encode(), STEP_TIMEOUT)
                 .context("answering the end of the test")?;
@@ -525,7 +535,7 @@ fn test(p: &Plan, comm: &mut PtComm, data: Data, cycle: u64, mtu: Mtu) -> Result
             comm.hand_shake(&me, "the close")?;
         }
         Flow::OneSidedLat => {
-            let b = comm.recv(p.limit, Some(&mut conn), "the end of the client's test")?;
+            let b = comm.recv(wait_limit, Some(&mut conn), "the end of the client's test")?;
             PtDest::decode(&b).context("the end of the client's test")?;
             comm.send(&me.encode(), STEP_TIMEOUT)
                 .context("answering the close")?;

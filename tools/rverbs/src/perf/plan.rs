@@ -101,6 +101,7 @@ impl Plan {
             leads: client,
             iters: self.iters,
             timing: self.timing,
+            own_clock: false,
             tx_depth: self.tx_depth,
             rx_depth: self.rx_depth,
             cq_mod: self.cq_mod,
@@ -374,7 +375,6 @@ pub(super) fn check_rdma_cm(a: &PerfArgs) -> Result<()> {
         }
         Ok(())
     };
-    refuse(a.duration.is_some(), "-D/--duration")?;
     refuse(
         a.mtu.is_some(),
         "-m/--mtu (the connection manager sets the path MTU)",
@@ -597,10 +597,11 @@ pub(super) mod tests {
             assert_eq!(p.sizes.len(), 23);
             assert_eq!(p.max_size(), 1 << 23);
         }
+        // -D: each side on its own clock, as perftest's.
+        let p = plan(&["send", "lat", "-R", "-D", "4", "10.0.0.1"]).unwrap();
+        assert!(p.rdma_cm && p.timing.is_some());
         for (v, want) in [
-            (&["write", "bw", "-R", "-D", "5"][..], "-D/--duration"),
-            (&["read", "lat", "-R", "-D", "5"], "-D/--duration"),
-            (&["write", "bw", "-R", "-m", "1024"], "-m/--mtu"),
+            (&["write", "bw", "-R", "-m", "1024"][..], "-m/--mtu"),
             (&["send", "bw", "-R", "-x", "1"], "-x/--gid-index"),
             (&["write", "bw", "-R", "-i", "2"], "-i/--ib-port"),
             (&["atomic", "bw", "-R", "-S", "1"], "-S/--sl"),
