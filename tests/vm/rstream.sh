@@ -12,7 +12,8 @@
 # client too. On the
 # first kernel also: rstream's default series (latency then bandwidth,
 # 64 B to 1 MiB, two connections) against rdma-core's server, blocking
-# mode (`-T b`), TCP mode (`-T s`) as the baseline, and faults: the peer
+# mode (`-T b`), TCP mode (`-T s`) as the baseline, fork mode (`-T f`,
+# sockets and a server forking per connection) both ways, and faults: the peer
 # killed mid-transfer must make the survivor exit with an error within
 # 20 s, where it would wait 60 (rdma-core's rstream, facing the same, hangs: only ours is the
 # survivor here). Rows go to the interop matrix; exits 1 if any failed.
@@ -96,6 +97,9 @@ if first_kernel; then
     run_mix ours rdma-core "custom -T b -T v" 4096 1 -S 4096 -C 200 -I 5 -T b -T v
     run_mix ours ours "custom -T b -T v" 4096 1 -S 4096 -C 200 -I 5 -T b -T v
     run_mix ours rdma-core "custom -T s -T v (TCP)" 100000 1 -S 100000 -C 20 -I 2 -T s -T v
+    # rstream's fork mode: sockets, the server forking per connection.
+    run_mix ours rdma-core "custom -T f -T v (TCP, forked server)" 100000 1 -S 100000 -C 20 -I 2 -T f -T v
+    run_mix rdma-core ours "custom -T f -T v (TCP, forked server)" 100000 1 -S 100000 -C 20 -I 2 -T f -T v
     run_kill client
     run_kill server
 fi

@@ -8,7 +8,9 @@
 //! back. `-T v` fills what is sent with a running byte counter and checks
 //! what arrives against it, as rstream does (one counter per direction
 //! over the whole run, so the two interoperate). `-T s` runs the same
-//! over TCP sockets, the baseline. Unlike rstream, every wait is bounded
+//! over TCP sockets, the baseline; `-T f` too (rstream's "fork server
+//! processing", which implies sockets), the server running each
+//! connection's tests in a child process. Unlike rstream, every wait is bounded
 //! (`--timeout`): a peer that stops or vanishes ends the run with an
 //! error instead of a hang.
 //!
@@ -112,7 +114,8 @@ pub struct RstreamArgs {
     #[arg(short = 'k', long = "keepalive", value_parser = num::<u32>)]
     pub keepalive: Option<u32>,
     /// Test options, as rstream's: s|socket (TCP), a|async, b|blocking,
-    /// n|nonblocking, r|resolve, v|verify (f|fork is not supported).
+    /// f|fork (TCP, the server runs each connection in a child process),
+    /// n|nonblocking, r|resolve, v|verify.
     #[arg(short = 'T', long = "test-option", value_name = "OPT")]
     pub test_options: Vec<String>,
     /// The longest wait for the peer in any one step (a client to
@@ -133,6 +136,8 @@ struct Opts {
     custom: Option<(u32, u32, u32)>,
     all_sizes: bool,
     tcp: bool,
+    /// `-T f`: the server forks per connection.
+    fork: bool,
     blocking: bool,
     verify: bool,
     timeout: Duration,
@@ -143,7 +148,6 @@ struct Opts {
 
 impl Opts {
     fn from_args(a: &RstreamArgs, io: bool) -> Result<Opts> {
-        let tool = if io { "riostream" } else { "rstream" };
         if let Some(f) = &a.format {
             let f = f.to_ascii_lowercase();
             if f.starts_with("gid") {
@@ -153,7 +157,7 @@ impl Opts {
                 eprintln!("Warning: unknown address format");
             }
         }
-        let (mut tcp, mut blocking, mut verify) = (false, false, false);
+        let (mut tcp, mut fork, mut blocking, mut verify) = (false, false, false, false);
         for t in &a.test_options {
             let t = t.to_ascii_lowercase();
             let is = |short: &str, long: &str| t == short || (t.len() > 1 && t.starts_with(long));
@@ -166,8 +170,11 @@ impl Opts {
             } else if is("r", "resolve") && !io {
             } else if is("v", "verify") {
                 verify = true;
-            } else if is("f", "fork") {
-                bail!("-T f (fork server processing) is not supported by rverbs {tool}");
+            } else if is("f", "fork") && !io {
+                // rstream's fork mode is its socket mode with a forking
+                // server (rsockets fork only under its preload library).
+                tcp = true;
+                fork = true;
             } else {
                 bail!("unknown test option -T {t}");
             }
@@ -193,6 +200,15 @@ impl Opts {
                 bail!("-I, -C and -S must be at least 1 (and -S at most {MAX_SIZE})");
             }
         }
+        if fork && verify && custom.is_none() && a.server.is_none() {
+            // The counters live in the process: the second child would
+            // start from the parent's, not from where the first ended
+            // (rstream's verification fails the same way).
+            bail!(
+                "-T f with -T v checks one connection only: give a custom test (-S/-C/-I), \
+                 not the default series of two"
+            );
+        }
         if io && a.keepalive.is_some() {
             bail!("riostream has no -k");
         }
@@ -209,6 +225,7 @@ impl Opts {
             custom,
             all_sizes,
             tcp,
+            fork,
             blocking,
             verify,
             timeout: Duration::from_secs(a.timeout.max(1)),
@@ -638,42 +655,114 @@ fn run_opts(o: Opts) -> Result<()> {
     };
     match o.custom {
         None => {
-            let mut c = open(&o, listening.as_mut(), Some(o.inline))?;
-            for size in sizes() {
-                let t = Test {
+            let lat: Vec<Test> = sizes()
+                .map(|size| Test {
                     name: test_name(size, "_lat"),
                     size,
                     count: 1,
                     iterations: size_to_count(size),
-                };
-                r.run_test(&mut c, &t)?;
-            }
-            c.close();
-            let mut c = open(&o, listening.as_mut(), Some(0))?;
-            for size in sizes() {
-                let t = Test {
+                })
+                .collect();
+            let c = open(&o, listening.as_mut(), Some(o.inline))?;
+            r.serve(c, &lat)?;
+            let bw: Vec<Test> = sizes()
+                .map(|size| Test {
                     name: test_name(size, "_bw"),
                     size,
                     count: size_to_count(size),
                     iterations: 1,
-                };
-                r.run_test(&mut c, &t)?;
-            }
-            c.close();
+                })
+                .collect();
+            let c = open(&o, listening.as_mut(), Some(0))?;
+            r.serve(c, &bw)?;
         }
         Some((iterations, count, size)) => {
-            let mut c = open(&o, listening.as_mut(), None)?;
             let t = Test {
                 name: "custom".into(),
                 size,
                 count,
                 iterations,
             };
-            r.run_test(&mut c, &t)?;
-            c.close();
+            let c = open(&o, listening.as_mut(), None)?;
+            r.serve(c, std::slice::from_ref(&t))?;
         }
     }
     Ok(())
+}
+
+impl Run<'_> {
+    /// Runs `tests` on the connection `c`, then closes it: here, or with
+    /// `-T f` on the server in a child process this one waits for.
+    fn serve(&mut self, c: Conn, tests: &[Test]) -> Result<()> {
+        let work = |r: &mut Self, mut c: Conn| -> Result<()> {
+            for t in tests {
+                r.run_test(&mut c, t)?;
+            }
+            c.close();
+            Ok(())
+        };
+        if self.o.fork && !self.client {
+            forked(c, |c| work(self, c))
+        } else {
+            work(self, c)
+        }
+    }
+}
+
+/// `-T f`: runs `work` on `c` in a child process (fork) and waits for it
+/// to end; its failure is ours. Only TCP connections come here (`-T f`
+/// implies sockets): a socket is all the child needs.
+fn forked(c: Conn, work: impl FnOnce(Conn) -> Result<()>) -> Result<()> {
+    let threads = std::fs::read_dir("/proc/self/task")
+        .context("-T f: counting this process's threads")?
+        .count();
+    if threads != 1 {
+        bail!("-T f: this process has {threads} threads; it forks only with one");
+    }
+    // What is buffered is printed once, not by both processes.
+    let _ = io::stdout().flush();
+    // SAFETY: fork has no precondition of its own; what makes running
+    // ordinary code in the child sound is that the parent has a single
+    // thread (counted just above, and nothing since has started one), so
+    // no lock (the allocator's, stdout's) can be held by a thread the
+    // child does not have.
+    let pid = unsafe { libc::fork() };
+    match pid {
+        -1 => Err(io::Error::last_os_error()).context("-T f: fork"),
+        0 => {
+            let code = match work(c) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("rstream (forked server process): {e:#}");
+                    1
+                }
+            };
+            let _ = io::stdout().flush();
+            std::process::exit(code)
+        }
+        child => {
+            // The child has its own copy of the socket.
+            drop(c);
+            let mut status = 0;
+            loop {
+                // SAFETY: `status` is a valid place for the kernel to
+                // write the child's status into; `child` is our child.
+                let rc = unsafe { libc::waitpid(child, &mut status, 0) };
+                if rc == child {
+                    break;
+                }
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e).context("-T f: waiting for the server's child");
+                }
+            }
+            if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+                Ok(())
+            } else {
+                bail!("-T f: the server's child process failed (wait status {status:#x})")
+            }
+        }
+    }
 }
 
 fn listen(o: &Opts) -> Result<Listening> {
@@ -793,6 +882,9 @@ mod tests {
         }
         // rstream keeps its TCP mode and keep-alive.
         let o = Opts::from_args(&args(&["-T", "s", "-k", "1"]), false).unwrap();
-        assert!(o.tcp && !o.io && o.keepalive.is_some());
+        assert!(o.tcp && !o.io && o.keepalive.is_some() && !o.fork);
+        // -T f is rstream's socket mode with a forking server.
+        let o = Opts::from_args(&args(&["-T", "fork", "-S", "64"]), false).unwrap();
+        assert!(o.tcp && o.fork);
     }
 }
