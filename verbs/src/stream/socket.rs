@@ -45,10 +45,25 @@ const MAX_CTRL_MSG: u32 = SGE_LEN as u32;
 /// Marks a receive's work request id.
 const WR_ID_RECV: u64 = 1 << 63;
 /// How often a non-blocking wait that finds nothing reads the rdma_cm fd
-/// (a system call; the CQ is polled every time).
+/// (a system call; the CQ is polled every time), on [`coarse_now`]'s
+/// clock.
 const CM_CHECK_EVERY: Duration = Duration::from_millis(5);
 /// Completions taken per poll.
 const WC_BATCH: usize = 16;
+
+/// The coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`, accurate to a
+/// tick), which the vDSO reads without a system call whatever the clock
+/// source. `Instant::now` is `CLOCK_MONOTONIC`, a system call where the
+/// clock source has no vDSO path (HPET, as under QEMU TCG): a caller
+/// spinning on a non-blocking read would pay one per spin, which delays
+/// its noticing the completion it spins for (rsockets reads no clock
+/// there). `None` if the clock cannot be read.
+fn coarse_now() -> Option<Duration> {
+    use nix::time::{clock_gettime, ClockId};
+    clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE)
+        .ok()
+        .map(Duration::from)
+}
 
 /// The next message's size of a write with `left` bytes to go: `olen`,
 /// which doubles each message up to [`MAX_TRANSFER`], or what is left
@@ -296,8 +311,8 @@ pub(super) struct Socket {
     pub(super) nonblocking: bool,
     /// How long a blocking wait stays quiet before it probes the peer.
     pub(super) keepalive: Option<Duration>,
-    /// When a non-blocking wait last read the rdma_cm fd.
-    cm_checked: Instant,
+    /// When a non-blocking wait last read the rdma_cm fd ([`coarse_now`]).
+    cm_checked: Duration,
 }
 
 /// One of the peer's direct-placement entries this side filled.
@@ -423,7 +438,7 @@ impl Socket {
             fault: None,
             nonblocking: false,
             keepalive: None,
-            cm_checked: Instant::now(),
+            cm_checked: coarse_now().unwrap_or_default(),
         })
     }
 
@@ -676,10 +691,12 @@ impl Socket {
             }
             if self.nonblocking {
                 // A caller spinning on WouldBlock must still learn that
-                // the peer vanished: look at the rdma_cm fd now and then.
-                let now = Instant::now();
-                if now.duration_since(self.cm_checked) >= CM_CHECK_EVERY {
-                    self.cm_checked = now;
+                // the peer vanished: look at the rdma_cm fd now and then
+                // (every time if the clock cannot be read).
+                let now = coarse_now();
+                let due = now.is_none_or(|t| t.saturating_sub(self.cm_checked) >= CM_CHECK_EVERY);
+                if due {
+                    self.cm_checked = now.unwrap_or_default();
                     self.on_cm_event()?;
                     if self.test(u) {
                         return Ok(());
