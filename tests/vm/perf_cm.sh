@@ -223,13 +223,16 @@ fi
 # be perftest's. The client prints a row per size, #iterations 5 each;
 # the server a row per size where it measures (send bw and lat, write
 # lat), the last size's (the client's figures) for write and read bw,
-# none for read lat. Each sweep moves about 80 MB per direction (10 to
-# 15 s under TCG), and what it adds to the single-size runs is the order
-# of the steps between sizes, which no kernel changes: on the first
-# kernel only, one test of each kind of step (write bw: none; send bw:
-# barriers before and after, both ways, our client with --json, checked
-# as a JSON document; send lat: a barrier before; write lat: the polled
-# bytes, both ways; read lat: the server idle).
+# none for read lat. Each sweep moves about 80 MB per direction (8 to
+# 17 s under TCG, the latency ones the dearest), and what it adds to the
+# single-size runs is the order of the steps between sizes, which no
+# kernel changes: on the first kernel only, write bw (no step, the
+# server idle, the last size's figures relayed), send bw (barriers
+# before and after each size, both ways, our client with --json, checked
+# as a JSON document) and write lat (the polled bytes, both ways). send
+# lat (a barrier before each size: send bw's code without the one after)
+# and read lat (the server idle: write bw's) were checked by hand (both
+# pass) and are left out for time.
 iters=5
 sweep=""
 for i in $(seq 1 23); do
@@ -311,10 +314,8 @@ if first_kernel; then
     run_sweep perftest ours "write bw"
     run_sweep ours perftest "send bw"
     run_sweep perftest ours "send bw" --json
-    run_sweep ours perftest "send lat"
     run_sweep ours perftest "write lat"
     run_sweep perftest ours "write lat"
-    run_sweep ours perftest "read lat"
     echo "perf_cm: the sweeps took $(($(date +%s) - t_sweep)) s"
 fi
 
