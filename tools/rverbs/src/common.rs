@@ -12,6 +12,18 @@ use rverbs::{CompChannel, Context, Cq, Gid, LinkLayer, Mtu, PortAttr, Wc};
 
 use crate::wire::{Dest, Limits};
 
+/// Parses `words` as the options `A` of a tool named `name` (tests of the
+/// tools' option structs, which clap flattens into its subcommands).
+#[cfg(test)]
+pub fn parse_args<A: clap::Args + clap::FromArgMatches>(
+    name: &'static str,
+    words: &[&str],
+) -> std::result::Result<A, clap::Error> {
+    let cmd = A::augment_args(clap::Command::new(name));
+    let m = cmd.try_get_matches_from(std::iter::once(name).chain(words.iter().copied()))?;
+    A::from_arg_matches(&m)
+}
+
 /// `wr_id` of receives.
 pub const RECV_WRID: u64 = 1;
 /// `wr_id` of sends.

@@ -881,14 +881,7 @@ mod tests {
     }
 
     fn args(words: &[&str]) -> RstreamArgs {
-        #[derive(clap::Parser)]
-        struct P {
-            #[command(flatten)]
-            a: RstreamArgs,
-        }
-        let mut all = vec!["x"];
-        all.extend_from_slice(words);
-        <P as clap::Parser>::try_parse_from(all).unwrap().a
+        crate::common::parse_args("rstream", words).unwrap()
     }
 
     #[test]

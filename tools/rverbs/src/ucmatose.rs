@@ -587,16 +587,9 @@ fn run_server(addr: SocketAddr, o: &Opts) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        a: UcmatoseArgs,
-    }
 
     fn parse(args: &[&str]) -> Result<UcmatoseArgs, clap::Error> {
-        Cli::try_parse_from(std::iter::once("ucmatose").chain(args.iter().copied())).map(|c| c.a)
+        crate::common::parse_args("ucmatose", args)
     }
 
     #[test]

@@ -392,16 +392,9 @@ fn run_server(addr: SocketAddr, conns: u32, o: &Opts) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct T {
-        #[command(flatten)]
-        a: UdaddyArgs,
-    }
 
     fn parse(v: &[&str]) -> std::result::Result<UdaddyArgs, clap::Error> {
-        T::try_parse_from(std::iter::once("udaddy").chain(v.iter().copied())).map(|t| t.a)
+        crate::common::parse_args("udaddy", v)
     }
 
     #[test]

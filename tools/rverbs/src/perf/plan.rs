@@ -398,16 +398,9 @@ pub(super) fn check_rdma_cm(a: &PerfArgs) -> Result<()> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct T {
-        #[command(flatten)]
-        a: PerfArgs,
-    }
 
     fn args(v: &[&str]) -> std::result::Result<PerfArgs, clap::Error> {
-        T::try_parse_from(std::iter::once("perf").chain(v.iter().copied())).map(|t| t.a)
+        crate::common::parse_args("perf", v)
     }
 
     pub(in crate::perf) fn plan(v: &[&str]) -> Result<Plan> {
