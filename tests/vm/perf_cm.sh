@@ -134,23 +134,32 @@ show_outputs() {
 
 # run_mix SERVER CLIENT SIZE [TEST]: one run (TEST: "write bw" unless
 # given; SIZE "-" for the test's own).
-run_mix() {
-    local srv=$1 cli=$2 size=$3 test=${4:-write bw}
-    local mix="$srv(server)<->$cli(client)"
-    [ "$srv" = "$cli" ] && mix="$srv<->$cli"
+# run_pair SERVER CLIENT TEST SIZE [CLIENT_EXTRA]: runs one pair on the
+# next port (SIZE as cmd_of takes it; CLIENT_EXTRA appended to the
+# client's command); sets MIX, SO and CO (the outputs) and WHY (the exit
+# statuses that were not 0).
+run_pair() {
+    local srv=$1 cli=$2 test=$3 size=$4 extra=${5:-} scmd ccmd
+    MIX="$srv(server)<->$cli(client)"
+    [ "$srv" = "$cli" ] && MIX="$srv<->$cli"
     port=$((port + 1))
-    local so="$work/$port.server" co="$work/$port.client" why=""
-    local scmd ccmd
+    SO="$work/$port.server" CO="$work/$port.client" WHY=""
     scmd=$(cmd_of "$srv" server "$test" "$size" "$port")
-    ccmd=$(cmd_of "$cli" client "$test" "$size" "$port")
-    local want=$size
-    [ "$size" = - ] && want=8
-    echo "=== $mix $test size $size (port $port)"
+    ccmd=$(cmd_of "$cli" client "$test" "$size" "$port")$extra
+    echo "=== $MIX $test size $size$extra (port $port)"
     echo "server: $scmd"
     echo "client: $ccmd"
-    run_cm_pair "$port" "$limit" "$scmd" "$so" "$ccmd" "$co"
-    [ "$SERVER_RC" -ne 0 ] && why+="server exit $SERVER_RC; "
-    [ "$CLIENT_RC" -ne 0 ] && why+="client exit $CLIENT_RC; "
+    run_cm_pair "$port" "$limit" "$scmd" "$SO" "$ccmd" "$CO"
+    [ "$SERVER_RC" -ne 0 ] && WHY+="server exit $SERVER_RC; "
+    [ "$CLIENT_RC" -ne 0 ] && WHY+="client exit $CLIENT_RC; "
+}
+
+run_mix() {
+    local srv=$1 cli=$2 size=$3 test=${4:-write bw}
+    run_pair "$srv" "$cli" "$test" "$size"
+    local mix=$MIX so=$SO co=$CO why=$WHY
+    local want=$size
+    [ "$size" = - ] && want=8
     # perftest's own timing prints 0.00 under TCG now and then (its cycle
     # counter against the CPU's nominal clock): on our library's rows the
     # row must echo the size and count, its bandwidth is not judged.
@@ -278,23 +287,11 @@ PY
 
 # run_sweep SERVER CLIENT TEST [--json]: one -a run.
 run_sweep() {
-    local srv=$1 cli=$2 test=$3 json=${4:-}
-    local mix="$srv(server)<->$cli(client)"
-    port=$((port + 1))
-    local so="$work/$port.server" co="$work/$port.client" why=""
-    local scmd ccmd
-    scmd=$(cmd_of "$srv" server "$test" all "$port")
-    ccmd=$(cmd_of "$cli" client "$test" all "$port")
-    [ -n "$json" ] && ccmd+=" --json"
-    echo "=== $mix $test -a $json (port $port)"
-    echo "server: $scmd"
-    echo "client: $ccmd"
-    local t0
+    local srv=$1 cli=$2 test=$3 json=${4:-} t0
     t0=$(date +%s)
-    run_cm_pair "$port" "$limit" "$scmd" "$so" "$ccmd" "$co"
+    run_pair "$srv" "$cli" "$test" all "${json:+ $json}"
     echo "--- took $(($(date +%s) - t0)) s"
-    [ "$SERVER_RC" -ne 0 ] && why+="server exit $SERVER_RC; "
-    [ "$CLIENT_RC" -ne 0 ] && why+="client exit $CLIENT_RC; "
+    local mix=$MIX so=$SO co=$CO why=$WHY
     if [ -n "$json" ]; then
         why+=$(json_ok "$co" "${test#* }")
     else
