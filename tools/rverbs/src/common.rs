@@ -62,11 +62,28 @@ pub struct Common {
     /// Give up after SECS seconds without progress (no completion, no
     /// byte of the address exchange); 0 waits forever. The server waits
     /// for its client without limit.
-    #[arg(long = "timeout", value_name = "SECS", default_value = "60", value_parser = num::<u64>)]
+    #[arg(long = "timeout", value_name = "SECS", default_value = "60", value_parser = timeout_secs)]
     pub timeout: u64,
     /// Connect to the server on HOST; without it, be the server.
     #[arg(value_name = "HOST")]
     pub host: Option<String>,
+}
+
+/// The longest `--timeout` the tools take, in seconds (about 31 years): a
+/// wait that long is as good as endless, and its deadline still fits the
+/// clock (`Instant + Duration` panics past the clock's range).
+pub const MAX_TIMEOUT_SECS: u64 = 1_000_000_000;
+
+/// Parses a `--timeout` in seconds as [`num`] reads a number, refusing
+/// more than [`MAX_TIMEOUT_SECS`].
+pub fn timeout_secs(s: &str) -> std::result::Result<u64, String> {
+    let v = num::<u64>(s)?;
+    if v > MAX_TIMEOUT_SECS {
+        return Err(format!(
+            "{s} seconds is longer than the longest timeout, {MAX_TIMEOUT_SECS}"
+        ));
+    }
+    Ok(v)
 }
 
 /// Parses a number the way `strtoul(s, NULL, 0)` reads it (`0x` hex,
@@ -447,6 +464,46 @@ mod tests {
         assert!(num::<u32>("12abc").is_err());
         assert!(num::<u32>("-1").is_err());
         assert!(num::<u8>("").is_err());
+    }
+
+    #[test]
+    fn every_timeout_option_is_bounded() {
+        // Each would have panicked building its deadline (`Instant + Duration`).
+        let max = MAX_TIMEOUT_SECS.to_string();
+        assert_eq!(timeout_secs(&max), Ok(MAX_TIMEOUT_SECS));
+        assert_eq!(timeout_secs("0x10"), Ok(16));
+        for over in [(MAX_TIMEOUT_SECS + 1).to_string(), u64::MAX.to_string()] {
+            let t = ["--timeout", over.as_str()];
+            let e = timeout_secs(&over).unwrap_err();
+            assert!(e.contains("longer than the longest timeout"), "{e}");
+            let errs = [
+                parse_args::<Common>("pp", &t).map(|_| ()),
+                parse_args::<crate::perf::PerfArgs>("perf", &[&["write", "bw"][..], &t].concat())
+                    .map(|_| ()),
+                parse_args::<crate::rstream::RstreamArgs>("rstream", &t).map(|_| ()),
+                parse_args::<crate::rcopy::RcopyArgs>("rcopy", &t).map(|_| ()),
+            ];
+            for e in errs {
+                let e = e.unwrap_err().to_string();
+                assert!(e.contains("longer than the longest timeout"), "{e}");
+            }
+            let e = parse_args::<crate::mckey::MckeyArgs>("mckey", &t)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&max), "{e}");
+        }
+        assert_eq!(
+            parse_args::<Common>("pp", &["--timeout", &max])
+                .unwrap()
+                .timeout,
+            MAX_TIMEOUT_SECS
+        );
+        assert_eq!(
+            parse_args::<crate::mckey::MckeyArgs>("mckey", &["--timeout", &max])
+                .unwrap()
+                .timeout,
+            MAX_TIMEOUT_SECS
+        );
     }
 
     #[test]

@@ -27,6 +27,7 @@ use rverbs::{
     RecvWr, SendWr, UdSendWr, Wc, WcOpcode,
 };
 
+use crate::common::MAX_TIMEOUT_SECS;
 use crate::rping::resolve;
 
 /// The longest wait for a step other than the receives (resolution, the
@@ -83,7 +84,8 @@ pub struct MckeyArgs {
     pub no_loopback: bool,
     /// The longest wait for the datagrams, in seconds (mckey waits
     /// forever).
-    #[arg(long = "timeout", default_value_t = 30)]
+    #[arg(long = "timeout", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(..=MAX_TIMEOUT_SECS))]
     pub timeout: u64,
 }
 

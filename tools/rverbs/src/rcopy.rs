@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context as _, Result};
 use rverbs::stream::{RdmaListener, RdmaStream, StreamOptions};
 
-use crate::common::num;
+use crate::common::{num, timeout_secs};
 use crate::rping::resolve;
 
 /// rcopy's port (`-p`).
@@ -69,7 +69,7 @@ pub struct RcopyArgs {
     #[arg(long = "once")]
     pub once: bool,
     /// The longest wait for the peer in any one step, in seconds.
-    #[arg(long = "timeout", default_value_t = 30, value_parser = num::<u64>)]
+    #[arg(long = "timeout", default_value_t = 30, value_parser = timeout_secs)]
     pub timeout: u64,
 }
 

@@ -28,7 +28,7 @@ use anyhow::{bail, Context as _, Result};
 use rverbs::stream::{RdmaListener, RdmaStream, StreamOptions};
 use rverbs::{AccessFlags, Mr, PageBuf};
 
-use crate::common::num;
+use crate::common::{num, timeout_secs};
 use crate::rping::resolve;
 
 /// rstream's port (`-p`).
@@ -121,7 +121,7 @@ pub struct RstreamArgs {
     /// The longest wait for the peer in any one step (a client to
     /// connect, data or room to arrive), in seconds (rstream waits
     /// forever).
-    #[arg(long = "timeout", default_value_t = 30, value_parser = num::<u64>)]
+    #[arg(long = "timeout", default_value_t = 30, value_parser = timeout_secs)]
     pub timeout: u64,
 }
 

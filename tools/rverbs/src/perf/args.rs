@@ -4,7 +4,7 @@
 
 use rverbs::Mtu;
 
-use crate::common::{num, parse_mtu};
+use crate::common::{num, parse_mtu, timeout_secs};
 
 /// The operation measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -194,7 +194,7 @@ pub struct PerfArgs {
     pub cpu_util: bool,
     /// Give up after SECS seconds without progress (0: never). The server
     /// waits for its client without limit.
-    #[arg(long = "timeout", value_name = "SECS", default_value = "60", value_parser = num::<u64>)]
+    #[arg(long = "timeout", value_name = "SECS", default_value = "60", value_parser = timeout_secs)]
     pub timeout: u64,
     /// Connect through rdma_cm and exchange through it as perftest's -R
     /// does: interoperates with perftest's ib_*_bw -R and ib_*_lat -R.
