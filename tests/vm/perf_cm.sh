@@ -132,8 +132,6 @@ show_outputs() {
     cat "$2" "$2.err" 2>/dev/null
 }
 
-# run_mix SERVER CLIENT SIZE [TEST]: one run (TEST: "write bw" unless
-# given; SIZE "-" for the test's own).
 # run_pair SERVER CLIENT TEST SIZE [CLIENT_EXTRA]: runs one pair on the
 # next port (SIZE as cmd_of takes it; CLIENT_EXTRA appended to the
 # client's command); sets MIX, SO and CO (the outputs) and WHY (the exit
@@ -154,6 +152,8 @@ run_pair() {
     [ "$CLIENT_RC" -ne 0 ] && WHY+="client exit $CLIENT_RC; "
 }
 
+# run_mix SERVER CLIENT SIZE [TEST]: one run (TEST: "write bw" unless
+# given; SIZE "-" for the test's own), its rows checked and recorded.
 run_mix() {
     local srv=$1 cli=$2 size=$3 test=${4:-write bw}
     run_pair "$srv" "$cli" "$test" "$size"
