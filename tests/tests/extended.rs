@@ -196,6 +196,48 @@ fn rereg_changes_access_where_the_kernel_supports_it() {
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
 }
 
+#[test]
+fn rereg_of_pd_and_access_changes_both_or_neither() {
+    let p = Pair::new();
+    let other = p.pd.context().alloc_pd().unwrap();
+    let mut mr = p.pd.alloc_mr(512, AccessFlags::LOCAL_WRITE).unwrap();
+    let keys = (mr.lkey(), mr.rkey());
+    // Refused before the kernel is asked: nothing moves.
+    let e = mr
+        .rereg_pd_access(&other, AccessFlags::REMOTE_WRITE)
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let foreign = open_rxe().alloc_pd().unwrap();
+    let e = mr
+        .rereg_pd_access(&foreign, AccessFlags::LOCAL_WRITE)
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(
+        mr.pd().handle() == p.pd.handle(),
+        "a refused call moved the MR"
+    );
+    assert_eq!((mr.lkey(), mr.rkey()), keys);
+    let want = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    match mr.rereg_pd_access(&other, want) {
+        Ok(()) => {
+            assert!(kernel_release() >= (6, 4), "rereg on a kernel without it?");
+            assert!(mr.pd().handle() == other.handle(), "not moved");
+            assert_eq!(mr.access(), want);
+        }
+        Err(e) => {
+            // rxe in 6.1 has no rereg_user_mr: one command refused whole.
+            assert_eq!(e.errno(), Some(Errno::EOPNOTSUPP), "{e}");
+            assert!(kernel_release() < (6, 12), "rxe on 6.12 re-registers: {e}");
+            assert!(
+                mr.pd().handle() == p.pd.handle(),
+                "a refused rereg moved the MR"
+            );
+            assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
+            assert_eq!((mr.lkey(), mr.rkey()), keys);
+        }
+    }
+}
+
 /// Sets `vm.nr_hugepages` and restores the old value on drop.
 struct HugePages(String);
 

@@ -158,6 +158,28 @@ fn attach_and_detach_reach_the_kernel_with_its_errnos() {
     e.qp.attach_mcast(&mgid, 0).unwrap();
 }
 
+#[test]
+fn destroying_an_attached_qp_is_refused_and_hands_it_back() {
+    let dev = rverbs::device("rxe0").expect("rxe0");
+    let e = end_on(&dev);
+    let mgid = Gid::from_ipv4(Ipv4Addr::new(239, 1, 9, 202));
+    e.qp.attach_mcast(&mgid, 0).expect("attach");
+    let qpn = e.qp.qp_num();
+    let refused = e.qp.destroy().expect_err("destroyed while attached");
+    assert_eq!(
+        refused.error.errno(),
+        Some(Errno::EBUSY),
+        "{}",
+        refused.error
+    );
+    // Still the same live QP: it detaches, and then it goes.
+    let qp = refused.qp;
+    assert_eq!(qp.qp_num(), qpn);
+    qp.detach_mcast(&mgid, 0)
+        .expect("detach the QP handed back");
+    qp.destroy().expect("destroy once detached");
+}
+
 /// A sender's send-only join: its address vector and the remote QPN and
 /// Q_Key a datagram to the group takes.
 fn sender(g: SocketAddr) -> (McastId, End, McastGroup, rverbs::Ah) {

@@ -480,8 +480,10 @@ impl Waiter for BlockingWaiter<'_, '_> {
 
 impl CompChannel {
     /// Waits until an armed CQ fires and returns its [`Cq::event_id`].
-    /// Re-arm with [`Cq::req_notify`] and poll the CQ after. Fails instead
-    /// of sleeping on if the kernel closes the channel.
+    /// Re-arm with [`Cq::req_notify`] and poll the CQ after. A signal
+    /// restarts the wait (see [`CompChannel::read_event`] for one that
+    /// ends it). Fails instead of sleeping on if the kernel closes the
+    /// channel.
     pub fn get_event(&self) -> Result<EventId> {
         loop {
             if let Some(id) = self.get_event_timeout_inner(None)? {
@@ -499,6 +501,21 @@ impl CompChannel {
         )
     }
 
+    /// Reads one event with a single `read(2)` on the channel's fd, in
+    /// whatever mode the fd is, as libibverbs' `ibv_get_cq_event` does: on
+    /// a non-blocking fd (the default here) `Ok(None)` when none is
+    /// pending; on a blocking one (the C library's, or after you cleared
+    /// `O_NONBLOCK`) the kernel waits for one, and a signal handler
+    /// installed without `SA_RESTART` ends the wait with
+    /// [`Error::Kernel`] carrying `EINTR`. The CQ's provider learns of
+    /// the event as with [`CompChannel::get_event`].
+    pub fn read_event(&self) -> Result<Option<EventId>> {
+        Ok(
+            crate::event::read_once::<CompEventDesc>(self.as_fd(), "get_cq_event")?
+                .map(|d| self.read(d)),
+        )
+    }
+
     /// Waits up to `timeout` for an event; `Ok(None)` if none arrived.
     pub fn get_event_timeout(&self, timeout: std::time::Duration) -> Result<Option<EventId>> {
         self.get_event_timeout_inner(Some(timeout))
@@ -508,10 +525,13 @@ impl CompChannel {
         &self,
         timeout: Option<std::time::Duration>,
     ) -> Result<Option<EventId>> {
-        Ok(
-            crate::event::wait_event::<CompEventDesc>(self.as_fd(), "get_cq_event", timeout)?
-                .map(|d| self.read(d)),
-        )
+        Ok(crate::event::wait_event::<CompEventDesc>(
+            self.as_fd(),
+            "get_cq_event",
+            timeout,
+            crate::event::read_event,
+        )?
+        .map(|d| self.read(d)))
     }
 
     /// An event read from the channel: its CQ's provider learns of it

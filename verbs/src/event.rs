@@ -14,7 +14,17 @@
 //! they can be registered with `poll`, `epoll` or an async runtime as they
 //! are; the `try_*` readers return `Ok(None)` when nothing is pending and
 //! the blocking readers wait with `poll(2)` (so a device that goes away
-//! wakes them with an error instead of leaving them asleep).
+//! wakes them with an error instead of leaving them asleep). The blocking
+//! readers restart their wait after a signal; [`CompChannel::read_event`]
+//! and [`Context::read_async_event`] read once, as libibverbs'
+//! `ibv_get_cq_event` and `ibv_get_async_event` do, so that a signal ends
+//! a wait in a fd someone made blocking (the C library does).
+//!
+//! The async fd's readers do not rely on its `O_NONBLOCK` flag: the C
+//! library clears it (libibverbs' `async_fd` blocks), and they look with
+//! `poll(2)` before they read.
+//!
+//! [`CompChannel::read_event`]: crate::CompChannel::read_event
 //!
 //! What soft-RoCE (rxe) raises, from its 6.1 source and checked on 6.1 and
 //! 6.12 by the VM suites: CQ overflow ([`AsyncEventKind::CqErr`], once per
@@ -409,37 +419,75 @@ pub(crate) fn wait_readable(
 
 /// Reads one event record of type `T` from the non-blocking event fd `fd`:
 /// `Ok(None)` if none is pending. The uverbs event files hand out exactly
-/// one record per `read`.
+/// one record per `read`. A signal restarts the read.
 pub(crate) fn read_event<T>(fd: BorrowedFd<'_>, op: &'static str) -> Result<Option<T>>
+where
+    T: FromBytes + IntoBytes + KnownLayout + Immutable,
+{
+    loop {
+        match read_once(fd, op) {
+            Err(Error::Kernel {
+                errno: Errno::EINTR,
+                ..
+            }) => continue,
+            got => return got,
+        }
+    }
+}
+
+/// One `read(2)` of an event record of type `T` from `fd`, in whatever
+/// mode the fd is: `Ok(None)` for `EAGAIN` (a non-blocking fd with nothing
+/// pending); on a blocking fd the kernel waits, and a signal handler
+/// installed without `SA_RESTART` ends the wait with `EINTR`, returned as
+/// [`Error::Kernel`].
+pub(crate) fn read_once<T>(fd: BorrowedFd<'_>, op: &'static str) -> Result<Option<T>>
 where
     T: FromBytes + IntoBytes + KnownLayout + Immutable,
 {
     let mut rec = T::new_zeroed();
     let buf = rec.as_mut_bytes();
-    loop {
-        let n = match nix::unistd::read(fd.as_raw_fd(), buf).map_err(Errno::from) {
-            Ok(n) => n,
-            Err(Errno::EINTR) => continue,
-            Err(Errno::EAGAIN) => return Ok(None),
-            Err(e) => return Err(Error::Kernel { op, errno: e }),
-        };
-        if n != buf.len() {
-            // End of file or a short record: the event file is unusable.
-            return Err(Error::Kernel {
-                op,
-                errno: Errno::EIO,
-            });
-        }
-        return Ok(Some(rec));
+    let n = match nix::unistd::read(fd.as_raw_fd(), buf).map_err(Errno::from) {
+        Ok(n) => n,
+        Err(Errno::EAGAIN) => return Ok(None),
+        Err(e) => return Err(Error::Kernel { op, errno: e }),
+    };
+    if n != buf.len() {
+        // End of file or a short record: the event file is unusable.
+        return Err(Error::Kernel {
+            op,
+            errno: Errno::EIO,
+        });
+    }
+    Ok(Some(rec))
+}
+
+/// Reads one event record of type `T` from `fd` if one is pending, whether
+/// or not the fd is non-blocking: `poll(2)` looks first, so the read
+/// waits only if another reader of the same fd took the event in between
+/// (then until the next event arrives, on a blocking fd).
+pub(crate) fn read_ready<T>(fd: BorrowedFd<'_>, op: &'static str) -> Result<Option<T>>
+where
+    T: FromBytes + IntoBytes + KnownLayout + Immutable,
+{
+    match wait_readable(fd, Some(Duration::ZERO)).map_err(|errno| Error::Kernel { op, errno })? {
+        Ready::TimedOut => Ok(None),
+        Ready::Readable | Ready::Failed => read_event(fd, op),
     }
 }
 
-/// Reads one event of type `T`, waiting up to `timeout` (`None`: forever)
-/// for one to arrive. `Ok(None)` only when the timeout passed.
+/// How [`wait_event`] reads a record once the fd looks readable (and
+/// once before it waits): [`read_event`] for a fd known non-blocking,
+/// [`read_ready`] for one whose flag someone else may have cleared.
+type ReadFn<T> = fn(BorrowedFd<'_>, &'static str) -> Result<Option<T>>;
+
+/// Reads one event of type `T` with `read`, waiting up to `timeout`
+/// (`None`: forever) for one to arrive. `Ok(None)` only when the timeout
+/// passed.
 pub(crate) fn wait_event<T>(
     fd: BorrowedFd<'_>,
     op: &'static str,
     timeout: Option<Duration>,
+    read: ReadFn<T>,
 ) -> Result<Option<T>>
 where
     T: FromBytes + IntoBytes + KnownLayout + Immutable,
@@ -447,7 +495,7 @@ where
     // A timeout past what an Instant can hold is no timeout.
     let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     loop {
-        if let Some(ev) = read_event(fd, op)? {
+        if let Some(ev) = read(fd, op)? {
             return Ok(Some(ev));
         }
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -457,7 +505,7 @@ where
             Ready::Failed => {
                 // An error or hang-up: the read reports it, or, should it
                 // find nothing, the fd is dead and waiting again would spin.
-                return match read_event(fd, op)? {
+                return match read(fd, op)? {
                     Some(ev) => Ok(Some(ev)),
                     None => Err(Error::Kernel {
                         op,
@@ -471,20 +519,23 @@ where
 
 impl Context {
     /// Reads one pending asynchronous event, or `Ok(None)` if there is none.
-    /// Never blocks: register [`Context::async_fd`] with `poll`/`epoll` to
-    /// learn when one arrives. Events need no acknowledgement.
+    /// Never blocks (even if the async fd's `O_NONBLOCK` was cleared):
+    /// register [`Context::async_fd`] with `poll`/`epoll` to learn when one
+    /// arrives. Events need no acknowledgement.
     pub fn try_get_async_event(&self) -> Result<Option<AsyncEvent>> {
         Ok(
-            read_event::<AsyncEventDesc>(self.async_fd(), "get_async_event")?
+            read_ready::<AsyncEventDesc>(self.async_fd(), "get_async_event")?
                 .map(|d| AsyncEvent::from_desc(&d)),
         )
     }
 
-    /// Waits for the next asynchronous event. Fails (EIO) instead of
-    /// sleeping on if the kernel closes the event file.
+    /// Waits for the next asynchronous event, restarting the wait after
+    /// signals. Fails (EIO) instead of sleeping on if the kernel closes the
+    /// event file.
     pub fn get_async_event(&self) -> Result<AsyncEvent> {
         loop {
-            if let Some(d) = wait_event::<AsyncEventDesc>(self.async_fd(), "get_async_event", None)?
+            if let Some(d) =
+                wait_event::<AsyncEventDesc>(self.async_fd(), "get_async_event", None, read_ready)?
             {
                 return Ok(AsyncEvent::from_desc(&d));
             }
@@ -494,8 +545,27 @@ impl Context {
     /// Waits up to `timeout` for the next asynchronous event; `Ok(None)` if
     /// none arrived.
     pub fn get_async_event_timeout(&self, timeout: Duration) -> Result<Option<AsyncEvent>> {
+        Ok(wait_event::<AsyncEventDesc>(
+            self.async_fd(),
+            "get_async_event",
+            Some(timeout),
+            read_ready,
+        )?
+        .map(|d| AsyncEvent::from_desc(&d)))
+    }
+
+    /// Reads one asynchronous event with a single `read(2)` on the async
+    /// fd, in whatever mode the fd is, as libibverbs' `ibv_get_async_event`
+    /// does: on a non-blocking fd (the default here) `Ok(None)` when none
+    /// is pending; on a blocking one (the C library's, or after you cleared
+    /// `O_NONBLOCK`) the kernel waits for one, and a signal handler
+    /// installed without `SA_RESTART` ends the wait with
+    /// [`Error::Kernel`] carrying `EINTR`. Prefer
+    /// [`Context::try_get_async_event`] or
+    /// [`Context::get_async_event`], which do not depend on the fd's mode.
+    pub fn read_async_event(&self) -> Result<Option<AsyncEvent>> {
         Ok(
-            wait_event::<AsyncEventDesc>(self.async_fd(), "get_async_event", Some(timeout))?
+            read_once::<AsyncEventDesc>(self.async_fd(), "get_async_event")?
                 .map(|d| AsyncEvent::from_desc(&d)),
         )
     }
@@ -602,7 +672,9 @@ mod tests {
             None
         );
         let t = Instant::now();
-        let got = wait_event::<AsyncEventDesc>(fd, "t", Some(Duration::from_millis(50))).unwrap();
+        let got =
+            wait_event::<AsyncEventDesc>(fd, "t", Some(Duration::from_millis(50)), read_event)
+                .unwrap();
         assert!(got.is_none() && t.elapsed() >= Duration::from_millis(50));
         let rec = AsyncEventDesc {
             element: 7,
@@ -610,13 +682,43 @@ mod tests {
             reserved: 0,
         };
         assert_eq!(nix::unistd::write(&w, rec.as_bytes()), Ok(16));
-        let got = wait_event::<AsyncEventDesc>(fd, "t", None)
+        let got = wait_event::<AsyncEventDesc>(fd, "t", None, read_event)
             .unwrap()
             .unwrap();
         assert_eq!((got.element, got.event_type), (7, 15));
         // The writer goes away: a blocking wait must fail, not sleep.
         drop(w);
-        let e = wait_event::<AsyncEventDesc>(fd, "t", None).unwrap_err();
+        let e = wait_event::<AsyncEventDesc>(fd, "t", None, read_event).unwrap_err();
         assert_eq!(e.errno(), Some(Errno::EIO));
+    }
+
+    /// The async fd's readers on a fd whose `O_NONBLOCK` was cleared (the
+    /// C library clears it): nothing pending is `None` at once, not a
+    /// read that sleeps; a pending record is read; a one-read reader on a
+    /// non-blocking fd answers `None`.
+    #[test]
+    fn readers_of_a_blocking_fd_look_before_they_read() {
+        use std::os::fd::AsFd;
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let fd = r.as_fd();
+        let t = Instant::now();
+        assert!(read_ready::<AsyncEventDesc>(fd, "t").unwrap().is_none());
+        let got =
+            wait_event::<AsyncEventDesc>(fd, "t", Some(Duration::from_millis(50)), read_ready)
+                .unwrap();
+        assert!(got.is_none());
+        assert!(t.elapsed() < Duration::from_secs(5));
+        let rec = AsyncEventDesc {
+            element: 3,
+            event_type: 5,
+            reserved: 0,
+        };
+        assert_eq!(nix::unistd::write(&w, rec.as_bytes()), Ok(16));
+        let got = read_ready::<AsyncEventDesc>(fd, "t").unwrap().unwrap();
+        assert_eq!((got.element, got.event_type), (3, 5));
+        let (nr, _nw) = pipe();
+        assert!(read_once::<AsyncEventDesc>(nr.as_fd(), "t")
+            .unwrap()
+            .is_none());
     }
 }

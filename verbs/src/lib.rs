@@ -143,8 +143,8 @@ pub use mr::{
 pub use mw::{Mw, MwBind, MwType};
 pub use pd::Pd;
 pub use qp::{
-    AhAttr, ConnectOpts, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap, QpCreateFlags, QpInitAttr,
-    QpState, QpType, SignalEvery,
+    AhAttr, ConnectOpts, DestroyQpError, Endpoint, GlobalRoute, Mtu, Qp, QpAttr, QpCap,
+    QpCreateFlags, QpInitAttr, QpState, QpType, SignalEvery,
 };
 pub use rverbs_abi::wr::Sge;
 pub use rverbs_provider::batch::{BatchOp, BatchSignal, BatchWr, SendBatch};

@@ -873,23 +873,45 @@ impl<B> Mr<B> {
     /// with `EOPNOTSUPP` where the driver cannot re-register (rxe before
     /// Linux 6.4 or so has no re-registration at all).
     pub fn rereg_access(&mut self, access: AccessFlags) -> Result<()> {
-        check_access(access)?;
-        if self.borrowed {
-            check_borrowed_access(access)?;
-        }
-        check_offered(access, || self.pd.context().caps())?;
+        self.check_rereg_access(access)?;
         self.rereg(REREG_ACCESS, self.pd.clone(), access)
     }
 
     /// Moves the MR to another PD of the same context (REREG_MR).
     pub fn rereg_pd(&mut self, pd: &Pd) -> Result<()> {
+        self.check_rereg_pd(pd)?;
+        self.rereg(REREG_PD, pd.clone(), self.access)
+    }
+
+    /// Moves the MR to `pd` and changes its access flags to `access` in
+    /// one REREG_MR command, which the kernel checks whole: either both
+    /// change or neither does. Every check of [`Mr::rereg_pd`] and
+    /// [`Mr::rereg_access`] is made before the kernel is asked; the keys
+    /// may change.
+    pub fn rereg_pd_access(&mut self, pd: &Pd, access: AccessFlags) -> Result<()> {
+        self.check_rereg_pd(pd)?;
+        self.check_rereg_access(access)?;
+        self.rereg(REREG_PD | REREG_ACCESS, pd.clone(), access)
+    }
+
+    /// What [`Mr::rereg_access`] refuses before asking the kernel.
+    fn check_rereg_access(&self, access: AccessFlags) -> Result<()> {
+        check_access(access)?;
+        if self.borrowed {
+            check_borrowed_access(access)?;
+        }
+        check_offered(access, || self.pd.context().caps())
+    }
+
+    /// What [`Mr::rereg_pd`] refuses before asking the kernel.
+    fn check_rereg_pd(&self, pd: &Pd) -> Result<()> {
         if !pd.context().same(self.pd.context()) {
             return Err(Error::invalid_as(
                 InvalidKind::Foreign,
                 "the PD belongs to another device context",
             ));
         }
-        self.rereg(REREG_PD, pd.clone(), self.access)
+        Ok(())
     }
 
     fn rereg(&mut self, flags: u32, pd: Pd, access: AccessFlags) -> Result<()> {

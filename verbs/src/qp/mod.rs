@@ -54,6 +54,9 @@ pub struct Qp {
     srq: Option<Arc<crate::srq::SrqInner>>,
     /// The `user_handle` async events name this QP by.
     event_id: EventId,
+    /// Set by [`Qp::destroy`] once the kernel destroyed the QP, so that
+    /// dropping it then frees what is left without a second DESTROY_QP.
+    destroyed: bool,
 }
 
 impl fmt::Debug for Qp {
@@ -193,6 +196,7 @@ impl Pd {
             _recv_cq: attr.recv_cq.inner().clone(),
             srq: srq.map(|s| s.inner().clone()),
             event_id,
+            destroyed: false,
         }
     }
 }
@@ -250,12 +254,55 @@ impl Qp {
 
 /// DESTROY_QP; whether the QP is gone ([`crate::event::destroyed`]).
 fn destroy_qp(ctx: &crate::Context, handle: u32) -> bool {
+    crate::event::destroyed(destroy_qp_cmd(ctx, handle))
+}
+
+/// DESTROY_QP, the kernel's answer as it is.
+fn destroy_qp_cmd(ctx: &crate::Context, handle: u32) -> std::result::Result<(), rverbs_abi::Errno> {
     let cmd = DestroyQp {
         response: 0,
         qp_handle: handle,
         reserved: 0,
     };
-    crate::event::destroyed(exec(ctx.fd(), &cmd, &mut []))
+    exec(ctx.fd(), &cmd, &mut []).map(drop)
+}
+
+/// A destroy the kernel refused ([`Qp::destroy`]): the error, and the QP,
+/// still alive and usable. Converts into [`Error`] (dropping the QP, which
+/// tries to destroy it once more and leaks its rings if that fails too),
+/// so `?` works in functions returning [`Result`].
+pub struct DestroyQpError {
+    /// Why the kernel refused.
+    pub error: Error,
+    /// The queue pair, not destroyed.
+    pub qp: Qp,
+}
+
+impl fmt::Debug for DestroyQpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DestroyQpError")
+            .field("error", &self.error)
+            .field("qp", &self.qp)
+            .finish()
+    }
+}
+
+impl fmt::Display for DestroyQpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl std::error::Error for DestroyQpError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl From<DestroyQpError> for Error {
+    fn from(e: DestroyQpError) -> Error {
+        e.error
+    }
 }
 
 impl Qp {
@@ -461,8 +508,38 @@ impl Qp {
     }
 }
 
+impl Qp {
+    /// Destroys the QP and reports the kernel's answer, where dropping it
+    /// cannot: on a refusal the QP comes back in the error, alive and
+    /// usable, its rings still the device's. The kernel refuses, with
+    /// `EBUSY`, to destroy a QP still attached to a multicast group
+    /// ([`Qp::attach_mcast`]): detach it, then destroy it again. A device
+    /// that is gone (`EIO`, `ENODEV`) took the QP with it: that is `Ok`.
+    /// Outstanding work is discarded, as when it is dropped.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy(mut self) -> std::result::Result<(), DestroyQpError> {
+        match destroy_qp_cmd(self.pd.context(), self.handle) {
+            Err(errno) if !crate::event::destroyed::<()>(Err(errno)) => Err(DestroyQpError {
+                error: Error::Kernel {
+                    op: "destroy_qp",
+                    errno,
+                },
+                qp: self,
+            }),
+            _ => {
+                // Gone: dropping frees the rings, with no second command.
+                self.destroyed = true;
+                Ok(())
+            }
+        }
+    }
+}
+
 impl Drop for Qp {
     fn drop(&mut self) {
+        if self.destroyed {
+            return;
+        }
         // The rings are unmapped (rxe) or freed (mlx5) only once the kernel
         // has destroyed the QP: until then the device may still read and
         // write them, so a refused destroy leaks them instead.
