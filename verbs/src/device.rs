@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 /// slashes when it is set, not empty and the real and effective user ids
 /// agree (no set-uid program); `/sys` otherwise.
 pub(crate) fn sysfs_root() -> PathBuf {
-    let same_user = nix::unistd::getuid() == nix::unistd::geteuid();
+    let same_user = crate::sys::same_user();
     if same_user {
         if let Some(v) = std::env::var_os("SYSFS_PATH") {
             let s = v.to_string_lossy();

@@ -207,34 +207,39 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
         got.len()
     );
     static_program(&ws, &out)?;
-    threads_program(&ws, &out)?;
+    c_tests(&ws, &out)?;
     Ok(out)
 }
 
-/// The C thread-safety test of `tests/ibverbs-c`, linked dynamically
-/// against the `libibverbs.so.1` in `out` (so that it runs on whichever
-/// library the loader finds first: rdma-core's, or ours with
-/// `LD_LIBRARY_PATH`): `out/c-tests/threads`, a folder the linkage check
-/// does not read (the program needs a libibverbs, which is its point).
-fn threads_program(ws: &Path, out: &Path) -> Result<()> {
-    let src = ws.join(THREADS_SRC);
+/// The C tests of `tests/ibverbs-c` that judge a libibverbs (thread
+/// safety; object lifetimes, events, signals and re-registration), each
+/// linked dynamically against the `libibverbs.so.1` in `out` (so that it
+/// runs on whichever library the loader finds first: rdma-core's, or ours
+/// with `LD_LIBRARY_PATH`): `out/c-tests/NAME`, a folder the linkage
+/// check does not read (the programs need a libibverbs, which is their
+/// point).
+fn c_tests(ws: &Path, out: &Path) -> Result<()> {
     let dir = out.join("c-tests");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let exe = dir.join("threads");
-    let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
-    cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-I"])
-        .arg(ws.join("tools/bench"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(&src)
-        .arg(out.join(soname()))
-        .stdin(Stdio::null());
-    say!("linking {}", exe.display());
-    util::run(&mut cc).with_context(|| format!("building {}", src.display()))
+    for name in C_TESTS {
+        let src = ws.join(format!("tests/ibverbs-c/{name}.c"));
+        let exe = dir.join(name);
+        let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
+        cc.args(["-O2", "-Wall", "-Werror", "-pthread", "-I"])
+            .arg(ws.join("tools/bench"))
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .arg(out.join(soname()))
+            .stdin(Stdio::null());
+        say!("linking {}", exe.display());
+        util::run(&mut cc).with_context(|| format!("building {}", src.display()))?;
+    }
+    Ok(())
 }
 
-/// The C program [`threads_program`] builds.
-const THREADS_SRC: &str = "tests/ibverbs-c/threads.c";
+/// The programs [`c_tests`] builds, by file stem.
+const C_TESTS: &[&str] = &["threads", "rules"];
 
 /// The C ping-pong of `tests/ibverbs-c`, linked with `-static` against
 /// our `libibverbs.a` in `out` (the header is `<infiniband/verbs.h>` from
@@ -251,12 +256,33 @@ fn static_program(ws: &Path, out: &Path) -> Result<()> {
         .args(["-lpthread", "-ldl", "-lm"])
         .stdin(Stdio::null());
     say!("linking {} statically", exe.display());
-    util::run(&mut cc).with_context(|| {
-        format!(
-            "linking {} with -static (libibverbs-dev and libc6-dev must be installed)",
+    let what = util::describe(&cc);
+    let out = cc
+        .output()
+        .with_context(|| format!("cannot start `{what}`"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!(
+            "linking {} with -static failed ({}; libibverbs-dev and libc6-dev must be installed): {}",
+            src.display(),
+            out.status,
+            stderr.trim()
+        );
+    }
+    let warned = static_link_warnings(&stderr);
+    let unexpected: Vec<_> = warned
+        .iter()
+        .filter(|f| !STD_STATIC_WARNINGS.contains(&f.as_str()))
+        .collect();
+    if !unexpected.is_empty() {
+        bail!(
+            "linking {} statically warns of {unexpected:?}: something in libibverbs.a now \
+             reaches glibc functions a static program cannot use (only Rust's std may, \
+             {STD_STATIC_WARNINGS:?}: see the README's C library section)",
             src.display()
-        )
-    })?;
+        );
+    }
+    say!("static link warnings (Rust std's own, never called): {warned:?}");
     if !crate::linkage::fully_static(&exe)? {
         bail!("{} has an interpreter or a dynamic section", exe.display());
     }
@@ -270,6 +296,34 @@ fn static_program(ws: &Path, out: &Path) -> Result<()> {
     }
     say!("{}: fully static, no rdma-core in it", exe.display());
     Ok(())
+}
+
+/// The glibc functions whose static-link warning ("Using 'F' in
+/// statically linked applications requires at runtime the shared
+/// libraries ...") a program linked with `libibverbs.a` gets, all from
+/// Rust's prebuilt `std`, which is one object file: its name resolver
+/// (`getaddrinfo`, behind `ToSocketAddrs`) and `env::home_dir`
+/// (`getpwuid_r`). Nothing of libibverbs' API resolves a name or reads
+/// the user database, so neither is called; any other warning fails the
+/// build.
+const STD_STATIC_WARNINGS: &[&str] = &["getaddrinfo", "getpwuid_r"];
+
+/// The functions a linker's output warns of as unusable in static
+/// programs, in order, without repeats.
+fn static_link_warnings(stderr: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for line in stderr.lines() {
+        let Some((_, rest)) = line.split_once("warning: Using '") else {
+            continue;
+        };
+        let Some((name, tail)) = rest.split_once('\'') else {
+            continue;
+        };
+        if tail.contains("in statically linked applications") && !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+    }
+    out
 }
 
 /// The C program [`static_program`] links.
@@ -339,6 +393,19 @@ pub fn check_consumers(dir: &Path) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_static_link_warnings() {
+        let err = "/x/unistd.rs:3425: warning: Using 'getpwuid_r' in statically linked \
+                   applications requires at runtime the shared libraries from the glibc \
+                   version used for linking\n\
+                   /y/mod.rs:350: warning: Using 'getaddrinfo' in statically linked \
+                   applications requires at runtime ...\n\
+                   /z: warning: Using 'getpwuid_r' in statically linked applications\n\
+                   ld: warning: something else\n";
+        assert_eq!(static_link_warnings(err), ["getpwuid_r", "getaddrinfo"]);
+        assert!(static_link_warnings("").is_empty());
+    }
 
     #[test]
     fn reads_the_version_script() {

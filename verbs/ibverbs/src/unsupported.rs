@@ -71,8 +71,6 @@ returns_null! {
 }
 
 returns_errno! {
-    ibv_attach_mcast(qp: P, gid: P, lid: u16);
-    ibv_detach_mcast(qp: P, gid: P, lid: u16);
     ibv_query_ece(qp: P, ece: P);
     ibv_set_ece(qp: P, ece: P);
     ibv_resolve_eth_l2_from_gid(context: P, attr: P, eth_mac: P, vid: P);

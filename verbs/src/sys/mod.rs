@@ -22,6 +22,13 @@ pub(crate) mod tokio;
 
 use std::ffi::CStr;
 
+/// Whether the real and effective user ids agree (not a set-uid run).
+pub(crate) fn same_user() -> bool {
+    // SAFETY: getuid and geteuid take no arguments, touch no memory and
+    // cannot fail.
+    unsafe { libc::getuid() == libc::geteuid() }
+}
+
 /// The index of the network interface `name` (`if_nametoindex(3)`), 0 if
 /// there is none.
 pub(crate) fn if_nametoindex(name: &CStr) -> u32 {

@@ -21,11 +21,13 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 use rverbs::{CompChannel, Cq, CqFlags, CqInitAttr, EventId, Wc};
 
-use super::{context_rec, errno_of, guard, hot, next_event, null_with, set_errno, IbvContext};
+use super::{
+    context_rec, errno_of, guard, hot, next_event, null_with, set_blocking, set_errno, IbvContext,
+};
 
 /// `ibv_context_ops.poll_cq`.
 pub type PollCqFn = unsafe extern "C" fn(*mut IbvCq, c_int, *mut Wc) -> c_int;
@@ -137,6 +139,10 @@ pub(crate) struct CqRec {
     pub(crate) cq: Lock<Cq>,
     /// QPs (and SRQs) using it and not destroyed.
     users: AtomicUsize,
+    /// Completion events `ibv_get_cq_event` handed out for it (changed
+    /// under its channel's list lock), which `ibv_destroy_cq` waits to see
+    /// acknowledged in `comp_events_completed`.
+    comp_events_reported: AtomicU32,
     /// Held from a successful `start_poll` to `end_poll`: the extended
     /// interface's bracket, in which `current` is the completion read.
     polling: AtomicBool,
@@ -209,26 +215,6 @@ pub unsafe extern "C" fn ibv_create_comp_channel(context: *mut IbvContext) -> *m
         });
         Box::into_raw(rec).cast::<IbvCompChannel>()
     })
-}
-
-/// Clears `O_NONBLOCK` on `fd`.
-fn set_blocking(fd: c_int) -> Result<(), c_int> {
-    // SAFETY: F_GETFL/F_SETFL on the channel's own fd, open for the call;
-    // they touch only its status flags.
-    let r = unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 {
-            -1
-        } else {
-            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK)
-        }
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO));
-    }
-    Ok(())
 }
 
 /// `ibv_destroy_comp_channel`: 0, `EBUSY` while a CQ uses it.
@@ -331,6 +317,7 @@ fn new_cq(
         }),
         cq: Lock::new(cq),
         users: AtomicUsize::new(0),
+        comp_events_reported: AtomicU32::new(0),
         polling: AtomicBool::new(false),
         current: UnsafeCell::new(Wc::default()),
     });
@@ -549,7 +536,11 @@ readers! {
 }
 
 /// `ibv_destroy_cq`: 0, `EBUSY` while a QP uses it, `EINVAL` for NULL.
-/// Its events not yet read from the channel are discarded.
+/// Its events not yet read from the channel are discarded. As in
+/// libibverbs, it first waits until every completion event
+/// `ibv_get_cq_event` handed out for it was acknowledged with
+/// `ibv_ack_cq_events` (and every async event with `ibv_ack_async_event`),
+/// so the CQ pointer an event returned stays valid until then.
 ///
 /// # Safety
 /// `cq` is NULL or a CQ of this library not yet destroyed; no other call
@@ -564,14 +555,19 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
         if rec.users.load(Ordering::Relaxed) != 0 {
             return libc::EBUSY;
         }
-        // Waits until its async events handed out were acknowledged.
-        super::event::untrack(cq as usize);
+        // Off its channel's list, no more events are handed out for it:
+        // the count read after is final.
         // SAFETY: a CQ's channel outlives it (ibv_destroy_comp_channel
         // refuses while this CQ counts).
         if let Some(chan) = unsafe { channel_rec(rec.channel) } {
             chan.cqs.lock().retain(|&(_, r)| r != cq as usize);
             chan.users.fetch_sub(1, Ordering::Relaxed);
         }
+        let reported = rec.comp_events_reported.load(Ordering::Relaxed);
+        // SAFETY: `cq` is live (the contract).
+        unsafe { wait_comp_acks(cq, reported) };
+        // Waits until its async events handed out were acknowledged.
+        super::event::untrack(cq as usize);
         // SAFETY: from Box::into_raw in ibv_create_cq; nothing refers to
         // it any more and the caller makes no other call on it.
         drop(unsafe { Box::from_raw(cq.cast::<CqRec>()) });
@@ -579,10 +575,38 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
     })
 }
 
+/// Waits until `cq->comp_events_completed` has reached `reported`, under
+/// the CQ's own mutex, woken by [`ibv_ack_cq_events`]. The counters wrap
+/// (libibverbs' are `unsigned int`); a program that acknowledged more than
+/// it got is not waited for.
+///
+/// # Safety
+/// `cq` is a live CQ of this library.
+unsafe fn wait_comp_acks(cq: *mut IbvCq, reported: u32) {
+    // SAFETY: the fields of a live CQ (the contract), reached through raw
+    // pointers only; its mutex and condition variable were initialised at
+    // creation and never move (the record is boxed); the counter is read
+    // under the mutex that guards it.
+    unsafe {
+        let m = ptr::addr_of_mut!((*cq).mutex);
+        let cond = ptr::addr_of_mut!((*cq).cond);
+        let done = ptr::addr_of!((*cq).comp_events_completed);
+        libc::pthread_mutex_lock(m);
+        while (reported.wrapping_sub(done.read()) as i32) > 0 {
+            libc::pthread_cond_wait(cond, m);
+        }
+        libc::pthread_mutex_unlock(m);
+    }
+}
+
 /// `ibv_get_cq_event`: waits for the next event on `channel` (or, if the
 /// program made its fd non-blocking, fails with `EAGAIN` when none is
 /// pending) and returns its CQ and that CQ's `cq_context`: 0, or -1 with
-/// errno. Events of CQs destroyed meanwhile are skipped.
+/// errno. The wait is one `read(2)` of the channel's fd, as libibverbs'
+/// is: a signal handler installed without `SA_RESTART` ends it with
+/// `EINTR`. Events of CQs destroyed meanwhile are skipped. Each event
+/// handed out must be acknowledged (`ibv_ack_cq_events`) before its CQ
+/// can be destroyed.
 ///
 /// # Safety
 /// `channel` is a live channel of this library; `cq` and `cq_context`
@@ -604,11 +628,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             return -1;
         }
         loop {
-            let got = next_event(
-                rec.c.fd,
-                || rec.chan.try_get_event(),
-                || rec.chan.get_event(),
-            );
+            let got = next_event(|| rec.chan.read_event());
             let id = match got {
                 Ok(id) => id,
                 Err(e) => {
@@ -628,7 +648,10 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             // lock is held (ibv_destroy_cq unlists it under that lock
             // before freeing it); its C struct is read in place, through
             // the cell.
-            let context = unsafe { (*(*r).c.get()).cq.cq_context };
+            let context = unsafe {
+                (*r).comp_events_reported.fetch_add(1, Ordering::Relaxed);
+                (*(*r).c.get()).cq.cq_context
+            };
             drop(listed);
             // SAFETY: the out-pointers are writable (the contract).
             unsafe {
@@ -640,9 +663,8 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     })
 }
 
-/// `ibv_ack_cq_events`: counts `nevents` events of `cq` acknowledged.
-/// Destroying a CQ does not wait for its events here (they carry no
-/// reference the kernel counts), so this only keeps the count.
+/// `ibv_ack_cq_events`: counts `nevents` events of `cq` acknowledged;
+/// an `ibv_destroy_cq` waiting for them goes on once all are.
 ///
 /// # Safety
 /// `cq` is NULL or a live CQ of this library.
@@ -661,6 +683,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut IbvCq, nevents: u32) {
             libc::pthread_mutex_lock(m);
             let c = ptr::addr_of_mut!((*cq).comp_events_completed);
             *c = (*c).wrapping_add(nevents);
+            libc::pthread_cond_signal(ptr::addr_of_mut!((*cq).cond));
             libc::pthread_mutex_unlock(m);
         }
     })

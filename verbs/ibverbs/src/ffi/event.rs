@@ -6,7 +6,6 @@
 //! stays valid until its `ibv_ack_async_event`.
 
 use std::ffi::c_int;
-use std::os::fd::AsRawFd;
 use std::sync::{Condvar, Mutex};
 
 use rverbs::{AsyncEvent, EventElement, EventId};
@@ -114,7 +113,9 @@ fn element_of(context: usize, element: EventElement) -> Element {
 /// `ibv_get_async_event`: the next asynchronous event of `context`, its
 /// element the program's own CQ, QP or SRQ pointer (or the port number):
 /// 0, or -1 with errno. Blocks until one arrives unless the program made
-/// `async_fd` non-blocking (then `EAGAIN` when none is pending). Each
+/// `async_fd` non-blocking (then `EAGAIN` when none is pending); the wait
+/// is one `read(2)` of `async_fd`, as libibverbs' is, so a signal handler
+/// installed without `SA_RESTART` ends it with `EINTR`. Each
 /// event for a CQ, QP or SRQ must be acknowledged before that object can
 /// be destroyed.
 ///
@@ -135,13 +136,8 @@ pub unsafe extern "C" fn ibv_get_async_event(
             set_errno(libc::EINVAL);
             return -1;
         }
-        let fd = rec.ctx.async_fd().as_raw_fd();
         loop {
-            let got = next_event(
-                fd,
-                || rec.ctx.try_get_async_event(),
-                || rec.ctx.get_async_event(),
-            );
+            let got = next_event(|| rec.ctx.read_async_event());
             let ev = match got {
                 Ok(ev) => ev,
                 Err(e) => {

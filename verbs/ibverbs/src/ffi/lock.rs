@@ -37,6 +37,12 @@ impl<T> Lock<T> {
         self.0.try_lock_weak()
     }
 
+    /// The value, through the exclusive access `&mut` proves (no lock
+    /// taken).
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.0.get_mut()
+    }
+
     /// [`Lock::lock`]'s wait: spins, yielding, until the holder releases.
     #[cold]
     #[inline(never)]

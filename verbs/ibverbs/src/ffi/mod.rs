@@ -18,6 +18,7 @@ use rverbs::{Context, Device, WcStatus};
 pub mod cq;
 pub mod event;
 mod lock;
+pub mod mcast;
 pub mod pd;
 pub mod qp;
 pub mod qp_ex;
@@ -414,28 +415,38 @@ pub(crate) fn errno_of(e: &rverbs::Error) -> c_int {
     }
 }
 
-/// Whether `fd` has `O_NONBLOCK` (a program may set it on a channel's or
-/// the context's event fd to poll it).
-fn is_nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL only reads the flags of the fd.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    flags >= 0 && flags & libc::O_NONBLOCK != 0
+/// Clears `O_NONBLOCK` on `fd`: libibverbs' event fds (a channel's, the
+/// context's async one) block in `read` until the program changes that;
+/// rverbs makes them non-blocking.
+pub(crate) fn set_blocking(fd: c_int) -> Result<(), c_int> {
+    // SAFETY: F_GETFL/F_SETFL on a fd of this library's, open for the
+    // call; they touch only its status flags.
+    let r = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 {
+            -1
+        } else {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK)
+        }
+    };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    Ok(())
 }
 
 /// The next event of an event fd (a completion channel's, the context's
-/// async one): without waiting when the program made the fd non-blocking
-/// (`EAGAIN` if none is pending), else waiting for one; or the errno.
+/// async one) from `read_once`, one `read(2)` of the fd in the mode the
+/// program left it, as libibverbs reads it: blocking by default, and then
+/// a signal handler installed without `SA_RESTART` ends the wait with
+/// `EINTR`; `EAGAIN` when the program made the fd non-blocking and none is
+/// pending; or the errno.
 pub(crate) fn next_event<T>(
-    fd: c_int,
-    try_get: impl FnOnce() -> rverbs::Result<Option<T>>,
-    get: impl FnOnce() -> rverbs::Result<T>,
+    read_once: impl FnOnce() -> rverbs::Result<Option<T>>,
 ) -> Result<T, c_int> {
-    let got = if is_nonblocking(fd) {
-        try_get()
-    } else {
-        get().map(Some)
-    };
-    match got {
+    match read_once() {
         Ok(Some(ev)) => Ok(ev),
         Ok(None) => Err(libc::EAGAIN),
         Err(e) => Err(errno_of(&e)),
@@ -653,6 +664,12 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
             }
         };
         use std::os::fd::AsRawFd;
+        // rverbs makes the async fd non-blocking; libibverbs' blocks (a
+        // program's event thread sleeps in ibv_get_async_event).
+        if let Err(e) = set_blocking(ctx.async_fd().as_raw_fd()) {
+            set_errno(e);
+            return ptr::null_mut();
+        }
         let rec = Box::new(ContextRec {
             v: VerbsContext {
                 query_port: Some(query_port_ex),

@@ -358,9 +358,15 @@ const REREG_ERR_CMD: c_int = -4;
 
 /// `ibv_rereg_mr`: moves the MR to `pd` (`IBV_REREG_MR_CHANGE_PD`) and
 /// changes its access (`IBV_REREG_MR_CHANGE_ACCESS`); 0, or one of
-/// libibverbs' `IBV_REREG_MR_ERR_*` codes with errno. A new address range
-/// (`IBV_REREG_MR_CHANGE_TRANSLATION`) is not implemented here yet
-/// (`IBV_REREG_MR_ERR_CMD`, `EOPNOTSUPP`: what rxe's kernel answers too).
+/// libibverbs' `IBV_REREG_MR_ERR_*` codes with errno. Everything is
+/// checked first and both changes go to the kernel as one command, which
+/// it checks whole: on any failure the MR is as it was (its PD, keys and
+/// access), `IBV_REREG_MR_ERR_INPUT` when this library found the fault
+/// (unknown flags or access bits, `access` without `CHANGE_ACCESS`, no
+/// PD, access the MR cannot have), `IBV_REREG_MR_ERR_CMD` when the kernel
+/// refused. A new address range (`IBV_REREG_MR_CHANGE_TRANSLATION`) is
+/// not implemented here yet (`IBV_REREG_MR_ERR_CMD`, `EOPNOTSUPP`: what
+/// rxe's kernel answers too).
 ///
 /// # Safety
 /// `mr` is a live MR of this library, `pd` NULL or a live PD of this
@@ -374,7 +380,6 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     length: usize,
     access: c_int,
 ) -> c_int {
-    let _ = (addr, length);
     guard(REREG_ERR_INPUT, || {
         let fail = |code: c_int, e: c_int| {
             set_errno(e);
@@ -382,6 +387,13 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         };
         if mr.is_null() || flags == 0 || flags & !(REREG_TRANSLATION | REREG_PD | REREG_ACCESS) != 0
         {
+            return fail(REREG_ERR_INPUT, libc::EINVAL);
+        }
+        if flags & REREG_TRANSLATION != 0 && (addr.is_null() || length == 0) {
+            return fail(REREG_ERR_INPUT, libc::EINVAL);
+        }
+        // libibverbs' rule: access bits are only taken with CHANGE_ACCESS.
+        if access != 0 && flags & REREG_ACCESS == 0 {
             return fail(REREG_ERR_INPUT, libc::EINVAL);
         }
         // SAFETY: a live MrRec (the contract), used by this call alone.
@@ -395,29 +407,47 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         if flags & REREG_TRANSLATION != 0 {
             return fail(REREG_ERR_CMD, libc::EOPNOTSUPP);
         }
-        if flags & REREG_PD != 0 {
+        let new_pd = if flags & REREG_PD != 0 {
             // SAFETY: NULL or a live PD (the contract).
-            let Some(new_pd) = (unsafe { pd_rec(pd) }) else {
-                return fail(REREG_ERR_INPUT, libc::EINVAL);
-            };
-            if let Err(e) = inner.rereg_pd(&new_pd.pd) {
-                return fail(REREG_ERR_CMD, errno_of(&e));
+            match unsafe { pd_rec(pd) } {
+                Some(p) => Some(p),
+                None => return fail(REREG_ERR_INPUT, libc::EINVAL),
             }
+        } else {
+            None
+        };
+        let new_access = if flags & REREG_ACCESS != 0 {
+            match AccessFlags::from_bits(access as u32 & !ACCESS_OPTIONAL_RANGE) {
+                Some(a) => Some(a),
+                None => return fail(REREG_ERR_INPUT, libc::EINVAL),
+            }
+        } else {
+            None
+        };
+        let done = match (new_pd, new_access) {
+            (Some(p), Some(a)) => inner.rereg_pd_access(&p.pd, a),
+            (Some(p), None) => inner.rereg_pd(&p.pd),
+            (None, Some(a)) => inner.rereg_access(a),
+            // flags is one of the two at least (checked above).
+            (None, None) => return fail(REREG_ERR_INPUT, libc::EINVAL),
+        };
+        if let Err(e) = done {
+            // rverbs' own checks come before any command: the MR is
+            // untouched. The kernel's refusal comes from the one command.
+            let code = if matches!(e, rverbs::Error::Kernel { .. }) {
+                REREG_ERR_CMD
+            } else {
+                REREG_ERR_INPUT
+            };
+            return fail(code, errno_of(&e));
+        }
+        if let Some(new_pd) = new_pd {
             new_pd.hold();
             // SAFETY: the old PD outlives its MRs (it counted this one).
             if let Some(old) = unsafe { pd_rec(rec.c.pd) } {
                 old.release();
             }
             rec.c.pd = pd;
-        }
-        if flags & REREG_ACCESS != 0 {
-            let Some(access) = AccessFlags::from_bits(access as u32 & !ACCESS_OPTIONAL_RANGE)
-            else {
-                return fail(REREG_ERR_INPUT, libc::EINVAL);
-            };
-            if let Err(e) = inner.rereg_access(access) {
-                return fail(REREG_ERR_CMD, errno_of(&e));
-            }
         }
         rec.c.lkey = inner.lkey();
         rec.c.rkey = inner.rkey();

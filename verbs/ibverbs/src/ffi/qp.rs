@@ -14,7 +14,7 @@ use super::lock::Lock;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::io::IoSlice;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -294,7 +294,9 @@ pub(super) struct QpRec {
     /// The work requests built since `wr_start`, for a QP created with
     /// the extended interface (`None` otherwise).
     pub(super) pending: UnsafeCell<Option<qp_ex::Pending>>,
-    pub(super) qp: Lock<Qp>,
+    /// The QP: never dropped with the record, only taken out by
+    /// `ibv_destroy_qp` (and put back if the kernel refuses).
+    pub(super) qp: Lock<ManuallyDrop<Qp>>,
 }
 
 /// An SRQ handed out.
@@ -1114,14 +1116,16 @@ pub(super) unsafe fn new_qp(
         c: UnsafeCell::new(qp_ex::IbvQpEx::new(base, pending.is_some())),
         building: std::sync::atomic::AtomicBool::new(false),
         pending: UnsafeCell::new(pending),
-        qp: Lock::new(qp),
+        qp: Lock::new(ManuallyDrop::new(qp)),
     });
     let rec = Box::into_raw(rec);
     super::event::track(pdr.c_context(), id, rec as usize);
     Ok(rec)
 }
 
-/// `ibv_destroy_qp`: 0, or the errno.
+/// `ibv_destroy_qp`: 0, or the errno with the QP left as it was (the
+/// kernel refuses, `EBUSY`, while the QP is attached to a multicast
+/// group). The PD, CQs and SRQ stop counting it only once it is gone.
 ///
 /// # Safety
 /// `qp` is NULL or a QP of this library not yet destroyed; no other call
@@ -1132,31 +1136,61 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int {
         if qp.is_null() {
             return libc::EINVAL;
         }
-        // Waits until its async events handed out were acknowledged.
+        let rec_ptr = qp.cast::<QpRec>();
+        // SAFETY: a live QpRec from ibv_create_qp (the contract), which no
+        // other call uses during this one.
+        let rec = unsafe { &mut *rec_ptr };
+        let slot = rec.qp.get_mut();
+        // A panic between taking the QP and putting it back (or freeing
+        // the record) would leave the program a record without its QP.
+        let _abort = AbortOnUnwind;
+        // SAFETY: the QP is taken once, here, and then either put back
+        // (the kernel refused) or its record freed without dropping it.
+        let taken = unsafe { ManuallyDrop::take(slot) };
+        if let Err(refused) = taken.destroy() {
+            // Still alive: the program's pointer stays valid, and the
+            // PD, CQs and SRQ keep counting it (libibverbs' answer too).
+            let errno = errno_of(&refused.error);
+            *slot = ManuallyDrop::new(refused.qp);
+            return errno;
+        }
+        // Destroyed: waits until its async events handed out were
+        // acknowledged, as libibverbs waits after the command.
         super::event::untrack(qp as usize);
-        // SAFETY: from Box::into_raw in ibv_create_qp; the caller makes no
-        // other call on it.
-        let rec = unsafe { Box::from_raw(qp.cast::<QpRec>()) };
-        let c = &*rec;
         // SAFETY: the PD, CQs and SRQ outlive the QP (their destroy
         // refuses while it is counted).
         unsafe {
-            if let Some(p) = pd_rec(c.pd) {
+            if let Some(p) = pd_rec(rec.pd) {
                 p.release();
             }
-            if let Some(q) = cq_rec(c.send_cq) {
+            if let Some(q) = cq_rec(rec.send_cq) {
                 q.release();
             }
-            if let Some(q) = cq_rec(c.recv_cq) {
+            if let Some(q) = cq_rec(rec.recv_cq) {
                 q.release();
             }
-            if let Some(s) = srq_rec(c.srq) {
+            if let Some(s) = srq_rec(rec.srq) {
                 s.users.fetch_sub(1, Ordering::Relaxed);
             }
         }
-        drop(rec);
+        // SAFETY: from Box::into_raw in ibv_create_qp; freed once, here,
+        // its QP already taken (ManuallyDrop: not dropped again); the
+        // caller makes no other call on it.
+        drop(unsafe { Box::from_raw(rec_ptr) });
         0
     })
+}
+
+/// Aborts the process if dropped while a panic unwinds: for a step that
+/// must not be left half done.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            std::process::abort();
+        }
+    }
 }
 
 /// `enum ibv_qp_attr_mask` bits this library applies.
