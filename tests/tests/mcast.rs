@@ -349,3 +349,73 @@ fn tokio_awaits_the_join_as_the_blocking_api_does() {
         id.leave(m, Some(&mut r.qp)).unwrap();
     });
 }
+
+#[test]
+fn a_tokio_join_dropped_mid_join_leaves_nothing_for_the_next_join() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let first = group(31);
+        let second = group(32);
+        let mut id = rverbs::tokio::resolve_mcast(src(), first, STEP)
+            .await
+            .expect("resolve");
+        let mut r = end_on(id.device());
+        id.init_qp(&mut r.qp).unwrap();
+        // Poll the join once (its command goes out, its event is not in
+        // yet), then drop it. On RoCE the kernel answers a join from a
+        // work item, so the first poll is nearly always too early; a join
+        // that did complete at once is left and tried again.
+        let mut cancelled = false;
+        for _ in 0..20 {
+            let join = rverbs::tokio::join_mcast(
+                &mut id,
+                first,
+                JoinMode::FullMember,
+                Some(&mut r.qp),
+                STEP,
+            );
+            let done = tokio::select! {
+                biased;
+                g = join => Some(g),
+                _ = std::future::ready(()) => None,
+            };
+            match done {
+                None => {
+                    cancelled = true;
+                    break;
+                }
+                Some(g) => id.leave(g.expect("join"), Some(&mut r.qp)).unwrap(),
+            }
+        }
+        assert!(cancelled, "every join completed within its first poll");
+        // Let the abandoned join's answer come, had it not been left.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let m =
+            rverbs::tokio::join_mcast(&mut id, second, JoinMode::FullMember, Some(&mut r.qp), STEP)
+                .await
+                .expect("the second join");
+        let want = match second {
+            SocketAddr::V4(a) => Gid::from_ipv4(*a.ip()),
+            SocketAddr::V6(_) => unreachable!(),
+        };
+        assert_eq!(m.mgid(), want, "the second join got another group's answer");
+        assert_eq!(m.addr(), second);
+        // Nothing of the first group is left queued on the id.
+        let ev = id.next_event(Some(Duration::from_millis(300))).unwrap();
+        assert!(ev.is_none(), "an event was left over: {ev:?}");
+        // The QP receives the second group's datagrams, not the first's.
+        r.post_recvs(8);
+        let (_sid, mut s, sm, ah) = sender(second);
+        s.send(&ah, sm.remote_qpn(), sm.qkey(), 2, 57);
+        let wc = r.received(2, STEP);
+        r.check(&wc, 2, s.qp.qp_num(), 57);
+        let (_fid, mut f, fm, fah) = sender(first);
+        f.send(&fah, fm.remote_qpn(), fm.qkey(), 1, 9);
+        let wc = r.received(1, Duration::from_millis(500));
+        assert!(wc.is_empty(), "the left group's datagram arrived: {wc:?}");
+        id.leave(m, Some(&mut r.qp)).unwrap();
+    });
+}

@@ -487,7 +487,8 @@ pub async fn resolve_mcast_id(
 /// [`McastId::join`](crate::cm::McastId::join), awaited on the runtime
 /// (bounded by `timeout`): the join's event awaited, then the QP attached
 /// as in the blocking API. Dropping the future before the join completes
-/// leaves the membership in the kernel until the id is dropped.
+/// leaves the group again (LEAVE_MCAST), so neither the membership nor its
+/// event is left for a later join to take.
 pub async fn join_mcast(
     id: &mut crate::cm::McastId,
     group: SocketAddr,

@@ -56,6 +56,8 @@ pub(crate) struct Id {
     pub(super) ch: EventChannel,
     pub(super) handle: u32,
     pub(super) space: Space,
+    /// The cookie the id was created with (its events carry it).
+    pub(super) uid: u64,
 }
 
 /// The id's event channel fd (readable when an event is queued), for an
@@ -124,10 +126,11 @@ impl Id {
             Space::Tcp => (port_space::TCP, qp_type::RC),
             Space::Udp => (port_space::UDP, qp_type::UD),
         };
+        let uid = next_uid();
         let resp = ucma::exec(
             ch.fd(),
             &CreateId {
-                uid: next_uid(),
+                uid,
                 ps,
                 qp_type: qpt,
                 ..Default::default()
@@ -138,6 +141,7 @@ impl Id {
             ch,
             handle: resp.id,
             space,
+            uid,
         })
     }
 
@@ -1060,6 +1064,8 @@ impl ConnRequest {
             ch: EventChannel::new()?,
             handle: ev.id(),
             space,
+            // A request's id carries its listener's cookie.
+            uid: ev.uid(),
         };
         if let Err(e) = id.migrate_from(listener) {
             // Still the listener's: reject it there.

@@ -155,6 +155,10 @@ pub struct McastId {
     local: Option<SocketAddr>,
     /// (cookie, membership handle) of the groups joined and not left.
     groups: Vec<(u64, u32)>,
+    /// Cookies of joins abandoned before their outcome came (a dropped
+    /// `rverbs::tokio::join_mcast` future): left at once, and their
+    /// events, should one still come, dropped.
+    abandoned: Vec<u64>,
     /// Events taken from the channel while a join awaited its own.
     pending: VecDeque<CmEvent>,
 }
@@ -231,6 +235,7 @@ impl McastId {
             port_num: q.port_num,
             local,
             groups: Vec::new(),
+            abandoned: Vec::new(),
             pending: VecDeque::new(),
         })
     }
@@ -320,31 +325,30 @@ impl McastId {
             },
         )
         .map_err(Error::kernel("rdma_join_multicast"))?;
-        let handle = resp.id;
-        let joined = self.await_join(w, uid, timeout).await;
-        let ud = match joined {
-            Ok(ud) => ud,
-            Err(e) => {
-                let _ = self.leave_handle(handle, uid);
-                return Err(e);
-            }
+        // From here until the outcome is in, dropping the future (or a
+        // failure) leaves the group again: no membership, and no event of
+        // it for a later join to take.
+        let mut pending = PendingJoin {
+            id: self,
+            uid,
+            handle: resp.id,
+            settled: false,
         };
+        let ud = pending.id.await_join(w, uid, timeout).await?;
         let mut g = McastGroup {
             addr: group,
             mode,
-            handle,
+            handle: resp.id,
             uid,
             ud,
             attached: None,
         };
         if let (Some(qp), JoinMode::FullMember) = (qp, mode) {
-            if let Err(e) = qp.attach_mcast(&g.mgid(), g.mlid()) {
-                let _ = self.leave_handle(handle, uid);
-                return Err(e);
-            }
+            qp.attach_mcast(&g.mgid(), g.mlid())?;
             g.attached = Some(qp.qp_num());
         }
-        self.groups.push((uid, handle));
+        pending.settled = true;
+        pending.id.groups.push((uid, resp.id));
         Ok(g)
     }
 
@@ -364,10 +368,13 @@ impl McastId {
             let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
             let ev = w.event(&self.id, STEP, left).await?;
             // Kernels name a group's events by the cookie the join gave
-            // (some patched ones by the id's): an event of a group this id
-            // no longer or never knew is the pending join's.
-            let ours = ev.kind().is_multicast()
-                && (ev.uid() == uid || !self.groups.iter().any(|&(u, _)| u == ev.uid()));
+            // (some patched ones by the id's own): only those are this
+            // join's. An abandoned join's event is dropped; any other
+            // waits for next_event.
+            if ev.kind().is_multicast() && self.abandoned.contains(&ev.uid()) {
+                continue;
+            }
+            let ours = ev.kind().is_multicast() && (ev.uid() == uid || ev.uid() == self.id.uid);
             if ours {
                 return match ev.kind() {
                     CmEventKind::MulticastJoin if ev.status() == 0 => Ok(ev.ud().clone()),
@@ -455,6 +462,37 @@ impl McastId {
     /// another group's).
     pub fn is_event_of(&self, ev: &CmEvent, group: &McastGroup) -> bool {
         ev.kind().is_multicast() && ev.uid() == group.uid
+    }
+}
+
+/// How many abandoned joins' cookies an id keeps.
+const ABANDONED_KEPT: usize = 64;
+
+/// A join whose JOIN command went out and whose outcome is not settled:
+/// dropped unsettled (the join failed, or its future was dropped
+/// mid-join), it leaves the membership, drops its queued events and
+/// remembers its cookie as abandoned.
+struct PendingJoin<'a> {
+    id: &'a mut McastId,
+    uid: u64,
+    handle: u32,
+    settled: bool,
+}
+
+impl Drop for PendingJoin<'_> {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        // The kernel drops a left membership's queued events: the list
+        // only guards against a straggler, so it keeps the latest few.
+        if self.id.abandoned.len() >= ABANDONED_KEPT {
+            self.id.abandoned.remove(0);
+        }
+        self.id.abandoned.push(self.uid);
+        // Nothing to report to: a failure to leave leaves the membership
+        // to the id's destruction, as the kernel does.
+        let _ = self.id.leave_handle(self.handle, self.uid);
     }
 }
 
