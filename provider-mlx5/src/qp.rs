@@ -14,7 +14,7 @@
 //! (see `tests/mlx5-emu/notes/objects-and-datapath.md`).
 
 mod batch;
-mod geom;
+pub(crate) mod geom;
 #[cfg(test)]
 mod tests;
 

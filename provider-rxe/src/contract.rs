@@ -216,6 +216,9 @@ impl rverbs_provider::SharedRecvQueue for Srq {
 const AH_WITHOUT_NUMBER: &str =
     "create_ah (the kernel returned no AH number; rxe needs Linux 5.10 or later)";
 
+/// The most inline bytes rxe's kernel driver gives a send queue.
+pub const RXE_MAX_INLINE_DATA: u32 = 512;
+
 impl Provider for Rxe {
     const NAME: &'static str = "rxe";
     const DRIVER_ABI: std::ops::RangeInclusive<u32> = crate::DRIVER_ABI;
@@ -284,6 +287,13 @@ impl Provider for Rxe {
             av: None,
             held_by_sends: true,
         })
+    }
+
+    /// The kernel's `RXE_MAX_INLINE_DATA`: its largest send WQE holds 32
+    /// SGEs of 16 bytes (512 on 6.1, 6.12 and 7.x, for RC, UC and UD).
+    fn max_inline_data(&self, qp_type: u8) -> Option<u32> {
+        let _ = qp_type;
+        Some(RXE_MAX_INLINE_DATA)
     }
 
     /// rxe implements every optional feature of the contract; what its

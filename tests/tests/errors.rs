@@ -219,7 +219,7 @@ fn invalid_transition_returns_the_kernels_errno() {
         matches!(
             err,
             Error::Kernel {
-                op: "modify_qp",
+                op: "modify_qp RESET -> RTS",
                 errno: Errno::EINVAL
             }
         ),
@@ -250,6 +250,46 @@ fn invalid_transition_returns_the_kernels_errno() {
         })
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+}
+
+/// A peer GID nobody answers for (on veth0's subnet, no such host): RTR
+/// cannot resolve its neighbour. The error names the transition, and the
+/// QP is left where the failed step found it.
+#[test]
+fn a_connect_the_kernel_refuses_names_the_transition() {
+    let ctx = open_rxe();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4).unwrap();
+    let mut qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq).cap(QpCap::default()))
+        .unwrap();
+    let gid_index = ctx.default_gid_index(1).expect("gid index");
+    let o = rverbs::ConnectOpts {
+        sgid_index: gid_index,
+        ..Default::default()
+    };
+    let mut peer = qp.endpoint(&o).unwrap();
+    peer.gid = rverbs::Gid::from_ipv4(std::net::Ipv4Addr::new(10, 0, 0, 99));
+    peer.qpn = 0x123;
+    let err = qp.connect(&peer, AccessFlags::LOCAL_WRITE, &o).unwrap_err();
+    match &err {
+        Error::Kernel { op, errno } => {
+            assert_eq!(*op, "modify_qp INIT -> RTR", "{err}");
+            assert!(
+                matches!(
+                    *errno,
+                    Errno::ETIMEDOUT | Errno::EHOSTUNREACH | Errno::ENODATA
+                ),
+                "{err}"
+            );
+        }
+        e => panic!("not the kernel's refusal: {e}"),
+    }
+    assert!(
+        err.to_string().starts_with("modify_qp INIT -> RTR: "),
+        "{err}"
+    );
+    assert_eq!(qp.state(), QpState::Init, "RESET -> INIT went through");
 }
 
 #[test]
@@ -358,6 +398,34 @@ fn zero_sized_and_unaligned_requests_are_rejected() {
     assert!(matches!(rm.at(60, 8), Err(Error::InvalidArgument(_))));
     // Nothing was posted by the refused requests.
     verbs_tests::assert_quiet(&mut p.cq_a, Duration::from_millis(50));
+}
+
+/// A QP asking for more inline bytes than rxe gives (512) is refused
+/// before the command, the limit named; the limit itself is granted.
+#[test]
+fn inline_above_the_devices_limit_is_refused_with_the_limit_named() {
+    let ctx = open_rxe();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(4).unwrap();
+    for t in [QpType::Rc, QpType::Ud] {
+        let cap = |inline| QpCap {
+            max_inline_data: inline,
+            ..QpCap::default()
+        };
+        let e = pd
+            .create_qp(&QpInitAttr::new(t, &cq).cap(cap(513)))
+            .unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("max_inline_data 513") && text.contains("limit of 512 bytes"),
+            "{text}"
+        );
+        let qp = pd
+            .create_qp(&QpInitAttr::new(t, &cq).cap(cap(512)))
+            .expect("the limit itself");
+        assert!(qp.cap().max_inline_data >= 512);
+    }
 }
 
 #[test]

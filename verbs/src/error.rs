@@ -8,7 +8,7 @@ pub use rverbs_provider::{Feature, PostError, PostFailed};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The kernel refused a command; `op` names it (e.g. `"modify_qp"`).
+    /// The kernel refused a command; `op` names it (e.g. `"modify_qp INIT -> RTR"`).
     #[error("{op}: {errno}")]
     Kernel {
         /// The operation.

@@ -434,6 +434,12 @@ impl Ctx {
         dispatch!(self, p => p.supports(feature))
     }
 
+    /// The most inline bytes a QP of `qp_type` can ask for, where the
+    /// provider knows it.
+    pub(crate) fn max_inline_data(&self, qp_type: u8) -> Option<u32> {
+        dispatch!(self, p => p.max_inline_data(qp_type))
+    }
+
     /// `Ok` if the provider implements `feature`, else
     /// [`Error::Unsupported`].
     pub(crate) fn require(&self, feature: Feature) -> Result<()> {

@@ -104,6 +104,23 @@ pub(crate) fn geometry(limits: &Limits, req: &Request) -> Result<Geometry, Errno
     Ok(g)
 }
 
+/// The largest `max_inline_data` [`geometry`] takes for a send queue of
+/// `qp_type` (RC, UC, UD): the device's largest send WQE less the type's
+/// segments, less the inline header, in whole 16-byte units (of a WQE in
+/// whole 64-byte basic blocks). `None` for
+/// another type or a device whose WQE holds no inline data at all.
+pub(crate) fn max_inline_data(limits: &Limits, qp_type: u8) -> Option<u32> {
+    let overhead = match qp_type {
+        qp_type::RC | qp_type::UC => OVERHEAD_CONNECTED,
+        qp_type::UD => OVERHEAD_UD,
+        _ => return None,
+    };
+    // A WQE is whole basic blocks, none past the device's largest.
+    let desc = limits.max_sq_desc_sz / SEND_WQE_BB * SEND_WQE_BB;
+    let room = desc.checked_sub(overhead)? / SEG * SEG;
+    room.checked_sub(INLINE_HDR)
+}
+
 fn send_side(limits: &Limits, req: &Request, g: &mut Geometry) -> Result<(), Errno> {
     let overhead = match req.qp_type {
         qp_type::RC | qp_type::UC => OVERHEAD_CONNECTED,

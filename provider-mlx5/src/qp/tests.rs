@@ -12,7 +12,7 @@ use rverbs_provider::wr::{
     opcode, FlushType, ForeignWr, Payload, RecvWr, SendFlags, SendWr, UdDest, WrOpcode,
 };
 
-use super::geom::{geometry, Geometry, Request};
+use super::geom::{geometry, max_inline_data, Geometry, Request};
 use super::{RecvQueue, SendQueue, SqInit};
 use crate::hw::dbrec::{DbPool, DbRec};
 use crate::hw::map::{Mapping, Reserved};
@@ -49,6 +49,37 @@ fn req(qp_type: u8, send_wr: u32, send_sge: u32, inline: u32) -> Request {
         max_recv_sge: 0,
         srq: false,
     }
+}
+
+/// The limit the library names is exactly what the geometry takes: one
+/// byte more is refused, for every QP type and a few device WQE sizes.
+#[test]
+fn max_inline_data_is_the_geometrys_limit() {
+    for desc in [256, 512, 1000, 1024] {
+        let l = Limits {
+            max_sq_desc_sz: desc,
+            ..limits()
+        };
+        for t in [qp_type::RC, qp_type::UC, qp_type::UD] {
+            let max = max_inline_data(&l, t).expect("a limit");
+            let g = geometry(&l, &req(t, 16, 1, max)).expect("the limit itself");
+            assert!(g.max_inline_data.unwrap() >= max, "{desc} {t}");
+            assert_eq!(
+                geometry(&l, &req(t, 16, 1, max + 1)),
+                Err(Errno::EINVAL),
+                "{desc} {t}: one more byte"
+            );
+        }
+    }
+    assert_eq!(
+        max_inline_data(&limits(), qp_type::RC),
+        Some(1024 - 192 - 4)
+    );
+    let tiny = Limits {
+        max_sq_desc_sz: 64,
+        ..limits()
+    };
+    assert_eq!(max_inline_data(&tiny, qp_type::RC), None);
 }
 
 fn rq_req(recv_wr: u32, recv_sge: u32) -> Request {

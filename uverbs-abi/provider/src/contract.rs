@@ -419,6 +419,15 @@ pub trait Provider: Send + Sync + Sized + fmt::Debug {
     /// Whether this provider implements `feature`; the library refuses a
     /// call needing one it does not, before any command is sent.
     fn supports(&self, feature: Feature) -> bool;
+    /// The most inline bytes (`max_inline_data`) a QP of `qp_type` (the
+    /// kernel's `IB_QPT_*`) with a send queue can be created with, where
+    /// the provider knows it: the library then refuses more before the
+    /// command, naming the limit, instead of passing on the kernel's bare
+    /// `EINVAL`. `None` (the default): the kernel alone knows.
+    fn max_inline_data(&self, qp_type: u8) -> Option<u32> {
+        let _ = qp_type;
+        None
+    }
     /// CREATE_CQ for `cmd`, the extended command when `flags` is given.
     fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqCreated<Self>, Errno>;
     /// CREATE_QP for `cmd` (the extended command when `flags` is given) on

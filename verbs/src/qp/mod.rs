@@ -129,6 +129,23 @@ impl Pd {
                 "a QP needs a send or a receive queue",
             ));
         }
+        if attr.cap.max_send_wr > 0 {
+            let provider = ctx.provider();
+            if let Some(max) = provider.max_inline_data(attr.qp_type.raw()) {
+                if attr.cap.max_inline_data > max {
+                    return Err(Error::invalid_as(
+                        InvalidKind::TooLarge,
+                        format!(
+                            "max_inline_data {} is above the {} device's limit of {max} bytes \
+                             for a {:?} QP",
+                            attr.cap.max_inline_data,
+                            provider.name(),
+                            attr.qp_type
+                        ),
+                    ));
+                }
+            }
+        }
         let event_id = EventId::new(ObjectKind::Qp);
         let (max_recv_wr, max_recv_sge) = match srq {
             Some(_) => (0, 0),
@@ -252,6 +269,34 @@ impl Qp {
     }
 }
 
+/// The name of a MODIFY_QP from `from` to `to` in its errors
+/// (`"modify_qp INIT -> RTR"`; without a new state, `"modify_qp RTS"`).
+pub(crate) fn modify_op(from: QpState, to: Option<QpState>) -> &'static str {
+    macro_rules! towards {
+        ($from:literal) => {
+            match to {
+                None => concat!("modify_qp ", $from),
+                Some(QpState::Reset) => concat!("modify_qp ", $from, " -> RESET"),
+                Some(QpState::Init) => concat!("modify_qp ", $from, " -> INIT"),
+                Some(QpState::Rtr) => concat!("modify_qp ", $from, " -> RTR"),
+                Some(QpState::Rts) => concat!("modify_qp ", $from, " -> RTS"),
+                Some(QpState::Sqd) => concat!("modify_qp ", $from, " -> SQD"),
+                Some(QpState::Sqe) => concat!("modify_qp ", $from, " -> SQE"),
+                Some(QpState::Err) => concat!("modify_qp ", $from, " -> ERR"),
+            }
+        };
+    }
+    match from {
+        QpState::Reset => towards!("RESET"),
+        QpState::Init => towards!("INIT"),
+        QpState::Rtr => towards!("RTR"),
+        QpState::Rts => towards!("RTS"),
+        QpState::Sqd => towards!("SQD"),
+        QpState::Sqe => towards!("SQE"),
+        QpState::Err => towards!("ERR"),
+    }
+}
+
 /// DESTROY_QP; whether the QP is gone ([`crate::event::destroyed`]).
 fn destroy_qp(ctx: &crate::Context, handle: u32) -> bool {
     crate::event::destroyed(destroy_qp_cmd(ctx, handle))
@@ -368,7 +413,10 @@ impl Qp {
     }
 
     /// Applies `attr` (MODIFY_QP). An invalid transition or missing
-    /// attribute is refused by the kernel with its errno (EINVAL).
+    /// attribute is refused by the kernel with its errno (EINVAL); the
+    /// error's `op` names the transition asked for, from the state this
+    /// QP was last moved to (`"modify_qp INIT -> RTR"`; `"modify_qp RTS"`
+    /// for attributes without a state change).
     pub fn modify(&mut self, attr: &QpAttr) -> Result<()> {
         let cmd = attr.encode(self.handle)?;
         if let Some(access) = attr.qp_access_flags {
@@ -385,7 +433,8 @@ impl Qp {
                 .and_then(|p| p.active_mtu()),
             _ => None,
         };
-        exec(self.pd.context().fd(), &cmd, &mut []).map_err(Error::kernel("modify_qp"))?;
+        exec(self.pd.context().fd(), &cmd, &mut [])
+            .map_err(Error::kernel(modify_op(self.state, attr.qp_state)))?;
         if let Some(s) = attr.qp_state {
             self.state = s;
             // The queues follow the state (mlx5's: RESET clears them).
@@ -547,5 +596,32 @@ impl Drop for Qp {
             self.sq.leak();
             self.rq.leak();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_modify_error_names_its_transition() {
+        assert_eq!(
+            modify_op(QpState::Init, Some(QpState::Rtr)),
+            "modify_qp INIT -> RTR"
+        );
+        assert_eq!(
+            modify_op(QpState::Rtr, Some(QpState::Rts)),
+            "modify_qp RTR -> RTS"
+        );
+        assert_eq!(
+            modify_op(QpState::Rts, Some(QpState::Err)),
+            "modify_qp RTS -> ERR"
+        );
+        assert_eq!(modify_op(QpState::Rts, None), "modify_qp RTS");
+        let e = Error::Kernel {
+            op: modify_op(QpState::Init, Some(QpState::Rtr)),
+            errno: rverbs_abi::Errno::ETIMEDOUT,
+        };
+        assert!(e.to_string().starts_with("modify_qp INIT -> RTR: "), "{e}");
     }
 }
