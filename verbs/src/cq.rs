@@ -57,6 +57,15 @@ impl Drop for CqInner {
 
 /// A completion queue. Polling needs `&mut`: one consumer at a time, no
 /// lock on the data path. QPs created on it keep the kernel object alive.
+///
+/// **Order.** Each work queue completes in order: a QP's send requests
+/// come back in the order they were posted, its receives likewise. Between
+/// queues there is no order: when one CQ serves a QP's send and receive
+/// queues (or several QPs), a receive may complete before a send posted
+/// earlier, and the two sides of one exchange on a CQ both QPs use (a
+/// SEND's completion at the requester, its receive at the responder) come
+/// in either order. Match completions by [`Wc::qp_num`], [`Wc::opcode`]
+/// and [`Wc::wr_id`], never by their position.
 pub struct Cq {
     inner: Arc<CqInner>,
     ring: crate::provider::Cq,

@@ -254,18 +254,29 @@ impl AsRawFd for ConnectionFd {
 /// An rdma_cm [`Listener`](crate::cm::Listener) whose connection requests
 /// are awaited.
 ///
+/// One [`Context`] (and PD) per device serves every
+/// connection, as the [`cm`](crate::cm) docs say: open the listener's
+/// device once, and check that a request came in on it.
+///
 /// ```no_run
 /// # async fn f() -> rverbs::Result<()> {
 /// use rverbs::cm::{ConnParams, Listener};
 /// use rverbs::tokio::{accept, AsyncListener};
+/// use rverbs::{QpInitAttr, QpType};
 /// let l = AsyncListener::new(Listener::bind("10.0.0.1:7471".parse().unwrap(), 16)?)?;
+/// let ctx = rverbs::device("rxe0")?.open()?;
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(256)?;
 /// loop {
 ///     let req = l.get_request().await?;
-///     let ctx = req.device().open()?;
-///     # let qp: rverbs::Qp = unimplemented!();
-///     // ... PD, CQ, QP on ctx ...
+///     if req.device().node_guid() != ctx.device().node_guid() {
+///         req.reject(b"")?; // came in on another device
+///         continue;
+///     }
+///     let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
 ///     let conn = accept(req, qp, &ConnParams::default()).await?;
 ///     # let _ = conn;
+///     // ... hand conn to a task ...
 /// }
 /// # }
 /// ```
