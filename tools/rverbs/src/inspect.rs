@@ -14,8 +14,10 @@
 //! RQ and SRQ entries, CQEs, doorbell records and counters.
 //!
 //! The inspected process may be hostile: everything it controls is read
-//! within a byte budget and a deadline, and only the regular files it maps
-//! are opened ([`guard`]).
+//! within a byte budget and a deadline, only the regular files it maps
+//! are opened, and every string it chose (its name, the paths of the
+//! files it maps, the symbol names in them) is shown escaped, in text and
+//! JSON alike ([`guard::Untrusted`]).
 
 pub mod guard;
 pub mod mlx5;
@@ -475,7 +477,7 @@ fn process(pid: u32, a: &InspectArgs, budget: &mut Budget) -> Result<String> {
 /// queues with their counters, and with `entries` every queued entry.
 fn mlx5_text(
     pid: u32,
-    comm: &str,
+    comm: &guard::Untrusted,
     dirs: &[mlx5::Dir],
     qs: &[mlx5::Queue],
     notes: &[String],

@@ -9,15 +9,17 @@ use nix::errno::Errno;
 use rverbs_netlink::{attr, Attr, Attrs, NlSocket, ResKind};
 use serde_json::{json, Map, Value};
 
+use super::guard::{self, Untrusted};
+
 /// Who owns a resource: a user process (pid, and its comm if still there)
 /// or a kernel module.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owner {
     /// The owning process ([`attr::RES_PID`]), in this PID namespace.
     pub pid: Option<u32>,
-    /// `/proc/<pid>/comm` of a user owner, or the kernel owner's name
-    /// ([`attr::RES_KERN_NAME`]).
-    pub comm: Option<String>,
+    /// `/proc/<pid>/comm` of a user owner (the process's choice), or the
+    /// kernel owner's name ([`attr::RES_KERN_NAME`]).
+    pub comm: Option<Untrusted>,
     /// Whether the owner is the kernel.
     pub kernel: bool,
 }
@@ -32,7 +34,7 @@ impl Owner {
             },
             (None, Some(k)) => Owner {
                 pid: None,
-                comm: Some(k),
+                comm: Some(Untrusted::new(k)),
                 kernel: true,
             },
             (None, None) => Owner::default(),
@@ -43,7 +45,7 @@ impl Owner {
     pub fn comm_text(&self) -> String {
         match (&self.comm, self.kernel) {
             (Some(c), true) => format!("[{c}]"),
-            (Some(c), false) => c.clone(),
+            (Some(c), false) => c.to_string(),
             (None, _) => "-".into(),
         }
     }
@@ -55,20 +57,14 @@ impl Owner {
     }
 }
 
-/// `/proc/<pid>/comm` without its newline.
-pub fn comm_of(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|s| printable(s.trim_end_matches('\n')))
-}
-
-/// `s` with every control character replaced by `?`: text a process
-/// chose (its name) must not move a terminal's cursor or change its
-/// state when printed.
-pub fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
+/// `/proc/<pid>/comm` without its newline: a name the process chose
+/// (any 15 bytes), shown escaped.
+pub fn comm_of(pid: u32) -> Option<Untrusted> {
+    let (mut b, _) = guard::read_proc(&format!("/proc/{pid}/comm"), 64).ok()?;
+    if b.last() == Some(&b'\n') {
+        b.pop();
+    }
+    Some(Untrusted::new(b))
 }
 
 /// A queue pair.

@@ -153,9 +153,10 @@ pub fn mappings(pid: u32) -> Result<Vec<Mapping>, Refused> {
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         return Err(Refused::NoProcess(pid));
     }
-    let (text, _) = guard::read_proc_text(&format!("/proc/{pid}/maps"), guard::MAX_MAPS_BYTES)
+    let (bytes, _) = guard::read_proc(&format!("/proc/{pid}/maps"), guard::MAX_MAPS_BYTES)
         .map_err(|e| refuse(pid, "read the memory map", e))?;
-    let mut maps = parse_maps(&text);
+    // The lines of uverbs nodes are ASCII; other paths do not matter here.
+    let mut maps = parse_maps(&String::from_utf8_lossy(&bytes));
     for m in &mut maps {
         m.dev = std::fs::read_to_string(format!("/sys/class/infiniband_verbs/{}/ibdev", m.uverbs))
             .ok()

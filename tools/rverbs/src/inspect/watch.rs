@@ -21,6 +21,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termios};
 use serde_json::Value;
 
+use super::guard::Untrusted;
 use super::InspectArgs;
 
 /// One queue in a refresh.
@@ -161,7 +162,7 @@ fn counters(dev: &str) -> Vec<(String, u64)> {
 /// One screen: a header, the queue table, the counters.
 pub fn screen(
     pid: u32,
-    comm: &str,
+    comm: &Untrusted,
     interval: Duration,
     rows: &[Row],
     rates: &[Option<f64>],
@@ -295,7 +296,8 @@ pub fn run(a: &InspectArgs, interval: Duration, iterations: Option<u64>) -> Resu
             .into_iter()
             .map(|d| (d.clone(), counters(&d)))
             .collect();
-        let comm = super::res::printable(v["comm"].as_str().unwrap_or("?"));
+        // Read here, not from the JSON (which holds it escaped already).
+        let comm = super::res::comm_of(pid).unwrap_or_else(|| "?".into());
         let text = screen(pid, &comm, interval, &rows, &rates, &cs);
         // Clear the screen, cursor home, the view; \r\n: the terminal's
         // output processing may be off.
@@ -353,7 +355,7 @@ mod tests {
         assert_eq!(r[2], Some(600.0));
         let s = screen(
             7,
-            "app",
+            &"app".into(),
             Duration::from_secs(1),
             &later,
             &r,
@@ -370,9 +372,10 @@ mod tests {
     /// A process named with escape sequences cannot drive the terminal.
     #[test]
     fn process_names_are_printed_inert() {
-        let name = super::super::res::printable("evil\x1b[2J\x07\u{9b}31m");
-        assert_eq!(name, "evil?[2J??31m");
-        assert!(!name.chars().any(char::is_control));
+        let name = Untrusted::from("evil\x1b[2J\x07\u{9b}31m");
+        let s = screen(7, &name, Duration::from_secs(1), &[], &[], &[]);
+        assert!(s.contains(r"process 7 (evil\x1b[2J\x07\u{9b}31m)"), "{s}");
+        assert!(!s.chars().any(|c| c.is_control() && c != '\n'), "{s}");
     }
 
     #[test]
