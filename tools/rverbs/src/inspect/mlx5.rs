@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 use zerocopy::FromBytes;
 
 use super::guard::{self, Budget, FileId, NotOpened, Untrusted, ENTRY_COST, QUEUE_COST};
+use super::res::qpn_of;
 use super::rings::{read_mem, sge_text, Refused};
 use decode::{check_slot, Decoded, Image};
 pub use elf::ElfInfo;
@@ -655,8 +656,8 @@ pub fn entry_text(kind_name: &str, v: &Value) -> String {
             }
             if let Some(u) = v.get("ud") {
                 out += &format!(
-                    " ud qpn {:#x} qkey {:#x} dlid {}",
-                    u["remote_qpn"].as_u64().unwrap_or(0),
+                    " ud qpn {} qkey {:#x} dlid {}",
+                    qpn_of(&u["remote_qpn"]),
                     u["remote_qkey"].as_u64().unwrap_or(0),
                     u["dlid"].as_u64().unwrap_or(0)
                 );
@@ -670,10 +671,10 @@ pub fn entry_text(kind_name: &str, v: &Value) -> String {
         }
         "CQ" => {
             out += &format!(
-                " owner {} {} qp {:#x} wqe {}",
+                " owner {} {} qp {} wqe {}",
                 n("owner").unwrap_or(0),
                 s("opcode"),
-                n("qpn").unwrap_or(0),
+                qpn_of(&v["qpn"]),
                 n("wqe_counter").unwrap_or(0)
             );
             if v.get("wqe_opcode").is_some() {

@@ -38,7 +38,7 @@ use serde_json::{json, Map, Value};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::guard::{self, Budget};
-use super::res::Snapshot;
+use super::res::{qpn_of, Qpn, Snapshot};
 
 /// One `/dev/infiniband/uverbs*` mapping of a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -580,7 +580,7 @@ pub fn classify(rings: &mut [Ring], res: &Snapshot, pid: u32) {
                 rings[i].qpn = Some(q.lqpn);
                 rings[i].basis.push(format!(
                     "QP {} by creation order ({} QPs, {} send queues)",
-                    q.lqpn,
+                    Qpn(q.lqpn),
                     qps.len(),
                     sqs.len()
                 ));
@@ -619,7 +619,10 @@ pub fn classify(rings: &mut [Ring], res: &Snapshot, pid: u32) {
                 rings[j].basis.push(format!(
                     "{}-byte elements hold a receive WQE, mapped right after {}",
                     hj.elem_size(),
-                    qpn.map_or("a send queue".into(), |n| format!("QP {n}'s send queue"))
+                    qpn.map_or("a send queue".into(), |n| format!(
+                        "QP {}'s send queue",
+                        Qpn(n)
+                    ))
                 ));
             }
         }
@@ -1007,7 +1010,7 @@ pub fn entry_text(kind: Kind, v: &Value) -> String {
             if let Some(u) = v.get("ud") {
                 out.push_str(&format!(
                     " ud qpn {} qkey {:#x} ah {}",
-                    u["remote_qpn"],
+                    qpn_of(&u["remote_qpn"]),
                     u["remote_qkey"].as_u64().unwrap_or(0),
                     u["ah_num"]
                 ));
@@ -1024,7 +1027,7 @@ pub fn entry_text(kind: Kind, v: &Value) -> String {
                 s("status"),
                 s("opcode"),
                 num("byte_len").unwrap_or(0),
-                num("qp_num").unwrap_or(0)
+                qpn_of(&g("qp_num"))
             ));
             if let Some(i) = num("imm_data") {
                 out.push_str(&format!(" imm {i:#x}"));

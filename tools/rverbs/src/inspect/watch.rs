@@ -22,6 +22,7 @@ use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termi
 use serde_json::Value;
 
 use super::guard::Untrusted;
+use super::res::qpn_of;
 use super::InspectArgs;
 
 /// One queue in a refresh.
@@ -59,7 +60,7 @@ pub fn rows(v: &Value) -> Vec<Row> {
     let mut out = Vec::new();
     for r in v["rings"].as_array().into_iter().flatten() {
         let owner = match (r["qpn"].as_u64(), r["cqn"].as_u64(), r["srqn"].as_u64()) {
-            (Some(q), _, _) => format!("qp {q:#x}"),
+            (Some(_), _, _) => format!("qp {}", qpn_of(&r["qpn"])),
             (_, Some(c), _) => format!("cq {c}"),
             (_, _, Some(s)) => format!("srq {s}"),
             _ => "-".into(),
@@ -79,7 +80,7 @@ pub fn rows(v: &Value) -> Vec<Row> {
         let kind = q["kind"].as_str().unwrap_or("?").to_string();
         let num = n(q, "num");
         let owner = match kind.as_str() {
-            "SQ" | "RQ" => format!("qp {num:#x}"),
+            "SQ" | "RQ" => format!("qp {}", qpn_of(&q["num"])),
             "CQ" => format!("cq {num}"),
             "SRQ" => format!("srq {num}"),
             _ => format!("{num}"),
@@ -336,11 +337,11 @@ mod tests {
         });
         let rs = rows(&v);
         assert_eq!(rs.len(), 4);
-        assert_eq!(rs[0].owner, "qp 0x11");
+        assert_eq!(rs[0].owner, "qp 0x000011");
         assert_eq!(rs[2].owner, "cq 3");
         assert_eq!(
             (rs[3].dev.as_str(), rs[3].owner.as_str()),
-            ("mlx5", "qp 0x2a")
+            ("mlx5", "qp 0x00002a")
         );
         // In half a second the rxe RQ's masked index went from 500 round
         // to 4 (16 consumed), and a free-running 32-bit consumer past
