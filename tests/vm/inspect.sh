@@ -201,8 +201,9 @@ assert kinds == ["RQ", "SQ"] and all(r["qpn"] == int(sys.argv[2]) for r in d["ri
             else
                 fail "$label: --qp $qpn"
             fi
+            # Text shows QP numbers as rdma-core's tools do (0x%06x).
             if "$ours" inspect --timeout 300 --pid "$c" --qp $((qpn + 1000)) >"$work/$label.badqp" 2>&1 ||
-                ! grep -q "owns no QP $((qpn + 1000))" "$work/$label.badqp"; then
+                ! grep -q "owns no QP $(printf '0x%06x' $((qpn + 1000))) (the kernel lists its QPs as: $(printf '0x%06x' "$qpn");" "$work/$label.badqp"; then
                 fail "$label: --qp $((qpn + 1000)) (not its QP): $(cat "$work/$label.badqp")"
             else
                 echo "ok   $label: a QP it does not own is refused: $(cat "$work/$label.badqp")"

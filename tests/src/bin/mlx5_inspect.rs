@@ -633,7 +633,7 @@ fn checks(pid: u32, ready: &str) -> R {
     let qp_rows = |kind: &str| {
         w.lines()
             .filter(|l| {
-                l.starts_with(kind) && l.contains(" mlx5 ") && l.contains(&format!("qp {a:#x} "))
+                l.starts_with(kind) && l.contains(" mlx5 ") && l.contains(&format!("qp {a:#08x} "))
             })
             .count()
     };

@@ -13,9 +13,15 @@
 //! which lists them in its queue directory ([`mlx5`]): every SQ's WQEs,
 //! RQ and SRQ entries, CQEs, doorbell records and counters.
 //!
+//! QP numbers are printed as rdma-core's tools print them, `0x%06x`
+//! ([`res::Qpn`]), in every mode (host tables, `--pid`, `--watch`,
+//! errors); JSON keeps them as numbers.
+//!
 //! The inspected process may be hostile: everything it controls is read
-//! within a byte budget and a deadline, and only the regular files it maps
-//! are opened ([`guard`]).
+//! within a byte budget and a deadline, only the regular files it maps
+//! are opened, and every string it chose (its name, the paths of the
+//! files it maps, the symbol names in them) is shown escaped, in text and
+//! JSON alike ([`guard::Untrusted`]).
 
 pub mod guard;
 pub mod mlx5;
@@ -32,7 +38,7 @@ use serde_json::{json, Value};
 
 use crate::common::num;
 use guard::{Budget, ENTRY_COST};
-use res::{QpDepths, Snapshot};
+use res::{QpDepths, Qpn, Snapshot};
 use rings::{Kind, Ring};
 use rverbs_abi::mlx5::qdir::kind as qdir_kind;
 
@@ -244,7 +250,7 @@ fn ring_json(r: &Ring, with_entries: bool, qp_type: Option<u8>, budget: &mut Bud
 
 fn owner_text(r: &Ring) -> String {
     match (r.qpn, r.cqn, r.srqn) {
-        (Some(q), _, _) => format!("qp {q}"),
+        (Some(q), _, _) => format!("qp {}", Qpn(q)),
         (_, Some(c), _) => format!("cq {c}"),
         (_, _, Some(s)) => format!("srq {s}"),
         _ => "-".into(),
@@ -277,17 +283,18 @@ fn process(pid: u32, a: &InspectArgs, budget: &mut Budget) -> Result<String> {
         let in_mlx5 = mq.iter().any(is_qp);
         if !in_mlx5 && !snap.qps.iter().any(|q| q.lqpn == qpn && mine(&q.owner)) {
             bail!(
-                "process {pid} owns no QP {qpn} (the kernel lists its QPs as: {}; its mlx5 \
+                "process {pid} owns no QP {} (the kernel lists its QPs as: {}; its mlx5 \
                  queue directory as: {})",
+                Qpn(qpn),
                 snap.qps
                     .iter()
                     .filter(|q| mine(&q.owner))
-                    .map(|q| q.lqpn.to_string())
+                    .map(|q| Qpn(q.lqpn).to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
                 mq.iter()
                     .filter(|q| q.listing.kind == qdir_kind::SQ)
-                    .map(|q| format!("{:#x}", q.listing.num))
+                    .map(|q| Qpn(q.listing.num).to_string())
                     .collect::<Vec<_>>()
                     .join(", ")
             );
@@ -295,7 +302,10 @@ fn process(pid: u32, a: &InspectArgs, budget: &mut Budget) -> Result<String> {
         rs.retain(|r| r.qpn == Some(qpn));
         mq.retain(is_qp);
         if rs.is_empty() && mq.is_empty() {
-            bail!("could not tell which of process {pid}'s rings belong to QP {qpn}");
+            bail!(
+                "could not tell which of process {pid}'s rings belong to QP {}",
+                Qpn(qpn)
+            );
         }
     }
     let qp_type = |r: &Ring| {
@@ -444,8 +454,8 @@ fn process(pid: u32, a: &InspectArgs, budget: &mut Budget) -> Result<String> {
             .iter()
             .map(|q| {
                 vec![
-                    q.lqpn.to_string(),
-                    res::opt(q.rqpn),
+                    Qpn(q.lqpn).to_string(),
+                    res::opt(q.rqpn.map(Qpn)),
                     q.qp_type.map_or("-".into(), res::qp_type_name),
                     q.state.map_or("-".into(), res::qp_state_name),
                     res::opt(q.sq_psn),
@@ -475,7 +485,7 @@ fn process(pid: u32, a: &InspectArgs, budget: &mut Budget) -> Result<String> {
 /// queues with their counters, and with `entries` every queued entry.
 fn mlx5_text(
     pid: u32,
-    comm: &str,
+    comm: &guard::Untrusted,
     dirs: &[mlx5::Dir],
     qs: &[mlx5::Queue],
     notes: &[String],
@@ -515,11 +525,13 @@ fn mlx5_text(
                 v.as_str().map_or_else(|| v.to_string(), str::to_owned)
             })
     };
+    // A QP's queues by its QP number, others by theirs.
     let num_hex = |d: &mlx5::decode::Decoded| {
-        d.fields
-            .get("num")
-            .and_then(Value::as_u64)
-            .map_or("-".into(), |n| format!("{n:#x}"))
+        let num = d.fields.get("num").unwrap_or(&Value::Null);
+        match d.fields.get("kind").and_then(Value::as_str) {
+            Some("SQ" | "RQ") => res::qpn_of(num),
+            _ => num.as_u64().map_or("-".into(), |n| format!("{n:#x}")),
+        }
     };
     let rows: Vec<Vec<String>> = decoded
         .iter()
@@ -574,4 +586,41 @@ fn mlx5_text(
         let _ = writeln!(out, "note: {n}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One QP, as `--pid` (text) and `--watch` (from `--pid`'s JSON) show
+    /// it: the same QP number, in rdma-core's `0x%06x`.
+    #[test]
+    fn qp_numbers_are_the_same_hex_with_pid_and_watch() {
+        let ring = Ring {
+            map: rings::Mapping {
+                start: 0x7000_0000,
+                end: 0x7000_1000,
+                offset: 0,
+                uverbs: "uverbs0".into(),
+                dev: Some("rxe0".into()),
+            },
+            header: Err("not read".into()),
+            data: None,
+            kind: Kind::Sq,
+            basis: Vec::new(),
+            qpn: Some(18),
+            cqn: None,
+            srqn: None,
+        };
+        assert_eq!(owner_text(&ring), "qp 0x000012");
+        let v = json!({
+            "rings": [ring_json(&ring, false, None, &mut Budget::default())],
+            "mlx5": {"queues": [{"kind": "RQ", "num": 18}]},
+        });
+        let rows = watch::rows(&v);
+        assert_eq!(rows[0].owner, owner_text(&ring));
+        assert_eq!(rows[1].owner, "qp 0x000012");
+        // The JSON keeps the number.
+        assert_eq!(v["rings"][0]["qpn"], 18);
+    }
 }

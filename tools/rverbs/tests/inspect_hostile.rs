@@ -20,8 +20,16 @@
 //! - `elf`: maps three sparse 512 MiB files that start with an ELF header
 //!   whose section headers describe huge symbol tables (two of them
 //!   deleted).
+//! - `names`: chooses every string the inspector shows: its own name, the
+//!   names of two files it maps (one holds a queue directory, the other
+//!   is an ELF file with a broken header, which a note names) and the
+//!   names of the directory symbols in the first; each with terminal
+//!   escape sequences, a carriage return and a newline before a fake
+//!   line, bidi controls, a C1 control and bytes that are not UTF-8.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -130,6 +138,9 @@ struct Run {
     hung: bool,
     stdout: String,
     stderr: String,
+    /// The bytes written, as they came.
+    raw_stdout: Vec<u8>,
+    raw_stderr: Vec<u8>,
     elapsed: Duration,
     /// Peak resident size (KiB).
     max_rss_kib: i64,
@@ -167,7 +178,7 @@ fn inspect(pid: u32, args: &[&str], as_limit: u64) -> Run {
             if let Some(mut r) = r {
                 let _ = r.read_to_end(&mut s);
             }
-            String::from_utf8_lossy(&s).into_owned()
+            s
         })
     };
     let out = drain(child.stdout.take().map(|s| Box::new(s) as _));
@@ -193,12 +204,15 @@ fn inspect(pid: u32, args: &[&str], as_limit: u64) -> Run {
         }
     };
     let elapsed = start.elapsed();
+    let (raw_stdout, raw_stderr) = (out.join().expect("stdout"), err.join().expect("stderr"));
     Run {
         code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
         signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
         hung,
-        stdout: out.join().expect("stdout"),
-        stderr: err.join().expect("stderr"),
+        stdout: String::from_utf8_lossy(&raw_stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&raw_stderr).into_owned(),
+        raw_stdout,
+        raw_stderr,
         elapsed,
         max_rss_kib: usage.ru_maxrss,
     }
@@ -326,6 +340,131 @@ fn the_deadline_ends_a_slow_inspection_with_a_clear_error() {
     );
 }
 
+/// The `names` role's name (14 bytes: a process name holds 15).
+const COMM: &[u8] = b"\x1b]0;pwned\x07\x1b[2J";
+/// The file holding the `names` role's queue directory (a newline the
+/// kernel's memory map shows as `\012`).
+const DIR_FILE: &str = "qdir-\x1b]0;pwned\x07\x1b[2J\r\nFAKE LINE\u{202e}.so";
+/// A file with a broken ELF header, which a note names: not UTF-8, and a
+/// C1 control (CSI).
+const NOTE_FILE: &[u8] = b"note-\x1b[31m\xff\xfe\xc2\x9b2J\r\nFAKE LINE.so";
+/// The symbol of the directory the `names` role lists a CQ in.
+const SYMBOL: &str = "RVERBS_MLX5_QUEUE_DIR_V1_\x1b[2J\x1b]0;pwned\x07\u{9b}31m\u{2066}";
+/// A second directory symbol, not UTF-8, at an address nothing is mapped.
+const SYMBOL_BAD: &[u8] = b"RVERBS_MLX5_QUEUE_DIR_V1_\xff\x1b[2J";
+
+/// Whether `c` would act on a terminal or hide text: a control
+/// character other than the newline and tab the tool prints itself, or a
+/// bidi control or other invisible format character.
+fn acts(c: char) -> bool {
+    (c.is_control() && c != '\n' && c != '\t')
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}' | '\u{feff}')
+}
+
+/// Checks that output `b` is UTF-8 that cannot drive a terminal, and
+/// starts no line with the target's fake one.
+fn assert_inert(what: &str, b: &[u8]) {
+    let s = std::str::from_utf8(b)
+        .unwrap_or_else(|e| panic!("{what}: not UTF-8 ({e}): {:?}", String::from_utf8_lossy(b)));
+    if let Some((i, c)) = s.char_indices().find(|&(_, c)| acts(c)) {
+        panic!(
+            "{what}: a raw {c:?} at byte {i}: {:?}",
+            &s[i.saturating_sub(80)..]
+        );
+    }
+    assert!(
+        !s.lines().any(|l| l.starts_with("FAKE LINE")),
+        "{what}: the target's fake line: {s}"
+    );
+}
+
+#[test]
+fn strings_the_target_chose_reach_the_terminal_escaped() {
+    let t = Target::start("names");
+    let pid = t.pid();
+    // The escaped forms of the target's strings (a backslash shown as
+    // `\\`: the map shows the newline as `\012`).
+    let comm = r"\x1b]0;pwned\x07\x1b[2J";
+    let shown = [
+        comm,
+        r"qdir-\x1b]0;pwned\x07\x1b[2J\x0d\\012FAKE LINE\u{202e}.so",
+        r"note-\x1b[31m\xff\xfe\u{9b}2J\x0d\\012FAKE LINE.so",
+        r"RVERBS_MLX5_QUEUE_DIR_V1_\x1b[2J\x1b]0;pwned\x07\u{9b}31m\u{2066}",
+        r"RVERBS_MLX5_QUEUE_DIR_V1_\xff\x1b[2J",
+    ];
+    for args in [
+        &["--timeout", TIMEOUT][..],
+        &["--timeout", TIMEOUT, "--entries"],
+    ] {
+        let r = inspect(pid, args, AS_LIMIT);
+        assert_clean(&format!("names {args:?}"), &r);
+        assert_inert(&format!("names {args:?}: stdout"), &r.raw_stdout);
+        assert_inert(&format!("names {args:?}: stderr"), &r.raw_stderr);
+        for s in shown {
+            assert!(
+                r.stdout.contains(s),
+                "names {args:?}: no {s} in: {}",
+                r.stdout
+            );
+        }
+        // The directory was read: its CQ is listed.
+        assert!(r.stdout.contains(": 1 of 1 slots listed"), "{}", r.stdout);
+    }
+    // JSON: valid, no raw control either, the same escaped forms.
+    let r = inspect(pid, &["--timeout", TIMEOUT, "--json"], AS_LIMIT);
+    assert_clean("names --json", &r);
+    assert_inert("names --json: stdout", &r.raw_stdout);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("valid JSON");
+    assert_eq!(v["comm"], comm, "{}", r.stdout);
+    let dirs = v["mlx5"]["directories"].as_array().expect("directories");
+    for s in &shown[3..] {
+        assert!(
+            dirs.iter()
+                .any(|d| d["symbol"] == *s
+                    && d["file"].as_str().is_some_and(|f| f.ends_with(shown[1]))),
+            "no directory {s} in {}: {}",
+            shown[1],
+            r.stdout
+        );
+    }
+    let notes = v["mlx5"]["notes"].as_array().expect("notes");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().is_some_and(|n| n.contains(shown[2]))),
+        "no note of {}: {notes:?}",
+        shown[2]
+    );
+    // The watch: the tool's own escapes (clear the screen, cursor home)
+    // and line ends, nothing of the target's.
+    let r = inspect(
+        pid,
+        &[
+            "--timeout",
+            TIMEOUT,
+            "--watch",
+            "--interval",
+            "0.1",
+            "--iterations",
+            "1",
+        ],
+        AS_LIMIT,
+    );
+    assert_clean("names --watch", &r);
+    let own = String::from_utf8_lossy(&r.raw_stdout)
+        .replace("\x1b[H\x1b[2J", "")
+        .replace("\r\n", "\n");
+    assert_inert("names --watch: stdout", own.as_bytes());
+    assert_inert("names --watch: stderr", &r.raw_stderr);
+    assert!(own.contains(&format!("process {pid} ({comm})")), "{own}");
+    assert!(
+        own.lines()
+            .any(|l| l.starts_with("CQ") && l.contains(" mlx5 ")),
+        "{own}"
+    );
+}
+
 fn maps_of(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default()
 }
@@ -351,6 +490,7 @@ fn hostile_target() {
         "paths" => paths(&dir),
         "qdir" => qdir(),
         "elf" => elf(&dir),
+        "names" => names(&dir),
         r => panic!("unknown role {r}"),
     };
     println!("{READY}");
@@ -503,4 +643,100 @@ fn elf(dir: &Path) -> Vec<Box<dyn std::any::Any>> {
         }
     }
     Vec::new()
+}
+
+/// A 64-bit little-endian ELF executable (fixed addresses: no load bias)
+/// whose symbol table holds `syms`: name, value, size.
+fn elf_with_symbols(syms: &[(&[u8], u64, u64)]) -> Vec<u8> {
+    let mut strtab = vec![0u8];
+    let mut symtab = vec![0u8; 24];
+    for &(name, value, size) in syms {
+        let mut s = [0u8; 24];
+        s[0..4].copy_from_slice(&(strtab.len() as u32).to_le_bytes());
+        s[4] = 0x11; // STB_GLOBAL, STT_OBJECT
+        s[6..8].copy_from_slice(&1u16.to_le_bytes()); // defined
+        s[8..16].copy_from_slice(&value.to_le_bytes());
+        s[16..24].copy_from_slice(&size.to_le_bytes());
+        symtab.extend_from_slice(&s);
+        strtab.extend_from_slice(name);
+        strtab.push(0);
+    }
+    let (sym_off, str_off) = (64u64, 64 + symtab.len() as u64);
+    let shoff = str_off + strtab.len() as u64;
+    let mut h = vec![0u8; 64];
+    h[..4].copy_from_slice(b"\x7fELF");
+    h[4] = 2; // ELFCLASS64
+    h[5] = 1; // ELFDATA2LSB
+    h[6] = 1; // EV_CURRENT
+    h[16..18].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    h[18..20].copy_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    h[40..48].copy_from_slice(&shoff.to_le_bytes());
+    h[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+    h[58..60].copy_from_slice(&64u16.to_le_bytes()); // e_shentsize
+    h[60..62].copy_from_slice(&3u16.to_le_bytes()); // e_shnum
+    let mut out = h;
+    out.extend_from_slice(&symtab);
+    out.extend_from_slice(&strtab);
+    let mut sh = vec![0u8; 3 * 64];
+    let mut sec = |i: usize, ty: u32, off: u64, size: u64, link: u32, entsize: u64| {
+        let s = &mut sh[i * 64..(i + 1) * 64];
+        s[4..8].copy_from_slice(&ty.to_le_bytes());
+        s[24..32].copy_from_slice(&off.to_le_bytes());
+        s[32..40].copy_from_slice(&size.to_le_bytes());
+        s[40..44].copy_from_slice(&link.to_le_bytes());
+        s[56..64].copy_from_slice(&entsize.to_le_bytes());
+    };
+    sec(1, 2, sym_off, symtab.len() as u64, 2, 24); // SHT_SYMTAB
+    sec(2, 3, str_off, strtab.len() as u64, 0, 0); // SHT_STRTAB
+    out.extend_from_slice(&sh);
+    out
+}
+
+fn names(dir: &Path) -> Vec<Box<dyn std::any::Any>> {
+    // The process's name (the main thread's: /proc/self is the leader).
+    std::fs::write("/proc/self/comm", COMM).expect("naming the process");
+    // A directory listing one CQ of two entries, in this process's memory.
+    let ring = vec![0u8; 2 << 6];
+    let dbrec = vec![0u8; 64];
+    let header = DirHeader {
+        magic: MAGIC,
+        version: 1,
+        header_size: 64,
+        slot_size: 80,
+        slot_count: 1,
+        listed: 1,
+        ..Default::default()
+    };
+    let mut qdir = header.as_bytes().to_vec();
+    qdir.extend_from_slice(
+        DirSlot {
+            seq: 2,
+            kind: kind::CQ,
+            num: 5,
+            entries: 2,
+            stride_shift: 6,
+            info: 1,
+            buf: ring.as_ptr() as u64,
+            dbrec: dbrec.as_ptr() as u64,
+            ..Default::default()
+        }
+        .as_bytes(),
+    );
+    // Its symbol, and a second one where nothing is mapped, in a mapped
+    // file with fixed addresses.
+    let syms: [(&[u8], u64, u64); 2] = [
+        (SYMBOL.as_bytes(), qdir.as_ptr() as u64, qdir.len() as u64),
+        (SYMBOL_BAD, 0x10, 0),
+    ];
+    let p = dir.join(DIR_FILE);
+    std::fs::write(&p, elf_with_symbols(&syms)).expect("write");
+    map(&p, 4096);
+    // An ELF file of an unknown byte order: a note names it.
+    let mut broken = elf_with_symbols(&[]);
+    broken[5] = 7;
+    broken.resize(4096, 0);
+    let p = dir.join(OsStr::from_bytes(NOTE_FILE));
+    std::fs::write(&p, broken).expect("write");
+    map(&p, 4096);
+    vec![Box::new(ring), Box::new(dbrec), Box::new(qdir)]
 }

@@ -11,11 +11,17 @@
 //!   through `/proc/PID/exe`, `/proc/PID/map_files/` or a walk of its path
 //!   that follows no symlink; never a FIFO, a device node or a symlink,
 //!   and never with a blocking open.
-//! - [`read_proc_text`]: `/proc` files of the process read up to a cap.
+//! - [`read_proc`]: `/proc` files of the process read up to a cap.
 //! - [`with_deadline`]: the whole inspection runs against a deadline
 //!   (`--timeout`); past it the tool gives up with an error instead of
 //!   waiting.
+//! - [`Untrusted`]: every string the process chose (its name, the paths
+//!   of the files it maps, the symbol names in them) is held as one,
+//!   whose `Display` (and JSON) shows it escaped and cut ([`shown`]): it
+//!   cannot move the cursor, set the window title, clear the screen or
+//!   fake a line of output.
 
+use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, RawFd};
@@ -176,9 +182,11 @@ pub fn with_deadline<T: Send + 'static>(
     }
 }
 
-/// The text of a `/proc` file of ours to name (`/proc/PID/maps`, ...), at
-/// most `cap` bytes of it; `true` if it was longer and cut.
-pub fn read_proc_text(path: &str, cap: u64) -> std::io::Result<(String, bool)> {
+/// The bytes of a `/proc` file of ours to name (`/proc/PID/maps`, ...),
+/// at most `cap` of them, cut after the last whole line; `true` if it was
+/// longer and cut. Bytes, not text: the paths in it are the process's
+/// choice, UTF-8 or not.
+pub fn read_proc(path: &str, cap: u64) -> std::io::Result<(Vec<u8>, bool)> {
     let f = File::open(path)?;
     let mut buf = Vec::new();
     f.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
@@ -189,7 +197,164 @@ pub fn read_proc_text(path: &str, cap: u64) -> std::io::Result<(String, bool)> {
         let end = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
         buf.truncate(end);
     }
-    Ok((String::from_utf8_lossy(&buf).into_owned(), cut))
+    Ok((buf, cut))
+}
+
+/// Most characters [`shown`] writes for one string (then it counts the
+/// bytes left out): a path or a name is at most a line.
+pub const MAX_SHOWN: usize = 512;
+
+/// A string the inspected process chose: its name, a path in its memory
+/// map, a symbol name in a file it maps. Held as the bytes it gave (UTF-8
+/// or not, for opening and comparing: [`Untrusted::raw`]); shown only
+/// escaped: its `Display`, `Debug` and JSON form are [`shown`]'s. Keep
+/// such strings in this type from where they are read, so that no print
+/// of them can forget the escaping.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Untrusted(Vec<u8>);
+
+impl Untrusted {
+    /// The string `bytes`, as the process gave it.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Untrusted {
+        Untrusted(bytes.into())
+    }
+
+    /// The bytes as the process gave them: to open, to compare, to
+    /// match; never to print (print the `Untrusted` itself).
+    pub fn raw(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<&str> for Untrusted {
+    fn from(s: &str) -> Untrusted {
+        Untrusted::new(s)
+    }
+}
+
+impl fmt::Display for Untrusted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        shown(&self.0).fmt(f)
+    }
+}
+
+impl fmt::Debug for Untrusted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}\"", shown(&self.0))
+    }
+}
+
+/// JSON gets the escaped form too: serde escapes C0 controls in strings
+/// but writes DEL, C1 controls and bidi controls as they are, which a
+/// terminal showing the JSON would obey.
+impl serde::Serialize for Untrusted {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// `bytes` a process chose, shown inert: printable characters as they
+/// are; a backslash as `\\`; C0 controls and DEL as `\xNN` (`\x1b`);
+/// bytes that are not UTF-8 as `\xNN` (`\xff`); C1 controls, bidi
+/// controls and the other invisible characters ([`hidden`]) as
+/// `\u{N}` (`\u{9b}`, `\u{202e}`). At most [`MAX_SHOWN`] characters,
+/// then `...(N more bytes)`. The escaping is unambiguous: each form
+/// stands for one thing.
+pub fn shown(bytes: &[u8]) -> Shown<'_> {
+    Shown(bytes)
+}
+
+/// What [`shown`] returns: a `Display` of a process's bytes, escaped.
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a>(&'a [u8]);
+
+/// Whether character `c` is shown escaped: a control character (C0, DEL,
+/// C1), a bidi control or mark, a line or paragraph separator, or another
+/// format or default-ignorable character (zero-width ones, the BOM,
+/// variation selectors, tags, interlinear annotations): anything that
+/// acts on a terminal or hides or reorders text instead of showing.
+pub fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{6dd}' | '\u{70f}' | '\u{8e2}'
+            | '\u{180e}' | '\u{3164}' | '\u{feff}' | '\u{ffa0}' | '\u{110bd}' | '\u{110cd}'
+            | '\u{600}'..='\u{605}'
+            | '\u{890}'..='\u{891}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{fff0}'..='\u{fffb}'
+            | '\u{fffe}'..='\u{ffff}'
+            | '\u{13430}'..='\u{1343f}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}')
+}
+
+/// One character (or stray byte) of a process's string as [`shown`]
+/// writes it.
+enum Piece {
+    Plain(char),
+    Backslash,
+    Byte(u8),
+    Code(u32),
+}
+
+impl Piece {
+    fn of(c: char) -> Piece {
+        match c {
+            '\\' => Piece::Backslash,
+            c if c.is_ascii_control() => Piece::Byte(c as u8),
+            c if hidden(c) => Piece::Code(c.into()),
+            c => Piece::Plain(c),
+        }
+    }
+
+    /// Characters written.
+    fn width(&self) -> usize {
+        match self {
+            Piece::Plain(_) => 1,
+            Piece::Backslash => 2,
+            Piece::Byte(_) => 4,
+            // \u{...}: 4 and the hex digits.
+            Piece::Code(n) => 4 + (32 - (n | 1).leading_zeros()).div_ceil(4) as usize,
+        }
+    }
+
+    fn write(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Piece::Plain(c) => f.write_char(c),
+            Piece::Backslash => f.write_str("\\\\"),
+            Piece::Byte(b) => write!(f, "\\x{b:02x}"),
+            Piece::Code(n) => write!(f, "\\u{{{n:x}}}"),
+        }
+    }
+}
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (mut width, mut at) = (0usize, 0usize);
+        for chunk in self.0.utf8_chunks() {
+            let pieces = chunk
+                .valid()
+                .chars()
+                .map(|c| (Piece::of(c), c.len_utf8()))
+                .chain(chunk.invalid().iter().map(|&b| (Piece::Byte(b), 1)));
+            for (p, len) in pieces {
+                width += p.width();
+                if width > MAX_SHOWN {
+                    return write!(f, "...({} more bytes)", self.0.len() - at);
+                }
+                p.write(f)?;
+                at += len;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Which file a memory map line names: its device (major, minor) and
@@ -301,15 +466,19 @@ fn open_magic(path: &str, want: FileId) -> Result<File, NotOpened> {
     reopen_checked(fd, want)
 }
 
-/// Walks `path` (absolute, as the memory map shows it) from our root one
-/// component at a time with `O_PATH | O_NOFOLLOW`: any symlink on the way
-/// is refused, as are `.` and `..`.
-fn open_walk(path: &str, want: FileId) -> Result<File, NotOpened> {
-    let comps: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+/// Walks `path` (absolute, as the memory map shows it: the process's
+/// bytes) from our root one component at a time with `O_PATH |
+/// O_NOFOLLOW`: any symlink on the way is refused, as are `.` and `..`.
+/// Its messages show the components escaped.
+fn open_walk(path: &[u8], want: FileId) -> Result<File, NotOpened> {
+    let comps: Vec<&[u8]> = path
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .collect();
     let Some((last, dirs)) = comps.split_last() else {
         return Err(NotOpened::Refused("not a file path".into()));
     };
-    if comps.iter().any(|c| *c == "." || *c == "..") {
+    if comps.iter().any(|c| *c == b"." || *c == b"..") {
         return Err(NotOpened::Refused("a path with . or ..".into()));
     }
     let mut dir = nix::fcntl::open("/", PATH_FLAGS | OFlag::O_DIRECTORY, Mode::empty())
@@ -325,10 +494,11 @@ fn open_walk(path: &str, want: FileId) -> Result<File, NotOpened> {
             Ok(fd) => owned(fd),
             Err(Errno::ENOTDIR | Errno::ELOOP) => {
                 return Err(NotOpened::Refused(format!(
-                    "its directory {c} is a symlink or not a directory"
+                    "its directory {} is a symlink or not a directory",
+                    shown(c)
                 )))
             }
-            Err(e) => return Err(NotOpened::Unreachable(format!("{c}: {e}"))),
+            Err(e) => return Err(NotOpened::Unreachable(format!("{}: {e}", shown(c)))),
         };
     }
     let fd = nix::fcntl::openat(
@@ -338,12 +508,13 @@ fn open_walk(path: &str, want: FileId) -> Result<File, NotOpened> {
         Mode::empty(),
     )
     .map(owned)
-    .map_err(|e| NotOpened::Unreachable(format!("{last}: {e}")))?;
+    .map_err(|e| NotOpened::Unreachable(format!("{}: {e}", shown(last))))?;
     reopen_checked(fd, want)
 }
 
 /// Opens, read-only, the file that process `pid` maps at `start..end`
-/// under the name `path` with identity `want`, if it is a regular file;
+/// under the name `path` (its bytes, [`Untrusted::raw`]) with identity
+/// `want`, if it is a regular file;
 /// `is_exe`: it is the program. Tried in turn: `/proc/PID/exe` (the
 /// program), `/proc/PID/map_files/START-END` (needs CAP_SYS_ADMIN or
 /// CAP_CHECKPOINT_RESTORE), and `path` walked without following symlinks
@@ -355,7 +526,7 @@ pub fn open_mapped(
     pid: u32,
     start: u64,
     end: u64,
-    path: &str,
+    path: &[u8],
     want: FileId,
     is_exe: bool,
 ) -> Result<File, NotOpened> {
@@ -375,7 +546,7 @@ pub fn open_mapped(
         Ok(f) => return Ok(f),
         Err(e) => note(e),
     }
-    if !path.ends_with(" (deleted)") {
+    if !path.ends_with(b" (deleted)") {
         match open_walk(path, want) {
             Ok(f) => return Ok(f),
             Err(e) => note(e),
@@ -448,10 +619,59 @@ mod tests {
 
     #[test]
     fn proc_text_is_cut_at_a_line() {
-        let (t, cut) = read_proc_text("/proc/self/maps", 1 << 30).unwrap();
-        assert!(!cut && t.ends_with('\n'));
-        let (s, cut) = read_proc_text("/proc/self/maps", 100).unwrap();
+        let (t, cut) = read_proc("/proc/self/maps", 1 << 30).unwrap();
+        assert!(!cut && t.ends_with(b"\n"));
+        let (s, cut) = read_proc("/proc/self/maps", 100).unwrap();
         assert!(cut && s.len() <= 100 && t.starts_with(&s));
+    }
+
+    /// A process's strings cannot drive a terminal: every control,
+    /// invisible character and stray byte is escaped, each one way.
+    #[test]
+    fn strings_of_the_process_are_shown_escaped() {
+        let s = |b: &[u8]| shown(b).to_string();
+        assert_eq!(s(b"/usr/lib/libc.so.6"), "/usr/lib/libc.so.6");
+        assert_eq!(s("caf\u{e9} \u{4e2d}".as_bytes()), "caf\u{e9} \u{4e2d}");
+        assert_eq!(s(b"\x1b]0;pwned\x07"), r"\x1b]0;pwned\x07");
+        assert_eq!(s(b"a\r\nb\tc\x00\x7f"), r"a\x0d\x0ab\x09c\x00\x7f");
+        // C1 (CSI), bidi override and isolate, zero width, BOM, a tag.
+        assert_eq!(
+            s("\u{9b}2J\u{202e}x\u{2066}\u{200b}\u{feff}\u{e0041}".as_bytes()),
+            r"\u{9b}2J\u{202e}x\u{2066}\u{200b}\u{feff}\u{e0041}"
+        );
+        // Not UTF-8; a backslash, so that `\x1b` as text stays apart.
+        assert_eq!(s(b"\xff\xc3(\xe2\x82"), r"\xff\xc3(\xe2\x82");
+        assert_eq!(s(br"\x1b"), r"\\x1b");
+        // Bounded: cut at MAX_SHOWN characters, with what was left out.
+        let long = s(&[b'a'; 10_000]);
+        assert_eq!(
+            long,
+            format!("{}...(9488 more bytes)", "a".repeat(MAX_SHOWN))
+        );
+        let esc = s(&[0x1b; 1000]);
+        assert_eq!(esc, format!("{}...(872 more bytes)", r"\x1b".repeat(128)));
+        for w in ['\u{9b}', '\u{202e}', '\u{e0041}', '\u{10ffff}'] {
+            let p = Piece::Code(w.into());
+            assert_eq!(p.width(), format!("\\u{{{:x}}}", u32::from(w)).len());
+        }
+        for b in [
+            &[0x1bu8; 1000][..],
+            &[0xff; 3000],
+            "\u{202e}".repeat(500).as_bytes(),
+        ] {
+            let t = s(b);
+            assert!(t.chars().count() <= MAX_SHOWN + 32, "{}", t.len());
+            assert!(!t.chars().any(hidden), "{t}");
+        }
+        // The type: Display, Debug and JSON all escape.
+        let u = Untrusted::new(&b"ev\x1bil\xff"[..]);
+        assert_eq!(u.to_string(), r"ev\x1bil\xff");
+        assert_eq!(format!("{u:?}"), r#""ev\x1bil\xff""#);
+        assert_eq!(
+            serde_json::to_string(&Untrusted::from("\u{9b}\u{202e}\x7f")).unwrap(),
+            r#""\\u{9b}\\u{202e}\\x7f""#
+        );
+        assert_eq!(u.raw(), b"ev\x1bil\xff");
     }
 
     #[test]
@@ -462,7 +682,7 @@ mod tests {
         let file = dir.join("sub/file");
         std::fs::write(&file, b"data").unwrap();
         let want = id(&file);
-        let p = |x: &std::path::Path| x.to_str().unwrap().to_string();
+        let p = |x: &std::path::Path| x.as_os_str().as_encoded_bytes().to_vec();
         let mut s = String::new();
         open_walk(&p(&file), want)
             .unwrap()
@@ -500,10 +720,10 @@ mod tests {
             matches!(&e, NotOpened::Refused(m) if m.contains("symlink")),
             "{e}"
         );
-        let e = open_walk(&format!("{}/sub/../sub/file", p(&dir)), want).unwrap_err();
+        let e = open_walk(&[&p(&dir)[..], b"/sub/../sub/file"].concat(), want).unwrap_err();
         assert!(matches!(e, NotOpened::Refused(_)), "{e}");
         // A device node.
-        let e = open_walk("/dev/null", id(std::path::Path::new("/dev/null"))).unwrap_err();
+        let e = open_walk(b"/dev/null", id(std::path::Path::new("/dev/null"))).unwrap_err();
         assert!(
             matches!(&e, NotOpened::Refused(m) if m.contains("character device")),
             "{e}"
@@ -520,13 +740,13 @@ mod tests {
             dev: (libc::major(m.dev()), libc::minor(m.dev())),
             inode: m.ino(),
         };
-        let f = open_mapped(std::process::id(), 0, 0, "/nonexistent", want, true).unwrap();
+        let f = open_mapped(std::process::id(), 0, 0, b"/nonexistent", want, true).unwrap();
         assert_eq!(f.metadata().unwrap().len(), m.len());
         let wrong = FileId {
             inode: want.inode ^ 1,
             ..want
         };
-        let e = open_mapped(std::process::id(), 0, 0, "/nonexistent", wrong, true).unwrap_err();
+        let e = open_mapped(std::process::id(), 0, 0, b"/nonexistent", wrong, true).unwrap_err();
         assert!(matches!(e, NotOpened::Refused(_)), "{e}");
     }
 }

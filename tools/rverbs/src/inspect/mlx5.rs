@@ -31,7 +31,8 @@ use rverbs_abi::mlx5::qdir::{self, kind, DirHeader, DirSlot};
 use serde_json::{json, Value};
 use zerocopy::FromBytes;
 
-use super::guard::{self, Budget, FileId, NotOpened, ENTRY_COST, QUEUE_COST};
+use super::guard::{self, Budget, FileId, NotOpened, Untrusted, ENTRY_COST, QUEUE_COST};
+use super::res::qpn_of;
 use super::rings::{read_mem, sge_text, Refused};
 use decode::{check_slot, Decoded, Image};
 pub use elf::ElfInfo;
@@ -76,26 +77,41 @@ pub struct FileMap {
     pub dev: (u32, u32),
     /// Inode.
     pub inode: u64,
-    /// The path as the kernel shows it.
-    pub path: String,
+    /// The path as the kernel shows it (the process chose it; the kernel
+    /// shows a newline in it as `\012`).
+    pub path: Untrusted,
 }
 
-/// The file-backed mappings in the text of `/proc/PID/maps`.
-pub fn parse_file_maps(text: &str) -> Vec<FileMap> {
+/// The next field of a line of `/proc/PID/maps` (fields are ASCII,
+/// separated by spaces), and what follows it.
+fn field(rest: &[u8]) -> Option<(&str, &[u8])> {
+    let start = rest.iter().position(|&b| b != b' ')?;
+    let rest = &rest[start..];
+    let end = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+    Some((std::str::from_utf8(&rest[..end]).ok()?, &rest[end..]))
+}
+
+/// The file-backed mappings in `/proc/PID/maps` (its bytes: a path is
+/// whatever the process named a file, after the spaces that pad it).
+pub fn parse_file_maps(text: &[u8]) -> Vec<FileMap> {
     let mut out = Vec::new();
-    for line in text.lines() {
-        let mut it = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(off), Some(dev), Some(ino)) =
-            (it.next(), it.next(), it.next(), it.next(), it.next())
-        else {
+    for line in text.split(|&b| b == b'\n') {
+        let fields = (|| {
+            let (range, rest) = field(line)?;
+            let (_perms, rest) = field(rest)?;
+            let (off, rest) = field(rest)?;
+            let (dev, rest) = field(rest)?;
+            let (ino, rest) = field(rest)?;
+            let at = rest.iter().position(|&b| b != b' ').unwrap_or(rest.len());
+            Some((range, off, dev, ino, &rest[at..]))
+        })();
+        let Some((range, off, dev, ino, path)) = fields else {
             continue;
         };
-        let path: Vec<&str> = it.collect();
-        let path = path.join(" ");
         let Ok(inode) = ino.parse::<u64>() else {
             continue;
         };
-        if inode == 0 || !path.starts_with('/') {
+        if inode == 0 || !path.starts_with(b"/") {
             continue;
         }
         let (Some((s, e)), Some((ma, mi))) = (range.split_once('-'), dev.split_once(':')) else {
@@ -117,7 +133,7 @@ pub fn parse_file_maps(text: &str) -> Vec<FileMap> {
                 offset,
                 dev: (ma, mi),
                 inode,
-                path,
+                path: Untrusted::new(path),
             });
         }
     }
@@ -152,10 +168,10 @@ pub fn load_bias(info: &ElfInfo, maps: &[&FileMap]) -> Option<u64> {
 /// A directory found in the process.
 #[derive(Debug, Clone)]
 pub struct Dir {
-    /// The symbol.
-    pub symbol: String,
-    /// The file holding it.
-    pub file: String,
+    /// The symbol (its name in the file).
+    pub symbol: Untrusted,
+    /// The file holding it (its path in the memory map).
+    pub file: Untrusted,
     /// Its address in the process.
     pub addr: u64,
     /// The symbol's size (0: unknown).
@@ -173,7 +189,7 @@ pub struct Dir {
 /// [`guard::open_mapped`] allows (a regular file, the very one mapped).
 /// Returns the directories and notes (files refused, tables not read).
 pub fn locate(pid: u32) -> Result<(Vec<Dir>, Vec<String>), Refused> {
-    let (text, cut) = guard::read_proc_text(&format!("/proc/{pid}/maps"), guard::MAX_MAPS_BYTES)
+    let (text, cut) = guard::read_proc(&format!("/proc/{pid}/maps"), guard::MAX_MAPS_BYTES)
         .map_err(|e| match e.raw_os_error() {
             Some(libc::EPERM | libc::EACCES) => Refused::Denied(pid, "read the memory map".into()),
             Some(libc::ENOENT | libc::ESRCH) => Refused::NoProcess(pid),
@@ -209,7 +225,7 @@ pub fn locate(pid: u32) -> Result<(Vec<Dir>, Vec<String>), Refused> {
     for (&id, ms) in &files {
         let first = ms[0];
         // The device's own queue mappings: not files to search.
-        if first.path.starts_with("/dev/infiniband/") {
+        if first.path.raw().starts_with(b"/dev/infiniband/") {
             continue;
         }
         if dirs.len() >= MAX_DIRS {
@@ -219,19 +235,20 @@ pub fn locate(pid: u32) -> Result<(Vec<Dir>, Vec<String>), Refused> {
             break;
         }
         let is_exe = exe == Some(id);
-        let file = match guard::open_mapped(pid, first.start, first.end, &first.path, id, is_exe) {
-            Ok(f) => f,
-            Err(NotOpened::Refused(why)) => {
-                refused.push(format!("{} ({why})", first.path));
-                continue;
-            }
-            Err(NotOpened::Unreachable(why)) => {
-                if is_exe {
-                    notes.push(format!("could not read the program {}: {why}", first.path));
+        let file =
+            match guard::open_mapped(pid, first.start, first.end, first.path.raw(), id, is_exe) {
+                Ok(f) => f,
+                Err(NotOpened::Refused(why)) => {
+                    refused.push(format!("{} ({why})", first.path));
+                    continue;
                 }
-                continue;
-            }
-        };
+                Err(NotOpened::Unreachable(why)) => {
+                    if is_exe {
+                        notes.push(format!("could not read the program {}: {why}", first.path));
+                    }
+                    continue;
+                }
+            };
         let Ok(src) = elf::FileAt::new(file) else {
             continue;
         };
@@ -562,7 +579,7 @@ pub fn read_all(
 }
 
 /// Why a process's mlx5 queues cannot be shown, when it has no directory.
-pub fn no_directory_message(pid: u32, comm: &str) -> String {
+pub fn no_directory_message(pid: u32, comm: &Untrusted) -> String {
     format!(
         "process {pid} ({comm}): mlx5 queues cannot be inspected: neither its program nor \
          any library it maps has the symbol {}* (the queue directory of the rverbs mlx5 \
@@ -639,8 +656,8 @@ pub fn entry_text(kind_name: &str, v: &Value) -> String {
             }
             if let Some(u) = v.get("ud") {
                 out += &format!(
-                    " ud qpn {:#x} qkey {:#x} dlid {}",
-                    u["remote_qpn"].as_u64().unwrap_or(0),
+                    " ud qpn {} qkey {:#x} dlid {}",
+                    qpn_of(&u["remote_qpn"]),
                     u["remote_qkey"].as_u64().unwrap_or(0),
                     u["dlid"].as_u64().unwrap_or(0)
                 );
@@ -654,10 +671,10 @@ pub fn entry_text(kind_name: &str, v: &Value) -> String {
         }
         "CQ" => {
             out += &format!(
-                " owner {} {} qp {:#x} wqe {}",
+                " owner {} {} qp {} wqe {}",
                 n("owner").unwrap_or(0),
                 s("opcode"),
-                n("qpn").unwrap_or(0),
+                qpn_of(&v["qpn"]),
                 n("wqe_counter").unwrap_or(0)
             );
             if v.get("wqe_opcode").is_some() {
@@ -722,13 +739,23 @@ mod tests {
 7fe42d000000-7fe42d001000 r--p 00000000 08:02 77      /opt/my lib.so (deleted)
 garbage
 ";
-        let m = parse_file_maps(text);
+        let m = parse_file_maps(text.as_bytes());
         assert_eq!(m.len(), 4);
         assert_eq!(
             (m[1].offset, m[1].dev, m[1].inode),
             (0x21000, (0xfd, 1), 1234)
         );
-        assert_eq!(m[3].path, "/opt/my lib.so (deleted)");
+        assert_eq!(m[3].path.raw(), b"/opt/my lib.so (deleted)");
+        // A path is the bytes after the padding, spaces, controls and
+        // all; the fields are checked.
+        let odd = parse_file_maps(
+            b"7f00-7f01 r--p 00000000 08:02 9    /a  b\x1b[2J\r\xff\n\
+              7f00-7f01 r--p 0000zz00 08:02 9    /bad offset\n\
+              7f00-7f01 r--p 00000000 08:02 9",
+        );
+        assert_eq!(odd.len(), 1);
+        assert_eq!(odd[0].path.raw(), b"/a  b\x1b[2J\r\xff");
+        assert_eq!(odd[0].path.to_string(), r"/a  b\x1b[2J\x0d\xff");
         let info = ElfInfo {
             relocatable: true,
             symbols: vec![],
@@ -772,7 +799,7 @@ garbage
         let (mut dirs, notes) = locate(pid).unwrap();
         let mine: Vec<&Dir> = dirs
             .iter()
-            .filter(|d| d.symbol.starts_with("RVERBS_MLX5_QUEUE_DIR_V1_"))
+            .filter(|d| d.symbol.raw().starts_with(b"RVERBS_MLX5_QUEUE_DIR_V1_"))
             .collect();
         // Found at its real address, whether this program is a PIE or a
         // static fixed-address executable (the musl build).

@@ -9,15 +9,17 @@ use nix::errno::Errno;
 use rverbs_netlink::{attr, Attr, Attrs, NlSocket, ResKind};
 use serde_json::{json, Map, Value};
 
+use super::guard::{self, Untrusted};
+
 /// Who owns a resource: a user process (pid, and its comm if still there)
 /// or a kernel module.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owner {
     /// The owning process ([`attr::RES_PID`]), in this PID namespace.
     pub pid: Option<u32>,
-    /// `/proc/<pid>/comm` of a user owner, or the kernel owner's name
-    /// ([`attr::RES_KERN_NAME`]).
-    pub comm: Option<String>,
+    /// `/proc/<pid>/comm` of a user owner (the process's choice), or the
+    /// kernel owner's name ([`attr::RES_KERN_NAME`]).
+    pub comm: Option<Untrusted>,
     /// Whether the owner is the kernel.
     pub kernel: bool,
 }
@@ -32,7 +34,7 @@ impl Owner {
             },
             (None, Some(k)) => Owner {
                 pid: None,
-                comm: Some(k),
+                comm: Some(Untrusted::new(k)),
                 kernel: true,
             },
             (None, None) => Owner::default(),
@@ -43,7 +45,7 @@ impl Owner {
     pub fn comm_text(&self) -> String {
         match (&self.comm, self.kernel) {
             (Some(c), true) => format!("[{c}]"),
-            (Some(c), false) => c.clone(),
+            (Some(c), false) => c.to_string(),
             (None, _) => "-".into(),
         }
     }
@@ -55,20 +57,14 @@ impl Owner {
     }
 }
 
-/// `/proc/<pid>/comm` without its newline.
-pub fn comm_of(pid: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|s| printable(s.trim_end_matches('\n')))
-}
-
-/// `s` with every control character replaced by `?`: text a process
-/// chose (its name) must not move a terminal's cursor or change its
-/// state when printed.
-pub fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
+/// `/proc/<pid>/comm` without its newline: a name the process chose
+/// (any 15 bytes), shown escaped.
+pub fn comm_of(pid: u32) -> Option<Untrusted> {
+    let (mut b, _) = guard::read_proc(&format!("/proc/{pid}/comm"), 64).ok()?;
+    if b.last() == Some(&b'\n') {
+        b.pop();
+    }
+    Some(Untrusted::new(b))
 }
 
 /// A queue pair.
@@ -532,6 +528,41 @@ fn poll_ctx_name(p: u8) -> String {
     }
 }
 
+/// A QP number as rdma-core's tools print one (`ibv_rc_pingpong`'s
+/// `QPN 0x%06x`): `0x` and six hex digits (more for a number past 24
+/// bits). Every QP number in `rverbs inspect`'s text, in every mode, is
+/// printed through it; JSON keeps QP numbers as numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Qpn(pub u32);
+
+impl std::fmt::Display for Qpn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#08x}", self.0)
+    }
+}
+
+/// A QP number from decoded JSON (a number), as [`Qpn`] prints it; `-`
+/// if it is not one.
+pub fn qpn_of(v: &Value) -> String {
+    v.as_u64()
+        .and_then(|n| u32::try_from(n).ok())
+        .map_or_else(|| "-".into(), |n| Qpn(n).to_string())
+}
+
+/// QP number ranges (an SRQ's QPs) as text: `a` or `a-b`, comma-separated.
+fn qpn_ranges(r: &[(u32, u32)]) -> String {
+    r.iter()
+        .map(|&(a, b)| {
+            if a == b {
+                Qpn(a).to_string()
+            } else {
+                format!("{}-{}", Qpn(a), Qpn(b))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `Some(v)` as text, `-` for `None`.
 pub fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map_or_else(|| "-".into(), |v| v.to_string())
@@ -740,8 +771,8 @@ pub fn text(
             let d = depths(q).unwrap_or_default();
             vec![
                 format!("{}/{}", q.dev, opt(q.port)),
-                q.lqpn.to_string(),
-                opt(q.rqpn),
+                Qpn(q.lqpn).to_string(),
+                opt(q.rqpn.map(Qpn)),
                 q.qp_type.map_or("-".into(), qp_type_name),
                 q.state.map_or("-".into(), qp_state_name),
                 opt(q.sq_psn),
@@ -798,17 +829,7 @@ pub fn text(
                 opt(r.srqn),
                 r.srq_type.map_or("-".into(), srq_type_name),
                 opt(r.pdn),
-                r.qpns
-                    .iter()
-                    .map(|&(a, b)| {
-                        if a == b {
-                            a.to_string()
-                        } else {
-                            format!("{a}-{b}")
-                        }
-                    })
-                    .collect::<Vec<_>>()
-                    .join(","),
+                qpn_ranges(&r.qpns),
                 opt(r.owner.pid),
                 r.owner.comm_text(),
             ]
@@ -887,7 +908,7 @@ pub fn text(
                 r.ps.map_or("-".into(), ps_name),
                 r.qp_type.map_or("-".into(), qp_type_name),
                 r.state.map_or("-".into(), cm_state_name),
-                opt(r.lqpn),
+                opt(r.lqpn.map(Qpn)),
                 opt(r.src),
                 opt(r.dst),
                 opt(r.owner.pid),
@@ -952,6 +973,54 @@ mod tests {
         assert_eq!(qp_state_name(9), "state 9");
         assert_eq!(cm_state_name(8), "LISTEN");
         assert_eq!(ps_name(0x106), "TCP");
+    }
+
+    #[test]
+    fn qp_numbers_as_rdma_core_prints_them() {
+        assert_eq!(Qpn(0x12).to_string(), "0x000012");
+        assert_eq!(Qpn(0xff_ffff).to_string(), "0xffffff");
+        assert_eq!(Qpn(u32::MAX).to_string(), "0xffffffff");
+        assert_eq!(qpn_of(&json!(17)), "0x000011");
+        assert_eq!(qpn_of(&json!(null)), "-");
+        assert_eq!(
+            qpn_ranges(&[(5, 5), (16, 19)]),
+            "0x000005,0x000010-0x000013"
+        );
+        // The host tables: LQPN, RQPN, an SRQ's QPs, a CM id's QP.
+        let owner = Owner::default();
+        let s = Snapshot {
+            qps: vec![QpRes {
+                dev: "rxe0".into(),
+                lqpn: 18,
+                rqpn: Some(17),
+                ..Default::default()
+            }],
+            srqs: vec![SrqRes {
+                qpns: vec![(18, 19)],
+                owner: owner.clone(),
+                ..Default::default()
+            }],
+            cm_ids: vec![CmIdRes {
+                lqpn: Some(20),
+                owner,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let t = text(&s, &|_| None, &|_| None);
+        let row = |title: &str| {
+            t.split(&format!("{title}:\n"))
+                .nth(1)
+                .and_then(|x| x.lines().nth(1))
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert!(
+            row("QPs").starts_with("  rxe0/-  0x000012  0x000011 "),
+            "{t}"
+        );
+        assert!(row("SRQs").contains(" 0x000012-0x000013 "), "{t}");
+        assert!(row("CM ids").contains(" 0x000014 "), "{t}");
     }
 
     #[test]

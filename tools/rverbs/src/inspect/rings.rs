@@ -38,7 +38,7 @@ use serde_json::{json, Map, Value};
 use zerocopy::{FromBytes, IntoBytes};
 
 use super::guard::{self, Budget};
-use super::res::Snapshot;
+use super::res::{qpn_of, Qpn, Snapshot};
 
 /// One `/dev/infiniband/uverbs*` mapping of a process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,9 +153,10 @@ pub fn mappings(pid: u32) -> Result<Vec<Mapping>, Refused> {
     if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         return Err(Refused::NoProcess(pid));
     }
-    let (text, _) = guard::read_proc_text(&format!("/proc/{pid}/maps"), guard::MAX_MAPS_BYTES)
+    let (bytes, _) = guard::read_proc(&format!("/proc/{pid}/maps"), guard::MAX_MAPS_BYTES)
         .map_err(|e| refuse(pid, "read the memory map", e))?;
-    let mut maps = parse_maps(&text);
+    // The lines of uverbs nodes are ASCII; other paths do not matter here.
+    let mut maps = parse_maps(&String::from_utf8_lossy(&bytes));
     for m in &mut maps {
         m.dev = std::fs::read_to_string(format!("/sys/class/infiniband_verbs/{}/ibdev", m.uverbs))
             .ok()
@@ -579,7 +580,7 @@ pub fn classify(rings: &mut [Ring], res: &Snapshot, pid: u32) {
                 rings[i].qpn = Some(q.lqpn);
                 rings[i].basis.push(format!(
                     "QP {} by creation order ({} QPs, {} send queues)",
-                    q.lqpn,
+                    Qpn(q.lqpn),
                     qps.len(),
                     sqs.len()
                 ));
@@ -618,7 +619,10 @@ pub fn classify(rings: &mut [Ring], res: &Snapshot, pid: u32) {
                 rings[j].basis.push(format!(
                     "{}-byte elements hold a receive WQE, mapped right after {}",
                     hj.elem_size(),
-                    qpn.map_or("a send queue".into(), |n| format!("QP {n}'s send queue"))
+                    qpn.map_or("a send queue".into(), |n| format!(
+                        "QP {}'s send queue",
+                        Qpn(n)
+                    ))
                 ));
             }
         }
@@ -1006,7 +1010,7 @@ pub fn entry_text(kind: Kind, v: &Value) -> String {
             if let Some(u) = v.get("ud") {
                 out.push_str(&format!(
                     " ud qpn {} qkey {:#x} ah {}",
-                    u["remote_qpn"],
+                    qpn_of(&u["remote_qpn"]),
                     u["remote_qkey"].as_u64().unwrap_or(0),
                     u["ah_num"]
                 ));
@@ -1023,7 +1027,7 @@ pub fn entry_text(kind: Kind, v: &Value) -> String {
                 s("status"),
                 s("opcode"),
                 num("byte_len").unwrap_or(0),
-                num("qp_num").unwrap_or(0)
+                qpn_of(&g("qp_num"))
             ));
             if let Some(i) = num("imm_data") {
                 out.push_str(&format!(" imm {i:#x}"));

@@ -21,6 +21,8 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termios};
 use serde_json::Value;
 
+use super::guard::Untrusted;
+use super::res::qpn_of;
 use super::InspectArgs;
 
 /// One queue in a refresh.
@@ -58,7 +60,7 @@ pub fn rows(v: &Value) -> Vec<Row> {
     let mut out = Vec::new();
     for r in v["rings"].as_array().into_iter().flatten() {
         let owner = match (r["qpn"].as_u64(), r["cqn"].as_u64(), r["srqn"].as_u64()) {
-            (Some(q), _, _) => format!("qp {q:#x}"),
+            (Some(_), _, _) => format!("qp {}", qpn_of(&r["qpn"])),
             (_, Some(c), _) => format!("cq {c}"),
             (_, _, Some(s)) => format!("srq {s}"),
             _ => "-".into(),
@@ -78,7 +80,7 @@ pub fn rows(v: &Value) -> Vec<Row> {
         let kind = q["kind"].as_str().unwrap_or("?").to_string();
         let num = n(q, "num");
         let owner = match kind.as_str() {
-            "SQ" | "RQ" => format!("qp {num:#x}"),
+            "SQ" | "RQ" => format!("qp {}", qpn_of(&q["num"])),
             "CQ" => format!("cq {num}"),
             "SRQ" => format!("srq {num}"),
             _ => format!("{num}"),
@@ -161,7 +163,7 @@ fn counters(dev: &str) -> Vec<(String, u64)> {
 /// One screen: a header, the queue table, the counters.
 pub fn screen(
     pid: u32,
-    comm: &str,
+    comm: &Untrusted,
     interval: Duration,
     rows: &[Row],
     rates: &[Option<f64>],
@@ -295,7 +297,8 @@ pub fn run(a: &InspectArgs, interval: Duration, iterations: Option<u64>) -> Resu
             .into_iter()
             .map(|d| (d.clone(), counters(&d)))
             .collect();
-        let comm = super::res::printable(v["comm"].as_str().unwrap_or("?"));
+        // Read here, not from the JSON (which holds it escaped already).
+        let comm = super::res::comm_of(pid).unwrap_or_else(|| "?".into());
         let text = screen(pid, &comm, interval, &rows, &rates, &cs);
         // Clear the screen, cursor home, the view; \r\n: the terminal's
         // output processing may be off.
@@ -334,11 +337,11 @@ mod tests {
         });
         let rs = rows(&v);
         assert_eq!(rs.len(), 4);
-        assert_eq!(rs[0].owner, "qp 0x11");
+        assert_eq!(rs[0].owner, "qp 0x000011");
         assert_eq!(rs[2].owner, "cq 3");
         assert_eq!(
             (rs[3].dev.as_str(), rs[3].owner.as_str()),
-            ("mlx5", "qp 0x2a")
+            ("mlx5", "qp 0x00002a")
         );
         // In half a second the rxe RQ's masked index went from 500 round
         // to 4 (16 consumed), and a free-running 32-bit consumer past
@@ -353,7 +356,7 @@ mod tests {
         assert_eq!(r[2], Some(600.0));
         let s = screen(
             7,
-            "app",
+            &"app".into(),
             Duration::from_secs(1),
             &later,
             &r,
@@ -370,9 +373,10 @@ mod tests {
     /// A process named with escape sequences cannot drive the terminal.
     #[test]
     fn process_names_are_printed_inert() {
-        let name = super::super::res::printable("evil\x1b[2J\x07\u{9b}31m");
-        assert_eq!(name, "evil?[2J??31m");
-        assert!(!name.chars().any(char::is_control));
+        let name = Untrusted::from("evil\x1b[2J\x07\u{9b}31m");
+        let s = screen(7, &name, Duration::from_secs(1), &[], &[], &[]);
+        assert!(s.contains(r"process 7 (evil\x1b[2J\x07\u{9b}31m)"), "{s}");
+        assert!(!s.chars().any(|c| c.is_control() && c != '\n'), "{s}");
     }
 
     #[test]

@@ -13,13 +13,16 @@
 //! skipped with a note.
 //!
 //! 64-bit ELF only (either byte order): the processes this tool reads are
-//! 64-bit.
+//! 64-bit. Symbol names are the file's bytes, kept as
+//! [`Untrusted`] (shown escaped).
 
 use std::collections::BTreeSet;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use rverbs_abi::mlx5::qdir;
+
+use crate::inspect::guard::Untrusted;
 
 /// Bytes read at once.
 pub const CHUNK: usize = 1 << 20;
@@ -88,8 +91,8 @@ pub struct ElfInfo {
     /// Whether addresses are relative to a load bias (`ET_DYN`: PIE and
     /// shared objects).
     pub relocatable: bool,
-    /// Directory symbols: name, value, size.
-    pub symbols: Vec<(String, u64, u64)>,
+    /// Directory symbols: name (the file's bytes), value, size.
+    pub symbols: Vec<(Untrusted, u64, u64)>,
     /// Loadable segments: virtual address, file offset, file size.
     pub loads: Vec<(u64, u64, u64)>,
     /// What was not read (tables over a cap, past the end of the file).
@@ -287,7 +290,7 @@ fn symbols<R: ReadAt + ?Sized>(
     name: &str,
     s: &Section,
     st: &Section,
-    out: &mut Vec<(String, u64, u64)>,
+    out: &mut Vec<(Untrusted, u64, u64)>,
 ) -> Result<(), String> {
     for (what, t) in [
         (name.to_string(), s),
@@ -351,15 +354,20 @@ fn symbols<R: ReadAt + ?Sized>(
 }
 
 /// The NUL-terminated name at `off` of string table `st`, if it ends
-/// within [`MAX_NAME`] bytes and the table.
-fn name_at<R: ReadAt + ?Sized>(src: &R, st: &Section, off: u64) -> Result<Option<String>, String> {
+/// within [`MAX_NAME`] bytes and the table: its bytes, UTF-8 or not.
+fn name_at<R: ReadAt + ?Sized>(
+    src: &R,
+    st: &Section,
+    off: u64,
+) -> Result<Option<Untrusted>, String> {
     let n = (st.size - off).min(MAX_NAME as u64) as usize;
     let mut b = vec![0u8; n];
     src.read_exact_at(st.offset + off, &mut b)?;
     let Some(end) = b.iter().position(|&c| c == 0) else {
         return Ok(None);
     };
-    Ok(std::str::from_utf8(&b[..end]).ok().map(str::to_owned))
+    b.truncate(end);
+    Ok(Some(Untrusted::new(b)))
 }
 
 #[cfg(test)]
@@ -425,12 +433,12 @@ mod tests {
             .map(|s| (s.address(), s.file_range().0, s.file_range().1))
             .collect();
         assert_eq!(ours.loads, loads);
-        let mut theirs: Vec<(String, u64, u64)> = Vec::new();
+        let mut theirs: Vec<(Untrusted, u64, u64)> = Vec::new();
         for s in f.symbols().chain(f.dynamic_symbols()) {
             let Ok(n) = s.name() else { continue };
             if n.starts_with(qdir::SYMBOL_PREFIX)
                 && !s.is_undefined()
-                && !theirs.iter().any(|(x, _, _)| x == n)
+                && !theirs.iter().any(|(x, _, _)| x.raw() == n.as_bytes())
             {
                 theirs.push((n.into(), s.address(), s.size()));
             }
@@ -478,8 +486,12 @@ mod tests {
             assert_eq!(
                 info.symbols,
                 vec![
-                    (name.clone(), 0x1234, 99),
-                    (format!("{}1_SUFFIX", qdir::SYMBOL_PREFIX), 0x10, 8)
+                    (name.as_str().into(), 0x1234, 99),
+                    (
+                        format!("{}1_SUFFIX", qdir::SYMBOL_PREFIX).as_str().into(),
+                        0x10,
+                        8
+                    )
                 ],
                 "le {le}"
             );
