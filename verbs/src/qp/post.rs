@@ -112,8 +112,8 @@ impl Qp {
     /// [`SendRequest`], read in place: what a library adapting another
     /// request format (our C ABI's `struct ibv_send_wr`) calls, so the
     /// provider writes its entry straight from that format instead of from
-    /// a [`SendWr`] built first (rxe reads it in place; mlx5 builds the
-    /// [`SendWr`]). The same checks, entry and errors as
+    /// a [`SendWr`] built first (rxe and mlx5 both read it in place). The
+    /// same checks, entry and errors as
     /// [`Qp::post_send`] of a chain of one: a doorbell that failed after
     /// the entry was written is reported at [`PostFailed::index`] 1.
     #[inline]
