@@ -36,7 +36,7 @@ pub(super) const NLM_F_ACK: u16 = 4;
 pub(super) const NLM_F_DUMP: u16 = 0x300;
 
 /// The receive timeout of an [`NlSocket`](crate::NlSocket): a kernel that does not answer
-/// within it makes the call fail with [`Errno::ETIMEDOUT`](nix::errno::Errno::ETIMEDOUT).
+/// within it makes the call fail with [`Errno::ETIMEDOUT`](rverbs_abi::Errno::ETIMEDOUT).
 pub const RECV_TIMEOUT_SECS: i64 = 10;
 
 /// The initial receive buffer size; a larger datagram grows it.

@@ -1,7 +1,7 @@
 //! Attribute parsing: [`Attr`], one `struct nlattr` TLV with its typed
 //! accessors, and [`Attrs`], the bounds-checked walk over a run of them.
 
-use nix::errno::Errno;
+use rverbs_abi::Errno;
 
 use super::abi::{NLA_F_NESTED, NLA_HDRLEN, NLA_TYPE_MASK};
 
@@ -145,7 +145,7 @@ impl<'a> Iterator for Attrs<'a> {
 
 #[cfg(test)]
 mod tests {
-    use nix::errno::Errno;
+    use rverbs_abi::Errno;
 
     use super::*;
     use crate::abi::NLA_HDRLEN;

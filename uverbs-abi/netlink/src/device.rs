@@ -2,7 +2,7 @@
 //! the `RDMA_NLDEV_CMD_GET` dump and `GET_CHARDEV`, and [`devices`], the
 //! one-call listing.
 
-use nix::errno::Errno;
+use rverbs_abi::Errno;
 
 use super::abi::{attr, cmd, nldev_type};
 use super::attrs::Attrs;
@@ -176,7 +176,7 @@ pub fn devices() -> Result<Vec<RdmaDev>, Errno> {
 
 #[cfg(test)]
 mod tests {
-    use nix::errno::Errno;
+    use rverbs_abi::Errno;
 
     use super::*;
     use crate::tests::{nla, rxe0_reply};

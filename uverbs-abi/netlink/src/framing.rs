@@ -2,7 +2,7 @@
 //! splitting a reply datagram into messages, and deciding what each means
 //! for the exchange in progress (data, error, done, another exchange's).
 
-use nix::errno::Errno;
+use rverbs_abi::Errno;
 
 use super::abi::{
     NLA_HDRLEN, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN, NLMSG_MIN_TYPE, NLMSG_NOOP, NLMSG_OVERRUN,
@@ -165,7 +165,7 @@ pub(super) fn feed(
 
 #[cfg(test)]
 mod tests {
-    use nix::errno::Errno;
+    use rverbs_abi::Errno;
 
     use super::{classify, encode_request, Messages, NlMsg, Step};
     use crate::abi::{

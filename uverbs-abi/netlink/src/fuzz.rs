@@ -2,7 +2,7 @@
 //! the API): the reply parsing of [`super`] on arbitrary bytes, as if the
 //! kernel had sent them.
 
-use nix::errno::Errno;
+use rverbs_abi::Errno;
 
 use super::framing::feed;
 use super::{for_each_res_entry, Attr, Attrs, Chardev, RdmaDev, ResKind};

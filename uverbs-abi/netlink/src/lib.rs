@@ -17,7 +17,7 @@
 //! hands out each entry's fields.
 //!
 //! Every length read from the kernel is checked: a malformed message is
-//! [`Errno::EPROTO`](nix::errno::Errno::EPROTO), never a panic.
+//! [`Errno::EPROTO`](rverbs_abi::Errno::EPROTO), never a panic.
 //!
 //! One module a job, all re-exported here: `abi` (the header's tables),
 //! `attrs` (attribute parsing), `framing` (requests and reply messages),
@@ -49,7 +49,7 @@ mod tests {
     //! Fixtures the modules' tests share: attributes, messages and a
     //! kernel reply built by hand.
 
-    use nix::errno::Errno;
+    use rverbs_abi::Errno;
 
     use super::*;
     use crate::abi::{NLA_HDRLEN, NLMSG_HDRLEN};

@@ -2,7 +2,7 @@
 //! [`dump_res`] / [`for_each_res_entry`], which walk one device's table
 //! and hand out each entry's attributes.
 
-use nix::errno::Errno;
+use rverbs_abi::Errno;
 
 use super::abi::{attr, cmd, nldev_type};
 use super::attrs::Attrs;
@@ -123,7 +123,7 @@ pub fn dump_res(
 
 #[cfg(test)]
 mod tests {
-    use nix::errno::Errno;
+    use rverbs_abi::Errno;
 
     use super::*;
     use crate::tests::nla;

@@ -3,7 +3,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use nix::errno::Errno;
+use rverbs_abi::Errno;
 
 use super::abi::{NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, RECV_BUF, RECV_TIMEOUT_SECS};
 use super::framing::{encode_request, feed};

@@ -7,7 +7,7 @@
 //! `cargo build -p rverbs-abi --example nldev &&
 //! cargo xtask vm -- target/debug/examples/nldev --expect-rxe`.
 
-use nix::errno::Errno;
+use rverbs_abi::Errno;
 use rverbs_netlink::{self as netlink, NlSocket};
 
 /// Errnos that mean the kernel has no (usable) RDMA netlink here.

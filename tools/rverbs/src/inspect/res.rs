@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use nix::errno::Errno;
+use rverbs::Errno;
 use rverbs_netlink::{attr, Attr, Attrs, NlSocket, ResKind};
 use serde_json::{json, Map, Value};
 
