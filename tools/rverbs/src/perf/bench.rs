@@ -19,7 +19,7 @@ use rverbs::{opcode, Cq, Mr, Payload, PostError, Qp, RecvWr, SendFlags, SendWr, 
 
 use super::clock::Clock;
 use super::stats;
-use super::wire::{Ctrl, Msg, Report};
+use super::stats::Report;
 use super::{Kind, Timing, Verb};
 
 /// Longest chain of work requests posted with one doorbell.
@@ -29,9 +29,8 @@ const WC_BATCH: usize = 32;
 /// Empty polls between looks at the clock (timeouts, progress, the peer).
 const SPIN_CHECK: u32 = 1024;
 
-/// What the loops tell the peer, and ask it, besides the data: our own
-/// TCP channel ([`Ctrl`]) does all three; perftest's channel (`-R`) has
-/// no room for them during a run ([`Silent`]).
+/// What the loops tell the peer, and ask it, besides the data: perftest's
+/// channels have no room for any of it during a run ([`Silent`]).
 pub trait Control {
     /// The client's progress: `n` messages complete in this size.
     fn progress(&mut self, n: u64) -> Result<()>;
@@ -40,18 +39,6 @@ pub trait Control {
     fn poll_done(&mut self) -> Result<Option<u64>>;
     /// A `-D` run ended after `n` messages.
     fn done(&mut self, n: u64) -> Result<()>;
-}
-
-impl Control for Ctrl {
-    fn progress(&mut self, n: u64) -> Result<()> {
-        self.send(&Msg::Progress(n))
-    }
-    fn poll_done(&mut self) -> Result<Option<u64>> {
-        Ctrl::poll_done(self)
-    }
-    fn done(&mut self, n: u64) -> Result<()> {
-        self.send(&Msg::Done(n))
-    }
 }
 
 /// A [`Control`] that says and hears nothing (perftest's `-R` channel,
@@ -88,7 +75,7 @@ pub struct Res<'q> {
     pub inline_src: Vec<u8>,
 }
 
-/// The peer's buffer, as its [`super::wire::Hello`] announced it.
+/// The peer's buffer, as its keys announced it.
 #[derive(Debug, Clone, Copy)]
 pub struct Peer {
     /// Its address.
@@ -102,25 +89,6 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// The peer's buffer of `len` bytes at `addr` with `rkey`; refused if
-    /// it would run past the end of the address space (the numbers come
-    /// from the peer).
-    pub fn new(addr: u64, rkey: u32, len: u64) -> Result<Peer> {
-        if addr.checked_add(len).is_none() {
-            bail!(
-                "the peer announced a {len}-byte buffer at {addr:#x}: \
-                 it runs past the end of the address space"
-            );
-        }
-        Ok(Peer {
-            addr,
-            rkey,
-            room: len / 2,
-            // Cannot overflow: addr + len does not.
-            dest: addr + len / 2,
-        })
-    }
-
     /// A peer that announced only where to write (perftest's `-R`): `room`
     /// bytes at `vaddr` with `rkey`; refused if they would run past the
     /// end of the address space.
@@ -467,20 +435,6 @@ impl Bench {
             p,
             peer,
         }
-    }
-
-    /// The parameters.
-    pub fn params(&self) -> &Params {
-        &self.p
-    }
-
-    /// Whether this side runs a loop for the test (else it waits for the
-    /// client's report): always the client; the server of SEND tests and
-    /// of the WRITE latency test.
-    pub fn active(&self) -> bool {
-        self.p.client
-            || self.p.verb == Verb::Send
-            || (self.p.verb == Verb::Write && self.p.kind == Kind::Lat)
     }
 
     /// Whether this side receives SENDs in this test.
@@ -1139,15 +1093,12 @@ mod tests {
 
     #[test]
     fn a_peer_buffer_past_the_address_space_is_refused() {
-        let e = Peer::new(u64::MAX - 10, 1, 4096).unwrap_err().to_string();
+        let e = Peer::remote(u64::MAX - 10, 1, 4096)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("past the end of the address space"), "{e}");
-        let p = Peer::new(0x1000, 7, 8192).unwrap();
-        assert_eq!(
-            (p.dest(), p.rkey, p.addr, p.room),
-            (0x2000, 7, 0x1000, 4096)
-        );
-        let p = Peer::new(u64::MAX - 8192, 7, 8192).unwrap();
-        assert_eq!(p.dest(), u64::MAX - 4096);
+        let p = Peer::remote(u64::MAX - 4096, 7, 4096).unwrap();
+        assert_eq!((p.dest(), p.addr), (u64::MAX - 4096, u64::MAX - 4096));
         let r = Peer::remote(0x3000, 9, 4096).unwrap();
         assert_eq!((r.dest(), r.rkey, r.room), (0x3000, 9, 4096));
         assert!(Peer::remote(u64::MAX - 10, 9, 4096).is_err());
