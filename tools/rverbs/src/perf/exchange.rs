@@ -41,7 +41,7 @@ use rverbs::cm::Connection;
 use rverbs::{AccessFlags, ConnectOpts, Cq, Endpoint, Gid, Mr, Mtu, Qp};
 
 use super::args::{Kind, Verb};
-use super::bench::{Bench, Peer, Res, Silent};
+use super::bench::{Bench, Peer, Res};
 use super::plan::Plan;
 use super::ptmsg::{
     int_msg, mtu_msg, parse_int, parse_mtu_msg, parse_version, version_msg, BwFigures, PtDest,
@@ -425,8 +425,6 @@ pub(super) fn run(
     let mut params = p.bench_params(client, if cm { " -R" } else { "" });
     // perftest's ib_write_lat: the server writes first.
     params.leads = client != (p.verb == Verb::Write && p.kind == Kind::Lat);
-    // perftest's -D: each side on its own alarm, nothing says the end.
-    params.own_clock = true;
     let mut bench = Bench::new(params, peer_buf);
     let lat = p.kind == Kind::Lat;
     let runs = client || matches!(flow, Flow::SendBw | Flow::PingPong);
@@ -474,7 +472,7 @@ pub(super) fn run(
         }
         if runs {
             let (u0, s0) = rusage();
-            let mut r = bench.run(&mut res, &mut Silent, size, go)?;
+            let mut r = bench.run(&mut res, size, go)?;
             let (u1, s1) = rusage();
             r.cpu_user = u1 - u0;
             r.cpu_sys = s1 - s0;
