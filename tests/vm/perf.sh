@@ -1,16 +1,26 @@
 #!/bin/bash
-# `rverbs perf` on rxe0 (GID index 1), server and client in the VM:
-#  - every operation x kind (write/send/read/atomic x bw/lat), one size,
-#    -n 200 (bw) or 100 (lat): one side prints the table, the other --json;
-#  - two -a sweeps (capped with --max-size, one with inline sends) and one
-#    -D run;
+# `rverbs perf` on rxe0 (GID index 1), server and client in the VM, over
+# the default exchange (perftest's, over TCP):
+#  - ours with ours: every operation x kind (write/send/read/atomic x
+#    bw/lat), one size, -n 200 (bw) or 100 (lat): one side prints the
+#    table, the other --json; two -a sweeps (capped with --max-size, one
+#    with inline sends) and one -D run;
+#  - ours with perftest's ib_<verb>_<kind> (no -R), both ways: every
+#    operation x kind at one size, -n 100, and one -D run (write lat, our
+#    client: each side on its own clock);
 #  - a server and client given different tests, and bad options: refused
 #    with a clear error (exit 1).
 # A run passes when both processes exit 0 and every result parses and is
 # plausible: #bytes and #iterations echo the request, bandwidth and message
 # rate > 0, latencies > 0 and ordered, and the --json output is one valid
-# JSON document with one object per size (CPU times included). Prints a
-# summary and exits 1 if any check failed.
+# JSON document with one object per size (CPU times included). Each side
+# prints what perftest's would: the server of write, read and atomic bw
+# the client's figures (of a sweep, the last size's), of read and atomic
+# lat none (checked: no row). perftest's own rows and the client's
+# figures our server relays from perftest are checked for #bytes and
+# #iterations only ("echo": perftest's timing under TCG prints 0.00 now
+# and then). The -R exchange is perf_cm.sh's. Prints a summary and exits
+# 1 if any check failed.
 # Our perf tool's options and output do not depend on the kernel (the
 # datapath under it runs on every kernel in the test binaries and interop.sh):
 # xtask: first kernel only
@@ -32,6 +42,12 @@ if [ ! -x "$ours" ]; then
     echo "perf: $ours is missing (cargo build -p rverbs-cli --bin rverbs)" >&2
     exit 1
 fi
+for t in ib_send_bw ib_write_bw ib_read_bw ib_atomic_bw ib_send_lat ib_write_lat ib_read_lat ib_atomic_lat; do
+    if ! command -v "$t" >/dev/null; then
+        echo "perf: perftest's $t is missing (apt install perftest)" >&2
+        exit 1
+    fi
+done
 # Starting a program from the 9p share costs seconds under TCG; from the
 # guest's tmpfs a fraction of that.
 cp "$ours" "$work/rverbs"
@@ -47,17 +63,19 @@ if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
 fi
 
 # The result checker, run once at the end (each Python start costs seconds
-# under TCG). Each line of its input: NAME, SIDE, MODE (table|json), KIND
-# (bw|lat|latdur), SIZES (comma-separated), ITERS (the -n given, 0 for a -D
-# run: any count > 0), FILE; tab-separated. It prints NAME, SIDE and "ok"
-# or what is wrong, tab-separated, per line.
+# under TCG). Each line of its input: NAME, SIDE, MODE (table, json; echo:
+# a table whose #bytes and #iterations only are checked; none: no result
+# row, table or JSON), KIND (bw|lat|latdur), SIZES (comma-separated),
+# ITERS (the -n given, 0 for a -D run: any count > 0), FILE;
+# tab-separated. It prints NAME, SIDE and "ok" or what is wrong,
+# tab-separated, per line.
 cat >"$work/check.py" <<'PYEOF'
 import json
 import sys
 
 
 def check_one(mode, kind, sizes, iters, path):
-    sizes = [int(s) for s in sizes.split(",")]
+    sizes = [int(s) for s in sizes.split(",") if s]
     iters = int(iters)
     text = open(path).read()
     errors = []
@@ -67,6 +85,11 @@ def check_one(mode, kind, sizes, iters, path):
             errors.append(what)
 
     rows = []
+    if mode == "none":
+        mode = "json" if text.lstrip().startswith("{") else "table"
+        if mode == "table" and "#bytes" not in text:
+            return []
+        sizes = []
     if mode == "json":
         try:
             doc = json.loads(text)
@@ -85,6 +108,7 @@ def check_one(mode, kind, sizes, iters, path):
             else:
                 rows.append((r["bytes"], r["iterations"], r["t_avg_usec"], r["tps"]))
     else:
+        echo = mode == "echo"
         lines = text.splitlines()
         start = next((i + 1 for i, l in enumerate(lines) if "#bytes" in l), None)
         if start is None:
@@ -101,6 +125,14 @@ def check_one(mode, kind, sizes, iters, path):
     check(len(rows) == len(sizes), f"{len(rows)} result rows, want {len(sizes)}")
     want_fields = {"bw": 4 if mode == "json" else 5, "lat": 9, "latdur": 4}[kind]
     for want, r in zip(sizes, rows):
+        if mode == "echo":
+            if len(r) < 2:
+                errors.append(f"row {r}: no #iterations")
+                continue
+            check(r[0] == want, f"row {r}: #bytes {r[0]}, want {want}")
+            check(r[1] == iters if iters > 0 else r[1] > 0,
+                  f"row {r}: #iterations {r[1]}, want {iters or '> 0'}")
+            continue
         if len(r) != want_fields:
             errors.append(f"row {r}: {len(r)} fields, want {want_fields}")
             continue
@@ -144,26 +176,41 @@ failed=0
 
 . "$(dirname "$0")/lib/net.sh"
 
+# side_cmd WHO FLAGS VERB KIND ARGS...: the command line (words) of one
+# side: WHO ours (FLAGS appended) or perftest (ib_VERB_KIND, FLAGS unused);
+# sets the array `cmd`.
+side_cmd() {
+    local who=$1 flags=$2 verb=$3 kind=$4
+    shift 4
+    if [ "$who" = ours ]; then
+        # shellcheck disable=SC2206
+        cmd=("$ours" perf "$verb" "$kind" "$@" -d "$dev" -x "$gid" -p "$port" --timeout 20 $flags)
+    else
+        cmd=("ib_${verb}_${kind}" "$@" -d "$dev" -x "$gid" -p "$port" -F)
+    fi
+}
+
 # pair SERVER_FLAGS CLIENT_FLAGS TEST_ARGS...: runs the server, then the
-# client; sets so/se/co/ce (stdout/stderr files) and src/crc.
+# client (each ours or perftest's, as $srv_who and $cli_who say); sets
+# so/se/co/ce (stdout/stderr files) and src/crc.
+srv_who=ours
+cli_who=ours
 pair() {
-    local sflags=$1 cflags=$2
+    local sflags=$1 cflags=$2 cmd
     shift 2
     port=$((port + 1))
     so="$work/$port.s.out" se="$work/$port.s.err"
     co="$work/$port.c.out" ce="$work/$port.c.err"
     : >"$co"
     : >"$ce"
-    local common=(-d "$dev" -x "$gid" -p "$port" --timeout 20)
-    # shellcheck disable=SC2086
-    timeout "$limit" "${pin_s[@]}" "$ours" perf "$@" "${common[@]}" $sflags >"$so" 2>"$se" &
+    side_cmd "$srv_who" "$sflags" "$@"
+    timeout "$limit" "${pin_s[@]}" "${cmd[@]}" >"$so" 2>"$se" &
     local spid=$!
     src=0
     crc=0
     if wait_listen "$port" "$spid" 150; then
-        # shellcheck disable=SC2086
-        timeout "$limit" "${pin_c[@]}" "$ours" perf "$@" "${common[@]}" $cflags 127.0.0.1 \
-            >"$co" 2>"$ce" || crc=$?
+        side_cmd "$cli_who" "$cflags" "$@"
+        timeout "$limit" "${pin_c[@]}" "${cmd[@]}" 127.0.0.1 >"$co" 2>"$ce" || crc=$?
     else
         echo "server not listening on $port" >"$ce"
         crc=255
@@ -196,17 +243,22 @@ show() {
 }
 
 # run NAME SERVER_MODE CLIENT_MODE KIND SIZES ITERS TEST_ARGS...: a pair
-# whose results must check out on both sides (MODE: table or json); the
-# exit statuses are noted now, the results checked at the end.
+# whose results must check out on both sides (MODE: table, json, echo or
+# none, as check.py takes them; MODE:SIZES gives that side other sizes);
+# the exit statuses are noted now, the results checked at the end.
 declare -A exit_why
 names=()
 run() {
-    local name=$1 smode=$2 cmode=$3 kind=$4 sizes=$5 iters=$6
+    local name=$1 smode=${2%%:*} cmode=${3%%:*} kind=$4 sizes=$5 iters=$6
+    local ssizes=$sizes csizes=$sizes
+    [ "$2" != "$smode" ] && ssizes=${2#*:}
+    [ "$3" != "$cmode" ] && csizes=${3#*:}
     shift 6
     local sflags="" cflags="" why=""
-    [ "$smode" = json ] && sflags=--json
-    [ "$cmode" = json ] && cflags=--json
-    echo "=== $name: rverbs perf $* (server $smode, client $cmode)"
+    # A side that prints no row prints (ours) its JSON document.
+    case $smode in json | none) sflags=--json ;; esac
+    case $cmode in json | none) cflags=--json ;; esac
+    echo "=== $name: $srv_who(server) <-> $cli_who(client): perf $* (server $smode, client $cmode)"
     local t0=$SECONDS
     pair "$sflags" "$cflags" "$@"
     show
@@ -215,10 +267,18 @@ run() {
     [ "$crc" -ne 0 ] && why+="client exit $crc; "
     names+=("$name")
     exit_why[$name]=$why
-    printf '%s\tserver\t%s\t%s\t%s\t%s\t%s\n' "$name" "$smode" "$kind" "$sizes" "$iters" "$so" \
+    printf '%s\tserver\t%s\t%s\t%s\t%s\t%s\n' "$name" "$smode" "$kind" "$ssizes" "$iters" "$so" \
         >>"$work/specs"
-    printf '%s\tclient\t%s\t%s\t%s\t%s\t%s\n' "$name" "$cmode" "$kind" "$sizes" "$iters" "$co" \
+    printf '%s\tclient\t%s\t%s\t%s\t%s\t%s\n' "$name" "$cmode" "$kind" "$csizes" "$iters" "$co" \
         >>"$work/specs"
+}
+
+# mix SERVER CLIENT RUN_ARGS...: `run` with each side ours or perftest.
+mix() {
+    srv_who=$1 cli_who=$2
+    shift 2
+    run "$@"
+    srv_who=ours cli_who=ours
 }
 
 n=200
@@ -228,14 +288,48 @@ run "write lat" table json lat 64 $l write lat -s 64 -n $l
 run "send bw" json table bw 65536 $n send bw -s 65536 -n $n
 run "send lat" table json lat 64 $l send lat -s 64 -n $l
 run "read bw" json table bw 65536 $n read bw -s 65536 -n $n
-run "read lat" table json lat 64 $l read lat -s 64 -n $l
+run "read lat" none json lat 64 $l read lat -s 64 -n $l
 run "atomic bw" json table bw 8 $n atomic bw -n $n
-run "atomic lat (CMP_AND_SWAP)" table json lat 8 $l atomic lat -A CMP_AND_SWAP -n $l
-run "write bw -a --max-size 4096" table json bw 2,4,8,16,32,64,128,256,512,1024,2048,4096 20 \
+run "atomic lat (CMP_AND_SWAP)" none table lat 8 $l atomic lat -A CMP_AND_SWAP -n $l
+# The server of write bw prints the client's figures of the last size.
+run "write bw -a --max-size 4096" table:4096 json bw 2,4,8,16,32,64,128,256,512,1024,2048,4096 20 \
     write bw -a --max-size 4096 -n 20
 run "send lat -a --max-size 64 -I 32" json table lat 2,4,8,16,32,64 10 \
     send lat -a --max-size 64 -n 10 -I 32
 run "send bw -D 3 -f 1" table json bw 65536 0 send bw -s 65536 -D 3 -f 1
+
+# With perftest (no -R), both ways, every test at one size. Our side's
+# figures are judged where it measures them (our server of write, read
+# and atomic bw shows perftest's client's: echo); perftest's rows echo.
+t_perftest=$SECONDS
+p=100
+for t in "write bw" "send bw" "read bw" "atomic bw" "write lat" "send lat" "read lat" "atomic lat"; do
+    kind=${t#* }
+    size=4096
+    args=(-s 4096 -n $p)
+    case $t in
+    atomic*) size=8 args=(-n $p) ;;
+    esac
+    case $t in
+    "write bw" | "read bw" | "atomic bw") ours_s=echo theirs_s=echo ;;
+    "read lat" | "atomic lat") ours_s=none theirs_s=none ;;
+    *) ours_s=json theirs_s=echo ;;
+    esac
+    # Our client: the table for bw, --json for lat.
+    ours_c=table
+    [ "$kind" = lat ] && ours_c=json
+    # shellcheck disable=SC2086
+    mix ours perftest "$t, ours(server)<->perftest" $ours_s echo "$kind" $size $p $t "${args[@]}"
+    # shellcheck disable=SC2086
+    mix perftest ours "$t, perftest(server)<->ours" $theirs_s $ours_c "$kind" $size $p $t "${args[@]}"
+done
+# A -D run, each side on its own clock. (perftest's sweep, 2 B to 8 MiB,
+# costs 10-20 s a run under TCG: the steps between sizes, the same code
+# over TCP as over rdma_cm, are run with perftest in perf_cm.sh, over TCP
+# above between ours.)
+mix perftest ours "write lat -D 2, perftest(server)<->ours" echo table latdur 4096 0 \
+    write lat -s 4096 -D 2
+echo "perf: the runs with perftest took $((SECONDS - t_perftest)) s"
 
 # Check every result with one Python run, then record the runs.
 python3 "$work/check.py" "$work/specs" >"$work/verdicts" ||

@@ -133,32 +133,34 @@ fn write_msgs(s: &mut TcpStream, mine: &[Dest]) -> Result<()> {
     s.write_all(&buf).context("sending our address")
 }
 
-/// Client side: connects to `host:port`, sends `mine`, reads as many
-/// messages back and sends `done`.
-pub fn client_exchange(host: &str, port: u16, mine: &[Dest], lim: Limits) -> Result<Vec<Dest>> {
+/// Connects to `host:port` over TCP (each address tried in turn, each
+/// attempt bounded by `limit`).
+pub fn connect(host: &str, port: u16, limit: Option<Duration>) -> Result<TcpStream> {
     let addrs: Vec<_> = (host, port)
         .to_socket_addrs()
         .with_context(|| format!("cannot resolve {host}"))?
         .collect();
     let mut last = None;
-    let mut stream = None;
     for a in &addrs {
-        let r = match lim.io {
+        let r = match limit {
             Some(t) => TcpStream::connect_timeout(a, t),
             None => TcpStream::connect(a),
         };
         match r {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
+            Ok(s) => return Ok(s),
             Err(e) => last = Some(e),
         }
     }
-    let mut s = stream.ok_or_else(|| match last {
+    Err(match last {
         Some(e) => anyhow!("couldn't connect to {host}:{port}: {e}"),
         None => anyhow!("couldn't connect to {host}:{port}: no address"),
-    })?;
+    })
+}
+
+/// Client side: connects to `host:port`, sends `mine`, reads as many
+/// messages back and sends `done`.
+pub fn client_exchange(host: &str, port: u16, mine: &[Dest], lim: Limits) -> Result<Vec<Dest>> {
+    let mut s = connect(host, port, lim.io)?;
     s.set_read_timeout(lim.io)?;
     s.set_write_timeout(lim.io)?;
     s.set_nodelay(true)?;

@@ -492,12 +492,17 @@ fn payload(
                 port += 1;
                 let name = perf_name(i, tool, r);
                 let mut argv: Vec<String> = match tool {
+                    // A server that does not run (write bw, read lat)
+                    // waits --timeout for the client's whole run: as long
+                    // as the process may take.
                     Tool::Rverbs => vec![
                         q(&b.rverbs)?,
                         "perf".into(),
                         c.verb.into(),
                         c.kind.name().into(),
                         "--json".into(),
+                        "--timeout".into(),
+                        PERF_LIMIT_SECS.to_string(),
                     ],
                     Tool::RdmaCore => vec![c.perftest()],
                 };

@@ -115,6 +115,9 @@ pub fn payload(s: &mut String, rverbs: &str, sweeps: &[Sweep]) -> Result<()> {
                     let mut v = vec![rverbs.to_string(), "perf".into()];
                     v.extend(sw.test().split(' ').map(String::from));
                     v.push("--json".into());
+                    // A server that does not run (write bw, read lat)
+                    // waits --timeout for the client's whole sweep.
+                    v.extend(["--timeout".into(), LIMIT_SECS.to_string()]);
                     v
                 }
                 Tool::RdmaCore => vec![format!("ib_{}", sw.test().replace(' ', "_"))],

@@ -32,6 +32,11 @@ impl Verb {
     pub(super) fn code(self) -> u8 {
         self as u8
     }
+    pub(super) fn from_code(c: u8) -> Option<Verb> {
+        [Verb::Send, Verb::Write, Verb::Read, Verb::Atomic]
+            .into_iter()
+            .find(|v| v.code() == c)
+    }
     pub(super) fn title(self) -> &'static str {
         match self {
             Verb::Send => "Send",
@@ -54,6 +59,9 @@ impl Kind {
     pub(super) fn code(self) -> u8 {
         self as u8
     }
+    pub(super) fn from_code(c: u8) -> Option<Kind> {
+        [Kind::Bw, Kind::Lat].into_iter().find(|k| k.code() == c)
+    }
     pub(super) fn name(self) -> &'static str {
         match self {
             Kind::Bw => "bw",
@@ -75,23 +83,24 @@ pub(super) fn parse_atomic(s: &str) -> std::result::Result<bool, String> {
 #[command(after_help = "\
 Run the server (no HOST) first, then the client with the server's address;
 both print the results. Options that shape the test (-s/-a/--max-size, -n,
--D, -A) must match on both sides, as with perftest; a mismatch is refused.
+-D, -A) must match on both sides, as with perftest.
 
-The out-of-band exchange (addresses, a barrier per size, the client's
-results) is rverbs' own TCP format: rverbs perf talks to rverbs perf only,
-not to perftest's binaries. With -R (--rdma_cm; every test, -s, -a or -D)
-both the exchange and the data QP go through rdma_cm as perftest's -R
-does (perftest 4.5): then either side may be perftest's ib_<test>_<bw|lat>
--R, and each side prints what perftest's would: the server of write, read
-and atomic bw the client's figures, of send bw and of send and write lat
-its own, of read and atomic lat none; a server that does not run waits at
-most --timeout seconds (and -D's) for the client's test to end. With -D
+The two sides speak perftest's exchange (perftest 4.5, as Debian 12 ships
+it): by default over TCP on port 18515 (-p), as perftest's ib_<test>_<bw|lat>
+without -R; with -R (--rdma_cm) over rdma_cm, the data QP connected through
+it too, as perftest's -R. Either side may be perftest's tool or rverbs perf
+(every test, -s, -a or -D), and each side prints what perftest's would: the
+server of write, read and atomic bw the client's figures (of a sweep, the
+last size's), of send bw and of send and write lat its own, of read and
+atomic lat none. A server that does not run waits at most --timeout seconds
+(and -D's) for the client's test to end: nothing comes meanwhile. With -D
 each side stops on its own clock, as perftest's do: nothing on the wire
-says when a run ends. The sizes are not
-compared then (perftest's protocol does not carry them): give the server
-the same -s, or -a on both sides (perftest's sweep always ends at 8 MiB,
-so --max-size only suits rverbs on both sides). The server of write, read
-and atomic bw prints the figures of the sweep's last size, as perftest's.
+says when a run ends. perftest's messages do not carry the test: two
+rverbs perf refuse different tests (ours rides unseen by perftest in the
+version message), with perftest give both sides the same options
+(perftest's sweep always ends at 8 MiB, so --max-size only suits rverbs on
+both sides). With -R, what the connection manager decides (-m, -x, -i, -S,
+-u) is refused.
 
 Latency loops read the CPU's time-stamp counter (on x86-64), calibrated
 against CLOCK_MONOTONIC at start, so -F (perftest's CPU frequency check)
@@ -142,7 +151,7 @@ pub struct PerfArgs {
     /// Send messages up to SIZE bytes inline (default 0; send/write only).
     #[arg(short = 'I', long = "inline_size", alias = "inline-size", value_name = "SIZE", value_parser = num::<u32>)]
     pub inline: Option<u32>,
-    /// Listen on / connect to TCP port PORT.
+    /// Listen on / connect to port PORT (TCP; rdma_cm with -R).
     #[arg(short = 'p', long = "port", default_value = "18515", value_parser = num::<u16>)]
     pub port: u16,
     /// Accepted for perftest compatibility (no CPU frequency is used).
@@ -192,12 +201,14 @@ pub struct PerfArgs {
     /// Add a CPU utilisation column (user+system time over wall time).
     #[arg(long = "cpu_util", alias = "cpu-util")]
     pub cpu_util: bool,
-    /// Give up after SECS seconds without progress (0: never). The server
-    /// waits for its client without limit.
+    /// Give up after SECS seconds without progress (0: never); a server
+    /// that does not run waits this long for the client's test. The
+    /// server waits for its client to connect without limit.
     #[arg(long = "timeout", value_name = "SECS", default_value = "60", value_parser = timeout_secs)]
     pub timeout: u64,
     /// Connect through rdma_cm and exchange through it as perftest's -R
-    /// does: interoperates with perftest's ib_*_bw -R and ib_*_lat -R.
+    /// does (pairs with perftest's ib_*_bw -R and ib_*_lat -R; without
+    /// -R, with perftest's tools run without it).
     #[arg(short = 'R', long = "rdma_cm", alias = "rdma-cm")]
     pub rdma_cm: bool,
 }

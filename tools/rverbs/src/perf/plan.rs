@@ -101,7 +101,6 @@ impl Plan {
             leads: client,
             iters: self.iters,
             timing: self.timing,
-            own_clock: false,
             tx_depth: self.tx_depth,
             rx_depth: self.rx_depth,
             cq_mod: self.cq_mod,

@@ -1,14 +1,14 @@
 //! Reporting: the banner and address lines perftest prints, the CPU usage
 //! figures, and the `--json` document.
 
-use rverbs::Mtu;
+use rverbs::{Gid, Mtu};
 use serde_json::{json, Value};
 
 use super::args::{Kind, Verb};
 use super::plan::Plan;
+use super::ptmsg::PtDest;
 use super::setup::Opened;
-use super::stats::RULE;
-use super::wire::{Hello, Report};
+use super::stats::{Report, RULE};
 use crate::common::gid_text;
 
 pub(super) fn rusage() -> (f64, f64) {
@@ -22,12 +22,8 @@ pub(super) fn rusage() -> (f64, f64) {
     (t(ru.ru_utime), t(ru.ru_stime))
 }
 
-pub(super) fn print_banner(p: &Plan, o: &Opened, mtu: Mtu, outs: Option<u32>) {
-    print_banner_via(p, o, mtu, outs, false);
-}
-
 /// The banner; `cm`: of a `-R` run (the rdma_cm lines perftest prints).
-pub(super) fn print_banner_via(p: &Plan, o: &Opened, mtu: Mtu, outs: Option<u32>, cm: bool) {
+pub(super) fn print_banner(p: &Plan, o: &Opened, mtu: Mtu, outs: Option<u32>, cm: bool) {
     println!("{RULE}");
     let title = format!(
         "{} {} Test",
@@ -76,17 +72,25 @@ pub(super) fn print_banner_via(p: &Plan, o: &Opened, mtu: Mtu, outs: Option<u32>
             println!(" Please run the same command with the IB/RoCE interface IP");
         }
     } else {
-        println!(" Data ex. method : TCP (rverbs perf's own format)");
+        println!(" Data ex. method : Ethernet");
     }
     println!("{RULE}");
 }
 
-pub(super) fn print_address(which: &str, h: &Hello) {
-    println!(
-        " {which} address: LID {:04x} QPN {:#06x} PSN {:#08x} RKey {:#08x} VAddr {:#016x}",
-        h.lid, h.qpn, h.psn, h.rkey, h.addr
+/// A `local address:` or `remote address:` line of the keys (and the GID
+/// line, when the keys name one).
+pub(super) fn print_dest(which: &str, d: &PtDest, outs: Option<u32>) {
+    print!(
+        " {which} address: LID {:04x} QPN {:#06x} PSN {:#08x}",
+        d.lid, d.qpn, d.psn
     );
-    println!(" GID: {}", gid_text(&h.gid));
+    if outs.is_some() {
+        print!(" OUT {:#04x}", d.out_reads);
+    }
+    println!(" RKey {:#08x} VAddr {:#016x}", d.rkey, d.vaddr);
+    if d.gid_index >= 0 || d.gid != Gid::ZERO {
+        println!(" GID: {}", gid_text(&d.gid));
+    }
 }
 
 /// The `--json` document.

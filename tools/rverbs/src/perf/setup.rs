@@ -1,13 +1,10 @@
-//! Setting a run up: opening the device and port ([`Opened`]), creating the
-//! buffer, CQs and QP ([`Parts`]), and checking that the peer's hello
-//! matches ours.
+//! Setting a run up: opening the device and port ([`Opened`]) and creating
+//! the buffer, CQs and QP ([`Parts`]).
 
 use anyhow::{bail, Context as _, Result};
 use rverbs::{AccessFlags, Context, Errno, Gid, LinkLayer, QpCap, QpInitAttr, QpType};
 
-use super::args::{Kind, Verb};
 use super::plan::Plan;
-use super::wire::Hello;
 use crate::common::page_size;
 
 /// The opened device and the port's figures.
@@ -89,16 +86,11 @@ pub(super) struct Parts {
 }
 
 /// Creates a run's [`Parts`] on `o`, the buffer open to the peer with
-/// `access` (and `LOCAL_WRITE`). A QP refused with EINVAL while `-I` asks
-/// for inline data is tried again without: if that works, the error says
-/// the inline size is too large.
-pub(super) fn create_parts(p: &Plan, o: &Opened, access: AccessFlags) -> Result<Parts> {
-    create_parts_min(p, o, access, 0)
-}
-
-/// [`create_parts`] with halves of at least `min_half` bytes (perftest's
-/// `-R` peer works within its cycle buffer, the larger page size, from the
-/// address we announce).
+/// `access` (and `LOCAL_WRITE`), its halves at least `min_half` bytes
+/// (perftest's peer works within its cycle buffer, the larger page size,
+/// from the address we announce). A QP refused with EINVAL while `-I`
+/// asks for inline data is tried again without: if that works, the error
+/// says the inline size is too large.
 pub(super) fn create_parts_min(
     p: &Plan,
     o: &Opened,
@@ -187,116 +179,4 @@ pub(super) fn open_at(dev: &rverbs::Device, port_num: u8) -> Result<Opened> {
         gid,
         name,
     })
-}
-
-/// Compares the peer's announced test with ours.
-pub(super) fn check_match(p: &Plan, mine: &Hello, theirs: &Hello) -> Result<()> {
-    let describe = |h: &Hello| {
-        let verb = [Verb::Send, Verb::Write, Verb::Read, Verb::Atomic]
-            .into_iter()
-            .find(|v| v.code() == h.verb)
-            .map_or("?", |v| v.name());
-        let kind = [Kind::Bw, Kind::Lat]
-            .into_iter()
-            .find(|k| k.code() == h.kind)
-            .map_or("?", |k| k.name());
-        let mut s = format!("perf {verb} {kind}");
-        if h.flags & Hello::ALL != 0 {
-            s += &format!(" -a (up to {} bytes)", h.size);
-        } else {
-            s += &format!(" -s {}", h.size);
-        }
-        if h.flags & Hello::DURATION != 0 {
-            s += &format!(" -D {} (margin {})", h.duration, h.margin);
-        } else {
-            s += &format!(" -n {}", h.iters);
-        }
-        if h.flags & Hello::CMP_SWAP != 0 {
-            s += " -A CMP_AND_SWAP";
-        }
-        s
-    };
-    let key = |h: &Hello| {
-        (
-            h.verb, h.kind, h.flags, h.size, h.iters, h.duration, h.margin,
-        )
-    };
-    if key(mine) != key(theirs) {
-        bail!(
-            "the peer runs `{}`, this side `{}`: both sides must be given the same test",
-            describe(theirs),
-            describe(mine)
-        );
-    }
-    if theirs.addr.checked_add(theirs.len).is_none() {
-        bail!(
-            "the peer announced a {}-byte buffer at {:#x}: it runs past the end \
-             of the address space",
-            theirs.len,
-            theirs.addr
-        );
-    }
-    if theirs.len / 2 < p.max_size() {
-        bail!(
-            "the peer's buffer is too small for {}-byte messages",
-            p.max_size()
-        );
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::plan::tests::plan;
-    use super::*;
-
-    #[test]
-    fn mismatched_peers_are_refused() {
-        let p = plan(&["write", "bw", "-s", "4096"]).unwrap();
-        let mine = Hello {
-            verb: Verb::Write.code(),
-            kind: Kind::Bw.code(),
-            size: 4096,
-            iters: 5000,
-            len: 8192,
-            ..Default::default()
-        };
-        assert!(check_match(&p, &mine, &mine).is_ok());
-        let theirs = Hello { size: 64, ..mine };
-        let e = check_match(&p, &mine, &theirs).unwrap_err().to_string();
-        assert!(e.contains("-s 64") && e.contains("-s 4096"), "{e}");
-        let theirs = Hello {
-            verb: Verb::Read.code(),
-            ..mine
-        };
-        let e = check_match(&p, &mine, &theirs).unwrap_err().to_string();
-        assert!(e.contains("perf read bw"), "{e}");
-    }
-
-    #[test]
-    fn a_peer_buffer_that_wraps_the_address_space_is_refused() {
-        // A server's Hello whose buffer ends past 2^64: `addr + len / 2`
-        // used to overflow (a panic) once the test started.
-        let p = plan(&["write", "bw", "-s", "4096"]).unwrap();
-        let mine = Hello {
-            verb: Verb::Write.code(),
-            kind: Kind::Bw.code(),
-            size: 4096,
-            iters: 5000,
-            addr: 0x7f00_0000_0000,
-            len: 8192,
-            ..Default::default()
-        };
-        let theirs = Hello {
-            addr: u64::MAX - 100,
-            ..mine
-        };
-        let e = check_match(&p, &mine, &theirs).unwrap_err().to_string();
-        assert!(e.contains("past the end of the address space"), "{e}");
-        let theirs = Hello {
-            addr: u64::MAX - 8192,
-            ..mine
-        };
-        assert!(check_match(&p, &mine, &theirs).is_ok());
-    }
 }

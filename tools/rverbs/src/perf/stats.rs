@@ -14,7 +14,68 @@
 
 use serde_json::{json, Value};
 
-use super::wire::Report;
+/// One size's results, as measured by one side. Bandwidths are in bytes
+/// per second, latencies in microseconds, CPU times in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Report {
+    /// Bit 0: a latency report (else bandwidth); bit 1: a `-D` run; bit 2:
+    /// the peak bandwidth was measured.
+    pub flags: u8,
+    /// Message size.
+    pub size: u64,
+    /// Messages (bandwidth) or exchanges (latency) measured.
+    pub iters: u64,
+    /// Measured time, seconds.
+    pub elapsed: f64,
+    /// Best bandwidth over any window of messages (0 when not measured).
+    pub bw_peak: f64,
+    /// Average bandwidth.
+    pub bw_avg: f64,
+    /// Messages per second.
+    pub msg_rate: f64,
+    /// Smallest latency.
+    pub t_min: f64,
+    /// Largest latency (after dropping the two worst samples, as perftest).
+    pub t_max: f64,
+    /// Median latency.
+    pub t_typical: f64,
+    /// Mean latency.
+    pub t_avg: f64,
+    /// Standard deviation of the latency.
+    pub t_stdev: f64,
+    /// 99th percentile latency.
+    pub p99: f64,
+    /// 99.9th percentile latency.
+    pub p999: f64,
+    /// Transactions (round trips, reads) per second of a `-D` latency run.
+    pub tps: f64,
+    /// User CPU time of the measuring process during the run.
+    pub cpu_user: f64,
+    /// System CPU time of the measuring process during the run.
+    pub cpu_sys: f64,
+}
+
+impl Report {
+    /// Flag bit: latency report.
+    pub const LAT: u8 = 1;
+    /// Flag bit: `-D` run.
+    pub const DURATION: u8 = 2;
+    /// Flag bit: peak bandwidth measured.
+    pub const PEAK: u8 = 4;
+
+    /// Whether this is a latency report.
+    pub fn is_lat(&self) -> bool {
+        self.flags & Self::LAT != 0
+    }
+    /// Whether this comes from a `-D` run.
+    pub fn is_duration(&self) -> bool {
+        self.flags & Self::DURATION != 0
+    }
+    /// Whether the peak bandwidth was measured.
+    pub fn has_peak(&self) -> bool {
+        self.flags & Self::PEAK != 0
+    }
+}
 
 /// perftest's separator line.
 pub const RULE: &str =
