@@ -212,3 +212,27 @@ fn keepalive_probes_while_a_read_is_pending() {
         "{probed} packets with keep-alive every 100 ms ({quiet} without)"
     );
 }
+
+#[test]
+fn connect_to_a_port_nobody_listens_on_is_refused() {
+    rt().block_on(async {
+        // A port a listener just gave back: the peer's CM rejects
+        // (reason 8), refused as a TCP connect is.
+        let port = AsyncRdmaListener::bind(any_port())
+            .unwrap()
+            .local_addr()
+            .port();
+        let e = AsyncRdmaStream::connect(("10.0.0.1", port))
+            .await
+            .expect_err("a connect nobody answers");
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+        assert!(e.to_string().contains("reason 8"), "{e}");
+        let s = AsyncRdmaListener::bind(any_port()).unwrap();
+        let addr = s.local_addr();
+        let accept = tokio::spawn(async move { s.accept().await.map(|(s, _)| s) });
+        let c = AsyncRdmaStream::connect(addr).await.unwrap();
+        assert_eq!(c.peer_addr(), Some(addr));
+        assert_eq!(c.local_addr().map(|a| a.ip()), Some(addr.ip()));
+        let _server = accept.await.unwrap().unwrap();
+    });
+}

@@ -391,3 +391,39 @@ fn direct_placement_through_a_small_send_ring() {
     // ring that wraps under the direct writes.
     direct_placement_round(small_options());
 }
+
+/// The kind std gives `raw` (an errno): `HostUnreachable` and
+/// `NetworkUnreachable` have no stable name before Rust 1.83.
+fn kind_of(raw: i32) -> ErrorKind {
+    std::io::Error::from_raw_os_error(raw).kind()
+}
+
+#[test]
+fn connect_failures_are_tcps_kinds() {
+    // A port nobody listens on (one a listener just gave back): the
+    // peer's CM rejects (reason 8), refused as a TCP connect is.
+    let port = RdmaListener::bind(any_port()).unwrap().local_addr().port();
+    let t = Instant::now();
+    let e = RdmaStream::connect((RXE_IP, port)).expect_err("a connect nobody answers");
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    assert!(e.to_string().contains("reason 8"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let quick = StreamOptions::new().timeout(Duration::from_secs(1));
+    // veth1's address: its route leaves by a netdev without an RDMA device.
+    let e = quick.connect("10.0.0.2:7471").unwrap_err();
+    assert_eq!(e.kind(), kind_of(libc::ENETUNREACH), "{e}");
+    assert!(e.to_string().contains("no RDMA device reaches"), "{e}");
+    // No route at all.
+    let e = quick.connect("192.168.77.1:7471").unwrap_err();
+    assert_eq!(e.kind(), kind_of(libc::ENETUNREACH), "{e}");
+    // On rxe0's subnet, but nobody answers ARP.
+    let e = quick.connect("10.0.0.99:7471").unwrap_err();
+    assert_eq!(e.kind(), kind_of(libc::EHOSTUNREACH), "{e}");
+    // Binding an address this host does not have.
+    let e = RdmaListener::bind("192.168.77.1:0").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrNotAvailable, "{e}");
+    // A port taken.
+    let l = RdmaListener::bind(any_port()).unwrap();
+    let e = RdmaListener::bind(l.local_addr()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrInUse, "{e}");
+}

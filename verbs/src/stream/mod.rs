@@ -54,12 +54,81 @@
 //! The async streams have the same calls.
 //!
 //! **Not spoken (yet):** the iWARP message-send mode and AF_IB addresses.
+//!
+//! # Errors
+//!
+//! Every call fails with an `io::Error` of the kind a `TcpStream` (or
+//! `TcpListener`) gives for the same cause, and a message that names it
+//! (the library's own message, the CM's reject reason, the errno). The
+//! kinds, for the blocking and the async types alike:
+//!
+//! - **connect** ([`RdmaStream::connect`], [`StreamOptions::connect`],
+//!   `connect_async`):
+//!   `ConnectionRefused`, the peer's CM rejected the request: nobody
+//!   listens on the port (reject reason 8), or the listener refused it
+//!   (reason 28: rdma_cm found no listener for that address, or the
+//!   server turned it down), as librdmacm reports every reject
+//!   (ECONNREFUSED);
+//!   `TimedOut`, a step (address, route, the peer's answer) took longer
+//!   than [`StreamOptions::timeout`], or the peer's CM never answered;
+//!   `HostUnreachable`, nobody answered address resolution (ARP) for an
+//!   address on a local subnet (TCP's "no route to host");
+//!   `NetworkUnreachable`, no route to the address, or a route that
+//!   leaves by a netdev without an RDMA device (loopback included);
+//!   `AddrNotAvailable` / `AddrInUse`, the [`StreamOptions::source`]
+//!   address is not this host's, or its port is taken;
+//!   `InvalidData`, the server answered without rsockets' connection
+//!   data; `InvalidInput`, options out of range, or no address to try;
+//!   `NotFound`, `/dev/infiniband/rdma_cm` (or a uverbs node) is missing
+//!   or has no driver ("is the rdma_ucm module loaded?");
+//!   `PermissionDenied`, a device node this process may not open;
+//!   `OutOfMemory`, the device or the kernel refused the stream's
+//!   resources (ENOMEM; the locked-memory limit, for one).
+//!   `HostUnreachable` and `NetworkUnreachable` are named in std from
+//!   Rust 1.83; on older toolchains the same values come back (as they
+//!   do from a `TcpStream`): compare with
+//!   `io::Error::from_raw_os_error(libc::EHOSTUNREACH).kind()`.
+//! - **bind** ([`RdmaListener::bind`], `bind_async`): `AddrInUse`,
+//!   `AddrNotAvailable` (an address this host does not have),
+//!   `InvalidInput`, `NotFound`, `PermissionDenied`, as for connect.
+//! - **accept**: `TimedOut` ([`RdmaListener::accept_timeout`] with no
+//!   request in time); `ConnectionAborted`, the peer gave up or went
+//!   away between its request and the end of the handshake (the listener
+//!   goes on: accept again); `OutOfMemory` and the other resource
+//!   failures of connect.
+//! - **read**: `Ok(0)` at end of file (the peer closed its side, or
+//!   `shutdown(Read)` here); `WouldBlock` (non-blocking); `TimedOut` (the
+//!   read timeout); `ConnectionReset`, the peer went away without closing,
+//!   once what it sent was read; `ConnectionAborted`, a work request
+//!   failed (a link gone for good, a keep-alive probe not delivered);
+//!   `InvalidData`, the peer broke the protocol.
+//! - **write** and **iowrite**: `BrokenPipe`, the write side is closed
+//!   (`shutdown(Write)` here, or the peer closed the stream);
+//!   `WouldBlock`; `TimedOut` (the write timeout); `ConnectionReset`,
+//!   `ConnectionAborted`, `InvalidData` as for read; `iowrite` also
+//!   `InvalidInput` (no region of the peer's at that offset).
+//! - **iomap**: `InvalidInput` (an MR that cannot be offered),
+//!   `OutOfMemory` (every entry the peer offers is taken); **iounmap**:
+//!   `InvalidInput` (not a mapping of this stream).
+//! - **shutdown** (and the async `poll_shutdown`): `TimedOut` when the
+//!   sends already posted did not complete within 2 s (the direction is
+//!   closed all the same); never the peer's faults, which the next read
+//!   or write reports.
+//! - **drop**: closes without reporting (as a `TcpStream` does).
+//! - The async types, called outside a tokio runtime (or one without I/O
+//!   enabled): `Other`.
+//!
+//! A verbs call of the stream's own that fails (the kernel refusing a
+//! command, which does not happen on a healthy device) ends the stream:
+//! that call fails with the errno's kind, later ones with `Other`.
 
 #[cfg(feature = "fuzz")]
 pub mod book;
 #[cfg(not(feature = "fuzz"))]
 mod book;
 mod socket;
+#[cfg(test)]
+mod tests;
 #[cfg(feature = "tokio")]
 mod tokio;
 pub mod wire;
@@ -73,7 +142,7 @@ use crate::cm::{CmId, ConnParams, ConnRequest, Connection, Listener, Resolved};
 use crate::{AccessFlags, Context, Mr, Pd};
 
 pub use socket::IoMap;
-use socket::{io_err, Parts, Prepared, Socket};
+use socket::{accept_err, io_err, resolve_err, Parts, Prepared, Socket};
 #[cfg(feature = "tokio")]
 pub use tokio::{AsyncRdmaListener, AsyncRdmaStream};
 use wire::ConnData;
@@ -235,7 +304,10 @@ impl StreamOptions {
     }
 
     fn connect_one(&self, dst: SocketAddr) -> io::Result<RdmaStream> {
-        let resolved = self.new_id()?.resolve(dst, self.timeout).map_err(io_err)?;
+        let resolved = self
+            .new_id()?
+            .resolve(dst, self.timeout)
+            .map_err(|e| resolve_err(e, dst))?;
         let (Prepared { qp, parts }, params) = self.prepare_connect(&resolved)?;
         let conn = resolved.connect(qp, &params).map_err(io_err)?;
         Ok(RdmaStream::new(self.established(conn, parts, dst)?))
@@ -428,7 +500,7 @@ impl RdmaListener {
                 continue;
             };
             let Prepared { qp, parts } = a.prepared;
-            let conn = a.req.accept(qp, &a.params).map_err(io_err)?;
+            let conn = a.req.accept(qp, &a.params).map_err(accept_err)?;
             let sock = self.opts.socket(conn, parts, &a.peer)?;
             return Ok((RdmaStream::new(sock), a.peer_addr));
         }

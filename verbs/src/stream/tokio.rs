@@ -33,7 +33,7 @@ use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::cm::Listener;
 use crate::sys::tokio::register_readable;
 
-use super::socket::{io_err, Prepared, Socket};
+use super::socket::{accept_err, io_err, resolve_err, Prepared, Socket};
 use super::{StreamOptions, CLOSE_TIMEOUT};
 
 fn register<T: crate::sys::tokio::OwnsFd>(what: &str, fd: T) -> io::Result<AsyncFd<T>> {
@@ -69,7 +69,7 @@ impl StreamOptions {
     async fn connect_one_async(&self, dst: SocketAddr) -> io::Result<AsyncRdmaStream> {
         let resolved = crate::tokio::resolve_id(self.new_id()?, dst, self.timeout)
             .await
-            .map_err(io_err)?;
+            .map_err(|e| resolve_err(e, dst))?;
         let (Prepared { qp, parts }, params) = self.prepare_connect(&resolved)?;
         let conn = crate::tokio::connect(resolved, qp, &params)
             .await
@@ -139,7 +139,7 @@ impl AsyncRdmaListener {
             let Prepared { qp, parts } = a.prepared;
             let conn = crate::tokio::accept(a.req, qp, &a.params)
                 .await
-                .map_err(io_err)?
+                .map_err(accept_err)?
                 .into_inner();
             let sock = self.opts.socket(conn, parts, &a.peer)?;
             return Ok((AsyncRdmaStream::new(sock)?, a.peer_addr));
