@@ -16,7 +16,7 @@
 
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use crate::cm::{CmEventKind, Connection};
@@ -64,6 +64,35 @@ fn coarse_now() -> Option<Duration> {
     clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE)
         .ok()
         .map(Duration::from)
+}
+
+/// Sleeps until one of `fds` is readable (or has failed), or `left`
+/// passes (`None`: no limit): which ones are. An interrupted sleep
+/// reports none.
+pub(super) fn sleep_on<const N: usize>(
+    fds: [BorrowedFd<'_>; N],
+    left: Option<Duration>,
+) -> io::Result<[bool; N]> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = match left {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            // Round up so that a wait never spins on 0 ms.
+            let ms = d.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
+    };
+    let mut pfds = fds.map(|fd| PollFd::new(fd, PollFlags::POLLIN));
+    match poll(&mut pfds, ms) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok([false; N]),
+        Err(e) => return Err(io::Error::from(e)),
+    }
+    Ok(pfds.map(|f| {
+        f.revents().is_some_and(|r| {
+            r.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP)
+        })
+    }))
 }
 
 /// The next message's size of a write with `left` bytes to go: `olen`,
@@ -846,8 +875,8 @@ impl Socket {
         }
     }
 
-    /// The CQ's channel (for an async runtime to watch).
-    #[cfg(feature = "tokio")]
+    /// The CQ's channel (for a waiter that sleeps on it without the
+    /// socket: an async runtime, another handle's thread).
     pub(super) fn chan(&self) -> &CompChannel {
         &self.chan
     }
@@ -855,30 +884,20 @@ impl Socket {
     /// Sleeps until the channel or the rdma_cm fd is readable (or `left`
     /// passes).
     fn sleep(&self, left: Option<Duration>) -> io::Result<(bool, bool)> {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        let ms = match left {
-            None => PollTimeout::NONE,
-            Some(d) => {
-                // Round up so that a wait never spins on 0 ms.
-                let ms = d.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
-                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-            }
-        };
-        let mut fds = [
-            PollFd::new(self.chan.as_fd(), PollFlags::POLLIN),
-            PollFd::new(self.conn.cm_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, ms) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => return Ok((false, false)),
-            Err(e) => return Err(io::Error::from(e)),
-        }
-        let ready = |f: &PollFd| {
-            f.revents().is_some_and(|r| {
-                r.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP)
-            })
-        };
-        Ok((ready(&fds[0]), ready(&fds[1])))
+        let [cq, cm] = sleep_on([self.chan.as_fd(), self.conn.cm_fd()], left)?;
+        Ok((cq, cm))
+    }
+
+    /// What a waiter of another thread may be waiting to see change (a
+    /// direction closing, the connection ending): compared before and
+    /// after a call to know whether to wake it.
+    pub(super) fn status(&self) -> (bool, bool, bool, bool) {
+        (
+            self.readable,
+            self.writable,
+            self.connected,
+            self.fault.is_some(),
+        )
     }
 
     /// Takes the connection's pending rdma_cm events. A disconnect (or

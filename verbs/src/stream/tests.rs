@@ -1,10 +1,10 @@
 //! Host tests of the streams (no device): the errors of a host without
-//! rdma_cm, and the `ErrorKind`s the library's errors map to. The
-//! streams' data path is tested in the VM (tests/tests/stream.rs,
-//! async_stream.rs).
+//! rdma_cm, the `ErrorKind`s the library's errors map to, and the
+//! std-shaped signatures. The streams' data path is tested in the VM
+//! (tests/tests/stream.rs, async_stream.rs).
 
 use std::io::{self, ErrorKind};
-use std::net::SocketAddr;
+use std::net::{Shutdown, SocketAddr};
 use std::time::Duration;
 
 use rverbs_abi::Errno;
@@ -170,4 +170,44 @@ fn connect_failures_map_to_tcps_kinds() {
         errno: Errno::ENOMEM,
     });
     assert_eq!(e.kind(), ErrorKind::OutOfMemory, "{e}");
+}
+
+/// `TcpStream`'s and `TcpListener`'s signatures, where the streams
+/// imitate them (compiled, so a change breaks the build).
+#[test]
+fn signatures_match_std() {
+    let _: fn(&RdmaStream) -> io::Result<RdmaStream> = RdmaStream::try_clone;
+    let _: fn(&RdmaStream, Option<Duration>) -> io::Result<()> = RdmaStream::set_read_timeout;
+    let _: fn(&RdmaStream, Option<Duration>) -> io::Result<()> = RdmaStream::set_write_timeout;
+    let _: fn(&RdmaStream) -> io::Result<Option<Duration>> = RdmaStream::read_timeout;
+    let _: fn(&RdmaStream) -> io::Result<Option<Duration>> = RdmaStream::write_timeout;
+    let _: fn(&RdmaStream, bool) -> io::Result<()> = RdmaStream::set_nonblocking;
+    let _: fn(&RdmaStream) -> io::Result<SocketAddr> = RdmaStream::peer_addr;
+    let _: fn(&RdmaStream) -> io::Result<SocketAddr> = RdmaStream::local_addr;
+    let _: fn(&RdmaStream, Shutdown) -> io::Result<()> = RdmaStream::shutdown;
+    let _: fn(&RdmaListener) -> io::Result<SocketAddr> = RdmaListener::local_addr;
+    let _: fn(&RdmaListener) -> io::Result<(RdmaStream, SocketAddr)> = RdmaListener::accept;
+    fn read_write<T: io::Read + io::Write>() {}
+    read_write::<RdmaStream>();
+    read_write::<&RdmaStream>();
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<RdmaStream>();
+    send_sync::<RdmaListener>();
+    #[cfg(feature = "tokio")]
+    {
+        let _: fn(&super::AsyncRdmaStream) -> io::Result<SocketAddr> =
+            super::AsyncRdmaStream::peer_addr;
+        let _: fn(&super::AsyncRdmaStream) -> io::Result<SocketAddr> =
+            super::AsyncRdmaStream::local_addr;
+        let _: fn(&super::AsyncRdmaListener) -> io::Result<SocketAddr> =
+            super::AsyncRdmaListener::local_addr;
+    }
+}
+
+#[test]
+fn a_zero_timeout_is_refused_as_std_does() {
+    let e = super::check_timeout(Some(Duration::ZERO)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    super::check_timeout(Some(Duration::from_nanos(1))).unwrap();
+    super::check_timeout(None).unwrap();
 }

@@ -113,9 +113,10 @@ impl AsyncRdmaListener {
         })
     }
 
-    /// The address it listens on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.fd.get_ref().0.local_addr()
+    /// The address it listens on (as tokio's `TcpListener::local_addr`;
+    /// it does not fail).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.fd.get_ref().0.local_addr())
     }
 
     /// Awaits a connection and accepts it; a request without rsockets'
@@ -211,8 +212,8 @@ impl Fds {
 impl std::fmt::Debug for AsyncRdmaStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsyncRdmaStream")
-            .field("local_addr", &self.local_addr())
-            .field("peer_addr", &self.peer_addr())
+            .field("local_addr", &self.sock.conn.local_addr())
+            .field("peer_addr", &self.sock.conn.peer_addr())
             .finish()
     }
 }
@@ -249,13 +250,19 @@ impl AsyncRdmaStream {
     }
 
     /// The peer's address.
-    pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.sock.conn.peer_addr()
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.sock
+            .conn
+            .peer_addr()
+            .ok_or_else(|| super::no_addr("peer"))
     }
 
     /// This side's address.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.sock.conn.local_addr()
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock
+            .conn
+            .local_addr()
+            .ok_or_else(|| super::no_addr("local side"))
     }
 
     /// The protection domain of this stream's verbs objects
