@@ -37,7 +37,7 @@ fn copy_echoes_through_split_halves() {
             .send_buffer(64 << 10)
             .bind_async(any_port())
             .unwrap();
-        let addr = l.local_addr();
+        let addr = l.local_addr().unwrap();
         let server = tokio::spawn(async move {
             let (s, _) = l.accept().await.unwrap();
             let (mut rd, mut wr) = tokio::io::split(s);
@@ -74,7 +74,7 @@ fn copy_echoes_through_split_halves() {
 fn pending_read_wakes_when_data_comes() {
     rt().block_on(async {
         let l = AsyncRdmaListener::bind(any_port()).unwrap();
-        let addr = l.local_addr();
+        let addr = l.local_addr().unwrap();
         let server = tokio::spawn(async move {
             let (mut s, peer) = l.accept().await.unwrap();
             assert_eq!(peer.ip(), addr.ip());
@@ -110,7 +110,7 @@ fn direct_placement_from_an_async_stream() {
             .send_buffer(16 << 10)
             .bind_async(any_port())
             .unwrap();
-        let addr = l.local_addr();
+        let addr = l.local_addr().unwrap();
         let server = tokio::spawn(async move {
             let (mut s, _) = l.accept().await.unwrap();
             let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -166,7 +166,7 @@ fn rxe_sent_pkts() -> u64 {
 fn packets_while_quiet(ka: Option<Duration>) -> u64 {
     rt().block_on(async {
         let l = StreamOptions::new().bind_async(any_port()).unwrap();
-        let addr = l.local_addr();
+        let addr = l.local_addr().unwrap();
         let server = tokio::spawn(async move {
             let (mut s, _) = l.accept().await.unwrap();
             let mut go = [0u8; 1];
@@ -211,4 +211,29 @@ fn keepalive_probes_while_a_read_is_pending() {
         probed >= quiet + 10,
         "{probed} packets with keep-alive every 100 ms ({quiet} without)"
     );
+}
+
+#[test]
+fn connect_to_a_port_nobody_listens_on_is_refused() {
+    rt().block_on(async {
+        // A port a listener just gave back: the peer's CM rejects
+        // (reason 8), refused as a TCP connect is.
+        let port = AsyncRdmaListener::bind(any_port())
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = AsyncRdmaStream::connect(("10.0.0.1", port))
+            .await
+            .expect_err("a connect nobody answers");
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+        assert!(e.to_string().contains("reason 8"), "{e}");
+        let s = AsyncRdmaListener::bind(any_port()).unwrap();
+        let addr = s.local_addr().unwrap();
+        let accept = tokio::spawn(async move { s.accept().await.map(|(s, _)| s) });
+        let c = AsyncRdmaStream::connect(addr).await.unwrap();
+        assert_eq!(c.peer_addr().unwrap(), addr);
+        assert_eq!(c.local_addr().unwrap().ip(), addr.ip());
+        let _server = accept.await.unwrap().unwrap();
+    });
 }

@@ -58,7 +58,7 @@ fn serve<T: Send + 'static>(
     serve: impl FnOnce(RdmaStream) -> T + Send + 'static,
 ) -> (SocketAddr, thread::JoinHandle<T>) {
     let l = opts.bind(any_port()).expect("listen on rxe0's address");
-    let addr = l.local_addr();
+    let addr = l.local_addr().unwrap();
     let h = thread::spawn(move || {
         let (s, peer) = l.accept().expect("accept");
         assert_eq!(peer.ip(), addr.ip());
@@ -84,7 +84,7 @@ fn echo_round(opts: StreamOptions, recv_buf: usize, total: usize, chunks: &[usiz
         n
     });
     let mut c = opts.connect(addr).expect("connect");
-    assert_eq!(c.peer_addr(), Some(addr));
+    assert_eq!(c.peer_addr().unwrap(), addr);
     let data: Vec<u8> = (0..total).map(pattern).collect();
     // One `&mut` stream cannot be read by another thread: interleave.
     // Bytes in flight stay under what both receive buffers hold (the
@@ -95,7 +95,7 @@ fn echo_round(opts: StreamOptions, recv_buf: usize, total: usize, chunks: &[usiz
     let mut sent = 0usize;
     let mut back = Vec::with_capacity(total);
     let mut buf = vec![0u8; 100_000];
-    c.set_read_timeout(Some(Duration::from_secs(20)));
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     for k in 0.. {
         if back.len() == total {
             break;
@@ -166,7 +166,7 @@ fn half_close_gives_end_of_file_one_way() {
     let err = c.write(b"x").expect_err("a write after shutdown(Write)");
     assert_eq!(err.kind(), ErrorKind::BrokenPipe);
     let mut answer = Vec::new();
-    c.set_read_timeout(Some(Duration::from_secs(20)));
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     c.read_to_end(&mut answer)
         .expect("read the answer to end of file");
     assert_eq!(&answer[..4], &100_000u32.to_be_bytes());
@@ -194,7 +194,8 @@ fn stopped_reader_times_out_the_writer() {
         }
     });
     let mut c = RdmaStream::connect(addr).unwrap();
-    c.set_write_timeout(Some(Duration::from_millis(500)));
+    c.set_write_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     let data: Vec<u8> = (0..1 << 20).map(pattern).collect();
     let mut sent = 0usize;
     let start = Instant::now();
@@ -217,14 +218,14 @@ fn stopped_reader_times_out_the_writer() {
         "{sent} bytes accepted by a reader that reads nothing"
     );
     // A non-blocking write says so at once.
-    c.set_nonblocking(true);
+    c.set_nonblocking(true).unwrap();
     assert_eq!(
         c.write(&data[sent..]).unwrap_err().kind(),
         ErrorKind::WouldBlock
     );
-    c.set_nonblocking(false);
+    c.set_nonblocking(false).unwrap();
     tx.send(()).unwrap();
-    c.set_write_timeout(None);
+    c.set_write_timeout(None).unwrap();
     c.write_all(&data[sent..])
         .expect("the rest, once the reader reads");
     drop(c);
@@ -236,7 +237,7 @@ fn requests_without_connection_data_are_refused() {
     // A plain rdma_cm client (no rsockets data) is rejected; the listener
     // then accepts a stream as usual.
     let l = RdmaListener::bind(any_port()).unwrap();
-    let addr = l.local_addr();
+    let addr = l.local_addr().unwrap();
     let server = thread::spawn(move || {
         let (mut s, _) = l.accept().unwrap();
         let mut b = [0u8; 3];
@@ -390,4 +391,212 @@ fn direct_placement_through_a_small_send_ring() {
     // No byte inline (descriptors too go through the ring), and a 4 KiB
     // ring that wraps under the direct writes.
     direct_placement_round(small_options());
+}
+
+/// The kind std gives `raw` (an errno): `HostUnreachable` and
+/// `NetworkUnreachable` have no stable name before Rust 1.83.
+fn kind_of(raw: i32) -> ErrorKind {
+    std::io::Error::from_raw_os_error(raw).kind()
+}
+
+#[test]
+fn connect_failures_are_tcps_kinds() {
+    // A port nobody listens on (one a listener just gave back): the
+    // peer's CM rejects (reason 8), refused as a TCP connect is.
+    let port = RdmaListener::bind(any_port())
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = Instant::now();
+    let e = RdmaStream::connect((RXE_IP, port)).expect_err("a connect nobody answers");
+    assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+    assert!(e.to_string().contains("reason 8"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let quick = StreamOptions::new().timeout(Duration::from_secs(1));
+    // veth1's address: its route leaves by a netdev without an RDMA device.
+    let e = quick.connect("10.0.0.2:7471").unwrap_err();
+    assert_eq!(e.kind(), kind_of(libc::ENETUNREACH), "{e}");
+    assert!(e.to_string().contains("no RDMA device reaches"), "{e}");
+    // No route at all.
+    let e = quick.connect("192.168.77.1:7471").unwrap_err();
+    assert_eq!(e.kind(), kind_of(libc::ENETUNREACH), "{e}");
+    // On rxe0's subnet, but nobody answers ARP.
+    let e = quick.connect("10.0.0.99:7471").unwrap_err();
+    assert_eq!(e.kind(), kind_of(libc::EHOSTUNREACH), "{e}");
+    // Binding an address this host does not have.
+    let e = RdmaListener::bind("192.168.77.1:0").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrNotAvailable, "{e}");
+    // A port taken.
+    let l = RdmaListener::bind(any_port()).unwrap();
+    let e = RdmaListener::bind(l.local_addr().unwrap()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AddrInUse, "{e}");
+}
+
+/// A server that echoes everything until end of file; returns the bytes
+/// echoed.
+fn echo_server(opts: StreamOptions) -> (SocketAddr, thread::JoinHandle<usize>) {
+    serve(opts, |mut s| {
+        let mut buf = vec![0u8; 70_000];
+        let mut n = 0usize;
+        loop {
+            let got = s.read(&mut buf).expect("server read");
+            if got == 0 {
+                return n;
+            }
+            s.write_all(&buf[..got]).expect("server echo");
+            n += got;
+        }
+    })
+}
+
+/// Waits at most `secs` for `h`'s thread: a deadlocked one fails the
+/// test instead of hanging it.
+fn join_within<T: Send + 'static>(what: &str, h: thread::JoinHandle<T>, secs: u64) -> T {
+    let t = Instant::now();
+    while !h.is_finished() {
+        assert!(
+            t.elapsed() < Duration::from_secs(secs),
+            "{what}: not done after {secs} s (deadlocked?)"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    h.join().unwrap_or_else(|_| panic!("{what} panicked"))
+}
+
+#[test]
+fn try_clone_reader_blocked_while_another_thread_writes() {
+    let (addr, server) = echo_server(StreamOptions::new());
+    let c = RdmaStream::connect(addr).unwrap();
+    let mut rd = c.try_clone().unwrap();
+    // The reader blocks first: nothing has been written yet.
+    let reader = thread::spawn(move || {
+        let mut b = [0u8; 5];
+        rd.read_exact(&mut b).map(|()| b)
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert!(!reader.is_finished(), "the read returned before any data");
+    let mut wr = c.try_clone().unwrap();
+    let writer = thread::spawn(move || wr.write_all(b"hello"));
+    join_within("the write beside a blocked read", writer, 10).unwrap();
+    let got = join_within("the read of the echo", reader, 10).unwrap();
+    assert_eq!(&got, b"hello");
+    // The last handle's drop closes: the server reads end of file.
+    drop(c);
+    assert_eq!(join_within("the server", server, 20), 5);
+}
+
+#[test]
+fn try_clone_full_duplex_through_small_buffers() {
+    // A writer thread and a reader thread on one stream, 4 KiB buffers
+    // and 16-deep queues: both wait all the time, each on what the other
+    // and the peer free (the pattern a single `&mut` stream cannot run).
+    const TOTAL: usize = 1 << 20;
+    let (addr, server) = echo_server(small_options());
+    let c = small_options().connect(addr).unwrap();
+    let mut wr = c.try_clone().unwrap();
+    let writer = thread::spawn(move || {
+        let data: Vec<u8> = (0..TOTAL).map(pattern).collect();
+        let sizes = [1usize, 7, 100, 4096, 3000, 65_536];
+        let mut at = 0;
+        let mut k = 0;
+        while at < TOTAL {
+            let n = sizes[k % sizes.len()].min(TOTAL - at);
+            wr.write_all(&data[at..at + n]).expect("client write");
+            at += n;
+            k += 1;
+        }
+        wr.shutdown(Shutdown::Write).expect("shutdown(Write)");
+    });
+    let mut rd = c;
+    let reader = thread::spawn(move || {
+        let mut back = Vec::with_capacity(TOTAL);
+        rd.read_to_end(&mut back).expect("read the echo");
+        back
+    });
+    join_within("the writer", writer, 120);
+    let back = join_within("the reader", reader, 120);
+    assert_eq!(back.len(), TOTAL);
+    if let Some(i) = (0..TOTAL).find(|&i| back[i] != pattern(i)) {
+        panic!("byte {i} came back {:#x}, sent {:#x}", back[i], pattern(i));
+    }
+    assert_eq!(join_within("the server", server, 20), TOTAL);
+}
+
+#[test]
+fn shutdown_on_one_handle_ends_a_read_blocked_on_another() {
+    let (addr, server) = serve(StreamOptions::new(), |mut s| {
+        let mut got = Vec::new();
+        s.read_to_end(&mut got)
+            .expect("read until the client's close");
+        got
+    });
+    let c = RdmaStream::connect(addr).unwrap();
+    let mut rd = c.try_clone().unwrap();
+    let reader = thread::spawn(move || {
+        let mut b = [0u8; 8];
+        rd.read(&mut b)
+    });
+    thread::sleep(Duration::from_millis(300));
+    assert!(
+        !reader.is_finished(),
+        "the read returned before the shutdown"
+    );
+    c.shutdown(Shutdown::Read).unwrap();
+    assert_eq!(join_within("the blocked read", reader, 10).unwrap(), 0);
+    // The write side still works.
+    (&c).write_all(b"still").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    assert_eq!(join_within("the server", server, 20), b"still");
+}
+
+#[test]
+fn timeouts_as_std_has_them() {
+    let (addr, server) = echo_server(StreamOptions::new());
+    let c = RdmaStream::connect(addr).unwrap();
+    assert_eq!(c.read_timeout().unwrap(), None);
+    assert_eq!(c.write_timeout().unwrap(), None);
+    for e in [
+        c.set_read_timeout(Some(Duration::ZERO)).unwrap_err(),
+        c.set_write_timeout(Some(Duration::ZERO)).unwrap_err(),
+    ] {
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    }
+    // The setting is the stream's: a clone has it too.
+    let d = c.try_clone().unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    c.set_write_timeout(Some(Duration::from_secs(7))).unwrap();
+    assert_eq!(d.read_timeout().unwrap(), Some(Duration::from_millis(300)));
+    assert_eq!(d.write_timeout().unwrap(), Some(Duration::from_secs(7)));
+    // Two readers of a quiet stream (one sleeps on the fds, the other on
+    // its turn) both time out.
+    let readers: Vec<_> = [c.try_clone().unwrap(), d]
+        .into_iter()
+        .map(|s| {
+            thread::spawn(move || {
+                let t = Instant::now();
+                let e = (&s).read(&mut [0u8; 4]).unwrap_err();
+                (e.kind(), t.elapsed())
+            })
+        })
+        .collect();
+    for r in readers {
+        let (kind, took) = join_within("a read with a timeout", r, 10);
+        assert_eq!(kind, ErrorKind::TimedOut);
+        assert!(
+            took >= Duration::from_millis(290),
+            "timed out after {took:?}"
+        );
+        assert!(took < Duration::from_secs(5), "timed out after {took:?}");
+    }
+    c.set_nonblocking(true).unwrap();
+    assert_eq!(
+        (&c).read(&mut [0u8; 4]).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    assert_eq!(c.local_addr().unwrap().ip(), addr.ip());
+    assert_eq!(c.peer_addr().unwrap(), addr);
+    drop(c);
+    assert_eq!(join_within("the server", server, 20), 0);
 }

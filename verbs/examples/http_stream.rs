@@ -50,7 +50,7 @@ fn status(s: StatusCode) -> Response<Full<Bytes>> {
 /// Serves `conns` connections, each on its own task, then returns.
 async fn server(addr: SocketAddr, conns: usize) -> Result<(), BoxError> {
     let l = AsyncRdmaListener::bind(addr)?;
-    println!("server: listening on {}", l.local_addr());
+    println!("server: listening on {}", l.local_addr()?);
     let mut tasks = Vec::new();
     for _ in 0..conns {
         let (s, peer) = l.accept().await?;

@@ -176,8 +176,8 @@ fn send(a: &RcopyArgs, src: &Path, server: &str, timeout: Duration) -> Result<()
         .timeout(timeout)
         .connect(dst)
         .with_context(|| format!("rconnect {dst}"))?;
-    s.set_read_timeout(Some(timeout));
-    s.set_write_timeout(Some(timeout));
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
     print!("opening...");
     std::io::stdout().flush()?;
     // The path NUL-terminated, padded to 8 bytes, as rcopy pads it.
@@ -253,8 +253,8 @@ fn serve(a: &RcopyArgs, timeout: Duration) -> Result<()> {
         std::io::stdout().flush()?;
         let (mut s, peer) = l.accept().context("raccept")?;
         println!("client: {}", peer.ip());
-        s.set_read_timeout(Some(timeout));
-        s.set_write_timeout(Some(timeout));
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
         let r = process(&mut s, a);
         let _ = s.shutdown(std::net::Shutdown::Both);
         if a.once {

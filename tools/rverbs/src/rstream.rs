@@ -272,17 +272,14 @@ impl Conn {
 
     fn set_nonblocking(&mut self, on: bool) -> io::Result<()> {
         match self {
-            Conn::Rdma(s) => {
-                s.set_nonblocking(on);
-                Ok(())
-            }
+            Conn::Rdma(s) => s.set_nonblocking(on),
             Conn::Tcp(s) => s.set_nonblocking(on),
         }
     }
 
     fn close(self) {
         match self {
-            Conn::Rdma(mut s) => {
+            Conn::Rdma(s) => {
                 let _ = s.shutdown(std::net::Shutdown::Both);
             }
             Conn::Tcp(s) => {

@@ -19,6 +19,52 @@ pub const RDMA_CM_PATH: &str = "/dev/infiniband/rdma_cm";
 /// Where sysfs names its device number.
 const RDMA_CM_SYSFS_DEV: &str = "/sys/class/misc/rdma_cm/dev";
 
+/// The rdma_cm node to open: [`RDMA_CM_PATH`], or in this crate's unit
+/// tests the thread's stand-in (a path that does not exist, to see the
+/// error every host gives when the module is not loaded).
+fn rdma_cm_path() -> &'static str {
+    #[cfg(test)]
+    if let Some(p) = test_path::get() {
+        return p;
+    }
+    RDMA_CM_PATH
+}
+
+/// The thread's stand-in for [`RDMA_CM_PATH`] in unit tests.
+#[cfg(test)]
+pub(crate) mod test_path {
+    use std::cell::Cell;
+
+    thread_local! {
+        static PATH: Cell<Option<&'static str>> = const { Cell::new(None) };
+    }
+
+    /// Opens `path` instead of the rdma_cm node on this thread.
+    pub(crate) fn set(path: Option<&'static str>) {
+        PATH.with(|p| p.set(path));
+    }
+
+    pub(super) fn get() -> Option<&'static str> {
+        PATH.with(|p| p.get())
+    }
+}
+
+/// Why the rdma_cm node did not open, as every API says it (the cm API's
+/// [`Error::Io`], and through it the streams' `io::Error`, whose kind
+/// is `NotFound` for a missing node or driver). A node that is not
+/// there (ENOENT) or has no driver behind it (ENODEV, ENXIO) means the
+/// rdma_ucm module is not loaded.
+fn open_error(source: std::io::Error) -> Error {
+    let path = rdma_cm_path();
+    let what = match source.raw_os_error() {
+        Some(libc::ENOENT | libc::ENODEV | libc::ENXIO) => {
+            format!("open {path} (is the rdma_ucm module loaded?)")
+        }
+        _ => format!("open {path}"),
+    };
+    Error::Io { what, source }
+}
+
 /// An open rdma_cm file: the ids created on it report their events here.
 /// Its fd is pollable (readable when an event is pending: [`EventChannel::wait`],
 /// or register [`AsRawFd`] with an event loop); dropping it
@@ -37,15 +83,14 @@ impl EventChannel {
             let what = what.to_string();
             move |source| Error::Io { what, source }
         };
+        let path = rdma_cm_path();
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(RDMA_CM_PATH)
-            .map_err(io(&format!(
-                "open {RDMA_CM_PATH} (is the rdma_ucm module loaded?)"
-            )))?;
-        let meta = file.metadata().map_err(io(RDMA_CM_PATH))?;
+            .open(path)
+            .map_err(open_error)?;
+        let meta = file.metadata().map_err(io(path))?;
         if let Ok(text) = std::fs::read_to_string(RDMA_CM_SYSFS_DEV) {
             let want = parse_dev(text.trim());
             let is_char = meta.mode() & libc::S_IFMT == libc::S_IFCHR;

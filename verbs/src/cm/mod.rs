@@ -48,6 +48,8 @@ pub mod private;
 
 use std::time::Duration;
 
+#[cfg(test)]
+pub(crate) use channel::test_path as channel_test_path;
 pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, UdInfo, RDMA_CM_PATH};
 pub use conn::{CmId, ConnRequest, Connection, Listener, Resolved};
 #[cfg(feature = "tokio")]

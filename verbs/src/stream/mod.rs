@@ -53,27 +53,117 @@
 //! message sent after them on the stream, which arrives after them).
 //! The async streams have the same calls.
 //!
+//! **Threads.** [`RdmaStream::try_clone`] gives a second handle to the
+//! same connection, as `TcpStream::try_clone` does, and `Read`/`Write`
+//! are implemented for `&RdmaStream` too (share one in an `Arc`): a
+//! reader thread blocked in `read` does not hold up a writer thread, nor
+//! the other way round, because no thread holds the stream's lock while
+//! it sleeps. Two threads reading at once each get whole chunks of the
+//! stream in order, but which thread gets which chunk is not defined
+//! (two writers likewise). The settings (timeouts, non-blocking mode)
+//! belong to the stream, not the handle; a `shutdown` through one handle
+//! holds for all; the stream closes when its last handle is dropped. The
+//! async stream splits with `tokio::io::split`, whose owned
+//! `ReadHalf`/`WriteHalf` move to tasks of their own and wait at once; it
+//! has no `split`/`into_split` methods of its own (tokio's `TcpStream`
+//! has them).
+//!
 //! **Not spoken (yet):** the iWARP message-send mode and AF_IB addresses.
+//!
+//! # Errors
+//!
+//! Every call fails with an `io::Error` of the kind a `TcpStream` (or
+//! `TcpListener`) gives for the same cause, and a message that names it
+//! (the library's own message, the CM's reject reason, the errno). The
+//! kinds, for the blocking and the async types alike:
+//!
+//! - **connect** ([`RdmaStream::connect`], [`StreamOptions::connect`],
+//!   `connect_async`):
+//!   `ConnectionRefused`, the peer's CM rejected the request: nobody
+//!   listens on the port (reject reason 8), or the listener refused it
+//!   (reason 28: rdma_cm found no listener for that address, or the
+//!   server turned it down), as librdmacm reports every reject
+//!   (ECONNREFUSED);
+//!   `TimedOut`, a step (address, route, the peer's answer) took longer
+//!   than [`StreamOptions::timeout`], or the peer's CM never answered;
+//!   `HostUnreachable`, nobody answered address resolution (ARP) for an
+//!   address on a local subnet (TCP's "no route to host");
+//!   `NetworkUnreachable`, no route to the address, or a route that
+//!   leaves by a netdev without an RDMA device (loopback included);
+//!   `AddrNotAvailable` / `AddrInUse`, the [`StreamOptions::source`]
+//!   address is not this host's, or its port is taken;
+//!   `InvalidData`, the server answered without rsockets' connection
+//!   data; `InvalidInput`, options out of range, or no address to try;
+//!   `NotFound`, `/dev/infiniband/rdma_cm` (or a uverbs node) is missing
+//!   or has no driver ("is the rdma_ucm module loaded?");
+//!   `PermissionDenied`, a device node this process may not open;
+//!   `OutOfMemory`, the device or the kernel refused the stream's
+//!   resources (ENOMEM; the locked-memory limit, for one).
+//!   `HostUnreachable` and `NetworkUnreachable` are named in std from
+//!   Rust 1.83; on older toolchains the same values come back (as they
+//!   do from a `TcpStream`): compare with
+//!   `io::Error::from_raw_os_error(libc::EHOSTUNREACH).kind()`.
+//! - **bind** ([`RdmaListener::bind`], `bind_async`): `AddrInUse`,
+//!   `AddrNotAvailable` (an address this host does not have),
+//!   `InvalidInput`, `NotFound`, `PermissionDenied`, as for connect.
+//! - **accept**: `TimedOut` ([`RdmaListener::accept_timeout`] with no
+//!   request in time); `ConnectionAborted`, the peer gave up or went
+//!   away between its request and the end of the handshake (the listener
+//!   goes on: accept again); `OutOfMemory` and the other resource
+//!   failures of connect.
+//! - **read**: `Ok(0)` at end of file (the peer closed its side, or
+//!   `shutdown(Read)` here); `WouldBlock` (non-blocking); `TimedOut` (the
+//!   read timeout); `ConnectionReset`, the peer went away without closing,
+//!   once what it sent was read; `ConnectionAborted`, a work request
+//!   failed (a link gone for good, a keep-alive probe not delivered);
+//!   `InvalidData`, the peer broke the protocol.
+//! - **write** and **iowrite**: `BrokenPipe`, the write side is closed
+//!   (`shutdown(Write)` here, or the peer closed the stream);
+//!   `WouldBlock`; `TimedOut` (the write timeout); `ConnectionReset`,
+//!   `ConnectionAborted`, `InvalidData` as for read; `iowrite` also
+//!   `InvalidInput` (no region of the peer's at that offset).
+//! - **iomap**: `InvalidInput` (an MR that cannot be offered),
+//!   `OutOfMemory` (every entry the peer offers is taken); **iounmap**:
+//!   `InvalidInput` (not a mapping of this stream).
+//! - **shutdown** (and the async `poll_shutdown`): `TimedOut` when the
+//!   sends already posted did not complete within 2 s (the direction is
+//!   closed all the same); never the peer's faults, which the next read
+//!   or write reports.
+//! - **set_read_timeout**, **set_write_timeout**: `InvalidInput` for a
+//!   zero duration, as std.
+//! - **peer_addr**, **local_addr**: `Other` if the kernel reported an
+//!   address that is not an IP address (not on an IP connection).
+//! - **drop**: closes without reporting (as a `TcpStream` does).
+//! - The async types, called outside a tokio runtime (or one without I/O
+//!   enabled): `Other`.
+//!
+//! A verbs call of the stream's own that fails (the kernel refusing a
+//! command, which does not happen on a healthy device) ends the stream:
+//! that call fails with the errno's kind, later ones with `Other`.
 
+mod blocking;
 #[cfg(feature = "fuzz")]
 pub mod book;
 #[cfg(not(feature = "fuzz"))]
 mod book;
 mod socket;
+#[cfg(test)]
+mod tests;
 #[cfg(feature = "tokio")]
 mod tokio;
 pub mod wire;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cm::{CmId, ConnParams, ConnRequest, Connection, Listener, Resolved};
 use crate::{AccessFlags, Context, Mr, Pd};
 
+use blocking::{Dir, Shared};
 pub use socket::IoMap;
-use socket::{io_err, Parts, Prepared, Socket};
+use socket::{accept_err, io_err, resolve_err, Parts, Prepared, Socket};
 #[cfg(feature = "tokio")]
 pub use tokio::{AsyncRdmaListener, AsyncRdmaStream};
 use wire::ConnData;
@@ -235,10 +325,13 @@ impl StreamOptions {
     }
 
     fn connect_one(&self, dst: SocketAddr) -> io::Result<RdmaStream> {
-        let resolved = self.new_id()?.resolve(dst, self.timeout).map_err(io_err)?;
+        let resolved = self
+            .new_id()?
+            .resolve(dst, self.timeout)
+            .map_err(|e| resolve_err(e, dst))?;
         let (Prepared { qp, parts }, params) = self.prepare_connect(&resolved)?;
         let conn = resolved.connect(qp, &params).map_err(io_err)?;
-        Ok(RdmaStream::new(self.established(conn, parts, dst)?))
+        RdmaStream::new(self.established(conn, parts, dst)?)
     }
 
     /// A new id, bound to the source address if there is one.
@@ -394,9 +487,10 @@ impl RdmaListener {
         self.opts = opts;
     }
 
-    /// The address it listens on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr()
+    /// The address it listens on (as `TcpListener::local_addr`; it
+    /// does not fail).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.listener.local_addr())
     }
 
     /// Waits for a connection and accepts it. A request that does not
@@ -428,10 +522,189 @@ impl RdmaListener {
                 continue;
             };
             let Prepared { qp, parts } = a.prepared;
-            let conn = a.req.accept(qp, &a.params).map_err(io_err)?;
+            let conn = a.req.accept(qp, &a.params).map_err(accept_err)?;
             let sock = self.opts.socket(conn, parts, &a.peer)?;
-            return Ok((RdmaStream::new(sock), a.peer_addr));
+            return Ok((RdmaStream::new(sock)?, a.peer_addr));
         }
+    }
+}
+
+/// A connected rsocket: a byte stream over an RC QP.
+///
+/// Its handles ([`RdmaStream::try_clone`]) share the connection, as
+/// `TcpStream`'s do: the settings (timeouts, non-blocking mode) are the
+/// stream's, not a handle's, and the stream closes when its last handle
+/// is dropped. `Read` and `Write` are implemented for `&RdmaStream` too.
+pub struct RdmaStream {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for RdmaStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (local, peer) = self.shared.addrs();
+        f.debug_struct("RdmaStream")
+            .field("local_addr", &local)
+            .field("peer_addr", &peer)
+            .finish()
+    }
+}
+
+/// An address the connection has none of: the kernel reported one that
+/// is not an IP address.
+fn no_addr(which: &str) -> io::Error {
+    io::Error::other(format!(
+        "the kernel reported no IP address for the connection's {which}"
+    ))
+}
+
+/// std's rule for a timeout: `Some(Duration::ZERO)` is refused.
+fn check_timeout(t: Option<Duration>) -> io::Result<()> {
+    if t == Some(Duration::ZERO) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot set a 0 duration timeout",
+        ));
+    }
+    Ok(())
+}
+
+impl RdmaStream {
+    /// Connects to `addr` with rsockets' default sizes.
+    pub fn connect(addr: impl ToSocketAddrs) -> io::Result<RdmaStream> {
+        StreamOptions::default().connect(addr)
+    }
+
+    fn new(sock: Socket) -> io::Result<RdmaStream> {
+        Ok(RdmaStream {
+            shared: Arc::new(Shared::new(sock)?),
+        })
+    }
+
+    /// A second handle to the same connection (as
+    /// `TcpStream::try_clone`), for a reader thread and a writer thread:
+    /// a read blocked waiting for data does not hold up a write, nor the
+    /// other way round. Two threads reading at once each get whole
+    /// chunks of the stream, in order, but which thread gets which chunk
+    /// is not defined (as with a `TcpStream`); the same holds for two
+    /// writers. The settings and the connection are shared: a
+    /// [`shutdown`](RdmaStream::shutdown) through one handle closes for
+    /// all (a reader blocked on another handle then reads end of file),
+    /// and the stream closes when the last handle is dropped.
+    pub fn try_clone(&self) -> io::Result<RdmaStream> {
+        Ok(RdmaStream {
+            shared: Arc::clone(&self.shared),
+        })
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.shared.addrs().1.ok_or_else(|| no_addr("peer"))
+    }
+
+    /// This side's address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.shared.addrs().0.ok_or_else(|| no_addr("local side"))
+    }
+
+    /// Closes the read side, the write side, or both (as rsockets'
+    /// `rshutdown`): the peer reads end of file once it read what was
+    /// sent; a read on this side (blocked in another thread included)
+    /// returns end of file once the read side is closed. Waits up to 2 s
+    /// for the sends already posted (then `TimedOut`, the direction
+    /// closed all the same).
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.shared.shutdown(how)
+    }
+
+    /// A read waits at most this long (`None`: no limit), then fails with
+    /// `TimedOut`. As `TcpStream::set_read_timeout`: a zero duration is
+    /// refused with `InvalidInput`.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.shared.with(|s| s.read_timeout = t);
+        Ok(())
+    }
+
+    /// A write (or [`iowrite`](RdmaStream::iowrite)) waits at most this
+    /// long for room (`None`: no limit), then fails with `TimedOut`. A
+    /// zero duration is refused with `InvalidInput`.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        check_timeout(t)?;
+        self.shared.with(|s| s.write_timeout = t);
+        Ok(())
+    }
+
+    /// The read timeout ([`RdmaStream::set_read_timeout`]).
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.shared.with(|s| s.read_timeout))
+    }
+
+    /// The write timeout ([`RdmaStream::set_write_timeout`]).
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.shared.with(|s| s.write_timeout))
+    }
+
+    /// Reads and writes that would wait fail with `WouldBlock` instead.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.shared.with(|s| s.nonblocking = on);
+        Ok(())
+    }
+
+    /// Whether received data is waiting to be read.
+    pub fn has_data(&self) -> bool {
+        self.shared.with(|s| s.sock.has_data())
+    }
+
+    /// The protection domain of this stream's verbs objects: register
+    /// here the MRs to offer with [`RdmaStream::iomap`].
+    pub fn pd(&self) -> &Pd {
+        self.shared.pd()
+    }
+
+    /// Offers the peer all of `mr` to write into with its `iowrite`
+    /// (rsockets' `riomap` with `PROT_WRITE`), addressed from `offset`
+    /// (`None`: the MR's address, as rsockets' offset of -1). Returns
+    /// the mapping; its offset is the peer's address of the MR's first
+    /// byte.
+    ///
+    /// `mr` must be registered on [`RdmaStream::pd`] with
+    /// [`AccessFlags::REMOTE_WRITE`], be at most 4 GiB - 1 long, and not
+    /// be empty (else `InvalidInput`). The peer may write it from the
+    /// moment its descriptor arrives (it goes at once if a message can,
+    /// else before the next write on this stream) as long as the MR
+    /// stays registered: [`RdmaStream::iounmap`] frees the peer's entry
+    /// for another mapping but cannot take back what the peer has;
+    /// dropping (or deregistering) the MR does, and the peer's later
+    /// writes then fail, which breaks its stream. Read what arrived with
+    /// [`Mr::read_at`] (which tolerates the device writing meanwhile).
+    ///
+    /// Fails with `OutOfMemory` when every entry the peer offers (its
+    /// [`StreamOptions::iomap_size`]) is taken.
+    pub fn iomap<B>(&self, mr: &Mr<B>, offset: Option<u64>) -> io::Result<IoMap> {
+        self.shared.with(|s| iomap(&mut s.sock, mr, offset))
+    }
+
+    /// Frees the peer's entry `map` holds (rsockets' `riounmap`, but the
+    /// MR stays registered: drop it to revoke the peer's access).
+    /// `InvalidInput` if `map` is not one of this stream's mappings.
+    pub fn iounmap(&self, map: IoMap) -> io::Result<()> {
+        self.shared.with(|s| s.sock.iounmap(map))
+    }
+
+    /// Writes what it can of `buf` at `offset` into the regions the peer
+    /// offered with its `iomap` (rsockets' `riowrite`): copied through the
+    /// send buffer and posted as plain RDMA WRITEs, which take no credit
+    /// and which the peer's process does not see. Returns the bytes
+    /// written: fewer than `buf` where a region ends and none follows, or
+    /// when room ran out after part of it went. Fails with `InvalidInput`
+    /// if no region holds `offset`; waits for room (or fails with
+    /// `WouldBlock`, `TimedOut`) as a write does.
+    ///
+    /// A message written on the stream after this arrives after these
+    /// bytes have landed: use one to tell the peer.
+    pub fn iowrite(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.shared
+            .run(Dir::Write, |s| s.iowrite(buf, offset, None))
     }
 }
 
@@ -454,136 +727,15 @@ fn iomap<B>(sock: &mut Socket, mr: &Mr<B>, offset: Option<u64>) -> io::Result<Io
     sock.iomap(mr.iova(), mr.rkey(), len, offset.unwrap_or(mr.iova()))
 }
 
-/// A connected rsocket: a byte stream over an RC QP.
-pub struct RdmaStream {
-    sock: Socket,
-    read_timeout: Option<Duration>,
-    write_timeout: Option<Duration>,
-}
-
-impl std::fmt::Debug for RdmaStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RdmaStream")
-            .field("local_addr", &self.local_addr())
-            .field("peer_addr", &self.peer_addr())
-            .field("fault", &self.sock.fault)
-            .finish()
-    }
-}
-
-impl RdmaStream {
-    /// Connects to `addr` with rsockets' default sizes.
-    pub fn connect(addr: impl ToSocketAddrs) -> io::Result<RdmaStream> {
-        StreamOptions::default().connect(addr)
-    }
-
-    fn new(sock: Socket) -> RdmaStream {
-        RdmaStream {
-            sock,
-            read_timeout: None,
-            write_timeout: None,
-        }
-    }
-
-    /// The peer's address.
-    pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.sock.conn.peer_addr()
-    }
-
-    /// This side's address.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.sock.conn.local_addr()
-    }
-
-    /// Closes the read side, the write side, or both (as rsockets'
-    /// `rshutdown`): the peer reads end of file once it read what was
-    /// sent. Waits up to 2 s for the sends already posted.
-    pub fn shutdown(&mut self, how: Shutdown) -> io::Result<()> {
-        self.sock.shutdown(how, CLOSE_TIMEOUT)
-    }
-
-    /// A read waits at most this long (`None`: no limit), then fails with
-    /// `TimedOut`.
-    pub fn set_read_timeout(&mut self, t: Option<Duration>) {
-        self.read_timeout = t;
-    }
-
-    /// A write waits at most this long for room (`None`: no limit), then
-    /// fails with `TimedOut`.
-    pub fn set_write_timeout(&mut self, t: Option<Duration>) {
-        self.write_timeout = t;
-    }
-
-    /// Reads and writes that would wait fail with `WouldBlock` instead.
-    pub fn set_nonblocking(&mut self, on: bool) {
-        self.sock.nonblocking = on;
-    }
-
-    /// Whether received data is waiting to be read.
-    pub fn has_data(&self) -> bool {
-        self.sock.has_data()
-    }
-
-    /// The protection domain of this stream's verbs objects: register
-    /// here the MRs to offer with [`RdmaStream::iomap`].
-    pub fn pd(&self) -> &Pd {
-        self.sock.pd()
-    }
-
-    /// Offers the peer all of `mr` to write into with its `iowrite`
-    /// (rsockets' `riomap` with `PROT_WRITE`), addressed from `offset`
-    /// (`None`: the MR's address, as rsockets' offset of -1). Returns
-    /// the mapping; its offset is the peer's address of the MR's first
-    /// byte.
-    ///
-    /// `mr` must be registered on [`RdmaStream::pd`] with
-    /// [`AccessFlags::REMOTE_WRITE`], be at most 4 GiB - 1 long, and not
-    /// be empty. The peer may write it from the moment its descriptor
-    /// arrives (it goes at once if a message can, else before the next
-    /// write on this stream) as long as the MR stays registered:
-    /// [`RdmaStream::iounmap`] frees the peer's entry for another
-    /// mapping but cannot take back what the peer has; dropping (or
-    /// deregistering) the MR does, and the peer's later writes then fail,
-    /// which breaks its stream. Read what arrived with [`Mr::read_at`]
-    /// (which tolerates the device writing meanwhile).
-    ///
-    /// Fails with `OutOfMemory` when every entry the peer offers (its
-    /// [`StreamOptions::iomap_size`]) is taken.
-    pub fn iomap<B>(&mut self, mr: &Mr<B>, offset: Option<u64>) -> io::Result<IoMap> {
-        iomap(&mut self.sock, mr, offset)
-    }
-
-    /// Frees the peer's entry `map` holds (rsockets' `riounmap`, but the
-    /// MR stays registered: drop it to revoke the peer's access).
-    pub fn iounmap(&mut self, map: IoMap) -> io::Result<()> {
-        self.sock.iounmap(map)
-    }
-
-    /// Writes what it can of `buf` at `offset` into the regions the peer
-    /// offered with its `iomap` (rsockets' `riowrite`): copied through the
-    /// send buffer and posted as plain RDMA WRITEs, which take no credit
-    /// and which the peer's process does not see. Returns the bytes
-    /// written: fewer than `buf` where a region ends and none follows, or
-    /// when room ran out after part of it went. Fails with `InvalidInput`
-    /// if no region holds `offset`; waits for room (or fails with
-    /// `WouldBlock`, `TimedOut`) as a write does.
-    ///
-    /// A message written on the stream after this arrives after these
-    /// bytes have landed: use one to tell the peer.
-    pub fn iowrite(&mut self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        self.sock.iowrite(buf, offset, self.write_timeout)
-    }
-}
-
-impl Read for RdmaStream {
+impl Read for &RdmaStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.sock.recv(buf, self.read_timeout)
+        self.shared.run(Dir::Read, |s| s.recv(buf, None))
     }
 }
 
-impl Write for RdmaStream {
+impl Write for &RdmaStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.sock.send(buf, self.write_timeout)
+        self.shared.run(Dir::Write, |s| s.send(buf, None))
     }
 
     /// Nothing is buffered: data is posted as it is written.
@@ -592,8 +744,19 @@ impl Write for RdmaStream {
     }
 }
 
-impl Drop for RdmaStream {
-    fn drop(&mut self) {
-        let _ = self.sock.shutdown(Shutdown::Both, CLOSE_TIMEOUT);
+impl Read for RdmaStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        (&*self).read(buf)
+    }
+}
+
+impl Write for RdmaStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        (&*self).write(buf)
+    }
+
+    /// Nothing is buffered: data is posted as it is written.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }

@@ -15,7 +15,8 @@
 //! or both directions.
 
 use std::io::{self, IoSlice};
-use std::os::fd::AsFd;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use crate::cm::{CmEventKind, Connection};
@@ -63,6 +64,35 @@ fn coarse_now() -> Option<Duration> {
     clock_gettime(ClockId::CLOCK_MONOTONIC_COARSE)
         .ok()
         .map(Duration::from)
+}
+
+/// Sleeps until one of `fds` is readable (or has failed), or `left`
+/// passes (`None`: no limit): which ones are. An interrupted sleep
+/// reports none.
+pub(super) fn sleep_on<const N: usize>(
+    fds: [BorrowedFd<'_>; N],
+    left: Option<Duration>,
+) -> io::Result<[bool; N]> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = match left {
+        None => PollTimeout::NONE,
+        Some(d) => {
+            // Round up so that a wait never spins on 0 ms.
+            let ms = d.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+        }
+    };
+    let mut pfds = fds.map(|fd| PollFd::new(fd, PollFlags::POLLIN));
+    match poll(&mut pfds, ms) {
+        Ok(_) => {}
+        Err(nix::errno::Errno::EINTR) => return Ok([false; N]),
+        Err(e) => return Err(io::Error::from(e)),
+    }
+    Ok(pfds.map(|f| {
+        f.revents().is_some_and(|r| {
+            r.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP)
+        })
+    }))
 }
 
 /// The next message's size of a write with `left` bytes to go: `olen`,
@@ -114,14 +144,32 @@ impl Fault {
     }
 }
 
-/// A library error as an I/O error (its errno where it has one).
+/// A library error as an I/O error: the `ErrorKind` a `TcpStream`
+/// would give for the same cause, the library's message kept.
 pub(super) fn io_err(e: crate::Error) -> io::Error {
+    use crate::cm::CmError;
+    use crate::Error;
     match e {
-        crate::Error::Timeout(_) => io::Error::new(io::ErrorKind::TimedOut, e.to_string()),
-        crate::Error::InvalidArgument(_) => {
-            io::Error::new(io::ErrorKind::InvalidInput, e.to_string())
+        Error::Timeout(_) | Error::Cm(CmError::Timeout { .. }) => {
+            io::Error::new(io::ErrorKind::TimedOut, e.to_string())
         }
-        crate::Error::Io { source, .. } => source,
+        Error::InvalidArgument(_) => io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+        // The peer's CM refused the connection: nobody listens on the port
+        // (reason 8, invalid service ID, or 28 when rdma_cm finds no
+        // listener for the address), or the server rejected it. librdmacm
+        // reports every reject as ECONNREFUSED too.
+        Error::Cm(CmError::Rejected { .. }) => {
+            io::Error::new(io::ErrorKind::ConnectionRefused, e.to_string())
+        }
+        // A device node that is not there (ENOENT), or whose driver is not
+        // (ENODEV, ENXIO): the message names it (and the module to load).
+        Error::Io { ref source, .. } => {
+            let kind = match source.raw_os_error() {
+                Some(libc::ENODEV | libc::ENXIO) => io::ErrorKind::NotFound,
+                _ => source.kind(),
+            };
+            io::Error::new(kind, e.to_string())
+        }
         other => match other.errno() {
             Some(errno) => io::Error::new(
                 io::Error::from_raw_os_error(errno.raw()).kind(),
@@ -129,6 +177,52 @@ pub(super) fn io_err(e: crate::Error) -> io::Error {
             ),
             None => io::Error::other(other.to_string()),
         },
+    }
+}
+
+/// The kind a `TcpStream::connect` gives for `raw` (an errno): read off
+/// std's own mapping, so `HostUnreachable` and `NetworkUnreachable`
+/// come out as they do for TCP even where the toolchain cannot name them
+/// (they are stable from Rust 1.83).
+fn kind_of(raw: i32) -> io::ErrorKind {
+    io::Error::from_raw_os_error(raw).kind()
+}
+
+/// A connect's failed address or route resolution to `dst` as the kinds
+/// a TCP connect gives: no RDMA device on the way (ENODEV: the route
+/// leaves by a netdev without one, loopback included) is
+/// `NetworkUnreachable`; no answer to address resolution (the neighbour
+/// did not answer ARP, ETIMEDOUT) is `HostUnreachable`, as TCP's "no
+/// route to host"; the rest as [`io_err`].
+pub(super) fn resolve_err(e: crate::Error, dst: SocketAddr) -> io::Error {
+    use crate::cm::CmError;
+    use rverbs_abi::Errno;
+    match &e {
+        _ if e.errno() == Some(Errno::ENODEV) => io::Error::new(
+            kind_of(libc::ENETUNREACH),
+            format!("no RDMA device reaches {dst} (its route leaves by a netdev without one): {e}"),
+        ),
+        crate::Error::Cm(CmError::AddrError {
+            errno: Errno::ETIMEDOUT,
+        }) => io::Error::new(
+            kind_of(libc::EHOSTUNREACH),
+            format!("{dst} did not answer address resolution (ARP): {e}"),
+        ),
+        _ => io_err(e),
+    }
+}
+
+/// The passive side's handshake that failed after the request was
+/// taken (the peer gave up, went away, or never confirmed) as
+/// `ConnectionAborted`, as a TCP `accept` reports a connection reset
+/// before it was accepted; a local failure as [`io_err`].
+pub(super) fn accept_err(e: crate::Error) -> io::Error {
+    match e {
+        crate::Error::Cm(_) => io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!("the connection was aborted before it was accepted: {e}"),
+        ),
+        e => io_err(e),
     }
 }
 
@@ -781,8 +875,8 @@ impl Socket {
         }
     }
 
-    /// The CQ's channel (for an async runtime to watch).
-    #[cfg(feature = "tokio")]
+    /// The CQ's channel (for a waiter that sleeps on it without the
+    /// socket: an async runtime, another handle's thread).
     pub(super) fn chan(&self) -> &CompChannel {
         &self.chan
     }
@@ -790,30 +884,20 @@ impl Socket {
     /// Sleeps until the channel or the rdma_cm fd is readable (or `left`
     /// passes).
     fn sleep(&self, left: Option<Duration>) -> io::Result<(bool, bool)> {
-        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-        let ms = match left {
-            None => PollTimeout::NONE,
-            Some(d) => {
-                // Round up so that a wait never spins on 0 ms.
-                let ms = d.as_millis().saturating_add(1).min(i32::MAX as u128) as i32;
-                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-            }
-        };
-        let mut fds = [
-            PollFd::new(self.chan.as_fd(), PollFlags::POLLIN),
-            PollFd::new(self.conn.cm_fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut fds, ms) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => return Ok((false, false)),
-            Err(e) => return Err(io::Error::from(e)),
-        }
-        let ready = |f: &PollFd| {
-            f.revents().is_some_and(|r| {
-                r.intersects(PollFlags::POLLIN | PollFlags::POLLERR | PollFlags::POLLHUP)
-            })
-        };
-        Ok((ready(&fds[0]), ready(&fds[1])))
+        let [cq, cm] = sleep_on([self.chan.as_fd(), self.conn.cm_fd()], left)?;
+        Ok((cq, cm))
+    }
+
+    /// What a waiter of another thread may be waiting to see change (a
+    /// direction closing, the connection ending): compared before and
+    /// after a call to know whether to wake it.
+    pub(super) fn status(&self) -> (bool, bool, bool, bool) {
+        (
+            self.readable,
+            self.writable,
+            self.connected,
+            self.fault.is_some(),
+        )
     }
 
     /// Takes the connection's pending rdma_cm events. A disconnect (or

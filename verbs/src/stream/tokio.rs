@@ -33,7 +33,7 @@ use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use crate::cm::Listener;
 use crate::sys::tokio::register_readable;
 
-use super::socket::{io_err, Prepared, Socket};
+use super::socket::{accept_err, io_err, resolve_err, Prepared, Socket};
 use super::{StreamOptions, CLOSE_TIMEOUT};
 
 fn register<T: crate::sys::tokio::OwnsFd>(what: &str, fd: T) -> io::Result<AsyncFd<T>> {
@@ -69,7 +69,7 @@ impl StreamOptions {
     async fn connect_one_async(&self, dst: SocketAddr) -> io::Result<AsyncRdmaStream> {
         let resolved = crate::tokio::resolve_id(self.new_id()?, dst, self.timeout)
             .await
-            .map_err(io_err)?;
+            .map_err(|e| resolve_err(e, dst))?;
         let (Prepared { qp, parts }, params) = self.prepare_connect(&resolved)?;
         let conn = crate::tokio::connect(resolved, qp, &params)
             .await
@@ -113,9 +113,10 @@ impl AsyncRdmaListener {
         })
     }
 
-    /// The address it listens on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.fd.get_ref().0.local_addr()
+    /// The address it listens on (as tokio's `TcpListener::local_addr`;
+    /// it does not fail).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.fd.get_ref().0.local_addr())
     }
 
     /// Awaits a connection and accepts it; a request without rsockets'
@@ -139,7 +140,7 @@ impl AsyncRdmaListener {
             let Prepared { qp, parts } = a.prepared;
             let conn = crate::tokio::accept(a.req, qp, &a.params)
                 .await
-                .map_err(io_err)?
+                .map_err(accept_err)?
                 .into_inner();
             let sock = self.opts.socket(conn, parts, &a.peer)?;
             return Ok((AsyncRdmaStream::new(sock)?, a.peer_addr));
@@ -211,8 +212,8 @@ impl Fds {
 impl std::fmt::Debug for AsyncRdmaStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsyncRdmaStream")
-            .field("local_addr", &self.local_addr())
-            .field("peer_addr", &self.peer_addr())
+            .field("local_addr", &self.sock.conn.local_addr())
+            .field("peer_addr", &self.sock.conn.peer_addr())
             .finish()
     }
 }
@@ -249,13 +250,19 @@ impl AsyncRdmaStream {
     }
 
     /// The peer's address.
-    pub fn peer_addr(&self) -> Option<SocketAddr> {
-        self.sock.conn.peer_addr()
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.sock
+            .conn
+            .peer_addr()
+            .ok_or_else(|| super::no_addr("peer"))
     }
 
     /// This side's address.
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.sock.conn.local_addr()
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock
+            .conn
+            .local_addr()
+            .ok_or_else(|| super::no_addr("local side"))
     }
 
     /// The protection domain of this stream's verbs objects
