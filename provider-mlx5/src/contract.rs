@@ -251,7 +251,7 @@ impl Provider for Mlx5 {
     }
 
     /// What the largest send WQE the device takes leaves for inline data
-    /// after the QP type's segments ([`crate::qp::geom`]'s rule, libmlx5's).
+    /// after the QP type's segments (the QP geometry's rule, libmlx5's).
     fn max_inline_data(&self, qp_type: u8) -> Option<u32> {
         crate::qp::geom::max_inline_data(&self.uctx.limits(), qp_type)
     }
