@@ -127,6 +127,13 @@ pub(super) fn create_parts_min(
     };
     let qp = match pd.create_qp(&attr(cap)) {
         Ok(q) => q,
+        // The library names the device's limit where the provider knows it.
+        Err(e) if p.inline > 0 && e.invalid_kind() == Some(rverbs::InvalidKind::TooLarge) => {
+            bail!(
+                "-I/--inline_size {} exceeds what the device allows inline ({e})",
+                p.inline
+            );
+        }
         Err(e) if p.inline > 0 && e.errno() == Some(Errno::EINVAL) => {
             let probe = pd.create_qp(&attr(QpCap {
                 max_inline_data: 0,
