@@ -19,6 +19,12 @@
 //! hand memory to the kernel) lives in one module, `hw`, the only one
 //! allowed `unsafe` code; everything else is safe Rust over its types.
 //!
+//! As libmlx5 does, the environment variables `MLX_CQ_ALLOC_TYPE`,
+//! `MLX_QP_ALLOC_TYPE` and `MLX_SRQ_ALLOC_TYPE` set to `HUGE` put those
+//! queue buffers in 2 MiB huge pages (creation fails with `ENOMEM` where
+//! the system has none free), `PREFER_HUGE` where it can; other values
+//! are small pages.
+//!
 //! It knows nothing of the public `verbs` API above it.
 
 #![deny(missing_docs)]

@@ -37,7 +37,7 @@ use zerocopy::FromZeros;
 
 use crate::cq::CqMemory;
 use crate::hw::dbrec::DbRec;
-use crate::hw::map::Mapping;
+use crate::hw::map::{Mapping, QueueKind};
 use crate::hw::qdir::{self, Listing};
 use crate::hw::uar::BlueFlame;
 use crate::hw::wqe::{wqe_bbs, ChainOp, OneBb, RecvRing, SendRing, SEND_WQE_BB};
@@ -102,7 +102,7 @@ pub fn create(
     let g = geom::geometry(&uctx.limits(), &req)?;
     // At least one page, so a QP with neither ring still hands the kernel
     // a valid buffer.
-    let buf = Arc::new(Mapping::anon(g.total())?);
+    let buf = Arc::new(Mapping::queue(g.total(), QueueKind::Qp)?);
     let db = uctx.alloc_dbrec()?;
     // The table key. The kernel is told it only with CQE version 1; with
     // version 0 it wants the invalid index and CQEs name the QP by number.

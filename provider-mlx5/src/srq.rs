@@ -21,7 +21,7 @@ use rverbs_provider::wr::RecvWr;
 use zerocopy::FromZeros;
 
 use crate::hw::dbrec::DbRec;
-use crate::hw::map::Mapping;
+use crate::hw::map::{Mapping, QueueKind};
 use crate::hw::qdir::{self, Listing};
 use crate::hw::wqe::SrqRing;
 use crate::hw::{barrier, cmd};
@@ -90,7 +90,10 @@ fn geometry(limits: &Limits, max_wr: u32, max_sge: u32) -> Result<Geometry, Errn
 /// Builds the SRQ's WQE list and doorbell record and issues CREATE_SRQ.
 pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateSrq) -> Result<Created, Errno> {
     let g = geometry(&uctx.limits(), cmd.max_wr, cmd.max_sge)?;
-    let buf = Arc::new(Mapping::anon((g.max as usize) << g.wqe_shift)?);
+    let buf = Arc::new(Mapping::queue(
+        (g.max as usize) << g.wqe_shift,
+        QueueKind::Srq,
+    )?);
     let db = uctx.alloc_dbrec()?;
     let mut srq = Srq::new(buf, db, g)?;
     let mut core = *cmd;

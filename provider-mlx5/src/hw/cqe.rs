@@ -12,7 +12,7 @@ use rverbs_abi::Errno;
 use zerocopy::network_endian::{U16, U32};
 
 use super::barrier;
-use super::map::Mapping;
+use super::map::{Mapping, QueueKind};
 
 /// Bytes per CQE.
 pub(crate) const CQE_SIZE: usize = size_of::<Cqe64>();
@@ -30,7 +30,7 @@ impl CqRing {
         if !ncqe.is_power_of_two() {
             return Err(Errno::EINVAL);
         }
-        let buf = Mapping::anon(ncqe as usize * CQE_SIZE)?;
+        let buf = Mapping::queue(ncqe as usize * CQE_SIZE, QueueKind::Cq)?;
         let ring = buf.as_ptr().cast::<Cqe64>();
         for i in 0..ncqe as usize {
             // SAFETY: entry i < ncqe lies inside the buffer (64-byte

@@ -19,6 +19,54 @@ pub(crate) fn page_size() -> usize {
     }
 }
 
+/// The huge page size [`Mapping::queue`] rounds to (x86-64's default,
+/// the one libmlx5 and rdma-core's tests assume).
+const HUGE_PAGE: usize = 2 << 20;
+
+/// Which queue a buffer is for: the environment variable naming its
+/// allocation type.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum QueueKind {
+    /// A CQ's CQE ring (`MLX_CQ_ALLOC_TYPE`).
+    Cq,
+    /// A QP's work queues (`MLX_QP_ALLOC_TYPE`).
+    Qp,
+    /// An SRQ's WQE list (`MLX_SRQ_ALLOC_TYPE`).
+    Srq,
+}
+
+/// Where a queue buffer's pages come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AllocType {
+    /// Small anonymous pages (the default).
+    Anon,
+    /// Huge pages only.
+    Huge,
+    /// Huge pages, else small ones.
+    PreferHuge,
+}
+
+impl AllocType {
+    /// The allocation type the environment asks for `queue`.
+    fn from_env(queue: QueueKind) -> AllocType {
+        let var = match queue {
+            QueueKind::Cq => "MLX_CQ_ALLOC_TYPE",
+            QueueKind::Qp => "MLX_QP_ALLOC_TYPE",
+            QueueKind::Srq => "MLX_SRQ_ALLOC_TYPE",
+        };
+        AllocType::parse(std::env::var_os(var).as_deref().and_then(|v| v.to_str()))
+    }
+
+    /// The value of an `MLX_*_ALLOC_TYPE` variable.
+    fn parse(value: Option<&str>) -> AllocType {
+        match value {
+            Some("HUGE") => AllocType::Huge,
+            Some("PREFER_HUGE") => AllocType::PreferHuge,
+            _ => AllocType::Anon,
+        }
+    }
+}
+
 /// Whole pages mapped by [`Mapping::map`], unmapped on drop.
 ///
 /// The bytes are shared with the device (or, for a UAR page, are its
@@ -74,6 +122,40 @@ impl Mapping {
             None,
             0,
         )?;
+        // SAFETY: the range is exactly our fresh mapping.
+        if unsafe { libc::madvise(m.ptr.as_ptr().cast(), m.len, libc::MADV_DONTFORK) } != 0 {
+            return Err(Errno::last());
+        }
+        Ok(m)
+    }
+
+    /// A queue buffer of `len` bytes for `queue` ([`Mapping::anon`]), in
+    /// 2 MiB huge pages where the program asks for them, as libmlx5 reads
+    /// it: the environment variable `MLX_CQ_ALLOC_TYPE`, `MLX_QP_ALLOC_TYPE`
+    /// or `MLX_SRQ_ALLOC_TYPE` set to `HUGE` (huge pages or `ENOMEM`) or
+    /// `PREFER_HUGE` (huge pages if the system has them free, else small
+    /// ones); anything else, or unset, small pages.
+    pub(crate) fn queue(len: usize, queue: QueueKind) -> Result<Mapping, Errno> {
+        match AllocType::from_env(queue) {
+            AllocType::Anon => Mapping::anon(len),
+            AllocType::Huge => Mapping::huge(len),
+            AllocType::PreferHuge => Mapping::huge(len).or_else(|_| Mapping::anon(len)),
+        }
+    }
+
+    /// [`Mapping::anon`] in huge pages (the system's default size, 2 MiB
+    /// on x86-64): `len` rounded up to whole huge pages; `ENOMEM` where
+    /// none are free.
+    fn huge(len: usize) -> Result<Mapping, Errno> {
+        let len = len.max(1).checked_add(HUGE_PAGE - 1).ok_or(Errno::ENOMEM)? & !(HUGE_PAGE - 1);
+        let m = Mapping::map(
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+            None,
+            0,
+        )
+        .map_err(|_| Errno::ENOMEM)?;
         // SAFETY: the range is exactly our fresh mapping.
         if unsafe { libc::madvise(m.ptr.as_ptr().cast(), m.len, libc::MADV_DONTFORK) } != 0 {
             return Err(Errno::last());
@@ -185,5 +267,27 @@ mod tests {
         assert!(b.read_bytes(0, b.len()).iter().all(|&x| x == 0));
         let b2 = Mapping::anon(page_size() + 1).unwrap();
         assert_eq!(b2.len(), 2 * page_size());
+    }
+
+    #[test]
+    fn alloc_type_values_as_libmlx5_names_them() {
+        assert_eq!(AllocType::parse(None), AllocType::Anon);
+        assert_eq!(AllocType::parse(Some("ANON")), AllocType::Anon);
+        assert_eq!(AllocType::parse(Some("HUGE")), AllocType::Huge);
+        assert_eq!(AllocType::parse(Some("PREFER_HUGE")), AllocType::PreferHuge);
+        assert_eq!(AllocType::parse(Some("huge")), AllocType::Anon);
+    }
+
+    /// Huge pages where the system has them free (whole 2 MiB pages),
+    /// `ENOMEM` where it has none; never small pages in their place.
+    #[test]
+    fn huge_is_whole_huge_pages_or_enomem() {
+        match Mapping::huge(100) {
+            Ok(m) => {
+                assert_eq!(m.len(), HUGE_PAGE);
+                assert_eq!(m.addr() as usize % HUGE_PAGE, 0);
+            }
+            Err(e) => assert_eq!(e, Errno::ENOMEM),
+        }
     }
 }
