@@ -262,6 +262,9 @@ impl Provider for Mlx5 {
             Feature::CqCreateFlags | Feature::QpCreateFlags => false,
             // The kernel driver cannot resize an mlx5 SRQ.
             Feature::SrqResize => false,
+            // max_wr 0 sizes a one-entry SRQ (srq.rs's geometry), as
+            // libmlx5 does.
+            Feature::EmptySrq => true,
             // RoCE needs the destination MAC in the address vector: taken
             // from CREATE_AH's mlx5 answer where the kernel gives it.
             Feature::RoceAddressHandle => self.uctx.create_ah_answers_dmac(),

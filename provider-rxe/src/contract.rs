@@ -306,7 +306,11 @@ impl Provider for Rxe {
         // a kernel where it works can be told apart.
         // rxe has no dmabuf registration (no reg_user_mr_dmabuf: the
         // kernel answers EOPNOTSUPP); refused before the kernel is asked.
-        !matches!(feature, Feature::OdpAdvice | Feature::DmabufMr)
+        // Its kernel driver refuses an SRQ of max_wr 0 (EINVAL).
+        !matches!(
+            feature,
+            Feature::OdpAdvice | Feature::DmabufMr | Feature::EmptySrq
+        )
     }
 
     fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqCreated<Self>, Errno> {

@@ -105,12 +105,14 @@ impl fmt::Debug for Srq {
 }
 
 impl Pd {
-    /// Creates a shared receive queue.
+    /// Creates a shared receive queue. `max_wr` 0 is refused, except on a
+    /// provider that makes it its smallest SRQ, as libmlx5 does (mlx5: one
+    /// entry; [`Srq::max_wr`] tells what was made).
     pub fn create_srq(&self, attr: &SrqInitAttr) -> Result<Srq> {
-        if attr.max_wr == 0 {
+        if attr.max_wr == 0 && !self.context().provider().supports(Feature::EmptySrq) {
             return Err(Error::invalid_as(
                 InvalidKind::Empty,
-                "an SRQ needs at least one entry",
+                "an SRQ needs at least one entry on this device",
             ));
         }
         if attr.srq_limit > attr.max_wr {

@@ -114,6 +114,10 @@ pub enum Feature {
     RoceAddressHandle,
     /// Resizing an SRQ (MODIFY_SRQ with `max_wr`).
     SrqResize,
+    /// An SRQ asked for with `max_wr` 0, which the provider makes its
+    /// smallest (libmlx5's rule: one entry); without it the library
+    /// refuses `max_wr` 0 (rxe's kernel driver does).
+    EmptySrq,
     /// Memory windows: ALLOC_MW and the BIND_MW, LOCAL_INV and
     /// SEND_WITH_INV work requests.
     MemoryWindows,
@@ -135,6 +139,7 @@ impl fmt::Display for Feature {
             Feature::QpCreateFlags => "QP creation flags",
             Feature::RoceAddressHandle => "address handles on a RoCE port",
             Feature::SrqResize => "resizing an SRQ",
+            Feature::EmptySrq => "an SRQ of max_wr 0 (made the smallest the device has)",
             Feature::MemoryWindows => "memory windows",
             Feature::AtomicWrite => "ATOMIC_WRITE",
             Feature::Flush => "RDMA FLUSH",

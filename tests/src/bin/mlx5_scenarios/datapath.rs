@@ -18,7 +18,7 @@ use crate::report::{fail, Ctx, Fail, Report, BUDGET, R};
 use crate::reset::reset_clean;
 use crate::resize::{cq_overrun, cq_resize, cq_resize_unpolled};
 use crate::send_queue::{query_caps, query_qp_caps, signal_every, unsignaled_queue_full};
-use crate::srq::{srq_destroy_unpolled, zero_length_sge};
+use crate::srq::{srq_destroy_unpolled, srq_empty, zero_length_sge};
 
 /// How long one completion may take (the C programs' `TIMEOUT_MS`).
 pub(crate) const TIMEOUT: Duration = Duration::from_millis(2000);
@@ -69,6 +69,7 @@ pub(crate) const DATAPATH_STEPS: &[&str] = &[
     "reset_clean",
     "reset_rq_capacity",
     "srq_destroy_unpolled",
+    "srq_empty",
     "srq_zero_length_sge",
     "rq_zero_length_sge",
     "unsignaled_queue_full",
@@ -378,6 +379,7 @@ pub(crate) fn datapath(rep: &mut Report, dev: &Result<Device, String>) {
         (&["cq_overrun", "cq_overrun_stops"], cq_overrun),
         (&["reset_clean", "reset_rq_capacity"], reset_clean),
         (&["srq_destroy_unpolled"], srq_destroy_unpolled),
+        (&["srq_empty"], srq_empty),
         (
             &["srq_zero_length_sge", "rq_zero_length_sge"],
             zero_length_sge,

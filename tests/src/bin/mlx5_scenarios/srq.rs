@@ -175,6 +175,30 @@ pub(crate) fn srq_destroy_unpolled(d: &mut Dp, _: &mut Report) -> R {
     Ok(())
 }
 
+/// An SRQ asked for with `max_wr` 0 (no C twin): made as libmlx5 makes
+/// it, the smallest ring, and reported with the capacity the kernel got;
+/// it is queried and destroyed like any other.
+pub(crate) fn srq_empty(d: &mut Dp, rep: &mut Report) -> R {
+    let s = "srq_empty";
+    let srq =
+        d.pd.create_srq(&SrqInitAttr {
+            max_wr: 0,
+            max_sge: 1,
+            srq_limit: 0,
+        })
+        .at(s)?;
+    let q = srq.query().at(s)?;
+    expect(
+        s,
+        q.max_wr == srq.max_wr(),
+        "query disagrees with create's max_wr",
+    )?;
+    expect(s, srq.max_wr() <= 1, "more than the smallest ring")?;
+    drop(srq);
+    rep.pass(s);
+    Ok(())
+}
+
 /// Ours (issue 25; no C twin: libmlx5's SRQ path writes the zero-length
 /// entry, which the device reads as 2 GiB, so its receive would fail
 /// here): a receive whose first SGE has length 0, then a real one, through
