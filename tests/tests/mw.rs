@@ -345,11 +345,11 @@ fn a_bound_window_keeps_its_mr_registered() {
 }
 
 #[test]
-fn borrowed_registrations_cannot_allow_windows() {
+fn scoped_registrations_cannot_allow_windows() {
     // A window bound to a scoped MR would keep the kernel from
-    // deregistering it when the scope ends (the process used to abort);
-    // raw registrations abort the same way. Both refuse MW_BIND up front,
-    // which also makes the device refuse any bind to them.
+    // deregistering it when the scope ends (the process used to abort), so
+    // it refuses MW_BIND up front, which also makes the device refuse any
+    // bind to it. (Raw registrations allow it: tests/mw_raw.rs.)
     let p = Pair::new();
     let mut buf = vec![0u8; 4096];
     let bind = AccessFlags::LOCAL_WRITE | AccessFlags::MW_BIND;

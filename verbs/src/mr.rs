@@ -91,9 +91,10 @@ pub struct Mr<B = PageBuf> {
     // device and `mem` still reach; taken out once: in `Drop` or in
     // `into_inner` (never, if deregistration fails: leaked).
     buf: TakeOnce<B>,
-    // The memory is borrowed ([`Scoped`], [`Raw`]): if deregistration fails,
-    // it cannot be kept away from its owner, so the process aborts.
-    borrowed: bool,
+    // Who owns the memory: if it is borrowed ([`Scoped`], [`Raw`]) and
+    // deregistration fails, it cannot be kept away from its owner, so the
+    // process aborts; a scoped borrow never allows windows.
+    backing: Backing,
     // `into_inner` has run: the region is deregistered (or leaked) and
     // `buf` is moved out or deliberately leaked.
     finished: bool,
@@ -392,19 +393,39 @@ impl<B> From<RegisterError<B>> for Error {
     }
 }
 
-/// `Ok` unless `access` allows binding memory windows, which a borrowed
-/// registration ([`Pd::register_scoped`], [`Pd::register_raw`]) must not:
-/// the kernel refuses to deregister an MR while a window is bound to it,
-/// and a borrowed range cannot be kept from its owner once the borrow
-/// ends. Without `MW_BIND` on the MR the device refuses every bind to it,
-/// however the request was built.
-pub(crate) fn check_borrowed_access(access: AccessFlags) -> Result<()> {
+/// Who owns a registered range, which decides what a failed
+/// deregistration does and whether windows may be bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Backing {
+    /// The MR owns it (`B: MrBuf`): leaked if deregistration fails.
+    Owned,
+    /// The caller keeps it valid until deregistration ([`Pd::register_raw`]):
+    /// a drop whose deregistration fails aborts.
+    Raw,
+    /// Borrowed for a closure's call ([`Pd::register_scoped`]): the drop
+    /// at its end must deregister, or abort; no windows.
+    Scoped,
+}
+
+impl Backing {
+    /// Whether the memory is someone else's.
+    pub(crate) fn borrowed(self) -> bool {
+        self != Backing::Owned
+    }
+}
+
+/// `Ok` unless `access` allows binding memory windows, which a scoped
+/// registration ([`Pd::register_scoped`]) must not: the kernel refuses to
+/// deregister an MR while a window is bound to it, and the scoped borrow
+/// ends when its closure returns. Without `MW_BIND` on the MR the device
+/// refuses every bind to it, however the request was built.
+pub(crate) fn check_scoped_access(access: AccessFlags) -> Result<()> {
     if access.contains(AccessFlags::MW_BIND) {
         return Err(Error::invalid_as(
             InvalidKind::Access,
-            "a borrowed registration (register_scoped, register_raw) cannot allow memory \
-             windows (MW_BIND): a bound window keeps the kernel from deregistering it; \
-             register an owned buffer (Pd::register, Pd::alloc_mr) to bind windows",
+            "a scoped registration (register_scoped) cannot allow memory windows (MW_BIND): \
+             a bound window keeps the kernel from deregistering it; register an owned \
+             buffer (Pd::register, Pd::alloc_mr), or memory you keep (Pd::register_raw)",
         ));
     }
     Ok(())
@@ -561,7 +582,7 @@ impl Pd {
         access: AccessFlags,
         f: impl for<'s> FnOnce(&mut Mr<Scoped<'s>>) -> R,
     ) -> Result<R> {
-        check_borrowed_access(access)?;
+        check_scoped_access(access)?;
         sys::mr::register_scoped(self, buf, access, f)
     }
 
@@ -592,7 +613,7 @@ impl Pd {
         access: AccessFlags,
         f: impl for<'s> FnOnce(&mut [Mr<Scoped<'s>>; N]) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
-        check_borrowed_access(access)?;
+        check_scoped_access(access)?;
         sys::mr::register_scoped_all(self, bufs, access, f)
     }
 
@@ -607,9 +628,14 @@ impl Pd {
     /// reference to it may be live while the device can write it).
     /// Forgetting the MR (`std::mem::forget`) keeps the region registered
     /// forever: the memory must then never be freed or reused. If
-    /// deregistration fails when the MR drops, the process aborts (memory
-    /// windows, which would make a healthy kernel refuse, cannot be bound:
-    /// `access` may not include [`AccessFlags::MW_BIND`]).
+    /// deregistration fails when the MR drops, the process aborts.
+    ///
+    /// With [`AccessFlags::MW_BIND`], memory windows may be bound to it
+    /// ([`Mr::mw_bind`]), and while one is bound the kernel refuses to
+    /// deregister it (rxe answers `EINVAL`): deallocate or invalidate the windows first,
+    /// or deregister with [`Mr::deregister_raw`], which hands the MR back
+    /// on a refusal (the memory then stays the device's until a later call
+    /// succeeds); dropping it then aborts the process.
     // Public API, outside `sys`: the contract is the caller's.
     #[allow(unsafe_code)]
     pub unsafe fn register_raw(
@@ -618,7 +644,6 @@ impl Pd {
         len: usize,
         access: AccessFlags,
     ) -> Result<Mr<Raw>> {
-        check_borrowed_access(access)?;
         // SAFETY: forwarded from this function's contract, which is
         // sys::mr::register_raw's.
         unsafe { sys::mr::register_raw(self, addr, len, access) }
@@ -749,7 +774,7 @@ impl<B> Mr<B> {
         access: AccessFlags,
         fork: crate::fork::Guard,
         buf: B,
-        borrowed: bool,
+        backing: Backing,
     ) -> Mr<B> {
         Mr {
             pd,
@@ -761,7 +786,7 @@ impl<B> Mr<B> {
             access,
             fork,
             buf: TakeOnce::new(buf),
-            borrowed,
+            backing,
             finished: false,
         }
     }
@@ -867,7 +892,7 @@ impl<B> Mr<B> {
     }
 
     /// Changes the MR's access flags in place (REREG_MR); the keys may
-    /// change, so send peers the new [`Mr::remote`]. A borrowed
+    /// change, so send peers the new [`Mr::remote`]. A scoped
     /// registration cannot gain [`AccessFlags::MW_BIND`] (see
     /// [`Pd::register_scoped`]). Refused by the kernel
     /// with `EOPNOTSUPP` where the driver cannot re-register (rxe before
@@ -897,8 +922,8 @@ impl<B> Mr<B> {
     /// What [`Mr::rereg_access`] refuses before asking the kernel.
     fn check_rereg_access(&self, access: AccessFlags) -> Result<()> {
         check_access(access)?;
-        if self.borrowed {
-            check_borrowed_access(access)?;
+        if self.backing == Backing::Scoped {
+            check_scoped_access(access)?;
         }
         check_offered(access, || self.pd.context().caps())
     }
@@ -1041,7 +1066,7 @@ impl<B> Drop for Mr<B> {
             Ok(()) => drop(self.buf.take()),
             // The device may still write the memory: an owned buffer is
             // leaked (it stays in the MaybeUninit, never dropped).
-            Err(_) if !self.borrowed => {}
+            Err(_) if !self.backing.borrowed() => {}
             Err(e) => {
                 // A borrowed range cannot be kept from its owner once this
                 // frame returns: stop before anything can reuse it.

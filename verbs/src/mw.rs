@@ -29,12 +29,14 @@
 //!
 //! Memory stays owned by the MR: the kernel holds the MR while a window is
 //! bound to it and refuses to deregister it meanwhile. So windows bind only
-//! to MRs that own their memory ([`Mr::mw_bind`] exists for `Mr<B: MrBuf>`
-//! alone, and borrowed registrations refuse [`AccessFlags::MW_BIND`]):
-//! [`Mr::into_inner`] then fails and hands the MR back, and a dropped [`Mr`]
-//! whose deregistration fails keeps (leaks) its memory rather than free
-//! what a peer may still write. Deallocate or invalidate windows before
-//! dropping or unwrapping their MR.
+//! to MRs that own their memory or whose memory the caller keeps by
+//! contract ([`Mr::mw_bind`] exists for `Mr<B: MrBuf>` and for raw
+//! registrations, and scoped ones refuse [`AccessFlags::MW_BIND`]):
+//! [`Mr::into_inner`] and [`Mr::deregister_raw`] then fail and hand the MR
+//! back; a dropped owning [`Mr`] whose deregistration fails keeps (leaks)
+//! its memory rather than free what a peer may still write, and a dropped
+//! raw one aborts. Deallocate or invalidate windows before dropping or
+//! unwrapping their MR.
 //!
 //! The provider must have windows ([`Feature::MemoryWindows`]): rxe has
 //! them; mlx5 (which needs UMR work requests for them) refuses with
@@ -50,7 +52,7 @@ use rverbs_provider::contract::Feature;
 use rverbs_provider::wr::{MwBindWr, SendFlags, SendWr};
 
 use crate::error::{Error, InvalidKind, Result};
-use crate::mr::{Mr, MrBuf, RemoteMr};
+use crate::mr::{Mr, MrBuf, Raw, RemoteMr};
 use crate::pd::Pd;
 use crate::qp::Qp;
 
@@ -120,11 +122,29 @@ impl<B: MrBuf> Mr<B> {
     /// window to it. Checked here as the device checks it: the MR must
     /// allow binding ([`AccessFlags::MW_BIND`]), writable or atomic rights
     /// need the MR's `LOCAL_WRITE`, and the range must be non-empty and
-    /// inside the MR. Only for an MR that owns its memory: a borrowed
-    /// registration ([`Pd::register_scoped`], [`Pd::register_raw`]) cannot
-    /// allow windows, since a bound window keeps the kernel from
-    /// deregistering it.
+    /// inside the MR. For an MR that owns its memory, and for a raw
+    /// registration ([`Pd::register_raw`], whose contract covers a bound
+    /// window's hold); a scoped one ([`Pd::register_scoped`]) cannot allow
+    /// windows, since a bound window keeps the kernel from deregistering
+    /// it.
     pub fn mw_bind(&self, range: impl RangeBounds<usize>, access: AccessFlags) -> Result<MwBind> {
+        self.bind_range(range, access)
+    }
+}
+
+impl Mr<Raw> {
+    /// [`Mr::mw_bind`] for a raw registration ([`Pd::register_raw`] with
+    /// [`AccessFlags::MW_BIND`]): while a window is bound to it, the kernel
+    /// refuses to deregister it, which [`Mr::deregister_raw`] reports.
+    pub fn mw_bind(&self, range: impl RangeBounds<usize>, access: AccessFlags) -> Result<MwBind> {
+        self.bind_range(range, access)
+    }
+}
+
+impl<B> Mr<B> {
+    /// [`Mr::mw_bind`]'s checks and description (never for a scoped MR,
+    /// which cannot have `MW_BIND`).
+    fn bind_range(&self, range: impl RangeBounds<usize>, access: AccessFlags) -> Result<MwBind> {
         if !self.access().contains(AccessFlags::MW_BIND) {
             return Err(Error::invalid_as(
                 InvalidKind::Access,

@@ -10,6 +10,7 @@ use std::process::Command;
 use rverbs_ibverbs::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSaPathRec};
 use rverbs_ibverbs::ffi::cq::{IbvCompChannel, IbvCq, IbvCqEx, IbvCqInitAttrEx};
 use rverbs_ibverbs::ffi::event::IbvAsyncEvent;
+use rverbs_ibverbs::ffi::mw::{IbvMw, IbvMwBind, IbvMwBindInfo, IbvSendWrBindMw};
 use rverbs_ibverbs::ffi::pd::{IbvMr, IbvPd};
 use rverbs_ibverbs::ffi::qp::{
     IbvAh, IbvQp, IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSrq, IbvSrqAttr, IbvSrqInitAttr,
@@ -148,11 +149,27 @@ fn entries() -> Vec<Entry> {
             fetch_add => "fetch_add", swap => "swap", compare_swap => "compare_swap",
         ]),
         entry!(IbvContextOps, "struct ibv_context_ops", "sizeof(struct ibv_context_ops)", [
-            before_poll_cq @ "_compat_query_device", poll_cq => "poll_cq",
+            before_alloc_mw @ "_compat_query_device", alloc_mw => "alloc_mw",
+            bind_mw => "bind_mw", dealloc_mw => "dealloc_mw",
+            before_poll_cq => "_compat_create_cq", poll_cq => "poll_cq",
             req_notify_cq => "req_notify_cq", before_post_srq_recv @ "_compat_cq_event",
             post_srq_recv => "post_srq_recv", before_post_send @ "_compat_create_qp",
             post_send => "post_send", post_recv => "post_recv",
             after_post_recv @ "_compat_create_ah",
+        ]),
+        entry!(IbvMw, "struct ibv_mw", "sizeof(struct ibv_mw)", [
+            context => "context", pd => "pd", rkey => "rkey", handle => "handle",
+            mw_type => "type",
+        ]),
+        entry!(IbvMwBindInfo, "struct ibv_mw_bind_info", "sizeof(struct ibv_mw_bind_info)", [
+            mr => "mr", addr => "addr", length => "length",
+            mw_access_flags => "mw_access_flags",
+        ]),
+        entry!(IbvMwBind, "struct ibv_mw_bind", "sizeof(struct ibv_mw_bind)", [
+            wr_id => "wr_id", send_flags => "send_flags", bind_info => "bind_info",
+        ]),
+        entry!(IbvSendWrBindMw, "__typeof__(((struct ibv_send_wr *)0)->bind_mw)", "sizeof(__typeof__(((struct ibv_send_wr *)0)->bind_mw))", [
+            mw => "mw", rkey => "rkey", bind_info => "bind_info",
         ]),
         entry!(IbvPd, "struct ibv_pd", "sizeof(struct ibv_pd)", [
             context => "context", handle => "handle",

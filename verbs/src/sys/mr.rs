@@ -9,8 +9,8 @@ use rverbs_abi::Errno;
 
 use crate::error::{Error, InvalidKind, Result};
 use crate::mr::{
-    check_access, check_iova, check_offered, with_optional_fallback, AccessFlags, Mr, MrBuf, Raw,
-    Scoped,
+    check_access, check_iova, check_offered, with_optional_fallback, AccessFlags, Backing, Mr,
+    MrBuf, Raw, Scoped,
 };
 use crate::pd::Pd;
 
@@ -129,7 +129,7 @@ pub(crate) fn register_owned<B: MrBuf>(
     // `buf` alone and stable while `buf` lives; the MR keeps `buf` until
     // DEREG_MR succeeded, and leaks it otherwise. An IOVA is a number the
     // device translates through this registration, not a user address.
-    unsafe { register(pd, addr, len, access, iova, buf, false) }
+    unsafe { register(pd, addr, len, access, iova, buf, Backing::Owned) }
 }
 
 /// Registers `buf` in `pd` for the call of `f` only:
@@ -168,7 +168,7 @@ pub(crate) fn register_scoped_all<const N: usize, R, E: From<Error>>(
                 access,
                 None,
                 Scoped::new(),
-                true,
+                Backing::Scoped,
             )
         }
         .map_err(|(e, _)| e)?;
@@ -201,18 +201,18 @@ pub(crate) unsafe fn register_raw(
 ) -> Result<Mr<Raw>> {
     // SAFETY: forwarded from this function's contract; a borrowed MR
     // aborts rather than return from a failed deregistration.
-    unsafe { register(pd, addr, len, access, None, Raw::new(), true) }.map_err(|(e, _)| e)
+    unsafe { register(pd, addr, len, access, None, Raw::new(), Backing::Raw) }.map_err(|(e, _)| e)
 }
 
 /// REG_MR of `addr..addr+len` in `pd`, checked first (length, access,
 /// capabilities, IOVA), with the fork protection of its pages; the MR
-/// owns `buf` (or, `borrowed`, stands for a borrow of the memory).
+/// owns `buf` (or, `backing` not owned, stands for a borrow of the memory).
 ///
 /// # Safety
 ///
 /// `addr..addr+len` must stay valid, and untouched except through the MR,
 /// until the MR is dropped or unwrapped by `into_inner` (`buf` owning it,
-/// or, for `borrowed`, the caller guaranteeing it), and forever if the MR
+/// or, for a borrow, the caller guaranteeing it), and forever if the MR
 /// is forgotten or its deregistration fails and it leaks `buf`.
 unsafe fn register<B>(
     pd: &Pd,
@@ -221,7 +221,7 @@ unsafe fn register<B>(
     access: AccessFlags,
     iova: Option<u64>,
     buf: B,
-    borrowed: bool,
+    backing: Backing,
 ) -> std::result::Result<Mr<B>, (Error, B)> {
     if len == 0 {
         return Err((
@@ -277,7 +277,7 @@ unsafe fn register<B>(
         access,
         fork,
         buf,
-        borrowed,
+        backing,
     ))
 }
 

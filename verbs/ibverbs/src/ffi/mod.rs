@@ -19,6 +19,7 @@ pub mod cq;
 pub mod event;
 mod lock;
 pub mod mcast;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 pub mod qp_ex;
@@ -56,9 +57,16 @@ pub struct IbvDevice {
 /// `ibv_alloc_mw`/`ibv_bind_mw` report a null slot as `EOPNOTSUPP`).
 #[repr(C)]
 pub struct IbvContextOps {
-    /// `_compat_query_device` ... `_compat_create_cq` (memory windows
-    /// among them): null.
-    pub before_poll_cq: [Slot; 11],
+    /// `_compat_query_device` ... `_compat_dereg_mr`: null.
+    pub before_alloc_mw: [Slot; 7],
+    /// `alloc_mw`.
+    pub alloc_mw: Option<mw::AllocMwFn>,
+    /// `bind_mw`.
+    pub bind_mw: Option<mw::BindMwFn>,
+    /// `dealloc_mw`.
+    pub dealloc_mw: Option<mw::DeallocMwFn>,
+    /// `_compat_create_cq`: null.
+    pub before_poll_cq: Slot,
     /// `poll_cq`.
     pub poll_cq: Option<cq::PollCqFn>,
     /// `req_notify_cq`.
@@ -684,7 +692,11 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
                 context: IbvContext {
                     device,
                     ops: IbvContextOps {
-                        before_poll_cq: [None; 11],
+                        before_alloc_mw: [None; 7],
+                        alloc_mw: Some(mw::alloc_mw),
+                        bind_mw: Some(mw::bind_mw),
+                        dealloc_mw: Some(mw::dealloc_mw),
+                        before_poll_cq: None,
                         poll_cq: Some(cq::poll_cq),
                         req_notify_cq: Some(cq::req_notify_cq),
                         before_post_srq_recv: [None; 7],

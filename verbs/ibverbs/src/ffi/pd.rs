@@ -81,6 +81,15 @@ enum Reg {
     Dmabuf(DmabufMr),
 }
 
+/// The lkey of `mr`, if it is not NULL.
+///
+/// # Safety
+/// `mr` is NULL or a live MR of this library.
+pub(crate) unsafe fn mr_lkey(mr: *mut IbvMr) -> Option<u32> {
+    // SAFETY: NULL or a live IbvMr (the contract), read in place.
+    unsafe { mr.as_ref().map(|m| m.lkey) }
+}
+
 /// The record behind a PD pointer.
 ///
 /// # Safety
@@ -166,16 +175,11 @@ fn reg_mr(
         return Err(libc::EOPNOTSUPP);
     }
     let access = AccessFlags::from_bits(access & !ACCESS_OPTIONAL_RANGE).ok_or(libc::EINVAL)?;
-    if access.contains(AccessFlags::MW_BIND) {
-        // No memory windows through this library yet (ibv_alloc_mw answers
-        // EOPNOTSUPP too): an MR for them is refused as a verb the
-        // provider lacks, not as a bad argument.
-        return Err(libc::EOPNOTSUPP);
-    }
     // SAFETY: ibv_reg_mr's contract: the caller keeps `addr..addr+length`
-    // mapped until it deregisters the MR, and the device may read and
-    // write it meanwhile (the program's own memory, which Rust holds no
-    // reference to).
+    // mapped until it deregisters the MR (ibv_dereg_mr returns 0: with a
+    // window bound, the kernel refuses and the MR stays), and the device
+    // may read and write it meanwhile (the program's own memory, which
+    // Rust holds no reference to).
     let mr = unsafe { rec.pd.register_raw(addr.cast::<u8>(), length, access) }
         .map_err(|e| errno_of(&e))?;
     rec.hold();

@@ -260,8 +260,8 @@ pub struct IbvSendWr {
     pub wr: WrUnion,
     /// `qp_type.xrc.remote_srqn`.
     pub remote_srqn: u32,
-    /// `bind_mw` / `tso`: not used here.
-    pub bind_mw: [u64; 6],
+    /// `bind_mw` (the union's other member, `tso`, is not used here).
+    pub bind_mw: super::mw::IbvSendWrBindMw,
 }
 
 /// `struct ibv_recv_wr`.
@@ -409,7 +409,9 @@ const IBV_SEND_INLINE: u32 = 1 << 3;
 /// written only on success.
 ///
 /// # Safety
-/// `w.wr.ud.ah` is a live AH of this library when the QP is UD.
+/// `w.wr.ud.ah` is a live AH of this library when the QP is UD; for a
+/// BIND_MW, `w.bind_mw.mw` is a live window and `w.bind_mw.bind_info.mr`
+/// NULL or a live MR of this library.
 unsafe fn send_wr<'a>(
     w: &'a IbvSendWr,
     sg: &'a [Sge],
@@ -425,6 +427,7 @@ unsafe fn send_wr<'a>(
     const ATOMIC_CMP_AND_SWP: c_int = 5;
     const ATOMIC_FETCH_AND_ADD: c_int = 6;
     const LOCAL_INV: c_int = 7;
+    const BIND_MW: c_int = 8;
     const SEND_WITH_INV: c_int = 9;
     let flags =
         SendFlags::from_bits(w.send_flags & SEND_FLAGS & !IBV_SEND_INLINE).ok_or(libc::EINVAL)?;
@@ -473,8 +476,15 @@ unsafe fn send_wr<'a>(
             atomic.compare_add,
         ),
         LOCAL_INV => SendWr::local_inv(w.wr_id, w.imm_data),
-        // BIND_MW, TSO, ATOMIC_WRITE and the driver opcodes.
-        8 | 10 | 11 | 15 => return Err(libc::EOPNOTSUPP),
+        // SAFETY: the union's bind_mw member, plain values and pointers
+        // read as values; the window and MR are live (ibv_post_send's
+        // contract, as libibverbs trusts them).
+        BIND_MW => unsafe {
+            let b = w.bind_mw;
+            super::mw::bind_request(w.wr_id, b.mw, b.rkey, &b.bind_info)?
+        },
+        // TSO, ATOMIC_WRITE and the driver opcodes.
+        10 | 11 | 15 => return Err(libc::EOPNOTSUPP),
         _ => return Err(libc::EINVAL),
     };
     let mut wr = wr.flags(flags);
@@ -1780,7 +1790,16 @@ mod tests {
                 },
             },
             remote_srqn: 0,
-            bind_mw: [0; 6],
+            bind_mw: crate::ffi::mw::IbvSendWrBindMw {
+                mw: ptr::null_mut(),
+                rkey: 0,
+                bind_info: crate::ffi::mw::IbvMwBindInfo {
+                    mr: ptr::null_mut(),
+                    addr: 0,
+                    length: 0,
+                    mw_access_flags: 0,
+                },
+            },
         }
     }
 

@@ -79,8 +79,9 @@ pub struct IbvQpEx {
     pub wr_flags: u32,
     pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(Qx, u32, u64, u64, u64)>,
     pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(Qx, u32, u64, u64)>,
-    /// `wr_bind_mw`: null (no memory windows through this library yet).
-    pub wr_bind_mw: Slot,
+    pub wr_bind_mw: Option<
+        unsafe extern "C" fn(Qx, *mut super::mw::IbvMw, u32, *const super::mw::IbvMwBindInfo),
+    >,
     pub wr_local_inv: Option<unsafe extern "C" fn(Qx, u32)>,
     pub wr_rdma_read: Option<unsafe extern "C" fn(Qx, u32, u64)>,
     pub wr_rdma_write: Option<unsafe extern "C" fn(Qx, u32, u64)>,
@@ -121,10 +122,10 @@ mod ops {
     pub const ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
     pub const ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
     pub const LOCAL_INV: u64 = 1 << 7;
+    pub const BIND_MW: u64 = 1 << 8;
     pub const SEND_WITH_INV: u64 = 1 << 9;
     pub const ATOMIC_WRITE: u64 = 1 << 12;
-    /// Every operation above: BIND_MW (1 << 8) and TSO (1 << 10) are
-    /// not offered.
+    /// Every operation above: TSO (1 << 10) is not offered.
     pub const SUPPORTED: u64 = RDMA_WRITE
         | RDMA_WRITE_WITH_IMM
         | SEND
@@ -133,6 +134,7 @@ mod ops {
         | ATOMIC_CMP_AND_SWP
         | ATOMIC_FETCH_AND_ADD
         | LOCAL_INV
+        | BIND_MW
         | SEND_WITH_INV
         | ATOMIC_WRITE;
 }
@@ -180,6 +182,7 @@ enum Op {
         add: u64,
     },
     LocalInv(u32),
+    BindMw(rverbs::MwBindWr),
     AtomicWrite {
         addr: u64,
         rkey: u32,
@@ -294,6 +297,7 @@ impl IbvQpEx {
             c.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
             c.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
             c.wr_local_inv = Some(wr_local_inv);
+            c.wr_bind_mw = Some(wr_bind_mw);
             c.wr_rdma_read = Some(wr_rdma_read);
             c.wr_rdma_write = Some(wr_rdma_write);
             c.wr_rdma_write_imm = Some(wr_rdma_write_imm);
@@ -358,14 +362,22 @@ pub unsafe extern "C" fn create_qp_ex(
             if a.send_ops_flags & !ops::SUPPORTED != 0 {
                 return null_with(libc::EOPNOTSUPP);
             }
-            if a.send_ops_flags & ops::ATOMIC_WRITE != 0 {
+            // BIND_MW is accepted everywhere, as libmlx5 accepts it: a
+            // provider without windows has no window to bind (ibv_alloc_mw
+            // answers EOPNOTSUPP), and a bind it is asked for fails at
+            // ibv_wr_complete.
+            let optional = [(ops::ATOMIC_WRITE, rverbs::WrOpcode::AtomicWrite)];
+            for (bit, op) in optional {
+                if a.send_ops_flags & bit == 0 {
+                    continue;
+                }
                 // SAFETY: forwarded from this function's contract.
                 let Some(pd) = (unsafe { super::pd::pd_rec(a.pd) }) else {
                     return null_with(libc::EINVAL);
                 };
                 // As libibverbs' providers answer for an operation the
                 // device (or its provider) lacks: at creation.
-                if !pd.pd.context().offers(rverbs::WrOpcode::AtomicWrite) {
+                if !pd.pd.context().offers(op) {
                     return null_with(libc::EOPNOTSUPP);
                 }
             }
@@ -508,6 +520,32 @@ builders! {
         Op::FetchAdd { addr, rkey, add };
     /// `wr_local_inv`.
     wr_local_inv(rkey: u32) needs LOCAL_INV => Op::LocalInv(rkey);
+}
+
+/// `wr_bind_mw`: binds the window `mw` (its current key read now) to
+/// `info` under the new key `rkey`, as a type 2 bind on this QP.
+///
+/// # Safety
+/// As the other builders; `mw` is a live window and `info` points to a
+/// readable `struct ibv_mw_bind_info` whose MR is NULL or live.
+unsafe extern "C" fn wr_bind_mw(
+    qp: Qx,
+    mw: *mut super::mw::IbvMw,
+    rkey: u32,
+    info: *const super::mw::IbvMwBindInfo,
+) {
+    // SAFETY: NULL or readable (the contract), copied now.
+    let Some(info) = (unsafe { info.as_ref() }).copied() else {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { with_pending(qp, |p, _, _| p.fail(libc::EINVAL)) };
+    };
+    // SAFETY: forwarded from this function's contract.
+    match unsafe { super::mw::bind_parts(mw, rkey, &info) } {
+        // SAFETY: forwarded from this function's contract.
+        Ok(b) => unsafe { start_wr(qp, ops::BIND_MW, Op::BindMw(b)) },
+        // SAFETY: forwarded from this function's contract.
+        Err(e) => unsafe { with_pending(qp, |p, _, _| p.fail(e)) },
+    }
 }
 
 /// `wr_atomic_write`: writes the 8 bytes at `value` to `addr`.
@@ -765,6 +803,7 @@ unsafe fn to_send_wr<'a>(
         } => SendWr::cmp_swap(w.wr_id, one()?, addr, rkey, compare, swap),
         Op::FetchAdd { addr, rkey, add } => SendWr::fetch_add(w.wr_id, one()?, addr, rkey, add),
         Op::LocalInv(rkey) => SendWr::local_inv(w.wr_id, rkey),
+        Op::BindMw(b) => SendWr::bind_mw_wr(w.wr_id, b),
         Op::AtomicWrite { addr, rkey, value } => SendWr::atomic_write(w.wr_id, addr, rkey, value),
     };
     // FENCE, SIGNALED, SOLICITED (INLINE follows the payload).
