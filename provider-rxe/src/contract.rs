@@ -25,6 +25,7 @@ use rverbs_provider::{
 };
 use zerocopy::{FromZeros, IntoBytes};
 
+use crate::stale::CqShared;
 use crate::{cmd, cq, qp, srq};
 
 /// An open rxe context: the uverbs command fd. rxe keeps no other
@@ -74,6 +75,10 @@ pub struct SendQueue {
     /// [`QpState::may_post_send`] of the QP's state (rxe's kernel follows
     /// the state itself; this refuses a post it would not run).
     may_post: bool,
+    /// The QP's number and its CQs (the receive CQ if it is another): a
+    /// reset marks its completions still in them stale.
+    qpn: u32,
+    cqs: Vec<CqShared>,
 }
 
 impl rverbs_provider::SendQueue for SendQueue {
@@ -109,9 +114,15 @@ impl rverbs_provider::SendQueue for SendQueue {
         }
         self.ring.post_batch(self.fd.as_fd(), batch, wrs)
     }
-    /// rxe's rings follow the QP's state in the kernel: only "may post"
-    /// changes here.
+    /// rxe's rings follow the QP's state in the kernel: "may post"
+    /// changes here, and a reset marks the QP's completions still in its
+    /// CQs stale ([`crate::stale`]), as libmlx5 removes them.
     fn set_state(&mut self, state: QpState) {
+        if state == QpState::Reset {
+            for cq in &self.cqs {
+                cq.reset_qp(self.qpn);
+            }
+        }
         self.may_post = state.may_post_send();
     }
     fn set_ud_mtu(&mut self, mtu: u32) {
@@ -223,7 +234,7 @@ impl Provider for Rxe {
     const NAME: &'static str = "rxe";
     const DRIVER_ABI: std::ops::RangeInclusive<u32> = crate::DRIVER_ABI;
     type Cq = Cq;
-    type CqShared = Unshared;
+    type CqShared = CqShared;
     type SendQueue = SendQueue;
     type RecvQueue = RecvQueue;
     type Srq = Srq;
@@ -332,12 +343,12 @@ impl Provider for Rxe {
         match created.cq {
             Ok(ring) => Ok(CqCreated {
                 resp: created.resp,
+                shared: ring.shared(),
                 cq: Cq {
                     ring,
                     fd: Arc::clone(&self.fd),
                     handle: created.resp.cq_handle,
                 },
-                shared: Unshared,
             }),
             Err(e) => {
                 destroy_cq(self.fd(), created.resp.cq_handle);
@@ -350,8 +361,8 @@ impl Provider for Rxe {
         &self,
         cmd: &CreateQp,
         flags: Option<u32>,
-        _send_cq: &Unshared,
-        _recv_cq: &Unshared,
+        send_cq: &CqShared,
+        recv_cq: &CqShared,
         _srq: Option<&Srq>,
     ) -> Result<QpCreated<Self>, Errno> {
         let created = match flags {
@@ -388,6 +399,12 @@ impl Provider for Rxe {
                     ring,
                     fd: Arc::clone(&self.fd),
                     may_post: false,
+                    qpn: created.resp.qpn,
+                    cqs: if send_cq.same(recv_cq) {
+                        vec![send_cq.clone()]
+                    } else {
+                        vec![send_cq.clone(), recv_cq.clone()]
+                    },
                 },
                 rq: rq.map(|ring| RecvQueue {
                     ring,

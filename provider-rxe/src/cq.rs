@@ -11,12 +11,15 @@ use zerocopy::FromZeros;
 
 use crate::cmd;
 use crate::queue::{CqRing, Queue};
+use crate::stale::{CqShared, StaleFilter};
 
 /// A CQ's completion ring.
 #[derive(Debug)]
 pub struct Cq {
     /// `None` after a resize whose new ring could not be mapped.
     ring: Option<CqRing>,
+    /// The marks of its reset QPs' stale completions, shared with them.
+    shared: CqShared,
 }
 
 /// [`Cq::poll`]'s error: the CQ has no ring any more. RESIZE_CQ succeeded,
@@ -57,19 +60,32 @@ pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno>
 
 impl Cq {
     fn from_ring(ring: Queue) -> Result<Self, Errno> {
+        let ring = CqRing::new(ring)?;
+        let shared = CqShared::new(ring.shared_queue());
         Ok(Cq {
-            ring: Some(CqRing::new(ring)?),
+            ring: Some(ring),
+            shared,
         })
     }
 
+    /// What the CQ's QPs keep of it (to mark their completions stale when
+    /// they are reset).
+    pub fn shared(&self) -> CqShared {
+        self.shared.clone()
+    }
+
     /// Polls up to `wc.len()` completions into `wc`, returning how many were
-    /// written. One acquire load and at most one release store per call.
+    /// written. Two acquire loads and at most one release store per call;
+    /// completions a reset QP left ([`crate::stale`]) are dropped.
     /// Fails, every time, once a resize lost the ring ([`RingLost`]).
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
         let Some(ring) = &mut self.ring else {
             return Err(RingLost);
         };
+        if let Some(mut stale) = self.shared.filter() {
+            return Ok(poll_dropping_stale(ring, wc, &mut stale));
+        }
         // The kernel is the only producer; we are the only consumer (`&mut`).
         let mut c = ring.consumer();
         let mut n = 0;
@@ -107,13 +123,48 @@ impl Cq {
             cq_handle,
             cqe,
         };
+        let old = self
+            .ring
+            .as_ref()
+            .map(|r| (r.queue().consumer_now(), r.queue().mask()));
         let resp = cmd::resize_cq(fd, &cmd, &mut drv)?;
         // The kernel has swapped rings: from here on only the new one is
         // produced into.
         self.ring = None;
-        self.ring = Some(Queue::map(fd, &drv.mi).and_then(CqRing::new)?);
+        let ring = Queue::map(fd, &drv.mi).and_then(CqRing::new);
+        let (old_cons, old_mask) = old.unwrap_or((0, 0));
+        self.shared.resized(
+            ring.as_ref().ok().map(CqRing::shared_queue),
+            old_cons,
+            old_mask,
+        );
+        self.ring = Some(ring?);
         Ok(resp.cqe)
     }
+}
+
+/// [`Cq::poll`] while a reset QP's completions are marked stale: each
+/// completion is read, and those of a marked QP before its mark are
+/// handed back to the kernel without being reported.
+#[cold]
+fn poll_dropping_stale(ring: &mut CqRing, wc: &mut [Wc], stale: &mut StaleFilter<'_>) -> usize {
+    let mut c = ring.consumer();
+    let (mut n, mut read) = (0, false);
+    while n < wc.len() {
+        stale.at(c.index());
+        if !c.pop_into(&mut wc[n]) {
+            break;
+        }
+        read = true;
+        if !stale.drops(&wc[n]) {
+            n += 1;
+        }
+    }
+    stale.at(c.index());
+    if read {
+        c.publish();
+    }
+    n
 }
 
 #[cfg(test)]
@@ -168,6 +219,72 @@ mod tests {
         };
         let cq = Queue::map(fd.as_fd(), &mi).and_then(Cq::from_ring).unwrap();
         (fd, cq)
+    }
+
+    /// The kernel's side of a memfd ring: writes completion `wc` at slot
+    /// `index` and sets the producer index to `index + 1`.
+    fn produce(fd: &OwnedFd, index: u32, wc: &Wc) {
+        use std::os::unix::fs::FileExt;
+        let f = File::from(fd.try_clone().unwrap());
+        let at = QUEUE_DATA_OFFSET as u64 + ((index as u64 & (SLOTS as u64 - 1)) << LOG2_ELEM);
+        f.write_all_at(wc.as_bytes(), at).unwrap();
+        let prod = (index + 1) & (SLOTS - 1);
+        let off = std::mem::offset_of!(rverbs_abi::rxe::QueueBuf, producer_index);
+        f.write_all_at(&prod.to_ne_bytes(), off as u64).unwrap();
+    }
+
+    fn wc_of(qp_num: u32, wr_id: u64) -> Wc {
+        Wc {
+            wr_id,
+            qp_num,
+            ..Wc::new_zeroed()
+        }
+    }
+
+    /// A reset QP's completions already in the ring are dropped, its
+    /// later ones and another QP's are reported, in order, across polls
+    /// that stop mid-way and across the ring's wrap.
+    #[test]
+    fn completions_of_a_reset_qp_before_the_reset_are_dropped() {
+        // Consumer at 5: slots 5, 6, 7, 0, ... (the wrap inside the run).
+        let (fd, mut cq) = memfd_cq_at(5);
+        let shared = cq.shared();
+        // Slot 0 holds wr_id 7 of QP 0 (the fixture); rewrite the run.
+        produce(&fd, 5, &wc_of(9, 1)); // QP 9, before its reset
+        produce(&fd, 6, &wc_of(4, 2)); // QP 4
+        produce(&fd, 7, &wc_of(9, 3)); // QP 9, before its reset
+        shared.reset_qp(9);
+        produce(&fd, 0, &wc_of(9, 4)); // QP 9's next life
+        produce(&fd, 1, &wc_of(4, 5));
+        let mut wc = [Wc::new_zeroed(); 1];
+        let mut got = vec![];
+        while cq.poll(&mut wc) == Ok(1) {
+            got.push((wc[0].qp_num, wc[0].wr_id));
+        }
+        assert_eq!(got, [(4, 2), (9, 4), (4, 5)]);
+        // The mark is spent: QP 9's completions are reported again.
+        produce(&fd, 2, &wc_of(9, 6));
+        assert_eq!(shared.marked(), 0);
+        let mut wc = [Wc::new_zeroed(); 4];
+        assert_eq!(cq.poll(&mut wc), Ok(1));
+        assert_eq!(wc[0].wr_id, 6);
+    }
+
+    /// A reset with nothing in the ring marks nothing; a poll of a ring of
+    /// only stale completions reports none and hands their slots back.
+    #[test]
+    fn stale_only_ring_polls_empty_and_is_consumed() {
+        let (fd, mut cq) = memfd_cq_at(0);
+        let shared = cq.shared();
+        // The fixture's completion (QP 0) at slot 0; one more of QP 0.
+        produce(&fd, 1, &wc_of(0, 8));
+        shared.reset_qp(0);
+        let mut wc = [Wc::new_zeroed(); 4];
+        assert_eq!(cq.poll(&mut wc), Ok(0));
+        assert_eq!(cq.pending(), 0);
+        assert_eq!(shared.marked(), 0);
+        shared.reset_qp(0);
+        assert_eq!(shared.marked(), 0);
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod qp;
 #[allow(unsafe_code)]
 pub mod queue;
 pub mod srq;
+pub mod stale;
 
 /// The driver ABI versions (the per-device sysfs `abi_version`) this
 /// provider speaks: 2 is the ring layout of `rdma_user_rxe.h`; 1 differed

@@ -30,6 +30,7 @@ use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use rverbs_abi::rxe::{self, DmaInfo, MmInfo, QueueBuf, RecvWqe, SendWqe, QUEUE_DATA_OFFSET};
 use rverbs_abi::wr::{Sge, Wc};
@@ -147,6 +148,17 @@ impl Queue {
     #[inline]
     pub fn elem_size(&self) -> usize {
         1 << self.log2_elem_size
+    }
+
+    /// The producer index now (acquire: the elements before it are
+    /// written).
+    pub(crate) fn producer_now(&self) -> u32 {
+        self.producer_index().load(Ordering::Acquire)
+    }
+
+    /// The consumer index now.
+    pub(crate) fn consumer_now(&self) -> u32 {
+        self.consumer_index().load(Ordering::Acquire)
     }
 
     /// Number of elements between consumer and producer right now.
@@ -571,10 +583,12 @@ pub(crate) fn wr_arm<T: FromBytes + IntoBytes>(wr: &mut rxe::SendWr) -> &mut T {
     unsafe { &mut *wr.wr.as_mut_ptr().cast::<T>() }
 }
 
-/// A completion ring: each slot holds a [`Wc`].
+/// A completion ring: each slot holds a [`Wc`]. The mapping is shared
+/// with the CQ's [`crate::stale::CqShared`], which reads its producer
+/// index when a QP is reset.
 #[derive(Debug)]
 pub(crate) struct CqRing {
-    q: Queue,
+    q: Arc<Queue>,
 }
 
 impl CqRing {
@@ -583,12 +597,17 @@ impl CqRing {
         if q.elem_size() < size_of::<Wc>() {
             return Err(Errno::EPROTO);
         }
-        Ok(CqRing { q })
+        Ok(CqRing { q: Arc::new(q) })
     }
 
     /// The mapped ring.
     pub(crate) fn queue(&self) -> &Queue {
         &self.q
+    }
+
+    /// The mapped ring, to share.
+    pub(crate) fn shared_queue(&self) -> Arc<Queue> {
+        Arc::clone(&self.q)
     }
 
     /// Starts consuming from the ring (`&mut`: we are its only consumer).
@@ -622,6 +641,11 @@ impl Consumer<'_> {
     #[inline(always)]
     pub(crate) fn empty(&self) -> bool {
         self.cons == self.prod
+    }
+
+    /// The (masked) index of the next completion to read.
+    pub(crate) fn index(&self) -> u32 {
+        self.cons
     }
 
     /// Moves past the completion just read.
