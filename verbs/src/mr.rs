@@ -705,6 +705,52 @@ impl Mr<Raw> {
     pub fn deregister_raw(self) -> std::result::Result<(), DeregisterError<Raw>> {
         self.unregister().map(|_| ())
     }
+
+    /// Moves the MR to `len` bytes at `addr` in one REREG_MR
+    /// (`IBV_REREG_MR_CHANGE_TRANSLATION`), on `pd` and with `access` if
+    /// given (else its own), known to the device by the new address. The
+    /// kernel checks the command whole: on an error the MR is as it was,
+    /// over its old memory. On success the keys may change (send peers the
+    /// new [`Mr::remote`]) and the old memory is the caller's again.
+    /// Refused by the kernel where the driver cannot move a registration
+    /// (rxe: `EOPNOTSUPP`).
+    ///
+    /// # Safety
+    ///
+    /// As for [`Pd::register_raw`], for the new range: `addr..addr+len`
+    /// must stay valid, and untouched except through the MR, until the MR
+    /// is deregistered (forever if it is forgotten or its deregistration
+    /// fails). The old range must stay so until this returns.
+    // Public API, outside `sys`: the contract is the caller's.
+    #[allow(unsafe_code)]
+    pub unsafe fn rereg_translation(
+        &mut self,
+        addr: *mut u8,
+        len: usize,
+        pd: Option<&Pd>,
+        access: Option<AccessFlags>,
+    ) -> Result<()> {
+        let mut flags = 0;
+        let pd = match pd {
+            Some(pd) => {
+                self.check_rereg_pd(pd)?;
+                flags |= sys::mr::REREG_PD;
+                pd.clone()
+            }
+            None => self.pd.clone(),
+        };
+        let access = match access {
+            Some(a) => {
+                self.check_rereg_access(a)?;
+                flags |= sys::mr::REREG_ACCESS;
+                a
+            }
+            None => self.access,
+        };
+        // SAFETY: forwarded from this function's contract, which is
+        // sys::mr::rereg_translation's.
+        unsafe { sys::mr::rereg_translation(self, addr, len, &pd, access, flags) }
+    }
 }
 
 impl<B> Mr<B> {
@@ -937,6 +983,28 @@ impl<B> Mr<B> {
             ));
         }
         Ok(())
+    }
+
+    /// After a REREG_MR that moved the MR ([`sys::mr::rereg_translation`]):
+    /// its new keys, memory, address, PD, access and fork marking (the
+    /// old marking is released).
+    pub(crate) fn moved(
+        &mut self,
+        resp: &ReregMrResp,
+        mem: Region,
+        iova: u64,
+        pd: Pd,
+        access: AccessFlags,
+        fork: crate::fork::Guard,
+    ) {
+        self.lkey = resp.lkey;
+        self.rkey = resp.rkey;
+        self.mem = mem;
+        self.iova = iova;
+        self.pd = pd;
+        self.access = access;
+        // The old range's pages leave the kernel with the move.
+        self.fork = fork;
     }
 
     fn rereg(&mut self, flags: u32, pd: Pd, access: AccessFlags) -> Result<()> {

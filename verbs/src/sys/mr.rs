@@ -14,6 +14,8 @@ use crate::mr::{
 };
 use crate::pd::Pd;
 
+/// `IB_MR_REREG_TRANS`: REREG_MR moves the MR to a new address range.
+pub(crate) const REREG_TRANS: u32 = 1 << 0;
 /// `IB_MR_REREG_PD`: REREG_MR changes the PD.
 pub(crate) const REREG_PD: u32 = 1 << 1;
 /// `IB_MR_REREG_ACCESS`: REREG_MR changes the access flags.
@@ -279,6 +281,64 @@ unsafe fn register<B>(
         buf,
         backing,
     ))
+}
+
+/// REREG_MR of the raw MR `mr`, moving it to `len` bytes at `addr` (the
+/// device knowing them by the same address), on `pd` with `access`, and
+/// then the MR's region and fork marking to the new range. Checked first
+/// as REG_MR is; the MR is unchanged unless this returns `Ok` (the kernel
+/// checks the command whole before it changes the MR).
+///
+/// # Safety
+///
+/// `addr..addr+len` must be valid, and untouched except through the MR,
+/// from this call until the MR is deregistered (or forever if it is
+/// forgotten or its deregistration fails), as for [`register_raw`]; the
+/// old range is the caller's again once this returns `Ok`.
+pub(crate) unsafe fn rereg_translation(
+    mr: &mut Mr<Raw>,
+    addr: *mut u8,
+    len: usize,
+    pd: &Pd,
+    access: AccessFlags,
+    flags: u32,
+) -> Result<()> {
+    if len == 0 {
+        return Err(Error::invalid_as(
+            InvalidKind::Empty,
+            "cannot re-register a memory region over zero bytes",
+        ));
+    }
+    check_access(access)?;
+    check_offered(access, || pd.context().caps())?;
+    let iova = check_iova(addr as u64, len, None)?;
+    // Marked before the kernel pins the new pages; unmarked if it refuses
+    // (the marks count, so the old range's stay).
+    let fork = crate::fork::protect(addr, len)?;
+    let (resp, access) = with_optional_fallback(access, |access| {
+        let cmd = ReregMr {
+            response: 0,
+            mr_handle: mr.handle(),
+            flags: flags | REREG_TRANS,
+            start: addr as u64,
+            length: len as u64,
+            hca_va: iova,
+            pd_handle: pd.handle(),
+            access_flags: access.bits(),
+        };
+        // SAFETY: the new start..start+length is addr..addr+len, which
+        // this function's caller keeps valid and untouched but through the
+        // MR until it is deregistered; the kernel releases the old pages
+        // only once it has moved the MR. The response pointer is
+        // write_cmd_fixed's own (REREG_MR starts with it).
+        unsafe { write_cmd_fixed(pd.context().fd(), nr::REREG_MR, &cmd) }
+    });
+    let resp: ReregMrResp = resp.map_err(Error::kernel("rereg_mr"))?;
+    // SAFETY: this function's contract, which covers the MR's remaining
+    // life.
+    let region = unsafe { Region::new(addr, len) };
+    mr.moved(&resp, region, iova, pd.clone(), access, fork);
+    Ok(())
 }
 
 /// REREG_MR of the MR `mr_handle`, whose memory is `region`, changing its

@@ -360,17 +360,16 @@ const REREG_ERR_INPUT: c_int = -1;
 /// `IBV_REREG_MR_ERR_CMD`: the kernel refused.
 const REREG_ERR_CMD: c_int = -4;
 
-/// `ibv_rereg_mr`: moves the MR to `pd` (`IBV_REREG_MR_CHANGE_PD`) and
-/// changes its access (`IBV_REREG_MR_CHANGE_ACCESS`); 0, or one of
+/// `ibv_rereg_mr`: moves the MR to `pd` (`IBV_REREG_MR_CHANGE_PD`),
+/// changes its access (`IBV_REREG_MR_CHANGE_ACCESS`) and moves it to
+/// `length` bytes at `addr` (`IBV_REREG_MR_CHANGE_TRANSLATION`); 0, or one of
 /// libibverbs' `IBV_REREG_MR_ERR_*` codes with errno. Everything is
 /// checked first and both changes go to the kernel as one command, which
 /// it checks whole: on any failure the MR is as it was (its PD, keys and
 /// access), `IBV_REREG_MR_ERR_INPUT` when this library found the fault
 /// (unknown flags or access bits, `access` without `CHANGE_ACCESS`, no
 /// PD, access the MR cannot have), `IBV_REREG_MR_ERR_CMD` when the kernel
-/// refused. A new address range (`IBV_REREG_MR_CHANGE_TRANSLATION`) is
-/// not implemented here yet (`IBV_REREG_MR_ERR_CMD`, `EOPNOTSUPP`: what
-/// rxe's kernel answers too).
+/// refused (rxe's kernel cannot move an MR: `EOPNOTSUPP`).
 ///
 /// # Safety
 /// `mr` is a live MR of this library, `pd` NULL or a live PD of this
@@ -408,9 +407,6 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             Some(Reg::Dmabuf(_)) => return fail(REREG_ERR_CMD, libc::EOPNOTSUPP),
             None => return fail(REREG_ERR_INPUT, libc::EINVAL),
         };
-        if flags & REREG_TRANSLATION != 0 {
-            return fail(REREG_ERR_CMD, libc::EOPNOTSUPP);
-        }
         let new_pd = if flags & REREG_PD != 0 {
             // SAFETY: NULL or a live PD (the contract).
             match unsafe { pd_rec(pd) } {
@@ -428,7 +424,21 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         } else {
             None
         };
+        let translation = flags & REREG_TRANSLATION != 0;
         let done = match (new_pd, new_access) {
+            // SAFETY: ibv_rereg_mr's contract with CHANGE_TRANSLATION: the
+            // program keeps addr..addr+length mapped until it deregisters
+            // the MR (the device may read and write it meanwhile, memory
+            // Rust holds no reference to), and the old range until this
+            // returns.
+            _ if translation => unsafe {
+                inner.rereg_translation(
+                    addr.cast::<u8>(),
+                    length,
+                    new_pd.map(|p| &p.pd),
+                    new_access,
+                )
+            },
             (Some(p), Some(a)) => inner.rereg_pd_access(&p.pd, a),
             (Some(p), None) => inner.rereg_pd(&p.pd),
             (None, Some(a)) => inner.rereg_access(a),
@@ -452,6 +462,10 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 old.release();
             }
             rec.c.pd = pd;
+        }
+        if translation {
+            rec.c.addr = addr;
+            rec.c.length = length;
         }
         rec.c.lkey = inner.lkey();
         rec.c.rkey = inner.rkey();
