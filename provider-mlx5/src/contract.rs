@@ -21,7 +21,7 @@ use rverbs_abi::Errno;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use rverbs_provider::{
-    AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostFailed,
+    AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Ece, Feature, OpenError, PostFailed,
     Provider, QpCreated, QpState, RingLost, SrqCreated,
 };
 use zerocopy::{FromZeros, IntoBytes};
@@ -93,6 +93,24 @@ impl rverbs_provider::SendQueue for qp::SendQueue {
     }
     fn outstanding(&self) -> u32 {
         qp::SendQueue::outstanding(self)
+    }
+    /// NVIDIA's vendor id and the options CREATE_QP granted, as libmlx5
+    /// reports them.
+    fn query_ece(&self) -> Option<Ece> {
+        Some(Ece {
+            vendor_id: u32::from(crate::PCI_VENDOR_MELLANOX),
+            options: self.ece_options(),
+            comp_mask: 0,
+        })
+    }
+    /// libmlx5's checks (no extension, NVIDIA's numbering); options are not
+    /// sent at MODIFY_QP yet, so a valid request is `EOPNOTSUPP`, which is
+    /// also libmlx5's answer where the device lacks ECE (the emulator).
+    fn set_ece(&mut self, ece: &Ece) -> Result<(), Errno> {
+        if ece.comp_mask != 0 || ece.vendor_id != u32::from(crate::PCI_VENDOR_MELLANOX) {
+            return Err(Errno::EINVAL);
+        }
+        Err(Errno::EOPNOTSUPP)
     }
 }
 
@@ -262,6 +280,8 @@ impl Provider for Mlx5 {
             Feature::CqCreateFlags | Feature::QpCreateFlags => false,
             // The kernel driver cannot resize an mlx5 SRQ.
             Feature::SrqResize => false,
+            // Queried always (what CREATE_QP granted); set: see set_ece.
+            Feature::Ece => true,
             // max_wr 0 sizes a one-entry SRQ (srq.rs's geometry), as
             // libmlx5 does.
             Feature::EmptySrq => true,

@@ -235,6 +235,7 @@ pub fn create(
         qp_type: cmd.qp_type,
         sig_all: cmd.sq_sig_all != 0,
         bf,
+        ece_options: drv_resp.ece_options,
     });
 
     resp.max_send_wr = g.sq_max_post;
@@ -307,6 +308,7 @@ struct SqInit {
     qp_type: u8,
     sig_all: bool,
     bf: BlueFlame,
+    ece_options: u32,
 }
 
 /// A QP's send queue.
@@ -358,6 +360,8 @@ pub struct SendQueue {
     _reg: Option<Registration>,
     /// The ring's slot in the queue directory.
     _listing: Listing,
+    /// The ECE options CREATE_QP granted (its driver response).
+    ece_options: u32,
 }
 
 /// A send request's data part, checked.
@@ -403,7 +407,13 @@ impl SendQueue {
             cleaner: init.cleaner,
             _reg: init.reg,
             _listing: init.listing,
+            ece_options: init.ece_options,
         }
+    }
+
+    /// The ECE options CREATE_QP granted.
+    pub fn ece_options(&self) -> u32 {
+        self.ece_options
     }
 
     /// Posts the chain `wrs`: WQEs built in the ring, one doorbell for the

@@ -317,10 +317,11 @@ impl Provider for Rxe {
         // a kernel where it works can be told apart.
         // rxe has no dmabuf registration (no reg_user_mr_dmabuf: the
         // kernel answers EOPNOTSUPP); refused before the kernel is asked.
-        // Its kernel driver refuses an SRQ of max_wr 0 (EINVAL).
+        // Its kernel driver refuses an SRQ of max_wr 0 (EINVAL). It has no
+        // ECE (librxe answers EOPNOTSUPP for both ECE verbs).
         !matches!(
             feature,
-            Feature::OdpAdvice | Feature::DmabufMr | Feature::EmptySrq
+            Feature::OdpAdvice | Feature::DmabufMr | Feature::EmptySrq | Feature::Ece
         )
     }
 

@@ -39,9 +39,12 @@
  *                             be destroyed (EBUSY), and its CQ and PD still
  *                             count it; once detached, it, its CQ and PD
  *                             go.
+ *   ece_unsupported           on a provider without ECE (rxe),
+ *                             ibv_query_ece and ibv_set_ece return
+ *                             EOPNOTSUPP and leave the struct as it was.
  *
  * usage: rules DEVICE GID_INDEX [GROUP...]
- * GROUP is one of cq_destroy, cq_signals, async, rereg, destroy_qp (the
+ * GROUP is one of cq_destroy, cq_signals, async, rereg, destroy_qp, ece (the
  * checks of one function below); without any, all run.
  */
 #define _GNU_SOURCE
@@ -574,6 +577,40 @@ static void check_destroy_qp_busy(struct ibv_context *ctx)
 		ibv_dealloc_pd(pd);
 }
 
+/* ---- ECE ------------------------------------------------------------- */
+
+static void check_ece(struct ibv_context *ctx)
+{
+	const char *name = "ece_unsupported";
+	struct ibv_cq *cq;
+	struct pair p;
+	struct ibv_ece ece;
+	int rc;
+
+	current = name;
+	cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	if (!cq)
+		die("ibv_create_cq", errno);
+	make_pair(ctx, &p, cq, cq);
+	memset(&ece, 0x5a, sizeof(ece));
+	if ((rc = ibv_query_ece(p.a, &ece)) != EOPNOTSUPP) {
+		fail(name, "ibv_query_ece answered", rc);
+	} else if (ece.vendor_id != 0x5a5a5a5a || ece.options != 0x5a5a5a5a) {
+		fail(name, "ibv_query_ece wrote the struct though it failed", 0);
+	} else {
+		ece.vendor_id = 0x15b3;
+		ece.options = 1;
+		ece.comp_mask = 0;
+		if ((rc = ibv_set_ece(p.a, &ece)) != EOPNOTSUPP)
+			fail(name, "ibv_set_ece answered", rc);
+		else
+			ok(name);
+	}
+	free_pair(&p);
+	if (ibv_destroy_cq(cq))
+		die("ibv_destroy_cq", errno);
+}
+
 /* The checks, by group name. */
 static const struct {
 	const char *name;
@@ -584,6 +621,7 @@ static const struct {
 	{ "async", check_async_fd },
 	{ "rereg", check_rereg },
 	{ "destroy_qp", check_destroy_qp_busy },
+	{ "ece", check_ece },
 };
 
 int main(int argc, char **argv)

@@ -152,7 +152,7 @@ pub use rverbs_provider::wr::{
     opcode, FlushLevel, FlushType, FlushWr, MwBindWr, Payload, RecvWr, SendFlags, SendRequest,
     SendWr, UdDest, WrOpcode,
 };
-pub use rverbs_provider::RingLost;
+pub use rverbs_provider::{Ece, RingLost};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 
 /// The threading model the crate docs state ([Threading](crate#threading)),

@@ -188,6 +188,14 @@ impl SendQueue {
     pub(crate) fn outstanding(&self) -> u32 {
         dispatch!(self, q => q.outstanding())
     }
+    /// [`SendQueueOps::query_ece`].
+    pub(crate) fn query_ece(&self) -> Option<rverbs_provider::Ece> {
+        dispatch!(self, q => q.query_ece())
+    }
+    /// [`SendQueueOps::set_ece`].
+    pub(crate) fn set_ece(&mut self, ece: &rverbs_provider::Ece) -> std::result::Result<(), Errno> {
+        dispatch!(self, q => q.set_ece(ece))
+    }
 }
 
 /// [`SendQueue::post_wrs`] on one provider's queue.

@@ -128,6 +128,7 @@ impl TestQp {
             qp_type: r.qp_type,
             sig_all,
             bf: BlueFlame::new(&uar, 0, bf_size, dedicated).unwrap(),
+            ece_options: 0,
         });
         TestQp {
             sq,

@@ -130,6 +130,9 @@ pub enum Feature {
     /// Registering a dmabuf (`UVERBS_METHOD_REG_DMABUF_MR`): memory another
     /// device's driver exports, GPU memory for one.
     DmabufMr,
+    /// Enhanced connection establishment options of QPs
+    /// ([`SendQueue::query_ece`]).
+    Ece,
 }
 
 impl fmt::Display for Feature {
@@ -145,6 +148,7 @@ impl fmt::Display for Feature {
             Feature::Flush => "RDMA FLUSH",
             Feature::OdpAdvice => "advice on on-demand MRs (prefetch)",
             Feature::DmabufMr => "dmabuf memory registration (reg_dmabuf_mr)",
+            Feature::Ece => "enhanced connection establishment (ECE)",
         })
     }
 }
@@ -241,6 +245,31 @@ pub trait SendQueue: Send + fmt::Debug {
     fn capacity(&self) -> u32;
     /// Requests posted and not yet known complete.
     fn outstanding(&self) -> u32;
+    /// The QP's enhanced connection establishment options, where the
+    /// provider has them ([`Feature::Ece`]); `None` (the default) where it
+    /// has none.
+    fn query_ece(&self) -> Option<Ece> {
+        None
+    }
+    /// Asks for `ece` on the QP's next connection: `EINVAL` for options
+    /// this provider's vendor cannot mean, `EOPNOTSUPP` (the default)
+    /// where the device or provider does not negotiate them.
+    fn set_ece(&mut self, ece: &Ece) -> Result<(), Errno> {
+        let _ = ece;
+        Err(Errno::EOPNOTSUPP)
+    }
+}
+
+/// Enhanced connection establishment options (`struct ibv_ece`): what a
+/// QP offers its peer when connecting, in its vendor's numbering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Ece {
+    /// The PCI vendor whose numbering `options` uses (0: none).
+    pub vendor_id: u32,
+    /// The vendor's option bits.
+    pub options: u32,
+    /// Extensions: must be 0.
+    pub comp_mask: u32,
 }
 
 /// A QP's own receive queue. It owns "may post" as [`SendQueue`] does, by

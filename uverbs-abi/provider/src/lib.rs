@@ -21,9 +21,9 @@ mod error;
 pub mod wr;
 
 pub use contract::{
-    AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, CqCreated, Feature, OpenError,
-    Provider, QpCreated, QpState, RecvQueue, RingLost, SendQueue, SharedCq, SharedRecvQueue,
-    SrqCreated, Unshared,
+    AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, CqCreated, Ece, Feature,
+    OpenError, Provider, QpCreated, QpState, RecvQueue, RingLost, SendQueue, SharedCq,
+    SharedRecvQueue, SrqCreated, Unshared,
 };
 pub use error::{PostError, PostFailed};
 pub use rverbs_abi::Errno;

@@ -71,8 +71,6 @@ returns_null! {
 }
 
 returns_errno! {
-    ibv_query_ece(qp: P, ece: P);
-    ibv_set_ece(qp: P, ece: P);
     ibv_resolve_eth_l2_from_gid(context: P, attr: P, eth_mac: P, vid: P);
     execute_ioctl(context: P, cmd: P);
     ibv_cmd_advise_mr(pd: P, advice: c_int, flags: u32, sg_list: P, num_sge: u32);

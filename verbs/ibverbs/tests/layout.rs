@@ -9,6 +9,7 @@ use std::process::Command;
 
 use rverbs_ibverbs::copy::{IbvAhAttr, IbvGlobalRoute, IbvQpAttr, IbvQpCap, IbvSaPathRec};
 use rverbs_ibverbs::ffi::cq::{IbvCompChannel, IbvCq, IbvCqEx, IbvCqInitAttrEx};
+use rverbs_ibverbs::ffi::ece::IbvEce;
 use rverbs_ibverbs::ffi::event::IbvAsyncEvent;
 use rverbs_ibverbs::ffi::mw::{IbvMw, IbvMwBind, IbvMwBindInfo, IbvSendWrBindMw};
 use rverbs_ibverbs::ffi::pd::{IbvMr, IbvPd};
@@ -156,6 +157,9 @@ fn entries() -> Vec<Entry> {
             post_srq_recv => "post_srq_recv", before_post_send @ "_compat_create_qp",
             post_send => "post_send", post_recv => "post_recv",
             after_post_recv @ "_compat_create_ah",
+        ]),
+        entry!(IbvEce, "struct ibv_ece", "sizeof(struct ibv_ece)", [
+            vendor_id => "vendor_id", options => "options", comp_mask => "comp_mask",
         ]),
         entry!(IbvMw, "struct ibv_mw", "sizeof(struct ibv_mw)", [
             context => "context", pd => "pd", rkey => "rkey", handle => "handle",

@@ -15,9 +15,10 @@ use rverbs_abi::cmd::exec;
 use rverbs_abi::device::device_cap_ex;
 pub use rverbs_abi::qp::QpCreateFlags;
 use rverbs_abi::qp::{AttachMcast, CreateQp, CreateQpResp, DestroyQp, DetachMcast, QueryQp};
+use rverbs_abi::Errno;
 use rverbs_provider::wr::WrOpcode;
-use rverbs_provider::Feature;
 pub use rverbs_provider::QpState;
+use rverbs_provider::{Ece, Feature};
 
 use crate::cq::{Cq, CqInner};
 use crate::error::{Error, InvalidKind, Result};
@@ -410,6 +411,44 @@ impl Qp {
     /// The PD.
     pub fn pd(&self) -> &Pd {
         &self.pd
+    }
+
+    /// The QP's enhanced connection establishment options
+    /// (`ibv_query_ece`): on mlx5 NVIDIA's vendor id and the options the
+    /// device granted at creation; [`Error::Unsupported`] where the
+    /// provider has no ECE (rxe).
+    pub fn query_ece(&self) -> Result<Ece> {
+        self.sq.query_ece().ok_or_else(|| self.no_ece())
+    }
+
+    /// Asks for `ece` on the QP's next connection (`ibv_set_ece`):
+    /// [`Error::InvalidArgument`] for options of another vendor or with
+    /// extensions, [`Error::Unsupported`] where the device or provider does
+    /// not negotiate them (rxe; mlx5 here: options are not sent with
+    /// MODIFY_QP yet, which is also libmlx5's answer on a device without
+    /// ECE) and for a vendor id of 0, as libibverbs answers.
+    pub fn set_ece(&mut self, ece: Ece) -> Result<()> {
+        if ece.vendor_id == 0 {
+            return Err(self.no_ece());
+        }
+        match self.sq.set_ece(&ece) {
+            Ok(()) => Ok(()),
+            Err(Errno::EINVAL) => Err(Error::invalid_as(
+                InvalidKind::Foreign,
+                format!(
+                    "ECE options of vendor {:#06x} (comp_mask {:#x}) are not this device's",
+                    ece.vendor_id, ece.comp_mask
+                ),
+            )),
+            Err(_) => Err(self.no_ece()),
+        }
+    }
+
+    fn no_ece(&self) -> Error {
+        Error::Unsupported {
+            provider: self.pd.context().provider().name(),
+            feature: Feature::Ece,
+        }
     }
 
     /// Applies `attr` (MODIFY_QP). An invalid transition or missing

@@ -33,6 +33,7 @@ pub(crate) const OBJECT_STEPS: &[&str] = &[
     "create_qp_ud",
     "illegal_reset_to_rts_query",
     "illegal_reset_to_rts",
+    "qp_ece",
     "rc_to_init",
     "rc_to_rtr",
     "rc_to_rts",
@@ -333,6 +334,38 @@ pub(crate) fn objects(rep: &mut Report, dev: &Result<Device, String>) -> R {
     )?;
     rep.pass("illegal_reset_to_rts_query");
     rep.pass("illegal_reset_to_rts");
+
+    // ECE: NVIDIA's id and what CREATE_QP granted (nothing here); setting
+    // options needs the device's ECE, which the emulator lacks.
+    let s = "qp_ece";
+    let ece = rc.query_ece().at(s)?;
+    expect(
+        s,
+        ece == rverbs::Ece {
+            vendor_id: 0x15b3,
+            options: 0,
+            comp_mask: 0,
+        },
+        &format!("unexpected ECE of a new QP: {ece:?}"),
+    )?;
+    for (vendor_id, refused) in [
+        (0x15b3, "unsupported"),
+        (0x8086, "invalid"),
+        (0, "unsupported"),
+    ] {
+        let got = rc.set_ece(rverbs::Ece { vendor_id, ..ece });
+        let ok = match got {
+            Err(Error::Unsupported { .. }) => refused == "unsupported",
+            Err(Error::InvalidArgument(_)) => refused == "invalid",
+            _ => false,
+        };
+        expect(
+            s,
+            ok,
+            &format!("set_ece of vendor {vendor_id:#x}: {got:?}, expected {refused}"),
+        )?;
+    }
+    rep.pass(s);
 
     // RC and UC against each other; UD alone.
     obj_connect(

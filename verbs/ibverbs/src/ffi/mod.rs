@@ -16,6 +16,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use rverbs::{Context, Device, WcStatus};
 
 pub mod cq;
+pub mod ece;
 pub mod event;
 mod lock;
 pub mod mcast;
