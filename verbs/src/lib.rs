@@ -109,12 +109,14 @@ mod sys;
 #[cfg(test)]
 mod test_util;
 
-/// The book (`docs/book/src`), compiled as doc tests so its Rust code
-/// keeps building: `cargo test --doc -p rverbs`, the tokio chapter with
-/// `--features tokio`. Every chapter is listed, so an untagged code block
-/// fails as Rust.
+/// The README and the book (`docs/book/src`), compiled as doc tests so
+/// their Rust code keeps building: `cargo test --doc -p rverbs`, the tokio
+/// chapter with `--features tokio`. Every chapter is listed, so an
+/// untagged code block fails as Rust; `cargo xtask book` checks the list.
 #[cfg(doctest)]
 mod book {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
     #[doc = include_str!("../../docs/book/src/introduction.md")]
     struct Introduction;
     #[doc = include_str!("../../docs/book/src/getting-started.md")]
