@@ -1,10 +1,10 @@
 #!/bin/bash
 # The fully static rverbs (musl, no dynamic section, no interpreter: built
-# and checked on the host by `cargo xtask test`) is the binary the README
-# promises: this runs that very file on the real kernel. `rverbs devinfo`
-# and `devices` must match rdma-core's tools line for line (devinfo_compare.sh
-# with RVERBS_BIN), and rc-pingpong must interoperate with ibv_rc_pingpong
-# in both directions.
+# and checked on the host by `cargo xtask test`) is the binary the book
+# promises (docs/book/src/getting-started.md): this runs that very file on
+# the real kernel. `rverbs devinfo` and `devices` must match rdma-core's
+# tools line for line (devinfo_compare.sh with RVERBS_BIN), and rc-pingpong
+# must interoperate with ibv_rc_pingpong in both directions.
 # Static linking does not depend on the kernel (the same rverbs runs on
 # every kernel through the other scripts):
 # xtask: first kernel only

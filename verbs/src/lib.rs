@@ -108,6 +108,62 @@ pub mod stream;
 mod sys;
 #[cfg(test)]
 mod test_util;
+
+/// The README and the book (`docs/book/src`), compiled as doc tests so
+/// their Rust code keeps building: `cargo test --doc -p rverbs`, the tokio
+/// chapter with `--features tokio`. Every chapter is listed, so an
+/// untagged code block fails as Rust; `cargo xtask book` checks the list.
+#[cfg(doctest)]
+mod book {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../docs/book/src/introduction.md")]
+    struct Introduction;
+    #[doc = include_str!("../../docs/book/src/getting-started.md")]
+    struct GettingStarted;
+    #[doc = include_str!("../../docs/book/src/api/index.md")]
+    struct ApiTour;
+    #[doc = include_str!("../../docs/book/src/api/devices.md")]
+    struct ApiDevices;
+    #[doc = include_str!("../../docs/book/src/api/pd-mr.md")]
+    struct ApiPdMr;
+    #[doc = include_str!("../../docs/book/src/api/cq.md")]
+    struct ApiCq;
+    #[doc = include_str!("../../docs/book/src/api/qp.md")]
+    struct ApiQp;
+    #[doc = include_str!("../../docs/book/src/api/post-poll.md")]
+    struct ApiPostPoll;
+    #[doc = include_str!("../../docs/book/src/api/batches.md")]
+    struct ApiBatches;
+    #[doc = include_str!("../../docs/book/src/api/cm.md")]
+    struct ApiCm;
+    #[doc = include_str!("../../docs/book/src/api/streams.md")]
+    struct ApiStreams;
+    #[cfg(feature = "tokio")]
+    #[doc = include_str!("../../docs/book/src/api/tokio.md")]
+    struct ApiTokio;
+    #[doc = include_str!("../../docs/book/src/safety.md")]
+    struct Safety;
+    #[doc = include_str!("../../docs/book/src/c-library.md")]
+    struct CLibrary;
+    #[doc = include_str!("../../docs/book/src/tools.md")]
+    struct Tools;
+    #[doc = include_str!("../../docs/book/src/testbed.md")]
+    struct Testbed;
+    #[doc = include_str!("../../docs/book/src/mlx5-emulator.md")]
+    struct Mlx5Emulator;
+    #[doc = include_str!("../../docs/book/src/workspace.md")]
+    struct Workspace;
+    #[doc = include_str!("../../docs/book/src/adding-a-provider.md")]
+    struct AddingAProvider;
+    #[doc = include_str!("../../docs/book/src/benchmarks.md")]
+    struct Benchmarks;
+    #[doc = include_str!("../../docs/book/src/rxe.md")]
+    struct Rxe;
+    #[doc = include_str!("../../docs/book/src/not-there-yet.md")]
+    struct NotThereYet;
+}
+
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub mod tokio;

@@ -278,7 +278,7 @@ fn static_program(ws: &Path, out: &Path) -> Result<()> {
         bail!(
             "linking {} statically warns of {unexpected:?}: something in libibverbs.a now \
              reaches glibc functions a static program cannot use (only Rust's std may, \
-             {STD_STATIC_WARNINGS:?}: see the README's C library section)",
+             {STD_STATIC_WARNINGS:?}: see docs/book/src/c-library.md, its static linking section)",
             src.display()
         );
     }

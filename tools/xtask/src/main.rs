@@ -50,11 +50,17 @@
 //!   `tools/xtask/src/fuzz.rs`). Needs the nightly toolchain and
 //!   cargo-fuzz; installs neither.
 //!
+//! - `cargo xtask book` builds the book (`mdbook build docs/book`), checks
+//!   the links of the book, README.md and BENCHMARKS.md and their line
+//!   limits, and runs the README's and the book's Rust code as doc tests
+//!   of `rverbs` (see `tools/xtask/src/book.rs`). `test` runs it first.
+//!
 //! Downloads and builds are cached in `<workspace>/.vm-cache/`.
 
 #[macro_use]
 mod util;
 mod bench;
+mod book;
 mod callgrind;
 mod charts;
 mod fuzz;
@@ -184,6 +190,10 @@ enum Cmd {
     /// against the emulated mlx5 device (on the host, no VM) and print a
     /// summary.
     Mlx5,
+    /// Build the book (docs/book, with mdBook), check the links of the
+    /// book, README.md and BENCHMARKS.md and their sizes, and compile the
+    /// README's and the book's Rust code as doc tests of rverbs.
+    Book,
     /// Run every cargo-fuzz target of tests/fuzz for N seconds each and
     /// fail on any crash, naming the crashing inputs. Needs the nightly
     /// toolchain and cargo-fuzz (`cargo install cargo-fuzz --locked`).
@@ -316,6 +326,7 @@ fn main() -> ExitCode {
         Cmd::Mlx5 => testrun::target_dir()
             .and_then(|t| mlx5::mlx5_command(&t))
             .map(|ok| if ok { 0 } else { 1 }),
+        Cmd::Book => book::book_command().map(|ok| if ok { 0 } else { 1 }),
         Cmd::Fuzz { seconds } => {
             fuzz::fuzz_command(&fuzz::FuzzOptions { seconds }).map(|ok| if ok { 0 } else { 1 })
         }

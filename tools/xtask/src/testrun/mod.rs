@@ -1,5 +1,8 @@
 //! `cargo xtask test`: host tests, then the VM suite in one VM.
 //!
+//! 0. The book's checks (`crate::book`, as `cargo xtask book`): its build,
+//!    links and page sizes, and the tokio chapter's doc tests (the host
+//!    tests below compile the README's and the other chapters').
 //! 1. `cargo test --workspace --exclude verbs-tests` on the host (stdout
 //!    shown live and read for libtest's `test result:` lines).
 //!    Then the emulated mlx5 items (`mlx5::run_all`, as `cargo xtask
@@ -127,6 +130,20 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
     let mut problems = Problems::default();
     let mut matrix: Vec<(String, Vec<InteropRow>)> = Vec::new();
 
+    // The book and the pages around it (host): first, as they are quick
+    // and a broken link should not wait for the VM suite.
+    if !opts.no_host {
+        for (name, ok) in crate::book::check_all(crate::book::Doctests::TokioOnly) {
+            if ok {
+                total.passed += 1;
+            } else {
+                total.failed += 1;
+                problems.push(name);
+            }
+        }
+        mark("book");
+    }
+
     // (a) Host tests.
     if opts.no_host {
         say!("skipping host tests (--no-host)");
@@ -244,9 +261,9 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         }
     }
 
-    // The fully static rverbs the README promises (musl, non-PIE), for
-    // tests/vm/static.sh: built, then checked to have no interpreter, no
-    // dynamic section and no rdma-core name in it.
+    // The fully static rverbs the book promises (getting-started.md: musl,
+    // non-PIE), for tests/vm/static.sh: built, then checked to have no
+    // interpreter, no dynamic section and no rdma-core name in it.
     match static_rverbs(&ws, &target_dir) {
         Ok(path) => {
             say!(
