@@ -13,11 +13,11 @@ use std::ffi::CString;
 use std::fmt;
 use std::fs;
 use std::ops::Deref;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use rverbs_abi::cmd::{exec, response_fd};
+use rverbs_abi::cmd::exec;
 use rverbs_abi::device::{
     ExQueryDeviceResp, GidEntry as RawGidEntry, QueryDevice, QueryDeviceResp, QueryPort,
     QueryPortResp,
@@ -420,17 +420,6 @@ fn gid_entry(e: &RawGidEntry) -> GidEntry {
     }
 }
 
-/// The fd number `raw` that `op`'s response holds in `field`, which was
-/// prefilled with [`NO_FD`]: refused with a clear error when the kernel did
-/// not overwrite it (or wrote a negative value).
-pub(crate) fn kernel_fd(op: &'static str, field: &'static str, raw: u32) -> Result<RawFd> {
-    response_fd(raw).ok_or(Error::NoFdInResponse {
-        op,
-        field,
-        value: raw as i32,
-    })
-}
-
 /// Parses a GID as sysfs prints it: eight groups of four hex digits
 /// joined by `:` (`fe80:0000:0000:0000:0e42:a1ff:fefb:1234`).
 fn parse_sysfs_gid(s: &str) -> Option<Gid> {
@@ -686,7 +675,6 @@ mod tests {
     use super::*;
     use crate::device::Driver;
     use crate::test_util::{fd0_state, TempTree};
-    use rverbs_abi::cmd::NO_FD;
 
     /// A context whose command fd is `/dev/null`, which takes every
     /// command and answers none: as if a forged node had been opened.
@@ -736,16 +724,6 @@ mod tests {
         );
         drop(ctx);
         assert_eq!(fd0_state(), before);
-    }
-
-    #[test]
-    fn kernel_fd_refuses_negative_numbers() {
-        assert_eq!(kernel_fd("op", "fd", 5).unwrap(), 5);
-        assert_eq!(kernel_fd("op", "fd", 0).unwrap(), 0);
-        for raw in [NO_FD, 0x8000_0000, (-2i32) as u32] {
-            let e = kernel_fd("op", "fd", raw).unwrap_err();
-            assert!(e.to_string().contains("holds no file descriptor"), "{e}");
-        }
     }
 
     #[test]

@@ -107,6 +107,12 @@ pub struct CompChannel {
     inner: Arc<ChannelInner>,
 }
 
+// SAFETY: a CompChannel is an Arc of the channel's state, which owns its
+// OwnedFd and never replaces it; as_raw_fd returns that fd.
+#[cfg(feature = "tokio")]
+#[allow(unsafe_code)]
+unsafe impl crate::sys::tokio::OwnsFd for CompChannel {}
+
 /// A completion channel's fd and the CQs it signals.
 #[derive(Debug)]
 struct ChannelInner {

@@ -174,6 +174,11 @@ impl Waiter for Step<'_, '_> {
 /// it is registered).
 pub(crate) struct EventFd(Context);
 
+// SAFETY: an EventFd holds a Context, whose async fd is an OwnedFd set at
+// creation and closed only when the last clone drops; as_raw_fd returns it.
+#[allow(unsafe_code)]
+unsafe impl crate::sys::tokio::OwnsFd for EventFd {}
+
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0.async_fd().as_raw_fd()
@@ -224,6 +229,12 @@ impl AsyncEvents {
 /// A [`Listener`](crate::cm::Listener) by value, its fd registered.
 pub(crate) struct ListenerFd(pub(crate) crate::cm::Listener);
 
+// SAFETY: a ListenerFd holds the Listener, whose id holds its event
+// channel, which owns its OwnedFd and never replaces it; as_raw_fd
+// returns that fd.
+#[allow(unsafe_code)]
+unsafe impl crate::sys::tokio::OwnsFd for ListenerFd {}
+
 impl AsRawFd for ListenerFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()
@@ -233,6 +244,12 @@ impl AsRawFd for ListenerFd {
 /// An id borrowed for one wait, its fd registered.
 pub(crate) struct IdFd<'a>(&'a crate::cm::Id);
 
+// SAFETY: an IdFd borrows the id, which holds its event channel (an
+// OwnedFd, never replaced) for at least as long as the borrow; as_raw_fd
+// returns that fd.
+#[allow(unsafe_code)]
+unsafe impl crate::sys::tokio::OwnsFd for IdFd<'_> {}
+
 impl AsRawFd for IdFd<'_> {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()
@@ -241,6 +258,10 @@ impl AsRawFd for IdFd<'_> {
 
 /// A [`Connection`](crate::cm::Connection) by value, its fd registered.
 pub(crate) struct ConnectionFd(crate::cm::Connection);
+
+// SAFETY: as for ListenerFd: the Connection's id holds its event channel.
+#[allow(unsafe_code)]
+unsafe impl crate::sys::tokio::OwnsFd for ConnectionFd {}
 
 impl AsRawFd for ConnectionFd {
     fn as_raw_fd(&self) -> RawFd {

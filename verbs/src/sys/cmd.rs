@@ -3,9 +3,9 @@
 //! descriptor), each wrapped whole: its arguments are numbers, handles and
 //! borrowed response buffers, never an address the kernel keeps.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use rverbs_abi::cmd::{exec_prefilled, nr, write_cmd_fixed, NoResp, NO_FD};
+use rverbs_abi::cmd::{exec_prefilled, nr, response_fd, write_cmd_fixed, NoResp, NO_FD};
 use rverbs_abi::cq::{CreateCompChannel, CreateCompChannelResp};
 use rverbs_abi::device::GidEntry as RawGidEntry;
 use rverbs_abi::ioctl::{
@@ -19,8 +19,18 @@ use rverbs_abi::wr::Sge;
 use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
-use crate::context::kernel_fd;
 use crate::error::{Error, Result};
+
+/// The fd number `raw` that `op`'s response holds in `field`, which was
+/// prefilled with [`NO_FD`]: refused with a clear error when the kernel did
+/// not overwrite it (or wrote a negative value).
+fn kernel_fd(op: &'static str, field: &'static str, raw: u32) -> Result<RawFd> {
+    response_fd(raw).ok_or(Error::NoFdInResponse {
+        op,
+        field,
+        value: raw as i32,
+    })
+}
 
 /// The fd number `raw` of the response field `field` of `op`, which the
 /// command just sent on a checked uverbs node prefilled with [`NO_FD`],
@@ -245,4 +255,19 @@ pub(crate) fn set_option(
     // (it copies the bytes in before acting on them) and keeps no pointer
     // to it after the call.
     unsafe { ucma::write_cmd(fd, ucma::nr::SET_OPTION, &cmd, None, &mut []) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_fd_refuses_negative_numbers() {
+        assert_eq!(kernel_fd("op", "fd", 5).unwrap(), 5);
+        assert_eq!(kernel_fd("op", "fd", 0).unwrap(), 0);
+        for raw in [NO_FD, 0x8000_0000, (-2i32) as u32] {
+            let e = kernel_fd("op", "fd", raw).unwrap_err();
+            assert!(e.to_string().contains("holds no file descriptor"), "{e}");
+        }
+    }
 }

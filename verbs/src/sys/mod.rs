@@ -11,8 +11,12 @@
 //! needs; the few `unsafe fn`s say what their caller must uphold. The rest
 //! of the crate is safe Rust over them, plus the public API's own `unsafe`
 //! items (`Pd::register_raw`, `Mr::as_slice`, `Mr::as_mut_slice`, the
-//! `MrBuf` trait and its implementations, `Mr`'s `Send`/`Sync`), each
-//! allowed where it stands, its body calling in here.
+//! `MrBuf` trait and its implementations, `Mr`'s `Send`/`Sync`) and the
+//! `OwnsFd` implementations of the fd owners tokio registers, each allowed
+//! where it stands, its body calling in here. `cmd`, `mem` and `tokio`
+//! import nothing of the crate above them but its error type; `mr` still
+//! builds [`crate::Mr`]s and marks pages through `crate::fork` (an
+//! inversion not done yet).
 
 pub(crate) mod cmd;
 pub(crate) mod mem;

@@ -11,25 +11,11 @@ use ::tokio::io::Interest;
 ///
 /// `as_raw_fd` must return a valid, open fd, the same one on every call,
 /// which stays open and names the same file description for as long as
-/// the value lives. The implementations are this module's.
+/// the value lives. The implementations stand next to their types (each
+/// allowed there, with its SAFETY line), so that this module names no
+/// type above it.
 pub(crate) unsafe trait OwnsFd: AsRawFd {}
 
-// SAFETY: a CompChannel is an Arc of the channel's state, which owns its
-// OwnedFd and never replaces it; as_raw_fd returns that fd.
-unsafe impl OwnsFd for crate::cq::CompChannel {}
-// SAFETY: an EventFd holds a Context, whose async fd is an OwnedFd set at
-// creation and closed only when the last clone drops; as_raw_fd returns it.
-unsafe impl OwnsFd for crate::tokio::EventFd {}
-// SAFETY: a ListenerFd holds the Listener, whose id holds its event
-// channel, which owns its OwnedFd and never replaces it; as_raw_fd
-// returns that fd.
-unsafe impl OwnsFd for crate::tokio::ListenerFd {}
-// SAFETY: as for ListenerFd: the Connection's id holds its event channel.
-unsafe impl OwnsFd for crate::tokio::ConnectionFd {}
-// SAFETY: an IdFd borrows the id, which holds its event channel (an
-// OwnedFd, never replaced) for at least as long as the borrow; as_raw_fd
-// returns that fd.
-unsafe impl OwnsFd for crate::tokio::IdFd<'_> {}
 // SAFETY: an OwnedFd is open until it drops, and as_raw_fd returns it.
 unsafe impl OwnsFd for std::os::fd::OwnedFd {}
 
