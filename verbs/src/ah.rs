@@ -301,6 +301,7 @@ impl<'a> UdSendWr<'a> for SendWr<'a> {
 
 /// Which network header a [`Grh`] was parsed from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum NetworkHeader {
     /// RoCE v2 over IPv4: 20 undefined bytes (rxe writes zeros, mlx5
     /// leaves what was there), then the IPv4 header.

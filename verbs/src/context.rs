@@ -613,6 +613,7 @@ impl fmt::Display for PortState {
 
 /// The port's link layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LinkLayer {
     /// InfiniBand.
     InfiniBand,

@@ -57,6 +57,7 @@ use crate::error::{Error, Result};
 
 /// The object an [`EventId`] belongs to: the tag in its top byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ObjectKind {
     /// A completion queue.
     Cq,

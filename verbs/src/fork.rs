@@ -78,6 +78,7 @@ use crate::sys::mem::{madvise_fork, ForkAdvice::*};
 /// What protects registered memory across `fork()` in this process (see
 /// the [module documentation](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ForkSafety {
     /// The kernel copies DMA-pinned pages for the child at `fork()` (it
     /// reports `RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK`): nothing else is needed.

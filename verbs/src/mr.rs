@@ -348,6 +348,7 @@ impl RemoteMr {
 /// (`enum ib_uverbs_advise_mr_advice`).
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OdpAdvice {
     /// Fault the pages in, readable by the device.
     Prefetch = advise_mr_advice::PREFETCH,

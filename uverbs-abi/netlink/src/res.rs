@@ -12,6 +12,7 @@ use super::socket::NlSocket;
 /// reads): each has a dump command and the table and entry attributes its
 /// replies nest the entries under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum ResKind {
     /// Queue pairs ([`cmd::RES_QP_GET`]).
     Qp,

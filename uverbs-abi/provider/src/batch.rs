@@ -19,6 +19,7 @@ use crate::PostError;
 /// The operation of every request of a batch: the simple ones, whose WQE
 /// is a control segment, a remote address for RDMA, and one data segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum BatchOp {
     /// RDMA WRITE of each entry's SGE to its remote address.
     RdmaWrite,

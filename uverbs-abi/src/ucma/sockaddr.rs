@@ -63,6 +63,7 @@ pub mod sockaddr_off {
 /// Why bytes are not a socket address [`decode_sockaddr`] understands, or
 /// a buffer too small for [`encode_sockaddr`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SockaddrError {
     /// `len` bytes where the address (or its family field) needs `need`.
     Short {

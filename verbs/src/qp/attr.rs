@@ -19,6 +19,7 @@ pub(crate) const QPN_MAX: u32 = 0xff_ffff;
 
 /// Transport service type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum QpType {
     /// Reliable connected.
     Rc,
