@@ -218,7 +218,75 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
     crate::abi::check(&ws, &lib)?;
     static_program(&ws, &out)?;
     c_tests(&ws, &out)?;
+    host_c_tests(&out)?;
     Ok(out)
+}
+
+/// One run of a program of `c-tests` on the host, on rdma-core's library
+/// (`ours` false: the loader's default, `LD_LIBRARY_PATH` removed) or
+/// ours (`out` first on `LD_LIBRARY_PATH`): its stdout. Fails unless it
+/// exits 0 and says (its stderr's `library:` line) that it ran on the
+/// library meant.
+fn run_host_c_test(out: &Path, name: &str, args: &[&str], ours: bool) -> Result<String> {
+    let exe = out.join("c-tests").join(name);
+    let mut cmd = Command::new(&exe);
+    cmd.args(args).stdin(Stdio::null());
+    if ours {
+        cmd.env("LD_LIBRARY_PATH", out);
+    } else {
+        cmd.env_remove("LD_LIBRARY_PATH");
+    }
+    let who = if ours { "ours" } else { "rdma-core" };
+    let res = cmd
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    let stdout = String::from_utf8_lossy(&res.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&res.stderr).into_owned();
+    if !stderr.lines().any(|l| l == format!("library: {who}")) {
+        bail!("{name} did not run on {who}'s library: {}", stderr.trim());
+    }
+    if !res.status.success() {
+        bail!(
+            "{name} on {who}'s library: {}:\n{stdout}{stderr}",
+            res.status
+        );
+    }
+    Ok(stdout)
+}
+
+/// The C tests that need no device, on the host, each on rdma-core's
+/// library and on ours: `helpers` (rates, path record copies, the private
+/// helpers; both must print the same lines, and ours must have
+/// `ibv_wr_opcode_str`), and `compat_1_0` without a device (the
+/// `IBVERBS_1.0` device list must agree with the 1.1 list on each
+/// library; the VM runs its device round, `tests/vm/ibverbs_compat.sh`).
+fn host_c_tests(out: &Path) -> Result<()> {
+    let theirs = run_host_c_test(out, "helpers", &[], false)?;
+    let ours = run_host_c_test(out, "helpers", &["--expect-wr-opcode-str"], true)?;
+    if theirs != ours {
+        let diff: Vec<String> = theirs
+            .lines()
+            .zip(ours.lines())
+            .filter(|(a, b)| a != b)
+            .take(10)
+            .map(|(a, b)| format!("rdma-core: {a}\n  ours:      {b}"))
+            .collect();
+        bail!(
+            "c-tests/helpers answers differently on ours ({} lines against {}):\n  {}",
+            ours.lines().count(),
+            theirs.lines().count(),
+            diff.join("\n  ")
+        );
+    }
+    say!(
+        "c-tests/helpers: the same {} answers on rdma-core's library and ours",
+        ours.lines().count()
+    );
+    for ours in [false, true] {
+        run_host_c_test(out, "compat_1_0", &[], ours)?;
+    }
+    say!("c-tests/compat_1_0: the IBVERBS_1.0 device list agrees with the 1.1 list on both libraries");
+    Ok(())
 }
 
 /// The C tests of `tests/ibverbs-c` that judge a libibverbs (thread
@@ -249,7 +317,7 @@ fn c_tests(ws: &Path, out: &Path) -> Result<()> {
 }
 
 /// The programs [`c_tests`] builds, by file stem.
-const C_TESTS: &[&str] = &["threads", "rules"];
+const C_TESTS: &[&str] = &["threads", "rules", "helpers", "compat_1_0"];
 
 /// The C ping-pong of `tests/ibverbs-c`, linked with `-static` against
 /// our `libibverbs.a` in `out` (the header is `<infiniband/verbs.h>` from
