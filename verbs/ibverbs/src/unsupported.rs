@@ -9,7 +9,8 @@
 //! its provider libraries (libmlx5, libefa, which pyverbs' provider
 //! modules link) load: they fail the same way, and
 //! `verbs_register_driver_34` registers nothing, so no rdma-core provider
-//! ever runs under this library.
+//! ever runs under this library. (The private functions that have an
+//! answer without a provider are in [`crate::ffi::provider`].)
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
