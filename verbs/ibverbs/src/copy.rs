@@ -298,9 +298,11 @@ pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(
     if dst.is_null() || src.is_null() {
         return;
     }
-    // SAFETY: as in ibv_copy_qp_attr_from_kern: valid pointers from the
-    // caller, unaligned accesses, integer-only structs.
-    unsafe { dst.write_unaligned(kern_path_rec(&src.read_unaligned())) }
+    crate::ffi::guard((), || {
+        // SAFETY: as in ibv_copy_qp_attr_from_kern: valid pointers from
+        // the caller, unaligned accesses, integer-only structs.
+        unsafe { dst.write_unaligned(kern_path_rec(&src.read_unaligned())) }
+    })
 }
 
 #[cfg(test)]

@@ -98,6 +98,7 @@ pub extern "C" fn ibv_read_ibdev_sysfs_file(
 /// interface became private.
 #[export_name = "ibv_register_driver@IBVERBS_1.1"]
 pub extern "C" fn ibv_register_driver_1_1(name: *const c_char, init_func: *mut c_void) {
+    // Nothing runs that could panic: no guard needed.
     let _ = (name, init_func);
 }
 
