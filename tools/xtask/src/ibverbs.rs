@@ -6,18 +6,25 @@
 //! `verbs/ibverbs/libibverbs.map`, so every function carries the symbol
 //! version consumers of rdma-core's library import it with (rustc's
 //! `cdylib` applies a version script of its own and would leave them
-//! unversioned). Each symbol the script names is passed as `-u` (so its
-//! object is pulled from the archive) and `--no-undefined-version` makes a
-//! name the crate does not define a link error. The result is then checked:
-//! exactly the script's symbols are exported, each with its version, and
-//! the linkage check finds nothing in it but its own name.
+//! unversioned). The script names each symbol's default version; a
+//! compatibility version (`ibv_get_device_list@IBVERBS_1.0`) is a symbol
+//! of the crate named so (`#[export_name]`), which the linker exports as
+//! that version of the name. Each symbol is passed as `-u` (so its object
+//! is pulled from the archive) and `--no-undefined-version` makes a name
+//! the crate does not define a link error. The result is then checked:
+//! exactly the script's symbols and the crate's compatibility versions are
+//! exported, each with its version; every (symbol, version) pair of
+//! rdma-core 56's library is among them (`abi.rs`, against the list in
+//! `verbs/ibverbs/abi/`); and the linkage check finds nothing in it but
+//! its own name.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
+use crate::abi::Pair;
 use crate::util::{self, cargo_bin, workspace_root};
 
 /// The package and its version script, relative to the workspace.
@@ -109,26 +116,22 @@ pub fn map_symbols(script: &str) -> Result<BTreeMap<String, String>> {
     Ok(out)
 }
 
-/// The (symbol, version) pairs `lib` exports, from `readelf --dyn-syms`
-/// (defined functions and objects only).
-fn exported(lib: &Path) -> Result<BTreeMap<String, String>> {
-    let out = util::output(Command::new("readelf").args(["--dyn-syms", "-W"]).arg(lib))?;
-    let mut m = BTreeMap::new();
-    for line in out.lines() {
-        let w: Vec<&str> = line.split_whitespace().collect();
-        // Num: Value Size Type Bind Vis Ndx Name@Version
-        if w.len() < 8 || w[6] == "UND" || w[4] != "GLOBAL" {
-            continue;
-        }
-        if let Some((name, version)) = w[7].split_once('@') {
-            let version = version.trim_start_matches('@');
-            if version.starts_with("GLIBC") || version.starts_with("GCC") {
-                continue;
-            }
-            m.insert(name.to_string(), version.to_string());
-        }
-    }
-    Ok(m)
+/// The compatibility versions the crate defines: the symbols of the
+/// archive named `name@VERSION` (`#[export_name]`), which the linker
+/// exports as that version of `name`, not its default (the version script
+/// names only the defaults).
+fn compat_pairs(archive: &Path) -> Result<BTreeSet<Pair>> {
+    let out = util::output(
+        Command::new("nm")
+            .args(["-g", "--defined-only"])
+            .arg(archive),
+    )?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|name| name.contains('@'))
+        .filter_map(Pair::parse)
+        .collect())
 }
 
 /// Builds the library with `profile` (`debug` or `release`) into
@@ -154,7 +157,17 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
     let map_path = ws.join(MAP);
     let script = std::fs::read_to_string(&map_path)
         .with_context(|| format!("reading {}", map_path.display()))?;
-    let wanted = map_symbols(&script)?;
+    let defaults = map_symbols(&script)?;
+    let compat = compat_pairs(&archive)?;
+    let mut wanted: BTreeSet<Pair> = defaults
+        .iter()
+        .map(|(name, version)| Pair {
+            name: name.clone(),
+            version: version.clone(),
+            default: true,
+        })
+        .collect();
+    wanted.extend(compat.iter().cloned());
     let soname = soname();
     let lib = out.join(&soname);
     let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
@@ -168,7 +181,8 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
             "-Wl,--no-undefined",
             "-Wl,-z,now",
         ])
-        .args(wanted.keys().map(|s| format!("-Wl,-u,{s}")))
+        .args(defaults.keys().map(|s| format!("-Wl,-u,{s}")))
+        .args(compat.iter().map(|p| format!("-Wl,-u,{p}")))
         .arg(&archive)
         .args(["-lpthread", "-ldl", "-lm"])
         .stdin(Stdio::null());
@@ -178,16 +192,10 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(&soname, &link)
         .with_context(|| format!("linking {}", link.display()))?;
-    let got = exported(&lib)?;
+    let got = crate::abi::exported(&lib)?;
     if got != wanted {
-        let missing: Vec<_> = wanted
-            .iter()
-            .filter(|(k, v)| got.get(*k) != Some(v))
-            .collect();
-        let extra: Vec<_> = got
-            .iter()
-            .filter(|(k, v)| wanted.get(*k) != Some(v))
-            .collect();
+        let missing: Vec<String> = wanted.difference(&got).map(|p| p.to_string()).collect();
+        let extra: Vec<String> = got.difference(&wanted).map(|p| p.to_string()).collect();
         bail!(
             "{} exports the wrong set: missing or mis-versioned {missing:?}, unexpected {extra:?}",
             lib.display()
@@ -202,13 +210,83 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
         );
     }
     say!(
-        "{}: {} symbols, each with its version; no rdma-core in it",
+        "{}: {} (symbol, version) pairs ({} compatibility versions), as the version script and the crate say; no rdma-core in it",
         lib.display(),
-        got.len()
+        got.len(),
+        compat.len()
     );
+    crate::abi::check(&ws, &lib)?;
     static_program(&ws, &out)?;
     c_tests(&ws, &out)?;
+    host_c_tests(&out)?;
     Ok(out)
+}
+
+/// One run of a program of `c-tests` on the host, on rdma-core's library
+/// (`ours` false: the loader's default, `LD_LIBRARY_PATH` removed) or
+/// ours (`out` first on `LD_LIBRARY_PATH`): its stdout. Fails unless it
+/// exits 0 and says (its stderr's `library:` line) that it ran on the
+/// library meant.
+fn run_host_c_test(out: &Path, name: &str, args: &[&str], ours: bool) -> Result<String> {
+    let exe = out.join("c-tests").join(name);
+    let mut cmd = Command::new(&exe);
+    cmd.args(args).stdin(Stdio::null());
+    if ours {
+        cmd.env("LD_LIBRARY_PATH", out);
+    } else {
+        cmd.env_remove("LD_LIBRARY_PATH");
+    }
+    let who = if ours { "ours" } else { "rdma-core" };
+    let res = cmd
+        .output()
+        .with_context(|| format!("running {}", exe.display()))?;
+    let stdout = String::from_utf8_lossy(&res.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&res.stderr).into_owned();
+    if !stderr.lines().any(|l| l == format!("library: {who}")) {
+        bail!("{name} did not run on {who}'s library: {}", stderr.trim());
+    }
+    if !res.status.success() {
+        bail!(
+            "{name} on {who}'s library: {}:\n{stdout}{stderr}",
+            res.status
+        );
+    }
+    Ok(stdout)
+}
+
+/// The C tests that need no device, on the host, each on rdma-core's
+/// library and on ours: `helpers` (rates, path record copies, the private
+/// helpers; both must print the same lines, and ours must have
+/// `ibv_wr_opcode_str`), and `compat_1_0` without a device (the
+/// `IBVERBS_1.0` device list must agree with the 1.1 list on each
+/// library; the VM runs its device round, `tests/vm/ibverbs_compat.sh`).
+fn host_c_tests(out: &Path) -> Result<()> {
+    let theirs = run_host_c_test(out, "helpers", &[], false)?;
+    let ours = run_host_c_test(out, "helpers", &["--expect-wr-opcode-str"], true)?;
+    if theirs != ours {
+        let diff: Vec<String> = theirs
+            .lines()
+            .zip(ours.lines())
+            .filter(|(a, b)| a != b)
+            .take(10)
+            .map(|(a, b)| format!("rdma-core: {a}\n  ours:      {b}"))
+            .collect();
+        bail!(
+            "c-tests/helpers answers differently on ours ({} lines against {}):\n  {}",
+            ours.lines().count(),
+            theirs.lines().count(),
+            diff.join("\n  ")
+        );
+    }
+    say!(
+        "c-tests/helpers: the same {} answers on rdma-core's library and ours",
+        ours.lines().count()
+    );
+    for ours in [false, true] {
+        run_host_c_test(out, "compat_1_0", &[], ours)?;
+    }
+    say!("c-tests/compat_1_0: the IBVERBS_1.0 device list agrees with the 1.1 list on both libraries");
+    Ok(())
 }
 
 /// The C tests of `tests/ibverbs-c` that judge a libibverbs (thread
@@ -239,7 +317,7 @@ fn c_tests(ws: &Path, out: &Path) -> Result<()> {
 }
 
 /// The programs [`c_tests`] builds, by file stem.
-const C_TESTS: &[&str] = &["threads", "rules"];
+const C_TESTS: &[&str] = &["threads", "rules", "helpers", "compat_1_0"];
 
 /// The C ping-pong of `tests/ibverbs-c`, linked with `-static` against
 /// our `libibverbs.a` in `out` (the header is `<infiniband/verbs.h>` from

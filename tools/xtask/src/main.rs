@@ -59,6 +59,7 @@
 
 #[macro_use]
 mod util;
+mod abi;
 mod bench;
 mod book;
 mod callgrind;

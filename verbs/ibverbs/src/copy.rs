@@ -1,6 +1,7 @@
 //! libibverbs' copy helpers, which librdmacm calls to turn the rdma_cm's
 //! kernel answers into verbs structs: `ibv_copy_qp_attr_from_kern`,
-//! `ibv_copy_ah_attr_from_kern` and `ibv_copy_path_rec_from_kern`. This
+//! `ibv_copy_ah_attr_from_kern` and `ibv_copy_path_rec_from_kern`, and
+//! the other way `ibv_copy_path_rec_to_kern`. This
 //! module owns those C structs (checked against `verbs.h`, `sa.h` and the
 //! kernel's uapi by `tests/layout.rs`) and the `unsafe` of reading and
 //! writing them; the conversions themselves are safe functions.
@@ -168,24 +169,57 @@ pub fn qp_attr(dst: &mut IbvQpAttr, src: &KernQpAttr) {
 
 /// The kernel's path record (`struct ib_user_path_rec`, rverbs-abi's
 /// `ucma::UserPathRec`) as `struct ibv_sa_path_rec`: network-order fields
-/// stay in network order (`__be16`/`__be32` on both sides); the MTU, a
-/// `__u32` there, is an `enum ibv_mtu` value that fits a byte.
+/// stay in network order (`__be16`/`__be32` on both sides); the kernel's
+/// `__u32`s become the C struct's `int`s and MTU byte as a C assignment
+/// converts them, as libibverbs copies them (a value above `INT_MAX`
+/// wraps; the MTU, an `enum ibv_mtu` value, keeps its low byte).
 pub fn path_rec(src: &KernPathRec) -> IbvSaPathRec {
     IbvSaPathRec {
         dgid: src.dgid,
         sgid: src.sgid,
         dlid: src.dlid.get().to_be(),
         slid: src.slid.get().to_be(),
-        raw_traffic: c_int::try_from(src.raw_traffic).unwrap_or(c_int::MAX),
+        raw_traffic: c_int::from_ne_bytes(src.raw_traffic.to_ne_bytes()),
         flow_label: src.flow_label.get().to_be(),
         hop_limit: src.hop_limit,
         traffic_class: src.traffic_class,
-        reversible: c_int::try_from(src.reversible).unwrap_or(c_int::MAX),
+        reversible: c_int::from_ne_bytes(src.reversible.to_ne_bytes()),
         numb_path: src.numb_path,
         pkey: src.pkey.get().to_be(),
         sl: src.sl,
         mtu_selector: src.mtu_selector,
-        mtu: u8::try_from(src.mtu).unwrap_or(u8::MAX),
+        mtu: src.mtu.to_le_bytes()[0],
+        rate_selector: src.rate_selector,
+        rate: src.rate,
+        packet_life_time_selector: src.packet_life_time_selector,
+        packet_life_time: src.packet_life_time,
+        preference: src.preference,
+    }
+}
+
+/// A `struct ibv_sa_path_rec` as the kernel's `struct ib_user_path_rec`
+/// (the inverse of [`path_rec`]): network-order fields copied as they
+/// are; the C `int`s (`raw_traffic`, `reversible`) and the MTU byte
+/// converted to the kernel's `__u32`s as a C assignment converts them
+/// (a negative `int` wraps).
+pub fn kern_path_rec(src: &IbvSaPathRec) -> KernPathRec {
+    use zerocopy::byteorder::big_endian::{U16, U32};
+    let be16 = |v: u16| U16::from_bytes(v.to_ne_bytes());
+    KernPathRec {
+        dgid: src.dgid,
+        sgid: src.sgid,
+        dlid: be16(src.dlid),
+        slid: be16(src.slid),
+        raw_traffic: u32::from_ne_bytes(src.raw_traffic.to_ne_bytes()),
+        flow_label: U32::from_bytes(src.flow_label.to_ne_bytes()),
+        reversible: u32::from_ne_bytes(src.reversible.to_ne_bytes()),
+        mtu: u32::from(src.mtu),
+        pkey: be16(src.pkey),
+        hop_limit: src.hop_limit,
+        traffic_class: src.traffic_class,
+        numb_path: src.numb_path,
+        sl: src.sl,
+        mtu_selector: src.mtu_selector,
         rate_selector: src.rate_selector,
         rate: src.rate,
         packet_life_time_selector: src.packet_life_time_selector,
@@ -249,6 +283,28 @@ pub unsafe extern "C" fn ibv_copy_path_rec_from_kern(
     unsafe { dst.write_unaligned(path_rec(&src.read_unaligned())) }
 }
 
+/// `ibv_copy_path_rec_to_kern` (`IBVERBS_1.0`, which librdmacm calls to
+/// hand the rdma_cm a path record): `src` into the kernel's struct.
+///
+/// # Safety
+/// `dst` points to a writable `struct ib_user_path_rec` and `src` to a
+/// readable `struct ibv_sa_path_rec`, or either is null (then nothing is
+/// done).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_copy_path_rec_to_kern(
+    dst: *mut KernPathRec,
+    src: *const IbvSaPathRec,
+) {
+    if dst.is_null() || src.is_null() {
+        return;
+    }
+    crate::ffi::guard((), || {
+        // SAFETY: as in ibv_copy_qp_attr_from_kern: valid pointers from
+        // the caller, unaligned accesses, integer-only structs.
+        unsafe { dst.write_unaligned(kern_path_rec(&src.read_unaligned())) }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,5 +361,48 @@ mod tests {
         assert_eq!(p.dlid.to_ne_bytes(), [0x12, 0x34]);
         assert_eq!(p.flow_label.to_ne_bytes(), [0, 1, 0x23, 0x45]);
         assert_eq!((p.pkey, p.mtu, p.reversible), (0xffff, 3, 1));
+    }
+
+    #[test]
+    fn path_records_go_to_the_kernel_and_back_unchanged() {
+        let mut p = IbvSaPathRec {
+            dlid: u16::from_ne_bytes([0x12, 0x34]),
+            slid: 7,
+            raw_traffic: -1,
+            flow_label: u32::from_ne_bytes([0, 1, 0x23, 0x45]),
+            hop_limit: 64,
+            traffic_class: 3,
+            reversible: 1,
+            numb_path: 1,
+            pkey: 0xffff,
+            sl: 2,
+            mtu_selector: 2,
+            mtu: 5,
+            rate_selector: 2,
+            rate: 16,
+            packet_life_time_selector: 2,
+            packet_life_time: 18,
+            preference: 1,
+            ..Default::default()
+        };
+        p.dgid[0] = 0xfe;
+        p.sgid[15] = 9;
+        let mut k = KernPathRec::default();
+        // SAFETY: both point to live values of the right types.
+        unsafe { ibv_copy_path_rec_to_kern(&mut k, &p) };
+        assert_eq!(k.dlid.get(), 0x1234, "network order kept");
+        assert_eq!(k.flow_label.get(), 0x0001_2345);
+        assert_eq!((k.raw_traffic, k.reversible, k.mtu), (u32::MAX, 1, 5));
+        assert_eq!(
+            (k.dgid[0], k.sgid[15], k.rate, k.preference),
+            (0xfe, 9, 16, 1)
+        );
+        let mut back = IbvSaPathRec::default();
+        // SAFETY: as above.
+        unsafe { ibv_copy_path_rec_from_kern(&mut back, &k) };
+        // Every field round-trips, the negative int too (C's conversions).
+        assert_eq!(back, p);
+        let big = KernPathRec { mtu: 0x105, ..k };
+        assert_eq!(path_rec(&big).mtu, 5, "the low byte, as C truncates");
     }
 }

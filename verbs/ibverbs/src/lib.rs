@@ -3,14 +3,19 @@
 //! `libibverbs.map`) and ships as `libibverbs.a`, so that an unmodified C
 //! or Python verbs program runs on our stack with no rdma-core installed.
 //!
-//! Every (symbol, version) pair that Debian 12's consumers of rdma-core 44
-//! import is exported (135 with this library's own marker), so every such
-//! program and library loads on it. What works: device discovery and
+//! Every (symbol, version) pair of rdma-core 56's `libibverbs.so.1` is
+//! exported (182, the `IBVERBS_1.0` compatibility versions included; 183
+//! with this library's own marker; `cargo xtask ibverbs` checks them
+//! against `abi/rdma-core-56.syms`), so every program and library built
+//! against rdma-core loads on it. What works: device discovery and
 //! queries ([`ffi`]), PDs and MRs ([`ffi::pd`]), completion channels and
 //! CQs, extended CQs included ([`ffi::cq`]), QPs, SRQs, AHs and the data
 //! path ([`ffi::qp`]), the extended QP's work-request builder
-//! ([`ffi::qp_ex`]), fork protection, the string helpers and librdmacm's
-//! copy helpers ([`copy`]). The contexts it hands out are extended
+//! ([`ffi::qp_ex`]), fork protection, the string helpers, the rate
+//! conversions ([`ffi::enums`]), librdmacm's copy helpers ([`copy`]), and
+//! the `IBVERBS_1.0` versions of the core verbs for programs linked
+//! against libibverbs 1.0 ([`ffi::compat_1_0`],
+//! [`ffi::compat_1_0_queues`]). The contexts it hands out are extended
 //! (`struct verbs_context` before the `struct ibv_context` programs hold,
 //! `abi_compat` set as libibverbs sets it), with the operations `verbs.h`'s
 //! inline functions call filled in (`query_port`, `query_device_ex`,

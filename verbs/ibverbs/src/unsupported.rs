@@ -9,7 +9,8 @@
 //! its provider libraries (libmlx5, libefa, which pyverbs' provider
 //! modules link) load: they fail the same way, and
 //! `verbs_register_driver_34` registers nothing, so no rdma-core provider
-//! ever runs under this library.
+//! ever runs under this library. (The private functions that have an
+//! answer without a provider are in [`crate::ffi::provider`].)
 
 use std::ffi::{c_int, c_void};
 use std::ptr;
@@ -83,6 +84,7 @@ returns_errno! {
     ibv_cmd_create_counters(context: P, attr: P, counters: P, link: P);
     ibv_cmd_create_cq(context: P, cqe: c_int, channel: P, comp_vector: c_int, cq: P, cmd: P, cmd_size: usize, resp: P, resp_size: usize);
     ibv_cmd_create_cq_ex(context: P, attr: P, cq: P, cmd: P, cmd_size: usize, resp: P, resp_size: usize, flags: u32);
+    ibv_cmd_create_cq_ex2(context: P, attr: P, cq: P, cmd: P, cmd_size: usize, resp: P, resp_size: usize, flags: u32, driver: P);
     ibv_cmd_create_flow(qp: P, flow: P, attr: P, ucmd: P, ucmd_size: usize);
     ibv_cmd_create_flow_action_esp(ctx: P, attr: P, action: P, driver: P);
     ibv_cmd_create_qp(pd: P, qp: P, attr: P, cmd: P, cmd_size: usize, resp: P, resp_size: usize);

@@ -15,13 +15,17 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use rverbs::{Context, Device, WcStatus};
 
+pub mod compat_1_0;
+pub mod compat_1_0_queues;
 pub mod cq;
 pub mod ece;
+pub mod enums;
 pub mod event;
 mod lock;
 pub mod mcast;
 pub mod mw;
 pub mod pd;
+pub mod provider;
 pub mod qp;
 pub mod qp_ex;
 

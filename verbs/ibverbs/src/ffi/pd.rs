@@ -1,5 +1,6 @@
 //! Protection domains and memory regions: `ibv_alloc_pd`,
-//! `ibv_dealloc_pd`, `ibv_reg_mr`, `ibv_reg_mr_iova2`, `ibv_dereg_mr`.
+//! `ibv_dealloc_pd`, `ibv_reg_mr`, `ibv_reg_mr_iova`, `ibv_reg_mr_iova2`,
+//! `ibv_dereg_mr`.
 //!
 //! A C object is a record whose first field is the C struct, so the
 //! pointer a program holds is the record's. Records are boxed and freed
@@ -240,6 +241,27 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 ) -> *mut IbvMr {
     guard(ptr::null_mut(), || {
         reg_mr(pd, addr, length, iova, access).unwrap_or_else(null_with)
+    })
+}
+
+/// `ibv_reg_mr_iova` (`IBVERBS_1.7`): [`ibv_reg_mr_iova2`] with the
+/// access flags as an `int`, as libibverbs forwards it. A program calls it
+/// through `verbs.h`'s macro of that name whenever the flags are a
+/// constant with no optional-range bit (the macro calls
+/// `ibv_reg_mr_iova2` otherwise).
+///
+/// # Safety
+/// As [`ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut IbvPd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut IbvMr {
+    guard(ptr::null_mut(), || {
+        reg_mr(pd, addr, length, iova, access as u32).unwrap_or_else(null_with)
     })
 }
 
