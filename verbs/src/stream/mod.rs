@@ -13,7 +13,8 @@
 //! credits (one per message the receiver can take) and buffer grants (the
 //! receiver hands out its buffer in halves as it is read). The connection
 //! data exchanged in the CM's private data, the immediates, and the
-//! grants' layout are [`wire`]'s.
+//! grants' layout are rsockets' own, byte for byte (the module `wire`,
+//! public only for the fuzz targets).
 //!
 //! ```no_run
 //! use std::io::{Read, Write};
@@ -151,7 +152,10 @@ mod socket;
 mod tests;
 #[cfg(feature = "tokio")]
 mod tokio;
+#[cfg(feature = "fuzz")]
 pub mod wire;
+#[cfg(not(feature = "fuzz"))]
+mod wire;
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};

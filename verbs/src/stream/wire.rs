@@ -29,6 +29,7 @@ pub const SGE_LEN: usize = 16;
 pub const IOMAP_LEN: usize = 24;
 /// The most direct-placement descriptors a side can announce (the
 /// largest value of [`ConnData::target_iomap_size`]'s scale).
+#[cfg(any(test, feature = "fuzz"))]
 pub const IOMAP_MAX: u32 = scale_to_value(0xff);
 /// Bits of an immediate that carry the message's value.
 pub const DATA_BITS: u32 = 29;
