@@ -11,6 +11,8 @@
 //! knows nothing of the public `verbs` API above it.
 
 #![deny(missing_docs)]
+// Clean, so denied (issue 44): nothing `pub` that no one outside can name.
+#![deny(unreachable_pub)]
 // The rings are kernel memory reached through raw pointers, and the
 // commands go through `rverbs_abi`'s unsafe `write_cmd*`: both are fenced
 // into one module each, which alone may use `unsafe`.

@@ -515,8 +515,11 @@ mod tests {
         let mut fds = [0; 2];
         // SAFETY: `fds` has room for the two fds pipe() writes.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-        // SAFETY: pipe() just opened both; nothing else owns them.
-        unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+        // SAFETY: pipe() just opened the read end; nothing else owns it.
+        let read = unsafe { File::from_raw_fd(fds[0]) };
+        // SAFETY: pipe() just opened the write end; nothing else owns it.
+        let write = unsafe { OwnedFd::from_raw_fd(fds[1]) };
+        (read, write)
     }
 
     /// The bytes `write_cmd_prefilled` writes for a request of `req_words`

@@ -24,6 +24,11 @@
 //! `socket` (the netlink socket), `device` (the device model) and `res`
 //! (resource dumps).
 
+// Clean, so denied (issue 44): nothing `pub` that no one outside can
+// name, and one unsafe operation per block, each with its own SAFETY line.
+#![deny(unreachable_pub)]
+#![deny(clippy::multiple_unsafe_ops_per_block)]
+
 #[cfg(feature = "fuzz")]
 #[doc(hidden)]
 pub mod fuzz;

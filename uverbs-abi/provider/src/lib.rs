@@ -13,6 +13,10 @@
 //!   calls ([`Provider`] and its queue traits).
 
 #![deny(missing_docs)]
+// Clean, so denied (issue 44): nothing `pub` that no one outside can
+// name, and one unsafe operation per block, each with its own SAFETY line.
+#![deny(unreachable_pub)]
+#![deny(clippy::multiple_unsafe_ops_per_block)]
 
 pub mod batch;
 pub mod check;
