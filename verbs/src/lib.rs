@@ -153,6 +153,7 @@ pub use rverbs_provider::wr::{
     SendWr, UdDest, WrOpcode,
 };
 pub use rverbs_provider::RingLost;
+pub use rverbs_provider::{Allocation, BufferKind, QueueAllocator, SharedAllocator};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 
 /// The threading model the crate docs state ([Threading](crate#threading)),

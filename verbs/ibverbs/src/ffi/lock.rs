@@ -2,26 +2,77 @@
 //! list of CQs): a spin lock, as libibverbs' providers take there, whose
 //! waiters yield their time slice. Taking it is one compare-exchange in
 //! line; releasing it is one release store.
+//!
+//! A record of an object the program declared single-threaded (a QP or CQ
+//! created on a parent domain with a thread domain, or a CQ created with
+//! `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`) is made with [`Lock::unlocked`]:
+//! [`Lock::lock`] then takes nothing, as rdma-core's providers take no
+//! lock for such objects. That is sound only under the promise libibverbs
+//! documents for those objects (`ibv_alloc_td(3)`: objects of a thread
+//! domain are not protected against concurrent access from several
+//! threads), which this library takes in the widest form: no two calls
+//! that name the object (its own verbs, and the creation or destruction
+//! of a QP on the CQ) run at the same time. A program that breaks it
+//! races, as it would on rdma-core.
 
-use spin::mutex::{SpinMutex, SpinMutexGuard};
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
+use spin::mutex::SpinMutex;
 use spin::relax::Yield;
 
-/// A value behind a spin lock (see the module).
+/// A value behind a spin lock, or, for a single-threaded object, behind
+/// the program's promise (see the module).
 #[derive(Debug)]
-pub(crate) struct Lock<T>(SpinMutex<T, Yield>);
+pub(crate) struct Lock<T> {
+    m: SpinMutex<T, Yield>,
+    /// Made by [`Lock::unlocked`]: [`Lock::lock`] takes no lock.
+    single: bool,
+}
 
-/// The access [`Lock::lock`] hands out; dropping it releases the lock.
-pub(crate) type Guard<'a, T> = SpinMutexGuard<'a, T, Yield>;
+/// The access [`Lock::lock`] hands out; dropping it releases the lock
+/// (if one was taken).
+pub(crate) struct Guard<'a, T> {
+    lock: &'a Lock<T>,
+    /// Not `Send`: the lock is released by the thread that took it.
+    _not_send: PhantomData<*mut T>,
+}
 
 impl<T> Lock<T> {
     /// `value`, unlocked.
     pub(crate) const fn new(value: T) -> Self {
-        Self(SpinMutex::new(value))
+        Self {
+            m: SpinMutex::new(value),
+            single: false,
+        }
+    }
+
+    /// `value` for an object the program promised to use from one thread
+    /// at a time (see the module): [`Lock::lock`] and [`Lock::try_lock`]
+    /// take no lock.
+    ///
+    /// # Safety
+    /// No two [`Guard`]s of this lock may live at once: the caller makes
+    /// that the C program's promise (only calls naming the object take the
+    /// guard, each for its own duration, and the program makes no two such
+    /// calls at once), and says so where it makes the record.
+    pub(crate) const unsafe fn unlocked(value: T) -> Self {
+        Self {
+            m: SpinMutex::new(value),
+            single: true,
+        }
+    }
+
+    /// Whether this lock was made by [`Lock::unlocked`].
+    #[cfg(test)]
+    pub(crate) fn is_single(&self) -> bool {
+        self.single
     }
 
     /// Waits for the lock and takes it. The uncontended case is the
     /// compare-exchange in line; the wait is out of line and cold, so that
-    /// the data path's frames stay small.
+    /// the data path's frames stay small. A single-threaded record's takes
+    /// nothing.
     #[inline(always)]
     pub(crate) fn lock(&self) -> Guard<'_, T> {
         match self.try_lock() {
@@ -31,23 +82,67 @@ impl<T> Lock<T> {
     }
 
     /// The lock if it is free (and, rarely, not even then: the
-    /// compare-exchange may fail spuriously), without waiting.
+    /// compare-exchange may fail spuriously), without waiting; always, for
+    /// a single-threaded record.
     #[inline(always)]
     pub(crate) fn try_lock(&self) -> Option<Guard<'_, T>> {
-        self.0.try_lock_weak()
+        if !self.single {
+            // Held until the guard's drop, which releases it.
+            std::mem::forget(self.m.try_lock_weak()?);
+        }
+        Some(Guard {
+            lock: self,
+            _not_send: PhantomData,
+        })
     }
 
     /// The value, through the exclusive access `&mut` proves (no lock
     /// taken).
     pub(crate) fn get_mut(&mut self) -> &mut T {
-        self.0.get_mut()
+        self.m.get_mut()
     }
 
     /// [`Lock::lock`]'s wait: spins, yielding, until the holder releases.
     #[cold]
     #[inline(never)]
     fn wait(&self) -> Guard<'_, T> {
-        self.0.lock()
+        std::mem::forget(self.m.lock());
+        Guard {
+            lock: self,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+impl<T> Deref for Guard<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        // SAFETY: this guard holds the lock, or the lock is single-threaded
+        // and no other guard lives (Lock::unlocked's contract): nothing
+        // else reaches the value while the guard lives.
+        unsafe { &*self.lock.m.as_mut_ptr() }
+    }
+}
+
+impl<T> DerefMut for Guard<'_, T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this access the only one
+        // through the guard.
+        unsafe { &mut *self.lock.m.as_mut_ptr() }
+    }
+}
+
+impl<T> Drop for Guard<'_, T> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if !self.lock.single {
+            // SAFETY: this guard took the lock (try_lock or wait, whose
+            // guard was forgotten) and no reference it handed out outlives
+            // it: releasing it here is the spin guard's own drop.
+            unsafe { self.lock.m.force_unlock() };
+        }
     }
 }
 
@@ -78,5 +173,22 @@ mod tests {
             .collect();
         threads.into_iter().for_each(|t| t.join().unwrap());
         assert_eq!(*l.lock(), 40_000);
+    }
+
+    /// A locked record's guard excludes the next one until dropped; a
+    /// single-threaded record's takes nothing (the mutex stays free).
+    #[test]
+    fn single_threaded_takes_nothing() {
+        let l = Lock::new(1u32);
+        let g = l.lock();
+        assert!(l.try_lock().is_none());
+        drop(g);
+        assert!(l.try_lock().is_some());
+        // SAFETY: one guard at a time below (each dropped at once).
+        let s = unsafe { Lock::unlocked(1u32) };
+        assert!(s.is_single());
+        *s.lock() += 1;
+        assert!(!s.m.is_locked());
+        assert_eq!(*s.lock(), 2);
     }
 }
