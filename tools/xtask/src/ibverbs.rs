@@ -239,7 +239,7 @@ fn c_tests(ws: &Path, out: &Path) -> Result<()> {
 }
 
 /// The programs [`c_tests`] builds, by file stem.
-const C_TESTS: &[&str] = &["threads", "rules"];
+const C_TESTS: &[&str] = &["threads", "rules", "parent_domain"];
 
 /// The C ping-pong of `tests/ibverbs-c`, linked with `-static` against
 /// our `libibverbs.a` in `out` (the header is `<infiniband/verbs.h>` from
