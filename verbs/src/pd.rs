@@ -2,7 +2,7 @@
 //! the kernel only after the last of them: deallocating a PD that is still in
 //! use cannot be expressed.
 //!
-//! A PD may carry a [`QueueAllocator`] ([`Pd::with_allocator`]): the
+//! A PD may carry a [`QueueAllocator`](crate::QueueAllocator) ([`Pd::with_allocator`]): the
 //! counterpart of a parent domain's custom allocators
 //! (`ibv_alloc_parent_domain(3)`), from which the provider takes the queue
 //! buffers of the QPs, SRQs and CQs ([`Pd::create_cq_ex`]) made through

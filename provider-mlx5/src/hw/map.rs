@@ -363,4 +363,79 @@ mod tests {
             Err(e) => assert_eq!(e, Errno::ENOMEM),
         }
     }
+
+    /// An allocator handing out dirty, page-aligned heap blocks and
+    /// recording what it was asked for and given back; `answer` 1 says
+    /// "use the default", 2 fails.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        answer: u8,
+        asked: std::sync::Mutex<Vec<(usize, usize, BufferKind)>>,
+        freed: std::sync::Mutex<Vec<(usize, usize, BufferKind)>>,
+    }
+
+    // SAFETY: Memory is a fresh block of `size` bytes aligned to `align`
+    // from the global allocator, only freed through `free`.
+    unsafe impl rverbs_provider::QueueAllocator for Recorder {
+        fn alloc(&self, size: usize, align: usize, kind: BufferKind) -> Allocation {
+            self.asked.lock().unwrap().push((size, align, kind));
+            match self.answer {
+                1 => return Allocation::UseDefault,
+                2 => return Allocation::Failed,
+                _ => {}
+            }
+            let layout = std::alloc::Layout::from_size_align(size, align).unwrap();
+            // SAFETY: a nonzero size (asserted by the callers below).
+            let p = unsafe { std::alloc::alloc(layout) };
+            // SAFETY: `size` writable bytes just allocated.
+            unsafe { std::ptr::write_bytes(p, 0xa5, size) };
+            Allocation::Memory(NonNull::new(p).unwrap())
+        }
+
+        unsafe fn free(&self, ptr: NonNull<u8>, size: usize, kind: BufferKind) {
+            self.freed
+                .lock()
+                .unwrap()
+                .push((ptr.as_ptr() as usize, size, kind));
+            // Every request of this test is page-aligned (asserted there).
+            let layout = std::alloc::Layout::from_size_align(size, page_size()).unwrap();
+            // SAFETY: from `alloc` with this size and alignment, freed once.
+            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+        }
+    }
+
+    /// A queue buffer from an allocator is whole pages, page-aligned,
+    /// zeroed, of the queue's kind, and goes back to it on drop; "use the
+    /// default" maps our own; a failure is ENOMEM.
+    #[test]
+    fn queue_buffers_from_an_allocator() {
+        let rec = std::sync::Arc::new(Recorder::default());
+        let alloc: SharedAllocator = rec.clone();
+        let m = Mapping::queue_in(100, QueueKind::Qp, Some(&alloc)).unwrap();
+        let page = page_size();
+        assert_eq!(m.len(), page);
+        assert_eq!(m.addr() % page as u64, 0);
+        assert!(m.read_bytes(0, page).iter().all(|&b| b == 0));
+        assert_eq!(*rec.asked.lock().unwrap(), [(page, page, BufferKind::Qp)]);
+        let addr = m.addr() as usize;
+        drop(m);
+        assert_eq!(*rec.freed.lock().unwrap(), [(addr, page, BufferKind::Qp)]);
+
+        let default = std::sync::Arc::new(Recorder {
+            answer: 1,
+            ..Recorder::default()
+        });
+        let alloc: SharedAllocator = default.clone();
+        let m = Mapping::queue_in(100, QueueKind::Cq, Some(&alloc)).unwrap();
+        assert!(m.from.is_none());
+        drop(m);
+        assert!(default.freed.lock().unwrap().is_empty());
+
+        let failing: SharedAllocator = std::sync::Arc::new(Recorder {
+            answer: 2,
+            ..Recorder::default()
+        });
+        let e = Mapping::queue_in(100, QueueKind::Srq, Some(&failing)).unwrap_err();
+        assert_eq!(e, Errno::ENOMEM);
+    }
 }
