@@ -336,7 +336,7 @@ pub unsafe extern "C" fn dealloc_td(td: *mut IbvTd) -> c_int {
 /// `attr` is NULL or points to a readable `struct
 /// ibv_parent_domain_init_attr` whose `pd` and `td` are NULL or live
 /// objects of this library; the allocators behave as
-/// `ibv_alloc_parent_domain(3)` says (see [`CAllocator`]).
+/// `ibv_alloc_parent_domain(3)` says.
 pub unsafe extern "C" fn alloc_parent_domain(
     context: *mut IbvContext,
     attr: *mut IbvParentDomainInitAttr,
