@@ -20,6 +20,7 @@ use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
+use rverbs_provider::SharedAllocator;
 use rverbs_provider::{
     AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Ece, Feature, OpenError, PostFailed,
     Provider, QpCreated, QpState, RingLost, SrqCreated,
@@ -301,11 +302,16 @@ impl Provider for Mlx5 {
         }
     }
 
-    fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqCreated<Self>, Errno> {
+    fn create_cq(
+        &self,
+        cmd: &CreateCq,
+        flags: Option<u32>,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<CqCreated<Self>, Errno> {
         if flags.is_some_and(|f| f != 0) {
             return Err(Errno::EOPNOTSUPP);
         }
-        let created = cq::create(self.fd(), &self.uctx, cmd)?;
+        let created = cq::create(self.fd(), &self.uctx, cmd, alloc)?;
         Ok(CqCreated {
             resp: created.resp,
             shared: created.cq.memory(),
@@ -324,12 +330,13 @@ impl Provider for Mlx5 {
         send_cq: &cq::CqMemory,
         recv_cq: &cq::CqMemory,
         srq: Option<&Srq>,
+        alloc: Option<&SharedAllocator>,
     ) -> Result<QpCreated<Self>, Errno> {
         if flags.is_some_and(|f| f != 0) {
             return Err(Errno::EOPNOTSUPP);
         }
         let srq = srq.map(Srq::ring);
-        let created = qp::create(self.fd(), &self.uctx, cmd, srq, send_cq, recv_cq)?;
+        let created = qp::create(self.fd(), &self.uctx, cmd, srq, send_cq, recv_cq, alloc)?;
         Ok(QpCreated {
             resp: created.resp,
             sq: created.sq,
@@ -337,8 +344,12 @@ impl Provider for Mlx5 {
         })
     }
 
-    fn create_srq(&self, cmd: &CreateSrq) -> Result<SrqCreated<Self>, Errno> {
-        let created = srq::create(self.fd(), &self.uctx, cmd)?;
+    fn create_srq(
+        &self,
+        cmd: &CreateSrq,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<SrqCreated<Self>, Errno> {
+        let created = srq::create(self.fd(), &self.uctx, cmd, alloc)?;
         Ok(SrqCreated {
             resp: created.resp,
             srq_num: created.srqn,

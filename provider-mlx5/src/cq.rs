@@ -18,7 +18,7 @@ use rverbs_abi::mlx5::prm::{self, cqe_opcode as cqe_op, syndrome};
 use rverbs_abi::mlx5::qdir::kind;
 use rverbs_abi::wr::{wc_flags, wc_opcode, wc_status, Wc};
 use rverbs_abi::Errno;
-use rverbs_provider::{RingLost, SharedCq};
+use rverbs_provider::{RingLost, SharedAllocator, SharedCq};
 use zerocopy::FromZeros;
 
 use crate::hw::cmd;
@@ -63,13 +63,20 @@ pub struct Created {
 /// If the kernel answers with a depth other than the one sent (which the
 /// ring depends on), the CQ is destroyed here and EPROTO returned: on
 /// `Err` there is nothing to clean.
-pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateCq) -> Result<Created, Errno> {
+/// The ring and doorbell record come from `alloc` where one is given
+/// ([`Mapping::queue_in`](crate::hw::map::Mapping::queue_in)).
+pub fn create(
+    fd: BorrowedFd<'_>,
+    uctx: &Arc<Uctx>,
+    cmd: &CreateCq,
+    alloc: Option<&SharedAllocator>,
+) -> Result<Created, Errno> {
     let ncqe = (cmd.cqe as u64 + 1).next_power_of_two();
     if ncqe > MAX_CQE {
         return Err(Errno::EINVAL);
     }
     let ncqe = ncqe as u32;
-    let mem = Arc::new(Mem::new(uctx, ncqe)?);
+    let mem = Arc::new(Mem::new_in(uctx, ncqe, alloc)?);
     let ring = mem.current();
     let mut core = *cmd;
     core.cqe = ncqe - 1;
@@ -127,9 +134,15 @@ struct Mem {
 
 impl Mem {
     /// A fresh ring of `ncqe` entries and a zeroed doorbell record.
+    #[cfg(test)]
     fn new(uctx: &Arc<Uctx>, ncqe: u32) -> Result<Mem, Errno> {
-        let ring = Arc::new(CqRing::new(ncqe)?);
-        let db = uctx.alloc_dbrec()?;
+        Mem::new_in(uctx, ncqe, None)
+    }
+
+    /// [`Mem::new`], the ring and record from `alloc` where one is given.
+    fn new_in(uctx: &Arc<Uctx>, ncqe: u32, alloc: Option<&SharedAllocator>) -> Result<Mem, Errno> {
+        let ring = Arc::new(CqRing::new_in(ncqe, alloc)?);
+        let db = uctx.alloc_dbrec_in(alloc)?;
         Ok(Mem {
             rings: Mutex::new(vec![ring]),
             db,
@@ -569,7 +582,9 @@ impl Cq {
         if ncqe == self.cqes.ncqe() {
             return Ok(ncqe - 1);
         }
-        let ring = Arc::new(CqRing::new(ncqe)?);
+        // The new ring is the provider's own memory, even for a CQ whose
+        // first came from a parent domain's allocator.
+        let ring = Arc::new(CqRing::new_in(ncqe, None)?);
         let cmd = ResizeCq {
             response: 0,
             cq_handle,

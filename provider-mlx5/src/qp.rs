@@ -78,7 +78,9 @@ pub struct Created {
 /// here before the error is returned: on `Err` there is nothing to clean.
 /// `send_cq` and `recv_cq` are the CQs the command names (by handle): on
 /// RESET and on destruction the QP removes its CQEs not yet polled from
-/// them (see [`SendQueue::set_state`]).
+/// them (see [`SendQueue::set_state`]). The work queues and the doorbell
+/// record come from `alloc` where one is given
+/// ([`Mapping::queue_in`]).
 pub fn create(
     fd: BorrowedFd<'_>,
     uctx: &Arc<Uctx>,
@@ -86,6 +88,7 @@ pub fn create(
     srq: Option<&Srq>,
     send_cq: &CqMemory,
     recv_cq: &CqMemory,
+    alloc: Option<&rverbs_provider::SharedAllocator>,
 ) -> Result<Created, Errno> {
     if (cmd.is_srq != 0) != srq.is_some() {
         return Err(Errno::EINVAL);
@@ -102,8 +105,8 @@ pub fn create(
     let g = geom::geometry(&uctx.limits(), &req)?;
     // At least one page, so a QP with neither ring still hands the kernel
     // a valid buffer.
-    let buf = Arc::new(Mapping::queue(g.total(), QueueKind::Qp)?);
-    let db = uctx.alloc_dbrec()?;
+    let buf = Arc::new(Mapping::queue_in(g.total(), QueueKind::Qp, alloc)?);
+    let db = uctx.alloc_dbrec_in(alloc)?;
     // The table key. The kernel is told it only with CQE version 1; with
     // version 0 it wants the invalid index and CQEs name the QP by number.
     let uidx = uctx.alloc_uidx()?;

@@ -88,13 +88,21 @@ fn geometry(limits: &Limits, max_wr: u32, max_sge: u32) -> Result<Geometry, Errn
 }
 
 /// Builds the SRQ's WQE list and doorbell record and issues CREATE_SRQ.
-pub fn create(fd: BorrowedFd<'_>, uctx: &Arc<Uctx>, cmd: &CreateSrq) -> Result<Created, Errno> {
+/// The WQE list and the record come from `alloc` where one is given
+/// ([`Mapping::queue_in`]).
+pub fn create(
+    fd: BorrowedFd<'_>,
+    uctx: &Arc<Uctx>,
+    cmd: &CreateSrq,
+    alloc: Option<&rverbs_provider::SharedAllocator>,
+) -> Result<Created, Errno> {
     let g = geometry(&uctx.limits(), cmd.max_wr, cmd.max_sge)?;
-    let buf = Arc::new(Mapping::queue(
+    let buf = Arc::new(Mapping::queue_in(
         (g.max as usize) << g.wqe_shift,
         QueueKind::Srq,
+        alloc,
     )?);
-    let db = uctx.alloc_dbrec()?;
+    let db = uctx.alloc_dbrec_in(alloc)?;
     let mut srq = Srq::new(buf, db, g)?;
     let mut core = *cmd;
     core.max_wr = g.max - 1;

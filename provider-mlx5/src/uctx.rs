@@ -173,8 +173,18 @@ impl Uctx {
     }
 
     /// A zeroed 64-byte doorbell record.
+    #[cfg(test)]
     pub(crate) fn alloc_dbrec(self: &Arc<Self>) -> Result<DbRec, Errno> {
         self.dbrecs.alloc()
+    }
+
+    /// A doorbell record from `alloc` where one is given and does not
+    /// answer "use the default", else from the context's pool.
+    pub(crate) fn alloc_dbrec_in(
+        self: &Arc<Self>,
+        alloc: Option<&rverbs_provider::SharedAllocator>,
+    ) -> Result<DbRec, Errno> {
+        self.dbrecs.alloc_in(alloc)
     }
 
     /// The register behind CREATE_QP's `bfreg_index` (the kernel's

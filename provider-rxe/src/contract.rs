@@ -19,6 +19,7 @@ use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
+use rverbs_provider::SharedAllocator;
 use rverbs_provider::{
     AhCreated, AhNetwork, CmdError, ContextOpened, CqCreated, Feature, OpenError, PostError,
     PostFailed, Provider, QpCreated, QpState, RingLost, SrqCreated, Unshared,
@@ -325,7 +326,13 @@ impl Provider for Rxe {
         )
     }
 
-    fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqCreated<Self>, Errno> {
+    /// The ring is the kernel's memory: `_alloc` is never called.
+    fn create_cq(
+        &self,
+        cmd: &CreateCq,
+        flags: Option<u32>,
+        _alloc: Option<&SharedAllocator>,
+    ) -> Result<CqCreated<Self>, Errno> {
         let created = match flags {
             None => cq::create(self.fd(), cmd)?,
             Some(flags) => cq::create_ex(
@@ -365,6 +372,7 @@ impl Provider for Rxe {
         send_cq: &CqShared,
         recv_cq: &CqShared,
         _srq: Option<&Srq>,
+        _alloc: Option<&SharedAllocator>,
     ) -> Result<QpCreated<Self>, Errno> {
         let created = match flags {
             None => qp::create(self.fd(), cmd)?,
@@ -419,7 +427,11 @@ impl Provider for Rxe {
         }
     }
 
-    fn create_srq(&self, cmd: &CreateSrq) -> Result<SrqCreated<Self>, Errno> {
+    fn create_srq(
+        &self,
+        cmd: &CreateSrq,
+        _alloc: Option<&SharedAllocator>,
+    ) -> Result<SrqCreated<Self>, Errno> {
         let created = srq::create(self.fd(), cmd)?;
         match created.srq {
             Ok(ring) => Ok(SrqCreated {

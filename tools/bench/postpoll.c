@@ -29,7 +29,14 @@
  * ibv_create_cq_ex polled with ibv_start_poll / ibv_end_poll (receives are
  * still posted with ibv_post_recv: that API has no other).
  *
- * Usage: postpoll MODE ITERS [DEVICE [GID_INDEX [ex]]]   (defaults: rxe0, 1)
+ * With `td` instead, the plain API's steps on QPs and CQs of a thread
+ * domain: a parent domain with a TD (ibv_alloc_td, ibv_alloc_parent_domain)
+ * holds the QPs, and the CQs are made on it with ibv_create_cq_ex
+ * (IBV_CQ_INIT_ATTR_MASK_PD), polled with ibv_poll_cq: the library may take
+ * no lock for them. (librxe has no thread domains; libmlx5 gives a TD a
+ * UAR of its own, which the emulated ConnectX-5 cannot allocate.)
+ *
+ * Usage: postpoll MODE ITERS [DEVICE [GID_INDEX [ex|td]]]   (defaults: rxe0, 1)
  */
 #include <errno.h>
 #include <poll.h>
@@ -123,6 +130,8 @@ __attribute__((noinline)) int measured_poll_ex(struct ibv_cq_ex *cq,
 
 /* Whether the extended API is used (the `ex` argument). */
 static int ex;
+/* Whether the QPs and CQs are of a thread domain (the `td` argument). */
+static int td;
 
 struct side {
 	struct ibv_cq *cq;
@@ -227,13 +236,17 @@ static void setup_side(struct ibv_context *ctx, struct ibv_pd *pd,
 {
 	struct ibv_qp_init_attr qa;
 
-	if (ex) {
+	if (ex || td) {
 		struct ibv_cq_init_attr_ex ca = {
 			.cqe = DEPTH,
 			.channel = chan,
 			.wc_flags = IBV_WC_STANDARD_FLAGS,
 		};
 
+		if (td) {
+			ca.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+			ca.parent_domain = pd;
+		}
 		s->cqx = ibv_create_cq_ex(ctx, &ca);
 		if (!s->cqx)
 			die("ibv_create_cq_ex", errno);
@@ -294,11 +307,14 @@ int main(int argc, char **argv)
 	if (argc > 4)
 		gid_index = atoi(argv[4]);
 	if (argc > 5) {
-		if (strcmp(argv[5], "ex")) {
-			fprintf(stderr, "postpoll.c: the fifth argument is `ex` or nothing\n");
+		if (!strcmp(argv[5], "td")) {
+			td = 1;
+		} else if (strcmp(argv[5], "ex")) {
+			fprintf(stderr, "postpoll.c: the fifth argument is `ex`, `td` or nothing\n");
 			return 2;
+		} else {
+			ex = 1;
 		}
-		ex = 1;
 	}
 	if (!pair_mode(mode, iters, &is_send, &is_recv, &is_write))
 		return 2;
@@ -307,6 +323,17 @@ int main(int argc, char **argv)
 	pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		die("ibv_alloc_pd", errno);
+	if (td) {
+		struct ibv_td_init_attr ta = { .comp_mask = 0 };
+		struct ibv_parent_domain_init_attr pa = { .pd = pd };
+
+		pa.td = ibv_alloc_td(ctx, &ta);
+		if (!pa.td)
+			die("ibv_alloc_td", errno);
+		pd = ibv_alloc_parent_domain(ctx, &pa);
+		if (!pd)
+			die("ibv_alloc_parent_domain", errno);
+	}
 	chan = ibv_create_comp_channel(ctx);
 	if (!chan)
 		die("ibv_create_comp_channel", errno);

@@ -15,6 +15,7 @@ use crate::error::{Error, InvalidKind, Result};
 use crate::event::{EventId, ObjectKind};
 use crate::sys::mem::Leakable;
 use crate::RingLost;
+use rverbs_provider::SharedAllocator;
 
 pub(crate) struct CqInner {
     /// What outlives the ring (mlx5: the ring and doorbell record the
@@ -155,7 +156,7 @@ impl Context {
             comp_vector,
             flags: CqFlags::empty(),
         };
-        self.create_cq_impl(&attr, false)
+        self.create_cq_impl(&attr, false, None)
     }
 
     /// Creates a CQ with the kernel's extended CREATE_CQ command, which
@@ -170,6 +171,15 @@ impl Context {
     /// is refused with [`Error::Unsupported`] before the kernel is asked;
     /// without flags the CQ is the same as [`Context::create_cq`]'s.
     pub fn create_cq_ex(&self, attr: &CqInitAttr<'_>) -> Result<Cq> {
+        self.create_cq_ex_in(attr, None)
+    }
+
+    /// [`Context::create_cq_ex`] with the ring from `alloc`.
+    pub(crate) fn create_cq_ex_in(
+        &self,
+        attr: &CqInitAttr<'_>,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<Cq> {
         if attr.flags.contains(CqFlags::TIMESTAMP_COMPLETION) {
             let dev = self.query_device()?;
             if dev.ex().is_none_or(|ex| ex.timestamp_mask == 0) {
@@ -182,10 +192,15 @@ impl Context {
                 ));
             }
         }
-        self.create_cq_impl(attr, true)
+        self.create_cq_impl(attr, true, alloc)
     }
 
-    fn create_cq_impl(&self, attr: &CqInitAttr<'_>, extended: bool) -> Result<Cq> {
+    fn create_cq_impl(
+        &self,
+        attr: &CqInitAttr<'_>,
+        extended: bool,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<Cq> {
         let CqInitAttr {
             cqe,
             channel,
@@ -219,9 +234,9 @@ impl Context {
         };
         // Complete or nothing: the provider destroys what it created on
         // the way if it fails.
-        let (resp, ring, shared) = self
-            .provider()
-            .create_cq(&cmd, extended.then_some(flags.bits()))?;
+        let (resp, ring, shared) =
+            self.provider()
+                .create_cq(&cmd, extended.then_some(flags.bits()), alloc)?;
         if let Some(c) = channel {
             c.register(event_id, shared.clone());
         }

@@ -208,6 +208,7 @@ pub use rverbs_provider::wr::{
     opcode, FlushLevel, FlushType, FlushWr, MwBindWr, Payload, RecvWr, SendFlags, SendRequest,
     SendWr, UdDest, WrOpcode,
 };
+pub use rverbs_provider::{Allocation, BufferKind, QueueAllocator, SharedAllocator};
 pub use rverbs_provider::{Ece, RingLost};
 pub use srq::{Srq, SrqAttr, SrqInitAttr};
 

@@ -21,6 +21,7 @@ use rverbs_abi::Errno;
 use rverbs_mlx5::Mlx5;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
+use rverbs_provider::SharedAllocator;
 use rverbs_provider::{
     AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, Feature, OpenError, PostFailed,
     Provider, QpCreated, QpState, RecvQueue as RecvQueueOps, RingLost, SendQueue as SendQueueOps,
@@ -462,7 +463,12 @@ impl Ctx {
     }
 
     /// Creates a CQ (`flags`: the extended command's creation flags).
-    pub(crate) fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqParts> {
+    pub(crate) fn create_cq(
+        &self,
+        cmd: &CreateCq,
+        flags: Option<u32>,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<CqParts> {
         if flags.is_some_and(|f| f != 0) {
             self.require(Feature::CqCreateFlags)?;
         }
@@ -473,11 +479,11 @@ impl Ctx {
         };
         Ok(match self {
             Ctx::Rxe(p) => {
-                let c = p.create_cq(cmd, flags).map_err(Error::kernel(op))?;
+                let c = p.create_cq(cmd, flags, alloc).map_err(Error::kernel(op))?;
                 (c.resp, Cq::Rxe(c.cq), CqShared::Rxe(c.shared))
             }
             Ctx::Mlx5(p) => {
-                let c = p.create_cq(cmd, flags).map_err(Error::kernel(op))?;
+                let c = p.create_cq(cmd, flags, alloc).map_err(Error::kernel(op))?;
                 (c.resp, Cq::Mlx5(c.cq), CqShared::Mlx5(c.shared))
             }
         })
@@ -492,6 +498,7 @@ impl Ctx {
         send_cq: &CqShared,
         recv_cq: &CqShared,
         srq: Option<&Srq>,
+        alloc: Option<&SharedAllocator>,
     ) -> Result<QpParts> {
         if flags.is_some_and(|f| f != 0) {
             self.require(Feature::QpCreateFlags)?;
@@ -515,7 +522,7 @@ impl Ctx {
                     Some(_) => return Err(foreign()),
                 };
                 let c: QpCreated<Rxe> = p
-                    .create_qp(cmd, flags, s, r, srq)
+                    .create_qp(cmd, flags, s, r, srq, alloc)
                     .map_err(Error::kernel(op))?;
                 Ok((c.resp, SendQueue::Rxe(c.sq), c.rq.map(RecvQueue::Rxe)))
             }
@@ -526,7 +533,7 @@ impl Ctx {
                     Some(_) => return Err(foreign()),
                 };
                 let c: QpCreated<Mlx5> = p
-                    .create_qp(cmd, flags, s, r, srq)
+                    .create_qp(cmd, flags, s, r, srq, alloc)
                     .map_err(Error::kernel(op))?;
                 Ok((c.resp, SendQueue::Mlx5(c.sq), c.rq.map(RecvQueue::Mlx5)))
             }
@@ -535,15 +542,19 @@ impl Ctx {
     }
 
     /// Creates an SRQ.
-    pub(crate) fn create_srq(&self, cmd: &CreateSrq) -> Result<SrqParts> {
+    pub(crate) fn create_srq(
+        &self,
+        cmd: &CreateSrq,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<SrqParts> {
         let op = Error::kernel("create_srq");
         Ok(match self {
             Ctx::Rxe(p) => {
-                let c = p.create_srq(cmd).map_err(op)?;
+                let c = p.create_srq(cmd, alloc).map_err(op)?;
                 (c.resp, c.srq_num, Srq::Rxe(c.srq), SrqShared::Rxe(c.shared))
             }
             Ctx::Mlx5(p) => {
-                let c = p.create_srq(cmd).map_err(op)?;
+                let c = p.create_srq(cmd, alloc).map_err(op)?;
                 (
                     c.resp,
                     c.srq_num,

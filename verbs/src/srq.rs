@@ -136,7 +136,7 @@ impl Pd {
         };
         // Complete or nothing: the provider destroys the kernel SRQ itself
         // if it fails after creating it.
-        let (resp, srq_num, ring, shared) = ctx.provider().create_srq(&cmd)?;
+        let (resp, srq_num, ring, shared) = ctx.provider().create_srq(&cmd, self.allocator())?;
         Ok(Srq {
             inner: Arc::new(SrqInner {
                 pd: self.clone(),

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use rverbs_abi::mlx5::prm::{cqe_opcode, Cqe64, ErrCqe};
 use rverbs_abi::Errno;
+use rverbs_provider::SharedAllocator;
 use zerocopy::network_endian::{U16, U32};
 
 use super::barrier;
@@ -26,11 +27,18 @@ pub(crate) struct CqRing {
 
 impl CqRing {
     /// A ring of `ncqe` (a power of two) invalid CQEs (opcode 15, owner 0).
+    #[cfg(test)]
     pub(crate) fn new(ncqe: u32) -> Result<CqRing, Errno> {
+        CqRing::new_in(ncqe, None)
+    }
+
+    /// [`CqRing::new`], its buffer from `alloc` where one is given
+    /// ([`Mapping::queue_in`]).
+    pub(crate) fn new_in(ncqe: u32, alloc: Option<&SharedAllocator>) -> Result<CqRing, Errno> {
         if !ncqe.is_power_of_two() {
             return Err(Errno::EINVAL);
         }
-        let buf = Mapping::queue(ncqe as usize * CQE_SIZE, QueueKind::Cq)?;
+        let buf = Mapping::queue_in(ncqe as usize * CQE_SIZE, QueueKind::Cq, alloc)?;
         let ring = buf.as_ptr().cast::<Cqe64>();
         for i in 0..ncqe as usize {
             // SAFETY: entry i < ncqe lies inside the buffer (64-byte

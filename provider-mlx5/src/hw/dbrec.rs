@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rverbs_abi::Errno;
+use rverbs_provider::{BufferKind, SharedAllocator};
 
 use super::map::{page_size, Mapping};
 
@@ -72,11 +73,41 @@ impl DbPool {
             words,
             slot: Arc::new(Slot {
                 addr: ptr as u64,
-                page: pi,
-                slot,
-                pool: Arc::clone(self),
+                owner: Owner::Pool {
+                    page: pi,
+                    slot,
+                    pool: Arc::clone(self),
+                },
             }),
         })
+    }
+
+    /// A zeroed record from `alloc` (the two words a record holds, 8
+    /// bytes 8-aligned, as libmlx5 asks a parent domain's allocator), or,
+    /// where it answers "use the default" or none is given, a slot of
+    /// this pool.
+    pub(crate) fn alloc_in(
+        self: &Arc<Self>,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<DbRec, Errno> {
+        let Some(a) = alloc else {
+            return self.alloc();
+        };
+        match Mapping::allocated(a, USED_WORDS * 4, 8, BufferKind::DoorbellRecord)? {
+            None => self.alloc(),
+            Some(m) => {
+                let ptr = m.as_ptr();
+                // SAFETY: derived from a non-null allocation.
+                let words = unsafe { NonNull::new_unchecked(ptr.cast::<AtomicU32>()) };
+                Ok(DbRec {
+                    words,
+                    slot: Arc::new(Slot {
+                        addr: ptr as u64,
+                        owner: Owner::Allocated(m),
+                    }),
+                })
+            }
+        }
     }
 
     fn release(&self, page: usize, slot: usize) {
@@ -107,16 +138,33 @@ impl DbPool {
 #[derive(Debug)]
 struct Slot {
     addr: u64,
-    page: usize,
-    slot: usize,
-    pool: Arc<DbPool>,
+    owner: Owner,
+}
+
+/// Where a record's bytes are.
+#[derive(Debug)]
+enum Owner {
+    /// Slot `slot` of the pool's page `page`.
+    Pool {
+        page: usize,
+        slot: usize,
+        pool: Arc<DbPool>,
+    },
+    /// The program's allocator's (freed when this drops).
+    Allocated(#[allow(dead_code)] Mapping),
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.pool.release(self.page, self.slot);
+        if let Owner::Pool { page, slot, pool } = &self.owner {
+            pool.release(*page, *slot);
+        }
     }
 }
+
+/// The words of a record that are used: the two counters of a QP, a CQ's
+/// consumer index and arm word.
+const USED_WORDS: usize = 2;
 
 /// Index of the receive counter in a QP's record (`MLX5_RCV_DBR`); an
 /// SRQ's counter sits there too.
@@ -157,10 +205,11 @@ impl DbRec {
     /// Word `I` of the record.
     #[inline(always)]
     fn word<const I: usize>(&self) -> &AtomicU32 {
-        const { assert!(I < DBREC_SIZE / 4) };
-        // SAFETY: the record is 64 bytes, 64-aligned, mapped while `slot`
-        // (and so the pool page) lives; word I is inside it and 4-aligned,
-        // and every access to it is atomic.
+        const { assert!(I < USED_WORDS) };
+        // SAFETY: the record is a 64-byte pool slot, 64-aligned, or 8
+        // bytes 8-aligned from an allocator, kept while `slot` (and so the
+        // pool page or the allocation) lives; word I (of the first two) is
+        // inside it and 4-aligned, and every access to it is atomic.
         unsafe { self.words.add(I).as_ref() }
     }
 

@@ -1,12 +1,15 @@
 //! The one way this provider maps memory: [`Mapping`], an `mmap` of whole
 //! pages unmapped on drop. Queue buffers and doorbell pages are anonymous
 //! private memory the kernel pins for the device; UAR pages are the
-//! device's registers, mapped from the command fd.
+//! device's registers, mapped from the command fd. A queue buffer or
+//! doorbell record may instead come from the program's allocator (a parent
+//! domain's, [`Mapping::queue_in`]), which gets it back on drop.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
 
 use rverbs_abi::Errno;
+use rverbs_provider::{Allocation, BufferKind, SharedAllocator};
 
 /// The system page size (queue buffers and doorbell pages are multiples).
 pub(crate) fn page_size() -> usize {
@@ -76,6 +79,9 @@ impl AllocType {
 pub(crate) struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// The allocator the bytes came from (freed through it on drop), or
+    /// `None`: our own `mmap`.
+    from: Option<(SharedAllocator, BufferKind)>,
 }
 
 // SAFETY: `Mapping` owns its mapping exclusively; the pointer is only an
@@ -104,7 +110,66 @@ impl Mapping {
             return Err(Errno::last());
         }
         let ptr = NonNull::new(p.cast()).ok_or(Errno::ENOMEM)?;
-        Ok(Mapping { ptr, len })
+        Ok(Mapping {
+            ptr,
+            len,
+            from: None,
+        })
+    }
+
+    /// `len` bytes aligned to `align` for `kind` from `alloc`, zeroed;
+    /// `None` where it answers [`Allocation::UseDefault`], `ENOMEM` where
+    /// it fails. Its `fork()` safety is the allocator's duty
+    /// ([`rverbs_provider::QueueAllocator`]'s contract, as
+    /// `ibv_alloc_parent_domain(3)` puts it): no `madvise` here, which on
+    /// memory not page-aligned would change its neighbours too.
+    pub(crate) fn allocated(
+        alloc: &SharedAllocator,
+        len: usize,
+        align: usize,
+        kind: BufferKind,
+    ) -> Result<Option<Mapping>, Errno> {
+        let ptr = match alloc.alloc(len, align, kind) {
+            Allocation::Memory(p) => p,
+            Allocation::UseDefault => return Ok(None),
+            Allocation::Failed => return Err(Errno::ENOMEM),
+        };
+        let m = Mapping {
+            ptr,
+            len,
+            from: Some((std::sync::Arc::clone(alloc), kind)),
+        };
+        if ptr.as_ptr() as usize % align != 0 {
+            // Not what was asked for: given back (by the drop), refused.
+            return Err(Errno::EINVAL);
+        }
+        // SAFETY: `len` writable bytes the allocator handed over, which
+        // nobody else uses (QueueAllocator's contract).
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, len) };
+        Ok(Some(m))
+    }
+
+    /// [`Mapping::queue`], from `alloc` where one is given (whole pages,
+    /// page-aligned, as [`Mapping::queue`] maps them) unless it answers
+    /// "use the default".
+    pub(crate) fn queue_in(
+        len: usize,
+        queue: QueueKind,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<Mapping, Errno> {
+        if let Some(a) = alloc {
+            let page = page_size();
+            let whole = len.max(1).checked_add(page - 1).ok_or(Errno::ENOMEM)? & !(page - 1);
+            let kind = match queue {
+                QueueKind::Cq => BufferKind::Cq,
+                QueueKind::Qp => BufferKind::Qp,
+                QueueKind::Srq => BufferKind::Srq,
+            };
+            if let Some(m) = Mapping::allocated(a, whole, page, kind)? {
+                return Ok(m);
+            }
+        }
+        Mapping::queue(len, queue)
     }
 
     /// Page-aligned, zeroed anonymous memory for the device: `len` bytes
@@ -218,9 +283,17 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: we own this mapping and nothing refers to it any more
-        // (holders of pointers into it keep the `Mapping` alive).
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        match &self.from {
+            // SAFETY: from this allocator's `alloc` with this size and
+            // kind, freed once (here), and nothing refers to it any more
+            // (holders of pointers into it keep the `Mapping` alive).
+            Some((alloc, kind)) => unsafe { alloc.free(self.ptr, self.len, *kind) },
+            // SAFETY: we own this mapping and nothing refers to it any
+            // more (as above).
+            None => unsafe {
+                libc::munmap(self.ptr.as_ptr().cast(), self.len);
+            },
+        }
     }
 }
 
@@ -289,5 +362,80 @@ mod tests {
             }
             Err(e) => assert_eq!(e, Errno::ENOMEM),
         }
+    }
+
+    /// An allocator handing out dirty, page-aligned heap blocks and
+    /// recording what it was asked for and given back; `answer` 1 says
+    /// "use the default", 2 fails.
+    #[derive(Debug, Default)]
+    struct Recorder {
+        answer: u8,
+        asked: std::sync::Mutex<Vec<(usize, usize, BufferKind)>>,
+        freed: std::sync::Mutex<Vec<(usize, usize, BufferKind)>>,
+    }
+
+    // SAFETY: Memory is a fresh block of `size` bytes aligned to `align`
+    // from the global allocator, only freed through `free`.
+    unsafe impl rverbs_provider::QueueAllocator for Recorder {
+        fn alloc(&self, size: usize, align: usize, kind: BufferKind) -> Allocation {
+            self.asked.lock().unwrap().push((size, align, kind));
+            match self.answer {
+                1 => return Allocation::UseDefault,
+                2 => return Allocation::Failed,
+                _ => {}
+            }
+            let layout = std::alloc::Layout::from_size_align(size, align).unwrap();
+            // SAFETY: a nonzero size (asserted by the callers below).
+            let p = unsafe { std::alloc::alloc(layout) };
+            // SAFETY: `size` writable bytes just allocated.
+            unsafe { std::ptr::write_bytes(p, 0xa5, size) };
+            Allocation::Memory(NonNull::new(p).unwrap())
+        }
+
+        unsafe fn free(&self, ptr: NonNull<u8>, size: usize, kind: BufferKind) {
+            self.freed
+                .lock()
+                .unwrap()
+                .push((ptr.as_ptr() as usize, size, kind));
+            // Every request of this test is page-aligned (asserted there).
+            let layout = std::alloc::Layout::from_size_align(size, page_size()).unwrap();
+            // SAFETY: from `alloc` with this size and alignment, freed once.
+            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
+        }
+    }
+
+    /// A queue buffer from an allocator is whole pages, page-aligned,
+    /// zeroed, of the queue's kind, and goes back to it on drop; "use the
+    /// default" maps our own; a failure is ENOMEM.
+    #[test]
+    fn queue_buffers_from_an_allocator() {
+        let rec = std::sync::Arc::new(Recorder::default());
+        let alloc: SharedAllocator = rec.clone();
+        let m = Mapping::queue_in(100, QueueKind::Qp, Some(&alloc)).unwrap();
+        let page = page_size();
+        assert_eq!(m.len(), page);
+        assert_eq!(m.addr() % page as u64, 0);
+        assert!(m.read_bytes(0, page).iter().all(|&b| b == 0));
+        assert_eq!(*rec.asked.lock().unwrap(), [(page, page, BufferKind::Qp)]);
+        let addr = m.addr() as usize;
+        drop(m);
+        assert_eq!(*rec.freed.lock().unwrap(), [(addr, page, BufferKind::Qp)]);
+
+        let default = std::sync::Arc::new(Recorder {
+            answer: 1,
+            ..Recorder::default()
+        });
+        let alloc: SharedAllocator = default.clone();
+        let m = Mapping::queue_in(100, QueueKind::Cq, Some(&alloc)).unwrap();
+        assert!(m.from.is_none());
+        drop(m);
+        assert!(default.freed.lock().unwrap().is_empty());
+
+        let failing: SharedAllocator = std::sync::Arc::new(Recorder {
+            answer: 2,
+            ..Recorder::default()
+        });
+        let e = Mapping::queue_in(100, QueueKind::Srq, Some(&failing)).unwrap_err();
+        assert_eq!(e, Errno::ENOMEM);
     }
 }

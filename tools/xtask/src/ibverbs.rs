@@ -317,7 +317,7 @@ fn c_tests(ws: &Path, out: &Path) -> Result<()> {
 }
 
 /// The programs [`c_tests`] builds, by file stem.
-const C_TESTS: &[&str] = &["threads", "rules", "helpers", "compat_1_0"];
+const C_TESTS: &[&str] = &["threads", "rules", "helpers", "compat_1_0", "parent_domain"];
 
 /// The C ping-pong of `tests/ibverbs-c`, linked with `-static` against
 /// our `libibverbs.a` in `out` (the header is `<infiniband/verbs.h>` from

@@ -35,6 +35,7 @@ use rverbs_abi::srq::{CreateSrq, CreateSrqResp};
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
 
+use crate::alloc::SharedAllocator;
 use crate::batch::{BatchWr, SendBatch};
 use crate::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
 use crate::PostFailed;
@@ -463,10 +464,21 @@ pub trait Provider: Send + Sync + Sized + fmt::Debug {
         None
     }
     /// CREATE_CQ for `cmd`, the extended command when `flags` is given.
-    fn create_cq(&self, cmd: &CreateCq, flags: Option<u32>) -> Result<CqCreated<Self>, Errno>;
+    /// A provider whose ring is user memory takes it from `alloc` where
+    /// one is given ([`crate::alloc`]; freed through it when the ring
+    /// goes), and where `alloc` answers
+    /// [`Allocation::UseDefault`](crate::Allocation::UseDefault), its own;
+    /// [`Allocation::Failed`](crate::Allocation::Failed) is `ENOMEM`.
+    fn create_cq(
+        &self,
+        cmd: &CreateCq,
+        flags: Option<u32>,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<CqCreated<Self>, Errno>;
     /// CREATE_QP for `cmd` (the extended command when `flags` is given) on
     /// the CQs `send_cq` and `recv_cq` (the ones `cmd` names) and, when
-    /// `cmd.is_srq`, on `srq`.
+    /// `cmd.is_srq`, on `srq`; its buffers from `alloc` as
+    /// [`Provider::create_cq`] says.
     fn create_qp(
         &self,
         cmd: &CreateQp,
@@ -474,7 +486,13 @@ pub trait Provider: Send + Sync + Sized + fmt::Debug {
         send_cq: &Self::CqShared,
         recv_cq: &Self::CqShared,
         srq: Option<&Self::Srq>,
+        alloc: Option<&SharedAllocator>,
     ) -> Result<QpCreated<Self>, Errno>;
-    /// CREATE_SRQ for `cmd`.
-    fn create_srq(&self, cmd: &CreateSrq) -> Result<SrqCreated<Self>, Errno>;
+    /// CREATE_SRQ for `cmd`; its buffers from `alloc` as
+    /// [`Provider::create_cq`] says.
+    fn create_srq(
+        &self,
+        cmd: &CreateSrq,
+        alloc: Option<&SharedAllocator>,
+    ) -> Result<SrqCreated<Self>, Errno>;
 }

@@ -10,7 +10,9 @@
 //! * [`PostError`]: why a request was refused, and [`PostFailed`]: that
 //!   and where, the error of every post;
 //! * [`contract`]: the operations every provider implements and the library
-//!   calls ([`Provider`] and its queue traits).
+//!   calls ([`Provider`] and its queue traits);
+//! * [`alloc`]: queue buffers from the program's allocator
+//!   ([`QueueAllocator`], a parent domain's).
 
 #![deny(missing_docs)]
 // Clean, so denied (issue 44): nothing `pub` that no one outside can
@@ -18,12 +20,14 @@
 #![deny(unreachable_pub)]
 #![deny(clippy::multiple_unsafe_ops_per_block)]
 
+pub mod alloc;
 pub mod batch;
 pub mod check;
 pub mod contract;
 mod error;
 pub mod wr;
 
+pub use alloc::{Allocation, BufferKind, QueueAllocator, SharedAllocator};
 pub use contract::{
     AhCreated, AhNetwork, CmdError, CompletionQueue, ContextOpened, CqCreated, Ece, Feature,
     OpenError, Provider, QpCreated, QpState, RecvQueue, RingLost, SendQueue, SharedCq,

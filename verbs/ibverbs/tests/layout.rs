@@ -21,7 +21,7 @@ use rverbs_ibverbs::ffi::cq::{IbvCompChannel, IbvCq, IbvCqEx, IbvCqInitAttrEx};
 use rverbs_ibverbs::ffi::ece::IbvEce;
 use rverbs_ibverbs::ffi::event::IbvAsyncEvent;
 use rverbs_ibverbs::ffi::mw::{IbvMw, IbvMwBind, IbvMwBindInfo, IbvSendWrBindMw};
-use rverbs_ibverbs::ffi::pd::{IbvMr, IbvPd};
+use rverbs_ibverbs::ffi::pd::{IbvMr, IbvParentDomainInitAttr, IbvPd, IbvTd, IbvTdInitAttr};
 use rverbs_ibverbs::ffi::qp::{
     IbvAh, IbvQp, IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSrq, IbvSrqAttr, IbvSrqInitAttr,
     WrAtomic, WrRdma, WrUd,
@@ -111,7 +111,9 @@ fn entries() -> Vec<Entry> {
             local_ca_ack_delay => "local_ca_ack_delay", phys_port_cnt => "phys_port_cnt",
         ]),
         entry!(VerbsContext, "struct verbs_context", "sizeof(struct verbs_context)", [
-            query_port => "query_port", before_create_cq_ex @ "advise_mr",
+            query_port => "query_port", before_alloc_parent_domain @ "advise_mr",
+            alloc_parent_domain => "alloc_parent_domain", dealloc_td => "dealloc_td",
+            alloc_td => "alloc_td", before_create_cq_ex @ "modify_cq",
             create_cq_ex => "create_cq_ex", priv_ => "priv",
             query_device_ex => "query_device_ex", before_create_qp_ex @ "ibv_destroy_flow",
             create_qp_ex => "create_qp_ex", after_create_qp_ex @ "get_srq_num",
@@ -209,6 +211,15 @@ fn entries() -> Vec<Entry> {
             read_wc_flags => "read_wc_flags", read_slid => "read_slid", read_sl => "read_sl",
             read_dlid_path_bits => "read_dlid_path_bits",
             read_unsupported @ "read_completion_ts",
+        ]),
+        entry!(IbvTd, "struct ibv_td", "sizeof(struct ibv_td)", [context => "context"]),
+        entry!(IbvTdInitAttr, "struct ibv_td_init_attr", "sizeof(struct ibv_td_init_attr)", [
+            comp_mask => "comp_mask",
+        ]),
+        entry!(IbvParentDomainInitAttr, "struct ibv_parent_domain_init_attr",
+            "sizeof(struct ibv_parent_domain_init_attr)", [
+            pd => "pd", td => "td", comp_mask => "comp_mask", alloc => "alloc", free => "free",
+            pd_context => "pd_context",
         ]),
         entry!(IbvCqInitAttrEx, "struct ibv_cq_init_attr_ex", "sizeof(struct ibv_cq_init_attr_ex)", [
             cqe => "cqe", cq_context => "cq_context", channel => "channel",

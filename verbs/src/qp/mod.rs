@@ -178,6 +178,7 @@ impl Pd {
             &shared(attr.send_cq),
             &shared(attr.recv_cq),
             srq.map(|s| s.ring()),
+            self.allocator(),
         )?;
         let mut qp = self.new_qp(attr, srq, event_id, r, sq, rq);
         if attr.qp_type == QpType::Rc {

@@ -17,6 +17,7 @@
 //! differs between the kernel and libibverbs is moved.
 
 use super::lock::Lock;
+use super::pd::{pd_rec, IbvPd, PdRec};
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::os::fd::AsRawFd;
@@ -136,6 +137,11 @@ pub(crate) struct CqRec {
     c: UnsafeCell<IbvCqEx>,
     /// Its channel (a copy of `c.channel`, which this library never changes).
     channel: *mut IbvCompChannel,
+    /// The parent domain it was created on (`IBV_CQ_INIT_ATTR_MASK_PD`),
+    /// which counts it, or NULL.
+    parent_domain: *mut IbvPd,
+    /// Unlocked (`Lock::unlocked`) for a CQ of a thread domain or created
+    /// single-threaded: the program's promise, see `ffi::lock`.
     pub(crate) cq: Lock<Cq>,
     /// QPs (and SRQs) using it and not destroyed.
     users: AtomicUsize,
@@ -269,29 +275,57 @@ pub unsafe extern "C" fn ibv_create_cq(
             Ok(cq) => cq,
             Err(e) => return null_with(errno_of(&e)),
         };
-        new_cq(context, cq, cq_context, channel, chan).cast::<IbvCq>()
+        new_cq(context, cq, cq_context, channel, chan, None).cast::<IbvCq>()
     })
 }
 
+/// How a CQ is made: on a parent domain (which counts it) and whether the
+/// program promised single-threaded use.
+struct CqOn<'a> {
+    /// The parent domain's pointer and record.
+    parent: Option<(*mut IbvPd, &'a PdRec)>,
+    single_threaded: bool,
+}
+
 /// The record of a new CQ `cq` (on `channel`, whose record is `chan`),
-/// laid out as a `struct ibv_cq_ex`.
+/// laid out as a `struct ibv_cq_ex`; `on` as [`CqOn`] says (`None`: a
+/// plain, locked CQ).
 fn new_cq(
     context: *mut IbvContext,
     cq: Cq,
     cq_context: *mut c_void,
     channel: *mut IbvCompChannel,
     chan: Option<&ChannelRec>,
+    on: Option<CqOn<'_>>,
 ) -> *mut CqRec {
     let id = cq.event_id();
+    let (handle, cqe) = (cq.handle(), cq.cqe());
+    let single = on.as_ref().is_some_and(|o| o.single_threaded);
+    let parent = on.and_then(|o| o.parent);
+    let cq = if single {
+        // SAFETY: the program created this CQ single-threaded (on a thread
+        // domain, or with IBV_CREATE_CQ_ATTR_SINGLE_THREADED): libibverbs'
+        // contract for such a CQ is that it is not used from several
+        // threads at once, which this library takes as "no two calls that
+        // name it run at once" (see ffi::lock); every guard of this lock
+        // is taken inside such a call and dropped before it returns.
+        unsafe { Lock::unlocked(cq) }
+    } else {
+        Lock::new(cq)
+    };
+    if let Some((_, p)) = parent {
+        p.hold();
+    }
     let rec = Box::new(CqRec {
         channel,
+        parent_domain: parent.map_or(ptr::null_mut(), |(p, _)| p),
         c: UnsafeCell::new(IbvCqEx {
             cq: IbvCq {
                 context,
                 channel,
                 cq_context,
-                handle: cq.handle(),
-                cqe: c_int::try_from(cq.cqe()).unwrap_or(c_int::MAX),
+                handle,
+                cqe: c_int::try_from(cqe).unwrap_or(c_int::MAX),
                 mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                 cond: libc::PTHREAD_COND_INITIALIZER,
                 comp_events_completed: 0,
@@ -315,7 +349,7 @@ fn new_cq(
             read_dlid_path_bits: Some(read_dlid_path_bits),
             read_unsupported: [None; 5],
         }),
-        cq: Lock::new(cq),
+        cq,
         users: AtomicUsize::new(0),
         comp_events_reported: AtomicU32::new(0),
         polling: AtomicBool::new(false),
@@ -338,8 +372,8 @@ const WC_STANDARD_FLAGS: u64 = 0x7f;
 const CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
 /// `IBV_CQ_INIT_ATTR_MASK_PD`.
 const CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
-/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: a promise of the program's,
-/// nothing for this library to do.
+/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: the program's promise that the
+/// CQ is used from one thread, which spares its lock (see `ffi::lock`).
 const CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
 /// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`.
 const CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
@@ -348,11 +382,19 @@ const CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
 /// `ibv_create_cq_ex`: a CQ polled with `ibv_start_poll` and friends (or
 /// `ibv_poll_cq` on `ibv_cq_ex_to_cq` of it), or NULL with errno:
 /// `EOPNOTSUPP` for `wc_flags` beyond the standard ones (no completion
-/// timestamps, VLANs, flow tags or tag matching) and for a parent domain.
+/// timestamps, VLANs, flow tags or tag matching). With
+/// `IBV_CQ_INIT_ATTR_MASK_PD` the CQ is made on the parent domain
+/// `parent_domain` (`EINVAL` for a plain PD or NULL, as libmlx5 answers):
+/// its ring comes from the parent domain's allocators (mlx5), it counts
+/// on the parent domain, and with the parent domain's thread domain it
+/// takes no lock, as with `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`.
 ///
 /// # Safety
 /// `attr` points to a readable `struct ibv_cq_init_attr_ex` whose channel
-/// is NULL or a live channel of this library.
+/// is NULL or a live channel of this library, and whose `parent_domain`,
+/// with `IBV_CQ_INIT_ATTR_MASK_PD`, is NULL or a live PD of this library.
+/// A CQ made single-threaded is used by one call at a time (see
+/// `ffi::lock`).
 pub unsafe extern "C" fn create_cq_ex(
     context: *mut IbvContext,
     attr: *mut IbvCqInitAttrEx,
@@ -365,9 +407,19 @@ pub unsafe extern "C" fn create_cq_ex(
         if a.comp_mask & !(CQ_INIT_ATTR_MASK_FLAGS | CQ_INIT_ATTR_MASK_PD) != 0 {
             return null_with(libc::EINVAL);
         }
-        if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 || a.wc_flags & !WC_STANDARD_FLAGS != 0 {
+        if a.wc_flags & !WC_STANDARD_FLAGS != 0 {
             return null_with(libc::EOPNOTSUPP);
         }
+        let parent = if a.comp_mask & CQ_INIT_ATTR_MASK_PD != 0 {
+            let pd = a.parent_domain.cast::<IbvPd>();
+            // SAFETY: NULL or a live PD of this library (the contract).
+            match unsafe { pd_rec(pd) } {
+                Some(p) if p.is_parent_domain() && p.c_context() == context => Some((pd, p)),
+                _ => return null_with(libc::EINVAL),
+            }
+        } else {
+            None
+        };
         let flags = if a.comp_mask & CQ_INIT_ATTR_MASK_FLAGS != 0 {
             a.flags
         } else {
@@ -382,14 +434,25 @@ pub unsafe extern "C" fn create_cq_ex(
         }
         // SAFETY: forwarded from this function's contract.
         let chan = unsafe { channel_rec(a.channel) };
-        let made = ctx.ctx.create_cq_ex(&CqInitAttr {
+        let init = CqInitAttr {
             cqe: a.cqe,
             channel: chan.map(|c| &c.chan),
             comp_vector: a.comp_vector,
             flags: cq_flags,
-        });
+        };
+        let made = match parent {
+            Some((_, p)) => p.pd.create_cq_ex(&init),
+            None => ctx.ctx.create_cq_ex(&init),
+        };
+        let on = CqOn {
+            single_threaded: flags & CREATE_CQ_ATTR_SINGLE_THREADED != 0
+                || parent.is_some_and(|(_, p)| p.single_threaded()),
+            parent,
+        };
         match made {
-            Ok(cq) => new_cq(context, cq, a.cq_context, a.channel, chan).cast::<IbvCqEx>(),
+            Ok(cq) => {
+                new_cq(context, cq, a.cq_context, a.channel, chan, Some(on)).cast::<IbvCqEx>()
+            }
             Err(e) => null_with(errno_of(&e)),
         }
     })
@@ -568,9 +631,15 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int {
         unsafe { wait_comp_acks(cq, reported) };
         // Waits until its async events handed out were acknowledged.
         super::event::untrack(cq as usize);
+        let parent = rec.parent_domain;
         // SAFETY: from Box::into_raw in ibv_create_cq; nothing refers to
         // it any more and the caller makes no other call on it.
         drop(unsafe { Box::from_raw(cq.cast::<CqRec>()) });
+        // SAFETY: the parent domain outlives its CQs (ibv_dealloc_pd
+        // refuses while this one counts), and counts it until here.
+        if let Some(p) = unsafe { pd_rec(parent) } {
+            p.release();
+        }
         0
     })
 }

@@ -141,8 +141,16 @@ pub struct QueryDeviceExInput {
 pub struct VerbsContext {
     /// `query_port`: the whole `ibv_port_attr`.
     pub query_port: Option<QueryPortFn>,
-    /// `advise_mr` ... `query_rt_values`: empty.
-    pub before_create_cq_ex: [Slot; 24],
+    /// `advise_mr` ... `modify_qp_rate_limit`: empty.
+    pub before_alloc_parent_domain: [Slot; 13],
+    /// `alloc_parent_domain`.
+    pub alloc_parent_domain: Option<pd::AllocParentDomainFn>,
+    /// `dealloc_td`.
+    pub dealloc_td: Option<pd::DeallocTdFn>,
+    /// `alloc_td`.
+    pub alloc_td: Option<pd::AllocTdFn>,
+    /// `modify_cq` ... `query_rt_values`: empty.
+    pub before_create_cq_ex: [Slot; 8],
     /// `create_cq_ex`.
     pub create_cq_ex: Option<cq::CreateCqExFn>,
     /// `priv`: null.
@@ -686,7 +694,11 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut IbvDevice) -> *mut IbvCont
         let rec = Box::new(ContextRec {
             v: VerbsContext {
                 query_port: Some(query_port_ex),
-                before_create_cq_ex: [None; 24],
+                before_alloc_parent_domain: [None; 13],
+                alloc_parent_domain: Some(pd::alloc_parent_domain),
+                dealloc_td: Some(pd::dealloc_td),
+                alloc_td: Some(pd::alloc_td),
+                before_create_cq_ex: [None; 8],
                 create_cq_ex: Some(cq::create_cq_ex),
                 priv_: ptr::null_mut(),
                 query_device_ex: Some(query_device_ex),

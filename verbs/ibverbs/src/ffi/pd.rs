@@ -1,5 +1,6 @@
-//! Protection domains and memory regions: `ibv_alloc_pd`,
-//! `ibv_dealloc_pd`, `ibv_reg_mr`, `ibv_reg_mr_iova`, `ibv_reg_mr_iova2`,
+//! Protection domains, thread domains, parent domains and memory regions:
+//! `ibv_alloc_pd`, `ibv_dealloc_pd`, `ibv_alloc_td`, `ibv_dealloc_td`,
+//! `ibv_alloc_parent_domain`, `ibv_reg_mr`, `ibv_reg_mr_iova`, `ibv_reg_mr_iova2`,
 //! `ibv_dereg_mr`.
 //!
 //! A C object is a record whose first field is the C struct, so the
@@ -7,13 +8,28 @@
 //! only by the matching destroy call; a PD counts the objects created on
 //! it, and `ibv_dealloc_pd` refuses (`EBUSY`, as the kernel answers
 //! libibverbs) while any remains.
+//!
+//! A parent domain is a PD record of its own whose Rust PD is its
+//! protection domain's (the same kernel PD and handle, as libibverbs'
+//! `ibv_initialize_parent_domain` makes it), with the thread domain and
+//! allocators it was given. Everything created on it counts on it (and a
+//! CQ created with `IBV_CQ_INIT_ATTR_MASK_PD` too), so `ibv_dealloc_pd`
+//! frees it only once all are destroyed; libmlx5 counts only its QPs and
+//! CQs, but here each object's record points to the parent domain's, which
+//! must outlive it. The parent domain counts on its protection domain and
+//! its thread domain: neither can be deallocated before it (`EBUSY`).
+//! Both providers offer parent and thread domains; on rxe, whose rings are
+//! the kernel's memory, the allocators are never called (librxe has no
+//! parent domains at all: its programs get `EOPNOTSUPP`).
 
 use std::ffi::{c_int, c_void};
 use std::os::fd::BorrowedFd;
 use std::ptr;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use rverbs::{AccessFlags, DmabufMr, Mr, Pd};
+use rverbs::{AccessFlags, Allocation, BufferKind, DmabufMr, Mr, Pd, QueueAllocator};
 
 use super::{context_rec, errno_of, guard, null_with, set_errno, IbvContext};
 
@@ -45,13 +61,87 @@ pub struct IbvMr {
     pub rkey: u32,
 }
 
+/// `struct ibv_td`.
+#[repr(C)]
+pub struct IbvTd {
+    /// The context it was allocated on.
+    pub context: *mut IbvContext,
+}
+
+/// `struct ibv_td_init_attr`.
+#[repr(C)]
+pub struct IbvTdInitAttr {
+    /// No field is defined: must be 0.
+    pub comp_mask: u32,
+}
+
+/// `ibv_parent_domain_init_attr.alloc`.
+pub type PdAllocFn =
+    unsafe extern "C" fn(*mut IbvPd, *mut c_void, usize, usize, u64) -> *mut c_void;
+/// `ibv_parent_domain_init_attr.free`.
+pub type PdFreeFn = unsafe extern "C" fn(*mut IbvPd, *mut c_void, *mut c_void, u64);
+
+/// `struct ibv_parent_domain_init_attr`.
+#[repr(C)]
+pub struct IbvParentDomainInitAttr {
+    /// The protection domain (not NULL).
+    pub pd: *mut IbvPd,
+    /// A thread domain, or NULL.
+    pub td: *mut IbvTd,
+    /// `IBV_PARENT_DOMAIN_INIT_ATTR_*`.
+    pub comp_mask: u32,
+    /// The queue-buffer allocator (with `..._ALLOCATORS`).
+    pub alloc: Option<PdAllocFn>,
+    /// Its free (with `..._ALLOCATORS`).
+    pub free: Option<PdFreeFn>,
+    /// What the allocators are passed (with `..._PD_CONTEXT`).
+    pub pd_context: *mut c_void,
+}
+
+/// `verbs_context.alloc_td`.
+pub type AllocTdFn = unsafe extern "C" fn(*mut IbvContext, *mut IbvTdInitAttr) -> *mut IbvTd;
+/// `verbs_context.dealloc_td`.
+pub type DeallocTdFn = unsafe extern "C" fn(*mut IbvTd) -> c_int;
+/// `verbs_context.alloc_parent_domain`.
+pub type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut IbvContext, *mut IbvParentDomainInitAttr) -> *mut IbvPd;
+
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`.
+const PD_INIT_ALLOCATORS: u32 = 1 << 0;
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT`.
+const PD_INIT_PD_CONTEXT: u32 = 1 << 1;
+/// `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOW_CC_UNPROTECTED_ALLOC`: leave to use
+/// shared memory in a confidential-computing guest on a device that
+/// bounces DMA; no device of ours does (libmlx5 then uses plain memory
+/// too), so it is accepted and changes nothing.
+const PD_INIT_ALLOW_CC: u32 = 1 << 2;
+
+/// A thread domain handed out.
+#[repr(C)]
+struct TdRec {
+    c: IbvTd,
+    /// Parent domains using it and not deallocated.
+    users: AtomicUsize,
+}
+
+/// What makes a PD record a parent domain.
+struct Parent {
+    /// Its protection domain's record, which counts this one.
+    protection: *mut IbvPd,
+    /// Its thread domain, or NULL; counts this one.
+    td: *mut IbvTd,
+}
+
 /// A PD handed out: the C struct first.
 #[repr(C)]
 pub(crate) struct PdRec {
     c: IbvPd,
     pub(crate) pd: Pd,
-    /// MRs, QPs, SRQs and AHs created on it and not destroyed.
+    /// MRs, QPs, SRQs, AHs, MWs (and, for a parent domain, CQs and parent
+    /// domains on a protection domain) not yet destroyed.
     users: AtomicUsize,
+    /// `Some` for a parent domain.
+    parent: Option<Parent>,
 }
 
 impl PdRec {
@@ -63,6 +153,18 @@ impl PdRec {
     /// Counts one object on the PD destroyed.
     pub(crate) fn release(&self) {
         self.users.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Whether this PD is a parent domain.
+    pub(crate) fn is_parent_domain(&self) -> bool {
+        self.parent.is_some()
+    }
+
+    /// Whether objects created on this PD are single-threaded: it is a
+    /// parent domain with a thread domain (the program's promise, see
+    /// `ffi::lock`).
+    pub(crate) fn single_threaded(&self) -> bool {
+        self.parent.as_ref().is_some_and(|p| !p.td.is_null())
     }
 }
 
@@ -122,6 +224,7 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut IbvContext) -> *mut IbvPd {
                     },
                     pd,
                     users: AtomicUsize::new(0),
+                    parent: None,
                 });
                 Box::into_raw(rec).cast::<IbvPd>()
             }
@@ -133,12 +236,14 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut IbvContext) -> *mut IbvPd {
     })
 }
 
-/// `ibv_dealloc_pd`: 0, `EBUSY` while an object created on it remains,
-/// `EINVAL` for NULL.
+/// `ibv_dealloc_pd`: 0, `EBUSY` while an object created on it remains
+/// (for a protection domain, a parent domain on it too), `EINVAL` for
+/// NULL. A parent domain is freed here, and stops counting on its
+/// protection and thread domains.
 ///
 /// # Safety
-/// `pd` is NULL or a PD from [`ibv_alloc_pd`] not yet deallocated; no
-/// other call uses it during or after this one.
+/// `pd` is NULL or a PD from [`ibv_alloc_pd`] or a parent domain not yet
+/// deallocated; no other call uses it during or after this one.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
     guard(libc::EIO, || {
@@ -149,12 +254,209 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int {
         if rec.users.load(Ordering::Relaxed) != 0 {
             return libc::EBUSY;
         }
-        // SAFETY: `pd` came from Box::into_raw in ibv_alloc_pd (the
-        // contract) and nothing holds it any more (no users, and the
-        // caller makes no other call on it).
+        if let Some(p) = &rec.parent {
+            // SAFETY: the protection and thread domains outlive the parent
+            // domain (each refuses deallocation while it counts it).
+            unsafe {
+                if let Some(prot) = pd_rec(p.protection) {
+                    prot.release();
+                }
+                if let Some(td) = p.td.cast::<TdRec>().as_ref() {
+                    td.users.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+        // SAFETY: `pd` came from Box::into_raw in ibv_alloc_pd or
+        // alloc_parent_domain (the contract) and nothing holds it any more
+        // (no users, and the caller makes no other call on it).
         drop(unsafe { Box::from_raw(pd.cast::<PdRec>()) });
         0
     })
+}
+
+/// `verbs_context.alloc_td`, behind `verbs.h`'s inline `ibv_alloc_td`: a
+/// thread domain, or NULL with errno (`EINVAL` for a NULL `init_attr` or
+/// a nonzero `comp_mask`, as libmlx5 answers). It holds no kernel object:
+/// what it changes is that QPs and CQs created on a parent domain with it
+/// take no lock in this library (see `ffi::lock`).
+///
+/// # Safety
+/// `init_attr` is NULL or points to a readable `struct ibv_td_init_attr`.
+pub unsafe extern "C" fn alloc_td(
+    context: *mut IbvContext,
+    init_attr: *mut IbvTdInitAttr,
+) -> *mut IbvTd {
+    guard(ptr::null_mut(), || {
+        // SAFETY: NULL or readable (the contract).
+        let attr = unsafe { init_attr.as_ref() };
+        if context_rec(context).is_none() || attr.is_none_or(|a| a.comp_mask != 0) {
+            return null_with(libc::EINVAL);
+        }
+        Box::into_raw(Box::new(TdRec {
+            c: IbvTd { context },
+            users: AtomicUsize::new(0),
+        }))
+        .cast::<IbvTd>()
+    })
+}
+
+/// `verbs_context.dealloc_td`, behind `ibv_dealloc_td`: 0, `EBUSY` while a
+/// parent domain uses it.
+///
+/// # Safety
+/// `td` is a thread domain of this library not yet deallocated; no other
+/// call uses it during or after a successful call.
+pub unsafe extern "C" fn dealloc_td(td: *mut IbvTd) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: NULL or a live TdRec (the contract), first field first.
+        let Some(rec) = (unsafe { td.cast::<TdRec>().as_ref() }) else {
+            return libc::EINVAL;
+        };
+        if rec.users.load(Ordering::Relaxed) != 0 {
+            return libc::EBUSY;
+        }
+        // SAFETY: from Box::into_raw in alloc_td; no parent domain refers
+        // to it and the caller makes no other call on it.
+        drop(unsafe { Box::from_raw(td.cast::<TdRec>()) });
+        0
+    })
+}
+
+/// `verbs_context.alloc_parent_domain`, behind `verbs.h`'s inline
+/// `ibv_alloc_parent_domain`: a parent domain on `attr->pd` (a PD, not a
+/// parent domain) with the thread domain `attr->td` (or none), usable
+/// wherever a PD is, or NULL with errno: `EINVAL` for a NULL `attr` or
+/// `pd`, unknown `comp_mask` bits, or a PD or TD of another context.
+/// With `IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS` and both functions given,
+/// mlx5 allocates the queue buffers and doorbell records of the QPs, SRQs
+/// and CQs made on it with `alloc` (libmlx5's `MLX5DV_RES_TYPE_*`), and
+/// frees them with `free`; rxe never calls them.
+///
+/// # Safety
+/// `attr` is NULL or points to a readable `struct
+/// ibv_parent_domain_init_attr` whose `pd` and `td` are NULL or live
+/// objects of this library; the allocators behave as
+/// `ibv_alloc_parent_domain(3)` says.
+pub unsafe extern "C" fn alloc_parent_domain(
+    context: *mut IbvContext,
+    attr: *mut IbvParentDomainInitAttr,
+) -> *mut IbvPd {
+    guard(ptr::null_mut(), || {
+        // SAFETY: NULL or readable (the contract).
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return null_with(libc::EINVAL);
+        };
+        if context_rec(context).is_none()
+            || a.comp_mask & !(PD_INIT_ALLOCATORS | PD_INIT_PD_CONTEXT | PD_INIT_ALLOW_CC) != 0
+        {
+            return null_with(libc::EINVAL);
+        }
+        // SAFETY: NULL or live objects of this library (the contract).
+        let (prot, td) = unsafe { (pd_rec(a.pd), a.td.cast::<TdRec>().as_ref()) };
+        let Some(prot) = prot.filter(|p| !p.is_parent_domain() && p.c.context == context) else {
+            return null_with(libc::EINVAL);
+        };
+        if td.is_some_and(|t| t.c.context != context) {
+            return null_with(libc::EINVAL);
+        }
+        let rec = Box::into_raw(Box::new(PdRec {
+            c: IbvPd {
+                context,
+                handle: prot.c.handle,
+            },
+            pd: prot.pd.clone(),
+            users: AtomicUsize::new(0),
+            parent: Some(Parent {
+                protection: a.pd,
+                td: a.td,
+            }),
+        }));
+        if a.comp_mask & PD_INIT_ALLOCATORS != 0 {
+            if let (Some(alloc), Some(free)) = (a.alloc, a.free) {
+                let pd_context = if a.comp_mask & PD_INIT_PD_CONTEXT != 0 {
+                    a.pd_context
+                } else {
+                    ptr::null_mut()
+                };
+                let c = CAllocator {
+                    parent: rec.cast::<IbvPd>(),
+                    pd_context,
+                    alloc,
+                    free,
+                };
+                // SAFETY: `rec` was just allocated and is not shared yet.
+                let r = unsafe { &mut *rec };
+                r.pd = r.pd.with_allocator(Arc::new(c));
+            }
+        }
+        prot.hold();
+        if let Some(t) = td {
+            t.users.fetch_add(1, Ordering::Relaxed);
+        }
+        rec.cast::<IbvPd>()
+    })
+}
+
+/// A parent domain's C allocators, as the providers' [`QueueAllocator`].
+#[derive(Debug)]
+struct CAllocator {
+    /// The parent domain, which the functions are passed (as libmlx5
+    /// passes its own).
+    parent: *mut IbvPd,
+    pd_context: *mut c_void,
+    alloc: PdAllocFn,
+    free: PdFreeFn,
+}
+
+// SAFETY: the pointers are only passed back to the program's functions,
+// which libibverbs lets any thread call (the program's allocators take
+// whatever lock they need: rdma-core's providers call them from whichever
+// thread creates or destroys the object).
+unsafe impl Send for CAllocator {}
+// SAFETY: as above; `&CAllocator` only reads the pointers.
+unsafe impl Sync for CAllocator {}
+
+/// `IBV_ALLOCATOR_USE_DEFAULT`.
+const ALLOCATOR_USE_DEFAULT: *mut c_void = usize::MAX as *mut c_void;
+
+// SAFETY: what `alloc` returns, when not NULL or USE_DEFAULT, is the
+// program's promise of ibv_alloc_parent_domain(3): `size` bytes aligned to
+// `align`, the provider's until passed to `free`, and not copied on write
+// in a forked child (the callback's duty, the man page says).
+unsafe impl QueueAllocator for CAllocator {
+    fn alloc(&self, size: usize, align: usize, kind: BufferKind) -> Allocation {
+        // SAFETY: the program's function, called as libibverbs documents.
+        let p = unsafe {
+            (self.alloc)(
+                self.parent,
+                self.pd_context,
+                size,
+                align,
+                kind.mlx5dv_res_type(),
+            )
+        };
+        if p == ALLOCATOR_USE_DEFAULT {
+            Allocation::UseDefault
+        } else {
+            match NonNull::new(p.cast::<u8>()) {
+                Some(p) => Allocation::Memory(p),
+                None => Allocation::Failed,
+            }
+        }
+    }
+
+    unsafe fn free(&self, ptr: NonNull<u8>, _size: usize, kind: BufferKind) {
+        // SAFETY: `ptr` came from this allocator's `alloc` (the caller's
+        // contract) and is freed once.
+        unsafe {
+            (self.free)(
+                self.parent,
+                self.pd_context,
+                ptr.as_ptr().cast(),
+                kind.mlx5dv_res_type(),
+            )
+        }
+    }
 }
 
 /// The access flags `IBV_ACCESS_OPTIONAL_RANGE` covers: hints a device

@@ -1126,7 +1126,17 @@ pub(super) unsafe fn new_qp(
         c: UnsafeCell::new(qp_ex::IbvQpEx::new(base, pending.is_some())),
         building: std::sync::atomic::AtomicBool::new(false),
         pending: UnsafeCell::new(pending),
-        qp: Lock::new(ManuallyDrop::new(qp)),
+        qp: if pdr.single_threaded() {
+            // SAFETY: the QP is created on a parent domain with a thread
+            // domain: libibverbs' contract (ibv_alloc_td(3)) is that the
+            // program does not use it from several threads at once, which
+            // this library takes as "no two calls that name the QP run at
+            // once" (see ffi::lock); every guard of this lock is taken
+            // inside such a call and dropped before it returns.
+            unsafe { Lock::unlocked(ManuallyDrop::new(qp)) }
+        } else {
+            Lock::new(ManuallyDrop::new(qp))
+        },
     });
     let rec = Box::into_raw(rec);
     super::event::track(pdr.c_context(), id, rec as usize);
