@@ -126,10 +126,11 @@ done
 # the kernel.)
 
 # pyverbs (rdma-core's Python binding) on ours: the device list, a context
-# and its queries, a PD; a verb not implemented yet (memory windows) fails
-# with EOPNOTSUPP as a Python exception, not a crash.
+# and its queries, a PD, a memory window; a verb not implemented (XRC
+# domains) fails with EOPNOTSUPP as a Python exception,
+# not a crash.
 if LD_LIBRARY_PATH="$dir" /usr/bin/python3 - "$dev" >"$work/pyverbs.out" 2>&1 <<'PY'
-import sys
+import os, sys
 import pyverbs.device as d
 import pyverbs.enums as e
 from pyverbs.pyverbs_error import PyverbsRDMAError
@@ -144,14 +145,18 @@ print("device", dev, "ports", attr.phys_port_cnt, "state", port.state, "gid", gi
 assert attr.phys_port_cnt == 1 and port.state == 4, (attr.phys_port_cnt, port.state)
 from pyverbs.pd import PD
 from pyverbs.mr import MW
+from pyverbs.xrcd import XRCD, XRCDInitAttr
 pd = PD(ctx)
 print("PD allocated")
+mw = MW(pd, e.IBV_MW_TYPE_1)
+print("MW allocated, rkey", hex(mw.rkey))
+mw.close()
 try:
-    MW(pd, e.IBV_MW_TYPE_1)
-    raise SystemExit("MW allocated: update this test")
+    XRCD(ctx, XRCDInitAttr(e.IBV_XRCD_INIT_ATTR_FD | e.IBV_XRCD_INIT_ATTR_OFLAGS, os.O_CREAT, -1))
+    raise SystemExit("XRC domain opened: update this test")
 except PyverbsRDMAError as ex:
     assert ex.error_code == 95, ex.error_code
-    print("MW refused with EOPNOTSUPP")
+    print("XRCD refused with EOPNOTSUPP")
 pd.close()
 ctx.close()
 PY
