@@ -64,7 +64,7 @@ pub struct Created {
 /// ring depends on), the CQ is destroyed here and EPROTO returned: on
 /// `Err` there is nothing to clean.
 /// The ring and doorbell record come from `alloc` where one is given
-/// ([`Mapping::queue_in`](crate::hw::map::Mapping::queue_in)).
+/// (through it, else the provider's own memory).
 pub fn create(
     fd: BorrowedFd<'_>,
     uctx: &Arc<Uctx>,

@@ -79,8 +79,8 @@ pub struct Created {
 /// `send_cq` and `recv_cq` are the CQs the command names (by handle): on
 /// RESET and on destruction the QP removes its CQEs not yet polled from
 /// them (see [`SendQueue::set_state`]). The work queues and the doorbell
-/// record come from `alloc` where one is given
-/// ([`Mapping::queue_in`]).
+/// record come from `alloc` where one is given (through it, else the
+/// provider's own memory).
 pub fn create(
     fd: BorrowedFd<'_>,
     uctx: &Arc<Uctx>,

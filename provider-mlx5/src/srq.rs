@@ -89,7 +89,7 @@ fn geometry(limits: &Limits, max_wr: u32, max_sge: u32) -> Result<Geometry, Errn
 
 /// Builds the SRQ's WQE list and doorbell record and issues CREATE_SRQ.
 /// The WQE list and the record come from `alloc` where one is given
-/// ([`Mapping::queue_in`]).
+/// (through it, else the provider's own memory).
 pub fn create(
     fd: BorrowedFd<'_>,
     uctx: &Arc<Uctx>,

@@ -6,9 +6,9 @@
 //! next life (a poll after RESET -> RTS reads a stale `WR_FLUSH_ERR` where
 //! the program waits for its new send). libmlx5 removes them at RESET;
 //! rxe's kernel and rdma-core's librxe do not. Here the reset marks them
-//! instead: [`CqShared::reset_qp`] records the QP's number and the ring's
+//! instead: `CqShared::reset_qp` records the QP's number and the ring's
 //! producer index at that moment, and every completion of that QP before
-//! that index is dropped by [`StaleFilter`] when it is polled. The kernel
+//! that index is dropped by `StaleFilter` when it is polled. The kernel
 //! writes nothing more for a QP in RESET, so no completion the QP makes
 //! after it is touched.
 //!
