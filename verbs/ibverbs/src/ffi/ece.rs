@@ -8,7 +8,7 @@ use std::ffi::c_int;
 use rverbs::Ece;
 
 use super::qp::{qp_rec, IbvQp};
-use super::{errno_of, guard, set_errno};
+use super::{errno_of, errno_with, guard};
 
 /// `struct ibv_ece`.
 #[repr(C)]
@@ -33,10 +33,10 @@ pub unsafe extern "C" fn ibv_query_ece(qp: *mut IbvQp, ece: *mut IbvEce) -> c_in
     guard(libc::EIO, || {
         // SAFETY: forwarded from this function's contract.
         let Some(rec) = (unsafe { qp_rec(qp) }) else {
-            return fail(libc::EINVAL);
+            return errno_with(libc::EINVAL);
         };
         if ece.is_null() {
-            return fail(libc::EINVAL);
+            return errno_with(libc::EINVAL);
         }
         let got = rec.qp.lock().query_ece();
         match got {
@@ -50,7 +50,7 @@ pub unsafe extern "C" fn ibv_query_ece(qp: *mut IbvQp, ece: *mut IbvEce) -> c_in
                 unsafe { ece.write(c) };
                 0
             }
-            Err(e) => fail(errno_of(&e)),
+            Err(e) => errno_with(errno_of(&e)),
         }
     })
 }
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn ibv_set_ece(qp: *mut IbvQp, ece: *mut IbvEce) -> c_int 
     guard(libc::EIO, || {
         // SAFETY: forwarded from this function's contract.
         let (Some(rec), Some(c)) = (unsafe { qp_rec(qp) }, unsafe { ece.as_ref() }) else {
-            return fail(libc::EINVAL);
+            return errno_with(libc::EINVAL);
         };
         let asked = Ece {
             vendor_id: c.vendor_id,
@@ -77,13 +77,7 @@ pub unsafe extern "C" fn ibv_set_ece(qp: *mut IbvQp, ece: *mut IbvEce) -> c_int 
         let done = rec.qp.lock().set_ece(asked);
         match done {
             Ok(()) => 0,
-            Err(e) => fail(errno_of(&e)),
+            Err(e) => errno_with(errno_of(&e)),
         }
     })
-}
-
-/// Sets errno to `e` and returns it (the ECE verbs return the errno).
-fn fail(e: c_int) -> c_int {
-    set_errno(e);
-    e
 }

@@ -220,6 +220,13 @@ pub(crate) fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// `e`, also set as this thread's errno: how a verb that returns its
+/// errno fails.
+pub(crate) fn errno_with(e: c_int) -> c_int {
+    set_errno(e);
+    e
+}
+
 /// NULL with `e` as this thread's errno: how a constructor fails.
 pub(crate) fn null_with<T>(e: c_int) -> *mut T {
     set_errno(e);

@@ -20,7 +20,7 @@ use rverbs::{AccessFlags, Mw, MwBindWr, MwType, SendFlags, SendWr};
 
 use super::pd::{mr_lkey, pd_rec, IbvMr, IbvPd};
 use super::qp::{flush_send, qp_rec, IbvQp, IbvSendWr};
-use super::{errno_of, guard, null_with, set_errno, IbvContext};
+use super::{errno_of, errno_with, guard, null_with, IbvContext};
 
 /// `IBV_MW_TYPE_1`.
 const MW_TYPE_1: c_int = 1;
@@ -228,35 +228,31 @@ fn inc_rkey(rkey: u32) -> u32 {
 /// library.
 pub unsafe extern "C" fn bind_mw(qp: *mut IbvQp, mw: *mut IbvMw, mw_bind: *mut IbvMwBind) -> c_int {
     guard(libc::EIO, || {
-        let fail = |e: c_int| {
-            set_errno(e);
-            e
-        };
         // SAFETY: forwarded from this function's contract.
         let (Some(rec), Some(b)) = (unsafe { qp_rec(qp) }, unsafe { mw_bind.as_ref() }) else {
-            return fail(libc::EINVAL);
+            return errno_with(libc::EINVAL);
         };
         if mw.is_null() {
-            return fail(libc::EINVAL);
+            return errno_with(libc::EINVAL);
         }
         // SAFETY: a live window (the contract).
         let rkey = inc_rkey(unsafe { ptr::addr_of!((*mw).rkey).read() });
         // SAFETY: forwarded from this function's contract.
         let wr = match unsafe { bind_request(b.wr_id, mw, rkey, &b.bind_info) } {
             Ok(wr) => wr,
-            Err(e) => return fail(e),
+            Err(e) => return errno_with(e),
         };
         let Some(flags) = SendFlags::from_bits(b.send_flags & 0x7) else {
-            return fail(libc::EINVAL);
+            return errno_with(libc::EINVAL);
         };
         if b.send_flags & !0x7 != 0 {
-            return fail(libc::EINVAL);
+            return errno_with(libc::EINVAL);
         }
         let wrs = [wr.flags(flags)];
         let from: [*mut IbvSendWr; 1] = [ptr::null_mut()];
         let posted = flush_send(&mut rec.qp.lock(), &wrs, &from);
         if let Err((_, e)) = posted {
-            return fail(e);
+            return errno_with(e);
         }
         // SAFETY: a live window; its key is written in place, as
         // libibverbs' providers write it.
