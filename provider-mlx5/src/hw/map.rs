@@ -178,20 +178,30 @@ impl Mapping {
     /// in the parent would move the parent's pages away from the pinned
     /// ones).
     pub(crate) fn anon(len: usize) -> Result<Mapping, Errno> {
-        let page = page_size();
+        Mapping::private(len, page_size(), 0)?.dontfork()
+    }
+
+    /// A fresh private anonymous read-write mapping of `len` bytes rounded
+    /// up to whole `page`s (a power of two; at least one), with `flags`
+    /// added to `MAP_PRIVATE | MAP_ANONYMOUS`.
+    fn private(len: usize, page: usize, flags: libc::c_int) -> Result<Mapping, Errno> {
         let len = len.max(1).checked_add(page - 1).ok_or(Errno::ENOMEM)? & !(page - 1);
-        let m = Mapping::map(
+        Mapping::map(
             len,
             libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
             None,
             0,
-        )?;
+        )
+    }
+
+    /// This fresh mapping, excluded from `fork()` children.
+    fn dontfork(self) -> Result<Mapping, Errno> {
         // SAFETY: the range is exactly our fresh mapping.
-        if unsafe { libc::madvise(m.ptr.as_ptr().cast(), m.len, libc::MADV_DONTFORK) } != 0 {
+        if unsafe { libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_DONTFORK) } != 0 {
             return Err(Errno::last());
         }
-        Ok(m)
+        Ok(self)
     }
 
     /// A queue buffer of `len` bytes for `queue` ([`Mapping::anon`]), in
@@ -212,20 +222,9 @@ impl Mapping {
     /// on x86-64): `len` rounded up to whole huge pages; `ENOMEM` where
     /// none are free.
     fn huge(len: usize) -> Result<Mapping, Errno> {
-        let len = len.max(1).checked_add(HUGE_PAGE - 1).ok_or(Errno::ENOMEM)? & !(HUGE_PAGE - 1);
-        let m = Mapping::map(
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
-            None,
-            0,
-        )
-        .map_err(|_| Errno::ENOMEM)?;
-        // SAFETY: the range is exactly our fresh mapping.
-        if unsafe { libc::madvise(m.ptr.as_ptr().cast(), m.len, libc::MADV_DONTFORK) } != 0 {
-            return Err(Errno::last());
-        }
-        Ok(m)
+        Mapping::private(len, HUGE_PAGE, libc::MAP_HUGETLB)
+            .map_err(|_| Errno::ENOMEM)?
+            .dontfork()
     }
 
     /// One page of the device's registers (a UAR page), write-only,
