@@ -225,28 +225,15 @@ unsafe fn register<B>(
     buf: B,
     backing: Backing,
 ) -> std::result::Result<Mr<B>, (Error, B)> {
-    if len == 0 {
-        return Err((
-            Error::invalid_as(
-                InvalidKind::Empty,
-                "cannot register a zero-length memory region",
-            ),
-            buf,
-        ));
-    }
-    if let Err(e) = check_access(access) {
-        return Err((e, buf));
-    }
-    if let Err(e) = check_offered(access, || pd.context().caps()) {
-        return Err((e, buf));
-    }
-    let iova = match check_iova(addr as u64, len, iova) {
+    let (iova, fork) = match checked_range(
+        pd,
+        addr,
+        len,
+        access,
+        iova,
+        "cannot register a zero-length memory region",
+    ) {
         Ok(v) => v,
-        Err(e) => return Err((e, buf)),
-    };
-    // Marked before pinning (see crate::fork); unmarked if this fails.
-    let fork = match crate::fork::protect(addr, len) {
-        Ok(fork) => fork,
         Err(e) => return Err((e, buf)),
     };
     let (resp, access) = with_optional_fallback(access, |access| {
@@ -283,6 +270,28 @@ unsafe fn register<B>(
     ))
 }
 
+/// What REG_MR and a moving REREG_MR check before the kernel is asked
+/// (a non-empty range, `empty` the error's text otherwise; access bits the
+/// device offers; the IOVA, `addr` unless given), and the fork marking of
+/// `addr..addr+len`, made before the kernel pins the pages and undone when
+/// the returned guard drops (if the command fails).
+fn checked_range(
+    pd: &Pd,
+    addr: *mut u8,
+    len: usize,
+    access: AccessFlags,
+    iova: Option<u64>,
+    empty: &'static str,
+) -> Result<(u64, crate::fork::Guard)> {
+    if len == 0 {
+        return Err(Error::invalid_as(InvalidKind::Empty, empty));
+    }
+    check_access(access)?;
+    check_offered(access, || pd.context().caps())?;
+    let iova = check_iova(addr as u64, len, iova)?;
+    Ok((iova, crate::fork::protect(addr, len)?))
+}
+
 /// REREG_MR of the raw MR `mr`, moving it to `len` bytes at `addr` (the
 /// device knowing them by the same address), on `pd` with `access`, and
 /// then the MR's region and fork marking to the new range. Checked first
@@ -303,18 +312,15 @@ pub(crate) unsafe fn rereg_translation(
     access: AccessFlags,
     flags: u32,
 ) -> Result<()> {
-    if len == 0 {
-        return Err(Error::invalid_as(
-            InvalidKind::Empty,
-            "cannot re-register a memory region over zero bytes",
-        ));
-    }
-    check_access(access)?;
-    check_offered(access, || pd.context().caps())?;
-    let iova = check_iova(addr as u64, len, None)?;
-    // Marked before the kernel pins the new pages; unmarked if it refuses
-    // (the marks count, so the old range's stay).
-    let fork = crate::fork::protect(addr, len)?;
+    // The marks count, so the old range's stay if the kernel refuses.
+    let (iova, fork) = checked_range(
+        pd,
+        addr,
+        len,
+        access,
+        None,
+        "cannot re-register a memory region over zero bytes",
+    )?;
     let (resp, access) = with_optional_fallback(access, |access| {
         let cmd = ReregMr {
             response: 0,
