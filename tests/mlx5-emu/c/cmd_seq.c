@@ -15,6 +15,12 @@
  * route), a CQ resize, then every object destroyed. No work request is
  * posted. Prints "PASS <step>" per step, "FAIL <step>: <reason>" and exit 1
  * on the first failure.
+ *
+ * Usage: cmd_seq [DEVICE [GID_INDEX]] (default mlx5_0, GID 0). `cargo
+ * xtask conform` runs it on any device under tools/../uverbs-trace: on an
+ * Ethernet (RoCE) port every address vector carries a global route from
+ * GID_INDEX, which RoCE requires; on InfiniBand the sequence is the one
+ * the emulator's comparison was made with.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +55,20 @@ static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *scq,
 	return check_ptr("qps", ibv_create_qp(pd, &init));
 }
 
+/* The port's link layer is Ethernet (RoCE): address vectors need a GRH. */
+static int roce;
+static union ibv_gid gid;
+static int gid_index;
+
+/* A global route to our own GID, as RoCE requires. */
+static void set_grh(struct ibv_ah_attr *ah)
+{
+	ah->is_global = 1;
+	ah->grh.dgid = gid;
+	ah->grh.sgid_index = gid_index;
+	ah->grh.hop_limit = 64;
+}
+
 /* RESET -> INIT -> RTR -> RTS towards `dest` (RC, UC). */
 static void connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid)
 {
@@ -73,6 +93,8 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest, uint16_t lid)
 	a.ah_attr.dlid = lid;
 	a.ah_attr.sl = 0;
 	a.ah_attr.port_num = 1;
+	if (roce)
+		set_grh(&a.ah_attr);
 	mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 	       IBV_QP_RQ_PSN;
 	if (rc) {
@@ -117,8 +139,10 @@ static void ready_ud(struct ibv_qp *qp)
 	check_ret("ud", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	const char *name = argc > 1 ? argv[1] : "mlx5_0";
+	struct ibv_device *found = NULL;
 	struct ibv_device **list;
 	struct ibv_context *ctx;
 	struct ibv_device_attr_ex dev;
@@ -137,19 +161,24 @@ int main(void)
 	struct ibv_qp_attr qattr;
 	struct ibv_qp_init_attr qinit;
 	struct ibv_ah *ah[2];
-	union ibv_gid gid;
 	int n, i;
 
+	if (argc > 2)
+		gid_index = atoi(argv[2]);
 	list = check_ptr("open", ibv_get_device_list(&n));
-	if (n < 1 || strcmp(ibv_get_device_name(list[0]), "mlx5_0"))
-		fail("open", "mlx5_0 is not the first device");
-	ctx = check_ptr("open", ibv_open_device(list[0]));
+	for (i = 0; i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), name))
+			found = list[i];
+	if (!found)
+		fail("open", "no such device");
+	ctx = check_ptr("open", ibv_open_device(found));
 	ibv_free_device_list(list);
 	pass("open");
 
 	check_ret("query", ibv_query_device_ex(ctx, NULL, &dev));
 	check_ret("query", ibv_query_port(ctx, 1, &port));
-	check_ret("query", ibv_query_gid(ctx, 1, 0, &gid));
+	check_ret("query", ibv_query_gid(ctx, 1, gid_index, &gid));
+	roce = port.link_layer == IBV_LINK_LAYER_ETHERNET;
 	pass("query");
 
 	pd = check_ptr("pd", ibv_alloc_pd(ctx));
@@ -208,10 +237,15 @@ int main(void)
 	{
 		struct ibv_ah_attr aa = { .dlid = port.lid, .sl = 1, .port_num = 1 };
 
+		/* Without a global route where the link layer allows it. */
+		if (roce) {
+			set_grh(&aa);
+			aa.grh.hop_limit = 1;
+		}
 		ah[0] = check_ptr("ahs", ibv_create_ah(pd, &aa));
 		aa.is_global = 1;
 		aa.grh.dgid = gid;
-		aa.grh.sgid_index = 0;
+		aa.grh.sgid_index = gid_index;
 		aa.grh.hop_limit = 64;
 		aa.grh.traffic_class = 0;
 		aa.grh.flow_label = 0;

@@ -80,7 +80,7 @@ pub mod mem;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod qp_fsm;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub mod real;
+pub use preload_libc as real;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod record;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -55,9 +55,23 @@ pub const RULES: &[(&str, &str)] = &[
     ),
     (
         "encodings",
-        "QUERY_PORT as the ioctl method (libibverbs, where the kernel has it) or \
-         as the write() command (ours, which every kernel has): the same query; \
-         compared are the fields both encodings carry (the port number)",
+        "QUERY_PORT, GET_CONTEXT, the CQ, QP and SRQ creations and the \
+         destroys as ioctl methods (libibverbs, where the kernel has them) or \
+         as write() commands (ours, which every kernel has): the same verbs; \
+         compared are the outcome and the fields both encodings carry (the \
+         port number, the queue sizes and types, the driver data)",
+    ),
+    (
+        "ioctl-fallback",
+        "an ioctl method only libibverbs sends, answered EPROTONOSUPPORT or \
+         EOPNOTSUPP: the kernel (or the emulator) lacks it, and libibverbs \
+         falls back to the write() command, which is compared",
+    ),
+    (
+        "driver-methods",
+        "a method of the driver's own namespace (object 0x1000 and up: mlx5's \
+         DEVX) only libmlx5 sends: it reads device capabilities through DEVX \
+         where the kernel offers it; we read what the core commands answer",
     ),
     (
         "invoke-write-probe",
@@ -87,6 +101,32 @@ pub const RULES: &[(&str, &str)] = &[
          to the HCA); a read-only query",
     ),
     (
+        "async-event",
+        "an ASYNC_EVENT_ALLOC only libibverbs sends, after GET_CONTEXT as an \
+         ioctl method: that method makes no async event file, so libibverbs \
+         asks for one; the GET_CONTEXT write() command we send makes it",
+    ),
+    (
+        "gid-table-len",
+        "a QUERY_PORT only we send, just before the QUERY_GID_ENTRY of \
+         ibv_query_gid: we read the GID table's length first, to tell an index \
+         past the table (EINVAL) from an empty slot (the zero GID); read-only",
+    ),
+    (
+        "qpn",
+        "QP numbers are the kernel's, new in every process: a MODIFY_QP's \
+         dest_qp_num is compared as its offset from the lowest dest_qp_num of \
+         its own sequence (both sequences connect the same QPs, created in the \
+         same order)",
+    ),
+    (
+        "srq-mmap-info",
+        "MODIFY_SRQ driver data on rxe: the address where the kernel writes a \
+         resized ring's mmap information; it reads it only for IB_SRQ_MAX_WR. \
+         librxe passes it on every MODIFY_SRQ, we on a resize only: not \
+         compared",
+    ),
+    (
         "user-handle",
         "`user_handle` is an opaque cookie the kernel only echoes back in \
          events; libibverbs puts its object's address there, we an index",
@@ -106,6 +146,8 @@ enum Kind {
     Masked(u64, &'static str),
     /// Not compared (rule `user-handle`).
     UserHandle,
+    /// Not compared: the kernel does not read it here (the rule named).
+    Unread(&'static str),
 }
 
 /// A named field of a command struct.
@@ -453,7 +495,7 @@ fn value(name: String, b: &[u8], kind: Kind) -> Value {
     let int = u64::from_le_bytes(x);
     let key = match kind {
         Kind::Val => Some(raw.clone()),
-        Kind::UserHandle => None,
+        Kind::UserHandle | Kind::Unread(_) => None,
         Kind::Resp => Some(if int == 0 { "null" } else { "a buffer" }.into()),
         Kind::Addr => Some(if int == 0 {
             "null".into()
@@ -501,8 +543,27 @@ fn u16_at(b: &[u8], off: usize) -> u16 {
         .map_or(0, |x| u16::from_le_bytes([x[0], x[1]]))
 }
 
+/// Whose driver data a log carries: mlx5's is decoded field by field
+/// (`rdma/mlx5-abi.h`), any other driver's as numbered 8-byte words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    /// `mlx5_ib`: the driver-data tables of this module.
+    Mlx5,
+    /// `rdma_rxe`: driver data as words but for MODIFY_SRQ's.
+    Rxe,
+    /// Another driver (EFA, ...): driver data as words.
+    Other,
+}
+
+/// rxe's MODIFY_SRQ driver data (`struct rxe_modify_srq_cmd`).
+const RXE_MODIFY_SRQ: &[F] = &[F {
+    name: "mmap_info_addr",
+    size: 8,
+    kind: Kind::Unread("srq-mmap-info"),
+}];
+
 /// Decodes one `write` record's bytes.
-fn decode_write(b: &[u8], result: &str) -> Result<Command> {
+fn decode_write(b: &[u8], result: &str, driver: Driver) -> Result<Command> {
     if b.len() < 8 {
         bail!("a write command of {} bytes", b.len());
     }
@@ -544,6 +605,11 @@ fn decode_write(b: &[u8], result: &str) -> Result<Command> {
         body.split_at(core_len)
     };
     let (cf, df) = shape.map_or((&[][..], &[][..]), |s| (s.core, s.drv));
+    let df = match (driver, extended, number) {
+        (Driver::Mlx5, ..) => df,
+        (Driver::Rxe, false, 33) => RXE_MODIFY_SRQ,
+        _ => &[],
+    };
     decode(&mut fields, "core", core, cf);
     decode(&mut fields, "drv", drv, df);
     Ok(Command {
@@ -562,15 +628,90 @@ fn ioctl_name(object: &str, method: &str) -> String {
         ("0", "5") => "QUERY_GID_TABLE".into(),
         ("0", "6") => "QUERY_GID_ENTRY".into(),
         ("7", "2") => "ADVISE_MR".into(),
+        ("10", "0") => "ASYNC_EVENT_ALLOC".into(),
         _ => format!("ioctl object {object} method {method}"),
     }
 }
 
+/// The ioctl methods that do what a `write()` command does (libibverbs
+/// calls them first where the kernel has them; rule `encodings`): object,
+/// method (hex, as recorded), the write command (its name and number), and
+/// the attributes that carry one of its core fields, with that field's
+/// name and size.
+type AsWrite = (
+    &'static str,
+    &'static str,
+    &'static str,
+    u32,
+    &'static [(&'static str, &'static [(&'static str, usize)])],
+);
+const IOCTL_AS_WRITE: &[AsWrite] = &[
+    ("0", "3", "GET_CONTEXT", 0, &[]),
+    ("1", "0", "DEALLOC_PD", 4, &[]),
+    ("6", "0", "DESTROY_AH", 8, &[]),
+    ("7", "1", "DEREG_MR", 13, &[]),
+    (
+        "3",
+        "0",
+        "CREATE_CQ",
+        18,
+        &[("1", &[("cqe", 4)]), ("4", &[("comp_vector", 4)])],
+    ),
+    ("3", "1", "DESTROY_CQ", 20, &[]),
+    (
+        "4",
+        "0",
+        "CREATE_QP",
+        24,
+        &[
+            (
+                "8",
+                &[
+                    ("max_send_wr", 4),
+                    ("max_recv_wr", 4),
+                    ("max_send_sge", 4),
+                    ("max_recv_sge", 4),
+                    ("max_inline_data", 4),
+                ],
+            ),
+            ("9", &[("qp_type", 1)]),
+        ],
+    ),
+    ("4", "1", "DESTROY_QP", 27, &[]),
+    (
+        "5",
+        "0",
+        "CREATE_SRQ",
+        32,
+        &[
+            ("5", &[("max_wr", 4)]),
+            ("6", &[("max_sge", 4)]),
+            ("7", &[("srq_limit", 4)]),
+        ],
+    ),
+    ("5", "1", "DESTROY_SRQ", 35, &[]),
+];
+
+/// Whether a failed call says the kernel has no such method (libibverbs
+/// then falls back to the `write()` command).
+fn no_method(result: &str) -> bool {
+    matches!(result, "EPROTONOSUPPORT" | "EOPNOTSUPP")
+}
+
 /// Decodes one `ioctl` record: `<object> <method> <id>:<flags>:<data>...`.
-fn decode_ioctl(rest: &[&str], result: &str) -> Result<Command> {
+/// A method that does what a write command does ([`IOCTL_AS_WRITE`]) takes
+/// its name, and the attributes that carry its core fields and driver data
+/// are named as in that command (`core.*`, `drv.*`), so that the two
+/// encodings compare on what both carry; a call the kernel answered "no
+/// such method" keeps the method's own name.
+fn decode_ioctl(rest: &[&str], result: &str, driver: Driver) -> Result<Command> {
     let [object, method, attrs @ ..] = rest else {
         bail!("an ioctl record without object and method");
     };
+    let as_write = IOCTL_AS_WRITE
+        .iter()
+        .find(|w| (w.0, w.1) == (*object, *method))
+        .filter(|_| !no_method(result));
     let mut fields = Vec::new();
     for attr in attrs {
         let mut p = attr.splitn(3, ':');
@@ -588,36 +729,66 @@ fn decode_ioctl(rest: &[&str], result: &str) -> Result<Command> {
                 key: Some(n.to_string()),
                 raw: n.to_string(),
             });
-        } else {
-            let b = hex_bytes(data).with_context(|| format!("attribute {attr:?}"))?;
-            if (*object, *method, id) == ("0", "2", "0") {
-                // QUERY_PORT's port number, named as in the write command.
-                fields.push(value(
-                    "core.port_num".into(),
-                    b.get(..1).unwrap_or(&[]),
-                    Kind::Val,
-                ));
-            }
-            fields.push(value(format!("attr{id}"), &b, Kind::Val));
+            continue;
         }
+        let b = hex_bytes(data).with_context(|| format!("attribute {attr:?}"))?;
+        if (*object, *method, id) == ("0", "2", "0") {
+            // QUERY_PORT's port number, named as in the write command.
+            fields.push(value(
+                "core.port_num".into(),
+                b.get(..1).unwrap_or(&[]),
+                Kind::Val,
+            ));
+        }
+        if let Some(&(_, _, _, number, core)) = as_write {
+            if id == "1000" {
+                // UVERBS_ATTR_UHW_IN: the driver data, decoded as the
+                // write command's.
+                let drv = match (driver, shape(false, number)) {
+                    (Driver::Mlx5, Some(s)) => s.drv,
+                    _ => &[],
+                };
+                decode(&mut fields, "drv", &b, drv);
+                continue;
+            }
+            if let Some((_, parts)) = core.iter().find(|(a, _)| *a == id) {
+                let mut off = 0;
+                for (name, size) in *parts {
+                    let end = (off + size).min(b.len());
+                    fields.push(value(
+                        format!("core.{name}"),
+                        &b[off.min(end)..end],
+                        Kind::Val,
+                    ));
+                    off = end;
+                }
+                continue;
+            }
+        }
+        fields.push(value(format!("attr{id}"), &b, Kind::Val));
     }
     Ok(Command {
-        name: ioctl_name(object, method),
+        name: as_write.map_or_else(|| ioctl_name(object, method), |w| w.2.to_string()),
         result: result.to_string(),
         fields,
         ioctl: true,
     })
 }
 
-/// Parses a command log.
+/// Parses a command log of the mlx5 driver.
 pub fn parse(text: &str) -> Result<Vec<Command>> {
+    parse_for(text, Driver::Mlx5)
+}
+
+/// Parses a command log whose driver data is `driver`'s.
+pub fn parse_for(text: &str, driver: Driver) -> Result<Vec<Command>> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let words: Vec<&str> = line.split_whitespace().collect();
         let c = match words.as_slice() {
             [] => continue,
-            ["write", result, bytes] => decode_write(&hex_bytes(bytes)?, result),
-            ["ioctl", result, rest @ ..] => decode_ioctl(rest, result),
+            ["write", result, bytes] => decode_write(&hex_bytes(bytes)?, result, driver),
+            ["ioctl", result, rest @ ..] => decode_ioctl(rest, result, driver),
             _ => Err(anyhow::anyhow!("unknown record")),
         }
         .with_context(|| format!("line {}", i + 1))?;
@@ -660,6 +831,9 @@ fn allowed_ours_only(ours: &[Command], k: usize) -> Option<&'static str> {
         return Some("ah-gid-check");
     }
     let next = ours.get(k + 1)?;
+    if ours[k].name == "QUERY_PORT" && next.name == "QUERY_GID_ENTRY" {
+        return Some("gid-table-len");
+    }
     let sets_port = next.fields.iter().any(|f| {
         f.name == "core.attr_mask"
             && u64::from_str_radix(f.raw.trim_start_matches("0x"), 16)
@@ -668,17 +842,56 @@ fn allowed_ours_only(ours: &[Command], k: usize) -> Option<&'static str> {
     (ours[k].name == "QUERY_PORT" && next.name == "MODIFY_QP" && sets_port).then_some("ud-mtu")
 }
 
-/// The rule that allows command `k` of libmlx5's sequence to have no
-/// partner, if one does (rules `invoke-write-probe`, `init-queries`).
+/// Whether `c` is an ioctl of the driver's own namespace (rule
+/// `driver-methods`) or a method the kernel lacks (rule `ioctl-fallback`).
+fn probe_rule(c: &Command) -> Option<&'static str> {
+    if !c.ioctl {
+        return None;
+    }
+    let driver_object = c
+        .name
+        .strip_prefix("ioctl object ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|o| u32::from_str_radix(o, 16).ok())
+        .is_some_and(|o| o >= 0x1000);
+    if driver_object {
+        Some("driver-methods")
+    } else if no_method(&c.result) {
+        Some("ioctl-fallback")
+    } else {
+        None
+    }
+}
+
+/// The rule that allows command `k` of rdma-core's sequence to have no
+/// partner, if one does (rules `invoke-write-probe`, `init-queries`,
+/// `ioctl-fallback`, `driver-methods`).
 fn allowed_theirs_only(theirs: &[Command], k: usize) -> Option<&'static str> {
+    if let Some(rule) = probe_rule(&theirs[k]) {
+        return Some(rule);
+    }
+    if theirs[k].name == "ASYNC_EVENT_ALLOC"
+        && k > 0
+        && theirs[k - 1].name == "GET_CONTEXT"
+        && theirs[k - 1].ioctl
+    {
+        return Some("async-event");
+    }
     let probe = |c: &Command| c.name == "QUERY_DEVICE" && c.result == "ENOSPC";
     if k == 0 && theirs.first().is_some_and(probe) {
         return Some("invoke-write-probe");
     }
-    // The context's commands start after the probe, if there is one.
-    let start = usize::from(theirs.first().is_some_and(probe));
-    let init_query = |c: &Command| matches!(c.name.as_str(), "EX_QUERY_DEVICE" | "QUERY_PORT");
-    let after_open = theirs.get(start).is_some_and(|c| c.name == "GET_CONTEXT")
+    // The context's commands start after the probes, if there are any.
+    let start = theirs
+        .iter()
+        .position(|c| !probe(c) && probe_rule(c).is_none())?;
+    let init_query = |c: &Command| {
+        matches!(
+            c.name.as_str(),
+            "EX_QUERY_DEVICE" | "QUERY_PORT" | "ASYNC_EVENT_ALLOC"
+        ) || probe_rule(c).is_some()
+    };
+    let after_open = theirs[start].name == "GET_CONTEXT"
         && k > start
         && theirs[start + 1..=k].iter().all(init_query);
     after_open.then_some("init-queries")
@@ -712,8 +925,35 @@ fn align(t: &[Command], o: &[Command]) -> Vec<(usize, usize)> {
     pairs
 }
 
-/// Compares `ours` against the reference `theirs` (libmlx5).
+/// Rule `qpn`: every MODIFY_QP's `core.dest_qp_num` as its offset from the
+/// lowest one of the sequence.
+fn relative_qpns(seq: &[Command]) -> Vec<Command> {
+    let qpn = |f: &Value| {
+        (f.name == "core.dest_qp_num")
+            .then(|| u64::from_str_radix(f.raw.trim_start_matches("0x"), 16).ok())
+            .flatten()
+    };
+    let lowest = seq
+        .iter()
+        .filter(|c| c.name == "MODIFY_QP")
+        .flat_map(|c| c.fields.iter().filter_map(qpn))
+        .filter(|&q| q != 0)
+        .min();
+    let mut out = seq.to_vec();
+    let Some(lowest) = lowest else { return out };
+    for c in out.iter_mut().filter(|c| c.name == "MODIFY_QP") {
+        for f in &mut c.fields {
+            if let Some(q) = qpn(f).filter(|&q| q != 0) {
+                f.key = Some(format!("lowest + {} (rule qpn)", q - lowest));
+            }
+        }
+    }
+    out
+}
+
+/// Compares `ours` against the reference `theirs` (rdma-core's).
 pub fn compare(theirs: &[Command], ours: &[Command]) -> Report {
+    let (theirs, ours) = (&relative_qpns(theirs)[..], &relative_qpns(ours)[..]);
     let mut r = Report::default();
     let pairs = align(theirs, ours);
     let (mut ti, mut oi) = (0, 0);
@@ -742,7 +982,7 @@ pub fn compare(theirs: &[Command], ours: &[Command]) -> Report {
     };
     for (t, o) in pairs {
         while ti < t {
-            unpaired(&mut r, "libmlx5", ti, &theirs[ti]);
+            unpaired(&mut r, "rdma-core", ti, &theirs[ti]);
             ti += 1;
         }
         while oi < o {
@@ -752,7 +992,10 @@ pub fn compare(theirs: &[Command], ours: &[Command]) -> Report {
         let (a, b) = (&theirs[t], &ours[o]);
         let mut diffs = Vec::new();
         if a.result != b.result {
-            diffs.push(format!("outcome: libmlx5 {}, ours {}", a.result, b.result));
+            diffs.push(format!(
+                "outcome: rdma-core {}, ours {}",
+                a.result, b.result
+            ));
         }
         // The same query in two encodings (rule encodings): the fields
         // both have.
@@ -760,9 +1003,9 @@ pub fn compare(theirs: &[Command], ours: &[Command]) -> Report {
         for fa in &a.fields {
             match b.fields.iter().find(|f| f.name == fa.name) {
                 None if both_only => {}
-                None => diffs.push(format!("{}: libmlx5 {}, ours absent", fa.name, fa.raw)),
+                None => diffs.push(format!("{}: rdma-core {}, ours absent", fa.name, fa.raw)),
                 Some(fb) if fa.key != fb.key => diffs.push(format!(
-                    "{}: libmlx5 {}, ours {}",
+                    "{}: rdma-core {}, ours {}",
                     fa.name,
                     fa.key.as_deref().unwrap_or(&fa.raw),
                     fb.key.as_deref().unwrap_or(&fb.raw)
@@ -772,7 +1015,7 @@ pub fn compare(theirs: &[Command], ours: &[Command]) -> Report {
         }
         for fb in &b.fields {
             if !both_only && !a.fields.iter().any(|f| f.name == fb.name) {
-                diffs.push(format!("{}: libmlx5 absent, ours {}", fb.name, fb.raw));
+                diffs.push(format!("{}: rdma-core absent, ours {}", fb.name, fb.raw));
             }
         }
         r.compared += 1;
@@ -782,14 +1025,14 @@ pub fn compare(theirs: &[Command], ours: &[Command]) -> Report {
             r.differing += 1;
             for d in diffs {
                 r.lines
-                    .push(format!("libmlx5 #{t} / ours #{o} {}: {d}", a.name));
+                    .push(format!("rdma-core #{t} / ours #{o} {}: {d}", a.name));
             }
         }
         ti = t + 1;
         oi = o + 1;
     }
     while ti < theirs.len() {
-        unpaired(&mut r, "libmlx5", ti, &theirs[ti]);
+        unpaired(&mut r, "rdma-core", ti, &theirs[ti]);
         ti += 1;
     }
     while oi < ours.len() {
@@ -807,7 +1050,7 @@ pub fn render(theirs: &[Command], ours: &[Command], r: &Report) -> String {
         s += &format!("  {n}: {why}\n");
     }
     s += &format!(
-        "\ncommands: libmlx5 {}, ours {}; paired {} ({} identical after normalisation, {} \
+        "\ncommands: rdma-core {}, ours {}; paired {} ({} identical after normalisation, {} \
          differing), {} sent by one side only, {} more allowed by a rule\n",
         theirs.len(),
         ours.len(),
@@ -821,7 +1064,7 @@ pub fn render(theirs: &[Command], ours: &[Command], r: &Report) -> String {
         s += l;
         s.push('\n');
     }
-    for (who, seq) in [("libmlx5", theirs), ("ours", ours)] {
+    for (who, seq) in [("rdma-core", theirs), ("ours", ours)] {
         s += &format!("\n{who}'s sequence:\n");
         for (i, c) in seq.iter().enumerate() {
             s += &format!("  #{i} {} {}\n", c.name, c.result);

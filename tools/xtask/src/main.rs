@@ -44,6 +44,12 @@
 //!   the scenario programs of `tests/mlx5-emu/c/` against it, on the host
 //!   (see `tools/xtask/src/mlx5.rs`); `test` runs the same items.
 //!
+//! - `cargo xtask conform --dev NAME [--emu] [--prebuilt] [--only PART]`
+//!   is the conformance run for a machine with a device we drive:
+//!   rdma-core's suite on both libraries, the interop matrix with rdma-core's
+//!   tools, and the uverbs commands both send, compared; one report (see
+//!   `tools/xtask/src/conform.rs`).
+//!
 //! - `cargo xtask fuzz [--seconds N]` runs every cargo-fuzz target of
 //!   `tests/fuzz` for N seconds each (default: about 90 s in all) and
 //!   fails on any crash, printing the crashing input's path (see
@@ -64,13 +70,14 @@ mod bench;
 mod book;
 mod callgrind;
 mod charts;
+mod conform;
 mod fuzz;
 mod ibverbs;
 mod initramfs;
 mod kernel;
 mod linkage;
 mod mlx5;
-mod mlx5_pyverbs;
+mod pyverbs;
 mod regbench;
 mod scalebench;
 mod streambench;
@@ -191,6 +198,43 @@ enum Cmd {
     /// against the emulated mlx5 device (on the host, no VM) and print a
     /// summary.
     Mlx5,
+    /// The conformance run on a machine with an RDMA device we drive:
+    /// rdma-core's pyverbs suite on rdma-core's libibverbs and on ours
+    /// compared verdict for verdict, the interop matrix against rdma-core's
+    /// tools, and the uverbs commands both libraries send for the same
+    /// verbs (recorded by tests/uverbs-trace) compared field by field; one
+    /// report, `<out>/report.txt`. Exits 1 if any item failed.
+    Conform {
+        /// The device, as `ibv_devices` lists it (mlx5_0, rxe0, ...).
+        #[arg(long, value_name = "NAME")]
+        dev: String,
+        /// On the emulated ConnectX-5 (tests/mlx5-emu), `--dev mlx5_0`.
+        #[arg(long)]
+        emu: bool,
+        /// Build nothing: take every binary from the target folder.
+        #[arg(long)]
+        prebuilt: bool,
+        /// The report's folder (default: `<target>/conform/<dev>`).
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
+        /// The target folder (default: cargo's, or RVERBS_TARGET_DIR).
+        #[arg(long, value_name = "DIR")]
+        target_dir: Option<std::path::PathBuf>,
+        /// The GID index on a RoCE port (default: the first RoCE v2 GID
+        /// that maps an IPv4 address).
+        #[arg(long, value_name = "N")]
+        gid_index: Option<u32>,
+        /// The pyverbs allowed-differences file (default: the driver's,
+        /// tests/vm/pyverbs_allowed.tsv for rxe, tests/mlx5-emu's for mlx5).
+        #[arg(long, value_name = "FILE")]
+        allowed: Option<std::path::PathBuf>,
+        /// Run only this part: pyverbs, interop or commands (repeatable).
+        #[arg(long, value_name = "PART")]
+        only: Vec<String>,
+        /// The first TCP port the interop matrix uses.
+        #[arg(long, value_name = "PORT", default_value_t = 19700)]
+        port: u16,
+    },
     /// Build the book (docs/book, with mdBook), check the links of the
     /// book, README.md and BENCHMARKS.md and their sizes, and compile the
     /// README's and the book's Rust code as doc tests of rverbs.
@@ -327,6 +371,28 @@ fn main() -> ExitCode {
         Cmd::Mlx5 => testrun::target_dir()
             .and_then(|t| mlx5::mlx5_command(&t))
             .map(|ok| if ok { 0 } else { 1 }),
+        Cmd::Conform {
+            dev,
+            emu,
+            prebuilt,
+            out,
+            target_dir,
+            gid_index,
+            allowed,
+            only,
+            port,
+        } => conform::conform_command(&conform::Options {
+            dev,
+            emu,
+            prebuilt,
+            out,
+            target_dir,
+            gid_index,
+            allowed,
+            only,
+            port,
+        })
+        .map(|ok| if ok { 0 } else { 1 }),
         Cmd::Book => book::book_command().map(|ok| if ok { 0 } else { 1 }),
         Cmd::Fuzz { seconds } => {
             fuzz::fuzz_command(&fuzz::FuzzOptions { seconds }).map(|ok| if ok { 0 } else { 1 })

@@ -56,6 +56,11 @@ pub const EMU_PACKAGE: &str = "mlx5-emu";
 const CLI_PACKAGE: &str = "rverbs-cli";
 /// Time limit of one scenario process.
 const ITEM_LIMIT: Duration = Duration::from_secs(60);
+/// The differences of rdma-core's suite on the emulator allowed, with why.
+pub const PYVERBS_ALLOWED: &str = "tests/mlx5-emu/pyverbs_allowed.tsv";
+/// One pyverbs test's limit on the emulator (a test waiting for a
+/// completion that never comes counts as an error).
+pub const PYVERBS_TEST_LIMIT_SECS: u32 = 20;
 
 /// One scenario's outcome.
 #[derive(Debug, Clone)]
@@ -116,7 +121,11 @@ pub enum Group {
 
 /// Runs `cmd` with its output in `log`, killed after `limit`. Returns the
 /// exit code (None: killed or died by a signal) and the output.
-fn run_bounded(cmd: &mut Command, log: &Path, limit: Duration) -> Result<(Option<i32>, String)> {
+pub fn run_bounded(
+    cmd: &mut Command,
+    log: &Path,
+    limit: Duration,
+) -> Result<(Option<i32>, String)> {
     let file = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let err = file.try_clone()?;
     let mut child = cmd
@@ -201,9 +210,20 @@ fn pass_lines(out: &str) -> usize {
 /// Has the C scenario program `stem`, run by `c`, record what the
 /// comparisons read: `wqe_seq.c` its WQEs to `files[0]`, `cmd_seq.c` and
 /// `dmabuf.c` their commands to `files[1]` and `files[2]` (each file
-/// emptied first); other programs record nothing.
-fn record_c(c: &mut Command, stem: &str, files: [&Path; 3]) {
+/// emptied first); other programs record nothing. `cmd_seq.c` also runs
+/// under the uverbs tracer (`trace`, preloaded before the emulator `emu`),
+/// which records the same commands from outside to `files[1]` + `.trace`.
+fn record_c(c: &mut Command, stem: &str, files: [&Path; 3], trace: &Path, emu: &Path) {
     let [wqes, cmds, dmabuf] = files;
+    if stem == CMD_SEQ_C {
+        let traced = trace_log(cmds);
+        let _ = fs::remove_file(&traced);
+        c.env(
+            "LD_PRELOAD",
+            format!("{}:{}", trace.display(), emu.display()),
+        )
+        .env("UVERBS_TRACE_LOG", traced);
+    }
     for (prog, var, file) in [
         (WQE_SEQ_C, "MLX5_EMU_WQE_LOG", wqes),
         (CMD_SEQ_C, "MLX5_EMU_CMD_LOG", cmds),
@@ -247,14 +267,17 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         }
     }
     let mut cmd = Command::new(cargo_bin());
-    cmd.args(["build", "-p", EMU_PACKAGE])
+    cmd.args(["build", "-p", EMU_PACKAGE, "-p", TRACE_PACKAGE])
         .current_dir(&ws)
         .stdin(Stdio::null());
     say!("building the mlx5 emulator: {}", describe(&cmd));
     util::run(&mut cmd)?;
     let lib = target_dir.join("debug").join("libmlx5_emu.so");
-    if !lib.is_file() {
-        bail!("{} was not built", lib.display());
+    let trace = target_dir.join("debug").join(TRACE_LIB);
+    for f in [&lib, &trace] {
+        if !f.is_file() {
+            bail!("{} was not built", f.display());
+        }
     }
     // The `rverbs` tool, which `inspect.c` and `mlx5_inspect` run on
     // themselves (`RVERBS_CLI`).
@@ -463,7 +486,13 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         }
         let mut c = Command::new(&exe);
         preload_for(&mut c, &stem);
-        record_c(&mut c, &stem, [&theirs_wqes, &theirs_cmds, &theirs_dmabuf]);
+        record_c(
+            &mut c,
+            &stem,
+            [&theirs_wqes, &theirs_cmds, &theirs_dmabuf],
+            &trace,
+            &lib,
+        );
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let steps = pass_lines(&out);
         record(name, steps, check_program(&out, code), &log);
@@ -476,7 +505,13 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         preload_for(&mut c, &stem);
         c.env("LD_LIBRARY_PATH", dir)
             .env("SCENARIO_OUR_LIBIBVERBS", "1");
-        record_c(&mut c, &stem, [&ourlib_wqes, &ourlib_cmds, &ourlib_dmabuf]);
+        record_c(
+            &mut c,
+            &stem,
+            [&ourlib_wqes, &ourlib_cmds, &ourlib_dmabuf],
+            &trace,
+            &lib,
+        );
         let (ocode, oout) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let osteps = pass_lines(&oout);
         let verdict = check_program(&oout, ocode).and_then(|d| {
@@ -540,10 +575,31 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         }
     }
 
+    // The tracer `cargo xtask conform` records with, against what the
+    // emulator itself received: the same lines.
+    for (who, cmds) in [("rdma-core's", &theirs_cmds), ("our", &ourlib_cmds)] {
+        if who == "our" && ourlib.is_none() {
+            continue;
+        }
+        let traced = trace_log(cmds);
+        record_in(
+            Group::RdmaCore { steps: 0 },
+            format!("uverbs-trace of cmd_seq.c on {who} libibverbs"),
+            same_trace(cmds, &traced),
+            &traced,
+        );
+    }
+
     // rdma-core's own test suite, on libmlx5 and on our libibverbs.so.1.
     if let Some(dir) = &ourlib {
+        let allowed = ws.join(PYVERBS_ALLOWED);
+        let suite = crate::pyverbs::Suite {
+            dev: "mlx5_0",
+            allowed: &allowed,
+            test_limit_secs: PYVERBS_TEST_LIMIT_SECS,
+        };
         for (name, verdict, log) in
-            crate::mlx5_pyverbs::run(&ws, &out_dir, dir, &preload, run_bounded)?
+            crate::pyverbs::run(&suite, &ws, &out_dir, dir, &preload, run_bounded)?
         {
             record_in(Group::RdmaCore { steps: 0 }, name, verdict, &log);
         }
@@ -596,6 +652,56 @@ fn is_roce(name: &str) -> bool {
 const WQE_SEQ_C: &str = "wqe_seq";
 /// Our program posting the same sequence (tests/src/bin/mlx5_wqe_seq.rs).
 const WQE_SEQ_OURS: &str = "mlx5_wqe_seq";
+/// The uverbs tracer (tests/uverbs-trace), its package and library.
+const TRACE_PACKAGE: &str = "uverbs-trace";
+/// The library cargo builds from [`TRACE_PACKAGE`].
+pub const TRACE_LIB: &str = "libuverbs_trace.so";
+
+/// Where the tracer's record of a run whose emulator log is `cmds` goes.
+fn trace_log(cmds: &Path) -> PathBuf {
+    PathBuf::from(format!("{}.trace", cmds.display()))
+}
+
+/// The (object, method) pairs, in hex as recorded, of the ioctl methods the
+/// emulator implements (tests/mlx5-emu/src/ioctl.rs): it answers any other
+/// EPROTONOSUPPORT before reading the call, and records nothing of it.
+const EMU_METHODS: &[&str] = &["0 0", "0 2", "0 5", "0 6", "7 2", "7 4"];
+
+/// Whether the tracer recorded (at `traced`) what the emulator recorded
+/// (at `emu`), line for line, but for the calls of methods the emulator
+/// does not implement.
+fn same_trace(emu: &Path, traced: &Path) -> std::result::Result<String, String> {
+    let read = |p: &Path| fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()));
+    let (e, t) = (read(emu)?, read(traced)?);
+    let kept: Vec<&str> = t
+        .lines()
+        .filter(|l| {
+            let w: Vec<&str> = l.split(' ').collect();
+            !(w.len() > 3
+                && w[0] == "ioctl"
+                && w[1] == "EPROTONOSUPPORT"
+                && !EMU_METHODS.contains(&format!("{} {}", w[2], w[3]).as_str()))
+        })
+        .collect();
+    let e: Vec<&str> = e.lines().collect();
+    if e.is_empty() {
+        return Err("the emulator recorded no command".into());
+    }
+    match (0..e.len().max(kept.len())).find(|&i| e.get(i) != kept.get(i)) {
+        None => Ok(format!(
+            "the same {} lines as the emulator's log ({} more for methods it lacks)",
+            e.len(),
+            t.lines().count() - kept.len()
+        )),
+        Some(i) => Err(format!(
+            "line {}: emulator {:?}, tracer {:?}",
+            i + 1,
+            e.get(i).map(|l| &l[..l.len().min(80)]),
+            kept.get(i).map(|l| &l[..l.len().min(80)])
+        )),
+    }
+}
+
 /// The C program whose commands are recorded (tests/mlx5-emu/c/cmd_seq.c).
 const CMD_SEQ_C: &str = "cmd_seq";
 /// Our program making the same calls (tests/src/bin/mlx5_cmd_seq.rs).

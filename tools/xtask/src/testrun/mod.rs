@@ -261,6 +261,21 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         }
     }
 
+    // The conformance run's tracer and control-path program, for
+    // tests/vm/conform.sh (`cargo xtask conform --prebuilt` in the guest).
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["build", "-p", "uverbs-trace"])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
+    say!("building the uverbs tracer: {}", describe(&cmd));
+    if let Err(e) = util::run(&mut cmd).and_then(|()| {
+        crate::conform::compile_cmd_seq(&ws, &crate::conform::cmd_seq_exe(&target_dir))
+    }) {
+        say!("error: {e:#}");
+        problems.push("uverbs-trace and cmd_seq build".into());
+        total.failed += 1;
+    }
+
     // The fully static rverbs the book promises (getting-started.md: musl,
     // non-PIE), for tests/vm/static.sh: built, then checked to have no
     // interpreter, no dynamic section and no rdma-core name in it.

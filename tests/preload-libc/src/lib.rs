@@ -1,5 +1,6 @@
-//! The real libc functions behind the interposed symbols, found once with
-//! `dlsym(RTLD_NEXT, ...)` and used for every pass-through.
+//! `preload-libc`: the real libc functions behind the symbols a test-only
+//! `LD_PRELOAD` library interposes (the mlx5 emulator, `uverbs-trace`),
+//! found once with `dlsym(RTLD_NEXT, ...)` and used for every pass-through.
 //!
 //! Calling `libc::open` and friends from this library would bind to our own
 //! exported definitions (infinite recursion), so every pass-through goes
@@ -8,6 +9,8 @@
 //! and lazily on first use, in case another library's constructor calls an
 //! interposed function first. Should `dlsym` not find a symbol (a libc
 //! without it), the call falls back to the raw system call.
+
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
