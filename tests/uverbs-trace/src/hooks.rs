@@ -7,7 +7,7 @@
 
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
 
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, size_t, ssize_t};
 use preload_libc as real;
@@ -15,18 +15,26 @@ use rverbs_abi::ioctl::RDMA_VERBS_IOCTL;
 
 use crate::record;
 
-/// The uverbs command files the process holds open (few: one a context).
-static FDS: Mutex<Vec<c_int>> = Mutex::new(Vec::new());
+/// Most uverbs command files tracked at once (one a context).
+const SLOTS: usize = 64;
+/// An empty slot of [`FDS`].
+const EMPTY: c_int = -1;
+
+/// The uverbs command files the process holds open, one per slot. Lock-free,
+/// so that `write` and `close`, which a signal handler may call, never wait
+/// on a lock the interrupted code holds.
+static FDS: [AtomicI32; SLOTS] = [const { AtomicI32::new(EMPTY) }; SLOTS];
 
 /// The prefix of a uverbs command file's path.
 const UVERBS: &[u8] = b"/dev/infiniband/uverbs";
 
 /// Whether `fd` is a uverbs command file.
 fn is_uverbs(fd: c_int) -> bool {
-    fd >= 0 && FDS.lock().is_ok_and(|f| f.contains(&fd))
+    fd >= 0 && FDS.iter().any(|s| s.load(Ordering::Acquire) == fd)
 }
 
-/// Notes the outcome `fd` of opening `path`.
+/// Notes the outcome `fd` of opening `path` (a command file beyond
+/// [`SLOTS`] open at once is not recorded).
 ///
 /// # Safety
 /// `path` must be null or a valid C string.
@@ -36,10 +44,12 @@ unsafe fn opened(path: *const c_char, fd: c_int) -> c_int {
     }
     // SAFETY: non-null and, by the caller's contract, NUL-terminated.
     let p = unsafe { CStr::from_ptr(path) }.to_bytes();
-    if p.starts_with(UVERBS) {
-        if let Ok(mut f) = FDS.lock() {
-            if !f.contains(&fd) {
-                f.push(fd);
+    if p.starts_with(UVERBS) && !is_uverbs(fd) {
+        for s in &FDS {
+            if s.compare_exchange(EMPTY, fd, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break;
             }
         }
     }
@@ -110,8 +120,8 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
 /// As `close(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    if let Ok(mut f) = FDS.lock() {
-        f.retain(|&x| x != fd);
+    for s in &FDS {
+        let _ = s.compare_exchange(fd, EMPTY, Ordering::AcqRel, Ordering::Acquire);
     }
     real::close(fd)
 }

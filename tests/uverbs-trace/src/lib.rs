@@ -17,6 +17,10 @@
 //! `result` is `ok` or the errno's name. Without `UVERBS_TRACE_LOG` the
 //! library only passes calls through.
 //!
+//! Command files are known by the `open`/`open64` (and fortified) call that
+//! made them, as libibverbs and our library open them; a descriptor made
+//! by `openat`, `dup` or passed from another process is not traced.
+//!
 //! The caller's memory (the ioctl header, its attributes and the buffers
 //! they point to) is copied with `process_vm_readv` on the process itself,
 //! so a bad pointer is recorded as unreadable instead of crashing the
