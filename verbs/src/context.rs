@@ -61,6 +61,35 @@ pub(crate) struct Caps {
     pub phys_port_cnt: u8,
 }
 
+impl Device {
+    /// Opens the device: checks the ABI version and the driver, opens the
+    /// character device (checked as [`Device::open_node`] says) and creates
+    /// a user context (GET_CONTEXT).
+    pub fn open(&self) -> Result<Context> {
+        if self.abi_version() != rverbs_abi::IB_USER_VERBS_ABI_VERSION {
+            return Err(Error::AbiVersion {
+                device: self.name().to_string(),
+                found: self.abi_version(),
+                expected: rverbs_abi::IB_USER_VERBS_ABI_VERSION,
+            });
+        }
+        let Some(supported) = crate::provider::driver_abi(self.driver()) else {
+            return Err(Error::UnsupportedDriver {
+                device: self.name().to_string(),
+                driver: self.driver().to_string(),
+            });
+        };
+        if !supported.contains(&self.driver_abi_version()) {
+            return Err(Error::DriverAbiVersion {
+                device: self.name().to_string(),
+                found: self.driver_abi_version(),
+                supported,
+            });
+        }
+        Context::open(self.clone())
+    }
+}
+
 /// An open RDMA device. Cheap to clone; every object created from it keeps
 /// it open, so it closes when the last of them is dropped.
 #[derive(Clone)]
@@ -79,8 +108,9 @@ impl fmt::Debug for Context {
 impl Context {
     pub(crate) fn open(device: Device) -> Result<Context> {
         let fd = Arc::new(OwnedFd::from(device.open_node()?));
-        let (provider, async_fd, num_comp_vectors) = crate::provider::Ctx::open(&device, &fd)?;
-        crate::event::set_nonblocking(async_fd.as_fd())
+        let (provider, async_fd, num_comp_vectors) =
+            crate::provider::Ctx::open(device.name(), device.driver(), &fd)?;
+        crate::fd::set_nonblocking(async_fd.as_fd())
             .map_err(Error::kernel("async fd O_NONBLOCK"))?;
         Ok(Context {
             inner: Arc::new(ContextInner {
@@ -654,12 +684,12 @@ impl PortAttr {
         }
     }
     /// Largest MTU the port supports.
-    pub fn max_mtu(&self) -> Option<crate::qp::Mtu> {
-        crate::qp::Mtu::from_raw(self.raw.max_mtu)
+    pub fn max_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.raw.max_mtu)
     }
     /// MTU in use.
-    pub fn active_mtu(&self) -> Option<crate::qp::Mtu> {
-        crate::qp::Mtu::from_raw(self.raw.active_mtu)
+    pub fn active_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.raw.active_mtu)
     }
     /// Link layer.
     pub fn link_layer(&self) -> LinkLayer {
@@ -668,6 +698,57 @@ impl PortAttr {
             rverbs_abi::device::IB_LINK_LAYER_ETHERNET => LinkLayer::Ethernet,
             _ => LinkLayer::Unspecified,
         }
+    }
+}
+
+/// An MTU (`enum ib_mtu`): a port's largest and active MTU, a QP's path
+/// MTU (re-exported by [`crate::qp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Mtu {
+    /// 256 bytes.
+    Mtu256 = 1,
+    /// 512 bytes.
+    Mtu512 = 2,
+    /// 1024 bytes.
+    Mtu1024 = 3,
+    /// 2048 bytes.
+    Mtu2048 = 4,
+    /// 4096 bytes.
+    Mtu4096 = 5,
+}
+
+impl Mtu {
+    /// From the kernel's encoding (1..=5).
+    pub fn from_raw(v: u8) -> Option<Mtu> {
+        Some(match v {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// From a byte count (256, 512, 1024, 2048 or 4096).
+    pub fn from_bytes(n: u32) -> Option<Mtu> {
+        Some(match n {
+            256 => Mtu::Mtu256,
+            512 => Mtu::Mtu512,
+            1024 => Mtu::Mtu1024,
+            2048 => Mtu::Mtu2048,
+            4096 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+    /// In bytes.
+    pub fn bytes(self) -> u32 {
+        128 << (self as u32)
+    }
+}
+
+impl fmt::Display for Mtu {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.bytes())
     }
 }
 

@@ -128,8 +128,7 @@ impl Context {
     /// Creates a completion channel.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
         let fd = crate::sys::cmd::create_comp_channel(self.fd())?;
-        crate::event::set_nonblocking(fd.as_fd())
-            .map_err(Error::kernel("comp channel O_NONBLOCK"))?;
+        crate::fd::set_nonblocking(fd.as_fd()).map_err(Error::kernel("comp channel O_NONBLOCK"))?;
         Ok(CompChannel {
             inner: Arc::new(ChannelInner {
                 fd,

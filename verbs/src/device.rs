@@ -8,12 +8,10 @@
 //! `device/driver` link, its PCI ids (`device/vendor` + `device/device`, or
 //! `device/modalias`), and for soft-RoCE its name.
 
-use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::context::Context;
 use crate::error::{Error, Result};
 
 /// The sysfs root libibverbs would use: `$SYSFS_PATH` without trailing
@@ -38,49 +36,8 @@ pub(crate) fn ibdev_dir(name: &str) -> PathBuf {
     sysfs_root().join("class/infiniband").join(name)
 }
 
-/// The driver behind a device, which decides the provider. Its methods,
-/// the only code outside `provider.rs` that tells drivers apart, live
-/// there.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Driver {
-    /// Soft-RoCE (`rdma_rxe`): served by `provider-rxe`.
-    Rxe,
-    /// NVIDIA ConnectX-4 and later (`mlx5_core` / `mlx5_ib`): served by
-    /// `provider-mlx5`.
-    Mlx5,
-    /// A driver this crate has no provider for, by name.
-    Other(String),
-}
-
-/// A 64-bit GUID as the kernel stores it (network byte order).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Guid(pub [u8; 8]);
-
-impl Guid {
-    /// From the raw `__be64` the kernel writes in command responses.
-    pub fn from_raw_be(raw: u64) -> Guid {
-        Guid(raw.to_ne_bytes())
-    }
-}
-
-/// Formats as `ibv_devinfo` does: `xxxx:xxxx:xxxx:xxxx`.
-impl fmt::Display for Guid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let b = self.0;
-        write!(
-            f,
-            "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
-        )
-    }
-}
-
-impl fmt::Debug for Guid {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Guid({self})")
-    }
-}
+pub use crate::gid::Guid;
+pub use crate::provider::Driver;
 
 /// An RDMA device with a uverbs character device, as discovery
 /// ([`devices`], [`device`]) found it. Only discovery makes one: the fields
@@ -423,33 +380,6 @@ impl Device {
     /// 2 usNIC, 3 usNIC UDP, 4 unspecified, -1 unknown.
     pub fn transport_type(&self) -> i32 {
         transport_of_node_type(self.node_type())
-    }
-
-    /// Opens the device: checks the ABI version and the driver, opens the
-    /// character device (checked as [`Device::open_node`] says) and creates
-    /// a user context (GET_CONTEXT).
-    pub fn open(&self) -> Result<Context> {
-        if self.abi_version != rverbs_abi::IB_USER_VERBS_ABI_VERSION {
-            return Err(Error::AbiVersion {
-                device: self.name.clone(),
-                found: self.abi_version,
-                expected: rverbs_abi::IB_USER_VERBS_ABI_VERSION,
-            });
-        }
-        let Some(supported) = crate::provider::driver_abi(&self.driver) else {
-            return Err(Error::UnsupportedDriver {
-                device: self.name.clone(),
-                driver: self.driver.to_string(),
-            });
-        };
-        if !supported.contains(&self.driver_abi_version) {
-            return Err(Error::DriverAbiVersion {
-                device: self.name.clone(),
-                found: self.driver_abi_version,
-                supported,
-            });
-        }
-        Context::open(self.clone())
     }
 }
 

@@ -4,6 +4,9 @@
 pub use rverbs_abi::Errno;
 pub use rverbs_provider::{Feature, PostError, PostFailed};
 
+pub(crate) mod cm;
+use cm::CmError;
+
 /// Everything a verbs call can fail with.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -115,7 +118,7 @@ pub enum Error {
     /// The RDMA connection manager reported a failure (see
     /// [`crate::cm::CmError`]).
     #[error("rdma_cm: {0}")]
-    Cm(crate::cm::CmError),
+    Cm(CmError),
     /// A work request was refused; those before `index` were posted.
     #[error("work request {index} refused: {error}")]
     Post {
@@ -166,10 +169,10 @@ impl Error {
                 ..
             } => Some(Errno::EOPNOTSUPP),
             Error::Cm(
-                crate::cm::CmError::AddrError { errno }
-                | crate::cm::CmError::RouteError { errno }
-                | crate::cm::CmError::Unreachable { errno }
-                | crate::cm::CmError::ConnectError { errno },
+                CmError::AddrError { errno }
+                | CmError::RouteError { errno }
+                | CmError::Unreachable { errno }
+                | CmError::ConnectError { errno },
             ) => Some(*errno),
             _ => None,
         }

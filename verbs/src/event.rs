@@ -46,14 +46,13 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use rverbs_abi::cq::AsyncEventDesc;
 use rverbs_abi::Errno;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::fd::{wait_readable, Ready};
 
 /// The object an [`EventId`] belongs to: the tag in its top byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -345,16 +344,6 @@ impl fmt::Display for AsyncEvent {
     }
 }
 
-/// Puts `fd` in non-blocking mode.
-pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> std::result::Result<(), Errno> {
-    let flags = fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL)?;
-    fcntl(
-        fd.as_raw_fd(),
-        FcntlArg::F_SETFL(OFlag::from_bits_retain(flags) | OFlag::O_NONBLOCK),
-    )?;
-    Ok(())
-}
-
 /// Whether a DESTROY command's answer means the object is gone, so that
 /// the memory its device side used (rings, doorbell records) may be
 /// freed: it succeeded, or the device is gone (EIO, ENODEV: the kernel
@@ -362,60 +351,6 @@ pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> std::result::Result<(), Err
 /// object alive, its memory still the device's: the caller leaks it.
 pub(crate) fn destroyed<T>(answer: std::result::Result<T, Errno>) -> bool {
     matches!(answer, Ok(_) | Err(Errno::EIO | Errno::ENODEV))
-}
-
-/// How a wait for a readable fd ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ready {
-    /// Data to read.
-    Readable,
-    /// The fd reports an error or hang-up (read to learn which).
-    Failed,
-    /// The timeout passed.
-    TimedOut,
-}
-
-/// Waits with `poll(2)` until `fd` is readable or failed, or `timeout`
-/// passes (`None`: no limit). Restarts after signals.
-pub(crate) fn wait_readable(
-    fd: BorrowedFd<'_>,
-    timeout: Option<Duration>,
-) -> std::result::Result<Ready, Errno> {
-    // A timeout past what an Instant can hold is no timeout.
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-    loop {
-        let timeout = match deadline {
-            None => PollTimeout::NONE,
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                // Round up so a short remaining time does not become a busy poll.
-                let ms = left.as_nanos().div_ceil(1_000_000);
-                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-            }
-        };
-        let mut p = [PollFd::new(fd, PollFlags::POLLIN)];
-        let n = match poll(&mut p, timeout).map_err(Errno::from) {
-            Ok(n) => n,
-            Err(Errno::EINTR) => continue,
-            Err(e) => return Err(e),
-        };
-        if n == 0 {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(Ready::TimedOut);
-            }
-            continue;
-        }
-        // revents is None only for bits nix does not know, which poll never
-        // reports for a POLLIN request (the kernel masks the answer to the
-        // events asked plus POLLERR, POLLHUP and POLLNVAL).
-        if p[0]
-            .revents()
-            .is_some_and(|r| r.contains(PollFlags::POLLIN))
-        {
-            return Ok(Ready::Readable);
-        }
-        return Ok(Ready::Failed);
-    }
 }
 
 /// Reads one event record of type `T` from the non-blocking event fd `fd`:
@@ -649,7 +584,7 @@ mod tests {
     }
 
     fn pipe() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
-        nix::unistd::pipe2(OFlag::O_NONBLOCK).unwrap()
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_NONBLOCK).unwrap()
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! GIDs (16-byte global identifiers: IPv6-shaped addresses, with IPv4 mapped
-//! for RoCE v2) and GID table entries.
+//! for RoCE v2), GID table entries, and the 64-bit GUIDs that name nodes
+//! and ports.
 
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -147,6 +148,35 @@ impl GidEntry {
     /// The port as the `u8` port numbers take elsewhere.
     pub fn port_num(&self) -> Option<u8> {
         u8::try_from(self.port).ok()
+    }
+}
+
+/// A 64-bit GUID as the kernel stores it (network byte order).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Guid(pub [u8; 8]);
+
+impl Guid {
+    /// From the raw `__be64` the kernel writes in command responses.
+    pub fn from_raw_be(raw: u64) -> Guid {
+        Guid(raw.to_ne_bytes())
+    }
+}
+
+/// Formats as `ibv_devinfo` does: `xxxx:xxxx:xxxx:xxxx`.
+impl fmt::Display for Guid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = self.0;
+        write!(
+            f,
+            "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
+            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]
+        )
+    }
+}
+
+impl fmt::Debug for Guid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Guid({self})")
     }
 }
 

@@ -95,6 +95,7 @@ pub mod device;
 pub mod dmabuf;
 pub mod error;
 pub mod event;
+mod fd;
 pub mod fork;
 pub mod gid;
 pub mod mr;

@@ -20,8 +20,10 @@
 //! status) rather than touch memory outside a registration.
 
 // `MrBuf` is an `unsafe trait` of the public API, with its implementations
-// for the buffer types; each is allowed where it stands.
+// for the buffer types; each is allowed where it stands, as are
+// `register`'s calls of the registration commands (`sys::mr`).
 mod buf;
+mod register;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -518,7 +520,7 @@ impl Pd {
         buf: B,
         access: AccessFlags,
     ) -> Result<Mr<B>, RegisterError<B>> {
-        sys::mr::register_owned(self, buf, access, None)
+        register::register_owned(self, buf, access, None)
             .map_err(|(error, buf)| RegisterError { error, buf })
     }
 
@@ -538,7 +540,7 @@ impl Pd {
         access: AccessFlags,
         iova: u64,
     ) -> Result<Mr<B>, RegisterError<B>> {
-        sys::mr::register_owned(self, buf, access, Some(iova))
+        register::register_owned(self, buf, access, Some(iova))
             .map_err(|(error, buf)| RegisterError { error, buf })
     }
 
@@ -584,7 +586,7 @@ impl Pd {
         f: impl for<'s> FnOnce(&mut Mr<Scoped<'s>>) -> R,
     ) -> Result<R> {
         check_scoped_access(access)?;
-        sys::mr::register_scoped(self, buf, access, f)
+        register::register_scoped(self, buf, access, f)
     }
 
     /// [`Pd::register_scoped`] for several buffers at once, one closure for
@@ -615,7 +617,7 @@ impl Pd {
         f: impl for<'s> FnOnce(&mut [Mr<Scoped<'s>>; N]) -> std::result::Result<R, E>,
     ) -> std::result::Result<R, E> {
         check_scoped_access(access)?;
-        sys::mr::register_scoped_all(self, bufs, access, f)
+        register::register_scoped_all(self, bufs, access, f)
     }
 
     /// Registers `len` bytes at `addr`, which the caller keeps valid: for
@@ -646,8 +648,8 @@ impl Pd {
         access: AccessFlags,
     ) -> Result<Mr<Raw>> {
         // SAFETY: forwarded from this function's contract, which is
-        // sys::mr::register_raw's.
-        unsafe { sys::mr::register_raw(self, addr, len, access) }
+        // register::register_raw's.
+        unsafe { register::register_raw(self, addr, len, access) }
     }
 }
 
@@ -749,8 +751,8 @@ impl Mr<Raw> {
             None => self.access,
         };
         // SAFETY: forwarded from this function's contract, which is
-        // sys::mr::rereg_translation's.
-        unsafe { sys::mr::rereg_translation(self, addr, len, &pd, access, flags) }
+        // register::rereg_translation's.
+        unsafe { register::rereg_translation(self, addr, len, &pd, access, flags) }
     }
 }
 
@@ -986,7 +988,7 @@ impl<B> Mr<B> {
         Ok(())
     }
 
-    /// After a REREG_MR that moved the MR ([`sys::mr::rereg_translation`]):
+    /// After a REREG_MR that moved the MR ([`register::rereg_translation`]):
     /// its new keys, memory, address, PD, access and fork marking (the
     /// old marking is released).
     pub(crate) fn moved(
@@ -1019,7 +1021,7 @@ impl<B> Mr<B> {
                 flags,
                 self.iova,
                 pd.handle(),
-                access,
+                access.bits(),
             )
         });
         let resp: ReregMrResp = resp.map_err(Error::kernel("rereg_mr"))?;

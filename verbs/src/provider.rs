@@ -29,7 +29,6 @@ use rverbs_provider::{
 };
 use rverbs_rxe::Rxe;
 
-use crate::device::{Device, Driver};
 use crate::error::{Error, InvalidKind, Result};
 
 /// Declares an enum holding one provider's associated type `$assoc`.
@@ -286,6 +285,21 @@ pub(crate) enum Ctx {
     Mlx5(Mlx5),
 }
 
+/// The driver behind a device, which decides the provider (re-exported by
+/// [`crate::device`]). This module is the only code that tells drivers
+/// apart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Driver {
+    /// Soft-RoCE (`rdma_rxe`): served by `provider-rxe`.
+    Rxe,
+    /// NVIDIA ConnectX-4 and later (`mlx5_core` / `mlx5_ib`): served by
+    /// `provider-mlx5`.
+    Mlx5,
+    /// A driver this crate has no provider for, by name.
+    Other(String),
+}
+
 /// The driver ABI versions (sysfs `abi_version`) the provider of `driver`
 /// speaks; `None` for a driver no provider serves.
 pub(crate) fn driver_abi(driver: &Driver) -> Option<RangeInclusive<u32>> {
@@ -396,8 +410,12 @@ impl Ctx {
     /// provider with its driver data; returns the provider's context, the
     /// async event fd and the number of completion vectors. On error
     /// nothing is left open.
-    pub(crate) fn open(device: &Device, fd: &Arc<OwnedFd>) -> Result<(Ctx, OwnedFd, u32)> {
-        match device.driver() {
+    pub(crate) fn open(
+        device: &str,
+        driver: &Driver,
+        fd: &Arc<OwnedFd>,
+    ) -> Result<(Ctx, OwnedFd, u32)> {
+        match driver {
             Driver::Mlx5 => {
                 let (p, async_fd, n) = open_provider::<Mlx5>(fd)?;
                 Ok((Ctx::Mlx5(p), async_fd, n))
@@ -407,7 +425,7 @@ impl Ctx {
                 Ok((Ctx::Rxe(p), async_fd, n))
             }
             Driver::Other(d) => Err(Error::UnsupportedDriver {
-                device: device.name().to_string(),
+                device: device.to_string(),
                 driver: d.clone(),
             }),
         }

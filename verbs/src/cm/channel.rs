@@ -7,11 +7,12 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
 
-use rverbs_abi::ucma::{self, event, EventResp, GetEvent};
+use rverbs_abi::ucma::{self, EventResp, GetEvent};
 use rverbs_abi::Errno;
 
+use crate::error::cm::CmEventKind;
 use crate::error::{Error, Result};
-use crate::event::{wait_readable, Ready};
+use crate::fd::{wait_readable, Ready};
 use crate::qp::AhAttr;
 
 /// The rdma_cm character device.
@@ -173,81 +174,6 @@ impl AsRawFd for EventChannel {
 fn parse_dev(s: &str) -> Option<u64> {
     let (ma, mi) = s.split_once(':')?;
     Some(libc::makedev(ma.parse().ok()?, mi.parse().ok()?))
-}
-
-/// What an rdma_cm event reports (`enum rdma_cm_event_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum CmEventKind {
-    /// The destination address resolved to a local device and port.
-    AddrResolved,
-    /// Address resolution failed (`status`: the errno).
-    AddrError,
-    /// A path to the destination is known.
-    RouteResolved,
-    /// Route resolution failed (`status`: the errno).
-    RouteError,
-    /// A peer asks to connect (on a listening id; the event names the new
-    /// id).
-    ConnectRequest,
-    /// The peer accepted; the active side finishes the connection.
-    ConnectResponse,
-    /// The connection failed after the request.
-    ConnectError,
-    /// The peer did not answer.
-    Unreachable,
-    /// The peer rejected (`status`: the CM's reject reason).
-    Rejected,
-    /// The connection is up.
-    Established,
-    /// The connection was torn down.
-    Disconnected,
-    /// The RDMA device went away.
-    DeviceRemoval,
-    /// A multicast join completed.
-    MulticastJoin,
-    /// A multicast join failed.
-    MulticastError,
-    /// The local address moved to another device.
-    AddrChange,
-    /// The connection left the CM's time-wait.
-    TimewaitExit,
-    /// An event this crate does not know, by number.
-    Other(u32),
-}
-
-impl CmEventKind {
-    /// Whether this is an event of a multicast group
-    /// ([`CmEventKind::MulticastJoin`], [`CmEventKind::MulticastError`]).
-    pub fn is_multicast(self) -> bool {
-        matches!(
-            self,
-            CmEventKind::MulticastJoin | CmEventKind::MulticastError
-        )
-    }
-
-    fn from_raw(v: u32) -> CmEventKind {
-        use CmEventKind::*;
-        match v {
-            event::ADDR_RESOLVED => AddrResolved,
-            event::ADDR_ERROR => AddrError,
-            event::ROUTE_RESOLVED => RouteResolved,
-            event::ROUTE_ERROR => RouteError,
-            event::CONNECT_REQUEST => ConnectRequest,
-            event::CONNECT_RESPONSE => ConnectResponse,
-            event::CONNECT_ERROR => ConnectError,
-            event::UNREACHABLE => Unreachable,
-            event::REJECTED => Rejected,
-            event::ESTABLISHED => Established,
-            event::DISCONNECTED => Disconnected,
-            event::DEVICE_REMOVAL => DeviceRemoval,
-            event::MULTICAST_JOIN => MulticastJoin,
-            event::MULTICAST_ERROR => MulticastError,
-            event::ADDR_CHANGE => AddrChange,
-            event::TIMEWAIT_EXIT => TimewaitExit,
-            other => Other(other),
-        }
-    }
 }
 
 /// One rdma_cm event.

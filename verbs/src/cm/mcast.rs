@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use rverbs_abi::ucma::{self, mc_join_flag, DestroyId, JoinMcast, LeaveMcast, SockaddrStorage};
 use rverbs_abi::Errno;
 
-use super::channel::{CmEvent, CmEventKind, UdInfo};
+use super::channel::{CmEvent, UdInfo};
 use super::conn::{
     addrs_of, block, check_qp, device_of, next_uid, resolve_timeout_ms, Blocking, CmId, Id, Space,
     Wait,
 };
 use super::CmError;
+use super::CmEventKind;
 use crate::device::Device;
 use crate::error::{Error, InvalidKind, Result};
 use crate::gid::Gid;

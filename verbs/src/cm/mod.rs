@@ -48,9 +48,10 @@ pub mod private;
 
 use std::time::Duration;
 
+pub use crate::error::cm::{CmError, CmEventKind};
 #[cfg(test)]
 pub(crate) use channel::test_path as channel_test_path;
-pub use channel::{CmEvent, CmEventKind, ConnInfo, EventChannel, UdInfo, RDMA_CM_PATH};
+pub use channel::{CmEvent, ConnInfo, EventChannel, UdInfo, RDMA_CM_PATH};
 pub use conn::{CmId, ConnRequest, Connection, Listener, Resolved};
 #[cfg(feature = "tokio")]
 pub(crate) use conn::{Id, Space, Wait};
@@ -83,93 +84,6 @@ pub const MAX_ACK_TIMEOUT: u8 = 31;
 /// The Q_Key the kernel's CM gives the UD QPs of the UDP port space
 /// (`RDMA_UDP_QKEY`): what both sides of a datagram "connection" use.
 pub const UDP_QKEY: u32 = 0x0123_4567;
-
-/// What the connection manager reported instead of success.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum CmError {
-    /// The address did not resolve to a local RDMA device (`errno` from
-    /// the kernel: e.g. ENODEV for an address of a netdev without one).
-    #[error("address resolution failed: {errno}")]
-    AddrError {
-        /// The kernel's errno.
-        errno: rverbs_abi::Errno,
-    },
-    /// No path to the destination was found.
-    #[error("route resolution failed: {errno}")]
-    RouteError {
-        /// The kernel's errno.
-        errno: rverbs_abi::Errno,
-    },
-    /// The peer rejected the connection (nobody listening on the port:
-    /// reason 8, invalid service ID; the application's own: 28, consumer
-    /// defined, with its private data).
-    #[error("connection rejected by the peer (CM reject reason {reason})")]
-    Rejected {
-        /// The CM's reject reason (`enum ib_cm_rej_reason`).
-        reason: i32,
-        /// The peer's private data, padded with zeros by the CM to
-        /// [`MAX_REJ_PRIVATE_DATA`] bytes on InfiniBand and RoCE (see
-        /// [`private`]).
-        private_data: Vec<u8>,
-    },
-    /// The peer did not answer the CM's messages.
-    #[error("peer unreachable: {errno}")]
-    Unreachable {
-        /// The kernel's errno (ETIMEDOUT).
-        errno: rverbs_abi::Errno,
-    },
-    /// The connection failed after it was requested.
-    #[error("connection error: {errno}")]
-    ConnectError {
-        /// The kernel's errno.
-        errno: rverbs_abi::Errno,
-    },
-    /// A multicast join failed (`RDMA_CM_EVENT_MULTICAST_ERROR`).
-    #[error("multicast join failed: {errno}")]
-    JoinError {
-        /// The kernel's errno.
-        errno: rverbs_abi::Errno,
-    },
-    /// The step did not finish in the time allowed.
-    #[error("{step} did not finish within {after:?}")]
-    Timeout {
-        /// What was awaited.
-        step: &'static str,
-        /// The time allowed.
-        after: Duration,
-    },
-    /// The CM resolved to a device this process cannot find or open.
-    #[error(
-        "the CM resolved to a device with node GUID {guid}, which is not among the RDMA devices"
-    )]
-    NoDevice {
-        /// The device's node GUID.
-        guid: crate::device::Guid,
-    },
-    /// The QP given is not on the device the CM resolved.
-    #[error("the QP is on {qp_device}, the CM resolved to {cm_device}")]
-    WrongDevice {
-        /// The QP's device.
-        qp_device: String,
-        /// The CM's device.
-        cm_device: String,
-    },
-    /// The connection was torn down, or its device removed, while a step
-    /// was awaited.
-    #[error("{0:?} while connecting")]
-    Gone(CmEventKind),
-    /// An event the step does not expect.
-    #[error("unexpected {got:?} (status {status}) while awaiting {step}")]
-    Unexpected {
-        /// What was awaited.
-        step: &'static str,
-        /// What came.
-        got: CmEventKind,
-        /// Its status.
-        status: i32,
-    },
-}
 
 /// The parameters of connecting or accepting (`struct rdma_conn_param`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,8 +2,6 @@
 //! path MTU, capacities, creation attributes, address vectors, and the
 //! MODIFY_QP attributes ([`QpAttr`]) with their attribute mask.
 
-use std::fmt;
-
 use rverbs_abi::qp::{attr_mask as m, qp_type, ModifyQp, QpDest};
 
 use crate::cq::Cq;
@@ -39,55 +37,7 @@ impl QpType {
     }
 }
 
-/// Path MTU (`enum ib_mtu`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Mtu {
-    /// 256 bytes.
-    Mtu256 = 1,
-    /// 512 bytes.
-    Mtu512 = 2,
-    /// 1024 bytes.
-    Mtu1024 = 3,
-    /// 2048 bytes.
-    Mtu2048 = 4,
-    /// 4096 bytes.
-    Mtu4096 = 5,
-}
-
-impl Mtu {
-    /// From the kernel's encoding (1..=5).
-    pub fn from_raw(v: u8) -> Option<Mtu> {
-        Some(match v {
-            1 => Mtu::Mtu256,
-            2 => Mtu::Mtu512,
-            3 => Mtu::Mtu1024,
-            4 => Mtu::Mtu2048,
-            5 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
-    /// From a byte count (256, 512, 1024, 2048 or 4096).
-    pub fn from_bytes(n: u32) -> Option<Mtu> {
-        Some(match n {
-            256 => Mtu::Mtu256,
-            512 => Mtu::Mtu512,
-            1024 => Mtu::Mtu1024,
-            2048 => Mtu::Mtu2048,
-            4096 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
-    /// In bytes.
-    pub fn bytes(self) -> u32 {
-        128 << (self as u32)
-    }
-}
-
-impl fmt::Display for Mtu {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.bytes())
-    }
-}
+pub use crate::context::Mtu;
 
 /// Queue capacities, requested at creation and granted by the kernel.
 ///

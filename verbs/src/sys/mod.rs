@@ -4,19 +4,19 @@
 //!
 //! What is here is what Rust cannot check: the uverbs and rdma_cm
 //! commands that carry a user address or hand back a file descriptor
-//! ([`cmd`]), the memory of a registered region and its registration
-//! ([`mr`]), values whose drop waits for the kernel ([`mem`]), and tokio's
-//! fd registration ([`tokio`](self::tokio)). Each is offered as a safe
-//! function or type whose argument types carry what the unsafe operation
-//! needs; the few `unsafe fn`s say what their caller must uphold. The rest
-//! of the crate is safe Rust over them, plus the public API's own `unsafe`
-//! items (`Pd::register_raw`, `Mr::as_slice`, `Mr::as_mut_slice`, the
-//! `MrBuf` trait and its implementations, `Mr`'s `Send`/`Sync`) and the
-//! `OwnsFd` implementations of the fd owners tokio registers, each allowed
-//! where it stands, its body calling in here. `cmd`, `mem` and `tokio`
-//! import nothing of the crate above them but its error type; `mr` still
-//! builds [`crate::Mr`]s and marks pages through `crate::fork` (an
-//! inversion not done yet).
+//! ([`cmd`]), the memory of a registered region and the commands that
+//! register it ([`mr`]), values whose drop waits for the kernel ([`mem`]),
+//! and tokio's fd registration ([`tokio`](self::tokio)). Each is offered as
+//! a safe function or type whose argument types carry what the unsafe
+//! operation needs; the few `unsafe fn`s say what their caller must
+//! uphold. The rest of the crate is safe Rust over them, plus the public
+//! API's own `unsafe` items (`Pd::register_raw`, `Mr::as_slice`,
+//! `Mr::as_mut_slice`, the `MrBuf` trait and its implementations, `Mr`'s
+//! `Send`/`Sync`), the registration that builds an `Mr` from [`mr`]'s
+//! commands (`mr/register.rs`) and the `OwnsFd` implementations of the fd
+//! owners tokio registers, each allowed where it stands, its body calling
+//! in here. Nothing here imports anything of the crate above it but its
+//! error type.
 
 pub(crate) mod cmd;
 pub(crate) mod mem;

@@ -1,18 +1,14 @@
 //! A registered region's memory ([`Region`]), and the commands that
-//! register it (REG_MR, REREG_MR) with the contracts that make them sound.
+//! register it (REG_MR, REREG_MR), whose user addresses make them
+//! `unsafe`. What builds an [`crate::Mr`] from them is `crate::mr`'s
+//! (`mr/register.rs`): this module imports nothing of the crate above it
+//! but its error type.
 
 use std::os::fd::BorrowedFd;
 
 use rverbs_abi::cmd::{nr, write_cmd_fixed};
 use rverbs_abi::mr::{RegMr, RegMrResp, ReregMr, ReregMrResp};
 use rverbs_abi::Errno;
-
-use crate::error::{Error, InvalidKind, Result};
-use crate::mr::{
-    check_access, check_iova, check_offered, with_optional_fallback, AccessFlags, Backing, Mr,
-    MrBuf, Raw, Scoped,
-};
-use crate::pd::Pd;
 
 /// `IB_MR_REREG_TRANS`: REREG_MR moves the MR to a new address range.
 pub(crate) const REREG_TRANS: u32 = 1 << 0;
@@ -22,11 +18,11 @@ pub(crate) const REREG_PD: u32 = 1 << 1;
 pub(crate) const REREG_ACCESS: u32 = 1 << 2;
 
 /// `len` bytes at `addr` that the device may read and write at any time:
-/// the memory of an [`Mr`]. The CPU reaches it only through copies
+/// the memory of an [`crate::Mr`]. The CPU reaches it only through copies
 /// ([`Region::write`], [`Region::read`], [`Region::fill`]) and the
 /// `unsafe` views, never through a reference it could invalidate.
 ///
-/// Made only here, by [`register`], whose contract is the one of
+/// Made only by `crate::mr`'s registration, whose contract is the one of
 /// [`Region::new`].
 pub(crate) struct Region {
     addr: *mut u8,
@@ -39,7 +35,7 @@ impl Region {
     /// `addr..addr + len` must stay valid for reads and writes for as
     /// long as the region lives, and no Rust reference to any of it may be
     /// live meanwhile but those the region's own `unsafe` views hand out.
-    unsafe fn new(addr: *mut u8, len: usize) -> Region {
+    pub(crate) unsafe fn new(addr: *mut u8, len: usize) -> Region {
         Region { addr, len }
     }
 
@@ -118,237 +114,78 @@ impl Region {
     }
 }
 
-/// Registers `buf`, which owns its memory, in `pd` (addressed from `iova`
-/// if given): [`crate::Pd::register`] and [`crate::Pd::register_at`].
-pub(crate) fn register_owned<B: MrBuf>(
-    pd: &Pd,
-    mut buf: B,
-    access: AccessFlags,
-    iova: Option<u64>,
-) -> std::result::Result<Mr<B>, (Error, B)> {
-    let (addr, len) = (buf.mr_ptr(), buf.mr_len());
-    // SAFETY: by `MrBuf`'s contract `addr..addr+len` is valid, owned by
-    // `buf` alone and stable while `buf` lives; the MR keeps `buf` until
-    // DEREG_MR succeeded, and leaks it otherwise. An IOVA is a number the
-    // device translates through this registration, not a user address.
-    unsafe { register(pd, addr, len, access, iova, buf, Backing::Owned) }
-}
-
-/// Registers `buf` in `pd` for the call of `f` only:
-/// [`crate::Pd::register_scoped`] (which checked `access` for a borrowed
-/// registration): [`register_scoped_all`] of one buffer.
-pub(crate) fn register_scoped<R>(
-    pd: &Pd,
-    buf: &mut [u8],
-    access: AccessFlags,
-    f: impl for<'s> FnOnce(&mut Mr<Scoped<'s>>) -> R,
-) -> Result<R> {
-    register_scoped_all(pd, [buf], access, |[mr]| Ok::<_, Error>(f(mr)))
-}
-
-/// Registers each of `bufs` in `pd` for the call of `f` only:
-/// [`crate::Pd::register_scoped_all`] (which checked `access`).
-pub(crate) fn register_scoped_all<const N: usize, R, E: From<Error>>(
-    pd: &Pd,
-    bufs: [&mut [u8]; N],
-    access: AccessFlags,
-    f: impl for<'s> FnOnce(&mut [Mr<Scoped<'s>>; N]) -> std::result::Result<R, E>,
-) -> std::result::Result<R, E> {
-    let mut mrs = Vec::with_capacity(N);
-    for buf in bufs {
-        // SAFETY: each `buf` is valid and exclusively borrowed for this
-        // whole call (the `&mut`s cannot overlap); every MR is owned by
-        // this frame (`mrs`, then the array), which `f` only borrows, so
-        // each is dropped (DEREG_MR, or abort if that fails) before the
-        // borrows end, on return, on an error part-way (the ones
-        // registered so far) and on unwinding alike.
-        let mr = unsafe {
-            register(
-                pd,
-                buf.as_mut_ptr(),
-                buf.len(),
-                access,
-                None,
-                Scoped::new(),
-                Backing::Scoped,
-            )
-        }
-        .map_err(|(e, _)| e)?;
-        mrs.push(mr);
-    }
-    let mut mrs: [Mr<Scoped<'_>>; N] = mrs.try_into().map_err(|_| {
-        Error::invalid_as(
-            crate::error::InvalidKind::Other,
-            "register_scoped_all: a registration went missing",
-        )
-    })?;
-    f(&mut mrs)
-}
-
-/// Registers `len` bytes at `addr` in `pd`: [`crate::Pd::register_raw`]
-/// (which checked `access` for a borrowed registration).
+/// REG_MR of `len` bytes at `addr` in the PD `pd_handle` of the context
+/// `fd`, known to the device from `iova`, with the access bits `access`.
 ///
 /// # Safety
 ///
-/// [`crate::Pd::register_raw`]'s: until the returned MR has been
-/// dropped, `addr..addr+len` must stay mapped and valid for reads and
-/// writes, and no Rust reference to it may be live while the device can
-/// write it; if the MR is forgotten, the memory must never be freed or
-/// reused.
-pub(crate) unsafe fn register_raw(
-    pd: &Pd,
+/// `addr..addr+len` must stay valid, and untouched except through the MR
+/// made of the answer, until that MR is deregistered (DEREG_MR succeeded),
+/// and forever if it never is.
+pub(crate) unsafe fn reg_mr(
+    fd: BorrowedFd<'_>,
+    pd_handle: u32,
     addr: *mut u8,
     len: usize,
-    access: AccessFlags,
-) -> Result<Mr<Raw>> {
-    // SAFETY: forwarded from this function's contract; a borrowed MR
-    // aborts rather than return from a failed deregistration.
-    unsafe { register(pd, addr, len, access, None, Raw::new(), Backing::Raw) }.map_err(|(e, _)| e)
-}
-
-/// REG_MR of `addr..addr+len` in `pd`, checked first (length, access,
-/// capabilities, IOVA), with the fork protection of its pages; the MR
-/// owns `buf` (or, `backing` not owned, stands for a borrow of the memory).
-///
-/// # Safety
-///
-/// `addr..addr+len` must stay valid, and untouched except through the MR,
-/// until the MR is dropped or unwrapped by `into_inner` (`buf` owning it,
-/// or, for a borrow, the caller guaranteeing it), and forever if the MR
-/// is forgotten or its deregistration fails and it leaks `buf`.
-unsafe fn register<B>(
-    pd: &Pd,
-    addr: *mut u8,
-    len: usize,
-    access: AccessFlags,
-    iova: Option<u64>,
-    buf: B,
-    backing: Backing,
-) -> std::result::Result<Mr<B>, (Error, B)> {
-    let (iova, fork) = match checked_range(
-        pd,
-        addr,
-        len,
-        access,
-        iova,
-        "cannot register a zero-length memory region",
-    ) {
-        Ok(v) => v,
-        Err(e) => return Err((e, buf)),
+    iova: u64,
+    access: u32,
+) -> std::result::Result<RegMrResp, Errno> {
+    let cmd = RegMr {
+        response: 0,
+        start: addr as u64,
+        length: len as u64,
+        hca_va: iova,
+        pd_handle,
+        access_flags: access,
     };
-    let (resp, access) = with_optional_fallback(access, |access| {
-        let cmd = RegMr {
-            response: 0,
-            start: addr as u64,
-            length: len as u64,
-            hca_va: iova,
-            pd_handle: pd.handle(),
-            access_flags: access.bits(),
-        };
-        // SAFETY: REG_MR's start..start+length is addr..addr+len, which
-        // this function's caller keeps valid, and untouched but through
-        // the MR, until the MR is deregistered (Drop or into_inner), or
-        // forever if deregistration fails; the response pointer is
-        // write_cmd_fixed's own (REG_MR starts with it).
-        unsafe { write_cmd_fixed(pd.context().fd(), nr::REG_MR, &cmd) }
-    });
-    let resp: RegMrResp = match resp {
-        Ok(resp) => resp,
-        Err(errno) => return Err((Error::kernel("reg_mr")(errno), buf)),
-    };
-    // SAFETY: this function's contract, which covers the MR's whole life.
-    let region = unsafe { Region::new(addr, len) };
-    Ok(Mr::from_registration(
-        pd.clone(),
-        &resp,
-        region,
-        iova,
-        access,
-        fork,
-        buf,
-        backing,
-    ))
+    // SAFETY: REG_MR's start..start+length is addr..addr+len, which this
+    // function's caller keeps valid, and untouched but through the MR,
+    // until the MR is deregistered, or forever if it never is; the
+    // response pointer is write_cmd_fixed's own (REG_MR starts with it).
+    unsafe { write_cmd_fixed(fd, nr::REG_MR, &cmd) }
 }
 
-/// What REG_MR and a moving REREG_MR check before the kernel is asked
-/// (a non-empty range, `empty` the error's text otherwise; access bits the
-/// device offers; the IOVA, `addr` unless given), and the fork marking of
-/// `addr..addr+len`, made before the kernel pins the pages and undone when
-/// the returned guard drops (if the command fails).
-fn checked_range(
-    pd: &Pd,
-    addr: *mut u8,
-    len: usize,
-    access: AccessFlags,
-    iova: Option<u64>,
-    empty: &'static str,
-) -> Result<(u64, crate::fork::Guard)> {
-    if len == 0 {
-        return Err(Error::invalid_as(InvalidKind::Empty, empty));
-    }
-    check_access(access)?;
-    check_offered(access, || pd.context().caps())?;
-    let iova = check_iova(addr as u64, len, iova)?;
-    Ok((iova, crate::fork::protect(addr, len)?))
-}
-
-/// REREG_MR of the raw MR `mr`, moving it to `len` bytes at `addr` (the
-/// device knowing them by the same address), on `pd` with `access`, and
-/// then the MR's region and fork marking to the new range. Checked first
-/// as REG_MR is; the MR is unchanged unless this returns `Ok` (the kernel
-/// checks the command whole before it changes the MR).
+/// REREG_MR of the MR `mr_handle` with IB_MR_REREG_TRANS (and `flags`),
+/// moving it to `len` bytes at `addr`, known to the device from `iova`, in
+/// the PD `pd_handle` with the access bits `access`.
 ///
 /// # Safety
 ///
-/// `addr..addr+len` must be valid, and untouched except through the MR,
-/// from this call until the MR is deregistered (or forever if it is
-/// forgotten or its deregistration fails), as for [`register_raw`]; the
-/// old range is the caller's again once this returns `Ok`.
-pub(crate) unsafe fn rereg_translation(
-    mr: &mut Mr<Raw>,
-    addr: *mut u8,
-    len: usize,
-    pd: &Pd,
-    access: AccessFlags,
+/// As [`reg_mr`] for the new range: `addr..addr+len` must stay valid, and
+/// untouched except through the MR, until it is deregistered (or forever
+/// if it never is). The kernel releases the old pages only once it has
+/// moved the MR.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn rereg_trans(
+    fd: BorrowedFd<'_>,
+    mr_handle: u32,
     flags: u32,
-) -> Result<()> {
-    // The marks count, so the old range's stay if the kernel refuses.
-    let (iova, fork) = checked_range(
-        pd,
-        addr,
-        len,
-        access,
-        None,
-        "cannot re-register a memory region over zero bytes",
-    )?;
-    let (resp, access) = with_optional_fallback(access, |access| {
-        let cmd = ReregMr {
-            response: 0,
-            mr_handle: mr.handle(),
-            flags: flags | REREG_TRANS,
-            start: addr as u64,
-            length: len as u64,
-            hca_va: iova,
-            pd_handle: pd.handle(),
-            access_flags: access.bits(),
-        };
-        // SAFETY: the new start..start+length is addr..addr+len, which
-        // this function's caller keeps valid and untouched but through the
-        // MR until it is deregistered; the kernel releases the old pages
-        // only once it has moved the MR. The response pointer is
-        // write_cmd_fixed's own (REREG_MR starts with it).
-        unsafe { write_cmd_fixed(pd.context().fd(), nr::REREG_MR, &cmd) }
-    });
-    let resp: ReregMrResp = resp.map_err(Error::kernel("rereg_mr"))?;
-    // SAFETY: this function's contract, which covers the MR's remaining
-    // life.
-    let region = unsafe { Region::new(addr, len) };
-    mr.moved(&resp, region, iova, pd.clone(), access, fork);
-    Ok(())
+    addr: *mut u8,
+    len: usize,
+    iova: u64,
+    pd_handle: u32,
+    access: u32,
+) -> std::result::Result<ReregMrResp, Errno> {
+    let cmd = ReregMr {
+        response: 0,
+        mr_handle,
+        flags: flags | REREG_TRANS,
+        start: addr as u64,
+        length: len as u64,
+        hca_va: iova,
+        pd_handle,
+        access_flags: access,
+    };
+    // SAFETY: the new start..start+length is addr..addr+len, which this
+    // function's caller keeps valid and untouched but through the MR until
+    // it is deregistered; the kernel releases the old pages only once it
+    // has moved the MR. The response pointer is write_cmd_fixed's own
+    // (REREG_MR starts with it).
+    unsafe { write_cmd_fixed(fd, nr::REREG_MR, &cmd) }
 }
 
 /// REREG_MR of the MR `mr_handle`, whose memory is `region`, changing its
-/// PD and/or its access flags (`flags`: [`REREG_PD`], [`REREG_ACCESS`],
+/// PD and/or its access flags (`access`, bits; `flags`: [`REREG_PD`], [`REREG_ACCESS`],
 /// nothing else).
 pub(crate) fn rereg_mr(
     fd: BorrowedFd<'_>,
@@ -357,7 +194,7 @@ pub(crate) fn rereg_mr(
     flags: u32,
     iova: u64,
     pd_handle: u32,
-    access: AccessFlags,
+    access: u32,
 ) -> std::result::Result<ReregMrResp, Errno> {
     assert_eq!(
         flags & !(REREG_PD | REREG_ACCESS),
@@ -372,7 +209,7 @@ pub(crate) fn rereg_mr(
         length: region.len() as u64,
         hca_va: iova,
         pd_handle,
-        access_flags: access.bits(),
+        access_flags: access,
     };
     // SAFETY: without IB_MR_REREG_TRANS (refused above) the kernel keeps
     // the MR's pages as they are: the start..start+length it carries is

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use rverbs_abi::ucma::{self, Disconnect};
 
 use super::Id;
-use crate::cm::channel::{CmEvent, CmEventKind};
+use crate::cm::channel::CmEvent;
+use crate::cm::CmEventKind;
 use crate::error::{Error, Result};
 use crate::qp::{Qp, QpState};
 

@@ -14,7 +14,8 @@ use rverbs_abi::ucma::{
 use rverbs_abi::Errno;
 
 use super::{next_uid, Id, Space, Wait};
-use crate::cm::channel::{CmEvent, CmEventKind, EventChannel};
+use crate::cm::channel::{CmEvent, EventChannel};
+use crate::cm::CmEventKind;
 use crate::cm::{qp_attr_from_kernel, CmError, ConnParams};
 use crate::device::{Device, Guid};
 use crate::error::{Error, InvalidKind, Result};

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use super::cm_id::CmId;
 use super::request::ConnRequest;
 use super::{Id, Space};
-use crate::cm::channel::CmEventKind;
 use crate::cm::CmError;
+use crate::cm::CmEventKind;
 use crate::error::{Error, Result};
 
 /// A listening id: yields the connection requests to an address and port

@@ -9,7 +9,8 @@ use rverbs_abi::ucma::{self, Accept};
 use super::connection::Connection;
 use super::id::{addrs_of, check_qp, conn_param, device_of};
 use super::{block, next_uid, Blocking, Id, Space, Wait};
-use crate::cm::channel::{CmEvent, CmEventKind, EventChannel};
+use crate::cm::channel::{CmEvent, EventChannel};
+use crate::cm::CmEventKind;
 use crate::cm::{
     ConnParams, MAX_REJ_PRIVATE_DATA, MAX_REP_PRIVATE_DATA, MAX_SIDR_REP_PRIVATE_DATA,
 };
