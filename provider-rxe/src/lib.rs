@@ -15,7 +15,8 @@
 #![deny(unreachable_pub)]
 // The rings are kernel memory reached through raw pointers, and the
 // commands go through `rverbs_abi`'s unsafe `write_cmd*`: both are fenced
-// into one module each, which alone may use `unsafe`.
+// into one module each, which alone may use `unsafe`, but for `wqe`'s one
+// cast of the WQE's union to the arm being built (allowed where it stands).
 #![deny(unsafe_code)]
 
 #[allow(unsafe_code)]
@@ -27,6 +28,7 @@ pub mod qp;
 pub mod queue;
 pub mod srq;
 pub mod stale;
+mod wqe;
 
 /// The driver ABI versions (the per-device sysfs `abi_version`) this
 /// provider speaks: 2 is the ring layout of `rdma_user_rxe.h`; 1 differed

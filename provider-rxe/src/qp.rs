@@ -7,11 +7,11 @@ use rverbs_abi::qp::{qp_type as qpt, CreateQp, CreateQpResp, ExCreateQp};
 use rverbs_abi::rxe::{self, DmaInfo, RecvWqe};
 use rverbs_abi::Errno;
 use rverbs_provider::batch::{push_batch, BatchWr, SendBatch};
-use rverbs_provider::wr::{AhHold, RecvWr, SendFlags, SendRequest, SendWr, WrOpcode};
+use rverbs_provider::wr::{AhHold, RecvWr, SendRequest, SendWr, WrOpcode};
 use zerocopy::FromZeros;
 
 use crate::cmd;
-use crate::queue::{wr_arm, Queue, RecvRing, SendRing};
+use crate::queue::{Queue, RecvRing, SendRing};
 use crate::{PostError, PostFailed};
 
 /// What CREATE_QP returned: the kernel's answer and the mapped rings. If
@@ -269,92 +269,6 @@ fn has_dest(d: &rverbs_provider::wr::UdDest<'_>) -> bool {
     d.ah_num != 0
 }
 
-/// Fills in the opcode's fields of the send WQE header `hdr` for `wr`
-/// (`wr_id` and `dma` are written and the rest zeroed by
-/// [`Producer::push_send`](crate::queue::Producer::push_send));
-/// `inline_flag` is `SendFlags::INLINE`'s bits if the payload is inline.
-#[inline(always)]
-pub(crate) fn build_wqe<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R, inline_flag: u32) {
-    let op = wr.opcode();
-    hdr.wr.opcode = op as u32;
-    hdr.wr.send_flags = wr.send_flags().difference(SendFlags::INLINE).bits() | inline_flag;
-    // One match on the opcode for `ex` and the arm (a jump table), not a
-    // chain of tests: its shape does not depend on how the compiler
-    // merges them.
-    let imm = wr.imm_data().to_be();
-    match op {
-        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
-            hdr.wr.ex = imm;
-            let r: &mut rxe::WrRdma = wr_arm(&mut hdr.wr);
-            r.remote_addr = wr.remote_addr();
-            r.rkey = wr.rkey();
-            hdr.iova = wr.remote_addr();
-        }
-        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
-            hdr.wr.ex = imm;
-            let a: &mut rxe::WrAtomic = wr_arm(&mut hdr.wr);
-            a.remote_addr = wr.remote_addr();
-            a.compare_add = wr.compare_add();
-            a.swap = wr.swap();
-            a.rkey = wr.rkey();
-            hdr.iova = wr.remote_addr();
-        }
-        WrOpcode::Send | WrOpcode::SendWithImm => hdr.wr.ex = imm,
-        WrOpcode::SendWithInv | WrOpcode::LocalInv => hdr.wr.ex = wr.invalidate_rkey(),
-        WrOpcode::BindMw => {
-            hdr.wr.ex = 0;
-            build_bind(hdr, wr);
-        }
-        WrOpcode::AtomicWrite | WrOpcode::Flush => {
-            hdr.wr.ex = imm;
-            build_capable(hdr, wr);
-        }
-    }
-    if let Some(d) = wr.ud_dest() {
-        let u: &mut rxe::WrUd = wr_arm(&mut hdr.wr);
-        u.remote_qpn = d.remote_qpn;
-        u.remote_qkey = d.remote_qkey;
-        u.ah_num = d.ah_num;
-    }
-}
-
-/// The BIND_MW arm of a send WQE: rare, kept out of the post path's line.
-#[cold]
-#[inline(never)]
-fn build_bind<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R) {
-    if let Some(b) = wr.bind_mw() {
-        let m: &mut rxe::WrMw = wr_arm(&mut hdr.wr);
-        m.addr = b.addr;
-        m.length = b.length;
-        m.mr_lkey = b.mr_lkey;
-        m.mw_rkey = b.mw_rkey;
-        m.rkey = b.rkey;
-        m.access = b.access.bits();
-    }
-}
-
-/// The ATOMIC_WRITE and FLUSH arms of a send WQE, as rare as BIND_MW.
-/// An ATOMIC_WRITE addresses remote memory like an RDMA WRITE (its 8 bytes
-/// are in the WQE's data area, written by `push_send`); a FLUSH has its
-/// own arm. Both take their length from `dma` (8, or the range's).
-#[cold]
-#[inline(never)]
-fn build_capable<R: SendRequest + ?Sized>(hdr: &mut rxe::SendWqe, wr: &R) {
-    if let Some(f) = wr.flush() {
-        let a: &mut rxe::WrFlush = wr_arm(&mut hdr.wr);
-        a.remote_addr = f.remote_addr;
-        a.length = f.length;
-        a.rkey = f.rkey;
-        a.type_ = f.kind.bits();
-        a.level = f.level as u8;
-    } else {
-        let r: &mut rxe::WrRdma = wr_arm(&mut hdr.wr);
-        r.remote_addr = wr.remote_addr();
-        r.rkey = wr.rkey();
-    }
-    hdr.iova = wr.remote_addr();
-}
-
 /// A receive ring (a QP's RQ or an SRQ's).
 #[derive(Debug)]
 pub struct RecvQueue {
@@ -445,6 +359,7 @@ mod tests {
 
     use rverbs_abi::qp::qp_type;
     use rverbs_abi::rxe::{MmInfo, QUEUE_DATA_OFFSET};
+    use rverbs_provider::wr::SendFlags;
 
     use super::*;
     use rverbs_abi::wr::Sge;

@@ -32,12 +32,11 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use rverbs_abi::rxe::{self, DmaInfo, MmInfo, QueueBuf, RecvWqe, SendWqe, QUEUE_DATA_OFFSET};
+use rverbs_abi::rxe::{DmaInfo, MmInfo, QueueBuf, RecvWqe, SendWqe, QUEUE_DATA_OFFSET};
 use rverbs_abi::wr::{Sge, Wc};
 use rverbs_abi::Errno;
 use rverbs_provider::check::{check_recv, SendChecks};
 use rverbs_provider::wr::{Payload, SendFlags, SendRequest, UdDest, WrOpcode};
-use zerocopy::{FromBytes, IntoBytes};
 
 use crate::PostError;
 
@@ -452,7 +451,7 @@ impl Producer<'_, &SendChecks> {
     /// ([`SendChecks::check`], with `has_dest` for a UD destination): the
     /// SGEs or inline bytes are copied after the header, whose `wr_id`,
     /// `dma` (length, SGE count) and zeroed rest are written here, then
-    /// [`crate::qp::build_wqe`] sets the opcode's fields (called here, not
+    /// [`crate::wqe::build_wqe`] sets the opcode's fields (called here, not
     /// passed in: a builder passed as a closure or function item was left
     /// out of line in the C ABI's `ibv_post_send`). On error nothing is
     /// pushed.
@@ -514,7 +513,7 @@ impl Producer<'_, &SendChecks> {
                 sge_offset: 0,
                 reserved: 0,
             };
-            crate::qp::build_wqe(wqe, wr, inline_flag);
+            crate::wqe::build_wqe(wqe, wr, inline_flag);
         }
         self.advance_producer();
         Ok(())
@@ -565,22 +564,6 @@ unsafe fn copy_sges(sges: &[Sge], dst: *mut Sge) {
         // SAFETY: the caller guarantees room for all of them at `dst`.
         _ => unsafe { std::ptr::copy_nonoverlapping(sges.as_ptr(), dst, sges.len()) },
     }
-}
-
-/// The `wr` union of a send WQE being built, as one of its arms
-/// ([`rxe::WrRdma`], [`rxe::WrAtomic`], [`rxe::WrUd`]). A cast, without
-/// the run-time alignment check of [`rxe::SendWr::rdma`] and its siblings.
-#[inline(always)]
-pub(crate) fn wr_arm<T: FromBytes + IntoBytes>(wr: &mut rxe::SendWr) -> &mut T {
-    const {
-        assert!(size_of::<T>() <= rxe::SEND_WR_UNION_BYTES);
-        assert!(align_of::<T>() <= align_of::<u64>());
-    }
-    // SAFETY: the union's words are 8-byte aligned and at least as large as
-    // `T` (asserted above); any bytes are a valid `T` and any `T` is valid
-    // words (`FromBytes`, `IntoBytes`); the borrow of `wr` is exclusive and
-    // passed on.
-    unsafe { &mut *wr.wr.as_mut_ptr().cast::<T>() }
 }
 
 /// A completion ring: each slot holds a [`Wc`]. The mapping is shared

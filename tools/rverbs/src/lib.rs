@@ -20,3 +20,6 @@ pub mod ucmatose;
 pub mod ud;
 pub mod udaddy;
 pub mod wire;
+
+#[cfg(test)]
+mod option_tests;

@@ -199,10 +199,10 @@ pub fn compare(
     r
 }
 
-/// The host's rdma-core libibverbs, if one is installed where Debian puts
-/// it (its pairs are allowed extras).
-fn host_rdma_core() -> Option<BTreeSet<Pair>> {
-    let lib = Path::new("/usr/lib/x86_64-linux-gnu").join(crate::ibverbs::soname());
+/// The host's rdma-core libibverbs of the same file name as ours (`ours`),
+/// if one is installed where Debian puts it (its pairs are allowed extras).
+fn host_rdma_core(ours: &Path) -> Option<BTreeSet<Pair>> {
+    let lib = Path::new("/usr/lib/x86_64-linux-gnu").join(ours.file_name()?);
     let pairs = exported(&lib).ok()?;
     // Ours carries its marker; the host's must be rdma-core's.
     if pairs.iter().any(|p| p.name == "rverbs_ibverbs_version") {
@@ -221,7 +221,7 @@ pub fn check(ws: &Path, lib: &Path) -> Result<()> {
     let reference = parse_list(&text).with_context(|| format!("parsing {}", path.display()))?;
     let ours = exported(lib)?;
     let mut allowed: BTreeSet<Pair> = OUR_OWN.iter().filter_map(|s| Pair::parse(s)).collect();
-    if let Some(host) = host_rdma_core() {
+    if let Some(host) = host_rdma_core(lib) {
         allowed.extend(host);
     }
     let report = compare(&reference, &ours, &allowed);

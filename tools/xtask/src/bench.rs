@@ -36,11 +36,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
-use serde_json::Value;
 
 use crate::callgrind::callgrind_total;
 use crate::charts::{self, Axes, Bar, Line, Mark, OURS, THEIRS};
 use crate::linkage;
+use crate::perfrun::{
+    client_output, measured, parse_perftest, parse_rverbs, server_client, Kind, Sample, Tool,
+    DEVICE, GID_INDEX,
+};
 use crate::streambench;
 use crate::sweepbench::{self, Sweep, Sweep1};
 use crate::util::{self, cargo_bin, fmt_num, print_line, shell_quote, workspace_root};
@@ -73,9 +76,6 @@ impl Target {
         }
     }
 }
-/// The device and GID index everything runs on.
-pub(crate) const DEVICE: &str = "rxe0";
-pub(crate) const GID_INDEX: &str = "1";
 /// Time limit of one probe under valgrind and of one perf process.
 const PROBE_LIMIT_SECS: u32 = 600;
 const PERF_LIMIT_SECS: u32 = 120;
@@ -164,39 +164,6 @@ const PROBES: &[Probe] = &[
         mlx5: Target::Ratio(0.7),
     },
 ];
-
-/// The two sides of every comparison.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Tool {
-    Rverbs,
-    RdmaCore,
-}
-
-impl Tool {
-    pub(crate) fn tag(self) -> &'static str {
-        match self {
-            Tool::Rverbs => "rverbs",
-            Tool::RdmaCore => "rdma-core",
-        }
-    }
-}
-
-/// Bandwidth or latency.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Bw,
-    Lat,
-}
-
-impl Kind {
-    /// `bw` or `lat`, as perftest's tool names and `rverbs perf` spell it.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::Bw => "bw",
-            Kind::Lat => "lat",
-        }
-    }
-}
 
 /// One timed case: `rverbs perf VERB KIND` against perftest's `ib_VERB_KIND`.
 struct PerfCase {
@@ -547,53 +514,6 @@ fn payload(
     Ok(s)
 }
 
-/// Appends the guest commands of one timed run: `cmd` as the server on
-/// `port` (in the background), then as the client of 127.0.0.1 once the
-/// server listens, each under `limit` seconds; their output goes to
-/// `$OUT/NAME.{server,client}[.err]`, their exit statuses to
-/// `$OUT/NAME.status`.
-pub(crate) fn server_client(
-    s: &mut String,
-    name: &str,
-    cmd: &str,
-    port: u16,
-    limit: u32,
-) -> Result<()> {
-    writeln!(
-        s,
-        "timeout {limit} {cmd} >\"$OUT/{name}.server\" 2>\"$OUT/{name}.server.err\" &"
-    )?;
-    writeln!(s, "spid=$!")?;
-    writeln!(s, "wait_listen {port}")?;
-    writeln!(
-        s,
-        "timeout {limit} {cmd} 127.0.0.1 >\"$OUT/{name}.client\" 2>\"$OUT/{name}.client.err\"; crc=$?"
-    )?;
-    // A client that failed leaves nobody to end the server.
-    writeln!(s, "[ $crc = 0 ] || kill $spid 2>/dev/null")?;
-    writeln!(s, "wait $spid; src=$?")?;
-    writeln!(s, "echo \"$crc $src\" >\"$OUT/{name}.status\"")?;
-    Ok(())
-}
-
-/// The client's output of the run `name` (see [`server_client`]), or,
-/// if either side failed, why.
-pub(crate) fn client_output(out: &Path, name: &str) -> Result<String> {
-    let read = |ext: &str| std::fs::read_to_string(out.join(format!("{name}.{ext}")));
-    let status = read("status").unwrap_or_default();
-    if status.split_whitespace().collect::<Vec<_>>() != ["0", "0"] {
-        let err = read("client.err").unwrap_or_default() + &read("server.err").unwrap_or_default();
-        bail!(
-            "exit statuses (client, server) {:?}: {}",
-            status.trim(),
-            err.lines()
-                .rfind(|l| !l.trim().is_empty())
-                .unwrap_or("no message")
-        );
-    }
-    Ok(read("client").unwrap_or_default())
-}
-
 /// Runs both probes of every mode under callgrind on the host, against
 /// the emulated ConnectX-5 (`tests/mlx5-emu`, preloaded), and reads the
 /// counts. The results go to the run folder as `mlx5-cg-*`.
@@ -857,16 +777,6 @@ fn read_probe(out: &Path, family: &str, tag: &str, p: &Probe, iters: u32) -> Res
     Ok(total as f64 / iters as f64)
 }
 
-/// One timed result: bandwidth (MB/s) and message rate (Mpps), or the
-/// typical and average latency (usec).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Sample {
-    /// Bandwidth (MB/s) or typical latency (usec).
-    pub(crate) a: f64,
-    /// Message rate (Mpps) or average latency (usec).
-    pub(crate) b: f64,
-}
-
 /// Reads the client's figures of run `repeat` of case number `index`.
 fn read_perf(out: &Path, index: usize, case: &PerfCase, tool: Tool, repeat: u32) -> Result<Sample> {
     let client = client_output(out, &perf_name(index, tool, repeat))?;
@@ -882,118 +792,6 @@ fn read_perf(out: &Path, index: usize, case: &PerfCase, tool: Tool, repeat: u32)
 fn read_ourlib_perf(out: &Path, index: usize, case: &PerfCase, repeat: u32) -> Result<Sample> {
     let client = client_output(out, &ourlib_perf_name(index, repeat))?;
     measured(parse_perftest(&client, case.kind)?)
-}
-
-/// A sample whose figures are not all positive measured nothing (perftest
-/// once printed a row of 0.00 for a run that exited 0): it is a failed
-/// repeat, not a ratio of infinity.
-pub(crate) fn measured(s: Sample) -> Result<Sample> {
-    if !(s.a.is_finite() && s.b.is_finite() && s.a > 0.0 && s.b > 0.0) {
-        bail!(
-            "the run exited 0 but reported no measurement ({} / {})",
-            s.a,
-            s.b
-        );
-    }
-    Ok(s)
-}
-
-/// `rverbs perf --json`: the first result object.
-fn parse_rverbs(stdout: &str, kind: Kind) -> Result<Sample> {
-    first(parse_rverbs_rows(stdout, kind)?)
-}
-
-/// perftest's result table: the first row of numbers after the `#bytes`
-/// header.
-fn parse_perftest(stdout: &str, kind: Kind) -> Result<Sample> {
-    first(parse_perftest_rows(stdout, kind)?)
-}
-
-fn first(rows: Vec<(u64, Sample)>) -> Result<Sample> {
-    rows.into_iter()
-        .next()
-        .map(|(_, s)| s)
-        .context("no result row")
-}
-
-/// `rverbs perf --json`: every result object, as (message size, figures).
-pub(crate) fn parse_rverbs_rows(stdout: &str, kind: Kind) -> Result<Vec<(u64, Sample)>> {
-    let start = stdout
-        .find('{')
-        .context("no JSON document in rverbs perf's output")?;
-    let doc: Value =
-        serde_json::from_str(stdout[start..].trim()).context("rverbs perf printed bad JSON")?;
-    let rows = doc["results"]
-        .as_array()
-        .context("rverbs perf's JSON has no `results` array")?;
-    if rows.is_empty() {
-        bail!("rverbs perf's JSON has no result row");
-    }
-    rows.iter()
-        .map(|r| {
-            let f = |k: &str| {
-                r[k].as_f64()
-                    .with_context(|| format!("rverbs perf's JSON has no number `{k}`"))
-            };
-            let bytes = r["bytes"]
-                .as_u64()
-                .context("rverbs perf's JSON has no size `bytes`")?;
-            let s = match kind {
-                Kind::Bw => Sample {
-                    a: f("bw_average")?,
-                    b: f("msg_rate_mpps")?,
-                },
-                Kind::Lat => Sample {
-                    a: f("t_typical_usec")?,
-                    b: f("t_avg_usec")?,
-                },
-            };
-            Ok((bytes, s))
-        })
-        .collect()
-}
-
-/// perftest's result table: every row of numbers after the `#bytes`
-/// header (one per size of an `-a` sweep), as (message size, figures).
-pub(crate) fn parse_perftest_rows(stdout: &str, kind: Kind) -> Result<Vec<(u64, Sample)>> {
-    let mut lines = stdout
-        .lines()
-        .skip_while(|l| !l.trim_start().starts_with("#bytes"));
-    lines
-        .next()
-        .context("no result table in perftest's output")?;
-    let rows: Vec<Vec<&str>> = lines
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|w| !w.is_empty() && w[0].chars().all(|c| c.is_ascii_digit()))
-        .collect();
-    if rows.is_empty() {
-        bail!("no result row in perftest's output");
-    }
-    rows.iter()
-        .map(|row| {
-            let num = |i: usize| -> Result<f64> {
-                row.get(i)
-                    .and_then(|w| w.parse().ok())
-                    .with_context(|| format!("perftest's result row {row:?} has no column {i}"))
-            };
-            let bytes = row[0]
-                .parse::<u64>()
-                .with_context(|| format!("perftest's result row {row:?}: size"))?;
-            let s = match kind {
-                // bytes, iterations, BW peak, BW average, MsgRate
-                Kind::Bw => Sample {
-                    a: num(3)?,
-                    b: num(4)?,
-                },
-                // bytes, iterations, t_min, t_max, t_typical, t_avg, ...
-                Kind::Lat => Sample {
-                    a: num(4)?,
-                    b: num(5)?,
-                },
-            };
-            Ok((bytes, s))
-        })
-        .collect()
 }
 
 /// Minimum, median and maximum of `v` (which must not be empty).

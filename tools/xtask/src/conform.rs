@@ -36,8 +36,6 @@ use crate::util::{self, cargo_bin, describe, workspace_root};
 
 /// The tracer's package.
 const TRACE_PACKAGE: &str = "uverbs-trace";
-/// The control-path sequence (compiled into `<target>/conform/cmd_seq`).
-const CMD_SEQ_SRC: &str = "tests/mlx5-emu/c/cmd_seq.c";
 /// One program's limit (a pingpong, a perftest run, the sequence).
 const ITEM_LIMIT: Duration = Duration::from_secs(60);
 
@@ -218,7 +216,7 @@ pub fn conform_command(o: &Options) -> Result<bool> {
 /// Builds (or, with `--prebuilt`, finds) what the run needs.
 fn binaries(ws: &Path, target: &Path, o: &Options) -> Result<Binaries> {
     let debug = target.join("debug");
-    let cmd_seq = cmd_seq_exe(target);
+    let cmd_seq = crate::mlx5::cmd_seq_exe(target);
     let ourlib = target.join("ibverbs").join("debug");
     if !o.prebuilt {
         util::ensure_tool("cc", "gcc")?;
@@ -240,7 +238,7 @@ fn binaries(ws: &Path, target: &Path, o: &Options) -> Result<Binaries> {
         if built != ourlib {
             bail!("our libibverbs was built in {}", built.display());
         }
-        compile_cmd_seq(ws, &cmd_seq)?;
+        crate::mlx5::compile_cmd_seq(ws, &cmd_seq)?;
     }
     let bins = Binaries {
         ourlib,
@@ -270,25 +268,6 @@ fn binaries(ws: &Path, target: &Path, o: &Options) -> Result<Binaries> {
         }
     }
     Ok(bins)
-}
-
-/// Where `cmd_seq.c` is compiled to.
-pub fn cmd_seq_exe(target: &Path) -> PathBuf {
-    target.join("conform").join("cmd_seq")
-}
-
-/// Compiles `cmd_seq.c` against the system's libibverbs headers.
-pub fn compile_cmd_seq(ws: &Path, exe: &Path) -> Result<()> {
-    if let Some(dir) = exe.parent() {
-        util::mkdir_p(dir)?;
-    }
-    util::run(
-        Command::new("cc")
-            .args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(exe)
-            .arg(ws.join(CMD_SEQ_SRC))
-            .arg("-libverbs"),
-    )
 }
 
 /// Reads a sysfs attribute of the device (the emulator's tree with

@@ -77,6 +77,7 @@ mod initramfs;
 mod kernel;
 mod linkage;
 mod mlx5;
+mod perfrun;
 mod pyverbs;
 mod regbench;
 mod scalebench;

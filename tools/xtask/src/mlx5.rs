@@ -702,6 +702,29 @@ fn same_trace(emu: &Path, traced: &Path) -> std::result::Result<String, String> 
     }
 }
 
+/// The control-path sequence `cargo xtask conform` runs on any device
+/// (compiled into [`cmd_seq_exe`]).
+const CMD_SEQ_SRC: &str = "tests/mlx5-emu/c/cmd_seq.c";
+
+/// Where `cmd_seq.c` is compiled to.
+pub fn cmd_seq_exe(target: &Path) -> PathBuf {
+    target.join("conform").join("cmd_seq")
+}
+
+/// Compiles `cmd_seq.c` against the system's libibverbs headers.
+pub fn compile_cmd_seq(ws: &Path, exe: &Path) -> Result<()> {
+    if let Some(dir) = exe.parent() {
+        util::mkdir_p(dir)?;
+    }
+    util::run(
+        Command::new("cc")
+            .args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(exe)
+            .arg(ws.join(CMD_SEQ_SRC))
+            .arg("-libverbs"),
+    )
+}
+
 /// The C program whose commands are recorded (tests/mlx5-emu/c/cmd_seq.c).
 const CMD_SEQ_C: &str = "cmd_seq";
 /// Our program making the same calls (tests/src/bin/mlx5_cmd_seq.rs).

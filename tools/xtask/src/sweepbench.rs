@@ -10,7 +10,7 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 
-use crate::bench::{
+use crate::perfrun::{
     client_output, measured, parse_perftest_rows, parse_rverbs_rows, server_client, Kind, Sample,
     Tool, DEVICE, GID_INDEX,
 };

@@ -268,9 +268,9 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         .current_dir(&ws)
         .stdin(Stdio::null());
     say!("building the uverbs tracer: {}", describe(&cmd));
-    if let Err(e) = util::run(&mut cmd).and_then(|()| {
-        crate::conform::compile_cmd_seq(&ws, &crate::conform::cmd_seq_exe(&target_dir))
-    }) {
+    if let Err(e) = util::run(&mut cmd)
+        .and_then(|()| crate::mlx5::compile_cmd_seq(&ws, &crate::mlx5::cmd_seq_exe(&target_dir)))
+    {
         say!("error: {e:#}");
         problems.push("uverbs-trace and cmd_seq build".into());
         total.failed += 1;
