@@ -1,4 +1,4 @@
-//! Address vectors: the 48-byte `mlx5_wqe_av` ([`Av`]) a UD send WQE
+//! Address vectors: the 48-byte `mlx5_wqe_av` (`Av`) a UD send WQE
 //! carries, built in user space from an address handle's attributes. The
 //! Q_Key and remote QPN are filled per work request; the rest comes from
 //! here. It travels as bytes (the provider-neutral `wr::UdDest` holds
@@ -19,7 +19,7 @@ use crate::uctx::Uctx;
 
 /// What an address vector is built for: the port's link layer and, on
 /// RoCE, the type of the source GID (only RoCE v2 carries a UDP source
-/// port). The contract's [`AhNetwork`](rverbs_provider::AhNetwork), under
+/// port). The contract's `rverbs_provider::AhNetwork`, under
 /// the name this module used.
 pub use rverbs_provider::AhNetwork as AvKind;
 
@@ -72,7 +72,7 @@ fn udp_sport(attr: &AhAttr) -> u16 {
 }
 
 /// Builds the address vector for `attr` of `kind` (on RoCE the
-/// destination MAC is left zero for the caller to fill with [`set_rmac`];
+/// destination MAC is left zero for the caller to fill with `set_rmac`;
 /// the GRH bit stays clear, since every RoCE packet has a network header).
 pub fn av(attr: &AhAttr, kind: AvKind) -> [u8; 48] {
     let mut av = Av::default();

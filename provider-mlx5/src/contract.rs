@@ -206,8 +206,8 @@ impl Provider for Mlx5 {
         vendor == crate::PCI_VENDOR_MELLANOX && crate::is_mlx5_pci_device(device)
     }
 
-    /// GET_CONTEXT with [`crate::uctx::alloc_ucontext_req`]'s driver data;
-    /// the answer's UAR pages are mapped ([`Uctx::from_resp`]).
+    /// GET_CONTEXT with `crate::uctx::alloc_ucontext_req`'s driver data;
+    /// the answer's UAR pages are mapped (`Uctx::from_resp`).
     fn open(fd: Arc<OwnedFd>) -> Result<ContextOpened<Self>, OpenError> {
         let req = crate::uctx::alloc_ucontext_req();
         // The async fd field starts as -1: a response the kernel did not

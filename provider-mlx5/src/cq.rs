@@ -418,6 +418,7 @@ impl Cq {
     ///
     /// CQEs of QPs that no longer exist (and of kinds plain verbs never
     /// asks for) are consumed without being reported.
+    #[cfg(any(test, feature = "fuzz"))]
     #[inline]
     pub fn poll(&mut self, wc: &mut [Wc]) -> usize {
         self.poll_wcs(wc).unwrap_or(0)
@@ -712,13 +713,9 @@ impl Cq {
     }
 
     /// Entries in the ring minus one: the depth reported to the user.
+    #[cfg(test)]
     pub fn cqe(&self) -> u32 {
         self.cqes.ncqe() - 1
-    }
-
-    /// The CQ number (for diagnostics).
-    pub fn cqn(&self) -> u32 {
-        self.cqn
     }
 
     /// CQEs consumed so far.

@@ -9,10 +9,11 @@
 //! writes back into `ib_uverbs_wc` entries. The kernel is only involved
 //! in creating and modifying objects.
 //!
-//! The user context ([`uctx::Uctx`], shared by every object of an open
-//! device) owns the UAR pages mapped from the command fd, the doorbell
-//! slots, and the table through which a CQ finds the QP or SRQ a CQE
-//! belongs to ([`wq`]).
+//! The user context (the private `uctx` module, shared by every object of
+//! an open device) owns the UAR pages mapped from the command fd, the
+//! doorbell slots, and the table through which a CQ finds the QP or SRQ a
+//! CQE belongs to (`wq`). Its one public face is the provider contract,
+//! [`contract::Mlx5`].
 //!
 //! All raw memory and MMIO (mappings, doorbell records, UAR doorbells
 //! and BlueFlame, WQE and CQE access, the barriers, and the commands that
@@ -31,15 +32,19 @@
 #![deny(unsafe_code)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod ah;
+mod ah;
 pub mod contract;
+#[cfg(feature = "fuzz")]
+#[doc(hidden)]
 pub mod cq;
+#[cfg(not(feature = "fuzz"))]
+mod cq;
 #[allow(unsafe_code)]
 mod hw;
-pub mod qp;
-pub mod srq;
-pub mod uctx;
-pub mod wq;
+mod qp;
+mod srq;
+mod uctx;
+mod wq;
 
 pub use contract::Mlx5;
 pub use rverbs_provider::{PostError, PostFailed};

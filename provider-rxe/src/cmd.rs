@@ -20,9 +20,7 @@ use rverbs_abi::qp::{
     CreateQp, CreateQpResp, DestroyQp, DestroyQpResp, ExCreateQp, ExCreateQpResp,
 };
 use rverbs_abi::rxe::{self, MmInfo, ModifySrqCmd};
-use rverbs_abi::srq::{
-    CreateSrq, CreateSrqResp, DestroySrq, DestroySrqResp, ModifySrq, QuerySrq, QuerySrqResp,
-};
+use rverbs_abi::srq::{CreateSrq, CreateSrqResp, DestroySrq, DestroySrqResp, ModifySrq};
 use rverbs_abi::wr::{PostSend, PostSendResp, UVERBS_SEND_WR_SIZE};
 use rverbs_abi::Errno;
 use zerocopy::IntoBytes;
@@ -138,13 +136,6 @@ pub(crate) fn modify_srq_resize(fd: BorrowedFd<'_>, cmd: &ModifySrq) -> Result<M
     // command through the address handed over above, so read it back
     // without letting the compiler assume it unchanged.
     Ok(unsafe { std::ptr::read_volatile(&raw const mi) })
-}
-
-/// QUERY_SRQ.
-pub(crate) fn query_srq(fd: BorrowedFd<'_>, cmd: &QuerySrq) -> Result<QuerySrqResp, Errno> {
-    // SAFETY: QUERY_SRQ carries no user address but its response pointer,
-    // which write_cmd supplies.
-    unsafe { write_cmd(fd, nr::QUERY_SRQ, cmd, &[], &mut []) }
 }
 
 /// DESTROY_SRQ.

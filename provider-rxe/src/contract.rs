@@ -117,7 +117,7 @@ impl rverbs_provider::SendQueue for SendQueue {
     }
     /// rxe's rings follow the QP's state in the kernel: "may post"
     /// changes here, and a reset marks the QP's completions still in its
-    /// CQs stale ([`crate::stale`]), as libmlx5 removes them.
+    /// CQs stale (the `stale` module), as libmlx5 removes them.
     fn set_state(&mut self, state: QpState) {
         if state == QpState::Reset {
             for cq in &self.cqs {

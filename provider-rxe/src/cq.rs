@@ -15,7 +15,7 @@ use crate::stale::{CqShared, StaleFilter};
 
 /// A CQ's completion ring.
 #[derive(Debug)]
-pub struct Cq {
+pub(crate) struct Cq {
     /// `None` after a resize whose new ring could not be mapped.
     ring: Option<CqRing>,
     /// The marks of its reset QPs' stale completions, shared with them.
@@ -26,12 +26,12 @@ pub struct Cq {
 /// so the kernel produces into its new ring only, but that ring could not
 /// be mapped; polling the old one would report nothing while completions
 /// pile up unseen. The CQ can only be destroyed.
-pub use rverbs_provider::RingLost;
+pub(crate) use rverbs_provider::RingLost;
 
 /// What CREATE_CQ returned: the kernel's answer and the mapped ring. If
 /// mapping fails the caller must destroy `resp.cq_handle`.
 #[derive(Debug)]
-pub struct Created {
+pub(crate) struct Created {
     /// Core response (handle, actual depth).
     pub resp: CreateCqResp,
     /// The ring, or why it could not be mapped.
@@ -39,7 +39,7 @@ pub struct Created {
 }
 
 /// Issues CREATE_CQ for `cmd` (its `response` is filled in) and maps the ring.
-pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
+pub(crate) fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateCqResp::new_zeroed();
     let resp = cmd::create_cq(fd, cmd, &mut drv)?;
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
@@ -48,7 +48,7 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateCq) -> Result<Created, Errno> {
 
 /// Issues the extended CREATE_CQ (`IB_USER_VERBS_EX_CMD_CREATE_CQ`, which
 /// carries creation flags) and maps the ring.
-pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno> {
+pub(crate) fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateCq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateCqResp::new_zeroed();
     let resp = cmd::create_cq_ex(fd, cmd, &mut drv)?;
     let cq = Queue::map(fd, &drv.mi).and_then(Cq::from_ring);
@@ -70,7 +70,7 @@ impl Cq {
 
     /// What the CQ's QPs keep of it (to mark their completions stale when
     /// they are reset).
-    pub fn shared(&self) -> CqShared {
+    pub(crate) fn shared(&self) -> CqShared {
         self.shared.clone()
     }
 
@@ -79,7 +79,7 @@ impl Cq {
     /// completions a reset QP left ([`crate::stale`]) are dropped.
     /// Fails, every time, once a resize lost the ring ([`RingLost`]).
     #[inline]
-    pub fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
+    pub(crate) fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
         let Some(ring) = &mut self.ring else {
             return Err(RingLost);
         };
@@ -99,12 +99,14 @@ impl Cq {
     }
 
     /// Completions waiting in the ring (0 once the ring is lost).
-    pub fn pending(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> u32 {
         self.ring.as_ref().map_or(0, |r| r.queue().fill())
     }
 
     /// Ring capacity (0 once the ring is lost).
-    pub fn capacity(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> u32 {
         self.ring.as_ref().map_or(0, |r| r.queue().mask())
     }
 
@@ -116,7 +118,12 @@ impl Cq {
     /// [`Cq::poll`] fails with [`RingLost`]. The old mapping still shows
     /// the old buffer, but the kernel no longer produces into it, so
     /// polling it would lose completions silently. (As the SRQ's resize.)
-    pub fn resize(&mut self, fd: BorrowedFd<'_>, cq_handle: u32, cqe: u32) -> Result<u32, Errno> {
+    pub(crate) fn resize(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        cq_handle: u32,
+        cqe: u32,
+    ) -> Result<u32, Errno> {
         let mut drv = rxe::ResizeCqResp::new_zeroed();
         let cmd = ResizeCq {
             response: 0,

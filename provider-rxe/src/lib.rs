@@ -1,14 +1,14 @@
 //! The soft-RoCE (rxe) userspace provider.
 //!
 //! rxe keeps its work and completion queues in kernel memory that user space
-//! maps from the uverbs command fd ([`queue::Queue`]). Posting a send writes a
+//! maps from the uverbs command fd (the private `queue` module). Posting a send writes a
 //! [`rverbs_abi::rxe::SendWqe`] into the send ring and rings the doorbell with
 //! an empty POST_SEND command; posting a receive only writes the receive ring;
 //! polling reads `ib_uverbs_wc` entries straight from the completion ring.
-//! This crate owns those rings ([`cq::Cq`], [`qp::SendQueue`],
-//! [`qp::RecvQueue`]) and the create commands whose responses describe them,
-//! and fills in the provider contract with them ([`contract::Rxe`]). It
-//! knows nothing of the public `verbs` API above it.
+//! This crate owns those rings (its private `cq`, `qp` and `srq` modules)
+//! and the create commands whose responses describe them, and fills in the
+//! provider contract with them ([`contract::Rxe`]), its only public face.
+//! It knows nothing of the public `verbs` API above it.
 
 #![deny(missing_docs)]
 // Clean, so denied (issue 44): nothing `pub` that no one outside can name.
@@ -22,12 +22,12 @@
 #[allow(unsafe_code)]
 mod cmd;
 pub mod contract;
-pub mod cq;
-pub mod qp;
+mod cq;
+mod qp;
 #[allow(unsafe_code)]
-pub mod queue;
-pub mod srq;
-pub mod stale;
+mod queue;
+mod srq;
+mod stale;
 mod wqe;
 
 /// The driver ABI versions (the per-device sysfs `abi_version`) this

@@ -17,7 +17,7 @@ use crate::{PostError, PostFailed};
 /// What CREATE_QP returned: the kernel's answer and the mapped rings. If
 /// either ring failed to map the caller must destroy `resp.qp_handle`.
 #[derive(Debug)]
-pub struct Created {
+pub(crate) struct Created {
     /// Core response (handle, QPN, granted capabilities).
     pub resp: CreateQpResp,
     /// The send ring.
@@ -27,7 +27,7 @@ pub struct Created {
 }
 
 /// Issues CREATE_QP for `cmd` and maps its rings.
-pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
+pub(crate) fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
     let mut drv = rxe::CreateQpResp::new_zeroed();
     let resp = cmd::create_qp(fd, cmd, &mut drv)?;
     Ok(map_rings(fd, resp, &drv, cmd.qp_type, cmd.is_srq != 0))
@@ -35,7 +35,7 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateQp) -> Result<Created, Errno> {
 
 /// Issues the extended CREATE_QP (`IB_USER_VERBS_EX_CMD_CREATE_QP`, which
 /// carries creation flags) and maps the rings.
-pub fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateQp) -> Result<Created, Errno> {
+pub(crate) fn create_ex(fd: BorrowedFd<'_>, cmd: &ExCreateQp) -> Result<Created, Errno> {
     let mut drv = rxe::CreateQpResp::new_zeroed();
     let resp = cmd::create_qp_ex(fd, cmd, &mut drv)?;
     Ok(map_rings(fd, resp.base, &drv, cmd.qp_type, cmd.is_srq != 0))
@@ -69,7 +69,7 @@ fn map_rings(
 
 /// A QP's send ring.
 #[derive(Debug)]
-pub struct SendQueue {
+pub(crate) struct SendQueue {
     /// The ring, with the limits every request is checked against.
     ring: SendRing,
     qp_handle: u32,
@@ -106,8 +106,9 @@ impl SendQueue {
     }
 
     /// Address handles held for sends the kernel may not have consumed
-    /// yet (UD; for tests and diagnostics).
-    pub fn ah_holds(&self) -> usize {
+    /// yet (UD; for tests).
+    #[cfg(test)]
+    pub(crate) fn ah_holds(&self) -> usize {
         self.holds.iter().filter(|h| h.is_some()).count()
     }
 
@@ -115,25 +116,25 @@ impl SendQueue {
     /// the QP's port, which is what rxe compares UD sends against (a longer
     /// one is dropped without an error, IB spec C10-93.1.1). Ignored for
     /// connected QPs, whose messages span packets.
-    pub fn set_ud_mtu(&mut self, mtu: u32) {
+    pub(crate) fn set_ud_mtu(&mut self, mtu: u32) {
         self.ring.set_ud_mtu(mtu);
     }
 
     /// Accepts `op` (ATOMIC_WRITE, FLUSH), which the caller has seen the
     /// device offer, if the ring's slots can hold it; returns whether it
     /// is accepted.
-    pub fn allow(&mut self, op: WrOpcode) -> bool {
+    pub(crate) fn allow(&mut self, op: WrOpcode) -> bool {
         self.ring.allow(op)
     }
 
     /// Capacity in work requests: the depth the kernel granted (the ring
     /// itself may have more slots, which are not used).
-    pub fn capacity(&self) -> u32 {
+    pub(crate) fn capacity(&self) -> u32 {
         self.ring.max_wr()
     }
 
     /// Work requests posted and not yet consumed by the kernel.
-    pub fn outstanding(&self) -> u32 {
+    pub(crate) fn outstanding(&self) -> u32 {
         self.ring.queue().fill()
     }
 
@@ -142,7 +143,11 @@ impl SendQueue {
     /// On error, the requests before the failing index are posted (and the
     /// doorbell rung for them) and the error names the index.
     #[inline]
-    pub fn post(&mut self, fd: BorrowedFd<'_>, wrs: &[SendWr<'_>]) -> Result<(), PostFailed> {
+    pub(crate) fn post(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        wrs: &[SendWr<'_>],
+    ) -> Result<(), PostFailed> {
         if let [wr] = wrs {
             return self.post_one(fd, wr);
         }
@@ -152,7 +157,7 @@ impl SendQueue {
     /// Posts the requests `reqs` yields, read in place ([`SendRequest`]),
     /// as [`SendQueue::post`] posts a slice of them.
     #[inline]
-    pub fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
+    pub(crate) fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         fd: BorrowedFd<'_>,
         reqs: I,
@@ -197,7 +202,7 @@ impl SendQueue {
     /// says, published with one release store and one doorbell. Entries
     /// that do not fit end with [`PostError::QueueFull`] at the first of
     /// them; on error the entries before the returned index were posted.
-    pub fn post_batch(
+    pub(crate) fn post_batch(
         &mut self,
         fd: BorrowedFd<'_>,
         batch: &SendBatch,
@@ -242,7 +247,7 @@ impl SendQueue {
     /// the same entry as [`SendQueue::post`]; [`PostError::Doorbell`] (at
     /// index 1) means it was posted and the doorbell failed.
     #[inline(always)]
-    pub fn post_request<R: SendRequest + ?Sized>(
+    pub(crate) fn post_request<R: SendRequest + ?Sized>(
         &mut self,
         fd: BorrowedFd<'_>,
         wr: &R,
@@ -271,26 +276,26 @@ fn has_dest(d: &rverbs_provider::wr::UdDest<'_>) -> bool {
 
 /// A receive ring (a QP's RQ or an SRQ's).
 #[derive(Debug)]
-pub struct RecvQueue {
+pub(crate) struct RecvQueue {
     ring: RecvRing,
 }
 
 impl RecvQueue {
     /// Wraps a mapped receive ring of granted depth `max_wr` whose elements
     /// hold `max_sge` SGEs.
-    pub fn new(ring: Queue, max_wr: u32, max_sge: u32) -> Result<Self, Errno> {
+    pub(crate) fn new(ring: Queue, max_wr: u32, max_sge: u32) -> Result<Self, Errno> {
         Ok(RecvQueue {
             ring: RecvRing::new(ring, max_wr, max_sge)?,
         })
     }
 
     /// Capacity in work requests: the depth the kernel granted.
-    pub fn capacity(&self) -> u32 {
+    pub(crate) fn capacity(&self) -> u32 {
         self.ring.max_wr()
     }
 
     /// Receives posted and not yet consumed.
-    pub fn outstanding(&self) -> u32 {
+    pub(crate) fn outstanding(&self) -> u32 {
         self.ring.queue().fill()
     }
 
@@ -298,7 +303,7 @@ impl RecvQueue {
     /// (rxe needs no receive doorbell). On error the requests before the
     /// failing index are posted.
     #[inline]
-    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
+    pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         if let [wr] = wrs {
             return self.post_one(wr).map_err(PostFailed::first);
         }

@@ -47,7 +47,7 @@ const _: () = assert!(QUEUE_DATA_OFFSET % 8 == 0);
 
 /// One mapped ring. Unmapped on drop.
 #[derive(Debug)]
-pub struct Queue {
+pub(crate) struct Queue {
     base: NonNull<u8>,
     len: usize,
     mask: u32,
@@ -65,7 +65,7 @@ unsafe impl Sync for Queue {}
 impl Queue {
     /// Maps the ring the kernel described in `mi` on the command fd `fd`,
     /// and checks that its header describes a ring that fits the mapping.
-    pub fn map(fd: BorrowedFd<'_>, mi: &MmInfo) -> Result<Self, Errno> {
+    pub(crate) fn map(fd: BorrowedFd<'_>, mi: &MmInfo) -> Result<Self, Errno> {
         let len = mi.size as usize;
         if len < QUEUE_DATA_OFFSET {
             return Err(Errno::EINVAL);
@@ -139,13 +139,13 @@ impl Queue {
 
     /// `index_mask`: slots - 1, which is also the ring's capacity.
     #[inline]
-    pub fn mask(&self) -> u32 {
+    pub(crate) fn mask(&self) -> u32 {
         self.mask
     }
 
     /// Bytes per element.
     #[inline]
-    pub fn elem_size(&self) -> usize {
+    pub(crate) fn elem_size(&self) -> usize {
         1 << self.log2_elem_size
     }
 
@@ -161,7 +161,7 @@ impl Queue {
     }
 
     /// Number of elements between consumer and producer right now.
-    pub fn fill(&self) -> u32 {
+    pub(crate) fn fill(&self) -> u32 {
         let p = self.producer_index().load(Ordering::Acquire);
         let c = self.consumer_index().load(Ordering::Acquire);
         p.wrapping_sub(c) & self.mask

@@ -6,7 +6,7 @@
 use std::os::fd::BorrowedFd;
 
 use rverbs_abi::rxe;
-use rverbs_abi::srq::{CreateSrq, CreateSrqResp, DestroySrq, ModifySrq, QuerySrq, QuerySrqResp};
+use rverbs_abi::srq::{CreateSrq, CreateSrqResp, DestroySrq, ModifySrq};
 use rverbs_abi::Errno;
 use rverbs_provider::wr::RecvWr;
 use zerocopy::FromZeros;
@@ -17,14 +17,14 @@ use crate::queue::Queue;
 use crate::{PostError, PostFailed};
 
 /// `IB_SRQ_MAX_WR`: MODIFY_SRQ resizes the ring.
-pub const SRQ_MAX_WR: u32 = 1;
+pub(crate) const SRQ_MAX_WR: u32 = 1;
 /// `IB_SRQ_LIMIT`: MODIFY_SRQ (re)arms the limit event.
-pub const SRQ_LIMIT: u32 = 2;
+pub(crate) const SRQ_LIMIT: u32 = 2;
 
 /// What CREATE_SRQ returned: the kernel's answer, rxe's SRQ number and the
 /// mapped ring. If mapping failed the caller must destroy `resp.srq_handle`.
 #[derive(Debug)]
-pub struct Created {
+pub(crate) struct Created {
     /// Core response (handle, granted depth and SGEs).
     pub resp: CreateSrqResp,
     /// rxe's SRQ number (what the core response's `srqn` holds for XRC
@@ -36,7 +36,7 @@ pub struct Created {
 
 /// Issues CREATE_SRQ for `cmd` (its `response` is filled in) and maps the
 /// receive ring.
-pub fn create(fd: BorrowedFd<'_>, cmd: &CreateSrq) -> Result<Created, Errno> {
+pub(crate) fn create(fd: BorrowedFd<'_>, cmd: &CreateSrq) -> Result<Created, Errno> {
     let mut drv = rxe::CreateSrqResp::new_zeroed();
     let resp = cmd::create_srq(fd, cmd, &mut drv)?;
     let srq = Queue::map(fd, &drv.mi)
@@ -56,7 +56,7 @@ pub fn create(fd: BorrowedFd<'_>, cmd: &CreateSrq) -> Result<Created, Errno> {
 /// An SRQ's receive ring. Posting needs `&mut` (one producer); the kernel
 /// consumes on behalf of every QP attached to the SRQ.
 #[derive(Debug)]
-pub struct Srq {
+pub(crate) struct Srq {
     /// `None` after a resize whose new ring could not be mapped.
     rq: Option<RecvQueue>,
     handle: u32,
@@ -67,7 +67,7 @@ impl Srq {
     /// Posts the chain `wrs` (no doorbell: rxe polls the ring). On error the
     /// requests before the failing index are posted.
     #[inline]
-    pub fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
+    pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailed> {
         match &mut self.rq {
             // The ring is a receive queue's; its refusal is the SRQ's.
             Some(rq) => rq.post(wrs).map_err(|f| match f.error() {
@@ -79,23 +79,18 @@ impl Srq {
     }
 
     /// Depth in work requests (0 if a resize left no usable ring).
-    pub fn capacity(&self) -> u32 {
+    pub(crate) fn capacity(&self) -> u32 {
         self.rq.as_ref().map_or(0, RecvQueue::capacity)
     }
 
-    /// SGEs per work request.
-    pub fn max_sge(&self) -> u32 {
-        self.max_sge
-    }
-
     /// Receives posted and not yet consumed.
-    pub fn outstanding(&self) -> u32 {
+    pub(crate) fn outstanding(&self) -> u32 {
         self.rq.as_ref().map_or(0, RecvQueue::outstanding)
     }
 
     /// Sets the limit: once fewer than `limit` receives remain, the kernel
     /// raises `IB_EVENT_SRQ_LIMIT_REACHED` once and disarms (0 disarms now).
-    pub fn set_limit(&self, fd: BorrowedFd<'_>, limit: u32) -> Result<(), Errno> {
+    pub(crate) fn set_limit(&self, fd: BorrowedFd<'_>, limit: u32) -> Result<(), Errno> {
         cmd::modify_srq(fd, &modify(self.handle, SRQ_LIMIT, 0, limit))
     }
 
@@ -108,7 +103,7 @@ impl Srq {
     /// new ring cannot be mapped, the error is returned and every later
     /// post fails with [`PostError::InvalidState`]: the old ring is no
     /// longer consumed, so posting to it would lose receives silently.
-    pub fn resize(&mut self, fd: BorrowedFd<'_>, max_wr: u32) -> Result<(), Errno> {
+    pub(crate) fn resize(&mut self, fd: BorrowedFd<'_>, max_wr: u32) -> Result<(), Errno> {
         let mi = cmd::modify_srq_resize(fd, &modify(self.handle, SRQ_MAX_WR, max_wr, 0))?;
         // The kernel has swapped rings: the old mapping still shows the old
         // buffer (its pages live until unmapped) but is no longer consumed.
@@ -131,20 +126,9 @@ fn modify(srq_handle: u32, attr_mask: u32, max_wr: u32, srq_limit: u32) -> Modif
     }
 }
 
-/// QUERY_SRQ: the SRQ's depth (rxe reports its ring's slot count minus
-/// one), SGEs, and current limit (0 once the limit event fired).
-pub fn query(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<QuerySrqResp, Errno> {
-    let cmd = QuerySrq {
-        response: 0,
-        srq_handle,
-        reserved: 0,
-    };
-    cmd::query_srq(fd, &cmd)
-}
-
 /// DESTROY_SRQ. Fails with EBUSY while a QP still uses the SRQ. Returns the
 /// number of async events the kernel delivered for it.
-pub fn destroy(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<u32, Errno> {
+pub(crate) fn destroy(fd: BorrowedFd<'_>, srq_handle: u32) -> Result<u32, Errno> {
     let cmd = DestroySrq {
         response: 0,
         srq_handle,

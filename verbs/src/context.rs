@@ -4,7 +4,7 @@
 //!
 //! The user context is the provider's: its [`Provider::open`] sends
 //! GET_CONTEXT (rxe with no driver data; mlx5 with its own, then it maps
-//! the UAR pages every mlx5 object uses, [`rverbs_mlx5::uctx`]); the
+//! the UAR pages every mlx5 object uses); the
 //! library adopts the async event fd of the answer.
 //!
 //! [`Provider::open`]: rverbs_provider::Provider::open

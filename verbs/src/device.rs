@@ -1,6 +1,6 @@
 //! Device discovery: the uverbs character devices listed in
 //! `/sys/class/infiniband_verbs`, their ibdev names, GUIDs and drivers, and
-//! opening one into a [`Context`].
+//! opening one into a [`Context`](crate::Context).
 //!
 //! As in libibverbs, the sysfs root is `$SYSFS_PATH` when that is set (and
 //! the process is not set-uid), `/sys` otherwise. The driver comes from the

@@ -286,7 +286,7 @@ pub(crate) enum Ctx {
 }
 
 /// The driver behind a device, which decides the provider (re-exported by
-/// [`crate::device`]). This module is the only code that tells drivers
+/// `rverbs::device`). This module is the only code that tells drivers
 /// apart.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]

@@ -33,8 +33,8 @@ pub enum CmError {
         /// The CM's reject reason (`enum ib_cm_rej_reason`).
         reason: i32,
         /// The peer's private data, padded with zeros by the CM to
-        /// [`MAX_REJ_PRIVATE_DATA`] bytes on InfiniBand and RoCE (see
-        /// [`private`]).
+        /// [`MAX_REJ_PRIVATE_DATA`](crate::cm::MAX_REJ_PRIVATE_DATA) bytes on
+        /// InfiniBand and RoCE (see [`crate::cm::private`]).
         private_data: Vec<u8>,
     },
     /// The peer did not answer the CM's messages.
