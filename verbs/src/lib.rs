@@ -153,6 +153,8 @@ mod book {
     struct Testbed;
     #[doc = include_str!("../../docs/book/src/mlx5-emulator.md")]
     struct Mlx5Emulator;
+    #[doc = include_str!("../../docs/book/src/conform.md")]
+    struct Conform;
     #[doc = include_str!("../../docs/book/src/workspace.md")]
     struct Workspace;
     #[doc = include_str!("../../docs/book/src/adding-a-provider.md")]
