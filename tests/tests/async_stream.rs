@@ -1,4 +1,4 @@
-//! `rverbs::stream`'s tokio streams on the real kernel (VM, rxe0 on veth0
+//! `rverbs_cm::stream`'s tokio streams on the real kernel (VM, rxe0 on veth0
 //! = 10.0.0.1): `tokio::io::copy` echoes 2 MiB through a split stream
 //! while the client writes from one task and reads from another, every
 //! byte checked; `AsyncWriteExt::shutdown` gives the peer end of file; a
@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rverbs::stream::{AsyncRdmaListener, AsyncRdmaStream, StreamOptions};
+use rverbs_cm::stream::{AsyncRdmaListener, AsyncRdmaStream, StreamOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn rt() -> tokio::runtime::Runtime {

@@ -143,8 +143,8 @@ fn sendable<F: std::future::Future + Send>(f: F) -> F {
 
 #[test]
 fn rdma_cm_listen_connect_and_disconnect_awaited() {
-    use rverbs::cm::{CmEventKind, ConnParams, Listener};
-    use rverbs::tokio::{accept, connect, resolve, AsyncListener};
+    use rverbs_cm::tokio::{accept, connect, resolve, AsyncListener};
+    use rverbs_cm::{CmEventKind, ConnParams, Listener};
     let rt = rt();
     rt.block_on(async {
         let l =
@@ -192,8 +192,8 @@ fn rdma_cm_listen_connect_and_disconnect_awaited() {
 /// side's RTS timeout, read back with QUERY_QP.
 #[test]
 fn rdma_cm_id_options_then_resolution_awaited() {
-    use rverbs::cm::{CmId, ConnParams, Listener};
-    use rverbs::tokio::{accept, connect, resolve_id, AsyncListener};
+    use rverbs_cm::tokio::{accept, connect, resolve_id, AsyncListener};
+    use rverbs_cm::{CmId, ConnParams, Listener};
     let rt = rt();
     rt.block_on(async {
         let l =
@@ -229,8 +229,8 @@ fn rdma_cm_id_options_then_resolution_awaited() {
 /// resolves as well.
 #[test]
 fn rdma_cm_resolution_is_awaited_on_the_runtime() {
-    use rverbs::cm::Listener;
-    use rverbs::tokio::{resolve_from, resolve_ud, resolve_ud_from};
+    use rverbs_cm::tokio::{resolve_from, resolve_ud, resolve_ud_from};
+    use rverbs_cm::Listener;
     let rt = rt();
     rt.block_on(async {
         let l = Listener::bind_ud("10.0.0.1:0".parse().unwrap(), 4).unwrap();
@@ -256,8 +256,8 @@ fn rdma_cm_resolution_is_awaited_on_the_runtime() {
 /// other tasks (a blocking wait would stall the ticker).
 #[test]
 fn rdma_cm_resolution_failure_is_awaited_without_blocking_the_runtime() {
-    use rverbs::cm::CmError;
     use rverbs::Error;
+    use rverbs_cm::CmError;
     let rt = rt();
     rt.block_on(async {
         let ticks = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -269,7 +269,7 @@ fn rdma_cm_resolution_failure_is_awaited_without_blocking_the_runtime() {
             }
         });
         let start = std::time::Instant::now();
-        let err = rverbs::tokio::resolve(
+        let err = rverbs_cm::tokio::resolve(
             "10.0.0.77:7000".parse().unwrap(),
             Duration::from_millis(1500),
         )
@@ -300,8 +300,8 @@ fn rdma_cm_resolution_failure_is_awaited_without_blocking_the_runtime() {
 /// server's QP and carries its private data.
 #[test]
 fn rdma_cm_sidr_exchange_awaited_on_one_thread() {
-    use rverbs::cm::Listener;
-    use rverbs::tokio::{accept_ud, connect_ud, resolve_ud, AsyncListener};
+    use rverbs_cm::tokio::{accept_ud, connect_ud, resolve_ud, AsyncListener};
+    use rverbs_cm::Listener;
     let rt = rt();
     rt.block_on(async {
         let l = AsyncListener::new(Listener::bind_ud("10.0.0.1:0".parse().unwrap(), 4).unwrap())
@@ -333,8 +333,8 @@ fn rdma_cm_sidr_exchange_awaited_on_one_thread() {
 /// tokio's timer driver (I/O only), which it therefore does not need.
 #[test]
 fn rdma_cm_connect_times_out_on_a_runtime_without_timers() {
-    use rverbs::cm::{CmError, ConnParams, Listener};
     use rverbs::Error;
+    use rverbs_cm::{CmError, ConnParams, Listener};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
@@ -342,7 +342,7 @@ fn rdma_cm_connect_times_out_on_a_runtime_without_timers() {
     let l = Listener::bind("10.0.0.1:0".parse().unwrap(), 4).unwrap();
     let dst = l.local_addr();
     rt.block_on(async {
-        let id = rverbs::tokio::resolve(dst, Duration::from_secs(5))
+        let id = rverbs_cm::tokio::resolve(dst, Duration::from_secs(5))
             .await
             .unwrap();
         let qp = qp_on(id.device(), QpType::Rc);
@@ -351,7 +351,7 @@ fn rdma_cm_connect_times_out_on_a_runtime_without_timers() {
             ..ConnParams::default()
         };
         let start = std::time::Instant::now();
-        let err = rverbs::tokio::connect(id, qp, &p)
+        let err = rverbs_cm::tokio::connect(id, qp, &p)
             .await
             .map(|_| ())
             .unwrap_err();

@@ -8,12 +8,12 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use rverbs::cm::{CmError, CmEventKind, ConnParams, Connection, Listener, Resolved, UDP_QKEY};
 use rverbs::{
     Cq, Device, Errno, Error, Grh, Mr, PageBuf, Pd, QpCap, QpInitAttr, QpState, QpType, RemoteMr,
     UdSendWr,
 };
 use rverbs::{RecvWr, SendWr, WcStatus};
+use rverbs_cm::{CmError, CmEventKind, ConnParams, Connection, Listener, Resolved, UDP_QKEY};
 use verbs_tests::{all_access, pattern, wait_ok};
 
 /// The address of rxe0's netdev in the VM.
@@ -138,8 +138,8 @@ fn connect_accept_then_send_and_rdma_write_with_private_data_both_ways() {
 
 #[test]
 fn framed_private_data_comes_back_exactly_as_long_as_it_was_sent() {
-    use rverbs::cm::private::{frame, unframe};
-    use rverbs::cm::{MAX_REP_PRIVATE_DATA, MAX_REQ_PRIVATE_DATA};
+    use rverbs_cm::private::{frame, unframe};
+    use rverbs_cm::{MAX_REP_PRIVATE_DATA, MAX_REQ_PRIVATE_DATA};
     let l = listener();
     let port = l.local_addr().port();
     let server = std::thread::spawn(move || {

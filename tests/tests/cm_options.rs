@@ -11,8 +11,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rverbs::cm::{CmId, ConnParams, ConnRequest, Connection, Listener, Resolved};
 use rverbs::{Device, Errno, Error, InvalidKind, QpCap, QpInitAttr, QpType};
+use rverbs_cm::{CmId, ConnParams, ConnRequest, Connection, Listener, Resolved};
 
 /// The address of rxe0's netdev in the VM.
 const RXE_IP: &str = "10.0.0.1";
@@ -299,7 +299,7 @@ fn bad_option_values_and_misuse_are_clear_errors() {
     let qp = qp_on(r.device(), QpType::Rc);
     let e = r.connect(qp, &params()).unwrap_err();
     assert!(
-        matches!(e, Error::Cm(rverbs::cm::CmError::Rejected { .. })),
+        matches!(e, Error::Cm(rverbs_cm::CmError::Rejected { .. })),
         "{e}"
     );
     server.join().unwrap();

@@ -13,8 +13,8 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use rverbs::cm::{CmEventKind, ConnParams, Listener, Resolved};
 use rverbs::{QpCap, QpInitAttr, QpType, RecvWr, SendWr};
+use rverbs_cm::{CmEventKind, ConnParams, Listener, Resolved};
 use verbs_tests::{pattern, wait_ok};
 
 /// The system allocator, counting the bytes live.

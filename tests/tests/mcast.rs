@@ -14,11 +14,11 @@
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
-use rverbs::cm::{JoinMode, McastGroup, McastId, MCAST_QPN, UDP_QKEY};
 use rverbs::{
     AccessFlags, Cq, Errno, Gid, Grh, InvalidKind, Mr, PageBuf, Pd, Qp, QpCap, QpInitAttr, QpType,
     RecvWr, SendWr, UdSendWr, Wc,
 };
+use rverbs_cm::{JoinMode, McastGroup, McastId, MCAST_QPN, UDP_QKEY};
 
 /// The address of rxe0's netdev in the VM.
 const RXE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
@@ -285,14 +285,14 @@ fn joins_refuse_what_cannot_work_before_any_command() {
     let err = McastId::resolve_from(src(), "10.0.0.2:0".parse().unwrap(), STEP).unwrap_err();
     assert!(err.to_string().contains("not a multicast address"), "{err}");
     let g = group(3);
-    let err = rverbs::cm::CmId::new()
+    let err = rverbs_cm::CmId::new()
         .unwrap()
         .resolve_mcast(g, STEP)
         .unwrap_err();
     assert_eq!(err.invalid_kind(), Some(InvalidKind::WrongUse), "{err}");
     // The VM has no default route and no multicast route: unbound, the
     // group is unreachable (RESOLVE_ADDR itself fails).
-    let err = rverbs::cm::CmId::new_ud()
+    let err = rverbs_cm::CmId::new_ud()
         .unwrap()
         .resolve_mcast(g, STEP)
         .unwrap_err();
@@ -331,15 +331,16 @@ fn tokio_awaits_the_join_as_the_blocking_api_does() {
         .unwrap();
     rt.block_on(async {
         let g = group(4);
-        let mut id = rverbs::tokio::resolve_mcast(src(), g, STEP)
+        let mut id = rverbs_cm::tokio::resolve_mcast(src(), g, STEP)
             .await
             .expect("resolve, awaited");
         let mut r = end_on(id.device());
         id.init_qp(&mut r.qp).unwrap();
         r.post_recvs(8);
-        let m = rverbs::tokio::join_mcast(&mut id, g, JoinMode::FullMember, Some(&mut r.qp), STEP)
-            .await
-            .expect("join, awaited");
+        let m =
+            rverbs_cm::tokio::join_mcast(&mut id, g, JoinMode::FullMember, Some(&mut r.qp), STEP)
+                .await
+                .expect("join, awaited");
         assert_eq!(m.remote_qpn(), MCAST_QPN);
         assert_eq!(m.attached_qpn(), Some(r.qp.qp_num()));
         let (_sid, mut s, sm, ah) = sender(g);
@@ -359,7 +360,7 @@ fn a_tokio_join_dropped_mid_join_leaves_nothing_for_the_next_join() {
     rt.block_on(async {
         let first = group(31);
         let second = group(32);
-        let mut id = rverbs::tokio::resolve_mcast(src(), first, STEP)
+        let mut id = rverbs_cm::tokio::resolve_mcast(src(), first, STEP)
             .await
             .expect("resolve");
         let mut r = end_on(id.device());
@@ -370,7 +371,7 @@ fn a_tokio_join_dropped_mid_join_leaves_nothing_for_the_next_join() {
         // that did complete at once is left and tried again.
         let mut cancelled = false;
         for _ in 0..20 {
-            let join = rverbs::tokio::join_mcast(
+            let join = rverbs_cm::tokio::join_mcast(
                 &mut id,
                 first,
                 JoinMode::FullMember,
@@ -393,10 +394,15 @@ fn a_tokio_join_dropped_mid_join_leaves_nothing_for_the_next_join() {
         assert!(cancelled, "every join completed within its first poll");
         // Let the abandoned join's answer come, had it not been left.
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let m =
-            rverbs::tokio::join_mcast(&mut id, second, JoinMode::FullMember, Some(&mut r.qp), STEP)
-                .await
-                .expect("the second join");
+        let m = rverbs_cm::tokio::join_mcast(
+            &mut id,
+            second,
+            JoinMode::FullMember,
+            Some(&mut r.qp),
+            STEP,
+        )
+        .await
+        .expect("the second join");
         let want = match second {
             SocketAddr::V4(a) => Gid::from_ipv4(*a.ip()),
             SocketAddr::V6(_) => unreachable!(),

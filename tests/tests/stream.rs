@@ -1,4 +1,4 @@
-//! `rverbs::stream` (rsockets over RC) against the real kernel (VM, rxe0 on
+//! `rverbs_cm::stream` (rsockets over RC) against the real kernel (VM, rxe0 on
 //! veth0 = 10.0.0.1), both ends ours: bytes arrive intact and in order
 //! through buffer wrap-around, grants and credits running out; a half
 //! close gives end of file one way while the other still flows; a reader
@@ -15,9 +15,9 @@ use std::net::{Shutdown, SocketAddr};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rverbs::cm::{ConnParams, Listener, Resolved};
-use rverbs::stream::{RdmaListener, RdmaStream, StreamOptions};
 use rverbs::{QpCap, QpInitAttr, QpType};
+use rverbs_cm::stream::{RdmaListener, RdmaStream, StreamOptions};
+use rverbs_cm::{ConnParams, Listener, Resolved};
 
 /// The address of rxe0's netdev in the VM.
 const RXE_IP: &str = "10.0.0.1";

@@ -1,6 +1,6 @@
 #!/bin/sh
-# HTTP/1.1 over RDMA: verbs/examples/http_stream.rs runs hyper's server
-# and client, unchanged, on rverbs::stream's tokio streams (rsockets on
+# HTTP/1.1 over RDMA: verbs/cm/examples/http_stream.rs runs hyper's server
+# and client, unchanged, on rverbs_cm::stream's tokio streams (rsockets on
 # rxe0). 3 connections at once, each 10 GET /hello and 10 POST /echo of
 # 20000 bytes (different bytes per request), every answer checked byte
 # for byte by the client. Both processes must exit 0, the client must

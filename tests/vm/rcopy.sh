@@ -1,5 +1,5 @@
 #!/bin/bash
-# rcopy over rsockets: `rverbs rcopy` (rverbs::stream) and rdma-core's
+# rcopy over rsockets: `rverbs rcopy` (rverbs_cm::stream) and rdma-core's
 # `rcopy` on rxe0 (10.0.0.1), a 3 MB file of random bytes copied both ways and ours to ours; a row passes when the client
 # exits 0 and the stored file is byte for byte the source (cmp); also a
 # one-byte file and an empty one. Ours as

@@ -1,5 +1,5 @@
 #!/bin/bash
-# rsockets interop: `rverbs rstream` (rverbs::stream) against rdma-core's
+# rsockets interop: `rverbs rstream` (rverbs_cm::stream) against rdma-core's
 # `rstream` (librdmacm's rsockets) on rxe0 (10.0.0.1), both ways and ours
 # with ours. Every run verifies the bytes (`-T v`: each side fills what it
 # sends with a running counter and checks what it receives, as rstream

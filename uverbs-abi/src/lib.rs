@@ -8,7 +8,8 @@
 //! [`device`], [`pd`], [`mr`], [`cq`], [`qp`], [`srq`], [`ah`], the work
 //! request encodings in [`wr`], the soft-RoCE queue format in [`rxe`], and
 //! the mlx5 driver data and hardware (PRM) layouts in [`mlx5`]. [`cmd`] and
-//! [`ioctl`] carry commands to the kernel. [`ucma`] is the RDMA connection
+//! [`ioctl`] carry commands to the kernel, [`fd`] waits on the file
+//! descriptors it hands out. [`ucma`] is the RDMA connection
 //! manager's ABI (`/dev/infiniband/rdma_cm`), with its own framing.
 //!
 //! This crate holds the ABI and nothing else: the logic the providers share
@@ -25,6 +26,7 @@ pub mod ah;
 pub mod cmd;
 pub mod cq;
 pub mod device;
+pub mod fd;
 pub mod ioctl;
 pub mod mlx5;
 pub mod mr;

@@ -110,7 +110,7 @@ impl Context {
         let fd = Arc::new(OwnedFd::from(device.open_node()?));
         let (provider, async_fd, num_comp_vectors) =
             crate::provider::Ctx::open(device.name(), device.driver(), &fd)?;
-        crate::fd::set_nonblocking(async_fd.as_fd())
+        rverbs_abi::fd::set_nonblocking(async_fd.as_fd())
             .map_err(Error::kernel("async fd O_NONBLOCK"))?;
         Ok(Context {
             inner: Arc::new(ContextInner {

@@ -128,7 +128,8 @@ impl Context {
     /// Creates a completion channel.
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
         let fd = crate::sys::cmd::create_comp_channel(self.fd())?;
-        crate::fd::set_nonblocking(fd.as_fd()).map_err(Error::kernel("comp channel O_NONBLOCK"))?;
+        rverbs_abi::fd::set_nonblocking(fd.as_fd())
+            .map_err(Error::kernel("comp channel O_NONBLOCK"))?;
         Ok(CompChannel {
             inner: Arc::new(ChannelInner {
                 fd,

@@ -210,7 +210,7 @@ pub fn device(name: &str) -> Result<Device> {
 /// instead of a netlink query and every device's sysfs files per
 /// connection. A miss, or an entry sysfs no longer confirms (a device
 /// removed or re-created), enumerates again.
-pub(crate) fn device_by_guid(guid: Guid) -> Result<Option<Device>> {
+pub fn device_by_guid(guid: Guid) -> Result<Option<Device>> {
     static KNOWN: std::sync::Mutex<Vec<Device>> = std::sync::Mutex::new(Vec::new());
     let mut known = KNOWN
         .lock()

@@ -4,8 +4,8 @@
 pub use rverbs_abi::Errno;
 pub use rverbs_provider::{Feature, PostError, PostFailed};
 
-pub(crate) mod cm;
-use cm::CmError;
+mod cm;
+pub use cm::{CmError, CmEventKind};
 
 /// Everything a verbs call can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +116,7 @@ pub enum Error {
     #[error("timed out after {0:?} waiting for completions")]
     Timeout(std::time::Duration),
     /// The RDMA connection manager reported a failure (see
-    /// [`crate::cm::CmError`]).
+    /// [`CmError`]).
     #[error("rdma_cm: {0}")]
     Cm(CmError),
     /// A work request was refused; those before `index` were posted.
@@ -178,7 +178,11 @@ impl Error {
         }
     }
 
-    pub(crate) fn kernel(op: &'static str) -> impl FnOnce(Errno) -> Error {
+    /// A closure that makes an [`Error::Kernel`] of `op` from the errno a
+    /// command returned: `.map_err(Error::kernel("rdma_listen"))`. For
+    /// crates built on this one (`rverbs-cm`), whose failures are this
+    /// crate's errors.
+    pub fn kernel(op: &'static str) -> impl FnOnce(Errno) -> Error {
         move |errno| Error::Kernel { op, errno }
     }
 
@@ -191,8 +195,10 @@ impl Error {
         }
     }
 
-    /// An argument refused as `kind`.
-    pub(crate) fn invalid_as(kind: InvalidKind, msg: impl Into<String>) -> Error {
+    /// An [`Error::InvalidArgument`] of `kind` whose message is `msg` (the
+    /// value and the rule it broke). For crates built on this one, as
+    /// [`Error::kernel`] is.
+    pub fn invalid_as(kind: InvalidKind, msg: impl Into<String>) -> Error {
         Error::InvalidArgument(Invalid {
             kind,
             message: msg.into(),

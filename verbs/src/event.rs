@@ -52,7 +52,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::fd::{wait_readable, Ready};
+use rverbs_abi::fd::{wait_readable, Ready};
 
 /// The object an [`EventId`] belongs to: the tag in its top byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -34,7 +34,7 @@
 //!
 //! Every object is `Send` and `Sync`: [`Context`], [`Device`], [`Pd`],
 //! [`Cq`], [`CompChannel`], [`Qp`], [`Srq`], [`Ah`], [`Mw`], [`RemoteMr`],
-//! [`SendBatch`], the [`cm`] ids and channels, and [`Mr<B>`](Mr) when its
+//! [`SendBatch`], `rverbs-cm`'s ids and channels, and [`Mr<B>`](Mr) when its
 //! buffer `B` is (`Send` for `Send`, `Sync` for `Send + Sync`). Move them
 //! to other threads, or share them by reference or in an `Arc`.
 //!
@@ -88,14 +88,12 @@
 #![deny(unsafe_code)]
 
 pub mod ah;
-pub mod cm;
 pub mod context;
 pub mod cq;
 pub mod device;
 pub mod dmabuf;
 pub mod error;
 pub mod event;
-mod fd;
 pub mod fork;
 pub mod gid;
 pub mod mr;
@@ -104,7 +102,6 @@ pub mod pd;
 mod provider;
 pub mod qp;
 pub mod srq;
-pub mod stream;
 #[allow(unsafe_code)]
 mod sys;
 #[cfg(test)]
@@ -136,13 +133,6 @@ mod book {
     struct ApiPostPoll;
     #[doc = include_str!("../../docs/book/src/api/batches.md")]
     struct ApiBatches;
-    #[doc = include_str!("../../docs/book/src/api/cm.md")]
-    struct ApiCm;
-    #[doc = include_str!("../../docs/book/src/api/streams.md")]
-    struct ApiStreams;
-    #[cfg(feature = "tokio")]
-    #[doc = include_str!("../../docs/book/src/api/tokio.md")]
-    struct ApiTokio;
     #[doc = include_str!("../../docs/book/src/safety.md")]
     struct Safety;
     #[doc = include_str!("../../docs/book/src/c-library.md")]
@@ -184,9 +174,12 @@ pub mod abi {
 pub use ah::{Ah, Grh, NetworkHeader, UdSendWr};
 pub use context::{Context, DeviceAttr, LinkLayer, PortAttr, PortState};
 pub use cq::{CompChannel, Cq, CqFlags, CqInitAttr, Wc, WcOpcode, WcStatus};
-pub use device::{device, devices, Device, Driver, Guid};
+pub use device::{device, device_by_guid, devices, Device, Driver, Guid};
 pub use dmabuf::{DmabufMr, DMABUF_ACCESS};
-pub use error::{Errno, Error, Feature, Invalid, InvalidKind, PostError, PostFailed, Result};
+pub use error::{
+    CmError, CmEventKind, Errno, Error, Feature, Invalid, InvalidKind, PostError, PostFailed,
+    Result,
+};
 pub use event::{AsyncEvent, AsyncEventKind, EventElement, EventId, ObjectKind};
 pub use fork::{fork_safety, ForkSafety};
 pub use gid::{Gid, GidEntry, GidType};
@@ -236,10 +229,5 @@ mod threading {
         send_sync::<crate::SendBatch>();
         send_sync::<crate::Mr<crate::PageBuf>>();
         send_sync::<crate::Mr<Vec<u8>>>();
-        send_sync::<crate::cm::EventChannel>();
-        send_sync::<crate::cm::Resolved>();
-        send_sync::<crate::cm::Listener>();
-        send_sync::<crate::cm::ConnRequest>();
-        send_sync::<crate::cm::Connection>();
     }
 }

@@ -73,6 +73,13 @@ impl Pd {
         &self.inner.ctx
     }
 
+    /// Whether `self` and `other` are handles of the same protection
+    /// domain (a clone, or one with another allocator,
+    /// [`Pd::with_allocator`], is the same PD).
+    pub fn same(&self, other: &Pd) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The kernel's handle for the PD.
     pub fn handle(&self) -> u32 {
         self.inner.handle

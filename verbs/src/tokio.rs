@@ -15,33 +15,31 @@
 //! # let _ = n; Ok(()) }
 //! ```
 //!
-//! The connection manager ([`crate::cm`]) too: [`AsyncListener`] awaits
-//! connection requests, [`AsyncConnection`] a connection's events,
-//! and every handshake step, [`resolve`] ([`resolve_from`],
-//! [`resolve_ud`], [`resolve_ud_from`]), [`connect`], [`connect_ud`],
-//! [`accept`] and [`accept_ud`], and multicast's [`resolve_mcast`]
-//! ([`resolve_mcast_id`]) and [`join_mcast`], awaits its id's events on the runtime
-//! (no thread of tokio's blocking pool), bounded as the blocking API's
-//! steps are (a timerfd awaited beside the id, so the runtime's timer
-//! driver is not needed).
+//! The connection manager's async API (listeners, connections, every
+//! handshake step) is `rverbs_cm::tokio`, built on [`register`] and
+//! [`OwnsFd`] as this module is.
 //!
 //! Both fds are non-blocking from creation (see [`crate::event`]); no
 //! event needs acknowledging (see [`CompChannel`]).
 
-use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
-use std::task::Poll;
-use std::time::Duration;
 
 use ::tokio::io::unix::AsyncFd;
 
 use crate::cq::{await_completions, CompChannel, Cq, Waiter};
 use crate::error::{Error, InvalidKind, Result};
 use crate::event::AsyncEvent;
-use crate::sys::tokio::{register_readable, OwnsFd};
+use crate::sys::tokio::register_readable;
 use crate::{Context, Wc};
 
-fn register<T: OwnsFd>(what: &str, inner: T) -> Result<AsyncFd<T>> {
+pub use crate::sys::tokio::OwnsFd;
+
+/// Registers `inner`'s fd with the current tokio runtime's reactor for
+/// readability, as every async type here does; `what` names the fd in the
+/// error. Fails with [`InvalidKind::WrongUse`] outside a runtime (rather
+/// than tokio's panic) and with [`Error::Io`] if the reactor refuses it
+/// (I/O not enabled, or the fd registered already).
+pub fn register<T: OwnsFd>(what: &str, inner: T) -> Result<AsyncFd<T>> {
     if ::tokio::runtime::Handle::try_current().is_err() {
         return Err(Error::invalid_as(
             InvalidKind::WrongUse,
@@ -177,7 +175,7 @@ pub(crate) struct EventFd(Context);
 // SAFETY: an EventFd holds a Context, whose async fd is an OwnedFd set at
 // creation and closed only when the last clone drops; as_raw_fd returns it.
 #[allow(unsafe_code)]
-unsafe impl crate::sys::tokio::OwnsFd for EventFd {}
+unsafe impl OwnsFd for EventFd {}
 
 impl AsRawFd for EventFd {
     fn as_raw_fd(&self) -> RawFd {
@@ -223,357 +221,5 @@ impl AsyncEvents {
                 None => guard.clear_ready(),
             }
         }
-    }
-}
-
-/// A [`Listener`](crate::cm::Listener) by value, its fd registered.
-pub(crate) struct ListenerFd(pub(crate) crate::cm::Listener);
-
-// SAFETY: a ListenerFd holds the Listener, whose id holds its event
-// channel, which owns its OwnedFd and never replaces it; as_raw_fd
-// returns that fd.
-#[allow(unsafe_code)]
-unsafe impl crate::sys::tokio::OwnsFd for ListenerFd {}
-
-impl AsRawFd for ListenerFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
-/// An id borrowed for one wait, its fd registered.
-pub(crate) struct IdFd<'a>(&'a crate::cm::Id);
-
-// SAFETY: an IdFd borrows the id, which holds its event channel (an
-// OwnedFd, never replaced) for at least as long as the borrow; as_raw_fd
-// returns that fd.
-#[allow(unsafe_code)]
-unsafe impl crate::sys::tokio::OwnsFd for IdFd<'_> {}
-
-impl AsRawFd for IdFd<'_> {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
-/// A [`Connection`](crate::cm::Connection) by value, its fd registered.
-pub(crate) struct ConnectionFd(crate::cm::Connection);
-
-// SAFETY: as for ListenerFd: the Connection's id holds its event channel.
-#[allow(unsafe_code)]
-unsafe impl crate::sys::tokio::OwnsFd for ConnectionFd {}
-
-impl AsRawFd for ConnectionFd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0.as_raw_fd()
-    }
-}
-
-// Each keeps its id's event channel (an OwnedFd) open and unchanged for
-// as long as it lives.
-
-/// An rdma_cm [`Listener`](crate::cm::Listener) whose connection requests
-/// are awaited.
-///
-/// One [`Context`] (and PD) per device serves every
-/// connection, as the [`cm`](crate::cm) docs say: open the listener's
-/// device once, and check that a request came in on it.
-///
-/// ```no_run
-/// # async fn f() -> rverbs::Result<()> {
-/// use rverbs::cm::{ConnParams, Listener};
-/// use rverbs::tokio::{accept, AsyncListener};
-/// use rverbs::{QpInitAttr, QpType};
-/// let l = AsyncListener::new(Listener::bind("10.0.0.1:7471".parse().unwrap(), 16)?)?;
-/// let ctx = rverbs::device("rxe0")?.open()?;
-/// let pd = ctx.alloc_pd()?;
-/// let cq = ctx.create_cq(256)?;
-/// loop {
-///     let req = l.get_request().await?;
-///     if req.device().node_guid() != ctx.device().node_guid() {
-///         req.reject(b"")?; // came in on another device
-///         continue;
-///     }
-///     let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq))?;
-///     let conn = accept(req, qp, &ConnParams::default()).await?;
-///     # let _ = conn;
-///     // ... hand conn to a task ...
-/// }
-/// # }
-/// ```
-pub struct AsyncListener {
-    fd: AsyncFd<ListenerFd>,
-}
-
-impl std::fmt::Debug for AsyncListener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsyncListener")
-            .field("listener", &self.fd.get_ref().0)
-            .finish()
-    }
-}
-
-impl AsyncListener {
-    /// Registers `l`'s fd with the current tokio runtime.
-    pub fn new(l: crate::cm::Listener) -> Result<AsyncListener> {
-        Ok(AsyncListener {
-            fd: register("rdma_cm listener", ListenerFd(l))?,
-        })
-    }
-
-    /// The listener.
-    pub fn get_ref(&self) -> &crate::cm::Listener {
-        &self.fd.get_ref().0
-    }
-
-    /// Waits for the next connection request. Cancel-safe: a request is
-    /// taken from the kernel only when it is returned.
-    pub async fn get_request(&self) -> Result<crate::cm::ConnRequest> {
-        loop {
-            let mut guard = self.fd.readable().await.map_err(|source| Error::Io {
-                what: "waiting for the rdma_cm listener".into(),
-                source,
-            })?;
-            match self.fd.get_ref().0.get_request(Some(Duration::ZERO))? {
-                Some(req) => return Ok(req),
-                None => guard.clear_ready(),
-            }
-        }
-    }
-}
-
-/// An rdma_cm [`Connection`](crate::cm::Connection) whose events
-/// (disconnect, device removal, ...) are awaited.
-pub struct AsyncConnection {
-    fd: AsyncFd<ConnectionFd>,
-}
-
-impl std::fmt::Debug for AsyncConnection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsyncConnection")
-            .field("connection", &self.fd.get_ref().0)
-            .finish()
-    }
-}
-
-impl AsyncConnection {
-    /// Registers `c`'s fd with the current tokio runtime.
-    pub fn new(c: crate::cm::Connection) -> Result<AsyncConnection> {
-        Ok(AsyncConnection {
-            fd: register("rdma_cm connection", ConnectionFd(c))?,
-        })
-    }
-
-    /// The connection (its QP: [`Connection::qp`](crate::cm::Connection::qp)).
-    pub fn get_ref(&self) -> &crate::cm::Connection {
-        &self.fd.get_ref().0
-    }
-
-    /// The connection, to post to its QP.
-    pub fn get_mut(&mut self) -> &mut crate::cm::Connection {
-        &mut self.fd.get_mut().0
-    }
-
-    /// Waits for the connection's next event (see
-    /// [`Connection::next_event`](crate::cm::Connection::next_event): on a
-    /// disconnect the QP is moved to the error state). Cancel-safe.
-    pub async fn next_event(&mut self) -> Result<crate::cm::CmEvent> {
-        loop {
-            let mut guard = self.fd.readable_mut().await.map_err(|source| Error::Io {
-                what: "waiting for the rdma_cm connection".into(),
-                source,
-            })?;
-            match guard.get_inner_mut().0.next_event(Some(Duration::ZERO))? {
-                Some(ev) => return Ok(ev),
-                None => guard.clear_ready(),
-            }
-        }
-    }
-
-    /// The connection, deregistered.
-    pub fn into_inner(self) -> crate::cm::Connection {
-        self.fd.into_inner().0
-    }
-}
-
-/// [`Resolved::resolve`](crate::cm::Resolved::resolve), awaited: address
-/// and route resolution, the id's events awaited on the runtime (no
-/// thread of tokio's blocking pool is taken), each step bounded as in the
-/// blocking API (the kernel's timer after `timeout`, ours a second
-/// later). Dropping the future destroys the id. Needs a runtime with I/O
-/// enabled (not its timer).
-pub async fn resolve(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
-    resolve_from(None, dst, timeout).await
-}
-
-/// [`Resolved::resolve_from`](crate::cm::Resolved::resolve_from),
-/// awaited as [`resolve`] is.
-pub async fn resolve_from(
-    src: Option<SocketAddr>,
-    dst: SocketAddr,
-    timeout: Duration,
-) -> Result<crate::cm::Resolved> {
-    crate::cm::Resolved::resolve_with(&mut OnRuntime, crate::cm::Space::Tcp, src, dst, timeout)
-        .await
-}
-
-/// [`CmId::resolve`](crate::cm::CmId::resolve), awaited as [`resolve`]
-/// is: resolution of an id whose options
-/// ([`CmId::set_tos`](crate::cm::CmId::set_tos), ...) were set, or which
-/// was bound, first. The options themselves are set on the
-/// [`CmId`](crate::cm::CmId) as in the blocking API (each is one command
-/// that never waits).
-pub async fn resolve_id(
-    id: crate::cm::CmId,
-    dst: SocketAddr,
-    timeout: Duration,
-) -> Result<crate::cm::Resolved> {
-    crate::cm::Resolved::resolve_cm_id_with(&mut OnRuntime, id, dst, timeout).await
-}
-
-/// [`Resolved::resolve_ud`](crate::cm::Resolved::resolve_ud), awaited as
-/// [`resolve`] is.
-pub async fn resolve_ud(dst: SocketAddr, timeout: Duration) -> Result<crate::cm::Resolved> {
-    resolve_ud_from(None, dst, timeout).await
-}
-
-/// [`Resolved::resolve_ud_from`](crate::cm::Resolved::resolve_ud_from),
-/// awaited as [`resolve`] is.
-pub async fn resolve_ud_from(
-    src: Option<SocketAddr>,
-    dst: SocketAddr,
-    timeout: Duration,
-) -> Result<crate::cm::Resolved> {
-    crate::cm::Resolved::resolve_with(&mut OnRuntime, crate::cm::Space::Udp, src, dst, timeout)
-        .await
-}
-
-/// [`Resolved::connect`](crate::cm::Resolved::connect), awaited on the
-/// runtime (bounded by `params.timeout`), giving an [`AsyncConnection`].
-pub async fn connect(
-    id: crate::cm::Resolved,
-    qp: crate::Qp,
-    params: &crate::cm::ConnParams,
-) -> Result<AsyncConnection> {
-    let c = id.connect_with(&mut OnRuntime, qp, params).await?;
-    AsyncConnection::new(c)
-}
-
-/// [`Resolved::connect_ud`](crate::cm::Resolved::connect_ud), awaited on
-/// the runtime (bounded by `timeout`).
-pub async fn connect_ud(
-    id: crate::cm::Resolved,
-    qp: &mut crate::Qp,
-    private_data: &[u8],
-    timeout: Duration,
-) -> Result<crate::cm::UdInfo> {
-    id.connect_ud_with(&mut OnRuntime, qp, private_data, timeout)
-        .await
-}
-
-/// [`ConnRequest::accept`](crate::cm::ConnRequest::accept), awaited on
-/// the runtime (bounded by `params.timeout`), giving an
-/// [`AsyncConnection`].
-pub async fn accept(
-    req: crate::cm::ConnRequest,
-    qp: crate::Qp,
-    params: &crate::cm::ConnParams,
-) -> Result<AsyncConnection> {
-    let c = req.accept_with(&mut OnRuntime, qp, params).await?;
-    AsyncConnection::new(c)
-}
-
-/// [`ConnRequest::accept_ud`](crate::cm::ConnRequest::accept_ud), for the
-/// async API's parity: it waits for nothing (the SIDR REP is sent and the
-/// id released), so it is the blocking call, which never sleeps.
-pub async fn accept_ud(
-    req: crate::cm::ConnRequest,
-    qp: &mut crate::Qp,
-    private_data: &[u8],
-) -> Result<()> {
-    req.accept_ud(qp, private_data)
-}
-
-/// [`McastId::resolve_from`](crate::cm::McastId::resolve_from), awaited
-/// as [`resolve`] is: the multicast address resolved (address only) on a
-/// new datagram id.
-pub async fn resolve_mcast(
-    src: Option<SocketAddr>,
-    group: SocketAddr,
-    timeout: Duration,
-) -> Result<crate::cm::McastId> {
-    crate::cm::McastId::resolve_with(&mut OnRuntime, src, group, timeout).await
-}
-
-/// [`CmId::resolve_mcast`](crate::cm::CmId::resolve_mcast), awaited as
-/// [`resolve`] is (a datagram id whose options were set, or which was
-/// bound, first).
-pub async fn resolve_mcast_id(
-    id: crate::cm::CmId,
-    group: SocketAddr,
-    timeout: Duration,
-) -> Result<crate::cm::McastId> {
-    crate::cm::McastId::resolve_cm_id_with(&mut OnRuntime, id, group, timeout).await
-}
-
-/// [`McastId::join`](crate::cm::McastId::join), awaited on the runtime
-/// (bounded by `timeout`): the join's event awaited, then the QP attached
-/// as in the blocking API. Dropping the future before the join completes
-/// leaves the group again (LEAVE_MCAST), so neither the membership nor its
-/// event is left for a later join to take.
-pub async fn join_mcast(
-    id: &mut crate::cm::McastId,
-    group: SocketAddr,
-    mode: crate::cm::JoinMode,
-    qp: Option<&mut crate::Qp>,
-    timeout: Duration,
-) -> Result<crate::cm::McastGroup> {
-    id.join_with(&mut OnRuntime, group, mode, qp, timeout).await
-}
-
-/// [`crate::cm::Wait`] on the current tokio runtime: the id's fd and a
-/// timerfd for the deadline, both awaited through the I/O driver.
-struct OnRuntime;
-
-impl crate::cm::Wait for OnRuntime {
-    async fn event(
-        &mut self,
-        id: &crate::cm::Id,
-        step: &'static str,
-        timeout: Duration,
-    ) -> Result<crate::cm::CmEvent> {
-        let cm = register("rdma_cm id", IdFd(id))?;
-        let timer = crate::sys::tokio::deadline_fd(timeout).map_err(|source| Error::Io {
-            what: "creating the rdma_cm step's timer".into(),
-            source,
-        })?;
-        let timer = register("rdma_cm step's timer", timer)?;
-        let io = |source| Error::Io {
-            what: format!("waiting for the rdma_cm {step}"),
-            source,
-        };
-        let got = std::future::poll_fn(|cx| {
-            if let Poll::Ready(r) = timer.poll_read_ready(cx) {
-                return Poll::Ready(r.map_err(io).map(|_| None));
-            }
-            loop {
-                match cm.poll_read_ready(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(e)) => return Poll::Ready(Err(io(e))),
-                    Poll::Ready(Ok(mut guard)) => match id.try_event() {
-                        Ok(Some(ev)) => return Poll::Ready(Ok(Some(ev))),
-                        // Taken before the readiness is cleared: an event
-                        // queued since sets it again.
-                        Ok(None) => guard.clear_ready(),
-                        Err(e) => return Poll::Ready(Err(e)),
-                    },
-                }
-            }
-        })
-        .await?;
-        got.ok_or(Error::Cm(crate::cm::CmError::Timeout {
-            step,
-            after: timeout,
-        }))
     }
 }

@@ -1,4 +1,4 @@
-//! The rsockets receive bookkeeping (`rverbs::stream::book::RecvBook`)
+//! The rsockets receive bookkeeping (`rverbs_cm::stream::book::RecvBook`)
 //! driven by a hostile peer and reader: each 5-byte step is a data message
 //! of any length, a read of any size, or a grant. A message the grants or
 //! credits did not allow is refused without a change; every span handed
@@ -6,7 +6,7 @@
 //! every byte stays unread, granted or free.
 #![no_main]
 
-use rverbs::stream::book::RecvBook;
+use rverbs_cm::stream::book::RecvBook;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Some((head, steps)) = data.split_first_chunk::<3>() else {

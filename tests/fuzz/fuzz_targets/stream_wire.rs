@@ -1,4 +1,4 @@
-//! rsockets' wire formats from a peer (`rverbs::stream::wire`): the
+//! rsockets' wire formats from a peer (`rverbs_cm::stream::wire`): the
 //! connection data of a request or an accept (`ConnData::decode`), the
 //! immediate of every message (`Msg::from_imm`) and a buffer descriptor
 //! the peer wrote into the target list (`RsSge::from_bytes`), and a
@@ -7,7 +7,7 @@
 //! error, never a panic; what decodes encodes back to the same bytes.
 #![no_main]
 
-use rverbs::stream::wire::{
+use rverbs_cm::stream::wire::{
     ConnData, Iomap, Msg, RsSge, CONN_DATA_LEN, IOMAP_LEN, SGE_LEN, SGL_SIZE,
 };
 

@@ -10,8 +10,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use rverbs::cm::{ConnParams, Listener};
 use rverbs::{QpCap, QpInitAttr, QpType};
+use rverbs_cm::{ConnParams, Listener};
 
 fn main() {
     let ip = std::env::args().nth(1).expect("usage: cm_peer ADDR");

@@ -4,7 +4,7 @@
 //! Every node (`-c` of them, each its own datagram id and UD QP) resolves
 //! the multicast address (`-m`, from `-b` if given) to the local device,
 //! brings its QP up, and joins the group through the RDMA connection
-//! manager ([`rverbs::cm::McastId::join`]): a full member's QP is attached
+//! manager ([`rverbs_cm::McastId::join`]): a full member's QP is attached
 //! to the group, a send-only member's (`-o`) is not. After mckey's pause
 //! of three seconds, the sender (`-s`) sends `-C` datagrams of `-S` bytes
 //! per node to the group (QPN 0xFFFFFF, the join's Q_Key and address
@@ -21,11 +21,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use rverbs::cm::{JoinMode, McastGroup, McastId};
 use rverbs::{
     AccessFlags, Ah, Cq, Grh, Mr, PageBuf, Pd, Qp, QpCap, QpCreateFlags, QpInitAttr, QpType,
     RecvWr, SendWr, UdSendWr, Wc, WcOpcode,
 };
+use rverbs_cm::{JoinMode, McastGroup, McastId};
 
 use crate::common::MAX_TIMEOUT_SECS;
 use crate::rping::resolve;

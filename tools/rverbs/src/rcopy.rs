@@ -1,4 +1,4 @@
-//! `rverbs rcopy`: librdmacm's `rcopy` (rdmacm-utils) on `rverbs::stream`,
+//! `rverbs rcopy`: librdmacm's `rcopy` (rdmacm-utils) on `rverbs_cm::stream`,
 //! the same messages over the same rsockets wire, so either side can be
 //! rdma-core's. The client sends a file (open, write, close, each
 //! answered); the server stores it.
@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
-use rverbs::stream::{RdmaListener, RdmaStream, StreamOptions};
+use rverbs_cm::stream::{RdmaListener, RdmaStream, StreamOptions};
 
 use crate::common::{num, timeout_secs};
 use crate::rping::resolve;

@@ -2,7 +2,7 @@
 //! wire-compatible with it, so that either side may be theirs.
 //!
 //! The client (`-c`) connects through the RDMA connection manager
-//! ([`rverbs::cm`]) and, per ping, fills its start buffer with the ping's
+//! ([`rverbs_cm`]) and, per ping, fills its start buffer with the ping's
 //! text ([`ping_pattern`]), advertises it (a 16-byte [`Msg`]), waits for
 //! the server's go-ahead (the server RDMA READs the buffer meanwhile),
 //! advertises its sink buffer and waits for the second go-ahead (the
@@ -21,11 +21,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rverbs::cm::{CmEventKind, ConnParams, ConnRequest, Connection, Listener, Resolved};
 use rverbs::{
     AccessFlags, Context, Cq, Mr, Qp, QpCap, QpInitAttr, QpType, RecvWr, RemoteMr, SendWr, Wc,
     WcStatus,
 };
+use rverbs_cm::{CmEventKind, ConnParams, ConnRequest, Connection, Listener, Resolved};
 
 /// The smallest `-S` rping accepts.
 pub const MIN_SIZE: i64 = 23;

@@ -1,5 +1,5 @@
 //! `rverbs rstream`: librdmacm's `rstream` (rdmacm-utils) on
-//! `rverbs::stream`: the same options, the same test series (ping-pong
+//! `rverbs_cm::stream`: the same options, the same test series (ping-pong
 //! latency, then bandwidth, over one rsocket each), the same columns, and
 //! the same wire, so either side can be rdma-core's.
 //!
@@ -25,8 +25,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use rverbs::stream::{RdmaListener, RdmaStream, StreamOptions};
 use rverbs::{AccessFlags, Mr, PageBuf};
+use rverbs_cm::stream::{RdmaListener, RdmaStream, StreamOptions};
 
 use crate::common::{num, timeout_secs};
 use crate::rping::resolve;

@@ -3,7 +3,7 @@
 //! either side may be theirs.
 //!
 //! Many RC connections at once through the RDMA connection manager
-//! ([`rverbs::cm`]): each connection has its own PD, a send and a receive
+//! ([`rverbs_cm`]): each connection has its own PD, a send and a receive
 //! CQ and an RC QP, and posts its `-C` receives of `-S` bytes before it
 //! connects (client) or accepts (server). Once every connection is up, the
 //! server sends `-C` messages on each, waits for their completions, then
@@ -25,11 +25,11 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context as _, Result};
-use rverbs::cm::{CmEventKind, CmId, ConnParams, Connection, Listener, Resolved};
 use rverbs::{
     AccessFlags, Context, Cq, Device, Mr, PageBuf, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
     Wc, WcOpcode,
 };
+use rverbs_cm::{CmEventKind, CmId, ConnParams, Connection, Listener, Resolved};
 
 use crate::common::num;
 use crate::rping::{address_format, resolve_as};

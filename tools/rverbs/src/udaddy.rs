@@ -2,7 +2,7 @@
 //! example), interoperable with it, so that either side may be theirs.
 //!
 //! Both sides use the UDP port space of the RDMA connection manager
-//! ([`rverbs::cm::Resolved::resolve_ud`], [`rverbs::cm::Listener::bind_ud`]):
+//! ([`rverbs_cm::Resolved::resolve_ud`], [`rverbs_cm::Listener::bind_ud`]):
 //! the client's SIDR request gets it the server's QP number, Q_Key and
 //! address. Per connection the client then sends `-C` datagrams of `-S`
 //! bytes (SEND with immediate: its own QP number, which is how udaddy's
@@ -19,11 +19,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context as _, Result};
-use rverbs::cm::{CmId, Listener, Resolved};
 use rverbs::{
     AccessFlags, Ah, Cq, Grh, Mr, PageBuf, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
     UdSendWr, Wc, WcOpcode,
 };
+use rverbs_cm::{CmId, Listener, Resolved};
 
 use crate::common::num;
 use crate::rping::{address_format, resolve_as};
@@ -375,7 +375,7 @@ fn run_server(addr: SocketAddr, conns: u32, o: &Opts) -> Result<()> {
                 n.pd.create_ah(&attr)
                     .context("udaddy: failed to create reply AH")?;
             let qpn = wc.imm_data().unwrap_or(wc.src_qp()) & 0x00ff_ffff;
-            let qkey = n.qp.query()?.0.qkey.unwrap_or(rverbs::cm::UDP_QKEY);
+            let qkey = n.qp.query()?.0.qkey.unwrap_or(rverbs_cm::UDP_QKEY);
             n.peer = Some((ah, qpn, qkey));
         }
         println!("sending replies");

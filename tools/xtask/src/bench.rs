@@ -1567,11 +1567,11 @@ fn report(
     bullets(&mut w, "Failed runs:", &failures);
     if let Some(rows) = &control.stream {
         w("");
-        w("### Byte streams: rverbs::stream vs rsockets vs TCP (rxe)");
+        w("### Byte streams: rverbs_cm::stream vs rsockets vs TCP (rxe)");
         w("");
         w(&format!(
             "The same rstream test over three stacks in one guest, both ends on rxe0's \
-             address: ours (`rverbs rstream`, `rverbs::stream`), librdmacm's rsockets \
+             address: ours (`rverbs rstream`, `rverbs_cm::stream`), librdmacm's rsockets \
              (Debian's `rstream`) and the kernel's TCP on the same veth (`rstream -T s`); \
              rstream's default non-blocking mode (each side spins on its calls), its \
              default 512 KiB socket buffers and 64-byte inline size. Medians of {} \

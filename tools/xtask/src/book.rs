@@ -10,8 +10,10 @@
 //!    and GitHub give headings. Links with a scheme (`https:`) are not
 //!    followed: no network.
 //! 3. The chapters and the doc tests: every chapter is listed in
-//!    `SUMMARY.md` and included in `verbs/src/lib.rs` (module `book`),
-//!    so its Rust code is compiled by `cargo test --doc -p rverbs`.
+//!    `SUMMARY.md` and included in `verbs/src/lib.rs` or, for the
+//!    connection manager's chapters, `verbs/cm/src/lib.rs` (module
+//!    `book` of each, see [`BOOK_LIBS`]), so its Rust code is compiled by
+//!    `cargo test --doc -p rverbs -p rverbs-cm`.
 //! 4. `mdbook build docs/book` (into `target/book`), with mdBook
 //!    [`MDBOOK_VERSION`], installed with `cargo install` if missing.
 //! 5. The doc tests themselves, all of the README's and the book's
@@ -33,11 +35,16 @@ pub const README_MAX_LINES: usize = 250;
 pub const BENCHMARKS_MAX_LINES: usize = 300;
 /// The book's root (`book.toml`), from the workspace root.
 const BOOK_DIR: &str = "docs/book";
-/// Where `verbs/src/lib.rs` includes the chapters from, relative to it.
-const INCLUDE_PREFIX: &str = "../../";
-/// The module of `verbs/src/lib.rs` that holds the included pages.
+/// The libraries whose module `book` includes the pages, each as its
+/// `lib.rs` (from the workspace root), the prefix of its includes (the
+/// workspace root from that file's folder) and its package.
+const BOOK_LIBS: &[(&str, &str, &str)] = &[
+    ("verbs/src/lib.rs", "../../", "rverbs"),
+    ("verbs/cm/src/lib.rs", "../../../", "rverbs-cm"),
+];
+/// The module of each of [`BOOK_LIBS`] that holds the included pages.
 const DOCTEST_MODULE: &str = "book::";
-/// The chapter whose snippets need the `tokio` feature.
+/// The chapter whose snippets need the `tokio` feature (in `rverbs-cm`).
 const TOKIO_CHAPTER: &str = "book::ApiTokio";
 /// The mdBook this project builds with (`.ci/run` installs it; so does
 /// [`ensure_mdbook`] where it is missing).
@@ -438,11 +445,13 @@ fn summary_chapters(src: &Path) -> Result<BTreeSet<String>> {
 }
 
 /// Every chapter is in SUMMARY.md, and README.md and every chapter are
-/// included in `verbs/src/lib.rs`.
+/// included in one of [`BOOK_LIBS`].
 fn check_chapters(ws: &Path) -> Result<String> {
     let src = src_dir(ws);
-    let lib_path = ws.join("verbs/src/lib.rs");
-    let lib = read(&lib_path)?;
+    let libs = BOOK_LIBS
+        .iter()
+        .map(|(lib, prefix, _)| Ok((*lib, *prefix, read(&ws.join(lib))?)))
+        .collect::<Result<Vec<_>>>()?;
     let summary = summary_chapters(&src)?;
     let mut problems = Vec::new();
     let mut included = 0usize;
@@ -461,22 +470,30 @@ fn check_chapters(ws: &Path) -> Result<String> {
     }
     for (name, file) in &pages {
         let path = rel(file, ws);
-        let include = format!("include_str!(\"{INCLUDE_PREFIX}{path}\")");
-        if lib.contains(&include) {
-            included += 1;
-        } else {
-            problems.push(format!(
-                "{name}: verbs/src/lib.rs (module book) does not include it \
-                 (`#[doc = {include}]`), so its code is not compiled"
-            ));
+        let including = libs
+            .iter()
+            .filter(|(_, prefix, text)| text.contains(&format!("include_str!(\"{prefix}{path}\")")))
+            .count();
+        match including {
+            1 => included += 1,
+            0 => problems.push(format!(
+                "{name}: no library's module book includes it (`#[doc = \
+                 include_str!(\"../../{path}\")]` in verbs/src/lib.rs, or with \
+                 ../../../ in verbs/cm/src/lib.rs), so its code is not compiled"
+            )),
+            _ => problems.push(format!(
+                "{name}: included by both verbs/src/lib.rs and verbs/cm/src/lib.rs \
+                 (its code would be compiled twice)"
+            )),
         }
     }
     if !problems.is_empty() {
         bail!("{}", problems.join("; "));
     }
+    let names: Vec<&str> = libs.iter().map(|(lib, _, _)| *lib).collect();
     Ok(format!(
         "{included} pages included in {}",
-        rel(&lib_path, ws)
+        names.join(" and ")
     ))
 }
 
@@ -533,25 +550,19 @@ fn build(ws: &Path) -> Result<String> {
 }
 
 /// The README's and the book's doc tests (`cargo test --doc -p rverbs
-/// --features tokio`, filtered to module `book`).
+/// -p rverbs-cm --features rverbs/tokio,rverbs-cm/tokio`, filtered to
+/// module `book`; the tokio chapter alone is `rverbs-cm`'s).
 fn doctests_run(ws: &Path, which: Doctests) -> Result<String> {
-    let filter = match which {
-        Doctests::All => DOCTEST_MODULE,
-        Doctests::TokioOnly => TOKIO_CHAPTER,
+    let (filter, packages) = match which {
+        Doctests::All => (DOCTEST_MODULE, BOOK_LIBS.iter().map(|l| l.2).collect()),
+        Doctests::TokioOnly => (TOKIO_CHAPTER, vec!["rverbs-cm"]),
     };
     let mut cmd = Command::new(cargo_bin());
-    cmd.args([
-        "test",
-        "--doc",
-        "-p",
-        "rverbs",
-        "--features",
-        "tokio",
-        "--",
-        filter,
-    ])
-    .current_dir(ws)
-    .stdin(Stdio::null());
+    cmd.args(["test", "--doc"])
+        .args(packages.iter().flat_map(|p| ["-p", p]))
+        .args(["--features", "rverbs/tokio,rverbs-cm/tokio", "--", filter])
+        .current_dir(ws)
+        .stdin(Stdio::null());
     say!("book: {}", describe(&cmd));
     util::run(&mut cmd)?;
     Ok(format!("doc tests matching {filter}"))

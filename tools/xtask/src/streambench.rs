@@ -1,7 +1,7 @@
 //! The byte-stream part of `cargo xtask bench`: one rstream-style test
 //! (a ping-pong for latency, `-C` transfers each way for bandwidth) over
 //! three stacks in the same guest, both ends on rxe0's address: ours
-//! (`rverbs rstream`, rverbs::stream), librdmacm's rsockets (`rstream`)
+//! (`rverbs rstream`, rverbs_cm::stream), librdmacm's rsockets (`rstream`)
 //! and the kernel's TCP over the same veth (`rstream -T s`). Each run's
 //! client line (rstream's columns) gives Gb/s and µs per transfer; the
 //! report shows the medians and ours as a ratio to each of the others.
@@ -177,7 +177,7 @@ pub fn read(out: &Path, repeats: u32) -> Rows {
 /// Writes the table; false if a run failed.
 pub fn table(w: &mut impl FnMut(&str), rows: &Rows) -> bool {
     let mut ok = true;
-    w("| test | rverbs::stream | rsockets | TCP | ours vs rsockets | ours vs TCP |");
+    w("| test | rverbs_cm::stream | rsockets | TCP | ours vs rsockets | ours vs TCP |");
     w("|---|---:|---:|---:|---:|---:|");
     for (c, row) in CASES.iter().zip(rows) {
         let unit = match c.metric {

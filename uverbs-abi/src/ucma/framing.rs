@@ -1,7 +1,9 @@
 //! The rdma_cm's own command framing: a [`CmdHdr`] `{cmd, in, out}` with
 //! byte lengths and a response field this module points at its staging
-//! buffer ([`write_cmd`]), and the safe [`exec`] for the [`UcmaCmd`]s,
-//! the commands bound to their numbers and response types.
+//! buffer ([`write_cmd`]), the safe [`exec`] for the [`UcmaCmd`]s,
+//! the commands bound to their numbers and response types, and the two
+//! commands that carry more than a response address ([`migrate_id`],
+//! [`set_option`]), each wrapped whole.
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
@@ -11,8 +13,8 @@ use zerocopy::{FromBytes, FromZeros, Immutable, IntoBytes, KnownLayout};
 use super::{
     nr, Accept, Bind, BindIp, CmdHdr, Connect, CreateId, CreateIdResp, DestroyId, DestroyIdResp,
     Disconnect, EventResp, GetEvent, InitQpAttr, JoinIpMcast, JoinMcast, LeaveMcast, Listen,
-    Notify, Query, QueryAddrResp, QueryRoute, QueryRouteResp, Reject, ResolveAddr, ResolveIp,
-    ResolveRoute,
+    MigrateId, MigrateResp, Notify, Query, QueryAddrResp, QueryRoute, QueryRouteResp, Reject,
+    ResolveAddr, ResolveIp, ResolveRoute, SetOption,
 };
 use crate::cmd::{NoResp, MAX_CMD_BYTES};
 use crate::qp::QpAttr;
@@ -192,6 +194,55 @@ pub fn exec_bytes<C: UcmaCmd>(fd: BorrowedFd<'_>, cmd: &C, out: &mut [u8]) -> Re
     // address but the response field at C::RESPONSE_AT, which write_cmd
     // supplies, and no fd.
     unsafe { write_cmd(fd, C::NR, cmd, C::RESPONSE_AT, out) }
+}
+
+/// MIGRATE_ID on the rdma_cm file `fd`: moves id `id` there from the
+/// rdma_cm file `from`, with its pending events.
+pub fn migrate_id(fd: BorrowedFd<'_>, id: u32, from: BorrowedFd<'_>) -> Result<(), Errno> {
+    let cmd = MigrateId {
+        id,
+        fd: from.as_raw_fd() as u32,
+        ..Default::default()
+    };
+    let mut resp = MigrateResp::new_zeroed();
+    // SAFETY: MIGRATE_ID's struct, whose only user address is the
+    // response field (at the offset given, supplied by write_cmd) and
+    // whose fd is `from`, borrowed for the call (the kernel checks that it
+    // is an rdma_cm file and looks the id up among that file's).
+    unsafe {
+        write_cmd(
+            fd,
+            nr::MIGRATE_ID,
+            &cmd,
+            Some(offset_of!(MigrateId, response)),
+            resp.as_mut_bytes(),
+        )
+    }
+}
+
+/// SET_OPTION on the rdma_cm file `fd`: option `name` of level `level`
+/// of id `id`, set to the bytes of `value` (the kernel checks their
+/// length against the option's C type).
+pub fn set_option(
+    fd: BorrowedFd<'_>,
+    id: u32,
+    level: u32,
+    name: u32,
+    value: &[u8],
+) -> Result<(), Errno> {
+    let cmd = SetOption {
+        optval: value.as_ptr() as u64,
+        id,
+        level,
+        optname: name,
+        optlen: u32::try_from(value.len()).map_err(|_| Errno::EINVAL)?,
+    };
+    // SAFETY: SET_OPTION's struct, with no response field; its one user
+    // address, `optval`, points at `value`, borrowed for the call and
+    // readable for `optlen` (its length) bytes; the kernel only reads it
+    // (it copies the bytes in before acting on them) and keeps no pointer
+    // to it after the call.
+    unsafe { write_cmd(fd, nr::SET_OPTION, &cmd, None, &mut []) }
 }
 
 #[cfg(test)]

@@ -170,7 +170,7 @@ macro_rules! zeroed_default {
 mod framing;
 mod sockaddr;
 
-pub use framing::{exec, exec_bytes, write_cmd, UcmaCmd};
+pub use framing::{exec, exec_bytes, migrate_id, set_option, write_cmd, UcmaCmd};
 pub use sockaddr::{
     decode_sockaddr, encode_sockaddr, sockaddr_len, sockaddr_off, SockaddrError, SockaddrIn6,
     SockaddrStorage, AF_IB, AF_INET, AF_INET6, SOCKADDR_IN6_LEN, SOCKADDR_IN_LEN,

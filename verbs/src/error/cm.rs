@@ -1,8 +1,8 @@
 //! What the connection manager reports: [`CmEventKind`], the kinds of
 //! rdma_cm events, and [`CmError`], a failure it reported, which
 //! [`crate::Error::Cm`] carries. Here, beside the library's error, so that
-//! the error type depends on no module above it; `rverbs::cm` re-exports
-//! both.
+//! `rverbs-cm`, built on this crate, returns this crate's [`Error`](crate::Error);
+//! it re-exports both at its root.
 
 use std::time::Duration;
 
@@ -33,8 +33,8 @@ pub enum CmError {
         /// The CM's reject reason (`enum ib_cm_rej_reason`).
         reason: i32,
         /// The peer's private data, padded with zeros by the CM to
-        /// [`MAX_REJ_PRIVATE_DATA`](crate::cm::MAX_REJ_PRIVATE_DATA) bytes on
-        /// InfiniBand and RoCE (see [`crate::cm::private`]).
+        /// `rverbs_cm::MAX_REJ_PRIVATE_DATA` bytes on InfiniBand and RoCE
+        /// (see `rverbs_cm::private`).
         private_data: Vec<u8>,
     },
     /// The peer did not answer the CM's messages.
@@ -146,7 +146,10 @@ impl CmEventKind {
         )
     }
 
-    pub(crate) fn from_raw(v: u32) -> CmEventKind {
+    /// The kind of the kernel's event number `v` (`RDMA_CM_EVENT_*`, in
+    /// GET_EVENT's answer); a number this crate does not know is
+    /// [`CmEventKind::Other`].
+    pub fn from_raw(v: u32) -> CmEventKind {
         use CmEventKind::*;
         match v {
             ev::ADDR_RESOLVED => AddrResolved,

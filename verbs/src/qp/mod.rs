@@ -540,7 +540,7 @@ impl Qp {
     /// On RoCE the device filters on the group's Ethernet address, but the
     /// host's IP stack takes the datagrams only if the netdev has joined
     /// the IP group too: a join through the rdma_cm
-    /// ([`crate::cm::McastId::join`]) does both.
+    /// (`rverbs_cm::McastId::join`) does both.
     ///
     /// Errors, before any command ([`Error::InvalidArgument`]): a QP that
     /// is not UD ([`InvalidKind::WrongUse`]), a GID that is not multicast

@@ -1,9 +1,9 @@
-//! The uverbs and rdma_cm commands that `rverbs_abi` can only offer as
+//! The uverbs commands that `rverbs_abi` can only offer as
 //! `unsafe` (they may carry user addresses, or hand back a file
 //! descriptor), each wrapped whole: its arguments are numbers, handles and
 //! borrowed response buffers, never an address the kernel keeps.
 
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use rverbs_abi::cmd::{exec_prefilled, nr, response_fd, write_cmd_fixed, NoResp, NO_FD};
 use rverbs_abi::cq::{CreateCompChannel, CreateCompChannelResp};
@@ -14,7 +14,6 @@ use rverbs_abi::ioctl::{
     QUERY_PORT_RESP_EX_LEN,
 };
 use rverbs_abi::mr::DeregMr;
-use rverbs_abi::ucma::{self, MigrateId, MigrateResp, SetOption};
 use rverbs_abi::wr::Sge;
 use rverbs_abi::Errno;
 use zerocopy::{FromZeros, IntoBytes};
@@ -202,59 +201,6 @@ pub(crate) fn dereg_mr(fd: BorrowedFd<'_>, mr_handle: u32) -> std::result::Resul
     let cmd = DeregMr { mr_handle };
     // SAFETY: DEREG_MR carries no user address.
     unsafe { write_cmd_fixed::<_, NoResp>(fd, nr::DEREG_MR, &cmd) }.map(|_| ())
-}
-
-/// MIGRATE_ID on the rdma_cm file `fd`: moves id `id` there from the
-/// rdma_cm file `from`, with its pending events.
-pub(crate) fn migrate_id(
-    fd: BorrowedFd<'_>,
-    id: u32,
-    from: BorrowedFd<'_>,
-) -> std::result::Result<(), Errno> {
-    let cmd = MigrateId {
-        id,
-        fd: from.as_raw_fd() as u32,
-        ..Default::default()
-    };
-    let mut resp = MigrateResp::new_zeroed();
-    // SAFETY: MIGRATE_ID's struct, whose only user address is the
-    // response field (at the offset given, supplied by write_cmd) and
-    // whose fd is `from`, borrowed for the call (the kernel checks that it
-    // is an rdma_cm file and looks the id up among that file's).
-    unsafe {
-        ucma::write_cmd(
-            fd,
-            ucma::nr::MIGRATE_ID,
-            &cmd,
-            Some(std::mem::offset_of!(MigrateId, response)),
-            resp.as_mut_bytes(),
-        )
-    }
-}
-
-/// SET_OPTION on the rdma_cm file `fd`: option `name` of level `level`
-/// of id `id`, set to the bytes of `value` (the kernel checks their
-/// length against the option's C type).
-pub(crate) fn set_option(
-    fd: BorrowedFd<'_>,
-    id: u32,
-    level: u32,
-    name: u32,
-    value: &[u8],
-) -> std::result::Result<(), Errno> {
-    let cmd = SetOption {
-        optval: value.as_ptr() as u64,
-        id,
-        level,
-        optname: name,
-        optlen: u32::try_from(value.len()).map_err(|_| Errno::EINVAL)?,
-    };
-    // SAFETY: SET_OPTION's struct, with no response field; its one user
-    // address, `optval`, points at `value`, borrowed for the call and
-    // readable for `optlen` (its length) bytes; the kernel only reads it
-    // (it copies the bytes in before acting on them) and keeps no pointer
-    // to it after the call.
-    unsafe { ucma::write_cmd(fd, ucma::nr::SET_OPTION, &cmd, None, &mut []) }
 }
 
 #[cfg(test)]

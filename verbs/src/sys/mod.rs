@@ -2,7 +2,7 @@
 //! denies it everywhere else), as `hw` is in `provider-mlx5` and `cmd` and
 //! `queue` are in `provider-rxe`; rustix's `backend` is the model.
 //!
-//! What is here is what Rust cannot check: the uverbs and rdma_cm
+//! What is here is what Rust cannot check: the uverbs
 //! commands that carry a user address or hand back a file descriptor
 //! ([`cmd`]), the memory of a registered region and the commands that
 //! register it ([`mr`]), values whose drop waits for the kernel ([`mem`]),

@@ -16,7 +16,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rverbs::cm::{ConnParams, Listener, Resolved};
+use rverbs_cm::{ConnParams, Listener, Resolved};
 
 use super::exchange::{
     self, access_of, min_half, outs_of, preamble, test_desc, Channel, Data, Link, STEP_TIMEOUT,

@@ -37,8 +37,8 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _, Result};
-use rverbs::cm::Connection;
 use rverbs::{AccessFlags, ConnectOpts, Cq, Endpoint, Gid, Mr, Mtu, Qp};
+use rverbs_cm::Connection;
 
 use super::args::{Kind, Verb};
 use super::bench::{Bench, Peer, Res};

@@ -14,10 +14,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rverbs::cm::{CmError, CmEventKind, ConnParams, ConnRequest, Connection, Resolved};
 use rverbs::{
     AccessFlags, Cq, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, Wc, WcOpcode, WcStatus,
 };
+use rverbs_cm::{CmError, CmEventKind, ConnParams, ConnRequest, Connection, Resolved};
 
 use super::exchange::{Channel, STEP_TIMEOUT};
 use super::ptmsg::{check_len, PtDest, DEST_LEN, DEST_LEN_NEW};

@@ -17,7 +17,7 @@ use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use rverbs::cm::Connection;
+use rverbs_cm::Connection;
 
 use super::exchange::{Channel, STEP_TIMEOUT};
 use super::ptmsg::{PtDest, KEY_LEN};

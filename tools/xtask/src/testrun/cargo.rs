@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use super::{EXAMPLES_FEATURES, EXAMPLES_PACKAGE};
+use super::{EXAMPLES_FEATURES, EXAMPLES_PACKAGES};
 use crate::util::{self, cargo_bin, describe, print_line, workspace_root};
 
 /// One package of `cargo metadata`.
@@ -84,7 +84,9 @@ pub(super) fn run_teed(cmd: &mut Command) -> Result<(bool, String)> {
 /// `cargo build` of the examples the VM scripts run (test and demo).
 pub(super) fn examples_build(ws: &Path) -> Command {
     let mut cmd = Command::new(cargo_bin());
-    cmd.args(["build", "-p", EXAMPLES_PACKAGE, "--examples"])
+    cmd.arg("build")
+        .args(EXAMPLES_PACKAGES.iter().flat_map(|p| ["-p", p]))
+        .arg("--examples")
         .args(["--features", EXAMPLES_FEATURES])
         .current_dir(ws)
         .stdin(Stdio::null());

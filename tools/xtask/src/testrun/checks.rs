@@ -79,12 +79,13 @@ pub(super) fn static_checks(ws: &Path) -> Vec<(String, bool)> {
             .args(["doc", "--no-deps", "--workspace", "--quiet"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     );
-    // docs.rs builds rverbs with its tokio feature (package.metadata.docs.rs).
+    // docs.rs builds rverbs and rverbs-cm with their tokio feature
+    // (package.metadata.docs.rs).
     check(
         "cargo doc -D warnings (tokio feature)",
         Command::new(cargo_bin())
             .args(["doc", "--no-deps", "--workspace", "--quiet"])
-            .args(["--features", "rverbs/tokio"])
+            .args(["--features", "rverbs/tokio,rverbs-cm/tokio"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     );
     // Verification builds the packages as registry crates, which cargo
@@ -264,6 +265,7 @@ pub(super) const PUBLISHED: &[&str] = &[
     "rverbs-rxe",
     "rverbs-mlx5",
     "rverbs",
+    "rverbs-cm",
     "rverbs-cli",
 ];
 

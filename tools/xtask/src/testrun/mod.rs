@@ -8,7 +8,8 @@
 //!    Then the emulated mlx5 items (`mlx5::run_all`, as `cargo xtask
 //!    mlx5`): rdma-core's tools and scenario programs against the
 //!    `mlx5-emu` library, each one test. `--no-host` skips both.
-//! 2. `cargo build -p rverbs --examples --features tokio` and `cargo build -p rverbs-cli --bin rverbs`.
+//! 2. `cargo build -p rverbs -p rverbs-cm --examples --features
+//!    rverbs/tokio,rverbs-cm/tokio` and `cargo build -p rverbs-cli --bin rverbs`.
 //! 3. `cargo test -p verbs-tests --no-run --message-format=json`, collecting
 //!    the test executables.
 //! 4. One VM boot runs a generated `payload.sh` that copies the debug
@@ -65,10 +66,11 @@ use payload::{
 
 /// The package holding the VM suite.
 const VM_SUITE: &str = "verbs-tests";
-/// The package whose examples are built for the VM run.
-const EXAMPLES_PACKAGE: &str = "rverbs";
-/// Its features the examples need (`async_echo` needs `tokio`).
-const EXAMPLES_FEATURES: &str = "tokio";
+/// The packages whose examples are built for the VM run.
+const EXAMPLES_PACKAGES: &[&str] = &["rverbs", "rverbs-cm"];
+/// Their features the examples need (`async_echo` and `http_stream` need
+/// `tokio`).
+const EXAMPLES_FEATURES: &str = "rverbs/tokio,rverbs-cm/tokio";
 
 /// Options of `cargo xtask test`.
 pub struct TestOptions {
@@ -216,17 +218,23 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
         }
     }
 
-    // (d) Examples of the verbs package, for the VM scripts.
-    if has(EXAMPLES_PACKAGE) {
+    // (d) Examples of the verbs and cm packages, for the VM scripts.
+    if EXAMPLES_PACKAGES.iter().all(|p| has(p)) {
         let mut cmd = examples_build(&ws);
         say!("building examples: {}", describe(&cmd));
         if let Err(e) = util::run(&mut cmd) {
             say!("error: {e:#}");
-            problems.push(format!("{EXAMPLES_PACKAGE} examples build"));
+            problems.push(format!(
+                "{} examples build",
+                EXAMPLES_PACKAGES.join(" and ")
+            ));
             total.failed += 1;
         }
     } else {
-        say!("warning: no package {EXAMPLES_PACKAGE}: no examples built");
+        say!(
+            "warning: not every package of {} is here: no examples built",
+            EXAMPLES_PACKAGES.join(", ")
+        );
     }
 
     // The rverbs tool, for the interop script (tests/vm/interop.sh).
