@@ -883,8 +883,23 @@ unsafe impl SendRequest for ForeignWr<'_> {
 pub mod opcode {
     use super::*;
 
-    macro_rules! into_wr {
-        ($($t:ident),*) => {$(
+    /// Declares each builder: a `SendWr` under construction, with
+    /// `build()` and `From` giving it to the post path. Its constructors
+    /// and setters are written beside it.
+    macro_rules! builders {
+        ($($(#[$doc:meta])* $t:ident;)*) => {$(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy)]
+            #[must_use = "an opcode builder does nothing until built and posted"]
+            pub struct $t<'a>(SendWr<'a>);
+
+            impl<'a> $t<'a> {
+                /// The work request.
+                pub const fn build(self) -> SendWr<'a> {
+                    self.0
+                }
+            }
+
             impl<'a> From<$t<'a>> for SendWr<'a> {
                 fn from(b: $t<'a>) -> SendWr<'a> {
                     b.build()
@@ -892,24 +907,37 @@ pub mod opcode {
             }
         )*};
     }
-    into_wr!(
-        Send,
-        Write,
-        Read,
-        CompareSwap,
-        FetchAdd,
-        LocalInv,
-        BindMw,
-        AtomicWrite,
-        Flush
-    );
 
-    /// ATOMIC_WRITE: stores 8 bytes at an 8-byte aligned remote address as
-    /// one atomic write, ordered after the QP's earlier writes (the IBTA's
-    /// "atomic write" extension). RC only; the device must offer it.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct AtomicWrite<'a>(SendWr<'a>);
+    builders! {
+        /// ATOMIC_WRITE: stores 8 bytes at an 8-byte aligned remote address as
+        /// one atomic write, ordered after the QP's earlier writes (the IBTA's
+        /// "atomic write" extension). RC only; the device must offer it.
+        AtomicWrite;
+        /// RDMA FLUSH: makes the data earlier RDMA WRITEs placed in a remote
+        /// range globally visible or persistent, completing once it is. RC
+        /// only; the device must offer it, and the remote MR must have been
+        /// registered with the matching `FLUSH_*` access.
+        Flush;
+        /// LOCAL_INV: invalidates the local rkey `rkey` (a type 2 memory
+        /// window bound on this QP). RC only; no data.
+        LocalInv;
+        /// BIND_MW: binds a memory window (type 2 by this request; type 1
+        /// through the library's bind verb, which posts the same request).
+        /// RC and UC; no data.
+        BindMw;
+        /// SEND (or SEND_WITH_IMM with [`Send::imm`]) of a gather list or of
+        /// inline bytes.
+        Send;
+        /// RDMA WRITE (or RDMA_WRITE_WITH_IMM with [`Write::imm`]) of a gather
+        /// list or of inline bytes to remote memory.
+        Write;
+        /// RDMA READ of remote memory into a scatter list. RC only.
+        Read;
+        /// 64-bit compare-and-swap on remote memory. RC only.
+        CompareSwap;
+        /// 64-bit fetch-and-add on remote memory. RC only.
+        FetchAdd;
+    }
 
     impl<'a> AtomicWrite<'a> {
         /// Writes `value` (its bytes as they are: use `to_le_bytes` or
@@ -922,19 +950,7 @@ pub mod opcode {
             wr.compare_add = u64::from_ne_bytes(value);
             AtomicWrite(wr)
         }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
-        }
     }
-
-    /// RDMA FLUSH: makes the data earlier RDMA WRITEs placed in a remote
-    /// range globally visible or persistent, completing once it is. RC
-    /// only; the device must offer it, and the remote MR must have been
-    /// registered with the matching `FLUSH_*` access.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct Flush<'a>(SendWr<'a>);
 
     impl<'a> Flush<'a> {
         /// Flushes `length` bytes at `remote_addr` under `rkey` to
@@ -959,17 +975,7 @@ pub mod opcode {
             self.0.swap = (self.0.swap & 0xff) | ((flush_level::MR as u64) << 8);
             self
         }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
-        }
     }
-
-    /// LOCAL_INV: invalidates the local rkey `rkey` (a type 2 memory
-    /// window bound on this QP). RC only; no data.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct LocalInv<'a>(SendWr<'a>);
 
     impl<'a> LocalInv<'a> {
         /// Invalidates `rkey`.
@@ -978,18 +984,7 @@ pub mod opcode {
             wr.imm_data = rkey;
             LocalInv(wr)
         }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
-        }
     }
-
-    /// BIND_MW: binds a memory window (type 2 by this request; type 1
-    /// through the library's bind verb, which posts the same request).
-    /// RC and UC; no data.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct BindMw<'a>(SendWr<'a>);
 
     impl<'a> BindMw<'a> {
         /// Binds as `bind` says.
@@ -1002,17 +997,7 @@ pub mod opcode {
             wr.imm_data = bind.access.bits();
             BindMw(wr)
         }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
-        }
     }
-
-    /// SEND (or SEND_WITH_IMM with [`Send::imm`]) of a gather list or of
-    /// inline bytes.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct Send<'a>(SendWr<'a>);
 
     impl<'a> Send<'a> {
         /// SEND of the gather list `sges`.
@@ -1042,17 +1027,7 @@ pub mod opcode {
             self.0.imm_data = rkey;
             self
         }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
-        }
     }
-
-    /// RDMA WRITE (or RDMA_WRITE_WITH_IMM with [`Write::imm`]) of a gather
-    /// list or of inline bytes to remote memory.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct Write<'a>(SendWr<'a>);
 
     impl<'a> Write<'a> {
         /// RDMA WRITE of `sges` to `remote_addr` under `rkey`.
@@ -1087,16 +1062,7 @@ pub mod opcode {
             self.0.imm_data = imm;
             self
         }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
-        }
     }
-
-    /// RDMA READ of remote memory into a scatter list. RC only.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct Read<'a>(SendWr<'a>);
 
     impl<'a> Read<'a> {
         /// RDMA READ from `remote_addr` under `rkey` into `sges`.
@@ -1105,10 +1071,6 @@ pub mod opcode {
             wr.remote_addr = remote_addr;
             wr.rkey = rkey;
             Read(wr)
-        }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
         }
     }
 
@@ -1124,11 +1086,6 @@ pub mod opcode {
         wr.rkey = rkey;
         wr
     }
-
-    /// 64-bit compare-and-swap on remote memory. RC only.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct CompareSwap<'a>(SendWr<'a>);
 
     impl<'a> CompareSwap<'a> {
         /// At `remote_addr` (8-byte aligned) under `rkey`: if the remote
@@ -1147,16 +1104,7 @@ pub mod opcode {
             wr.swap = swap;
             CompareSwap(wr)
         }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
-        }
     }
-
-    /// 64-bit fetch-and-add on remote memory. RC only.
-    #[derive(Debug, Clone, Copy)]
-    #[must_use = "an opcode builder does nothing until built and posted"]
-    pub struct FetchAdd<'a>(SendWr<'a>);
 
     impl<'a> FetchAdd<'a> {
         /// Adds `add` at `remote_addr` (8-byte aligned) under `rkey`; the
@@ -1166,10 +1114,6 @@ pub mod opcode {
             let mut wr = atomic(wr_id, WrOpcode::AtomicFetchAndAdd, sge, remote_addr, rkey);
             wr.compare_add = add;
             FetchAdd(wr)
-        }
-        /// The work request.
-        pub const fn build(self) -> SendWr<'a> {
-            self.0
         }
     }
 }
