@@ -49,6 +49,10 @@
 //! that connection only.
 
 #![deny(missing_docs)]
+// Clean, so denied (issue 44): nothing `pub` that no one outside can
+// name, and one unsafe operation per block, each with its own SAFETY line.
+#![deny(unreachable_pub)]
+#![deny(clippy::multiple_unsafe_ops_per_block)]
 // docs.rs (`--cfg docsrs`, see Cargo.toml) marks feature-gated items.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // `unsafe` lives in `sys` (the timerfd of the async waits) and in the

@@ -28,9 +28,10 @@ use std::ffi::CStr;
 
 /// Whether the real and effective user ids agree (not a set-uid run).
 pub(crate) fn same_user() -> bool {
-    // SAFETY: getuid and geteuid take no arguments, touch no memory and
-    // cannot fail.
-    unsafe { libc::getuid() == libc::geteuid() }
+    // SAFETY: getuid takes no arguments, touches no memory and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    // SAFETY: as getuid.
+    uid == unsafe { libc::geteuid() }
 }
 
 /// The index of the network interface `name` (`if_nametoindex(3)`), 0 if

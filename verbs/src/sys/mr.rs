@@ -63,28 +63,32 @@ impl Region {
     /// Copies `data` in at `offset`.
     pub(crate) fn write(&mut self, offset: usize, data: &[u8]) {
         self.check(offset, data.len());
+        // SAFETY: in bounds (checked): `offset` is within the region.
+        let dst = unsafe { self.addr.add(offset) };
         // SAFETY: in bounds (checked); the memory is valid for writes and
         // no Rust reference to it is live (Region::new's contract), and
         // `data`, a live Rust borrow, cannot overlap it.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.addr.add(offset), data.len()) };
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
     }
 
     /// Copies out from `offset` into `out`.
     pub(crate) fn read(&self, offset: usize, out: &mut [u8]) {
         self.check(offset, out.len());
+        // SAFETY: in bounds (checked): `offset` is within the region.
+        let src = unsafe { self.addr.add(offset) };
         // SAFETY: in bounds (checked); the memory is valid for reads, and
         // `out` is a distinct, exclusively borrowed Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.addr.add(offset), out.as_mut_ptr(), out.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
     }
 
     /// Sets `start..end` to `byte`.
     pub(crate) fn fill(&mut self, start: usize, end: usize, byte: u8) {
         assert!(start <= end, "range {start}..{end} is reversed");
         self.check(start, end - start);
+        // SAFETY: in bounds (checked): `start` is within the region.
+        let dst = unsafe { self.addr.add(start) };
         // SAFETY: in bounds (checked); valid for writes, no reference live.
-        unsafe { std::ptr::write_bytes(self.addr.add(start), byte, end - start) };
+        unsafe { std::ptr::write_bytes(dst, byte, end - start) };
     }
 
     /// The memory as a slice.
