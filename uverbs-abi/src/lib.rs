@@ -7,7 +7,8 @@
 //! and compare every size and offset. The modules follow the kernel objects:
 //! [`device`], [`pd`], [`mr`], [`cq`], [`qp`], [`srq`], [`ah`], the work
 //! request encodings in [`wr`], the soft-RoCE queue format in [`rxe`], and
-//! the mlx5 driver data and hardware (PRM) layouts in [`mlx5`]. [`cmd`] and
+//! the mlx5 driver data and hardware (PRM) layouts in [`mlx5`], the EFA
+//! driver data and device descriptors in [`efa`]. [`cmd`] and
 //! [`ioctl`] carry commands to the kernel, [`fd`] waits on the file
 //! descriptors it hands out. [`ucma`] is the RDMA connection
 //! manager's ABI (`/dev/infiniband/rdma_cm`), with its own framing.
@@ -26,6 +27,7 @@ pub mod ah;
 pub mod cmd;
 pub mod cq;
 pub mod device;
+pub mod efa;
 pub mod fd;
 pub mod ioctl;
 pub mod mlx5;

@@ -1,6 +1,7 @@
 //! Layout and constant checks of `uverbs-abi` against the kernel's RDMA uapi
 //! headers installed on the host (`/usr/include/rdma`, from Debian's
-//! `linux-libc-dev`), and of the mlx5 hardware layouts (`mlx5::prm`)
+//! `linux-libc-dev`: the core ABI, the rdma_cm's, and the rxe, mlx5 and EFA
+//! driver data), and of the mlx5 hardware layouts (`mlx5::prm`)
 //! against rdma-core's `/usr/include/infiniband/mlx5dv.h` (Debian's
 //! `libibverbs-dev`).
 //!
@@ -40,7 +41,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use rverbs_abi::mlx5::prm;
-use rverbs_abi::{ah, cmd, cq, device, ioctl, mlx5, mr, mw, pd, qp, rxe, srq, ucma, wr};
+use rverbs_abi::{ah, cmd, cq, device, efa, ioctl, mlx5, mr, mw, pd, qp, rxe, srq, ucma, wr};
 
 /// Per-entry options; the macro sets the named ones, so a misspelt option
 /// is a compile error.
@@ -525,6 +526,35 @@ fn entries() -> Vec<Entry> {
         }
         mlx5::CreateAhResp => "struct mlx5_ib_create_ah_resp" { response_length, dmac, reserved }
 
+        // efa.rs
+        efa::AllocUcontextCmd => "struct efa_ibv_alloc_ucontext_cmd" { comp_mask, reserved_20 }
+        efa::AllocUcontextResp => "struct efa_ibv_alloc_ucontext_resp" {
+            comp_mask, cmds_supp_udata_mask, sub_cqs_per_cq, inline_buf_size, max_llq_size,
+            max_tx_batch, min_sq_wr, reserved_a0,
+        }
+        efa::AllocPdResp => "struct efa_ibv_alloc_pd_resp" { comp_mask, pdn, reserved_30 }
+        efa::CreateCq => "struct efa_ibv_create_cq" {
+            comp_mask, cq_entry_size, num_sub_cqs, flags, reserved_58,
+        }
+        efa::CreateCqResp => "struct efa_ibv_create_cq_resp" {
+            comp_mask, reserved_20, q_mmap_key, q_mmap_size, cq_idx, reserved_d0, db_off,
+            db_mmap_key,
+        }
+        efa::CreateQp => "struct efa_ibv_create_qp" {
+            comp_mask, rq_ring_size, sq_ring_size, driver_qp_type,
+        }
+        efa::CreateQpResp => "struct efa_ibv_create_qp_resp" {
+            comp_mask, rq_db_offset, sq_db_offset, llq_desc_offset, rq_mmap_key, rq_mmap_size,
+            rq_db_mmap_key, sq_db_mmap_key, llq_desc_mmap_key, send_sub_cq_idx,
+            recv_sub_cq_idx, reserved_1e0,
+        }
+        efa::CreateAhResp => "struct efa_ibv_create_ah_resp" {
+            comp_mask, efa_address_handle, reserved_30,
+        }
+        efa::ExQueryDeviceResp => "struct efa_ibv_ex_query_device_resp" {
+            comp_mask, max_sq_wr, max_rq_wr, max_sq_sge, max_rq_sge, max_rdma_size, device_caps,
+        }
+
         // mlx5/prm.rs (rdma-core's mlx5dv.h)
         prm::CtrlSeg => "struct mlx5_wqe_ctrl_seg" {
             opmod_idx_opcode, qpn_ds, signature, dci_stream_channel_id, fm_ce_se, imm
@@ -793,6 +823,21 @@ fn constants() -> Vec<Const> {
         "MLX5_IB_MMAP_CLOCK_INFO" => mlx5::mmap_cmd::CLOCK_INFO,
         "MLX5_IB_MMAP_DEVICE_MEM" => mlx5::mmap_cmd::DEVICE_MEM,
 
+        // efa.rs (Debian 12's efa-abi.h; the newer bits are not in it)
+        "EFA_UVERBS_ABI_VERSION" => efa::EFA_UVERBS_ABI_VERSION,
+        "EFA_ALLOC_UCONTEXT_CMD_COMP_TX_BATCH" => efa::alloc_ucontext_comp::TX_BATCH,
+        "EFA_ALLOC_UCONTEXT_CMD_COMP_MIN_SQ_WR" => efa::alloc_ucontext_comp::MIN_SQ_WR,
+        "EFA_USER_CMDS_SUPP_UDATA_QUERY_DEVICE" => efa::supp_udata::QUERY_DEVICE,
+        "EFA_USER_CMDS_SUPP_UDATA_CREATE_AH" => efa::supp_udata::CREATE_AH,
+        "EFA_CREATE_CQ_WITH_COMPLETION_CHANNEL" => efa::create_cq_flags::WITH_COMPLETION_CHANNEL,
+        "EFA_CREATE_CQ_WITH_SGID" => efa::create_cq_flags::WITH_SGID,
+        "EFA_CREATE_CQ_RESP_DB_OFF" => efa::create_cq_resp_comp::DB_OFF,
+        "EFA_QP_DRIVER_TYPE_SRD" => efa::EFA_QP_DRIVER_TYPE_SRD,
+        "EFA_QUERY_DEVICE_CAPS_RDMA_READ" => efa::device_caps::RDMA_READ,
+        "EFA_QUERY_DEVICE_CAPS_RNR_RETRY" => efa::device_caps::RNR_RETRY,
+        "EFA_QUERY_DEVICE_CAPS_CQ_NOTIFICATIONS" => efa::device_caps::CQ_NOTIFICATIONS,
+        "EFA_QUERY_DEVICE_CAPS_CQ_WITH_SGID" => efa::device_caps::CQ_WITH_SGID,
+
         // mlx5/prm.rs (rdma-core's mlx5dv.h)
         "MLX5_SEND_WQE_BB" => prm::SEND_WQE_BB,
         "MLX5_INLINE_SEG" => prm::INLINE_SEG,
@@ -853,6 +898,7 @@ fn c_source(entries: &[Entry], consts: &[Const]) -> String {
          #include <rdma/rdma_user_cm.h>\n\
          #include <linux/in.h>\n\
          #include <rdma/mlx5-abi.h>\n\
+         #include <rdma/efa-abi.h>\n\
          #include <infiniband/mlx5dv.h>\n\
          \n\
          #define P(kind, name, v) printf(\"%s %s %llu\\n\", kind, name, (unsigned long long)(v))\n\
