@@ -79,6 +79,22 @@ pub enum PostError {
     UsesSrq,
     /// The kernel refused the doorbell.
     Doorbell(Errno),
+    /// An unsignaled send on a device that completes every send (EFA):
+    /// post it signaled, or create the QP with `sq_sig_all`.
+    Unsignaled,
+    /// An RDMA READ or WRITE longer than the device's `max_rdma_size`.
+    RdmaTooLong {
+        /// Bytes of the request.
+        len: u32,
+        /// The device's maximum.
+        max: u32,
+    },
+    /// A UD destination whose QP number or address handle does not fit
+    /// the device's fields (EFA's are 16 bits).
+    DestOutOfRange,
+    /// Send flags (`IB_SEND_*` bits) the device does not take (EFA takes
+    /// SIGNALED and INLINE only).
+    FlagsUnsupported(u32),
 }
 
 impl std::fmt::Display for PostError {
@@ -142,6 +158,23 @@ impl std::fmt::Display for PostError {
                 "this QP takes its receives from a shared receive queue: post them to the SRQ"
             ),
             PostError::Doorbell(e) => write!(f, "doorbell failed: {e}"),
+            PostError::Unsignaled => write!(
+                f,
+                "this device completes every send: post it signaled (or create the QP \
+                 with sq_sig_all)"
+            ),
+            PostError::RdmaTooLong { len, max } => write!(
+                f,
+                "{len}-byte RDMA request exceeds the device's max_rdma_size of {max} bytes"
+            ),
+            PostError::DestOutOfRange => write!(
+                f,
+                "the destination's QP number or address handle does not fit the device's \
+                 16-bit fields"
+            ),
+            PostError::FlagsUnsupported(bits) => {
+                write!(f, "send flags {bits:#x} are not taken by this device")
+            }
         }
     }
 }
@@ -200,6 +233,11 @@ impl PostFailed {
             PostError::OpcodeUnsupported(op) => (14, 0, u64::from(op as u32)),
             PostError::UsesSrq => (15, 0, 0),
             PostError::Doorbell(e) => (16, 0, u64::from(e.raw() as u32)),
+            PostError::Unsignaled => (17, 0, 0),
+            // Both may exceed LIMIT_MAX: both go in `arg`.
+            PostError::RdmaTooLong { len, max } => (18, 0, u64::from(len) | u64::from(max) << 32),
+            PostError::DestOutOfRange => (19, 0, 0),
+            PostError::FlagsUnsupported(bits) => (20, 0, u64::from(bits)),
         };
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         let head = u64::from(index) << 32 | u64::from(limit.min(Self::LIMIT_MAX)) << 8;
@@ -256,6 +294,13 @@ impl PostFailed {
                 None => PostError::InvalidOpcode,
             },
             15 => PostError::UsesSrq,
+            17 => PostError::Unsignaled,
+            18 => PostError::RdmaTooLong {
+                len: arg as u32,
+                max: (arg >> 32) as u32,
+            },
+            19 => PostError::DestOutOfRange,
+            20 => PostError::FlagsUnsupported(arg as u32),
             // 16: `new` stores no other tag.
             _ => PostError::Doorbell(Errno::from_raw(arg as u32 as i32)),
         }
@@ -331,6 +376,13 @@ mod tests {
             PostError::UsesSrq,
             PostError::Doorbell(Errno::EINVAL),
             PostError::Doorbell(Errno::from_raw(-7)),
+            PostError::Unsignaled,
+            PostError::RdmaTooLong {
+                len: u32::MAX,
+                max: 1 << 30,
+            },
+            PostError::DestOutOfRange,
+            PostError::FlagsUnsupported(u32::MAX),
         ]
     }
 
