@@ -247,7 +247,7 @@ fn binaries(ws: &Path, target: &Path, o: &Options) -> Result<Binaries> {
         emu: o.emu.then(|| debug.join("libmlx5_emu.so")),
     };
     for f in [
-        Some(bins.ourlib.join("libibverbs.so.1")),
+        Some(bins.ourlib.join(crate::ibverbs::soname())),
         Some(bins.trace.clone()),
         Some(bins.cmd_seq.clone()),
         bins.emu.clone(),
