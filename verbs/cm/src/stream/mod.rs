@@ -145,7 +145,9 @@
 mod blocking;
 #[cfg(feature = "fuzz")]
 pub mod book;
+// Its items are `pub` for the fuzz build, which makes it public.
 #[cfg(not(feature = "fuzz"))]
+#[allow(unreachable_pub)]
 mod book;
 mod socket;
 #[cfg(test)]
@@ -154,7 +156,9 @@ mod tests;
 mod tokio;
 #[cfg(feature = "fuzz")]
 pub mod wire;
+// Its items are `pub` for the fuzz build, which makes it public.
 #[cfg(not(feature = "fuzz"))]
+#[allow(unreachable_pub)]
 mod wire;
 
 use std::io::{self, Read, Write};
