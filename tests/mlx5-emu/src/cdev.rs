@@ -21,37 +21,13 @@ static UAR_MAPPED: AtomicUsize = AtomicUsize::new(0);
 
 /// The `struct stat` of the device node (and of an open device fd).
 pub fn device_stat() -> libc::stat {
-    // SAFETY: `struct stat` is plain old data; all-zero is a valid value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    st.st_mode = libc::S_IFCHR | 0o666;
-    st.st_rdev = libc::makedev(device::CDEV_MAJOR, device::CDEV_MINOR);
-    st.st_nlink = 1;
-    st.st_blksize = 4096;
-    st
+    emu_core::cdev::device_stat(device::CDEV_MAJOR, device::CDEV_MINOR)
 }
 
 /// Opens the device: a new memfd, registered as a command fd with a new
 /// (ucontext-less) context.
 pub fn open(flags: c_int) -> Result<c_int, Errno> {
-    let mfd_flags = if flags & libc::O_CLOEXEC != 0 {
-        libc::MFD_CLOEXEC
-    } else {
-        0
-    };
-    // SAFETY: the name is a valid C string; memfd_create has no other
-    // preconditions.
-    let fd = unsafe { libc::memfd_create(c"uverbs0".as_ptr(), mfd_flags) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    if !fdtable::trackable(fd) {
-        real::close(fd);
-        return Err(Errno::EMFILE);
-    }
-    let Some(id) = real::file_id(fd) else {
-        real::close(fd);
-        return Err(Errno::EIO);
-    };
+    let (fd, id) = emu_core::cdev::open_memfd(flags)?;
     let mut emu = emu::lock();
     if let Some(stale) = emu.context_by_fd(fd).map(|c| c.id()) {
         emu.remove_context(stale);

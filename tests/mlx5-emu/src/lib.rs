@@ -23,8 +23,8 @@
 //!   touch a non-empty directory that is not one); the caller then usually
 //!   sets `SYSFS_PATH=<dir>` too.
 //! - **The character device.** `stat`/`open`/`fstat`/`close`/`ioctl`/
-//!   `mmap`/`munmap`/`write` and `socket` are interposed (module
-//!   `interpose`). Opening `/dev/infiniband/uverbs0` returns a memfd of our
+//!   `mmap`/`munmap`/`write` and `socket` are interposed (`emu_core`'s
+//!   `interpose`, routed to this emulator's [`DRIVER`] table). Opening `/dev/infiniband/uverbs0` returns a memfd of our
 //!   own (so `close`/`poll`/fd numbering behave); `fstat` on it reports a
 //!   character device whose `st_rdev` matches the sysfs `dev` file;
 //!   `ioctl` on it answers the uverbs methods of module `ioctl` (among
@@ -66,22 +66,34 @@ pub mod dmabuf;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod emu;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub mod fdtable;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod hca;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub mod interpose;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod ioctl;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub mod log;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub mod mem;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub mod qp_fsm;
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-pub use preload_libc as real;
+pub use emu_core::{fdtable, log, mem, qp_fsm, real};
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod record;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod sysfs;
+
+/// This emulator's half of the interposed calls (`emu_core::interpose`),
+/// installed by the library's constructor.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub static DRIVER: emu_core::interpose::Driver = emu_core::interpose::Driver {
+    name: "mlx5-emu",
+    log_env: "MLX5_EMU_LOG",
+    dev_path: device::DEV_PATH,
+    setup: sysfs::setup,
+    open: cdev::open,
+    close: cdev::close,
+    write: dispatch::write,
+    ioctl: ioctl::ioctl,
+    mmap: cdev::mmap,
+    munmap: cdev::munmap,
+    device_stat: cdev::device_stat,
+    fstat: cdev::fstat,
+    event_read: hca::event_read,
+};
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+emu_core::emulator_init!(DRIVER);

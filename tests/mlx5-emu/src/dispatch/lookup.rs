@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use libc::c_int;
 use rverbs_abi::Errno;
 
 use super::Call;
@@ -60,23 +59,7 @@ pub(super) fn add_users<T: Shared>(map: &mut BTreeMap<u32, T>, h: u32, delta: i3
     }
 }
 
-/// A `SOCK_SEQPACKET` pair for an event channel: `(application end, ours)`.
-pub(super) fn event_pair() -> Result<(c_int, c_int), Errno> {
-    let mut fds = [-1 as c_int; 2];
-    // SAFETY: `fds` has room for the two descriptors socketpair writes.
-    let r = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    };
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    Ok((fds[0], fds[1]))
-}
+pub(super) use emu_core::fdtable::event_pair;
 
 /// Whether `v` is 0 or a power of two.
 pub(super) fn zero_or_pow2(v: u32) -> bool {

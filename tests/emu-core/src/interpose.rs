@@ -1,9 +1,11 @@
-//! The exported libc symbols that shadow glibc's when this library is
-//! preloaded, and the constructor that sets the emulator up.
+//! The exported libc symbols that shadow glibc's when an emulator is
+//! preloaded, and [`init`], which its constructor calls with its
+//! [`Driver`] table.
 //!
 //! Every interposer first checks, lock-free, whether the call concerns the
-//! emulated device (an fd in [`crate::fdtable`], or the device path); if
-//! not, it calls the real function at once ([`crate::real`]). The emulated
+//! emulated device (an fd in [`crate::fdtable`], or the device path of the
+//! installed driver); if not, or before a driver is installed, it calls
+//! the real function at once ([`crate::real`]). The emulated
 //! paths run under `catch_unwind`: a panic there becomes `-1`/`EIO`, never
 //! an unwind into C.
 //!
@@ -17,13 +19,79 @@
 //! it passed (an absent `mode` is an unspecified value that is only used
 //! when the flags ask for one, exactly as in C).
 
+use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use libc::{c_char, c_int, c_uint, c_ulong, c_void, off_t, size_t, ssize_t};
 use rverbs_abi::Errno;
 
 use crate::fdtable::{self, FdKind};
-use crate::{cdev, device, dispatch, log, real, sysfs};
+use crate::{log, real};
+
+/// What one emulated device does with the calls routed to it: the
+/// device-specific half of every interposer. Every function runs under
+/// `catch_unwind` (a panic is `EIO`). A `None` from a routed call means
+/// "not ours after all" (a stale fd number): the real call follows.
+#[derive(Debug)]
+pub struct Driver {
+    /// The emulator's name, prefixing its log lines (`mlx5-emu`).
+    pub name: &'static str,
+    /// The variable switching its log on (`MLX5_EMU_LOG`).
+    pub log_env: &'static str,
+    /// The device node (`/dev/infiniband/uverbs0`).
+    pub dev_path: &'static CStr,
+    /// The constructor's set-up after the real functions are resolved and
+    /// the log is read: writes the sysfs tree (an error is printed, and
+    /// the device is then invisible).
+    pub setup: fn() -> std::io::Result<std::path::PathBuf>,
+    /// Opens the device (`open` flags): a new command fd.
+    pub open: fn(c_int) -> Result<c_int, Errno>,
+    /// Forgets `fd` of `kind` before the real `close`.
+    pub close: fn(c_int, FdKind),
+    /// A `write()` on a command fd: one uverbs command.
+    ///
+    /// # Safety
+    /// The pointer and length are the application's `write()` arguments.
+    pub write: unsafe fn(c_int, *const c_void, usize) -> Option<Result<usize, Errno>>,
+    /// An `ioctl()` on a command fd.
+    ///
+    /// # Safety
+    /// The argument is the application's `ioctl()` argument.
+    pub ioctl: unsafe fn(c_int, c_ulong, *mut c_void) -> Option<Result<c_int, Errno>>,
+    /// An `mmap()` of a command fd.
+    ///
+    /// # Safety
+    /// As `mmap(2)`.
+    #[allow(clippy::type_complexity)]
+    pub mmap: unsafe fn(
+        *mut c_void,
+        size_t,
+        c_int,
+        c_int,
+        c_int,
+        off_t,
+    ) -> Option<Result<*mut c_void, Errno>>,
+    /// Notes an `munmap()` before the real one.
+    pub munmap: fn(*mut c_void, size_t),
+    /// The `struct stat` of the device node.
+    pub device_stat: fn() -> libc::stat,
+    /// `fstat` of a command fd (`None`: no longer ours).
+    pub fstat: fn(c_int) -> Option<libc::stat>,
+    /// An event record the application read from an event fd; `false`
+    /// drops it (its object is gone) and the next one is read.
+    pub event_read: fn(c_int, &[u8]) -> bool,
+}
+
+/// The installed driver (null until [`init`]).
+static DRIVER: AtomicPtr<Driver> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The installed driver, if any.
+fn driver() -> Option<&'static Driver> {
+    let p = DRIVER.load(Ordering::Acquire);
+    // SAFETY: DRIVER is null or was set by `init` from a `&'static Driver`.
+    unsafe { p.cast_const().as_ref() }
+}
 
 /// `NETLINK_RDMA`.
 const NETLINK_RDMA: c_int = 20;
@@ -47,13 +115,20 @@ unsafe fn is_device(path: *const c_char) -> bool {
     if path.is_null() {
         return false;
     }
+    let Some(d) = driver() else {
+        return false;
+    };
     // SAFETY: non-null and, by the caller's contract, NUL-terminated.
-    unsafe { std::ffi::CStr::from_ptr(path) == device::DEV_PATH }
+    unsafe { CStr::from_ptr(path) == d.dev_path }
 }
 
 /// Opens the device on behalf of an `open` variant.
 fn open_device(flags: c_int) -> c_int {
-    match guarded(|| cdev::open(flags)) {
+    let Some(d) = driver() else {
+        set_errno(Errno::ENOENT);
+        return -1;
+    };
+    match guarded(|| (d.open)(flags)) {
         Ok(fd) => fd,
         Err(e) => {
             set_errno(e);
@@ -127,9 +202,9 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let kind = fdtable::kind(fd);
-    if kind != FdKind::None {
+    if let (true, Some(d)) = (kind != FdKind::None, driver()) {
         let _ = guarded(|| {
-            cdev::close(fd, kind);
+            (d.close)(fd, kind);
             Ok(())
         });
     }
@@ -142,9 +217,9 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// As `write(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
-    if fdtable::kind(fd) == FdKind::Cmd {
+    if let (FdKind::Cmd, Some(d)) = (fdtable::kind(fd), driver()) {
         // SAFETY: `buf`/`count` are the caller's write() arguments.
-        let r = guarded(|| Ok(unsafe { dispatch::write(fd, buf, count) }));
+        let r = guarded(|| Ok(unsafe { (d.write)(fd, buf, count) }));
         match r {
             Ok(Some(Ok(n))) => return n as ssize_t,
             Ok(Some(Err(e))) | Err(e) => {
@@ -170,10 +245,10 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> 
 /// As `read(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
-    if fdtable::kind(fd) != FdKind::Event {
+    let (FdKind::Event, Some(d)) = (fdtable::kind(fd), driver()) else {
         // SAFETY: pass-through with the caller's arguments.
         return unsafe { real::read(fd, buf, count) };
-    }
+    };
     loop {
         // SAFETY: pass-through with the caller's arguments.
         let n = unsafe { real::read(fd, buf, count) };
@@ -185,24 +260,24 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
         }
         // SAFETY: read() just wrote `len` bytes at `buf`.
         let bytes = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
-        match guarded(|| Ok(crate::hca::event_read(fd, bytes))) {
+        match guarded(|| Ok((d.event_read)(fd, bytes))) {
             Ok(false) => continue,
             Ok(true) | Err(_) => return n,
         }
     }
 }
 
-/// `ioctl(2)`; on a device fd, a uverbs method (`RDMA_VERBS_IOCTL`,
-/// module `ioctl`; any other request is `ENOTTY`).
+/// `ioctl(2)`; on a device fd, whatever the driver answers (a uverbs
+/// method of `RDMA_VERBS_IOCTL`).
 ///
 /// # Safety
 /// As `ioctl(2)`. C-variadic in glibc; see the module docs for why the
 /// fixed `arg` parameter is sound on x86-64.
 #[no_mangle]
 pub unsafe extern "C" fn ioctl(fd: c_int, request: c_ulong, arg: *mut c_void) -> c_int {
-    if fdtable::kind(fd) == FdKind::Cmd {
+    if let (FdKind::Cmd, Some(d)) = (fdtable::kind(fd), driver()) {
         // SAFETY: `arg` is the caller's ioctl() argument.
-        let r = guarded(|| Ok(unsafe { crate::ioctl::ioctl(fd, request, arg) }));
+        let r = guarded(|| Ok(unsafe { (d.ioctl)(fd, request, arg) }));
         match r {
             Ok(Some(Ok(v))) => return v,
             Ok(Some(Err(e))) | Err(e) => {
@@ -230,11 +305,11 @@ unsafe fn mmap_device(
     fd: c_int,
     off: off_t,
 ) -> Option<*mut c_void> {
-    if fdtable::kind(fd) != FdKind::Cmd {
+    let (FdKind::Cmd, Some(d)) = (fdtable::kind(fd), driver()) else {
         return None;
-    }
+    };
     // SAFETY: the caller's mmap arguments, on our own memfd.
-    match guarded(|| Ok(unsafe { cdev::mmap(addr, len, prot, flags, fd, off) })) {
+    match guarded(|| Ok(unsafe { (d.mmap)(addr, len, prot, flags, fd, off) })) {
         Ok(None) => None,
         Ok(Some(Ok(p))) => Some(p),
         Ok(Some(Err(e))) | Err(e) => {
@@ -244,7 +319,8 @@ unsafe fn mmap_device(
     }
 }
 
-/// `mmap(2)`; on a device fd, maps a UAR page.
+/// `mmap(2)`; on a device fd, maps what the driver hands out (UAR pages,
+/// queues, doorbells).
 ///
 /// # Safety
 /// As `mmap(2)`.
@@ -286,16 +362,18 @@ pub unsafe extern "C" fn mmap64(
     unsafe { real::mmap64(addr, len, prot, flags, fd, off) }
 }
 
-/// `munmap(2)`; forgets unmapped UAR pages.
+/// `munmap(2)`; the driver forgets what was unmapped.
 ///
 /// # Safety
 /// As `munmap(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
-    let _ = guarded(|| {
-        cdev::munmap(addr, len);
-        Ok(())
-    });
+    if let Some(d) = driver() {
+        let _ = guarded(|| {
+            (d.munmap)(addr, len);
+            Ok(())
+        });
+    }
     // SAFETY: pass-through with the caller's arguments.
     unsafe { real::munmap(addr, len) }
 }
@@ -307,9 +385,9 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_int {
     // SAFETY: `path` is the caller's C string (or null).
-    if unsafe { is_device(path) } && !buf.is_null() {
+    if let (true, Some(d)) = (unsafe { is_device(path) } && !buf.is_null(), driver()) {
         // SAFETY: `buf` is the caller's writable `struct stat`.
-        unsafe { buf.write(cdev::device_stat()) };
+        unsafe { buf.write((d.device_stat)()) };
         return 0;
     }
     // SAFETY: pass-through with the caller's arguments.
@@ -323,10 +401,10 @@ pub unsafe extern "C" fn stat(path: *const c_char, buf: *mut libc::stat) -> c_in
 #[no_mangle]
 pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat64) -> c_int {
     // SAFETY: `path` is the caller's C string (or null).
-    if unsafe { is_device(path) } && !buf.is_null() {
+    if let (true, Some(d)) = (unsafe { is_device(path) } && !buf.is_null(), driver()) {
         // SAFETY: `struct stat64` and `struct stat` are the same type on
         // x86-64; `buf` is the caller's writable struct.
-        unsafe { buf.cast::<libc::stat>().write(cdev::device_stat()) };
+        unsafe { buf.cast::<libc::stat>().write((d.device_stat)()) };
         return 0;
     }
     // SAFETY: pass-through with the caller's arguments.
@@ -340,8 +418,8 @@ pub unsafe extern "C" fn stat64(path: *const c_char, buf: *mut libc::stat64) -> 
 /// As `fstat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
-    if fdtable::kind(fd) == FdKind::Cmd && !buf.is_null() {
-        if let Ok(Some(st)) = guarded(|| Ok(cdev::fstat(fd))) {
+    if let (FdKind::Cmd, false, Some(d)) = (fdtable::kind(fd), buf.is_null(), driver()) {
+        if let Ok(Some(st)) = guarded(|| Ok((d.fstat)(fd))) {
             // SAFETY: `buf` is the caller's writable `struct stat`.
             unsafe { buf.write(st) };
             return 0;
@@ -357,8 +435,8 @@ pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
 /// As `fstat(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fstat64(fd: c_int, buf: *mut libc::stat64) -> c_int {
-    if fdtable::kind(fd) == FdKind::Cmd && !buf.is_null() {
-        if let Ok(Some(st)) = guarded(|| Ok(cdev::fstat(fd))) {
+    if let (FdKind::Cmd, false, Some(d)) = (fdtable::kind(fd), buf.is_null(), driver()) {
+        if let Ok(Some(st)) = guarded(|| Ok((d.fstat)(fd))) {
             // SAFETY: same layout on x86-64; the caller's writable struct.
             unsafe { buf.cast::<libc::stat>().write(st) };
             return 0;
@@ -385,26 +463,48 @@ pub unsafe extern "C" fn socket(domain: c_int, ty: c_int, protocol: c_int) -> c_
     real::socket(domain, ty, protocol)
 }
 
-/// The constructor: resolves the real functions, reads the log setting,
-/// writes the sysfs tree and sets `SYSFS_PATH`. Failures are reported on
-/// stderr (the device is then invisible); nothing unwinds into the loader.
-#[cfg_attr(test, allow(dead_code))]
-extern "C" fn init() {
+/// The emulator's constructor: resolves the real functions, reads the log
+/// setting, installs `driver` (from here on its device is routed to it)
+/// and runs its set-up (the sysfs tree, `SYSFS_PATH`). Failures are
+/// reported on stderr (the device is then invisible); nothing unwinds
+/// into the loader. A second call keeps the first driver.
+pub fn init(driver: &'static Driver) {
     let _ = catch_unwind(|| {
         real::resolve_all();
-        log::init();
-        match sysfs::setup() {
+        log::init(driver.name, driver.log_env);
+        let installed = DRIVER.compare_exchange(
+            std::ptr::null_mut(),
+            std::ptr::from_ref(driver).cast_mut(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        if installed.is_err() {
+            log::always(format_args!("a second emulator in one process is ignored"));
+            return;
+        }
+        match (driver.setup)() {
             Ok(root) => log::line(format_args!("sysfs tree at {}", root.display())),
             Err(e) => log::always(format_args!(
-                "cannot set up the fake sysfs tree: {e}; mlx5_0 will not be visible"
+                "cannot set up the fake sysfs tree: {e}; the device will not be visible"
             )),
         }
     });
 }
 
-/// Runs [`init`] when the library is loaded (an `.init_array` entry).
-/// Not in unit-test builds, which must not touch the environment.
-#[cfg(not(test))]
-#[used]
-#[link_section = ".init_array"]
-static INIT: extern "C" fn() = init;
+/// Declares the `.init_array` entry that calls [`init`] with `$driver`
+/// (a `static` [`Driver`]) when the emulator library is loaded. Not in
+/// unit-test builds, which must not touch the environment.
+#[macro_export]
+macro_rules! emulator_init {
+    ($driver:path) => {
+        #[cfg(not(test))]
+        #[used]
+        #[link_section = ".init_array"]
+        static EMU_INIT: extern "C" fn() = {
+            extern "C" fn emu_init() {
+                $crate::interpose::init(&$driver);
+            }
+            emu_init
+        };
+    };
+}

@@ -22,7 +22,7 @@ pub const MAX_FDS: usize = 1 << 16;
 pub enum FdKind {
     /// Not ours: pass everything through.
     None,
-    /// An open `/dev/infiniband/uverbs0` (a memfd of ours).
+    /// An open emulated `/dev/infiniband/uverbsN` (a memfd of ours).
     Cmd,
     /// The application's end of an event channel (async events or a
     /// completion channel); the emulator keeps the other end.
@@ -65,6 +65,26 @@ pub fn set(fd: c_int, kind: FdKind) {
 /// Forgets `fd`.
 pub fn clear(fd: c_int) {
     set(fd, FdKind::None);
+}
+
+/// A new event channel: `(application's end, emulator's end)`, a
+/// `SOCK_SEQPACKET` pair (each record one read, as on the kernel's event
+/// files), close-on-exec.
+pub fn event_pair() -> Result<(c_int, c_int), rverbs_abi::Errno> {
+    let mut fds = [-1 as c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors socketpair writes.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(rverbs_abi::Errno::last());
+    }
+    Ok((fds[0], fds[1]))
 }
 
 #[cfg(test)]
