@@ -71,6 +71,7 @@ mod book;
 mod callgrind;
 mod charts;
 mod conform;
+mod efa;
 mod fuzz;
 mod ibverbs;
 mod initramfs;
@@ -199,6 +200,10 @@ enum Cmd {
     /// against the emulated mlx5 device (on the host, no VM) and print a
     /// summary.
     Mlx5,
+    /// Run rdma-core's ibv_devinfo and the scenario programs of
+    /// tests/efa-emu/c (libibverbs + libefa) against the emulated EFA
+    /// device (on the host, no VM) and print a summary.
+    Efa,
     /// The conformance run on a machine with an RDMA device we drive:
     /// rdma-core's pyverbs suite on rdma-core's libibverbs and on ours
     /// compared verdict for verdict, the interop matrix against rdma-core's
@@ -371,6 +376,9 @@ fn main() -> ExitCode {
             }),
         Cmd::Mlx5 => testrun::target_dir()
             .and_then(|t| mlx5::mlx5_command(&t))
+            .map(|ok| if ok { 0 } else { 1 }),
+        Cmd::Efa => testrun::target_dir()
+            .and_then(|t| efa::efa_command(&t))
             .map(|ok| if ok { 0 } else { 1 }),
         Cmd::Conform {
             dev,

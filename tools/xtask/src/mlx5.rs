@@ -203,7 +203,7 @@ fn check_tool(
 }
 
 /// The `PASS ` lines (steps passed) of a scenario program's output.
-fn pass_lines(out: &str) -> usize {
+pub(crate) fn pass_lines(out: &str) -> usize {
     out.lines().filter(|l| l.starts_with("PASS ")).count()
 }
 
@@ -237,7 +237,7 @@ fn record_c(c: &mut Command, stem: &str, files: [&Path; 3], trace: &Path, emu: &
 }
 
 /// A scenario program's verdict from its exit code and `PASS`/`FAIL` lines.
-fn check_program(out: &str, code: Option<i32>) -> std::result::Result<String, String> {
+pub(crate) fn check_program(out: &str, code: Option<i32>) -> std::result::Result<String, String> {
     let passed = pass_lines(out);
     let failed: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL ")).collect();
     match (code, passed, failed.first()) {
@@ -250,6 +250,45 @@ fn check_program(out: &str, code: Option<i32>) -> std::result::Result<String, St
             ITEM_LIMIT.as_secs()
         )),
     }
+}
+
+/// The scenario programs of `dir` (every `*.c`, sorted): `(path, stem)`.
+pub(crate) fn c_sources(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
+    let mut sources: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .collect();
+    sources.sort();
+    if sources.is_empty() {
+        bail!("no scenario programs in {}", dir.display());
+    }
+    Ok(sources
+        .into_iter()
+        .map(|p| {
+            let stem = p
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (p, stem)
+        })
+        .collect())
+}
+
+/// Compiles scenario program `src` into `exe` with `libs`, warnings as
+/// errors, its output in `log`: the compiler's exit code and output.
+pub(crate) fn compile_c(
+    src: &Path,
+    exe: &Path,
+    libs: &[&str],
+    log: &Path,
+) -> Result<(Option<i32>, String)> {
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(exe)
+        .arg(src)
+        .args(libs);
+    run_bounded(&mut cc, log, ITEM_LIMIT)
 }
 
 /// Builds the emulator and the scenario programs, runs every scenario,
@@ -452,29 +491,11 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 
     // The scenario programs.
     let src_dir = ws.join("tests").join("mlx5-emu").join("c");
-    let mut sources: Vec<PathBuf> = fs::read_dir(&src_dir)
-        .with_context(|| format!("reading {}", src_dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "c"))
-        .collect();
-    sources.sort();
-    if sources.is_empty() {
-        bail!("no scenario programs in {}", src_dir.display());
-    }
-    for src in sources {
-        let stem = src
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    for (src, stem) in c_sources(&src_dir)? {
         let exe = out_dir.join(&stem);
         let log = logs.join(format!("{stem}.log"));
         let name = format!("rdma-core libmlx5: {stem}");
-        let mut cc = Command::new("cc");
-        cc.args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .arg("-libverbs");
-        let (code, out) = run_bounded(&mut cc, &log, ITEM_LIMIT)?;
+        let (code, out) = compile_c(&src, &exe, &["-libverbs"], &log)?;
         if code != Some(0) {
             record(
                 name,

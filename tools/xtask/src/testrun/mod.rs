@@ -7,7 +7,9 @@
 //!    shown live and read for libtest's `test result:` lines).
 //!    Then the emulated mlx5 items (`mlx5::run_all`, as `cargo xtask
 //!    mlx5`): rdma-core's tools and scenario programs against the
-//!    `mlx5-emu` library, each one test. `--no-host` skips both.
+//!    `mlx5-emu` library, each one test; and the emulated EFA items
+//!    (`efa::run_all`, as `cargo xtask efa`) against `efa-emu`.
+//!    `--no-host` skips all three.
 //! 2. `cargo build -p rverbs -p rverbs-cm --examples --features
 //!    rverbs/tokio,rverbs-cm/tokio` and `cargo build -p rverbs-cli --bin rverbs`.
 //! 3. `cargo test -p verbs-tests --no-run --message-format=json`, collecting
@@ -213,6 +215,31 @@ pub fn test_command(opts: &TestOptions) -> Result<bool> {
             Err(e) => {
                 say!("mlx5 emulator: error: {e:#}");
                 problems.push("mlx5 emulator".into());
+                total.failed += 1;
+            }
+        }
+    }
+
+    // The emulated EFA device and rdma-core's scenarios on it (host).
+    if has(crate::efa::EMU_PACKAGE) && !opts.no_host {
+        match crate::efa::run_all(&target_dir) {
+            Ok(outcomes) => {
+                let all_ok = crate::efa::summary(&outcomes);
+                for o in &outcomes {
+                    if o.ok {
+                        total.passed += 1;
+                    } else {
+                        total.failed += 1;
+                        problems.push(format!("efa: {}: {}", o.name, o.detail));
+                    }
+                }
+                if !all_ok {
+                    say!("EFA emulator scenarios: FAILED");
+                }
+            }
+            Err(e) => {
+                say!("EFA emulator: error: {e:#}");
+                problems.push("EFA emulator".into());
                 total.failed += 1;
             }
         }
