@@ -88,6 +88,10 @@ pub const DEVICE_CAPS: u32 = efa::device_caps::RDMA_READ
     | efa::device_caps::CQ_WITH_SGID
     | efa::device_caps::RDMA_WRITE
     | efa::device_caps::UNSOLICITED_WRITE_RECV;
+/// Where the send doorbell is in a QP's doorbell page.
+pub const SQ_DB_OFFSET: u32 = 0;
+/// Where the receive doorbell is in a QP's doorbell page.
+pub const RQ_DB_OFFSET: u32 = 4;
 /// Page size of every mapping the device hands out.
 pub const PAGE: u64 = 4096;
 /// `IB_MTU_4096`: what the port reports for an 8928-byte MTU.

@@ -16,7 +16,15 @@ use std::sync::{Mutex, MutexGuard};
 use libc::c_int;
 use rverbs_abi::Errno;
 
-use crate::device;
+use crate::{device, real};
+
+/// Unmaps the emulator's own mapping of `r`.
+fn unmap(r: &Region) {
+    // SAFETY: `host`/`len` are a mapping this module made and nothing
+    // else uses once its region is gone (the device thread reaches
+    // regions only through the live objects, under the same lock).
+    unsafe { real::munmap(r.host as *mut libc::c_void, r.len as usize) };
+}
 
 /// The emulator, shared by every thread of the process.
 pub static EMU: Mutex<Emu> = Mutex::new(Emu::new());
@@ -49,6 +57,9 @@ pub struct Region {
     pub kind: RegionKind,
     /// The CQ or QP handle it belongs to.
     pub owner: u32,
+    /// Where the emulator itself maps it (the device's view), for as long
+    /// as the region exists.
+    pub host: u64,
 }
 
 /// An open `/dev/infiniband/uverbs0`.
@@ -137,11 +148,22 @@ pub struct Qp {
     pub sq_ring_size: u32,
     /// Bytes of the receive ring (16-byte descriptors).
     pub rq_ring_size: u32,
+    /// Every region of the QP (removed with it).
     pub(crate) keys: Vec<u64>,
+    /// The doorbell page (send doorbell at [`device::SQ_DB_OFFSET`],
+    /// receive doorbell at [`device::RQ_DB_OFFSET`]).
+    pub(crate) db_key: u64,
+    /// The receive ring, if the QP has one.
+    pub(crate) rq_key: Option<u64>,
+    /// The LLQ, if the QP has a send queue.
+    pub(crate) llq_key: Option<u64>,
     pub(crate) state: u8,
     pub(crate) qkey: u32,
     pub(crate) sq_psn: u32,
     pub(crate) rnr_retry: u8,
+    /// Transitions to RESET so far (the device restarts its queue
+    /// counters when this changes, as libefa restarts its own).
+    pub(crate) resets: u32,
 }
 
 /// An address handle.
@@ -295,17 +317,44 @@ impl Emu {
         if unsafe { libc::ftruncate(fd, size) } != 0 {
             return Err(Errno::last());
         }
+        let map_len = usize::try_from(len).map_err(|_| Errno::ENOMEM)?;
+        // SAFETY: a new shared mapping of our own memfd, inside its (just
+        // grown) size; nothing else is at the address the kernel picks.
+        let host = unsafe {
+            real::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                key as libc::off_t,
+            )
+        };
+        if host == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
         u.used = end;
-        u.regions.insert(key, Region { len, kind, owner });
+        u.regions.insert(
+            key,
+            Region {
+                len,
+                kind,
+                owner,
+                host: host as u64,
+            },
+        );
         Ok(key)
     }
 
-    /// Drops the regions of `keys` (their mappings stay valid, as the
-    /// kernel's do until unmapped; the pages are not reused).
+    /// Drops the regions of `keys` and the emulator's own mappings of them
+    /// (the application's stay valid, as the kernel's do until unmapped;
+    /// the pages are not reused).
     pub(crate) fn remove_regions(&mut self, ctx: u64, keys: &[u64]) {
         if let Some(u) = self.ucontext_mut(ctx) {
             for k in keys {
-                u.regions.remove(k);
+                if let Some(r) = u.regions.remove(k) {
+                    unmap(&r);
+                }
             }
         }
     }
@@ -317,6 +366,7 @@ impl Emu {
             self.by_fd.remove(&c.fd);
             if let Some(u) = c.ucontext {
                 crate::real::close(u.async_fds.1);
+                u.regions.values().for_each(unmap);
             }
         }
         self.qps.retain(|_, o| o.ctx != ctx);

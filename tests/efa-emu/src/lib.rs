@@ -26,9 +26,18 @@
 //!   doorbell pages are regions of the command fd's memfd, mapped by the
 //!   key the command returned, at exactly their length (module `cdev`).
 //!
-//! Not there yet: the device itself (a thread that reads the LLQ and the
-//! receive rings, delivers SRD and UD messages, executes RDMA READ and
-//! WRITE and writes completions), completion channels, dmabuf MRs.
+//! - **The device.** From the first QP on, a daemon thread (module
+//!   [`hw`]) watches the doorbells, reads the send descriptors from the
+//!   LLQ and the receive descriptors from the rings, delivers SRD and UD
+//!   messages between QPs of this process (any of its contexts), executes
+//!   RDMA READ and WRITE, and writes completion entries with the phase
+//!   bit.
+//!
+//! Not modelled: other nodes (every AH names this device; the real one
+//! has no same-node loopback, so programs that talk to themselves work
+//! here and not on EFA hardware), packet loss and SRD's reordering,
+//! completion channels (no `CQ_NOTIFICATIONS`), dmabuf MRs, the device's
+//! per-queue limits beyond those of the commands.
 //!
 //! Environment: `EFA_EMU_LOG=1` prints one line per command to stderr;
 //! `EFA_EMU_SYSFS=<dir>` chooses where the sysfs tree is written.
@@ -43,6 +52,8 @@ pub mod device;
 pub mod dispatch;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod emu;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod hw;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use emu_core::{fdtable, log, mem, qp_fsm, real};
 

@@ -13,7 +13,8 @@
 //! - [`mem`]: user-memory access with the kernel's `EFAULT`;
 //! - [`sysfs`]: the concurrency-safe installer of the fake sysfs tree;
 //! - [`log`]: the one-line-per-command log;
-//! - [`qp_fsm`]: the QP state machine of the InfiniBand specification.
+//! - [`qp_fsm`]: the QP state machine of the InfiniBand specification;
+//! - [`worker`]: the device thread and its idle back-off.
 //!
 //! **Test-only.** No product crate may depend on this package. x86-64
 //! Linux with glibc only (see [`interpose`] for why); on other targets it
@@ -39,3 +40,5 @@ pub mod qp_fsm;
 pub use preload_libc as real;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod sysfs;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod worker;

@@ -26,6 +26,8 @@ mod context;
 mod objects;
 mod queues;
 
+pub use queues::QPT_DRIVER;
+
 use context::{ex_query_device, get_context, query_device, query_port};
 use objects::{alloc_pd, create_ah, dealloc_pd, dereg_mr, destroy_ah, reg_mr};
 use queues::{create_cq, create_qp, destroy_cq, destroy_qp, modify_qp, query_qp};

@@ -222,9 +222,9 @@ pub(super) fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno>
             handle,
         )?;
         keys.push(k);
-        k
+        Some(k)
     } else {
-        0
+        None
     };
     let llq_key = if drv.sq_ring_size > 0 {
         let k = emu.add_region(
@@ -234,15 +234,13 @@ pub(super) fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno>
             handle,
         )?;
         keys.push(k);
-        k
+        Some(k)
     } else {
-        0
+        None
     };
-    let rq_size = emu
-        .ucontext_mut(call.ctx)
-        .and_then(|u| u.regions.get(&rq_key))
-        .filter(|_| drv.rq_ring_size > 0)
-        .map_or(0, |r| r.len);
+    let rq_size = rq_key
+        .and_then(|k| emu.ucontext_mut(call.ctx)?.regions.get(&k).map(|r| r.len))
+        .unwrap_or(0);
     let qpn = emu.new_qpn();
     let caps = [
         req.max_send_wr,
@@ -265,13 +263,18 @@ pub(super) fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno>
             sq_ring_size: drv.sq_ring_size,
             rq_ring_size: drv.rq_ring_size,
             keys,
+            db_key: db,
+            rq_key,
+            llq_key,
             state: qp_state::RESET,
             qkey: 0,
             sq_psn: 0,
             rnr_retry: 0,
+            resets: 0,
         },
     );
     pd_users(emu, req.pd_handle, 1);
+    crate::hw::start();
     for cq in [req.send_cq_handle, req.recv_cq_handle] {
         if let Some(c) = emu.cqs.get_mut(&cq) {
             c.users += 1;
@@ -293,14 +296,14 @@ pub(super) fn create_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno>
     call.drv_out.put(
         &efa::CreateQpResp {
             comp_mask: 0,
-            rq_db_offset: 4,
-            sq_db_offset: 0,
+            rq_db_offset: device::RQ_DB_OFFSET,
+            sq_db_offset: device::SQ_DB_OFFSET,
             llq_desc_offset: 0,
-            rq_mmap_key: rq_key,
+            rq_mmap_key: rq_key.unwrap_or(0),
             rq_mmap_size: rq_size,
             rq_db_mmap_key: db,
             sq_db_mmap_key: db,
-            llq_desc_mmap_key: llq_key,
+            llq_desc_mmap_key: llq_key.unwrap_or(0),
             send_sub_cq_idx: 0,
             recv_sub_cq_idx: 0,
             reserved_1e0: [0; 4],
@@ -375,6 +378,9 @@ pub(super) fn modify_qp(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno>
     let Some(qp) = emu.qps.get_mut(&req.qp_handle) else {
         return Err(Errno::EINVAL);
     };
+    if next == qp_state::RESET && qp.state != qp_state::RESET {
+        qp.resets += 1;
+    }
     qp.state = next;
     if mask & m::QKEY != 0 {
         qp.qkey = req.qkey;

@@ -32,7 +32,7 @@
 //! the emulator does with them (what it executes, which CQE it writes) is
 //! its own; it shares no code with the provider.
 //!
-//! Locking: each pass takes the [`crate::emu::EMU`] lock, checks that
+//! The thread is `emu_core::worker`'s. Locking: each pass takes the [`crate::emu::EMU`] lock, checks that
 //! every object it touches still exists, executes a bounded number of WQEs,
 //! and releases the lock; libmlx5 frees queue buffers only after their
 //! destroy command, which needs the same lock, so memory is never touched
@@ -54,7 +54,7 @@ pub use roce::RoceL3;
 
 use std::collections::BTreeMap;
 use std::sync::Once;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::emu::{self, Emu, WorkQueue};
 
@@ -142,39 +142,13 @@ pub fn start() {
     if cfg!(test) {
         return;
     }
-    START.call_once(|| {
-        let _ = std::thread::Builder::new()
-            .name("mlx5-emu-hca".into())
-            .spawn(run);
-    });
-}
-
-/// The thread body: passes with bounded back-off when idle (yield, then
-/// sleep 50 us, 100 us, and after about a second without work 500 us).
-fn run() {
-    let mut hw = Hw::default();
-    let mut idle = 0u32;
-    loop {
-        let busy = {
+    emu_core::worker::start(&START, "mlx5-emu-hca", {
+        let mut hw = Hw::default();
+        move || {
             let mut e = emu::lock();
             hw.step(&mut e)
-        };
-        if busy {
-            idle = 0;
-        } else if idle < 64 {
-            idle += 1;
-            std::thread::yield_now();
-        } else if idle < 2048 {
-            idle += 1;
-            std::thread::sleep(Duration::from_micros(50));
-        } else if idle < 12_288 {
-            idle += 1;
-            std::thread::sleep(Duration::from_micros(100));
-        } else {
-            // Idle for about a second: poll slower still.
-            std::thread::sleep(Duration::from_micros(500));
         }
-    }
+    });
 }
 
 /// What the HCA keeps per QP.
