@@ -147,6 +147,8 @@ mod book {
     struct Testbed;
     #[doc = include_str!("../../docs/book/src/mlx5-emulator.md")]
     struct Mlx5Emulator;
+    #[doc = include_str!("../../docs/book/src/efa-emulator.md")]
+    struct EfaEmulator;
     #[doc = include_str!("../../docs/book/src/conform.md")]
     struct Conform;
     #[doc = include_str!("../../docs/book/src/workspace.md")]
