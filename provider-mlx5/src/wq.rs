@@ -4,7 +4,7 @@
 //! queue by the QP's user index; the context's table maps it here.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::hw::slots::Slots;
 use rverbs_abi::wr::Wc;
@@ -354,76 +354,14 @@ impl QpEntry {
 
 /// One table row: user index (or, in a CQ of CQE version 0, QP number)
 /// and entry.
-pub(crate) type Row = (u32, Arc<QpEntry>);
+pub(crate) type Row = rverbs_provider::table::Row<QpEntry>;
 
-/// The context's user-index table. Rows are kept sorted by user index;
-/// `generation` changes on every insertion or removal, so a CQ holding a
-/// snapshot knows whether refreshing it can help.
-#[derive(Debug, Default)]
-pub(crate) struct Table {
-    rows: Mutex<Vec<Row>>,
-    generation: AtomicU64,
-}
-
-impl Table {
-    /// Adds (or replaces) `uidx`'s entry.
-    pub(crate) fn insert(&self, uidx: u32, e: Arc<QpEntry>) {
-        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
-        match rows.binary_search_by_key(&uidx, |r| r.0) {
-            Ok(i) => rows[i].1 = e,
-            Err(i) => rows.insert(i, (uidx, e)),
-        }
-        self.generation.fetch_add(1, Ordering::Release);
-    }
-
-    /// Removes `uidx`'s entry, if any.
-    pub(crate) fn remove(&self, uidx: u32) {
-        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
-        if let Ok(i) = rows.binary_search_by_key(&uidx, |r| r.0) {
-            rows.remove(i);
-        }
-        self.generation.fetch_add(1, Ordering::Release);
-    }
-
-    /// The current generation (changes with every edit).
-    #[inline]
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// Copies the rows (sorted by user index) into `out`, reusing its
-    /// allocation; returns the generation they belong to.
-    pub(crate) fn snapshot_into(&self, out: &mut Vec<Row>) -> u64 {
-        let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
-        out.clear();
-        out.extend(rows.iter().cloned());
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// A fresh snapshot: (generation, rows sorted by user index).
-    #[cfg(test)]
-    pub(crate) fn snapshot(&self) -> (u64, Vec<Row>) {
-        let mut v = Vec::new();
-        let g = self.snapshot_into(&mut v);
-        (g, v)
-    }
-
-    /// Whether `uidx` has an entry.
-    #[cfg(test)]
-    pub(crate) fn contains(&self, uidx: u32) -> bool {
-        let rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
-        rows.binary_search_by_key(&uidx, |r| r.0).is_ok()
-    }
-}
+/// The context's user-index table (`rverbs_provider::table`).
+pub(crate) type Table = rverbs_provider::table::Table<QpEntry>;
 
 /// Looks `uidx` up in a sorted snapshot.
-#[inline]
 #[cfg(test)]
-pub(crate) fn lookup(rows: &[Row], uidx: u32) -> Option<&Arc<QpEntry>> {
-    rows.binary_search_by_key(&uidx, |r| r.0)
-        .ok()
-        .map(|i| &rows[i].1)
-}
+pub(crate) use rverbs_provider::table::lookup;
 
 #[cfg(test)]
 mod tests {

@@ -13,11 +13,13 @@
 //! commands every supported kernel accepts. The newer capability bits are
 //! here as constants, named as the newer header names them.
 //!
-//! [`io`] holds the layouts the provider and the device share in memory:
+//! [`cmd`] sends the commands with their driver data (safe: none names
+//! user memory). [`io`] holds the layouts the provider and the device share in memory:
 //! the send and receive descriptors and the completion entries.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
+pub mod cmd;
 pub mod io;
 
 /// `EFA_UVERBS_ABI_VERSION`: the per-device `abi_version` an EFA provider

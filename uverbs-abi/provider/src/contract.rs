@@ -134,6 +134,8 @@ pub enum Feature {
     /// Enhanced connection establishment options of QPs
     /// ([`SendQueue::query_ece`]).
     Ece,
+    /// SRD queue pairs (EFA's reliable datagrams, the driver QP type).
+    SrdQp,
 }
 
 impl fmt::Display for Feature {
@@ -150,6 +152,7 @@ impl fmt::Display for Feature {
             Feature::OdpAdvice => "advice on on-demand MRs (prefetch)",
             Feature::DmabufMr => "dmabuf memory registration (reg_dmabuf_mr)",
             Feature::Ece => "enhanced connection establishment (ECE)",
+            Feature::SrdQp => "SRD queue pairs (EFA's reliable datagrams)",
         })
     }
 }

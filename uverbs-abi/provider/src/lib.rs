@@ -12,7 +12,10 @@
 //! * [`contract`]: the operations every provider implements and the library
 //!   calls ([`Provider`] and its queue traits);
 //! * [`alloc`]: queue buffers from the program's allocator
-//!   ([`QueueAllocator`], a parent domain's).
+//!   ([`QueueAllocator`], a parent domain's);
+//! * [`map`]: rings and doorbells the kernel hands out through the command
+//!   fd ([`map::DeviceMapping`]), the one place their bytes are touched;
+//! * [`table`]: the QP table a CQ finds the queue of a completion in.
 
 #![deny(missing_docs)]
 // Clean, so denied (issue 44): nothing `pub` that no one outside can
@@ -25,6 +28,8 @@ pub mod batch;
 pub mod check;
 pub mod contract;
 mod error;
+pub mod map;
+pub mod table;
 pub mod wr;
 
 pub use alloc::{Allocation, BufferKind, QueueAllocator, SharedAllocator};
