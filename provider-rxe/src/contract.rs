@@ -319,10 +319,14 @@ impl Provider for Rxe {
         // rxe has no dmabuf registration (no reg_user_mr_dmabuf: the
         // kernel answers EOPNOTSUPP); refused before the kernel is asked.
         // Its kernel driver refuses an SRQ of max_wr 0 (EINVAL). It has no
-        // ECE (librxe answers EOPNOTSUPP for both ECE verbs).
+        // ECE (librxe answers EOPNOTSUPP for both ECE verbs). SRD is EFA's.
         !matches!(
             feature,
-            Feature::OdpAdvice | Feature::DmabufMr | Feature::EmptySrq | Feature::Ece
+            Feature::OdpAdvice
+                | Feature::DmabufMr
+                | Feature::EmptySrq
+                | Feature::Ece
+                | Feature::SrdQp
         )
     }
 

@@ -509,6 +509,16 @@ mod tests {
         assert_eq!(by("odd0").driver, Driver::Other("unknown".into()));
         assert_eq!(Driver::Mlx5.id(), Some(rverbs_netlink::driver_id::MLX5));
         assert_eq!(Driver::Mlx5.to_string(), "mlx5");
+        // EFA: by its module, its PCI ids, its driver id.
+        assert_eq!(Driver::from_module("efa"), Driver::Efa);
+        assert_eq!(Driver::from_pci(0x1d0f, 0xefa1), Driver::Efa);
+        assert_eq!(
+            Driver::from_pci(0x1d0f, 0x1234),
+            Driver::Other("pci 1d0f:1234".into())
+        );
+        assert_eq!(Driver::from_id(rverbs_netlink::driver_id::EFA), Driver::Efa);
+        assert_eq!(Driver::Efa.id(), Some(rverbs_netlink::driver_id::EFA));
+        assert_eq!(Driver::Efa.to_string(), "efa");
 
         // Netlink, when it knows the device, decides.
         let nl = [rverbs_netlink::RdmaDev {

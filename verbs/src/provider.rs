@@ -18,6 +18,7 @@ use rverbs_abi::qp::CreateQp;
 use rverbs_abi::srq::CreateSrq;
 use rverbs_abi::wr::Wc;
 use rverbs_abi::Errno;
+use rverbs_efa::Efa;
 use rverbs_mlx5::Mlx5;
 use rverbs_provider::batch::{BatchWr, SendBatch};
 use rverbs_provider::wr::{RecvWr, SendRequest, SendWr, WrOpcode};
@@ -39,6 +40,7 @@ macro_rules! per_provider {
         pub(crate) enum $name {
             Rxe(<Rxe as Provider>::$assoc),
             Mlx5(<Mlx5 as Provider>::$assoc),
+            Efa(<Efa as Provider>::$assoc),
         }
     };
 }
@@ -49,6 +51,7 @@ macro_rules! dispatch {
         match $v {
             Self::Rxe($x) => $e,
             Self::Mlx5($x) => $e,
+            Self::Efa($x) => $e,
         }
     };
 }
@@ -118,6 +121,7 @@ impl Cq {
         match self {
             Self::Rxe(c) => c.poll(wc),
             Self::Mlx5(c) => poll_on(c, wc),
+            Self::Efa(c) => poll_on(c, wc),
         }
     }
     /// Arms the CQ ([`CompletionQueue::arm`]).
@@ -283,6 +287,7 @@ pub(crate) type QpParts = (rverbs_abi::qp::CreateQpResp, SendQueue, Option<RecvQ
 pub(crate) enum Ctx {
     Rxe(Rxe),
     Mlx5(Mlx5),
+    Efa(Efa),
 }
 
 /// The driver behind a device, which decides the provider (re-exported by
@@ -296,6 +301,8 @@ pub enum Driver {
     /// NVIDIA ConnectX-4 and later (`mlx5_core` / `mlx5_ib`): served by
     /// `provider-mlx5`.
     Mlx5,
+    /// AWS's Elastic Fabric Adapter (`efa`): served by `provider-efa`.
+    Efa,
     /// A driver this crate has no provider for, by name.
     Other(String),
 }
@@ -306,6 +313,7 @@ pub(crate) fn driver_abi(driver: &Driver) -> Option<RangeInclusive<u32>> {
     match driver {
         Driver::Rxe => Some(Rxe::DRIVER_ABI),
         Driver::Mlx5 => Some(Mlx5::DRIVER_ABI),
+        Driver::Efa => Some(Efa::DRIVER_ABI),
         Driver::Other(_) => None,
     }
 }
@@ -317,6 +325,7 @@ impl Driver {
         match self {
             Driver::Rxe => Some(rverbs_netlink::driver_id::RXE),
             Driver::Mlx5 => Some(rverbs_netlink::driver_id::MLX5),
+            Driver::Efa => Some(rverbs_netlink::driver_id::EFA),
             Driver::Other(_) => None,
         }
     }
@@ -327,6 +336,7 @@ impl Driver {
         match id {
             rverbs_netlink::driver_id::RXE => Driver::Rxe,
             rverbs_netlink::driver_id::MLX5 => Driver::Mlx5,
+            rverbs_netlink::driver_id::EFA => Driver::Efa,
             _ => Driver::Other(format!("driver id {id}")),
         }
     }
@@ -336,6 +346,7 @@ impl Driver {
     pub(crate) fn from_module(module: &str) -> Driver {
         match module {
             "mlx5_core" => Driver::Mlx5,
+            "efa" => Driver::Efa,
             _ => Driver::Other(module.to_string()),
         }
     }
@@ -345,6 +356,8 @@ impl Driver {
     pub(crate) fn from_pci(vendor: u16, device: u16) -> Driver {
         if Mlx5::serves_pci(vendor, device) {
             Driver::Mlx5
+        } else if Efa::serves_pci(vendor, device) {
+            Driver::Efa
         } else if Rxe::serves_pci(vendor, device) {
             Driver::Rxe
         } else {
@@ -368,6 +381,7 @@ impl std::fmt::Display for Driver {
         match self {
             Driver::Rxe => f.write_str(Rxe::NAME),
             Driver::Mlx5 => f.write_str(Mlx5::NAME),
+            Driver::Efa => f.write_str(Efa::NAME),
             Driver::Other(s) => f.write_str(s),
         }
     }
@@ -424,6 +438,10 @@ impl Ctx {
                 let (p, async_fd, n) = open_provider::<Rxe>(fd)?;
                 Ok((Ctx::Rxe(p), async_fd, n))
             }
+            Driver::Efa => {
+                let (p, async_fd, n) = open_provider::<Efa>(fd)?;
+                Ok((Ctx::Efa(p), async_fd, n))
+            }
             Driver::Other(d) => Err(Error::UnsupportedDriver {
                 device: device.to_string(),
                 driver: d.clone(),
@@ -453,6 +471,7 @@ impl Ctx {
         match self {
             Ctx::Rxe(_) => Rxe::NAME,
             Ctx::Mlx5(_) => Mlx5::NAME,
+            Ctx::Efa(_) => Efa::NAME,
         }
     }
 
@@ -503,6 +522,10 @@ impl Ctx {
             Ctx::Mlx5(p) => {
                 let c = p.create_cq(cmd, flags, alloc).map_err(Error::kernel(op))?;
                 (c.resp, Cq::Mlx5(c.cq), CqShared::Mlx5(c.shared))
+            }
+            Ctx::Efa(p) => {
+                let c = p.create_cq(cmd, flags, alloc).map_err(Error::kernel(op))?;
+                (c.resp, Cq::Efa(c.cq), CqShared::Efa(c.shared))
             }
         })
     }
@@ -555,6 +578,17 @@ impl Ctx {
                     .map_err(Error::kernel(op))?;
                 Ok((c.resp, SendQueue::Mlx5(c.sq), c.rq.map(RecvQueue::Mlx5)))
             }
+            (Ctx::Efa(p), CqShared::Efa(s), CqShared::Efa(r)) => {
+                let srq = match srq {
+                    None => None,
+                    Some(Srq::Efa(q)) => Some(q),
+                    Some(_) => return Err(foreign()),
+                };
+                let c: QpCreated<Efa> = p
+                    .create_qp(cmd, flags, s, r, srq, alloc)
+                    .map_err(Error::kernel(op))?;
+                Ok((c.resp, SendQueue::Efa(c.sq), c.rq.map(RecvQueue::Efa)))
+            }
             _ => Err(foreign()),
         }
     }
@@ -579,6 +613,10 @@ impl Ctx {
                     Srq::Mlx5(c.srq),
                     SrqShared::Mlx5(c.shared),
                 )
+            }
+            Ctx::Efa(p) => {
+                let c = p.create_srq(cmd, alloc).map_err(op)?;
+                (c.resp, c.srq_num, Srq::Efa(c.srq), SrqShared::Efa(c.shared))
             }
         })
     }

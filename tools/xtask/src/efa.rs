@@ -12,8 +12,13 @@
 //! one `PASS ` line and no `FAIL ` line. Logs go to `target/efa/logs/`.
 //! `cargo xtask test` runs the same items.
 //!
-//! What is not here yet (issue 46): the device model's data path, our
-//! provider on the emulated device, and the comparisons with libefa.
+//! Then our provider: `efa_scenarios` (`tests/src/bin/efa_scenarios.rs`,
+//! `datapath.c`'s scenarios through rverbs) runs the same way; its
+//! `PASS`/`FAIL` lines count in the summary.
+//!
+//! Not here yet (issue 46): the comparison of our commands and
+//! descriptors with libefa's, rdma-core's suite on the device, and a
+//! `libefa.so.1` of ours.
 
 use std::fs;
 use std::path::Path;
@@ -27,6 +32,10 @@ use crate::util::{self, cargo_bin, describe, workspace_root};
 
 /// The emulator's package.
 pub const EMU_PACKAGE: &str = "efa-emu";
+/// The package of our scenario program.
+const TESTS_PACKAGE: &str = "verbs-tests";
+/// Our scenario program: `datapath.c`'s scenarios through rverbs.
+const OUR_PROGRAM: &str = "efa_scenarios";
 /// Time limit of one scenario process.
 const ITEM_LIMIT: Duration = Duration::from_secs(60);
 
@@ -133,25 +142,83 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         record(name, pass_lines(&out), check_program(&out, code), &log);
     }
+
+    // Our provider: the same scenarios through rverbs.
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["build", "-p", TESTS_PACKAGE, "--bin", OUR_PROGRAM])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
+    say!("building our EFA program: {}", describe(&cmd));
+    let log = logs.join(format!("{OUR_PROGRAM}.log"));
+    let name = format!("our provider: {OUR_PROGRAM}");
+    match util::run(&mut cmd) {
+        Err(e) => record_ours(&mut outcomes, name, 0, 1, Err(format!("{e:#}")), &log),
+        Ok(()) => {
+            let mut c = Command::new(target_dir.join("debug").join(OUR_PROGRAM));
+            preload(&mut c);
+            let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
+            let verdict = check_program(&out, code);
+            let passed = pass_lines(&out);
+            let failed = out.lines().filter(|l| l.starts_with("FAIL ")).count()
+                + usize::from(verdict.is_err() && !out.contains("FAIL "));
+            record_ours(&mut outcomes, name, passed, failed, verdict, &log);
+        }
+    }
     Ok(outcomes)
+}
+
+/// Records the outcome of one of our programs.
+fn record_ours(
+    outcomes: &mut Vec<Outcome>,
+    name: String,
+    passed: usize,
+    failed: usize,
+    verdict: Result<String, String>,
+    log: &Path,
+) {
+    let (ok, detail) = match verdict {
+        Ok(d) => (true, d),
+        Err(d) => (false, format!("{d} (log: {})", log.display())),
+    };
+    util::print_line(&format!(
+        "efa: {:<40} {} {detail}",
+        name,
+        if ok { "ok  " } else { "FAIL" }
+    ));
+    outcomes.push(Outcome {
+        name,
+        ok,
+        detail,
+        group: Group::Ours { passed, failed },
+    });
 }
 
 /// Prints the closing summary and returns whether everything passed.
 pub fn summary(outcomes: &[Outcome]) -> bool {
-    let passed = outcomes.iter().filter(|o| o.ok).count();
-    let steps: usize = outcomes
-        .iter()
-        .map(|o| match o.group {
-            Group::RdmaCore { steps } => steps,
-            _ => 0,
-        })
-        .sum();
+    let theirs = || {
+        outcomes
+            .iter()
+            .filter(|o| matches!(o.group, Group::RdmaCore { .. }))
+    };
+    let passed = theirs().filter(|o| o.ok).count();
+    let failed = theirs().count() - passed;
+    let (mut steps, mut ours, mut ours_failed) = (0, 0, 0);
+    for o in outcomes {
+        match o.group {
+            Group::RdmaCore { steps: n } => steps += n,
+            Group::Ours { passed, failed } => {
+                ours += passed;
+                ours_failed += failed;
+            }
+            _ => {}
+        }
+    }
     util::print_line(&format!(
-        "efa: rdma-core against the emulated EFA device: {passed} items passed, {} failed \
-         ({steps} scenario steps passed)",
-        outcomes.len() - passed
+        "efa: rdma-core against the emulated EFA device: {passed} items passed, {failed} failed \
+         ({steps} scenario steps passed); our provider: {ours} scenario steps passed, \
+         {ours_failed} failed"
     ));
-    passed == outcomes.len()
+    outcomes.iter().all(|o| o.ok)
 }
 
 /// `cargo xtask efa`.

@@ -25,6 +25,12 @@ pub enum QpType {
     Uc,
     /// Unreliable datagram.
     Ud,
+    /// EFA's scalable reliable datagram (SRD), created as the driver QP
+    /// type `IB_QPT_DRIVER`: datagrams (each send names its destination,
+    /// as on UD) that the device delivers reliably, possibly out of order,
+    /// with RDMA READ and WRITE where the device has them. EFA devices
+    /// only; any other provider refuses it.
+    Srd,
 }
 
 impl QpType {
@@ -33,7 +39,14 @@ impl QpType {
             QpType::Rc => qp_type::RC,
             QpType::Uc => qp_type::UC,
             QpType::Ud => qp_type::UD,
+            QpType::Srd => rverbs_efa::QPT_DRIVER,
         }
+    }
+
+    /// Whether the QP is a datagram QP (UD, SRD): no remote end, a Q_Key,
+    /// each send addressed.
+    pub fn is_datagram(self) -> bool {
+        matches!(self, QpType::Ud | QpType::Srd)
     }
 }
 

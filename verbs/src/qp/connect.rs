@@ -132,12 +132,12 @@ impl Endpoint {
 }
 
 impl Qp {
-    /// Brings a UD QP from RESET (or wherever it is on the way) to RTS on
-    /// `port_num` (P_Key index 0), receiving datagrams that present `qkey`
-    /// and sending from PSN `sq_psn`. UD needs no remote end: each send
-    /// names its destination (see [`crate::ah`]).
+    /// Brings a UD (or SRD) QP from RESET (or wherever it is on the way)
+    /// to RTS on `port_num` (P_Key index 0), receiving datagrams that
+    /// present `qkey` and sending from PSN `sq_psn`. A datagram QP needs no
+    /// remote end: each send names its destination (see [`crate::ah`]).
     pub fn ready_ud(&mut self, port_num: u8, qkey: u32, sq_psn: u32) -> Result<()> {
-        if self.qp_type != QpType::Ud {
+        if !self.qp_type.is_datagram() {
             return Err(Error::invalid_as(
                 InvalidKind::WrongUse,
                 format!(
@@ -205,9 +205,10 @@ impl Qp {
             port_num: Some(port_num),
             ..Default::default()
         };
-        match self.qp_type {
-            QpType::Ud => a.qkey = Some(0x1111_1111),
-            _ => a.qp_access_flags = Some(access),
+        if self.qp_type.is_datagram() {
+            a.qkey = Some(0x1111_1111);
+        } else {
+            a.qp_access_flags = Some(access);
         }
         self.modify(&a)
     }
@@ -220,7 +221,7 @@ impl Qp {
             qp_state: Some(QpState::Rtr),
             ..Default::default()
         };
-        if self.qp_type != QpType::Ud {
+        if !self.qp_type.is_datagram() {
             a.path_mtu = Some(o.path_mtu);
             a.dest_qp_num = Some(remote.qpn);
             a.rq_psn = Some(remote.psn);
@@ -277,10 +278,13 @@ impl Qp {
         access: AccessFlags,
         o: &ConnectOpts,
     ) -> Result<()> {
-        if self.qp_type == QpType::Ud {
+        if self.qp_type.is_datagram() {
             return Err(Error::invalid_as(
                 InvalidKind::WrongUse,
-                "connect on a UD QP; UD QPs use ready_ud() and address each send",
+                format!(
+                    "connect on a {:?} QP; datagram QPs use ready_ud() and address each send",
+                    self.qp_type
+                ),
             ));
         }
         if !matches!(self.state, QpState::Reset | QpState::Init) {

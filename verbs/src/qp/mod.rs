@@ -124,6 +124,9 @@ impl Pd {
                 ));
             }
         }
+        if attr.qp_type == QpType::Srd {
+            ctx.provider().require(Feature::SrdQp)?;
+        }
         if attr.cap.max_send_wr == 0 && attr.cap.max_recv_wr == 0 && srq.is_none() {
             return Err(Error::invalid_as(
                 InvalidKind::Empty,

@@ -264,6 +264,7 @@ pub(super) const PUBLISHED: &[&str] = &[
     "rverbs-provider",
     "rverbs-rxe",
     "rverbs-mlx5",
+    "rverbs-efa",
     "rverbs",
     "rverbs-cm",
     "rverbs-cli",

@@ -1,0 +1,348 @@
+//! Test-only: the EFA scenarios of `tests/efa-emu/c/datapath.c` through
+//! rverbs and its EFA provider, on the emulated EFA device (`cargo xtask
+//! efa` runs it with `libefa_emu.so` preloaded). Prints `PASS <step>` per
+//! step and `FAIL <step>: <why>` on the first failure (exit 1).
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use std::io::IoSlice;
+
+use rverbs::{
+    opcode, AccessFlags, AhAttr, Context, Cq, Driver, GlobalRoute, Mr, Pd, Qp, QpAttr, QpCap,
+    QpInitAttr, QpState, QpType, RecvWr, SendWr, Sge, UdSendWr, Wc, WcStatus,
+};
+
+const QKEY: u32 = 0x1111_1111;
+const WAIT: Duration = Duration::from_secs(5);
+
+type R<T = ()> = Result<T, String>;
+
+/// Maps any error to a step failure.
+trait At<T> {
+    fn at(self, step: &str) -> R<T>;
+}
+
+impl<T, E: std::fmt::Display> At<T> for Result<T, E> {
+    fn at(self, step: &str) -> R<T> {
+        self.map_err(|e| format!("{step}: {e}"))
+    }
+}
+
+fn expect(step: &str, ok: bool, what: &str) -> R {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{step}: {what}"))
+    }
+}
+
+fn pass(step: &str) {
+    println!("PASS {step}");
+}
+
+struct Env {
+    ctx: Context,
+    pd: Pd,
+    mr: Mr,
+    cq: Cq,
+    gid: rverbs::Gid,
+}
+
+impl Env {
+    fn sge(&self, off: usize, len: u32) -> Sge {
+        Sge {
+            addr: self.mr.addr() + off as u64,
+            length: len,
+            lkey: self.mr.lkey(),
+        }
+    }
+
+    fn qp(&self, step: &str, qp_type: QpType, rnr_retry: Option<u8>) -> R<Qp> {
+        let mut qp = self
+            .pd
+            .create_qp(&QpInitAttr {
+                send_cq: &self.cq,
+                recv_cq: &self.cq,
+                qp_type,
+                cap: QpCap {
+                    max_send_wr: 16,
+                    max_recv_wr: 16,
+                    max_send_sge: 2,
+                    max_recv_sge: 1,
+                    max_inline_data: 32,
+                },
+                sq_sig_all: false,
+            })
+            .at(step)?;
+        qp.ready_ud(1, QKEY, 0).at(step)?;
+        if let Some(r) = rnr_retry {
+            qp.modify(&QpAttr {
+                rnr_retry: Some(r),
+                ..Default::default()
+            })
+            .at(step)?;
+        }
+        Ok(qp)
+    }
+
+    fn poll1(&mut self, step: &str) -> R<Wc> {
+        let mut wc = [Wc::default(); 1];
+        let end = Instant::now() + WAIT;
+        while Instant::now() < end {
+            if self.cq.poll(&mut wc).at(step)? == 1 {
+                return Ok(wc[0]);
+            }
+        }
+        Err(format!("{step}: no completion within 5 s"))
+    }
+
+    /// Two completions, the receive's first.
+    fn poll_pair(&mut self, step: &str) -> R<(Wc, Wc)> {
+        let a = self.poll1(step)?;
+        let b = self.poll1(step)?;
+        Ok(if a.opcode() == rverbs::WcOpcode::RECV {
+            (a, b)
+        } else {
+            (b, a)
+        })
+    }
+
+    fn quiet(&mut self, step: &str) -> R {
+        let mut wc = [Wc::default(); 1];
+        let end = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < end {
+            if self.cq.poll(&mut wc).at(step)? != 0 {
+                return Err(format!("{step}: unexpected completion {:?}", wc[0]));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn wc_is(step: &str, wc: &Wc, status: WcStatus, wr_id: u64) -> R {
+    expect(
+        step,
+        wc.status() == status && wc.wr_id() == wr_id,
+        &format!(
+            "completion {} of wr {}, expected {} of {wr_id}",
+            wc.status(),
+            wc.wr_id(),
+            status
+        ),
+    )
+}
+
+fn run() -> R {
+    let devs = rverbs::devices().at("device")?;
+    let dev = devs
+        .iter()
+        .find(|d| *d.driver() == Driver::Efa)
+        .ok_or("device: no EFA device")?;
+    let ctx = dev.open().at("open")?;
+    pass("open");
+    let gid = ctx.query_gid(1, 0).at("query_gid")?;
+    let pd = ctx.alloc_pd().at("alloc_pd")?;
+    let mr = pd
+        .alloc_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+        .at("alloc_mr")?;
+    let cq = ctx.create_cq(8).at("create_cq")?;
+    let mut e = Env {
+        ctx,
+        pd,
+        mr,
+        cq,
+        gid,
+    };
+    let ah =
+        e.pd.create_ah(&AhAttr {
+            port_num: 1,
+            grh: Some(GlobalRoute {
+                dgid: e.gid,
+                hop_limit: 1,
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .at("create_ah")?;
+    pass("setup");
+
+    // RC has no place on EFA: refused before any command.
+    let rc = e.pd.create_qp(&QpInitAttr {
+        send_cq: &e.cq,
+        recv_cq: &e.cq,
+        qp_type: QpType::Rc,
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    });
+    expect("rc_refused", rc.is_err(), "an RC QP was created")?;
+    pass("rc_refused");
+
+    // UD: a datagram gathered from two buffers.
+    let s = "ud_send";
+    let ua = e.qp(s, QpType::Ud, None)?;
+    let mut ub = e.qp(s, QpType::Ud, None)?;
+    let mut ua = ua;
+    e.mr.write_at(0, b"hello, ").at(s)?;
+    e.mr.write_at(100, b"efa\0").at(s)?;
+    ub.post_recv(&[RecvWr::new(77, &[e.sge(1000, 64)])]).at(s)?;
+    let two = [e.sge(0, 7), e.sge(100, 4)];
+    ua.post_send(&[SendWr::send(1, &two).signaled().to(&ah, ub.qp_num(), QKEY)])
+        .at(s)?;
+    let (rw, sw) = e.poll_pair(s)?;
+    wc_is(s, &sw, WcStatus::SUCCESS, 1)?;
+    wc_is(s, &rw, WcStatus::SUCCESS, 77)?;
+    let mut got = [0u8; 11];
+    e.mr.read_at(1000, &mut got).at(s)?;
+    expect(
+        s,
+        &got == b"hello, efa\0",
+        "the datagram did not arrive intact",
+    )?;
+    expect(s, rw.byte_len() == 11, "byte_len")?;
+    expect(s, rw.src_qp() == ua.qp_num(), "src_qp")?;
+    pass(s);
+
+    // UD with the wrong Q_Key: dropped, the send still succeeds.
+    let s = "ud_wrong_qkey";
+    ub.post_recv(&[RecvWr::new(78, &[e.sge(1000, 64)])]).at(s)?;
+    ua.post_send(&[SendWr::send(2, &two)
+        .signaled()
+        .to(&ah, ub.qp_num(), QKEY + 1)])
+        .at(s)?;
+    wc_is(s, &e.poll1(s)?, WcStatus::SUCCESS, 2)?;
+    e.quiet(s)?;
+    pass(s);
+
+    // SRD: inline with immediate data.
+    let s = "srd_inline_imm";
+    let mut sa = e.qp(s, QpType::Srd, Some(7))?;
+    let mut sb = e.qp(s, QpType::Srd, Some(0))?;
+    sb.post_recv(&[RecvWr::new(90, &[e.sge(2000, 64)])]).at(s)?;
+    let bufs = [IoSlice::new(b"inline!\0")];
+    sa.post_send(&[opcode::Send::inline(3, &bufs)
+        .imm(0xabcd_0123)
+        .build()
+        .signaled()
+        .to(&ah, sb.qp_num(), QKEY)])
+        .at(s)?;
+    let (rw, sw) = e.poll_pair(s)?;
+    wc_is(s, &sw, WcStatus::SUCCESS, 3)?;
+    wc_is(s, &rw, WcStatus::SUCCESS, 90)?;
+    expect(s, rw.imm_data() == Some(0xabcd_0123), "immediate data")?;
+    let mut got = [0u8; 8];
+    e.mr.read_at(2000, &mut got).at(s)?;
+    expect(s, &got == b"inline!\0", "payload")?;
+    pass(s);
+
+    // 40 messages through a CQ of 8 entries: five passes of the phase.
+    let s = "cq_phase";
+    for i in 0..40u64 {
+        sb.post_recv(&[RecvWr::new(1000 + i, &[e.sge(3000, 64)])])
+            .at(s)?;
+        e.mr.write_at(300, &[i as u8]).at(s)?;
+        sa.post_send(&[SendWr::send(2000 + i, &[e.sge(300, 1)]).signaled().to(
+            &ah,
+            sb.qp_num(),
+            QKEY,
+        )])
+        .at(s)?;
+        let (rw, sw) = e.poll_pair(s)?;
+        wc_is(s, &rw, WcStatus::SUCCESS, 1000 + i)?;
+        wc_is(s, &sw, WcStatus::SUCCESS, 2000 + i)?;
+        let mut b = [0u8; 1];
+        e.mr.read_at(3000, &mut b).at(s)?;
+        expect(s, b[0] == i as u8, "payload")?;
+    }
+    pass(s);
+
+    // SRD without a receive: RNR with retry 0, a wait with retry 7.
+    let s = "srd_rnr";
+    sb.post_send(&[SendWr::send(5, &[e.sge(300, 1)])
+        .signaled()
+        .to(&ah, sa.qp_num(), QKEY)])
+        .at(s)?;
+    wc_is(s, &e.poll1(s)?, WcStatus::RNR_RETRY_EXC_ERR, 5)?;
+    pass(s);
+    let s = "srd_rnr_wait";
+    sa.post_send(&[SendWr::send(6, &[e.sge(300, 1)])
+        .signaled()
+        .to(&ah, sb.qp_num(), QKEY)])
+        .at(s)?;
+    e.quiet(s)?;
+    sb.post_recv(&[RecvWr::new(91, &[e.sge(3000, 64)])]).at(s)?;
+    let (rw, sw) = e.poll_pair(s)?;
+    wc_is(s, &rw, WcStatus::SUCCESS, 91)?;
+    wc_is(s, &sw, WcStatus::SUCCESS, 6)?;
+    pass(s);
+
+    // An unknown lkey.
+    let s = "bad_lkey";
+    let bad = [Sge {
+        lkey: e.mr.lkey() + 0x100,
+        ..e.sge(0, 8)
+    }];
+    sa.post_send(&[SendWr::send(8, &bad).signaled().to(&ah, sb.qp_num(), QKEY)])
+        .at(s)?;
+    wc_is(s, &e.poll1(s)?, WcStatus::LOC_PROT_ERR, 8)?;
+    pass(s);
+
+    // RDMA READ on SRD.
+    let s = "rdma_read";
+    let pat: Vec<u8> = (0..256u32).map(|i| (i * 7) as u8).collect();
+    e.mr.write_at(4096, &pat).at(s)?;
+    e.mr.write_at(5000, &[0u8; 256]).at(s)?;
+    let raddr = e.mr.addr() + 4096;
+    sa.post_send(&[
+        SendWr::rdma_read(9, &[e.sge(5000, 256)], raddr, e.mr.rkey())
+            .signaled()
+            .to(&ah, sa.qp_num(), QKEY),
+    ])
+    .at(s)?;
+    wc_is(s, &e.poll1(s)?, WcStatus::SUCCESS, 9)?;
+    let mut back = vec![0u8; 256];
+    e.mr.read_at(5000, &mut back).at(s)?;
+    expect(s, back == pat, "the data read differ")?;
+    pass(s);
+
+    // What EFA refuses at post time: an unsignaled send, three SGEs.
+    let s = "post_refused";
+    let r = sa.post_send(&[SendWr::send(10, &[e.sge(0, 1)]).to(&ah, sb.qp_num(), QKEY)]);
+    expect(s, r.is_err(), "an unsignaled send was posted")?;
+    let three = [e.sge(0, 1), e.sge(1, 1), e.sge(2, 1)];
+    let r = sa.post_send(&[SendWr::send(11, &three)
+        .signaled()
+        .to(&ah, sb.qp_num(), QKEY)]);
+    expect(s, r.is_err(), "three SGEs were posted")?;
+    e.quiet(s)?;
+    pass(s);
+
+    // ERR flushes what is posted: the receive the dropped datagram left
+    // (78), then this one.
+    let s = "flush";
+    ub.post_recv(&[RecvWr::new(94, &[e.sge(1000, 64)])]).at(s)?;
+    ub.modify(&QpAttr {
+        qp_state: Some(QpState::Err),
+        ..Default::default()
+    })
+    .at(s)?;
+    wc_is(s, &e.poll1(s)?, WcStatus::WR_FLUSH_ERR, 78)?;
+    wc_is(s, &e.poll1(s)?, WcStatus::WR_FLUSH_ERR, 94)?;
+    e.quiet(s)?;
+    pass(s);
+
+    drop((ua, ub, sa, sb, ah));
+    drop(e.ctx);
+    pass("teardown");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            println!("FAIL {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
