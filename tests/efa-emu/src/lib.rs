@@ -40,7 +40,9 @@
 //! per-queue limits beyond those of the commands.
 //!
 //! Environment: `EFA_EMU_LOG=1` prints one line per command to stderr;
-//! `EFA_EMU_SYSFS=<dir>` chooses where the sysfs tree is written.
+//! `EFA_EMU_SYSFS=<dir>` chooses where the sysfs tree is written;
+//! `EFA_EMU_CMD_LOG=<path>` and `EFA_EMU_DESC_LOG=<path>` record the
+//! commands and the descriptors (module [`record`]).
 
 #![warn(missing_docs)]
 
@@ -56,6 +58,8 @@ pub mod emu;
 pub mod hw;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub use emu_core::{fdtable, log, mem, qp_fsm, real};
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod record;
 
 /// The sysfs tree of `efa_0`, installed where `EFA_EMU_SYSFS` says (or
 /// under `/tmp/efa-emu-<uid>/`), `SYSFS_PATH` pointed at it.

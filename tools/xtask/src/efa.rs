@@ -14,10 +14,13 @@
 //!
 //! Then our provider: `efa_scenarios` (`tests/src/bin/efa_scenarios.rs`,
 //! `datapath.c`'s scenarios through rverbs) runs the same way; its
-//! `PASS`/`FAIL` lines count in the summary.
+//! `PASS`/`FAIL` lines count in the summary. Last, the comparison:
+//! `cmd_seq.c` (libefa) and `efa_cmd_seq` (ours) make the same fixed
+//! sequence of verbs with `EFA_EMU_CMD_LOG` and `EFA_EMU_DESC_LOG` set,
+//! and [`efa_compare`] compares the commands and descriptors byte for byte
+//! after the normalisations it lists (report: `logs/efa_compare.log`).
 //!
-//! Not here yet (issue 46): the comparison of our commands and
-//! descriptors with libefa's, rdma-core's suite on the device, and a
+//! Not here yet (issue 46): rdma-core's suite on the device, and a
 //! `libefa.so.1` of ours.
 
 use std::fs;
@@ -30,12 +33,20 @@ use anyhow::{bail, Result};
 use crate::mlx5::{c_sources, check_program, compile_c, pass_lines, run_bounded, Group, Outcome};
 use crate::util::{self, cargo_bin, describe, workspace_root};
 
+#[path = "efa_compare.rs"]
+pub mod efa_compare;
+
 /// The emulator's package.
 pub const EMU_PACKAGE: &str = "efa-emu";
 /// The package of our scenario program.
 const TESTS_PACKAGE: &str = "verbs-tests";
-/// Our scenario program: `datapath.c`'s scenarios through rverbs.
-const OUR_PROGRAM: &str = "efa_scenarios";
+/// Our programs: `datapath.c`'s scenarios through rverbs, and
+/// `cmd_seq.c`'s sequence.
+const OUR_PROGRAMS: [&str; 2] = ["efa_scenarios", OUR_CMD_SEQ];
+/// Our twin of `cmd_seq.c`.
+const OUR_CMD_SEQ: &str = "efa_cmd_seq";
+/// The C program whose commands and descriptors are compared.
+const CMD_SEQ: &str = "cmd_seq";
 /// Time limit of one scenario process.
 const ITEM_LIMIT: Duration = Duration::from_secs(60);
 
@@ -121,6 +132,12 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
     };
     record("rdma-core ibv_devinfo -v -d efa_0".into(), 0, verdict, &log);
 
+    // What cmd_seq.c and ours record, for the comparison.
+    let theirs_cmds = logs.join("cmd_seq.rdma-core.cmd");
+    let theirs_descs = logs.join("cmd_seq.rdma-core.desc");
+    let ours_cmds = logs.join("cmd_seq.ours.cmd");
+    let ours_descs = logs.join("cmd_seq.ours.desc");
+
     // The scenario programs on rdma-core's libibverbs + libefa.
     let src_dir = ws.join("tests").join("efa-emu").join("c");
     for (src, stem) in c_sources(&src_dir)? {
@@ -139,31 +156,122 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         }
         let mut c = Command::new(&exe);
         preload(&mut c);
+        if stem == CMD_SEQ {
+            let _ = fs::remove_file(&theirs_cmds);
+            let _ = fs::remove_file(&theirs_descs);
+            c.env("EFA_EMU_CMD_LOG", &theirs_cmds)
+                .env("EFA_EMU_DESC_LOG", &theirs_descs);
+        }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         record(name, pass_lines(&out), check_program(&out, code), &log);
     }
 
-    // Our provider: the same scenarios through rverbs.
+    // Our provider: the same scenarios through rverbs, and the same
+    // sequence of verbs as cmd_seq.c.
     let mut cmd = Command::new(cargo_bin());
-    cmd.args(["build", "-p", TESTS_PACKAGE, "--bin", OUR_PROGRAM])
-        .current_dir(&ws)
-        .stdin(Stdio::null());
-    say!("building our EFA program: {}", describe(&cmd));
-    let log = logs.join(format!("{OUR_PROGRAM}.log"));
-    let name = format!("our provider: {OUR_PROGRAM}");
-    match util::run(&mut cmd) {
-        Err(e) => record_ours(&mut outcomes, name, 0, 1, Err(format!("{e:#}")), &log),
-        Ok(()) => {
-            let mut c = Command::new(target_dir.join("debug").join(OUR_PROGRAM));
-            preload(&mut c);
-            let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
-            let verdict = check_program(&out, code);
-            let passed = pass_lines(&out);
-            let failed = out.lines().filter(|l| l.starts_with("FAIL ")).count()
-                + usize::from(verdict.is_err() && !out.contains("FAIL "));
-            record_ours(&mut outcomes, name, passed, failed, verdict, &log);
-        }
+    cmd.args(["build", "-p", TESTS_PACKAGE]);
+    for p in OUR_PROGRAMS {
+        cmd.args(["--bin", p]);
     }
+    cmd.current_dir(&ws).stdin(Stdio::null());
+    say!("building our EFA programs: {}", describe(&cmd));
+    let built = util::run(&mut cmd);
+    for p in OUR_PROGRAMS {
+        let log = logs.join(format!("{p}.log"));
+        let name = format!("our provider: {p}");
+        if let Err(e) = &built {
+            record_ours(&mut outcomes, name, 0, 1, Err(format!("{e:#}")), &log);
+            continue;
+        }
+        let mut c = Command::new(target_dir.join("debug").join(p));
+        preload(&mut c);
+        if p == OUR_CMD_SEQ {
+            let _ = fs::remove_file(&ours_cmds);
+            let _ = fs::remove_file(&ours_descs);
+            c.env("EFA_EMU_CMD_LOG", &ours_cmds)
+                .env("EFA_EMU_DESC_LOG", &ours_descs);
+        }
+        let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
+        let verdict = check_program(&out, code);
+        let passed = pass_lines(&out);
+        let failed = out.lines().filter(|l| l.starts_with("FAIL ")).count()
+            + usize::from(verdict.is_err() && !out.contains("FAIL "));
+        record_ours(&mut outcomes, name, passed, failed, verdict, &log);
+    }
+
+    // The comparison of what the device saw from both.
+    let report_path = logs.join("efa_compare.log");
+    let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
+    let mut report = vec!["Normalisations:".to_string()];
+    report.extend(
+        efa_compare::RULES
+            .iter()
+            .map(|(k, w)| format!("  {k}: {w}")),
+    );
+    let cmds = efa_compare::parse_cmds(&read(&theirs_cmds)).and_then(|t| {
+        Ok(efa_compare::compare_cmds(
+            &t,
+            &efa_compare::parse_cmds(&read(&ours_cmds))?,
+        ))
+    });
+    let descs = efa_compare::parse_descs(&read(&theirs_descs)).and_then(|t| {
+        Ok(efa_compare::compare_descs(
+            &t,
+            &efa_compare::parse_descs(&read(&ours_descs))?,
+        ))
+    });
+    for (what, r) in [("commands", cmds), ("descriptors", descs)] {
+        let (group, verdict) = match r {
+            Ok(r) => {
+                report.push(format!("{what}:"));
+                report.extend(r.lines.iter().map(|l| format!("  {l}")));
+                report.extend(r.problems.iter().map(|l| format!("  PROBLEM {l}")));
+                let group = if what == "commands" {
+                    Group::Commands {
+                        compared: r.compared,
+                        identical: r.identical,
+                        differing: r.compared - r.identical,
+                    }
+                } else {
+                    Group::Compare {
+                        compared: r.compared,
+                        identical: r.identical,
+                        differing: r.compared - r.identical,
+                    }
+                };
+                let verdict = match (r.problems.first(), r.compared) {
+                    (Some(p), _) => Err(p.clone()),
+                    (None, 0) => Err(format!("no {what} recorded")),
+                    (None, n) => Ok(format!("{n} identical to libefa's")),
+                };
+                (group, verdict)
+            }
+            Err(e) => (
+                Group::Commands {
+                    compared: 0,
+                    identical: 0,
+                    differing: 1,
+                },
+                Err(format!("{e:#}")),
+            ),
+        };
+        let (ok, detail) = match verdict {
+            Ok(d) => (true, d),
+            Err(d) => (false, format!("{d} (report: {})", report_path.display())),
+        };
+        util::print_line(&format!(
+            "efa: {:<40} {} {detail}",
+            format!("{what}: libefa against ours"),
+            if ok { "ok  " } else { "FAIL" }
+        ));
+        outcomes.push(Outcome {
+            name: format!("{what} compared"),
+            ok,
+            detail,
+            group,
+        });
+    }
+    let _ = fs::write(&report_path, report.join("\n") + "\n");
     Ok(outcomes)
 }
 
@@ -203,6 +311,7 @@ pub fn summary(outcomes: &[Outcome]) -> bool {
     let passed = theirs().filter(|o| o.ok).count();
     let failed = theirs().count() - passed;
     let (mut steps, mut ours, mut ours_failed) = (0, 0, 0);
+    let (mut cc, mut ci, mut dc, mut di) = (0, 0, 0, 0);
     for o in outcomes {
         match o.group {
             Group::RdmaCore { steps: n } => steps += n,
@@ -210,13 +319,30 @@ pub fn summary(outcomes: &[Outcome]) -> bool {
                 ours += passed;
                 ours_failed += failed;
             }
+            Group::Commands {
+                compared,
+                identical,
+                ..
+            } => {
+                cc += compared;
+                ci += identical;
+            }
+            Group::Compare {
+                compared,
+                identical,
+                ..
+            } => {
+                dc += compared;
+                di += identical;
+            }
             _ => {}
         }
     }
     util::print_line(&format!(
         "efa: rdma-core against the emulated EFA device: {passed} items passed, {failed} failed \
          ({steps} scenario steps passed); our provider: {ours} scenario steps passed, \
-         {ours_failed} failed"
+         {ours_failed} failed; commands compared: {cc} ({ci} identical after normalisation); \
+         descriptors compared: {dc} ({di} identical after normalisation)"
     ));
     outcomes.iter().all(|o| o.ok)
 }

@@ -88,6 +88,8 @@ pub unsafe fn write(
     };
     let has_uctx = emu.contexts.get(&ctx).is_some_and(|c| c.ucontext.is_some());
     let result = cmd::run_write(&mut *emu, method, has_uctx, ctx, fd, bytes);
+    drop(emu);
+    crate::record::write_command(bytes, result);
     Some(result.map(|()| len))
 }
 

@@ -40,7 +40,16 @@ use rverbs_abi::qp::qp_state;
 use zerocopy::IntoBytes;
 
 use crate::emu::{self, Emu};
-use crate::{device, log};
+use crate::{device, log, record};
+
+/// QP `h`'s creation ordinal among the live QPs (QP numbers are handed
+/// out in creation order).
+fn ordinal(e: &Emu, h: u32) -> usize {
+    let Some(qpn) = e.qps.get(&h).map(|q| q.qpn) else {
+        return usize::MAX;
+    };
+    e.qps.values().filter(|q| q.qpn < qpn).count()
+}
 
 static START: Once = Once::new();
 
@@ -145,6 +154,9 @@ impl Hw {
             let index = hwq.sq_cc % wqe_cnt;
             let phase = ((hwq.sq_cc / wqe_cnt) & 1) as u8;
             let wqe = read_tx(llq + u64::from(index) * io::TX_WQE_SIZE as u64);
+            if record::descriptors() {
+                record::descriptor("tx", ordinal(e, h), index, wqe.as_bytes());
+            }
             match exec::send(e, self, h, &wqe, phase) {
                 exec::Done::Wait => break,
                 exec::Done::Completed(status) => {
@@ -227,6 +239,9 @@ impl Hw {
         }
         if let Some(q) = self.qps.get_mut(&h) {
             q.rq_cc = q.rq_cc.wrapping_add(1);
+        }
+        if record::descriptors() {
+            record::descriptor("rx", ordinal(e, h), hwq.rq_cc % cnt, d.as_bytes());
         }
         Some(d)
     }
