@@ -37,6 +37,69 @@ pub struct Efa {
     uctx: Arc<Uctx>,
 }
 
+/// What an EFA device offers beyond the core device query (libefa's
+/// `efadv_query_device`): from GET_CONTEXT's answer and the extended
+/// device query's EFA part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceAttr {
+    /// Send queue entries a QP may have.
+    pub max_sq_wr: u32,
+    /// Receive queue entries a QP may have.
+    pub max_rq_wr: u32,
+    /// SGEs of a send.
+    pub max_sq_sge: u16,
+    /// SGEs of a receive.
+    pub max_rq_sge: u16,
+    /// Inline bytes a send holds.
+    pub inline_buf_size: u16,
+    /// The largest RDMA READ or WRITE, in bytes (0: no RDMA).
+    pub max_rdma_size: u32,
+    /// The device does RDMA READ (on SRD QPs).
+    pub rdma_read: bool,
+    /// The device does RDMA WRITE (on SRD QPs).
+    pub rdma_write: bool,
+    /// SRD QPs take an RNR retry count.
+    pub rnr_retry: bool,
+    /// CQs can report the source GID of a receive.
+    pub cq_with_sgid: bool,
+    /// CQs deliver completion events.
+    pub cq_notifications: bool,
+    /// WRITE with immediate data may arrive without a posted receive.
+    pub unsolicited_write_recv: bool,
+    /// 64-byte blocks one send doorbell may announce (0: no limit).
+    pub max_tx_batch: u16,
+    /// The smallest send queue the device takes.
+    pub min_sq_wr: u16,
+    /// Sub-CQs per CQ.
+    pub sub_cqs_per_cq: u16,
+}
+
+impl Efa {
+    /// The device's EFA attributes, as the context was opened with.
+    pub fn device_attr(&self) -> DeviceAttr {
+        use rverbs_abi::efa::device_caps as c;
+        let l = &self.uctx.limits;
+        DeviceAttr {
+            max_sq_wr: l.max_sq_wr,
+            max_rq_wr: l.max_rq_wr,
+            max_sq_sge: l.max_sq_sge,
+            max_rq_sge: l.max_rq_sge,
+            inline_buf_size: l.inline_buf_size,
+            max_rdma_size: l.max_rdma_size,
+            rdma_read: l.has(c::RDMA_READ),
+            rdma_write: l.has(c::RDMA_WRITE),
+            rnr_retry: l.has(c::RNR_RETRY),
+            cq_with_sgid: l.has(c::CQ_WITH_SGID),
+            cq_notifications: l.has(c::CQ_NOTIFICATIONS),
+            unsolicited_write_recv: l.has(c::UNSOLICITED_WRITE_RECV),
+            max_tx_batch: l.max_tx_batch,
+            min_sq_wr: l.min_sq_wr,
+            sub_cqs_per_cq: l.sub_cqs_per_cq,
+        }
+    }
+}
+
 /// EFA has no SRQ: the type of one, which no value has.
 #[derive(Debug)]
 pub enum NoSrq {}

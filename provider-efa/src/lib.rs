@@ -35,7 +35,7 @@ pub mod rq;
 pub mod sq;
 mod wq;
 
-pub use contract::Efa;
+pub use contract::{DeviceAttr, Efa};
 
 /// `IB_QPT_DRIVER`: the QP type SRD queue pairs are created with (EFA's
 /// only driver QP type).

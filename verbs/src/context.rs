@@ -28,6 +28,7 @@ use zerocopy::{FromBytes, FromZeros};
 use crate::device::{Device, Guid};
 use crate::error::{Error, InvalidKind, Result};
 use crate::gid::{Gid, GidEntry, GidType};
+use crate::EfaAttr;
 
 pub(crate) struct ContextInner {
     /// The provider's context (mlx5: UAR pages, doorbell records and
@@ -165,6 +166,14 @@ impl Context {
         self.inner.async_fd.as_fd()
     }
 
+    /// The EFA device attributes (`max_rdma_size`, RDMA READ and WRITE, RNR
+    /// retry, the source GID in completions, ...: what libefa's
+    /// `efadv_query_device` reports), on an EFA device; `None` on any
+    /// other. Read when the context was opened: no command.
+    pub fn efa_attr(&self) -> Option<EfaAttr> {
+        self.provider().efa_attr()
+    }
+
     /// Queries the device attributes: the extended command where the kernel
     /// has it (it adds timestamp and capability fields), the legacy one
     /// otherwise.
@@ -178,6 +187,7 @@ impl Context {
                 let attr = DeviceAttr {
                     raw: ex,
                     extended: true,
+                    fw_bytes: self.efa_attr().is_some(),
                 };
                 self.remember_caps(&attr);
                 Ok(attr)
@@ -189,6 +199,7 @@ impl Context {
                 let attr = DeviceAttr {
                     raw: ex,
                     extended: false,
+                    fw_bytes: self.efa_attr().is_some(),
                 };
                 self.remember_caps(&attr);
                 Ok(attr)
@@ -556,6 +567,8 @@ fn gid_entry_from_sysfs(
 pub struct DeviceAttr {
     raw: ExQueryDeviceResp,
     extended: bool,
+    /// The firmware version is four bytes (EFA's, as libefa prints it).
+    fw_bytes: bool,
 }
 
 impl Deref for DeviceAttr {
@@ -566,9 +579,14 @@ impl Deref for DeviceAttr {
 }
 
 impl DeviceAttr {
-    /// Firmware version as `major.minor.sub_minor` (what `ibv_devinfo` prints).
+    /// Firmware version as `major.minor.sub_minor` (what `ibv_devinfo`
+    /// prints; on EFA its four bytes `a.b.c.d`, as libefa prints them).
     pub fn fw_ver(&self) -> String {
         let v = self.raw.base.fw_ver;
+        if self.fw_bytes {
+            let b = v.to_ne_bytes();
+            return format!("{}.{}.{}.{}", b[0], b[1], b[2], b[3]);
+        }
         format!(
             "{}.{}.{}",
             (v >> 32) & 0xffff,

@@ -205,6 +205,8 @@ pub use qp::{
     QpCreateFlags, QpInitAttr, QpState, QpType, SignalEvery,
 };
 pub use rverbs_abi::wr::Sge;
+/// EFA's device attributes ([`Context::efa_attr`]).
+pub use rverbs_efa::DeviceAttr as EfaAttr;
 pub use rverbs_provider::batch::{BatchOp, BatchSignal, BatchWr, SendBatch};
 pub use rverbs_provider::wr::{
     opcode, FlushLevel, FlushType, FlushWr, MwBindWr, Payload, RecvWr, SendFlags, SendRequest,

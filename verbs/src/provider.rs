@@ -475,6 +475,14 @@ impl Ctx {
         }
     }
 
+    /// The EFA attributes, on an EFA device.
+    pub(crate) fn efa_attr(&self) -> Option<rverbs_efa::DeviceAttr> {
+        match self {
+            Ctx::Efa(p) => Some(p.device_attr()),
+            _ => None,
+        }
+    }
+
     /// Whether the provider implements `feature`.
     pub(crate) fn supports(&self, feature: Feature) -> bool {
         dispatch!(self, p => p.supports(feature))

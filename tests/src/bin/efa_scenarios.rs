@@ -141,6 +141,18 @@ fn run() -> R {
         .ok_or("device: no EFA device")?;
     let ctx = dev.open().at("open")?;
     pass("open");
+    let s = "efa_attr";
+    let a = ctx.efa_attr().ok_or("efa_attr: none on an EFA device")?;
+    expect(s, a.max_sq_sge == 2 && a.max_rq_sge == 1, "SGE limits")?;
+    expect(s, a.inline_buf_size == 32, "inline_buf_size")?;
+    expect(s, a.max_rdma_size == 1 << 30, "max_rdma_size")?;
+    expect(
+        s,
+        a.rdma_read && a.rdma_write && a.rnr_retry,
+        "capabilities",
+    )?;
+    expect(s, a.cq_with_sgid && !a.cq_notifications, "CQ capabilities")?;
+    pass(s);
     let gid = ctx.query_gid(1, 0).at("query_gid")?;
     let pd = ctx.alloc_pd().at("alloc_pd")?;
     let mr = pd

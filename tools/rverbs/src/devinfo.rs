@@ -153,6 +153,32 @@ fn filled_ex(ex: Option<&ExQueryDeviceResp>) -> ExQueryDeviceResp {
 }
 
 /// The whole `ibv_devinfo` text of one device.
+/// EFA's own attributes (what `efadv_query_device` reports; rdma-core's
+/// `ibv_devinfo` does not print them), after everything it prints.
+fn efa_attr(o: &mut String, e: &rverbs::EfaAttr) {
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let _ = writeln!(o, "\tefa:");
+    let _ = writeln!(o, "\t\tmax_sq_wr:\t\t{}", e.max_sq_wr);
+    let _ = writeln!(o, "\t\tmax_rq_wr:\t\t{}", e.max_rq_wr);
+    let _ = writeln!(o, "\t\tmax_sq_sge:\t\t{}", e.max_sq_sge);
+    let _ = writeln!(o, "\t\tmax_rq_sge:\t\t{}", e.max_rq_sge);
+    let _ = writeln!(o, "\t\tinline_buf_size:\t{}", e.inline_buf_size);
+    let _ = writeln!(o, "\t\tmax_rdma_size:\t\t{}", e.max_rdma_size);
+    let _ = writeln!(o, "\t\trdma_read:\t\t{}", yes(e.rdma_read));
+    let _ = writeln!(o, "\t\trdma_write:\t\t{}", yes(e.rdma_write));
+    let _ = writeln!(o, "\t\trnr_retry:\t\t{}", yes(e.rnr_retry));
+    let _ = writeln!(o, "\t\tcq_with_sgid:\t\t{}", yes(e.cq_with_sgid));
+    let _ = writeln!(o, "\t\tcq_notifications:\t{}", yes(e.cq_notifications));
+    let _ = writeln!(
+        o,
+        "\t\tunsolicited_write_recv:\t{}",
+        yes(e.unsolicited_write_recv)
+    );
+    let _ = writeln!(o, "\t\tmax_tx_batch:\t\t{}", e.max_tx_batch);
+    let _ = writeln!(o, "\t\tmin_sq_wr:\t\t{}", e.min_sq_wr);
+    let _ = writeln!(o, "\t\tsub_cqs_per_cq:\t\t{}", e.sub_cqs_per_cq);
+}
+
 fn device_text(dev: &Device, ib_port: Option<u8>, verbose: bool) -> Result<String> {
     let ctx = dev.open()?;
     let a = ctx.query_device()?;
@@ -318,6 +344,11 @@ fn device_text(dev: &Device, ib_port: Option<u8>, verbose: bool) -> Result<Strin
             }
         }
         let _ = writeln!(o);
+    }
+    if verbose {
+        if let Some(e) = ctx.efa_attr() {
+            efa_attr(o, &e);
+        }
     }
     Ok(s)
 }

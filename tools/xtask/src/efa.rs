@@ -131,6 +131,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         (c, _) => Err(format!("exit status {c:?}")),
     };
     record("rdma-core ibv_devinfo -v -d efa_0".into(), 0, verdict, &log);
+    let theirs_devinfo = out;
 
     // What cmd_seq.c and ours record, for the comparison.
     let theirs_cmds = logs.join("cmd_seq.rdma-core.cmd");
@@ -165,6 +166,62 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         record(name, pass_lines(&out), check_program(&out, code), &log);
     }
+
+    // Our tool prints what rdma-core's prints, line for line, and then
+    // EFA's own attributes (which ibv_devinfo does not print).
+    let mut cmd = Command::new(cargo_bin());
+    cmd.args(["build", "-p", "rverbs-cli", "--bin", "rverbs"])
+        .current_dir(&ws)
+        .stdin(Stdio::null());
+    say!("building the rverbs tool: {}", describe(&cmd));
+    let ours_log = logs.join("rverbs_devinfo.log");
+    let verdict = match util::run(&mut cmd) {
+        Err(e) => Err(format!("{e:#}")),
+        Ok(()) => {
+            let mut c = Command::new(target_dir.join("debug").join("rverbs"));
+            c.args(["devinfo", "-v", "-d", "efa_0"]);
+            preload(&mut c);
+            let (ocode, ours) = run_bounded(&mut c, &ours_log, ITEM_LIMIT)?;
+            let norm = |s: &str| -> Vec<String> {
+                s.lines()
+                    .filter(|l| !l.starts_with("efa-emu["))
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .filter(|l| !l.is_empty())
+                    .collect()
+            };
+            let (theirs_lines, all) = (norm(&theirs_devinfo), norm(&ours));
+            let efa_at = all.iter().position(|l| l == "efa:");
+            let core = &all[..efa_at.unwrap_or(all.len())];
+            let first_diff = theirs_lines
+                .iter()
+                .zip(core)
+                .position(|(a, b)| a != b)
+                .or_else(|| (theirs_lines.len() != core.len()).then_some(core.len()));
+            match (ocode, efa_at, first_diff) {
+                (Some(0), Some(_), None) => Ok(format!(
+                    "{} lines agree, then EFA's {}",
+                    core.len(),
+                    all.len() - core.len() - 1
+                )),
+                (Some(0), None, _) => Err("no efa: section".into()),
+                (Some(0), _, Some(i)) => Err(format!(
+                    "line {}: {:?} where rdma-core prints {:?}",
+                    i + 1,
+                    core.get(i),
+                    theirs_lines.get(i)
+                )),
+                (c, ..) => Err(format!("exit status {c:?}")),
+            }
+        }
+    };
+    record_ours(
+        &mut outcomes,
+        "rverbs devinfo -v -d efa_0".into(),
+        0,
+        usize::from(verdict.is_err()),
+        verdict,
+        &ours_log,
+    );
 
     // Our provider: the same scenarios through rverbs, and the same
     // sequence of verbs as cmd_seq.c.
