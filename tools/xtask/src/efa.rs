@@ -141,11 +141,21 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 
     // The scenario programs on rdma-core's libibverbs + libefa.
     let src_dir = ws.join("tests").join("efa-emu").join("c");
+    // Programs of plain verbs (no efadv) also run on our libibverbs.
+    let mut plain = Vec::new();
     for (src, stem) in c_sources(&src_dir)? {
         let exe = out_dir.join(&stem);
         let log = logs.join(format!("{stem}.log"));
         let name = format!("rdma-core libefa: {stem}");
-        let (code, out) = compile_c(&src, &exe, &["-libverbs", "-lefa"], &log)?;
+        let uses_efadv = fs::read_to_string(&src)
+            .map(|t| t.contains("efadv.h"))
+            .unwrap_or(true);
+        let libs: &[&str] = if uses_efadv {
+            &["-libverbs", "-lefa"]
+        } else {
+            &["-libverbs"]
+        };
+        let (code, out) = compile_c(&src, &exe, libs, &log)?;
         if code != Some(0) {
             record(
                 name,
@@ -164,7 +174,11 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
                 .env("EFA_EMU_DESC_LOG", &theirs_descs);
         }
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
-        record(name, pass_lines(&out), check_program(&out, code), &log);
+        let steps = pass_lines(&out);
+        record(name, steps, check_program(&out, code), &log);
+        if !uses_efadv {
+            plain.push((stem, exe, steps));
+        }
     }
 
     // Our tool prints what rdma-core's prints, line for line, and then
@@ -222,6 +236,74 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         verdict,
         &ours_log,
     );
+
+    // rdma-core's ibv_devinfo and the plain-verbs programs, unchanged, on
+    // our libibverbs.so.1 (rverbs' EFA provider under it): the same
+    // output, the same steps.
+    match crate::ibverbs::build(target_dir, false) {
+        Err(e) => {
+            let log = logs.join("our-libibverbs.log");
+            record_ours(
+                &mut outcomes,
+                "our libibverbs: build".into(),
+                0,
+                1,
+                Err(format!("{e:#}")),
+                &log,
+            );
+        }
+        Ok(dir) => {
+            let log = logs.join("ibv_devinfo.our-libibverbs.log");
+            let mut c = Command::new("ibv_devinfo");
+            c.args(["-v", "-d", "efa_0"]).env("LD_LIBRARY_PATH", &dir);
+            preload(&mut c);
+            let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
+            let norm = |s: &str| -> Vec<String> {
+                s.lines()
+                    .filter(|l| !l.starts_with("efa-emu["))
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .collect()
+            };
+            let verdict = match (code, norm(&out) == norm(&theirs_devinfo)) {
+                (Some(0), true) => Ok(format!("{} lines, as on rdma-core", out.lines().count())),
+                (Some(0), false) => Err("the output differs from rdma-core's".into()),
+                (c, _) => Err(format!("exit status {c:?}")),
+            };
+            let failed = usize::from(verdict.is_err());
+            record_ours(
+                &mut outcomes,
+                "rdma-core ibv_devinfo on our libibverbs".into(),
+                0,
+                failed,
+                verdict,
+                &log,
+            );
+            for (stem, exe, steps) in &plain {
+                let log = logs.join(format!("{stem}.our-libibverbs.log"));
+                let mut c = Command::new(exe);
+                c.env("LD_LIBRARY_PATH", &dir);
+                preload(&mut c);
+                let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
+                let osteps = pass_lines(&out);
+                let verdict = check_program(&out, code).and_then(|d| {
+                    if osteps == *steps {
+                        Ok(format!("{d}, as on rdma-core"))
+                    } else {
+                        Err(format!("{osteps} steps passed, {steps} on rdma-core"))
+                    }
+                });
+                let failed = usize::from(verdict.is_err());
+                record_ours(
+                    &mut outcomes,
+                    format!("C program {stem} on our libibverbs"),
+                    osteps,
+                    failed,
+                    verdict,
+                    &log,
+                );
+            }
+        }
+    }
 
     // Our provider: the same scenarios through rverbs, and the same
     // sequence of verbs as cmd_seq.c.

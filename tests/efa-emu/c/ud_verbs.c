@@ -1,0 +1,194 @@
+/*
+ * Test-only scenario for the EFA emulator (tests/efa-emu): UD through the
+ * plain verbs API only (no efadv), so that it runs unchanged on
+ * rdma-core's libibverbs + libefa and on our libibverbs.so.1 (`cargo
+ * xtask efa` runs it on both, with the emulator preloaded):
+ *
+ *   gcc -O2 -Wall -Wextra -Werror ud_verbs.c -libverbs -o ud_verbs
+ *
+ * Two UD QPs on one CQ: a datagram of two buffers, one of inline data
+ * with immediate data, one to the wrong Q_Key (dropped, the send still
+ * succeeds), an unknown lkey (a protection error), the flush of a QP in
+ * ERR. Prints "PASS <step>" per step; on the first failure "FAIL
+ * <step>: <reason>" and exits 1.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+
+#include "../../mlx5-emu/c/scenario.h"
+
+#define QKEY 0x11111111u
+
+static struct ibv_cq *cq;
+static struct ibv_mr *mr;
+static char *buf;
+
+static struct ibv_wc poll1(const char *step)
+{
+	struct ibv_wc wc;
+	long end = now_ms() + 5000;
+
+	for (;;) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		if (n < 0)
+			fail(step, "ibv_poll_cq failed");
+		if (n == 1)
+			return wc;
+		if (now_ms() > end)
+			fail(step, "no completion within 5 s");
+	}
+}
+
+static void quiet(const char *step)
+{
+	struct ibv_wc wc;
+	long end = now_ms() + 200;
+
+	while (now_ms() < end)
+		if (ibv_poll_cq(cq, 1, &wc) != 0)
+			fail(step, "an unexpected completion");
+}
+
+static void wc_is(const char *step, struct ibv_wc wc, enum ibv_wc_status st, uint64_t id)
+{
+	if (wc.status != st || wc.wr_id != id) {
+		char why[160];
+		snprintf(why, sizeof(why), "%s of wr %llu, expected %s of %llu",
+			 ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id,
+			 ibv_wc_status_str(st), (unsigned long long)id);
+		fail(step, why);
+	}
+}
+
+static struct ibv_qp *ud_qp(const char *step, struct ibv_pd *pd)
+{
+	struct ibv_qp_init_attr qa = {
+		.send_cq = cq,
+		.recv_cq = cq,
+		.cap = { .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2,
+			 .max_recv_sge = 1, .max_inline_data = 32 },
+		.qp_type = IBV_QPT_UD,
+	};
+	struct ibv_qp *qp = check_ptr(step, ibv_create_qp(pd, &qa));
+	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
+	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+						  IBV_QP_PORT | IBV_QP_QKEY));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE));
+	a.qp_state = IBV_QPS_RTS;
+	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN));
+	return qp;
+}
+
+static void recv1(const char *step, struct ibv_qp *qp, uint64_t id)
+{
+	struct ibv_sge s = { (uintptr_t)buf + 1000, 64, mr->lkey };
+	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 };
+	struct ibv_recv_wr *bad;
+
+	check_ret(step, ibv_post_recv(qp, &wr, &bad));
+}
+
+static void send1(const char *step, struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn,
+		  uint32_t qkey, struct ibv_sge *sg, int n, int flags, uint64_t id)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = id, .sg_list = sg, .num_sge = n,
+		.opcode = (flags & IBV_SEND_INLINE) ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED | flags,
+		.imm_data = htobe32(0x5151),
+	};
+	struct ibv_send_wr *bad;
+
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qpn;
+	wr.wr.ud.remote_qkey = qkey;
+	check_ret(step, ibv_post_send(qp, &wr, &bad));
+}
+
+int main(void)
+{
+	int n = 0;
+	struct ibv_device **list = ibv_get_device_list(&n);
+	struct ibv_device *dev = NULL;
+
+	for (int i = 0; list && i < n; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), "efa_0"))
+			dev = list[i];
+	expect("setup", dev != NULL, "no efa_0");
+	struct ibv_context *ctx = check_ptr("setup", ibv_open_device(dev));
+	struct ibv_pd *pd = check_ptr("setup", ibv_alloc_pd(ctx));
+	buf = calloc(1, 8192);
+	mr = check_ptr("setup", ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE));
+	cq = check_ptr("setup", ibv_create_cq(ctx, 16, NULL, NULL, 0));
+	union ibv_gid gid;
+	check_ret("setup", ibv_query_gid(ctx, 1, 0, &gid));
+	struct ibv_ah_attr aha = { .is_global = 1, .port_num = 1 };
+	aha.grh.dgid = gid;
+	struct ibv_ah *ah = check_ptr("setup", ibv_create_ah(pd, &aha));
+	struct ibv_qp *a = ud_qp("setup", pd), *b = ud_qp("setup", pd);
+	pass("setup");
+
+	memcpy(buf, "plain ", 6);
+	memcpy(buf + 100, "verbs", 6);
+	struct ibv_sge two[2] = { { (uintptr_t)buf, 6, mr->lkey },
+				  { (uintptr_t)buf + 100, 6, mr->lkey } };
+	recv1("two_buffers", b, 1);
+	send1("two_buffers", a, ah, b->qp_num, QKEY, two, 2, 0, 2);
+	struct ibv_wc w1 = poll1("two_buffers"), w2 = poll1("two_buffers");
+	struct ibv_wc rw = w1.opcode == IBV_WC_RECV ? w1 : w2;
+	struct ibv_wc sw = w1.opcode == IBV_WC_RECV ? w2 : w1;
+	wc_is("two_buffers", sw, IBV_WC_SUCCESS, 2);
+	wc_is("two_buffers", rw, IBV_WC_SUCCESS, 1);
+	expect("two_buffers", rw.byte_len == 12 && !strcmp(buf + 1000, "plain verbs"),
+	       "the datagram did not arrive intact");
+	expect("two_buffers", rw.src_qp == a->qp_num, "src_qp");
+	pass("two_buffers");
+
+	recv1("inline_imm", b, 3);
+	send1("inline_imm", a, ah, b->qp_num, QKEY, two, 1, IBV_SEND_INLINE, 4);
+	w1 = poll1("inline_imm");
+	w2 = poll1("inline_imm");
+	rw = w1.opcode == IBV_WC_RECV ? w1 : w2;
+	sw = w1.opcode == IBV_WC_RECV ? w2 : w1;
+	wc_is("inline_imm", sw, IBV_WC_SUCCESS, 4);
+	wc_is("inline_imm", rw, IBV_WC_SUCCESS, 3);
+	expect("inline_imm", (rw.wc_flags & IBV_WC_WITH_IMM) && be32toh(rw.imm_data) == 0x5151,
+	       "immediate data");
+	pass("inline_imm");
+
+	recv1("wrong_qkey", b, 5);
+	send1("wrong_qkey", a, ah, b->qp_num, QKEY + 1, two, 1, 0, 6);
+	wc_is("wrong_qkey", poll1("wrong_qkey"), IBV_WC_SUCCESS, 6);
+	quiet("wrong_qkey");
+	pass("wrong_qkey");
+
+	struct ibv_sge bad = { (uintptr_t)buf, 6, mr->lkey + 0x100 };
+	send1("bad_lkey", a, ah, b->qp_num, QKEY, &bad, 1, 0, 7);
+	wc_is("bad_lkey", poll1("bad_lkey"), IBV_WC_LOC_PROT_ERR, 7);
+	pass("bad_lkey");
+
+	struct ibv_qp_attr ea = { .qp_state = IBV_QPS_ERR };
+	check_ret("flush", ibv_modify_qp(b, &ea, IBV_QP_STATE));
+	wc_is("flush", poll1("flush"), IBV_WC_WR_FLUSH_ERR, 5);
+	quiet("flush");
+	pass("flush");
+
+	check_ret("teardown", ibv_destroy_qp(a));
+	check_ret("teardown", ibv_destroy_qp(b));
+	check_ret("teardown", ibv_destroy_ah(ah));
+	check_ret("teardown", ibv_destroy_cq(cq));
+	check_ret("teardown", ibv_dereg_mr(mr));
+	check_ret("teardown", ibv_dealloc_pd(pd));
+	check_ret("teardown", ibv_close_device(ctx));
+	ibv_free_device_list(list);
+	free(buf);
+	pass("teardown");
+	return 0;
+}
