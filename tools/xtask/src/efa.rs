@@ -20,8 +20,11 @@
 //! and [`efa_compare`] compares the commands and descriptors byte for byte
 //! after the normalisations it lists (report: `logs/efa_compare.log`).
 //!
-//! Not here yet (issue 46): rdma-core's suite on the device, and a
-//! `libefa.so.1` of ours.
+//! And rdma-core's pyverbs suite (`--dev efa_0`) on libefa and on our
+//! `libibverbs.so.1`, verdict for verdict, against the differences listed
+//! in [`PYVERBS_ALLOWED`] (`crate::pyverbs`).
+//!
+//! Not here yet (issue 46): a `libefa.so.1` of ours (efadv).
 
 use std::fs;
 use std::path::Path;
@@ -47,6 +50,8 @@ const OUR_PROGRAMS: [&str; 2] = ["efa_scenarios", OUR_CMD_SEQ];
 const OUR_CMD_SEQ: &str = "efa_cmd_seq";
 /// The C program whose commands and descriptors are compared.
 const CMD_SEQ: &str = "cmd_seq";
+/// The differences of rdma-core's suite on the emulator allowed, with why.
+pub const PYVERBS_ALLOWED: &str = "tests/efa-emu/pyverbs_allowed.tsv";
 /// Time limit of one scenario process.
 const ITEM_LIMIT: Duration = Duration::from_secs(60);
 
@@ -278,6 +283,20 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
                 verdict,
                 &log,
             );
+            // rdma-core's own suite on libefa and on our libibverbs.so.1.
+            let allowed = ws.join(PYVERBS_ALLOWED);
+            let suite = crate::pyverbs::Suite {
+                dev: "efa_0",
+                allowed: &allowed,
+                test_limit_secs: crate::mlx5::PYVERBS_TEST_LIMIT_SECS,
+            };
+            let suite_dir = out_dir.join("pyverbs");
+            for (name, verdict, log) in
+                crate::pyverbs::run(&suite, &ws, &suite_dir, &dir, &preload, run_bounded)?
+            {
+                let failed = usize::from(verdict.is_err());
+                record_ours(&mut outcomes, name, 0, failed, verdict, &log);
+            }
             for (stem, exe, steps) in &plain {
                 let log = logs.join(format!("{stem}.our-libibverbs.log"));
                 let mut c = Command::new(exe);

@@ -33,6 +33,11 @@ pub(super) fn create_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno>
         "cqe {} entry_size {} sub_cqs {} flags {:#x}",
         req.cqe, drv.cq_entry_size, drv.num_sub_cqs, drv.flags
     ));
+    // The uverbs layer's rule, before the driver's.
+    if req.comp_vector >= 1 {
+        call.note(format_args!("comp_vector {} >= num_comp_vectors 1", req.comp_vector));
+        return Err(Errno::EINVAL);
+    }
     if drv.comp_mask != 0 {
         call.note(format_args!("comp_mask not zero"));
         return Err(Errno::EINVAL);
