@@ -35,7 +35,10 @@ pub(super) fn create_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno>
     ));
     // The uverbs layer's rule, before the driver's.
     if req.comp_vector >= 1 {
-        call.note(format_args!("comp_vector {} >= num_comp_vectors 1", req.comp_vector));
+        call.note(format_args!(
+            "comp_vector {} >= num_comp_vectors 1",
+            req.comp_vector
+        ));
         return Err(Errno::EINVAL);
     }
     if drv.comp_mask != 0 {
