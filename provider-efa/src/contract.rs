@@ -140,18 +140,18 @@ impl rverbs_provider::CompletionQueue for cq::Cq {
 impl rverbs_provider::SendQueue for qp::SendQueue {
     #[inline]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostFailed> {
-        self.post_all(wrs.iter())
+        self.post_reqs(wrs.iter())
     }
     #[inline]
     fn post_one<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostFailed> {
-        self.post_all(std::iter::once(wr))
+        self.post_reqs(std::iter::once(wr))
     }
     #[inline]
     fn post_iter<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         reqs: I,
     ) -> Result<(), PostFailed> {
-        self.post_owned(reqs)
+        self.post_reqs(reqs)
     }
     /// A batch names no destination, which every EFA request needs.
     fn post_batch(&mut self, _batch: &SendBatch, wrs: &[BatchWr]) -> Result<(), PostFailed> {

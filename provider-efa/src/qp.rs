@@ -137,33 +137,10 @@ impl SendQueue {
         Ok(())
     }
 
-    /// Posts the requests of `reqs`: one doorbell at the end (and one per
-    /// `max_batch`); on error those before it are posted.
-    pub(crate) fn post_all<'r, R: SendRequest + ?Sized + 'r>(
-        &mut self,
-        reqs: impl Iterator<Item = &'r R>,
-    ) -> Result<(), PostFailed> {
-        let mut batch = 0u32;
-        let mut result = Ok(());
-        for (i, wr) in reqs.enumerate() {
-            if let Err(e) = self.put(wr) {
-                result = Err(PostFailed::new(i, e));
-                break;
-            }
-            batch += 1;
-            if batch == self.max_batch {
-                self.ring();
-                batch = 0;
-            }
-        }
-        if batch > 0 {
-            self.ring();
-        }
-        result
-    }
-
-    /// Posts requests taken by value from an iterator.
-    pub(crate) fn post_owned<R: SendRequest, I: Iterator<Item = R>>(
+    /// Posts the requests of `reqs` (values or references): one doorbell
+    /// at the end (and one per `max_batch`); on error those before it are
+    /// posted.
+    pub(crate) fn post_reqs<R: SendRequest, I: Iterator<Item = R>>(
         &mut self,
         reqs: I,
     ) -> Result<(), PostFailed> {

@@ -24,27 +24,9 @@
 #include <infiniband/efadv.h>
 #include <infiniband/verbs.h>
 
-#include "../../mlx5-emu/c/scenario.h"
+#include "efa_scenario.h"
 
-#define QKEY 0x11111111u
-
-static void to_rts(const char *step, struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qkey = QKEY;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					     IBV_QP_PORT | IBV_QP_QKEY));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN));
-}
+#define QKEY EFA_QKEY
 
 static void wait_n(const char *step, struct ibv_cq *cq, int n)
 {
@@ -67,14 +49,8 @@ static void wait_n(const char *step, struct ibv_cq *cq, int n)
 
 int main(void)
 {
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_device *dev = NULL;
-
-	for (int i = 0; list && i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "efa_0"))
-			dev = list[i];
-	expect("open", dev != NULL, "no efa_0");
+	struct ibv_device **list;
+	struct ibv_device *dev = efa_device("open", &list);
 	struct ibv_context *ctx = check_ptr("open", ibv_open_device(dev));
 	pass("open");
 	struct ibv_pd *pd = check_ptr("objects", ibv_alloc_pd(ctx));
@@ -104,8 +80,8 @@ int main(void)
 	};
 	struct efadv_qp_init_attr exa = { .driver_qp_type = EFADV_QP_DRIVER_TYPE_SRD };
 	struct ibv_qp *srd = check_ptr("objects", efadv_create_qp_ex(ctx, &xa, &exa, sizeof(exa)));
-	to_rts("objects", ud);
-	to_rts("objects", srd);
+	efa_to_rts("objects", ud, 0, -1);
+	efa_to_rts("objects", srd, 0, -1);
 	struct ibv_qp_attr ra = { .rnr_retry = 7 };
 	check_ret("objects", ibv_modify_qp(srd, &ra, IBV_QP_RNR_RETRY));
 	union ibv_gid gid;

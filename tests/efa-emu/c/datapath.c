@@ -24,10 +24,9 @@
 #include <infiniband/efadv.h>
 #include <infiniband/verbs.h>
 
-/* The PASS/FAIL protocol and checks, shared with the mlx5 scenarios. */
-#include "../../mlx5-emu/c/scenario.h"
+#include "efa_scenario.h"
 
-#define QKEY 0x11111111u
+#define QKEY EFA_QKEY
 #define BUF 8192
 #define WAIT_MS 5000
 
@@ -36,57 +35,6 @@ static struct ibv_pd *pd;
 static struct ibv_mr *mr;
 static char *buf;
 static union ibv_gid gid;
-
-static void to_rts(const char *step, struct ibv_qp *qp, int rnr_retry)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qkey = QKEY;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					     IBV_QP_PORT | IBV_QP_QKEY));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (rnr_retry >= 0) {
-		a.rnr_retry = rnr_retry;
-		mask |= IBV_QP_RNR_RETRY;
-	}
-	check_ret(step, ibv_modify_qp(qp, &a, mask));
-}
-
-/* One completion from `cq` within WAIT_MS, or the step fails. */
-static struct ibv_wc poll1(const char *step, struct ibv_cq *cq)
-{
-	struct ibv_wc wc;
-	long end = now_ms() + WAIT_MS;
-
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		if (n < 0)
-			fail(step, "ibv_poll_cq failed");
-		if (n == 1)
-			return wc;
-		if (now_ms() > end)
-			fail(step, "no completion within 5 s");
-	}
-}
-
-/* No completion on `cq` for 200 ms. */
-static void poll_none(const char *step, struct ibv_cq *cq)
-{
-	struct ibv_wc wc;
-	long end = now_ms() + 200;
-
-	while (now_ms() < end)
-		if (ibv_poll_cq(cq, 1, &wc) != 0)
-			fail(step, "an unexpected completion");
-}
 
 static void post_recv(const char *step, struct ibv_qp *qp, uint64_t off, uint32_t len,
 		      uint64_t wr_id)
@@ -116,19 +64,6 @@ static void post_send(const char *step, struct ibv_qp *qp, struct ibv_ah *ah,
 	wr.wr.ud.remote_qpn = qpn;
 	wr.wr.ud.remote_qkey = qkey;
 	check_ret(step, ibv_post_send(qp, &wr, &bad));
-}
-
-static void expect_wc(const char *step, struct ibv_wc wc, enum ibv_wc_status status,
-		      uint64_t wr_id)
-{
-	if (wc.status != status) {
-		char why[128];
-		snprintf(why, sizeof(why), "status %s (vendor %u), expected %s",
-			 ibv_wc_status_str(wc.status), wc.vendor_err,
-			 ibv_wc_status_str(status));
-		fail(step, why);
-	}
-	expect(step, wc.wr_id == wr_id, "wr_id");
 }
 
 /*
@@ -180,20 +115,14 @@ static struct ibv_qp *make_qp(const char *step, struct ibv_cq *cq, enum ibv_qp_t
 		efadv_create_driver_qp(pd, &qa, EFADV_QP_DRIVER_TYPE_SRD) :
 		ibv_create_qp(pd, &qa);
 	check_ptr(step, qp);
-	to_rts(step, qp, rnr_retry);
+	efa_to_rts(step, qp, 0, rnr_retry);
 	return qp;
 }
 
 int main(void)
 {
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_device *dev = NULL;
-
-	for (int i = 0; list && i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "efa_0"))
-			dev = list[i];
-	expect("setup", dev != NULL, "no efa_0");
+	struct ibv_device **list;
+	struct ibv_device *dev = efa_device("setup", &list);
 	ctx = check_ptr("setup", ibv_open_device(dev));
 	pd = check_ptr("setup", ibv_alloc_pd(ctx));
 	buf = calloc(1, BUF);
@@ -215,11 +144,11 @@ int main(void)
 	struct ibv_sge two[2] = { { (uintptr_t)buf, 7, mr->lkey },
 				  { (uintptr_t)buf + 100, 4, mr->lkey } };
 	post_send("ud_send", ua, ah, ub->qp_num, QKEY, two, 2, 0, 1, 0);
-	struct ibv_wc w1 = poll1("ud_send", cq), w2 = poll1("ud_send", cq);
+	struct ibv_wc w1 = efa_poll1("ud_send", cq), w2 = efa_poll1("ud_send", cq);
 	struct ibv_wc rw = w1.opcode == IBV_WC_RECV ? w1 : w2;
 	struct ibv_wc sw = w1.opcode == IBV_WC_RECV ? w2 : w1;
-	expect_wc("ud_send", sw, IBV_WC_SUCCESS, 1);
-	expect_wc("ud_send", rw, IBV_WC_SUCCESS, 77);
+	efa_wc_is("ud_send", sw, IBV_WC_SUCCESS, 1);
+	efa_wc_is("ud_send", rw, IBV_WC_SUCCESS, 77);
 	expect("ud_send", rw.byte_len == 11 && !strcmp(buf + 1000, "hello, efa"),
 	       "the datagram did not arrive intact");
 	expect("ud_send", rw.src_qp == ua->qp_num, "src_qp");
@@ -229,8 +158,8 @@ int main(void)
 	/* UD with the wrong Q_Key: dropped, the send still succeeds. */
 	post_recv("ud_wrong_qkey", ub, 1000, 64, 78);
 	post_send("ud_wrong_qkey", ua, ah, ub->qp_num, QKEY + 1, two, 2, 0, 2, 0);
-	expect_wc("ud_wrong_qkey", poll1("ud_wrong_qkey", cq), IBV_WC_SUCCESS, 2);
-	poll_none("ud_wrong_qkey", cq);
+	efa_wc_is("ud_wrong_qkey", efa_poll1("ud_wrong_qkey", cq), IBV_WC_SUCCESS, 2);
+	efa_quiet("ud_wrong_qkey", cq);
 	pass("ud_wrong_qkey");
 
 	/* SRD: inline with immediate data, into the receive still posted. */
@@ -240,12 +169,12 @@ int main(void)
 	memcpy(buf + 200, "inline!", 8);
 	struct ibv_sge in = { (uintptr_t)buf + 200, 8, mr->lkey };
 	post_send("srd_inline_imm", sa, ah, sb->qp_num, QKEY, &in, 1, IBV_SEND_INLINE, 3, 1);
-	w1 = poll1("srd_inline_imm", cq);
-	w2 = poll1("srd_inline_imm", cq);
+	w1 = efa_poll1("srd_inline_imm", cq);
+	w2 = efa_poll1("srd_inline_imm", cq);
 	rw = w1.opcode == IBV_WC_RECV ? w1 : w2;
 	sw = w1.opcode == IBV_WC_RECV ? w2 : w1;
-	expect_wc("srd_inline_imm", sw, IBV_WC_SUCCESS, 3);
-	expect_wc("srd_inline_imm", rw, IBV_WC_SUCCESS, 90);
+	efa_wc_is("srd_inline_imm", sw, IBV_WC_SUCCESS, 3);
+	efa_wc_is("srd_inline_imm", rw, IBV_WC_SUCCESS, 90);
 	expect("srd_inline_imm", (rw.wc_flags & IBV_WC_WITH_IMM) &&
 				 be32toh(rw.imm_data) == 0xabcd0123, "immediate data");
 	expect("srd_inline_imm", !strcmp(buf + 2000, "inline!"), "payload");
@@ -258,8 +187,8 @@ int main(void)
 		buf[300] = (char)i;
 		struct ibv_sge one = { (uintptr_t)buf + 300, 1, mr->lkey };
 		post_send("cq_phase", sa, ah, sb->qp_num, QKEY, &one, 1, 0, 2000 + i, 0);
-		w1 = poll1("cq_phase", cq);
-		w2 = poll1("cq_phase", cq);
+		w1 = efa_poll1("cq_phase", cq);
+		w2 = efa_poll1("cq_phase", cq);
 		rw = w1.opcode == IBV_WC_RECV ? w1 : w2;
 		sw = w1.opcode == IBV_WC_RECV ? w2 : w1;
 		ok = rw.status == IBV_WC_SUCCESS && sw.status == IBV_WC_SUCCESS &&
@@ -271,15 +200,15 @@ int main(void)
 	/* SRD RNR: no receive posted and RNR retry 0. */
 	struct ibv_sge one = { (uintptr_t)buf + 300, 1, mr->lkey };
 	post_send("srd_rnr", sb, ah, sa->qp_num, QKEY, &one, 1, 0, 5, 0);
-	expect_wc("srd_rnr", poll1("srd_rnr", cq), IBV_WC_RNR_RETRY_EXC_ERR, 5);
+	efa_wc_is("srd_rnr", efa_poll1("srd_rnr", cq), IBV_WC_RNR_RETRY_EXC_ERR, 5);
 	pass("srd_rnr");
 
 	/* RNR retry 7 waits for the receive. */
 	post_send("srd_rnr_wait", sa, ah, sb->qp_num, QKEY, &one, 1, 0, 6, 0);
-	poll_none("srd_rnr_wait", cq);
+	efa_quiet("srd_rnr_wait", cq);
 	post_recv("srd_rnr_wait", sb, 3000, 64, 91);
-	w1 = poll1("srd_rnr_wait", cq);
-	w2 = poll1("srd_rnr_wait", cq);
+	w1 = efa_poll1("srd_rnr_wait", cq);
+	w2 = efa_poll1("srd_rnr_wait", cq);
 	expect("srd_rnr_wait", w1.status == IBV_WC_SUCCESS && w2.status == IBV_WC_SUCCESS,
 	       "the retried send failed");
 	pass("srd_rnr_wait");
@@ -287,18 +216,18 @@ int main(void)
 	/* A receive buffer too short. */
 	post_recv("srd_short_recv", sb, 3000, 4, 92);
 	post_send("srd_short_recv", sa, ah, sb->qp_num, QKEY, two, 2, 0, 7, 0);
-	w1 = poll1("srd_short_recv", cq);
-	w2 = poll1("srd_short_recv", cq);
+	w1 = efa_poll1("srd_short_recv", cq);
+	w2 = efa_poll1("srd_short_recv", cq);
 	rw = w1.opcode == IBV_WC_RECV ? w1 : w2;
 	sw = w1.opcode == IBV_WC_RECV ? w2 : w1;
-	expect_wc("srd_short_recv", rw, IBV_WC_LOC_LEN_ERR, 92);
-	expect_wc("srd_short_recv", sw, IBV_WC_REM_INV_REQ_ERR, 7);
+	efa_wc_is("srd_short_recv", rw, IBV_WC_LOC_LEN_ERR, 92);
+	efa_wc_is("srd_short_recv", sw, IBV_WC_REM_INV_REQ_ERR, 7);
 	pass("srd_short_recv");
 
 	/* An unknown lkey. */
 	struct ibv_sge badk = { (uintptr_t)buf, 8, mr->lkey + 0x100 };
 	post_send("bad_lkey", sa, ah, sb->qp_num, QKEY, &badk, 1, 0, 8, 0);
-	expect_wc("bad_lkey", poll1("bad_lkey", cq), IBV_WC_LOC_PROT_ERR, 8);
+	efa_wc_is("bad_lkey", efa_poll1("bad_lkey", cq), IBV_WC_LOC_PROT_ERR, 8);
 	pass("bad_lkey");
 
 	/* RDMA READ through the extended API, on a CQ with the source GID. */
@@ -317,7 +246,7 @@ int main(void)
 	};
 	struct efadv_qp_init_attr exa = { .driver_qp_type = EFADV_QP_DRIVER_TYPE_SRD };
 	struct ibv_qp *xq = check_ptr("rdma_read", efadv_create_qp_ex(ctx, &xa, &exa, sizeof(exa)));
-	to_rts("rdma_read", xq, 7);
+	efa_to_rts("rdma_read", xq, 0, 7);
 	struct ibv_qp_ex *qpx = ibv_qp_to_qp_ex(xq);
 	for (int i = 0; i < 256; i++)
 		buf[4096 + i] = (char)(i * 7);
@@ -378,7 +307,7 @@ int main(void)
 	};
 	struct ibv_qp *q2 = check_ptr("wc_read_sgid",
 				      efadv_create_driver_qp(pd2, &q2a, EFADV_QP_DRIVER_TYPE_SRD));
-	to_rts("wc_read_sgid", q2, 7);
+	efa_to_rts("wc_read_sgid", q2, 0, 7);
 	struct ibv_sge rs2 = { (uintptr_t)buf2, 64, mr2->lkey };
 	struct ibv_recv_wr rwr2 = { .wr_id = 95, .sg_list = &rs2, .num_sge = 1 };
 	check_ret("wc_read_sgid", ibv_post_recv(q2, &rwr2, &rbad));
@@ -388,7 +317,7 @@ int main(void)
 	expect("wc_read_sgid", sgid_ret == 0, "no source GID from a sender without an AH");
 	expect("wc_read_sgid", !memcmp(&sgid, &gid, 16), "wrong source GID");
 	expect("wc_read_sgid", !strcmp(buf2, "hello, efa"), "payload across contexts");
-	expect_wc("wc_read_sgid", poll1("wc_read_sgid", cq), IBV_WC_SUCCESS, 11);
+	efa_wc_is("wc_read_sgid", efa_poll1("wc_read_sgid", cq), IBV_WC_SUCCESS, 11);
 	check_ret("wc_read_sgid", ibv_destroy_qp(q2));
 	check_ret("wc_read_sgid", ibv_destroy_cq(ibv_cq_ex_to_cq(cqx2)));
 	check_ret("wc_read_sgid", ibv_dereg_mr(mr2));
@@ -404,9 +333,9 @@ int main(void)
 	post_recv("flush", ub, 1000, 64, 94);
 	struct ibv_qp_attr ea = { .qp_state = IBV_QPS_ERR };
 	check_ret("flush", ibv_modify_qp(ub, &ea, IBV_QP_STATE));
-	expect_wc("flush", poll1("flush", cq), IBV_WC_WR_FLUSH_ERR, 78);
-	expect_wc("flush", poll1("flush", cq), IBV_WC_WR_FLUSH_ERR, 94);
-	poll_none("flush", cq);
+	efa_wc_is("flush", efa_poll1("flush", cq), IBV_WC_WR_FLUSH_ERR, 78);
+	efa_wc_is("flush", efa_poll1("flush", cq), IBV_WC_WR_FLUSH_ERR, 94);
+	efa_quiet("flush", cq);
 	pass("flush");
 
 	check_ret("teardown", ibv_destroy_qp(xq));

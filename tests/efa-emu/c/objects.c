@@ -22,48 +22,15 @@
 #include <infiniband/efadv.h>
 #include <infiniband/verbs.h>
 
-/* The PASS/FAIL protocol and checks, shared with the mlx5 scenarios. */
-#include "../../mlx5-emu/c/scenario.h"
+#include "efa_scenario.h"
 
-#define QKEY 0x11111111u
+#define QKEY EFA_QKEY
 #define BUF_SIZE 65536
-
-/* RESET -> INIT -> RTR -> RTS for a UD or SRD QP on port 1. */
-static void to_rts(const char *step, struct ibv_qp *qp, int rnr_retry)
-{
-	struct ibv_qp_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.pkey_index = 0;
-	a.port_num = 1;
-	a.qkey = QKEY;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-					     IBV_QP_PORT | IBV_QP_QKEY));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = 0x123;
-	int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-	if (rnr_retry >= 0) {
-		a.rnr_retry = rnr_retry;
-		mask |= IBV_QP_RNR_RETRY;
-	}
-	check_ret(step, ibv_modify_qp(qp, &a, mask));
-}
 
 int main(void)
 {
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_device *dev = NULL;
-
-	for (int i = 0; list && i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "efa_0"))
-			dev = list[i];
-	expect("device", dev != NULL, "no efa_0");
+	struct ibv_device **list;
+	struct ibv_device *dev = efa_device("device", &list);
 	pass("device");
 
 	struct ibv_context *ctx = check_ptr("open", ibv_open_device(dev));
@@ -141,7 +108,7 @@ int main(void)
 		.qp_type = IBV_QPT_UD,
 	};
 	struct ibv_qp *ud = check_ptr("create_qp_ud", ibv_create_qp(pd, &qa));
-	to_rts("ud_to_rts", ud, -1);
+	efa_to_rts("ud_to_rts", ud, 0x123, -1);
 	pass("create_qp_ud");
 	pass("ud_to_rts");
 
@@ -149,7 +116,7 @@ int main(void)
 	sa.qp_type = IBV_QPT_DRIVER;
 	struct ibv_qp *srd = check_ptr("efadv_create_driver_qp",
 				       efadv_create_driver_qp(pd, &sa, EFADV_QP_DRIVER_TYPE_SRD));
-	to_rts("srd_to_rts", srd, 7);
+	efa_to_rts("srd_to_rts", srd, 0x123, 7);
 	pass("efadv_create_driver_qp");
 	pass("srd_to_rts");
 
@@ -175,7 +142,7 @@ int main(void)
 	struct ibv_qp *srdx = check_ptr("efadv_create_qp_ex",
 					efadv_create_qp_ex(ctx, &xa, &exa, sizeof(exa)));
 	expect("efadv_create_qp_ex", ibv_qp_to_qp_ex(srdx) != NULL, "no qp_ex");
-	to_rts("efadv_create_qp_ex", srdx, -1);
+	efa_to_rts("efadv_create_qp_ex", srdx, 0x123, -1);
 	pass("efadv_create_qp_ex");
 
 	struct ibv_ah_attr aha = { .is_global = 1, .port_num = 1 };

@@ -20,50 +20,13 @@
 
 #include <infiniband/verbs.h>
 
-#include "../../mlx5-emu/c/scenario.h"
+#include "efa_scenario.h"
 
-#define QKEY 0x11111111u
+#define QKEY EFA_QKEY
 
 static struct ibv_cq *cq;
 static struct ibv_mr *mr;
 static char *buf;
-
-static struct ibv_wc poll1(const char *step)
-{
-	struct ibv_wc wc;
-	long end = now_ms() + 5000;
-
-	for (;;) {
-		int n = ibv_poll_cq(cq, 1, &wc);
-		if (n < 0)
-			fail(step, "ibv_poll_cq failed");
-		if (n == 1)
-			return wc;
-		if (now_ms() > end)
-			fail(step, "no completion within 5 s");
-	}
-}
-
-static void quiet(const char *step)
-{
-	struct ibv_wc wc;
-	long end = now_ms() + 200;
-
-	while (now_ms() < end)
-		if (ibv_poll_cq(cq, 1, &wc) != 0)
-			fail(step, "an unexpected completion");
-}
-
-static void wc_is(const char *step, struct ibv_wc wc, enum ibv_wc_status st, uint64_t id)
-{
-	if (wc.status != st || wc.wr_id != id) {
-		char why[160];
-		snprintf(why, sizeof(why), "%s of wr %llu, expected %s of %llu",
-			 ibv_wc_status_str(wc.status), (unsigned long long)wc.wr_id,
-			 ibv_wc_status_str(st), (unsigned long long)id);
-		fail(step, why);
-	}
-}
 
 static struct ibv_qp *ud_qp(const char *step, struct ibv_pd *pd)
 {
@@ -75,14 +38,8 @@ static struct ibv_qp *ud_qp(const char *step, struct ibv_pd *pd)
 		.qp_type = IBV_QPT_UD,
 	};
 	struct ibv_qp *qp = check_ptr(step, ibv_create_qp(pd, &qa));
-	struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = QKEY };
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-						  IBV_QP_PORT | IBV_QP_QKEY));
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE));
-	a.qp_state = IBV_QPS_RTS;
-	check_ret(step, ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN));
+
+	efa_to_rts(step, qp, 0, -1);
 	return qp;
 }
 
@@ -114,14 +71,8 @@ static void send1(const char *step, struct ibv_qp *qp, struct ibv_ah *ah, uint32
 
 int main(void)
 {
-	int n = 0;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	struct ibv_device *dev = NULL;
-
-	for (int i = 0; list && i < n; i++)
-		if (!strcmp(ibv_get_device_name(list[i]), "efa_0"))
-			dev = list[i];
-	expect("setup", dev != NULL, "no efa_0");
+	struct ibv_device **list;
+	struct ibv_device *dev = efa_device("setup", &list);
 	struct ibv_context *ctx = check_ptr("setup", ibv_open_device(dev));
 	struct ibv_pd *pd = check_ptr("setup", ibv_alloc_pd(ctx));
 	buf = calloc(1, 8192);
@@ -141,11 +92,11 @@ int main(void)
 				  { (uintptr_t)buf + 100, 6, mr->lkey } };
 	recv1("two_buffers", b, 1);
 	send1("two_buffers", a, ah, b->qp_num, QKEY, two, 2, 0, 2);
-	struct ibv_wc w1 = poll1("two_buffers"), w2 = poll1("two_buffers");
+	struct ibv_wc w1 = efa_poll1("two_buffers", cq), w2 = efa_poll1("two_buffers", cq);
 	struct ibv_wc rw = w1.opcode == IBV_WC_RECV ? w1 : w2;
 	struct ibv_wc sw = w1.opcode == IBV_WC_RECV ? w2 : w1;
-	wc_is("two_buffers", sw, IBV_WC_SUCCESS, 2);
-	wc_is("two_buffers", rw, IBV_WC_SUCCESS, 1);
+	efa_wc_is("two_buffers", sw, IBV_WC_SUCCESS, 2);
+	efa_wc_is("two_buffers", rw, IBV_WC_SUCCESS, 1);
 	expect("two_buffers", rw.byte_len == 12 && !strcmp(buf + 1000, "plain verbs"),
 	       "the datagram did not arrive intact");
 	expect("two_buffers", rw.src_qp == a->qp_num, "src_qp");
@@ -153,31 +104,31 @@ int main(void)
 
 	recv1("inline_imm", b, 3);
 	send1("inline_imm", a, ah, b->qp_num, QKEY, two, 1, IBV_SEND_INLINE, 4);
-	w1 = poll1("inline_imm");
-	w2 = poll1("inline_imm");
+	w1 = efa_poll1("inline_imm", cq);
+	w2 = efa_poll1("inline_imm", cq);
 	rw = w1.opcode == IBV_WC_RECV ? w1 : w2;
 	sw = w1.opcode == IBV_WC_RECV ? w2 : w1;
-	wc_is("inline_imm", sw, IBV_WC_SUCCESS, 4);
-	wc_is("inline_imm", rw, IBV_WC_SUCCESS, 3);
+	efa_wc_is("inline_imm", sw, IBV_WC_SUCCESS, 4);
+	efa_wc_is("inline_imm", rw, IBV_WC_SUCCESS, 3);
 	expect("inline_imm", (rw.wc_flags & IBV_WC_WITH_IMM) && be32toh(rw.imm_data) == 0x5151,
 	       "immediate data");
 	pass("inline_imm");
 
 	recv1("wrong_qkey", b, 5);
 	send1("wrong_qkey", a, ah, b->qp_num, QKEY + 1, two, 1, 0, 6);
-	wc_is("wrong_qkey", poll1("wrong_qkey"), IBV_WC_SUCCESS, 6);
-	quiet("wrong_qkey");
+	efa_wc_is("wrong_qkey", efa_poll1("wrong_qkey", cq), IBV_WC_SUCCESS, 6);
+	efa_quiet("wrong_qkey", cq);
 	pass("wrong_qkey");
 
 	struct ibv_sge bad = { (uintptr_t)buf, 6, mr->lkey + 0x100 };
 	send1("bad_lkey", a, ah, b->qp_num, QKEY, &bad, 1, 0, 7);
-	wc_is("bad_lkey", poll1("bad_lkey"), IBV_WC_LOC_PROT_ERR, 7);
+	efa_wc_is("bad_lkey", efa_poll1("bad_lkey", cq), IBV_WC_LOC_PROT_ERR, 7);
 	pass("bad_lkey");
 
 	struct ibv_qp_attr ea = { .qp_state = IBV_QPS_ERR };
 	check_ret("flush", ibv_modify_qp(b, &ea, IBV_QP_STATE));
-	wc_is("flush", poll1("flush"), IBV_WC_WR_FLUSH_ERR, 5);
-	quiet("flush");
+	efa_wc_is("flush", efa_poll1("flush", cq), IBV_WC_WR_FLUSH_ERR, 5);
+	efa_quiet("flush", cq);
 	pass("flush");
 
 	check_ret("teardown", ibv_destroy_qp(a));
