@@ -52,9 +52,14 @@ impl Cq {
                 Queue::Recv => e.rq.complete(req_id),
             }
         };
-        if lookup(&self.rows, qp_num).is_none() && self.uctx.table.generation() != self.generation {
-            self.generation = self.uctx.table.snapshot_into(&mut self.rows);
+        if let Some(wr_id) = done(&self.rows) {
+            return Some(wr_id);
         }
+        // Nothing was completed: a refreshed snapshot may know the QP.
+        if self.uctx.table.generation() == self.generation {
+            return None;
+        }
+        self.generation = self.uctx.table.snapshot_into(&mut self.rows);
         done(&self.rows)
     }
 

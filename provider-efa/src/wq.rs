@@ -45,16 +45,25 @@ impl Slots {
 
     /// Takes a free slot at or after `from` for `wr_id`; its index. `None`
     /// if every slot is busy (the poster's count prevents it).
+    #[inline]
     pub(crate) fn take(&self, from: u32, wr_id: u64) -> Option<u16> {
         let n = self.wr_id.len();
-        (0..n)
-            .map(|i| (from as usize + i) % n)
-            .find(|&i| !self.busy[i].load(Ordering::Acquire))
-            .map(|i| {
-                self.wr_id[i].store(wr_id, Ordering::Relaxed);
-                self.busy[i].store(true, Ordering::Relaxed);
-                i as u16
-            })
+        let first = if (from as usize) < n {
+            from as usize
+        } else {
+            0
+        };
+        // The common case: completions in order leave the next slot free.
+        let i = if self.busy.get(first)?.load(Ordering::Acquire) {
+            (1..n)
+                .map(|k| (first + k) % n)
+                .find(|&i| !self.busy[i].load(Ordering::Acquire))?
+        } else {
+            first
+        };
+        self.wr_id[i].store(wr_id, Ordering::Relaxed);
+        self.busy[i].store(true, Ordering::Relaxed);
+        Some(i as u16)
     }
 
     /// Gives back a slot taken but not posted (its request was refused).
