@@ -17,7 +17,7 @@ use rverbs_abi::efa::{self, device_caps};
 use rverbs_abi::wr::{wc_status, Wc};
 use rverbs_abi::Errno;
 use rverbs_provider::map::{Access, DeviceMapping};
-use rverbs_provider::table::{lookup, Row};
+use rverbs_provider::table::Row;
 use rverbs_provider::RingLost;
 
 use crate::cqe::{self, Queue, SubCq};
@@ -38,6 +38,9 @@ pub struct Cq {
     uctx: Arc<Uctx>,
     rows: Vec<Row<QpEntry>>,
     generation: u64,
+    /// The row of the last completion's QP (an index into `rows`, checked
+    /// before use).
+    last: usize,
 }
 
 impl Cq {
@@ -45,14 +48,24 @@ impl Cq {
     /// snapshot (refreshed once on a miss when the table has changed
     /// since): its `wr_id`, or `None` if no such QP or slot is in use.
     fn complete(&mut self, qp_num: u32, queue: Queue, req_id: u16) -> Option<u64> {
-        let done = |rows: &[Row<QpEntry>]| {
-            let e = lookup(rows, qp_num)?;
-            match queue {
-                Queue::Send => e.sq.complete(req_id),
-                Queue::Recv => e.rq.complete(req_id),
-            }
+        let slots = |e: &QpEntry| match queue {
+            Queue::Send => e.sq.complete(req_id),
+            Queue::Recv => e.rq.complete(req_id),
         };
-        if let Some(wr_id) = done(&self.rows) {
+        // The QP of the last completion first: a CQ's entries mostly come
+        // in runs of one QP.
+        if let Some((_, e)) = self.rows.get(self.last).filter(|r| r.0 == qp_num) {
+            if let Some(wr_id) = slots(e) {
+                return Some(wr_id);
+            }
+        }
+        let last = &mut self.last;
+        let done = |rows: &[Row<QpEntry>], last: &mut usize| {
+            let i = rows.binary_search_by_key(&qp_num, |r| r.0).ok()?;
+            *last = i;
+            slots(&rows[i].1)
+        };
+        if let Some(wr_id) = done(&self.rows, last) {
             return Some(wr_id);
         }
         // Nothing was completed: a refreshed snapshot may know the QP.
@@ -60,7 +73,7 @@ impl Cq {
             return None;
         }
         self.generation = self.uctx.table.snapshot_into(&mut self.rows);
-        done(&self.rows)
+        done(&self.rows, &mut self.last)
     }
 
     /// The next new entry of sub-CQ `si`, as a work completion.
@@ -183,6 +196,7 @@ pub(crate) fn create(
             uctx: Arc::clone(uctx),
             rows,
             generation,
+            last: 0,
         })
     })();
     match built {

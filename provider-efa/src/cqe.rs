@@ -157,6 +157,7 @@ impl std::error::Error for BadEntry {}
 /// Reads the entry `entry` (the whole entry, [`ENTRY_SIZE`] or
 /// [`ENTRY_SIZE_EX`] bytes), whose phase the caller has found new. A send
 /// entry's receive fields read as zero.
+#[inline]
 pub fn decode(entry: &[u8]) -> Result<Completion, BadEntry> {
     if entry.len() != ENTRY_SIZE && entry.len() != ENTRY_SIZE_EX {
         return Err(BadEntry::Size(entry.len()));
@@ -229,6 +230,7 @@ impl Completion {
     /// and WRITE where the device names the operation); a receive with its
     /// length, sender QP, the sender's address handle in `slid`, and the
     /// immediate data big-endian as sent.
+    #[inline]
     pub fn to_wc(&self, wr_id: u64) -> Wc {
         let mut wc = Wc {
             wr_id,

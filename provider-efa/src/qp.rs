@@ -94,6 +94,7 @@ impl SendQueue {
         self.wqe_cnt
     }
 
+    #[inline]
     fn ring(&self) {
         // A doorbell past the page cannot happen (checked at creation);
         // the counter is 16 bits on the device.
@@ -101,6 +102,7 @@ impl SendQueue {
     }
 
     /// Writes one request's descriptor (not yet rung).
+    #[inline]
     fn put<R: SendRequest + ?Sized>(&mut self, wr: &R) -> Result<(), PostError> {
         if !self.state.may_post_send() {
             return Err(PostError::InvalidState);
@@ -211,6 +213,7 @@ impl RecvQueue {
         result
     }
 
+    #[inline]
     fn put(&mut self, wr: &RecvWr<'_>) -> Result<(), PostError> {
         if !self.state.may_post_recv() {
             return Err(PostError::InvalidState);

@@ -21,6 +21,7 @@ pub const MAX_DESC_LEN: u32 = u16::MAX as u32;
 /// `req_id` into `out` (at least one, at most `max_sge`; `out` must have
 /// room for them) and returns how many it wrote. Refuses more than
 /// `max_sge` buffers (or more than `out` holds) before writing any.
+#[inline]
 pub fn build(
     sges: &[Sge],
     max_sge: u32,
