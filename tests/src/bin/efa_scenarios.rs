@@ -101,11 +101,13 @@ impl Env {
     fn poll_pair(&mut self, step: &str) -> R<(Wc, Wc)> {
         let a = self.poll1(step)?;
         let b = self.poll1(step)?;
-        Ok(if a.opcode() == rverbs::WcOpcode::RECV {
-            (a, b)
-        } else {
-            (b, a)
-        })
+        let is_recv = |w: &Wc| {
+            matches!(
+                w.opcode(),
+                rverbs::WcOpcode::RECV | rverbs::WcOpcode::RECV_RDMA_WITH_IMM
+            )
+        };
+        Ok(if is_recv(&a) { (a, b) } else { (b, a) })
     }
 
     fn quiet(&mut self, step: &str) -> R {
@@ -156,7 +158,10 @@ fn run() -> R {
     let gid = ctx.query_gid(1, 0).at("query_gid")?;
     let pd = ctx.alloc_pd().at("alloc_pd")?;
     let mr = pd
-        .alloc_mr(1 << 16, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+        .alloc_mr(
+            1 << 16,
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+        )
         .at("alloc_mr")?;
     let cq = ctx.create_cq(8).at("create_cq")?;
     let mut e = Env {
@@ -315,6 +320,42 @@ fn run() -> R {
     let mut back = vec![0u8; 256];
     e.mr.read_at(5000, &mut back).at(s)?;
     expect(s, back == pat, "the data read differ")?;
+    pass(s);
+
+    // RDMA WRITE on SRD (the device has it; libefa 44 has no verb for
+    // it), and with immediate data, which consumes a receive.
+    let s = "rdma_write";
+    let pat: Vec<u8> = (0..128u32).map(|i| (i * 13 + 5) as u8).collect();
+    e.mr.write_at(6000, &pat).at(s)?;
+    e.mr.write_at(7000, &[0u8; 128]).at(s)?;
+    let raddr = e.mr.addr() + 7000;
+    let rkey = e.mr.rkey();
+    sa.post_send(&[SendWr::rdma_write(20, &[e.sge(6000, 128)], raddr, rkey)
+        .signaled()
+        .to(&ah, sb.qp_num(), QKEY)])
+        .at(s)?;
+    wc_is(s, &e.poll1(s)?, WcStatus::SUCCESS, 20)?;
+    let mut back = vec![0u8; 128];
+    e.mr.read_at(7000, &mut back).at(s)?;
+    expect(s, back == pat, "the data written differ")?;
+    pass(s);
+    let s = "rdma_write_imm";
+    sb.post_recv(&[RecvWr::new(95, &[e.sge(3000, 64)])]).at(s)?;
+    sa.post_send(&[
+        SendWr::rdma_write_with_imm(21, &[e.sge(6000, 64)], raddr, rkey, 0x77)
+            .signaled()
+            .to(&ah, sb.qp_num(), QKEY),
+    ])
+    .at(s)?;
+    let (rw, sw) = e.poll_pair(s)?;
+    wc_is(s, &sw, WcStatus::SUCCESS, 21)?;
+    wc_is(s, &rw, WcStatus::SUCCESS, 95)?;
+    expect(s, rw.imm_data() == Some(0x77), "immediate data")?;
+    expect(
+        s,
+        rw.opcode() == rverbs::WcOpcode::RECV_RDMA_WITH_IMM,
+        "the receive is not RECV_RDMA_WITH_IMM",
+    )?;
     pass(s);
 
     // What EFA refuses at post time: an unsignaled send, three SGEs.
