@@ -1,7 +1,7 @@
-//! The step protocol of the `mlx5_*` sequence programs (the same as their
-//! C twins in `tests/mlx5-emu/c/`): each step prints `PASS <step>`; the
+//! The step protocol of the `mlx5_*` and `efa_*` programs (the same as their
+//! C twins in `tests/mlx5-emu/c/` and `tests/efa-emu/c/`): each step prints `PASS <step>`; the
 //! first failure prints `FAIL <step>: <why>` and ends the program with a
-//! failure status, which `cargo xtask mlx5` counts.
+//! failure status, which `cargo xtask mlx5` and `cargo xtask efa` count.
 
 use std::process::ExitCode;
 

@@ -6,7 +6,9 @@
 
 use std::io::IoSlice;
 use std::process::ExitCode;
+
 use std::time::{Duration, Instant};
+use verbs_tests::step::{fail, main_with, pass, At, R};
 
 use rverbs::{
     opcode, AccessFlags, AhAttr, Cq, Driver, GlobalRoute, QpAttr, QpCap, QpInitAttr, QpType,
@@ -15,29 +17,17 @@ use rverbs::{
 
 const QKEY: u32 = 0x1111_1111;
 
-type R<T = ()> = Result<T, String>;
-
-trait At<T> {
-    fn at(self, step: &str) -> R<T>;
-}
-
-impl<T, E: std::fmt::Display> At<T> for Result<T, E> {
-    fn at(self, step: &str) -> R<T> {
-        self.map_err(|e| format!("{step}: {e}"))
-    }
-}
-
 fn wait_n(step: &str, cq: &mut Cq, mut n: usize) -> R {
     let mut wc = [Wc::default(); 1];
     let end = Instant::now() + Duration::from_secs(5);
     while n > 0 {
         if cq.poll(&mut wc).at(step)? == 1 {
             if wc[0].status() != WcStatus::SUCCESS {
-                return Err(format!("{step}: {}", wc[0].status()));
+                return fail(step, format!("{}", wc[0].status()));
             }
             n -= 1;
         } else if Instant::now() > end {
-            return Err(format!("{step}: no completion within 5 s"));
+            return fail(step, "no completion within 5 s");
         }
     }
     Ok(())
@@ -48,9 +38,10 @@ fn run() -> R {
     let dev = devs
         .iter()
         .find(|d| *d.driver() == Driver::Efa)
-        .ok_or("open: no EFA device")?;
+        .ok_or("no EFA device")
+        .at("open")?;
     let ctx = dev.open().at("open")?;
-    println!("PASS open");
+    pass("open");
     let s = "objects";
     let pd = ctx.alloc_pd().at(s)?;
     let mut mr = pd
@@ -91,7 +82,7 @@ fn run() -> R {
             ..Default::default()
         })
         .at(s)?;
-    println!("PASS objects");
+    pass("objects");
 
     let s = "srd";
     let (base, lkey, rkey) = (mr.addr(), mr.lkey(), mr.rkey());
@@ -123,7 +114,7 @@ fn run() -> R {
         .to(&ah, srd.qp_num(), QKEY)])
         .at(s)?;
     wait_n(s, &mut cq, 1)?;
-    println!("PASS srd");
+    pass("srd");
 
     let s = "ud";
     ud.post_recv(&[RecvWr::new(3, &rs)]).at(s)?;
@@ -133,7 +124,7 @@ fn run() -> R {
         .to(&ah, ud.qp_num(), QKEY)])
         .at(s)?;
     wait_n(s, &mut cq, 2)?;
-    println!("PASS ud");
+    pass("ud");
 
     drop(ah);
     drop(srd);
@@ -142,16 +133,10 @@ fn run() -> R {
     drop(mr);
     drop(pd);
     drop(ctx);
-    println!("PASS teardown");
+    pass("teardown");
     Ok(())
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(why) => {
-            println!("FAIL {why}");
-            ExitCode::FAILURE
-        }
-    }
+    main_with(run)
 }

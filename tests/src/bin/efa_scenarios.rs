@@ -4,7 +4,9 @@
 //! step and `FAIL <step>: <why>` on the first failure (exit 1).
 
 use std::process::ExitCode;
+
 use std::time::{Duration, Instant};
+use verbs_tests::step::{expect, fail, main_with, pass, At, R};
 
 use std::io::IoSlice;
 
@@ -15,31 +17,6 @@ use rverbs::{
 
 const QKEY: u32 = 0x1111_1111;
 const WAIT: Duration = Duration::from_secs(5);
-
-type R<T = ()> = Result<T, String>;
-
-/// Maps any error to a step failure.
-trait At<T> {
-    fn at(self, step: &str) -> R<T>;
-}
-
-impl<T, E: std::fmt::Display> At<T> for Result<T, E> {
-    fn at(self, step: &str) -> R<T> {
-        self.map_err(|e| format!("{step}: {e}"))
-    }
-}
-
-fn expect(step: &str, ok: bool, what: &str) -> R {
-    if ok {
-        Ok(())
-    } else {
-        Err(format!("{step}: {what}"))
-    }
-}
-
-fn pass(step: &str) {
-    println!("PASS {step}");
-}
 
 struct Env {
     ctx: Context,
@@ -94,7 +71,7 @@ impl Env {
                 return Ok(wc[0]);
             }
         }
-        Err(format!("{step}: no completion within 5 s"))
+        fail(step, "no completion within 5 s")
     }
 
     /// Two completions, the receive's first.
@@ -115,7 +92,7 @@ impl Env {
         let end = Instant::now() + Duration::from_millis(200);
         while Instant::now() < end {
             if self.cq.poll(&mut wc).at(step)? != 0 {
-                return Err(format!("{step}: unexpected completion {:?}", wc[0]));
+                return fail(step, format!("unexpected completion {:?}", wc[0]));
             }
         }
         Ok(())
@@ -140,11 +117,12 @@ fn run() -> R {
     let dev = devs
         .iter()
         .find(|d| *d.driver() == Driver::Efa)
-        .ok_or("device: no EFA device")?;
+        .ok_or("no EFA device")
+        .at("device")?;
     let ctx = dev.open().at("open")?;
     pass("open");
     let s = "efa_attr";
-    let a = ctx.efa_attr().ok_or("efa_attr: none on an EFA device")?;
+    let a = ctx.efa_attr().ok_or("none on an EFA device").at(s)?;
     expect(s, a.max_sq_sge == 2 && a.max_rq_sge == 1, "SGE limits")?;
     expect(s, a.inline_buf_size == 32, "inline_buf_size")?;
     expect(s, a.max_rdma_size == 1 << 30, "max_rdma_size")?;
@@ -391,11 +369,5 @@ fn run() -> R {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(why) => {
-            println!("FAIL {why}");
-            ExitCode::FAILURE
-        }
-    }
+    main_with(run)
 }
