@@ -20,7 +20,8 @@ pub fn page_size() -> usize {
     usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
-/// What a mapping is for: the protection it is mapped with.
+/// What a mapping is for: the protection it is mapped with, and so the
+/// accesses [`DeviceMapping`] allows on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// Read only (a ring the device writes: completion entries).
@@ -34,6 +35,9 @@ pub enum Access {
 pub struct DeviceMapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// What it was mapped for: reads only on a read mapping, writes only
+    /// on a write mapping (anything else would fault).
+    access: Access,
 }
 
 // SAFETY: the mapping is owned exclusively; the pointer is only an
@@ -73,7 +77,7 @@ impl DeviceMapping {
             return Err(Errno::last());
         }
         let ptr = NonNull::new(p.cast()).ok_or(Errno::ENOMEM)?;
-        Ok(DeviceMapping { ptr, len })
+        Ok(DeviceMapping { ptr, len, access })
     }
 
     /// The mapping's length in bytes.
@@ -93,18 +97,23 @@ impl DeviceMapping {
         self.ptr.as_ptr() as u64
     }
 
-    /// A pointer to `[off, off + n)`, if it lies in the mapping.
-    fn at(&self, off: usize, n: usize) -> Option<*mut u8> {
+    /// A pointer to `[off, off + n)`, if it lies in the mapping and the
+    /// mapping is for `access`.
+    fn at(&self, off: usize, n: usize, access: Access) -> Option<*mut u8> {
+        if self.access != access {
+            return None;
+        }
         let end = off.checked_add(n)?;
         // `add` stays in the mapping: end <= len.
         (end <= self.len).then(|| self.ptr.as_ptr().wrapping_add(off))
     }
 
     /// The byte at `off`, loaded with acquire ordering (a phase or
-    /// ownership byte the device writes last); `None` past the end.
+    /// ownership byte the device writes last); `None` past the end or on
+    /// a write mapping.
     #[inline]
     pub fn load_u8_acquire(&self, off: usize) -> Option<u8> {
-        let p = self.at(off, 1)?;
+        let p = self.at(off, 1, Access::Read)?;
         // SAFETY: in the mapping (checked); an AtomicU8 has no alignment
         // beyond 1; the device writes the byte concurrently, hence the
         // atomic load.
@@ -113,10 +122,10 @@ impl DeviceMapping {
 
     /// Copies `out.len()` bytes at `off` out (after a
     /// [`DeviceMapping::load_u8_acquire`] that found them complete);
-    /// `false` (nothing read) past the end.
+    /// `false` (nothing read) past the end or on a write mapping.
     #[inline]
     pub fn read(&self, off: usize, out: &mut [u8]) -> bool {
-        let Some(p) = self.at(off, out.len()) else {
+        let Some(p) = self.at(off, out.len(), Access::Read) else {
             return false;
         };
         // SAFETY: `[off, off + len)` is in the mapping (checked) and `out`
@@ -127,11 +136,11 @@ impl DeviceMapping {
     }
 
     /// Copies `src` to `off` (a descriptor into a host ring); `false`
-    /// (nothing written) past the end. The caller orders it before the
-    /// doorbell ([`DeviceMapping::doorbell`] does).
+    /// (nothing written) past the end or on a read mapping. The caller
+    /// orders it before the doorbell ([`DeviceMapping::doorbell`] does).
     #[inline]
     pub fn write(&self, off: usize, src: &[u8]) -> bool {
-        let Some(p) = self.at(off, src.len()) else {
+        let Some(p) = self.at(off, src.len(), Access::Write) else {
             return false;
         };
         // SAFETY: in the mapping (checked), distinct from `src`; no Rust
@@ -145,10 +154,10 @@ impl DeviceMapping {
     /// 8-byte volatile stores, so the compiler neither splits, merges nor
     /// drops them; `false` past the end or misaligned. Call
     /// [`DeviceMapping::doorbell`] after the batch: it flushes the
-    /// write-combining buffers first.
+    /// write-combining buffers first. `false` on a read mapping too.
     #[inline]
     pub fn write_desc64(&self, off: usize, src: &[u8; 64]) -> bool {
-        let Some(p) = self.at(off, 64) else {
+        let Some(p) = self.at(off, 64, Access::Write) else {
             return false;
         };
         if (p as usize) % 64 != 0 {
@@ -168,10 +177,11 @@ impl DeviceMapping {
 
     /// Rings a 32-bit doorbell at `off` (4-byte aligned) with `value`:
     /// everything written before (host rings, write-combined descriptors)
-    /// reaches the device first. `false` past the end or misaligned.
+    /// reaches the device first. `false` past the end, misaligned or on a
+    /// read mapping.
     #[inline]
     pub fn doorbell(&self, off: usize, value: u32) -> bool {
-        let Some(p) = self.at(off, 4) else {
+        let Some(p) = self.at(off, 4, Access::Write) else {
             return false;
         };
         if (p as usize) % 4 != 0 {
@@ -231,6 +241,13 @@ mod tests {
         let fd = memfd(8192);
         let w = DeviceMapping::map(fd.as_fd(), 4096, 4096, Access::Write).unwrap();
         let r = DeviceMapping::map(fd.as_fd(), 4096, 4096, Access::Read).unwrap();
+        // Each mapping refuses what its protection would fault on.
+        assert!(!r.write(0, b"x"));
+        assert!(!r.doorbell(0, 1));
+        assert!(!r.write_desc64(0, &[0; 64]));
+        let mut one = [0u8; 1];
+        assert!(!w.read(0, &mut one));
+        assert_eq!(w.load_u8_acquire(0), None);
         assert!(w.write(10, b"abc"));
         assert!(!w.write(4095, b"ab"), "past the end");
         let mut out = [0u8; 3];
