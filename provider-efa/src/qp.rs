@@ -361,6 +361,10 @@ pub(crate) fn create(
             return Err(Errno::EINVAL);
         }
         let desc_off = out.llq_desc_offset as usize;
+        // Descriptors are written 64 bytes at a time at 64-byte boundaries.
+        if desc_off % TX_WQE_SIZE != 0 {
+            return Err(Errno::EINVAL);
+        }
         let llq = if sq_cnt > 0 {
             let len = page_align(sq_ring as usize + desc_off).ok_or(Errno::EINVAL)?;
             Some(DeviceMapping::map(
