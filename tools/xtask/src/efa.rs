@@ -102,21 +102,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 
     let mut outcomes = Vec::new();
     let mut record = |name: String, steps: usize, verdict: Result<String, String>, log: &Path| {
-        let (ok, detail) = match verdict {
-            Ok(d) => (true, d),
-            Err(d) => (false, format!("{d} (log: {})", log.display())),
-        };
-        util::print_line(&format!(
-            "efa: {:<40} {} {detail}",
-            name,
-            if ok { "ok  " } else { "FAIL" }
-        ));
-        outcomes.push(Outcome {
-            name,
-            ok,
-            detail,
-            group: Group::RdmaCore { steps },
-        });
+        push(&mut outcomes, name, Group::RdmaCore { steps }, verdict, log);
     };
 
     // rdma-core's ibv_devinfo finds efa_0 and libefa opens it.
@@ -442,6 +428,17 @@ fn record_ours(
     verdict: Result<String, String>,
     log: &Path,
 ) {
+    push(outcomes, name, Group::Ours { passed, failed }, verdict, log);
+}
+
+/// Prints one item's line and records its outcome in `group`.
+fn push(
+    outcomes: &mut Vec<Outcome>,
+    name: String,
+    group: Group,
+    verdict: Result<String, String>,
+    log: &Path,
+) {
     let (ok, detail) = match verdict {
         Ok(d) => (true, d),
         Err(d) => (false, format!("{d} (log: {})", log.display())),
@@ -455,7 +452,7 @@ fn record_ours(
         name,
         ok,
         detail,
-        group: Group::Ours { passed, failed },
+        group,
     });
 }
 
