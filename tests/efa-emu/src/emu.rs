@@ -76,11 +76,6 @@ pub struct Context {
 pub struct Ucontext {
     /// The async event fd (application end) and ours.
     pub(crate) async_fds: (c_int, c_int),
-    /// Whether the library asked for `max_tx_batch` (the device then
-    /// limits a doorbell to that many 64-byte blocks).
-    pub tx_batch: bool,
-    /// Whether the library asked for `min_sq_wr`.
-    pub min_sq_wr: bool,
     /// Bytes of the memfd handed out to regions so far.
     pub(crate) used: u64,
     /// Mappable regions by key (memfd offset).
@@ -91,8 +86,6 @@ pub struct Ucontext {
 #[derive(Debug)]
 pub struct Pd {
     pub(crate) ctx: u64,
-    /// The PD number (what the device checks keys against).
-    pub pdn: u16,
     pub(crate) users: u32,
 }
 
@@ -117,16 +110,10 @@ pub struct Mr {
 #[derive(Debug)]
 pub struct Cq {
     pub(crate) ctx: u64,
-    /// The device's CQ index.
-    pub cq_idx: u16,
     /// Entries per sub-CQ (a power of two).
     pub entries: u32,
     /// Bytes per entry (16, or 32 with the source GID).
     pub entry_size: u32,
-    /// Sub-CQs, one after the other in the ring region.
-    pub sub_cqs: u16,
-    /// Whether entries carry the source GID.
-    pub with_sgid: bool,
     pub(crate) key: u64,
     pub(crate) users: u32,
 }

@@ -36,8 +36,6 @@ pub(super) fn get_context(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errn
     };
     c.ucontext = Some(Ucontext {
         async_fds: (user, peer),
-        tx_batch: req.comp_mask & comp::TX_BATCH != 0,
-        min_sq_wr: req.comp_mask & comp::MIN_SQ_WR != 0,
         used: 0,
         regions: BTreeMap::new(),
     });

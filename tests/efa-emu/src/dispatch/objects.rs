@@ -72,7 +72,6 @@ pub(super) fn alloc_pd(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno> 
         handle,
         Pd {
             ctx: call.ctx,
-            pdn,
             users: 0,
         },
     );

@@ -92,11 +92,8 @@ pub(super) fn create_cq(emu: &mut Emu, call: &mut Call<'_>) -> Result<(), Errno>
         handle,
         Cq {
             ctx: call.ctx,
-            cq_idx,
             entries,
             entry_size: drv.cq_entry_size,
-            sub_cqs: drv.num_sub_cqs,
-            with_sgid,
             key,
             users: 0,
         },
