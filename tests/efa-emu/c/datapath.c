@@ -40,30 +40,17 @@ static void post_recv(const char *step, struct ibv_qp *qp, uint64_t off, uint32_
 		      uint64_t wr_id)
 {
 	struct ibv_sge sge = { (uintptr_t)buf + off, len, mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1 };
-	struct ibv_recv_wr *bad;
 
-	check_ret(step, ibv_post_recv(qp, &wr, &bad));
+	efa_post_recv(step, qp, &sge, 1, wr_id);
 }
 
 static void post_send(const char *step, struct ibv_qp *qp, struct ibv_ah *ah,
 		      uint32_t qpn, uint32_t qkey, struct ibv_sge *sge, int nsge,
 		      int flags, uint64_t wr_id, int imm)
 {
-	struct ibv_send_wr wr = {
-		.wr_id = wr_id,
-		.sg_list = sge,
-		.num_sge = nsge,
-		.opcode = imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND,
-		.send_flags = IBV_SEND_SIGNALED | flags,
-		.imm_data = htobe32(0xabcd0123),
-	};
-	struct ibv_send_wr *bad;
+	const uint32_t imm_data = 0xabcd0123;
 
-	wr.wr.ud.ah = ah;
-	wr.wr.ud.remote_qpn = qpn;
-	wr.wr.ud.remote_qkey = qkey;
-	check_ret(step, ibv_post_send(qp, &wr, &bad));
+	efa_post_send(step, qp, ah, qpn, qkey, sge, nsge, flags, wr_id, imm ? &imm_data : NULL);
 }
 
 /*

@@ -9,6 +9,8 @@
 #ifndef EFA_EMU_SCENARIO_H
 #define EFA_EMU_SCENARIO_H
 
+#include <endian.h>
+
 #include <infiniband/verbs.h>
 
 #include "../../mlx5-emu/c/scenario.h"
@@ -86,6 +88,41 @@ static inline void efa_quiet(const char *step, struct ibv_cq *cq)
 	while (now_ms() < end)
 		if (ibv_poll_cq(cq, 1, &wc) != 0)
 			fail(step, "an unexpected completion");
+}
+
+/* Posts a receive of `n` buffers `sg` on `qp` for request `wr_id`. */
+static inline void efa_post_recv(const char *step, struct ibv_qp *qp, struct ibv_sge *sg,
+				 int n, uint64_t wr_id)
+{
+	struct ibv_recv_wr wr = { .wr_id = wr_id, .sg_list = sg, .num_sge = n };
+	struct ibv_recv_wr *bad;
+
+	check_ret(step, ibv_post_recv(qp, &wr, &bad));
+}
+
+/*
+ * Posts a signaled SEND of `n` buffers `sg` on `qp` for request `wr_id` to
+ * QP `qpn` through `ah` presenting `qkey`, with send flags `flags` added,
+ * and with immediate data `*imm` (host order) unless `imm` is NULL.
+ */
+static inline void efa_post_send(const char *step, struct ibv_qp *qp, struct ibv_ah *ah,
+				 uint32_t qpn, uint32_t qkey, struct ibv_sge *sg, int n,
+				 int flags, uint64_t wr_id, const uint32_t *imm)
+{
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id,
+		.sg_list = sg,
+		.num_sge = n,
+		.opcode = imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED | flags,
+		.imm_data = imm ? htobe32(*imm) : 0,
+	};
+	struct ibv_send_wr *bad;
+
+	wr.wr.ud.ah = ah;
+	wr.wr.ud.remote_qpn = qpn;
+	wr.wr.ud.remote_qkey = qkey;
+	check_ret(step, ibv_post_send(qp, &wr, &bad));
 }
 
 /* `wc` has status `st` and belongs to request `id`. */

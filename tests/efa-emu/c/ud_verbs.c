@@ -46,27 +46,18 @@ static struct ibv_qp *ud_qp(const char *step, struct ibv_pd *pd)
 static void recv1(const char *step, struct ibv_qp *qp, uint64_t id)
 {
 	struct ibv_sge s = { (uintptr_t)buf + 1000, 64, mr->lkey };
-	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &s, .num_sge = 1 };
-	struct ibv_recv_wr *bad;
 
-	check_ret(step, ibv_post_recv(qp, &wr, &bad));
+	efa_post_recv(step, qp, &s, 1, id);
 }
 
 static void send1(const char *step, struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn,
 		  uint32_t qkey, struct ibv_sge *sg, int n, int flags, uint64_t id)
 {
-	struct ibv_send_wr wr = {
-		.wr_id = id, .sg_list = sg, .num_sge = n,
-		.opcode = (flags & IBV_SEND_INLINE) ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND,
-		.send_flags = IBV_SEND_SIGNALED | flags,
-		.imm_data = htobe32(0x5151),
-	};
-	struct ibv_send_wr *bad;
+	/* An inline send carries immediate data too. */
+	const uint32_t imm = 0x5151;
 
-	wr.wr.ud.ah = ah;
-	wr.wr.ud.remote_qpn = qpn;
-	wr.wr.ud.remote_qkey = qkey;
-	check_ret(step, ibv_post_send(qp, &wr, &bad));
+	efa_post_send(step, qp, ah, qpn, qkey, sg, n, flags, id,
+		      (flags & IBV_SEND_INLINE) ? &imm : NULL);
 }
 
 int main(void)
