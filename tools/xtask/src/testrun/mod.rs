@@ -473,11 +473,27 @@ impl Problems {
     }
 }
 
-/// The last `n` lines of `log`, each cut to 200 characters.
+/// How many earlier `FAIL` lines a failed VM item's summary repeats.
+const EARLIER_FAIL_LINES: usize = 10;
+
+/// The last `n` lines of `log`, each cut to 200 characters, after the
+/// first few lines above them that start with `FAIL` (the scripts' verdict
+/// lines): what failed stays in view when the script printed on after it.
 fn last_lines(log: &str, n: usize) -> String {
     let lines: Vec<&str> = log.lines().collect();
     let from = lines.len().saturating_sub(n);
-    lines[from..]
+    let earlier: Vec<&str> = lines[..from]
+        .iter()
+        .filter(|l| l.trim_start().starts_with("FAIL"))
+        .take(EARLIER_FAIL_LINES)
+        .copied()
+        .collect();
+    let mut shown = earlier;
+    if !shown.is_empty() {
+        shown.push("...");
+    }
+    shown.extend_from_slice(&lines[from..]);
+    shown
         .iter()
         .map(|l| l.chars().take(200).collect::<String>())
         .collect::<Vec<_>>()
@@ -974,5 +990,7 @@ mod tests {
         assert_eq!(last_lines("", 5), "");
         let long = "x".repeat(500);
         assert_eq!(last_lines(&long, 1).len(), 200);
+        let log = "ok a\nFAIL: b broke\nok c\nok d\nok e";
+        assert_eq!(last_lines(log, 2), "FAIL: b broke\n...\nok d\nok e");
     }
 }
