@@ -76,6 +76,21 @@ pub struct DeviceAttr {
 }
 
 impl Efa {
+    /// [`Provider::create_cq`] for a CQ whose receive completions carry the
+    /// sender's GID when the sender has no address handle on this device
+    /// (32-byte entries; libefa's `efadv_create_cq` with
+    /// `EFADV_WC_EX_WITH_SGID`): `EOPNOTSUPP` unless the device has
+    /// `CQ_WITH_SGID`, or for creation flags. Read the GID with
+    /// [`cq::Cq::last_source_gid`] after each poll.
+    pub fn create_cq_with_sgid(&self, cmd: &CreateCq) -> Result<CqCreated<Self>, Errno> {
+        let (resp, ring) = cq::create(&self.fd, &self.uctx, cmd, true)?;
+        Ok(CqCreated {
+            resp,
+            cq: ring,
+            shared: Unshared,
+        })
+    }
+
     /// The device's EFA attributes, as the context was opened with.
     pub fn device_attr(&self) -> DeviceAttr {
         use rverbs_abi::efa::device_caps as c;
@@ -312,7 +327,7 @@ impl Provider for Efa {
             return Err(Errno::EOPNOTSUPP);
         }
         // The kernel allocates EFA's rings: no allocator is used.
-        let (resp, ring) = cq::create(&self.fd, &self.uctx, cmd)?;
+        let (resp, ring) = cq::create(&self.fd, &self.uctx, cmd, false)?;
         Ok(CqCreated {
             resp,
             cq: ring,

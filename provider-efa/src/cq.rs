@@ -41,6 +41,10 @@ pub struct Cq {
     /// The row of the last completion's QP (an index into `rows`, checked
     /// before use).
     last: usize,
+    /// Entries are 32 bytes, with the sender's GID (created so).
+    with_sgid: bool,
+    /// The sender's GID of the last completion polled, when it carried one.
+    last_sgid: Option<[u8; 16]>,
 }
 
 impl Cq {
@@ -84,10 +88,14 @@ impl Cq {
         if !sub.is_new(flags) {
             return None;
         }
-        // This provider's CQs have 16-byte entries (created so): a
-        // fixed-size copy, which compiles to two loads.
-        let mut buf = [0u8; cqe::ENTRY_SIZE];
-        let bytes = &mut buf[..];
+        // Entries are 16 bytes, or 32 on a CQ created with source GIDs:
+        // a fixed-size copy either way (two loads for the first).
+        let mut buf = [0u8; cqe::ENTRY_SIZE_EX];
+        let bytes = if self.with_sgid {
+            &mut buf[..]
+        } else {
+            &mut buf[..cqe::ENTRY_SIZE]
+        };
         if !self.ring.read(off, bytes) {
             return None;
         }
@@ -100,12 +108,29 @@ impl Cq {
             ..Wc::default()
         };
         let Ok(c) = cqe::decode(bytes) else {
+            self.last_sgid = None;
             return Some(bad(0));
         };
+        if self.with_sgid {
+            self.last_sgid = c.sgid;
+        }
         match self.complete(u32::from(c.qp_num), c.queue, c.req_id) {
             Some(wr_id) => Some(c.to_wc(wr_id)),
             None => Some(bad(u32::from(c.qp_num))),
         }
+    }
+
+    /// The sender's GID of the last completion [`Cq::poll`] returned: on a
+    /// CQ created with source GIDs, for a receive from a sender that has no
+    /// address handle on this device (libefa's `efadv_wc_read_sgid`);
+    /// `None` otherwise.
+    pub fn last_source_gid(&self) -> Option<[u8; 16]> {
+        self.last_sgid
+    }
+
+    /// Whether the CQ was created with source GIDs (32-byte entries).
+    pub fn with_source_gid(&self) -> bool {
+        self.with_sgid
     }
 
     /// Polls up to `wc.len()` completions.
@@ -127,19 +152,29 @@ impl Cq {
     }
 }
 
-/// CREATE_CQ with EFA's driver data (16-byte entries, the device's
-/// sub-CQs, no completion channel: EFA without `CQ_NOTIFICATIONS` has no
-/// completion events) and the ring mapped; on any failure after the
-/// command the kernel CQ is destroyed again.
+/// CREATE_CQ with EFA's driver data (16-byte entries, or 32 with the
+/// sender's GID when `with_sgid`, which needs the device's `CQ_WITH_SGID`;
+/// the device's sub-CQs; no completion channel: EFA without
+/// `CQ_NOTIFICATIONS` has no completion events) and the ring mapped; on
+/// any failure after the command the kernel CQ is destroyed again.
 pub(crate) fn create(
     fd: &Arc<OwnedFd>,
     uctx: &Arc<Uctx>,
     cmd: &CreateCq,
+    with_sgid: bool,
 ) -> Result<(CreateCqResp, Cq), Errno> {
     let lim = &uctx.limits;
     if cmd.comp_channel >= 0 && !lim.has(device_caps::CQ_NOTIFICATIONS) {
         return Err(Errno::EOPNOTSUPP);
     }
+    if with_sgid && !lim.has(device_caps::CQ_WITH_SGID) {
+        return Err(Errno::EOPNOTSUPP);
+    }
+    let entry_size = if with_sgid {
+        cqe::ENTRY_SIZE_EX
+    } else {
+        cqe::ENTRY_SIZE
+    };
     let sub_cqs = usize::from(lim.sub_cqs_per_cq);
     if sub_cqs > MAX_SUB_CQS {
         return Err(Errno::EOPNOTSUPP);
@@ -156,9 +191,13 @@ pub(crate) fn create(
     };
     let drv = efa::CreateCq {
         comp_mask: 0,
-        cq_entry_size: cqe::ENTRY_SIZE as u32,
+        cq_entry_size: entry_size as u32,
         num_sub_cqs: lim.sub_cqs_per_cq,
-        flags: 0,
+        flags: if with_sgid {
+            efa::create_cq_flags::WITH_SGID
+        } else {
+            0
+        },
         reserved_58: [0; 5],
     };
     let (resp, out) = efa::cmd::create_cq(fd.as_fd(), &core, &drv)?;
@@ -175,7 +214,7 @@ pub(crate) fn create(
     };
     let built = (|| {
         // Each sub-CQ holds the entries the kernel granted.
-        let sub = SubCq::new(resp.cqe, cqe::ENTRY_SIZE).ok_or(Errno::EINVAL)?;
+        let sub = SubCq::new(resp.cqe, entry_size).ok_or(Errno::EINVAL)?;
         let need = sub.len_bytes().checked_mul(sub_cqs).ok_or(Errno::EINVAL)?;
         let len = usize::try_from(out.q_mmap_size).map_err(|_| Errno::EINVAL)?;
         if len < need {
@@ -197,6 +236,8 @@ pub(crate) fn create(
             rows,
             generation,
             last: 0,
+            with_sgid,
+            last_sgid: None,
         })
     })();
     match built {

@@ -27,7 +27,7 @@
 #![deny(unreachable_pub)]
 
 pub mod contract;
-mod cq;
+pub mod cq;
 pub mod cqe;
 mod ctx;
 mod qp;

@@ -13,6 +13,7 @@ use zerocopy::{FromBytes, IntoBytes, KnownLayout};
 use crate::context::Context;
 use crate::error::{Error, InvalidKind, Result};
 use crate::event::{EventId, ObjectKind};
+use crate::gid::Gid;
 use crate::sys::mem::Leakable;
 use crate::RingLost;
 use rverbs_provider::SharedAllocator;
@@ -156,7 +157,22 @@ impl Context {
             comp_vector,
             flags: CqFlags::empty(),
         };
-        self.create_cq_impl(&attr, false, None)
+        self.create_cq_impl(&attr, false, None, false)
+    }
+
+    /// Creates a CQ whose receive completions carry the sender's GID when
+    /// the sender has no address handle on this device (EFA's
+    /// `CQ_WITH_SGID`, libefa's `efadv_create_cq` with
+    /// `EFADV_WC_EX_WITH_SGID`): read it with [`Cq::last_source_gid`]
+    /// after each poll. [`Error::NotOffered`] on any other device, on an
+    /// EFA device without that capability, and with creation flags.
+    pub fn create_cq_with_source_gid(&self, attr: &CqInitAttr<'_>) -> Result<Cq> {
+        if !attr.flags.is_empty() {
+            return Err(Error::NotOffered {
+                what: "creation flags on a CQ with the sender's GID",
+            });
+        }
+        self.create_cq_impl(attr, false, None, true)
     }
 
     /// Creates a CQ with the kernel's extended CREATE_CQ command, which
@@ -192,7 +208,7 @@ impl Context {
                 ));
             }
         }
-        self.create_cq_impl(attr, true, alloc)
+        self.create_cq_impl(attr, true, alloc, false)
     }
 
     fn create_cq_impl(
@@ -200,6 +216,7 @@ impl Context {
         attr: &CqInitAttr<'_>,
         extended: bool,
         alloc: Option<&SharedAllocator>,
+        source_gid: bool,
     ) -> Result<Cq> {
         let CqInitAttr {
             cqe,
@@ -234,9 +251,12 @@ impl Context {
         };
         // Complete or nothing: the provider destroys what it created on
         // the way if it fails.
-        let (resp, ring, shared) =
+        let (resp, ring, shared) = if source_gid {
+            self.provider().create_cq_with_sgid(&cmd)?
+        } else {
             self.provider()
-                .create_cq(&cmd, extended.then_some(flags.bits()), alloc)?;
+                .create_cq(&cmd, extended.then_some(flags.bits()), alloc)?
+        };
         if let Some(c) = channel {
             c.register(event_id, shared.clone());
         }
@@ -323,6 +343,21 @@ impl Cq {
     #[inline(always)]
     pub fn poll_inlined(&mut self, wc: &mut [Wc]) -> std::result::Result<usize, RingLost> {
         self.ring.poll_wcs_inline(as_raw_wcs(wc))
+    }
+
+    /// The sender's GID of the last completion [`Cq::poll`] returned, on a
+    /// CQ made by [`Context::create_cq_with_source_gid`]: present for a
+    /// receive from a sender with no address handle on this device (with
+    /// one, its [`Wc`] names the sender: `src_qp` and the AH), `None` for
+    /// every other completion and on every other CQ. Poll one completion
+    /// at a time to read each one's.
+    pub fn last_source_gid(&self) -> Option<Gid> {
+        self.ring.last_source_gid().map(Gid)
+    }
+
+    /// Whether the CQ was made by [`Context::create_cq_with_source_gid`].
+    pub fn has_source_gid(&self) -> bool {
+        self.ring.with_source_gid()
     }
 
     /// The completion channel this CQ signals, if it was created with one.

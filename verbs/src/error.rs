@@ -51,7 +51,7 @@ pub enum Error {
     NoSuchDevice(String),
     /// The device's driver has no provider here.
     #[error(
-        "device {device}: driver {driver} is not supported by this crate (supported: rxe, mlx5)"
+        "device {device}: driver {driver} is not supported by this crate (supported: rxe, mlx5, efa)"
     )]
     UnsupportedDriver {
         /// The ibdev name.

@@ -137,6 +137,18 @@ impl Cq {
     pub(crate) fn resize(&mut self, cqe: u32) -> Result<u32> {
         dispatch!(self, c => c.resize(cqe)).map_err(Error::kernel("resize_cq"))
     }
+    /// The sender's GID of the last completion polled, on an EFA CQ
+    /// created with source GIDs (None elsewhere).
+    pub(crate) fn last_source_gid(&self) -> Option<[u8; 16]> {
+        match self {
+            Self::Efa(c) => c.last_source_gid(),
+            _ => None,
+        }
+    }
+    /// Whether the CQ was created with source GIDs.
+    pub(crate) fn with_source_gid(&self) -> bool {
+        matches!(self, Self::Efa(c) if c.with_source_gid())
+    }
 }
 
 /// [`Cq::poll_wcs`] on one provider's CQ. Its result (a count or a
@@ -509,6 +521,22 @@ impl Ctx {
                 provider: self.name(),
                 feature,
             })
+        }
+    }
+
+    /// Creates a CQ whose receive completions carry the sender's GID (EFA
+    /// with `CQ_WITH_SGID` only; refused before any command elsewhere).
+    pub(crate) fn create_cq_with_sgid(&self, cmd: &CreateCq) -> Result<CqParts> {
+        match self {
+            Ctx::Efa(p) if p.device_attr().cq_with_sgid => {
+                let c = p
+                    .create_cq_with_sgid(cmd)
+                    .map_err(Error::kernel("create_cq"))?;
+                Ok((c.resp, Cq::Efa(c.cq), CqShared::Efa(c.shared)))
+            }
+            _ => Err(Error::NotOffered {
+                what: "completions with the sender's GID (EFA's CQ_WITH_SGID)",
+            }),
         }
     }
 

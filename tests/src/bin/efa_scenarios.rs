@@ -336,6 +336,114 @@ fn run() -> R {
     )?;
     pass(s);
 
+    // The sender's GID of a receive, on CQs created with source GIDs: none
+    // when the receiving context has an AH for the sender (this one), the
+    // sender's GID when it has none (a second context); never on a CQ
+    // without them.
+    let s = "source_gid";
+    expect(s, !e.cq.has_source_gid(), "a plain CQ has source GIDs")?;
+    let flagged = e.ctx.create_cq_with_source_gid(&rverbs::CqInitAttr {
+        cqe: 8,
+        channel: None,
+        comp_vector: 0,
+        flags: rverbs::CqFlags::IGNORE_OVERRUN,
+    });
+    expect(
+        s,
+        matches!(flagged, Err(rverbs::Error::NotOffered { .. })),
+        "creation flags with source GIDs were accepted",
+    )?;
+    let with_gid = |ctx: &Context| {
+        ctx.create_cq_with_source_gid(&rverbs::CqInitAttr {
+            cqe: 8,
+            channel: None,
+            comp_vector: 0,
+            flags: rverbs::CqFlags::empty(),
+        })
+    };
+    let srd_on = |pd: &Pd, cq: &Cq| -> rverbs::Result<Qp> {
+        let mut qp = pd.create_qp(&QpInitAttr {
+            send_cq: cq,
+            recv_cq: cq,
+            qp_type: QpType::Srd,
+            cap: QpCap {
+                max_send_wr: 4,
+                max_recv_wr: 4,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })?;
+        qp.ready_ud(1, QKEY, 0)?;
+        Ok(qp)
+    };
+    let mut cq_here = with_gid(&e.ctx).at(s)?;
+    expect(s, cq_here.has_source_gid(), "has_source_gid")?;
+    let mut here = srd_on(&e.pd, &cq_here).at(s)?;
+    let poll_on = |cq: &mut Cq| -> R<(Wc, Option<rverbs::Gid>)> {
+        let mut wc = [Wc::default(); 1];
+        let end = Instant::now() + WAIT;
+        while Instant::now() < end {
+            if cq.poll(&mut wc).at(s)? == 1 {
+                return Ok((wc[0], cq.last_source_gid()));
+            }
+        }
+        fail(s, "no receive completion within 5 s")
+    };
+    here.post_recv(&[RecvWr::new(96, &[e.sge(3000, 64)])])
+        .at(s)?;
+    sa.post_send(&[SendWr::send(22, &[e.sge(0, 7)])
+        .signaled()
+        .to(&ah, here.qp_num(), QKEY)])
+        .at(s)?;
+    let (rw, sgid) = poll_on(&mut cq_here)?;
+    wc_is(s, &rw, WcStatus::SUCCESS, 96)?;
+    expect(
+        s,
+        sgid.is_none(),
+        "a source GID although the receiver has an AH for the sender",
+    )?;
+    wc_is(s, &e.poll1(s)?, WcStatus::SUCCESS, 22)?;
+    let ctx2 = dev.open().at(s)?;
+    let pd2 = ctx2.alloc_pd().at(s)?;
+    let mr2 = pd2.alloc_mr(4096, AccessFlags::LOCAL_WRITE).at(s)?;
+    let mut cq2 = with_gid(&ctx2).at(s)?;
+    let mut there = srd_on(&pd2, &cq2).at(s)?;
+    there
+        .post_recv(&[RecvWr::new(
+            97,
+            &[Sge {
+                addr: mr2.addr(),
+                length: 64,
+                lkey: mr2.lkey(),
+            }],
+        )])
+        .at(s)?;
+    e.mr.write_at(0, b"hello, efa\0").at(s)?;
+    sa.post_send(&[SendWr::send(23, &[e.sge(0, 11)])
+        .signaled()
+        .to(&ah, there.qp_num(), QKEY)])
+        .at(s)?;
+    let (rw, sgid) = poll_on(&mut cq2)?;
+    wc_is(s, &rw, WcStatus::SUCCESS, 97)?;
+    expect(
+        s,
+        sgid == Some(e.gid),
+        &format!("source GID {sgid:?}, the sender's is {:?}", e.gid),
+    )?;
+    let mut got = [0u8; 11];
+    mr2.read_at(0, &mut got).at(s)?;
+    expect(s, &got == b"hello, efa\0", "payload across contexts")?;
+    wc_is(s, &e.poll1(s)?, WcStatus::SUCCESS, 23)?;
+    expect(
+        s,
+        e.cq.last_source_gid().is_none(),
+        "a plain CQ reported a source GID",
+    )?;
+    drop((here, there, cq_here, cq2, mr2, pd2, ctx2));
+    pass(s);
+
     // What EFA refuses at post time: an unsignaled send, three SGEs.
     let s = "post_refused";
     let r = sa.post_send(&[SendWr::send(10, &[e.sge(0, 1)]).to(&ah, sb.qp_num(), QKEY)]);
