@@ -6,6 +6,11 @@
 # exit 0 and both print "<size*iters*2> bytes in"; ours also checks the size
 # and every byte of each message it receives. `readelf` and `ldd` must show
 # no dynamic section.
+#
+# Also the efadv probe of tests/efa-emu/c linked with -static against our
+# libefa.a and libibverbs.a (efadv_static): on rxe0, a device that is not
+# EFA, every efadv_* call must answer EOPNOTSUPP as libefa's do (its EFA
+# branch runs on the emulated EFA device, dynamically, in cargo xtask efa).
 if [ -z "${BASH_VERSION:-}" ]; then
     exec bash "$0" "$@"
 fi
@@ -78,6 +83,30 @@ run() {
         echo "--- result: ok"
     fi
 }
+
+efadv="$ourlib/efadv_static"
+echo "=== $efadv $dev"
+if [ ! -x "$efadv" ]; then
+    echo "FAIL: $efadv is missing (cargo xtask ibverbs --debug)"
+    failed=1
+elif ! readelf -d "$efadv" 2>&1 | grep -q "There is no dynamic section"; then
+    echo "FAIL: readelf -d $efadv shows a dynamic section"
+    failed=1
+elif out=$(timeout "$limit" "$efadv" "$dev" 2>&1); then
+    echo "$out"
+    want="PASS open PASS efadv_query_device PASS efadv_create_driver_qp PASS efadv_create_cq PASS teardown"
+    if [ "$(echo $out)" = "$want" ]; then
+        echo "--- result: ok"
+    else
+        echo "--- result: FAIL (steps differ from: $want)"
+        failed=1
+    fi
+else
+    rc=$?
+    echo "$out"
+    echo "--- result: FAIL (exit status $rc)"
+    failed=1
+fi
 
 run ours ibv 4096
 run ibv ours 4096

@@ -27,8 +27,18 @@ pub const REFERENCE: &str = "verbs/ibverbs/abi/rdma-core-56.syms";
 
 /// Pairs of ours that rdma-core has not: `rverbs_ibverbs_version`, which
 /// says which build of our library a program loaded (and marks the file
-/// as ours for the linkage check, `linkage.rs`).
-pub const OUR_OWN: &[&str] = &["rverbs_ibverbs_version@@RVERBS_IBVERBS_0"];
+/// as ours for the linkage check, `linkage.rs`), and the EFA direct verbs
+/// our `libefa.so.1` forwards to (`efadv.rs`; rdma-core keeps them in its
+/// libefa).
+pub const OUR_OWN: &[&str] = &[
+    "rverbs_ibverbs_version@@RVERBS_IBVERBS_0",
+    "rverbs_efadv_cq_from_ibv_cq_ex@@RVERBS_IBVERBS_0",
+    "rverbs_efadv_create_cq@@RVERBS_IBVERBS_0",
+    "rverbs_efadv_create_driver_qp@@RVERBS_IBVERBS_0",
+    "rverbs_efadv_create_qp_ex@@RVERBS_IBVERBS_0",
+    "rverbs_efadv_query_ah@@RVERBS_IBVERBS_0",
+    "rverbs_efadv_query_device@@RVERBS_IBVERBS_0",
+];
 
 /// One exported (symbol, version) pair.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

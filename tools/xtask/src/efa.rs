@@ -132,8 +132,9 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
 
     // The scenario programs on rdma-core's libibverbs + libefa.
     let src_dir = ws.join("tests").join("efa-emu").join("c");
-    // Programs of plain verbs (no efadv) also run on our libibverbs.
-    let mut plain = Vec::new();
+    // Every program also runs on our libibverbs (and, for those of efadv,
+    // our libefa): (stem, program, steps on rdma-core, uses efadv).
+    let mut again = Vec::new();
     for (src, stem) in c_sources(&src_dir)? {
         let exe = out_dir.join(&stem);
         let log = logs.join(format!("{stem}.log"));
@@ -167,9 +168,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         let (code, out) = run_bounded(&mut c, &log, ITEM_LIMIT)?;
         let steps = pass_lines(&out);
         record(name, steps, check_program(&out, code), &log);
-        if !uses_efadv {
-            plain.push((stem, exe, steps));
-        }
+        again.push((stem, exe, steps, uses_efadv));
     }
 
     // Our tool prints what rdma-core's prints, line for line, and then
@@ -228,9 +227,9 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
         &ours_log,
     );
 
-    // rdma-core's ibv_devinfo and the plain-verbs programs, unchanged, on
-    // our libibverbs.so.1 (rverbs' EFA provider under it): the same
-    // output, the same steps.
+    // rdma-core's ibv_devinfo and the scenario programs, unchanged, on
+    // our libibverbs.so.1 (rverbs' EFA provider under it) and our
+    // libefa.so.1 (efadv over it): the same output, the same steps.
     match crate::ibverbs::build(target_dir, false) {
         Err(e) => {
             let log = logs.join("our-libibverbs.log");
@@ -283,7 +282,7 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
                 let failed = usize::from(verdict.is_err());
                 record_ours(&mut outcomes, name, 0, failed, verdict, &log);
             }
-            for (stem, exe, steps) in &plain {
+            for (stem, exe, steps, uses_efadv) in &again {
                 let log = logs.join(format!("{stem}.our-libibverbs.log"));
                 let mut c = Command::new(exe);
                 c.env("LD_LIBRARY_PATH", &dir);
@@ -298,9 +297,14 @@ pub fn run_all(target_dir: &Path) -> Result<Vec<Outcome>> {
                     }
                 });
                 let failed = usize::from(verdict.is_err());
+                let libs = if *uses_efadv {
+                    "our libibverbs + libefa"
+                } else {
+                    "our libibverbs"
+                };
                 record_ours(
                     &mut outcomes,
-                    format!("C program {stem} on our libibverbs"),
+                    format!("C program {stem} on {libs}"),
                     osteps,
                     failed,
                     verdict,

@@ -216,7 +216,8 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
         compat.len()
     );
     crate::abi::check(&ws, &lib)?;
-    static_program(&ws, &out)?;
+    crate::efadv::build(&ws, &out, release)?;
+    static_programs(&ws, &out)?;
     c_tests(&ws, &out)?;
     host_c_tests(&out)?;
     Ok(out)
@@ -321,15 +322,27 @@ const C_TESTS: &[&str] = &["threads", "rules", "helpers", "compat_1_0", "parent_
 
 /// The C ping-pong of `tests/ibverbs-c`, linked with `-static` against
 /// our `libibverbs.a` in `out` (the header is `<infiniband/verbs.h>` from
-/// libibverbs-dev, the ABI it implements): `out/static_pingpong`, checked
-/// to have no interpreter and no dynamic section.
-fn static_program(ws: &Path, out: &Path) -> Result<()> {
-    let src = ws.join(STATIC_PINGPONG_SRC);
-    let exe = out.join("static_pingpong");
+/// libibverbs-dev, the ABI it implements): `out/static_pingpong`; and the
+/// efadv probe of `tests/efa-emu/c` against our `libefa.a` and
+/// `libibverbs.a`: `out/efadv_static`. Each checked to have no
+/// interpreter and no dynamic section.
+fn static_programs(ws: &Path, out: &Path) -> Result<()> {
+    static_program(ws, out, STATIC_PINGPONG_SRC, "static_pingpong", &[])?;
+    let efa = out.join(format!("{}.a", ["lib", "efa"].concat()));
+    static_program(ws, out, EFADV_PROBE_SRC, "efadv_static", &[efa])
+}
+
+/// `src` linked with `-static` against `first` and then our
+/// `libibverbs.a` in `out`, as `out/<name>`; checked as
+/// [`static_programs`] says.
+fn static_program(ws: &Path, out: &Path, src: &str, name: &str, first: &[PathBuf]) -> Result<()> {
+    let src = ws.join(src);
+    let exe = out.join(name);
     let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
     cc.args(["-O2", "-Wall", "-Werror", "-static", "-o"])
         .arg(&exe)
         .arg(&src)
+        .args(first)
         .arg(out.join(format!("{STEM}.a")))
         .args(["-lpthread", "-ldl", "-lm"])
         .stdin(Stdio::null());
@@ -406,6 +419,8 @@ fn static_link_warnings(stderr: &str) -> Vec<String> {
 
 /// The C program [`static_program`] links.
 const STATIC_PINGPONG_SRC: &str = "tests/ibverbs-c/static_pingpong.c";
+/// The efadv probe (also one of `cargo xtask efa`'s programs).
+const EFADV_PROBE_SRC: &str = "tests/efa-emu/c/efadv_probe.c";
 
 /// Debian's packages whose programs and libraries import from
 /// libibverbs (rdma-core 44's consumers).

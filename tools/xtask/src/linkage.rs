@@ -23,6 +23,10 @@ const FORBIDDEN_LIBS: &[&str] = &["libibverbs", "libmlx5", "librxe", "librdmacm"
 /// The symbol that marks our own `libibverbs.so.1` (see
 /// `verbs/ibverbs/src/ffi.rs`).
 const OUR_LIBIBVERBS_MARK: &str = "rverbs_ibverbs_version";
+/// The version of our libibverbs' own symbols: a file that imports one
+/// (our `libefa.so.1`, over `rverbs_efadv_*`) loads only beside our
+/// libibverbs, so its NEEDED `libibverbs.so.1` is ours.
+const OUR_LIBIBVERBS_VERSION: &str = "@RVERBS_IBVERBS_0";
 /// Symbol prefixes that would mean rdma-core is being called.
 const FORBIDDEN_SYMBOLS: &[&str] = &["ibv_", "mlx5dv_", "rdma_create_", "rdma_get_devices"];
 
@@ -51,18 +55,7 @@ fn elf_files(dir: &Path) -> Vec<PathBuf> {
 /// The problems found in one ELF file.
 pub fn inspect(path: &Path) -> Result<Vec<String>> {
     let mut found = Vec::new();
-    let dynamic = Command::new("readelf")
-        .args(["-d", "-W"])
-        .arg(path)
-        .output()
-        .context("running readelf (binutils)")?;
-    let text = String::from_utf8_lossy(&dynamic.stdout);
-    for line in text.lines().filter(|l| l.contains("(NEEDED)")) {
-        if FORBIDDEN_LIBS.iter().any(|l| line.contains(l)) {
-            found.push(format!("links {}", line.trim()));
-        }
-    }
-    // One `nm -D` serves both questions below. It prints an undefined
+    // One `nm -D` serves the questions below. It prints an undefined
     // symbol (what `--undefined-only` lists) with no value and type `U`,
     // or `w`/`v` when weak; every other line is a defined symbol (what
     // `--defined-only` lists). The name is the line's last word.
@@ -74,6 +67,27 @@ pub fn inspect(path: &Path) -> Result<Vec<String>> {
     let syms = String::from_utf8_lossy(&syms.stdout);
     let (undefined, defined): (Vec<&str>, Vec<&str>) =
         syms.lines().partition(|line| nm_line_is_undefined(line));
+    // Our libefa.so.1: it imports our libibverbs' own version, so it
+    // links our libibverbs and names itself in its soname.
+    let over_ours = undefined.iter().any(|l| {
+        l.split_whitespace()
+            .last()
+            .is_some_and(|n| n.ends_with(OUR_LIBIBVERBS_VERSION))
+    });
+    let dynamic = Command::new("readelf")
+        .args(["-d", "-W"])
+        .arg(path)
+        .output()
+        .context("running readelf (binutils)")?;
+    let text = String::from_utf8_lossy(&dynamic.stdout);
+    for line in text.lines().filter(|l| l.contains("(NEEDED)")) {
+        if FORBIDDEN_LIBS
+            .iter()
+            .any(|l| line.contains(l) && !(over_ours && *l == "libibverbs"))
+        {
+            found.push(format!("links {}", line.trim()));
+        }
+    }
     for line in undefined {
         let name = line.split_whitespace().last().unwrap_or("");
         if FORBIDDEN_SYMBOLS.iter().any(|p| name.starts_with(p)) {
@@ -89,11 +103,9 @@ pub fn inspect(path: &Path) -> Result<Vec<String>> {
         .any(|name| name == OUR_LIBIBVERBS_MARK);
     let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let named = libs_named(&bytes);
-    for (lib, _) in FORBIDDEN_LIBS
-        .iter()
-        .zip(named)
-        .filter(|(l, hit)| *hit && !(ours && **l == "libibverbs"))
-    {
+    for (lib, _) in FORBIDDEN_LIBS.iter().zip(named).filter(|(l, hit)| {
+        *hit && !((ours || over_ours) && **l == "libibverbs") && !(over_ours && **l == "libefa")
+    }) {
         let needle = [lib, "so"].join(".");
         found.push(format!("contains the string {needle:?} (dlopen?)"));
     }

@@ -72,6 +72,7 @@ mod callgrind;
 mod charts;
 mod conform;
 mod efa;
+mod efadv;
 mod fuzz;
 mod ibverbs;
 mod initramfs;

@@ -15,7 +15,8 @@
 //! conversions ([`ffi::enums`]), librdmacm's copy helpers ([`copy`]), and
 //! the `IBVERBS_1.0` versions of the core verbs for programs linked
 //! against libibverbs 1.0 ([`ffi::compat_1_0`],
-//! [`ffi::compat_1_0_queues`]). The contexts it hands out are extended
+//! [`ffi::compat_1_0_queues`]), and EFA's direct verbs ([`ffi::efadv`],
+//! behind our `libefa.so.1`, package `rverbs-efadv`). The contexts it hands out are extended
 //! (`struct verbs_context` before the `struct ibv_context` programs hold,
 //! `abi_compat` set as libibverbs sets it), with the operations `verbs.h`'s
 //! inline functions call filled in (`query_port`, `query_device_ex`,

@@ -155,6 +155,13 @@ pub(crate) struct CqRec {
     /// The completion `start_poll`/`next_poll` read last (guarded by
     /// `polling`).
     current: UnsafeCell<Wc>,
+    /// The sender's GID of `current`, on a CQ created with source GIDs
+    /// (guarded by `polling`).
+    current_sgid: UnsafeCell<Option<[u8; 16]>>,
+    /// The `struct efadv_cq` `efadv_cq_from_ibv_cq_ex` hands out (EFA),
+    /// which the program may read (and, being C, write): never behind a
+    /// Rust reference. Its function reads `current_sgid`.
+    pub(crate) efadv: UnsafeCell<super::efadv::EfadvCq>,
 }
 
 impl CqRec {
@@ -279,12 +286,14 @@ pub unsafe extern "C" fn ibv_create_cq(
     })
 }
 
-/// How a CQ is made: on a parent domain (which counts it) and whether the
-/// program promised single-threaded use.
+/// How a CQ is made: on a parent domain (which counts it), whether the
+/// program promised single-threaded use, and whether its completions
+/// carry the sender's GID (EFA).
 struct CqOn<'a> {
     /// The parent domain's pointer and record.
     parent: Option<(*mut IbvPd, &'a PdRec)>,
     single_threaded: bool,
+    source_gid: bool,
 }
 
 /// The record of a new CQ `cq` (on `channel`, whose record is `chan`),
@@ -301,6 +310,7 @@ fn new_cq(
     let id = cq.event_id();
     let (handle, cqe) = (cq.handle(), cq.cqe());
     let single = on.as_ref().is_some_and(|o| o.single_threaded);
+    let source_gid = on.as_ref().is_some_and(|o| o.source_gid);
     let parent = on.and_then(|o| o.parent);
     let cq = if single {
         // SAFETY: the program created this CQ single-threaded (on a thread
@@ -354,6 +364,8 @@ fn new_cq(
         comp_events_reported: AtomicU32::new(0),
         polling: AtomicBool::new(false),
         current: UnsafeCell::new(Wc::default()),
+        current_sgid: UnsafeCell::new(None),
+        efadv: UnsafeCell::new(super::efadv::EfadvCq::new(source_gid)),
     });
     let rec = Box::into_raw(rec);
     super::event::track(context, id, rec as usize);
@@ -399,6 +411,21 @@ pub unsafe extern "C" fn create_cq_ex(
     context: *mut IbvContext,
     attr: *mut IbvCqInitAttrEx,
 ) -> *mut IbvCqEx {
+    // SAFETY: forwarded from this function's contract.
+    unsafe { create_cq_ex_of(context, attr, false) }
+}
+
+/// [`create_cq_ex`], with completions that carry the sender's GID when
+/// `source_gid` (`efadv_create_cq` with `EFADV_WC_EX_WITH_SGID`: not on a
+/// parent domain, and `EOPNOTSUPP` where the device lacks it).
+///
+/// # Safety
+/// As [`create_cq_ex`].
+pub(crate) unsafe fn create_cq_ex_of(
+    context: *mut IbvContext,
+    attr: *mut IbvCqInitAttrEx,
+    source_gid: bool,
+) -> *mut IbvCqEx {
     guard(ptr::null_mut(), || {
         // SAFETY: forwarded from this function's contract.
         let (Some(ctx), Some(a)) = (context_rec(context), unsafe { attr.as_ref() }) else {
@@ -441,13 +468,16 @@ pub unsafe extern "C" fn create_cq_ex(
             flags: cq_flags,
         };
         let made = match parent {
+            Some(_) if source_gid => return null_with(libc::EOPNOTSUPP),
             Some((_, p)) => p.pd.create_cq_ex(&init),
+            None if source_gid => ctx.ctx.create_cq_with_source_gid(&init),
             None => ctx.ctx.create_cq_ex(&init),
         };
         let on = CqOn {
             single_threaded: flags & CREATE_CQ_ATTR_SINGLE_THREADED != 0
                 || parent.is_some_and(|(_, p)| p.single_threaded()),
             parent,
+            source_gid,
         };
         match made {
             Ok(cq) => {
@@ -468,14 +498,19 @@ const ENOENT: c_int = libc::ENOENT;
 /// The caller holds `rec.polling`.
 unsafe fn read_next(rec: &CqRec) -> c_int {
     let mut w = [Wc::default()];
-    match rec.cq.lock().poll(&mut w) {
+    let mut cq = rec.cq.lock();
+    match cq.poll(&mut w) {
         Ok(1) => {
             let mut wc = w[0];
             fix_flags(&mut wc);
-            // SAFETY: `current` is guarded by `polling`, which the caller
-            // holds; the C struct is written in place through its cell.
+            let sgid = cq.last_source_gid().map(|g| g.0);
+            drop(cq);
+            // SAFETY: `current` and `current_sgid` are guarded by
+            // `polling`, which the caller holds; the C struct is written in
+            // place through its cell.
             unsafe {
                 *rec.current.get() = wc;
+                *rec.current_sgid.get() = sgid;
                 let c = rec.c.get();
                 (*c).status = wc.raw().status as c_int;
                 (*c).wr_id = wc.wr_id();
@@ -544,6 +579,16 @@ unsafe extern "C" fn end_poll(cq: *mut IbvCqEx) {
             rec.polling.store(false, Ordering::Release);
         }
     })
+}
+
+/// The sender's GID of the current completion of a CQ taken by
+/// `start_poll`, if it carried one.
+///
+/// # Safety
+/// The caller is inside the `polling` bracket of `rec`.
+pub(crate) unsafe fn current_sgid(rec: &CqRec) -> Option<[u8; 16]> {
+    // SAFETY: guarded by the bracket the caller is in.
+    unsafe { *rec.current_sgid.get() }
 }
 
 /// The current completion of a CQ taken by `start_poll`.

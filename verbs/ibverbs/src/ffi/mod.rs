@@ -20,6 +20,7 @@ pub mod compat_1_0_queues;
 pub mod cq;
 mod device;
 pub mod ece;
+pub mod efadv;
 pub mod enums;
 pub mod event;
 mod fork;

@@ -333,6 +333,19 @@ pub unsafe extern "C" fn create_qp_ex(
     attr: *mut IbvQpInitAttrEx,
 ) -> *mut IbvQp {
     let _ = context;
+    // SAFETY: forwarded from this function's contract.
+    unsafe { create_qp_ex_of(attr, None) }
+}
+
+/// [`create_qp_ex`], of driver QP type `driver` when given
+/// (`efadv_create_qp_ex`).
+///
+/// # Safety
+/// As [`create_qp_ex`].
+pub(crate) unsafe fn create_qp_ex_of(
+    attr: *mut IbvQpInitAttrEx,
+    driver: Option<u32>,
+) -> *mut IbvQp {
     guard(ptr::null_mut(), || {
         // SAFETY: forwarded from this function's contract.
         let Some(a) = (unsafe { attr.as_mut() }) else {
@@ -398,7 +411,7 @@ pub unsafe extern "C" fn create_qp_ex(
         // one makes the same QP.
         let flags = flags.filter(|f| !f.is_empty());
         // SAFETY: forwarded from this function's contract.
-        match unsafe { new_qp(a.pd, &mut base, flags, send_ops) } {
+        match unsafe { new_qp(a.pd, &mut base, flags, send_ops, driver) } {
             Ok(rec) => {
                 a.cap = base.cap;
                 rec.cast::<IbvQp>()

@@ -246,6 +246,10 @@ const IBV_QPT_RC: c_int = 2;
 const IBV_QPT_UC: c_int = 3;
 /// `IBV_QPT_UD`.
 const IBV_QPT_UD: c_int = 4;
+/// `IBV_QPT_DRIVER`.
+pub(crate) const IBV_QPT_DRIVER: c_int = 0xff;
+/// `EFADV_QP_DRIVER_TYPE_SRD`: EFA's driver QP type.
+pub(crate) const EFADV_QP_DRIVER_TYPE_SRD: u32 = 0;
 
 fn cap_c(c: QpCap) -> IbvQpCap {
     IbvQpCap {
@@ -275,7 +279,7 @@ pub unsafe extern "C" fn ibv_create_qp(
             return null_with(libc::EINVAL);
         };
         // SAFETY: forwarded from this function's contract.
-        match unsafe { new_qp(pd, attr, None, None) } {
+        match unsafe { new_qp(pd, attr, None, None, None) } {
             Ok(rec) => rec.cast::<IbvQp>(),
             Err(e) => null_with(e),
         }
@@ -284,26 +288,33 @@ pub unsafe extern "C" fn ibv_create_qp(
 
 /// Creates the QP `attr` describes on `pd` (with kernel creation flags
 /// `flags` when given, through the extended command; with the extended
-/// work-request interface for the operations `send_ops` when given) and
-/// returns its record; `attr.cap` is updated to what was granted.
+/// work-request interface for the operations `send_ops` when given; an
+/// `IBV_QPT_DRIVER` QP of driver type `driver` when given, which only
+/// EFA's SRD is) and returns its record; `attr.cap` is updated to what was
+/// granted.
 ///
 /// # Safety
 /// `pd` is NULL or a live PD of this library; the CQs and SRQ `attr`
 /// names are NULL or live objects of this library.
-pub(super) unsafe fn new_qp(
+pub(in crate::ffi) unsafe fn new_qp(
     pd: *mut IbvPd,
     attr: &mut IbvQpInitAttr,
     flags: Option<QpCreateFlags>,
     send_ops: Option<u64>,
+    driver: Option<u32>,
 ) -> Result<*mut QpRec, c_int> {
     // SAFETY: forwarded from this function's contract.
     let pdr = unsafe { pd_rec(pd) }.ok_or(libc::EINVAL)?;
-    let qp_type = match attr.qp_type {
-        IBV_QPT_RC => QpType::Rc,
-        IBV_QPT_UC => QpType::Uc,
-        IBV_QPT_UD => QpType::Ud,
-        // RAW_PACKET, XRC_SEND, XRC_RECV, DRIVER.
-        8..=10 | 0xff => return Err(libc::EOPNOTSUPP),
+    let qp_type = match (attr.qp_type, driver) {
+        (IBV_QPT_RC, None) => QpType::Rc,
+        (IBV_QPT_UC, None) => QpType::Uc,
+        (IBV_QPT_UD, None) => QpType::Ud,
+        (IBV_QPT_DRIVER, Some(EFADV_QP_DRIVER_TYPE_SRD)) => QpType::Srd,
+        // A driver type no provider here has.
+        (IBV_QPT_DRIVER, Some(_)) => return Err(libc::EINVAL),
+        // RAW_PACKET, XRC_SEND, XRC_RECV, DRIVER (without a driver type:
+        // what a provider answers for ibv_create_qp of it).
+        (8..=10 | IBV_QPT_DRIVER, None) => return Err(libc::EOPNOTSUPP),
         _ => return Err(libc::EINVAL),
     };
     // SAFETY: the CQs and SRQ are live (the contract).
@@ -380,7 +391,7 @@ pub(super) unsafe fn new_qp(
         events_completed: 0,
     };
     let rec = Box::new(QpRec {
-        ud: qp_type == QpType::Ud,
+        ud: qp_type.is_datagram(),
         pd,
         send_cq: attr.send_cq,
         recv_cq: attr.recv_cq,
