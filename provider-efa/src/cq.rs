@@ -51,6 +51,7 @@ impl Cq {
     /// Completes request `req_id` of `queue` of QP `qp_num` through the
     /// snapshot (refreshed once on a miss when the table has changed
     /// since): its `wr_id`, or `None` if no such QP or slot is in use.
+    #[inline(always)]
     fn complete(&mut self, qp_num: u32, queue: Queue, req_id: u16) -> Option<u64> {
         let slots = |e: &QpEntry| match queue {
             Queue::Send => e.sq.complete(req_id),
@@ -80,18 +81,21 @@ impl Cq {
         done(&self.rows, &mut self.last)
     }
 
-    /// The next new entry of sub-CQ `si`, as a work completion.
-    fn poll_sub(&mut self, si: usize) -> Option<Wc> {
+    /// The next new entry of sub-CQ `si`, as a work completion; on a CQ of
+    /// 32-byte entries (`SGID`) its sender's GID kept for
+    /// [`Cq::last_source_gid`]. One copy of the code per entry size, so
+    /// that the 16-byte path compiles as if the other did not exist.
+    #[inline(always)]
+    fn poll_sub<const SGID: bool>(&mut self, si: usize) -> Option<Wc> {
         let sub = self.subs.get(si).copied().flatten()?;
         let off = si * sub.len_bytes() + sub.offset();
         let flags = self.ring.load_u8_acquire(off + 3)?;
         if !sub.is_new(flags) {
             return None;
         }
-        // Entries are 16 bytes, or 32 on a CQ created with source GIDs:
-        // a fixed-size copy either way (two loads for the first).
+        // A fixed-size copy (two loads for 16 bytes).
         let mut buf = [0u8; cqe::ENTRY_SIZE_EX];
-        let bytes = if self.with_sgid {
+        let bytes = if SGID {
             &mut buf[..]
         } else {
             &mut buf[..cqe::ENTRY_SIZE]
@@ -107,13 +111,13 @@ impl Cq {
             qp_num,
             ..Wc::default()
         };
-        let Ok(c) = cqe::decode(bytes) else {
-            self.last_sgid = None;
+        let decoded = cqe::decode(bytes);
+        if SGID {
+            self.last_sgid = decoded.as_ref().ok().and_then(|c| c.sgid);
+        }
+        let Ok(c) = decoded else {
             return Some(bad(0));
         };
-        if self.with_sgid {
-            self.last_sgid = c.sgid;
-        }
         match self.complete(u32::from(c.qp_num), c.queue, c.req_id) {
             Some(wr_id) => Some(c.to_wc(wr_id)),
             None => Some(bad(u32::from(c.qp_num))),
@@ -134,13 +138,24 @@ impl Cq {
     }
 
     /// Polls up to `wc.len()` completions.
+    #[inline(always)]
     pub(crate) fn poll(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
+        if self.with_sgid {
+            self.poll_as::<true>(wc)
+        } else {
+            self.poll_as::<false>(wc)
+        }
+    }
+
+    /// [`Cq::poll`] for one entry size (see [`Cq::poll_sub`]).
+    #[inline(never)]
+    fn poll_as<const SGID: bool>(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
         let mut n = 0;
         'out: while n < wc.len() {
             for _ in 0..self.count {
                 let si = self.next;
                 self.next = (si + 1) % self.count;
-                if let Some(w) = self.poll_sub(si) {
+                if let Some(w) = self.poll_sub::<SGID>(si) {
                     wc[n] = w;
                     n += 1;
                     continue 'out;

@@ -158,6 +158,8 @@ pub(crate) struct CqRec {
     /// The sender's GID of `current`, on a CQ created with source GIDs
     /// (guarded by `polling`).
     current_sgid: UnsafeCell<Option<[u8; 16]>>,
+    /// Created with source GIDs: whether a poll reads `current_sgid`.
+    source_gid: bool,
     /// The `struct efadv_cq` `efadv_cq_from_ibv_cq_ex` hands out (EFA),
     /// which the program may read (and, being C, write): never behind a
     /// Rust reference. Its function reads `current_sgid`.
@@ -365,6 +367,7 @@ fn new_cq(
         polling: AtomicBool::new(false),
         current: UnsafeCell::new(Wc::default()),
         current_sgid: UnsafeCell::new(None),
+        source_gid,
         efadv: UnsafeCell::new(super::efadv::EfadvCq::new(source_gid)),
     });
     let rec = Box::into_raw(rec);
@@ -503,7 +506,11 @@ unsafe fn read_next(rec: &CqRec) -> c_int {
         Ok(1) => {
             let mut wc = w[0];
             fix_flags(&mut wc);
-            let sgid = cq.last_source_gid().map(|g| g.0);
+            let sgid = if rec.source_gid {
+                cq.last_source_gid().map(|g| g.0)
+            } else {
+                None
+            };
             drop(cq);
             // SAFETY: `current` and `current_sgid` are guarded by
             // `polling`, which the caller holds; the C struct is written in
