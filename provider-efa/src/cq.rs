@@ -124,7 +124,8 @@ impl Cq {
         }
     }
 
-    /// The sender's GID of the last completion [`Cq::poll`] returned: on a
+    /// The sender's GID of the last completion polled
+    /// ([`rverbs_provider::CompletionQueue::poll`]): on a
     /// CQ created with source GIDs, for a receive from a sender that has no
     /// address handle on this device (libefa's `efadv_wc_read_sgid`);
     /// `None` otherwise.
