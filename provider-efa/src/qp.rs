@@ -224,6 +224,25 @@ impl RecvQueue {
         if self.outstanding() >= self.capacity() {
             return Err(PostError::RecvQueueFull);
         }
+        let free = self.desc_cnt - self.outstanding_descs();
+        // One buffer (what EFA's devices take): one descriptor, written
+        // straight to the ring.
+        if let ([sge], 1..) = (wr.sg_list, self.max_sge) {
+            if free == 0 {
+                return Err(PostError::RecvQueueFull);
+            }
+            let req_id = self
+                .entry
+                .rq
+                .take(self.next_slot, wr.wr_id)
+                .ok_or(PostError::RecvQueueFull)?;
+            let index = (self.pc & (self.desc_cnt - 1)) as usize;
+            let _ = ring.write(index * RX_DESC, rq::one(sge, req_id).as_bytes());
+            self.pc = self.pc.wrapping_add(1);
+            self.posted = self.posted.wrapping_add(1);
+            self.next_slot = u32::from(req_id) + 1;
+            return Ok(());
+        }
         let mut descs = [RxDesc::default(); 2];
         let room = (self.max_sge as usize).min(descs.len());
         let req_id = self
@@ -238,7 +257,6 @@ impl RecvQueue {
                 return Err(e);
             }
         };
-        let free = self.desc_cnt - (self.outstanding_descs());
         if n as u32 > free {
             self.entry.rq.untake(req_id);
             return Err(PostError::RecvQueueFull);

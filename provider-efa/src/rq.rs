@@ -51,23 +51,37 @@ pub fn build(
     }
     let last = sges.len() - 1;
     for (i, (sge, d)) in sges.iter().zip(out.iter_mut()).enumerate() {
-        let mut ctrl = sge.lkey & LKEY_MASK;
+        let mut ctrl = 0;
         if i == 0 {
             ctrl |= rx_ctrl::FIRST;
         }
         if i == last {
             ctrl |= rx_ctrl::LAST;
         }
-        *d = RxDesc {
-            buf_addr_lo: (sge.addr as u32).into(),
-            buf_addr_hi: ((sge.addr >> 32) as u32).into(),
-            // Only the first descriptor names the request.
-            req_id: if i == 0 { req_id } else { 0 }.into(),
-            length: (sge.length.min(MAX_DESC_LEN) as u16).into(),
-            lkey_ctrl: ctrl.into(),
-        };
+        // Only the first descriptor names the request.
+        *d = desc(sge, if i == 0 { req_id } else { 0 }, ctrl);
     }
     Ok(sges.len())
+}
+
+/// The one descriptor of a receive of the single buffer `sge` with
+/// request id `req_id` (FIRST and LAST): what [`build`] writes for it.
+#[inline]
+pub fn one(sge: &Sge, req_id: u16) -> RxDesc {
+    desc(sge, req_id, rx_ctrl::FIRST | rx_ctrl::LAST)
+}
+
+/// The descriptor of `sge` with request id `req_id` and the control bits
+/// `ctrl` (FIRST, LAST).
+#[inline]
+fn desc(sge: &Sge, req_id: u16, ctrl: u32) -> RxDesc {
+    RxDesc {
+        buf_addr_lo: (sge.addr as u32).into(),
+        buf_addr_hi: ((sge.addr >> 32) as u32).into(),
+        req_id: req_id.into(),
+        length: (sge.length.min(MAX_DESC_LEN) as u16).into(),
+        lkey_ctrl: ((sge.lkey & LKEY_MASK) | ctrl).into(),
+    }
 }
 
 #[cfg(test)]
@@ -107,6 +121,18 @@ mod tests {
             RxDesc::default(),
             "nothing written past the request"
         );
+    }
+
+    #[test]
+    fn one_buffer_is_what_build_writes() {
+        let sge = Sge {
+            addr: 0x1234_5678_9abc,
+            length: 70_000,
+            lkey: 0xff00_0042,
+        };
+        let mut out = [RxDesc::default(); 2];
+        assert_eq!(build(&[sge], 2, 9, &mut out), Ok(1));
+        assert_eq!(one(&sge, 9), out[0]);
     }
 
     #[test]
