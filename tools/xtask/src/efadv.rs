@@ -82,45 +82,14 @@ pub fn build(ws: &Path, out: &Path, release: bool) -> Result<()> {
         .collect();
     let soname = soname();
     let lib = out.join(&soname);
-    let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
-    cc.arg("-shared")
-        .arg("-o")
-        .arg(&lib)
-        .arg(&obj)
-        .arg(format!("-Wl,-soname,{soname}"))
-        .arg(format!("-Wl,--version-script={}", map_path.display()))
-        .args([
-            "-Wl,--no-undefined-version",
-            "-Wl,--no-undefined",
-            "-Wl,-z,now",
-        ])
+    let mut cc = crate::ibverbs::shared_link(&lib, &soname, &map_path);
+    cc.arg(&obj)
         .arg("-L")
         .arg(out)
-        .arg(format!("-l:{}", crate::ibverbs::soname()))
-        .stdin(Stdio::null());
+        .arg(format!("-l:{}", crate::ibverbs::soname()));
     say!("linking {}", lib.display());
     util::run(&mut cc).with_context(|| format!("linking {soname}"))?;
-    let link = out.join(format!("{STEM}.{}", "so"));
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&soname, &link)
-        .with_context(|| format!("linking {}", link.display()))?;
-    let got = crate::abi::exported(&lib)?;
-    if got != wanted {
-        let missing: Vec<String> = wanted.difference(&got).map(|p| p.to_string()).collect();
-        let extra: Vec<String> = got.difference(&wanted).map(|p| p.to_string()).collect();
-        bail!(
-            "{} exports the wrong set: missing or mis-versioned {missing:?}, unexpected {extra:?}",
-            lib.display()
-        );
-    }
-    let problems = crate::linkage::inspect(&lib)?;
-    if !problems.is_empty() {
-        bail!(
-            "linkage check of {}: {}",
-            lib.display(),
-            problems.join("; ")
-        );
-    }
+    let got = crate::ibverbs::check_shared(out, STEM, &lib, &wanted)?;
     say!(
         "{}: {} (symbol, version) pairs, as {MAP} says; its one library is our {}",
         lib.display(),

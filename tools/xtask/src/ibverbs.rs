@@ -170,45 +170,14 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
     wanted.extend(compat.iter().cloned());
     let soname = soname();
     let lib = out.join(&soname);
-    let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
-    cc.arg("-shared")
-        .arg("-o")
-        .arg(&lib)
-        .arg(format!("-Wl,-soname,{soname}"))
-        .arg(format!("-Wl,--version-script={}", map_path.display()))
-        .args([
-            "-Wl,--no-undefined-version",
-            "-Wl,--no-undefined",
-            "-Wl,-z,now",
-        ])
-        .args(defaults.keys().map(|s| format!("-Wl,-u,{s}")))
+    let mut cc = shared_link(&lib, &soname, &map_path);
+    cc.args(defaults.keys().map(|s| format!("-Wl,-u,{s}")))
         .args(compat.iter().map(|p| format!("-Wl,-u,{p}")))
         .arg(&archive)
-        .args(["-lpthread", "-ldl", "-lm"])
-        .stdin(Stdio::null());
+        .args(["-lpthread", "-ldl", "-lm"]);
     say!("linking {}", lib.display());
     util::run(&mut cc).with_context(|| format!("linking {soname} (is a C compiler installed?)"))?;
-    let link = out.join(format!("{STEM}.{}", "so"));
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(&soname, &link)
-        .with_context(|| format!("linking {}", link.display()))?;
-    let got = crate::abi::exported(&lib)?;
-    if got != wanted {
-        let missing: Vec<String> = wanted.difference(&got).map(|p| p.to_string()).collect();
-        let extra: Vec<String> = got.difference(&wanted).map(|p| p.to_string()).collect();
-        bail!(
-            "{} exports the wrong set: missing or mis-versioned {missing:?}, unexpected {extra:?}",
-            lib.display()
-        );
-    }
-    let problems = crate::linkage::inspect(&lib)?;
-    if !problems.is_empty() {
-        bail!(
-            "linkage check of {}: {}",
-            lib.display(),
-            problems.join("; ")
-        );
-    }
+    let got = check_shared(&out, STEM, &lib, &wanted)?;
     say!(
         "{}: {} (symbol, version) pairs ({} compatibility versions), as the version script and the crate say; no rdma-core in it",
         lib.display(),
@@ -221,6 +190,62 @@ pub fn build(target_dir: &Path, release: bool) -> Result<PathBuf> {
     c_tests(&ws, &out)?;
     host_c_tests(&out)?;
     Ok(out)
+}
+
+/// The `cc` command that links the shared library `lib` (soname `soname`)
+/// with the version script `map`: every symbol at its script's version,
+/// a name the script gives but nothing defines an error, nothing left
+/// undefined, bound at load. The caller adds the inputs.
+pub(crate) fn shared_link(lib: &Path, soname: &str, map: &Path) -> Command {
+    let mut cc = Command::new(std::env::var_os("CC").unwrap_or_else(|| "cc".into()));
+    cc.arg("-shared")
+        .arg("-o")
+        .arg(lib)
+        .arg(format!("-Wl,-soname,{soname}"))
+        .arg(format!("-Wl,--version-script={}", map.display()))
+        .args([
+            "-Wl,--no-undefined-version",
+            "-Wl,--no-undefined",
+            "-Wl,-z,now",
+        ])
+        .stdin(Stdio::null());
+    cc
+}
+
+/// After [`shared_link`]: makes the `<stem>.so` link to `lib` beside it
+/// and checks `lib`, which must export exactly `wanted` and pass the
+/// linkage check. Returns what it exports.
+pub(crate) fn check_shared(
+    out: &Path,
+    stem: &str,
+    lib: &Path,
+    wanted: &BTreeSet<Pair>,
+) -> Result<BTreeSet<Pair>> {
+    let soname = lib
+        .file_name()
+        .with_context(|| format!("{} has no file name", lib.display()))?;
+    let link = out.join(format!("{stem}.{}", "so"));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(soname, &link)
+        .with_context(|| format!("linking {}", link.display()))?;
+    let got = crate::abi::exported(lib)?;
+    if got != *wanted {
+        let missing: Vec<String> = wanted.difference(&got).map(|p| p.to_string()).collect();
+        let extra: Vec<String> = got.difference(wanted).map(|p| p.to_string()).collect();
+        bail!(
+            "{} exports the wrong set: missing or mis-versioned {missing:?}, unexpected {extra:?}",
+            lib.display()
+        );
+    }
+    let problems = crate::linkage::inspect(lib)?;
+    if !problems.is_empty() {
+        bail!(
+            "linkage check of {}: {}",
+            lib.display(),
+            problems.join("; ")
+        );
+    }
+    Ok(got)
 }
 
 /// One run of a program of `c-tests` on the host, on rdma-core's library
