@@ -124,18 +124,32 @@ unsafe extern "C" fn wc_read_sgid(dv: *mut EfadvCq, sgid: *mut [u8; 16]) -> c_in
     })
 }
 
-/// Whether the `len` bytes at `p` past its first `known` are all zero
-/// (libefa's check that a caller's newer struct asks for nothing more).
+/// The first `N` bytes (the struct this library knows) of the caller's
+/// `len`-byte struct at `p`, zero past `len`; `None` if a byte past the
+/// first `N` is not zero (libefa's check that a caller's newer struct asks
+/// for nothing more).
 ///
 /// # Safety
 /// `p` points to `len` readable bytes.
-unsafe fn tail_clear(p: *const u8, known: usize, len: usize) -> bool {
-    if len <= known {
-        return true;
+unsafe fn read_known<const N: usize>(p: *const u8, len: usize) -> Option<[u8; N]> {
+    let mut known = [0u8; N];
+    // SAFETY: `len` readable bytes at `p` (the contract); at most `N`
+    // written into `known`.
+    unsafe { ptr::copy_nonoverlapping(p, known.as_mut_ptr(), len.min(N)) };
+    if len > N {
+        // SAFETY: `len` readable bytes at `p` (the contract), `N < len`.
+        let tail = unsafe { std::slice::from_raw_parts(p.add(N), len - N) };
+        if tail.iter().any(|&b| b != 0) {
+            return None;
+        }
     }
-    // SAFETY: `len` readable bytes at `p` (the contract), `known < len`.
-    let tail = unsafe { std::slice::from_raw_parts(p.add(known), len - known) };
-    tail.iter().all(|&b| b == 0)
+    Some(known)
+}
+
+/// The native-endian `u64` at `at` of `bytes` (0 past its end).
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let b = bytes.get(at..at + 8).and_then(|b| b.try_into().ok());
+    u64::from_ne_bytes(b.unwrap_or_default())
 }
 
 /// Zeroes the caller's `inlen` bytes at `out` and writes the first
@@ -318,16 +332,17 @@ pub unsafe extern "C" fn rverbs_efadv_create_qp_ex(
         {
             return null_with(libc::EINVAL);
         }
-        let mut e = [0u8; size_of::<QpInitAttr>()];
         // SAFETY: `inlen` readable bytes at `efa_attr` (the contract).
-        unsafe { ptr::copy_nonoverlapping(efa_attr, e.as_mut_ptr(), inlen.min(e.len())) };
-        let comp_mask = u64::from_ne_bytes(e[..8].try_into().unwrap_or_default());
-        let driver = u32::from_ne_bytes(e[8..12].try_into().unwrap_or_default());
-        // SAFETY: as above.
-        let tail = unsafe { tail_clear(efa_attr, e.len(), inlen) };
-        if comp_mask != 0 || e[12..].iter().any(|&b| b != 0) || !tail {
+        let Some(e) = (unsafe { read_known::<{ size_of::<QpInitAttr>() }>(efa_attr, inlen) })
+        else {
+            return null_with(libc::EINVAL);
+        };
+        let reserved = &e[offset_of!(QpInitAttr, reserved)..];
+        if u64_at(&e, 0) != 0 || reserved.iter().any(|&b| b != 0) {
             return null_with(libc::EINVAL);
         }
+        let at = offset_of!(QpInitAttr, driver_qp_type);
+        let driver = u32::from_ne_bytes([e[at], e[at + 1], e[at + 2], e[at + 3]]);
         // SAFETY: forwarded from this function's contract.
         unsafe { create_qp_ex_of(attr_ex, Some(driver)) }
     })
@@ -357,16 +372,15 @@ pub unsafe extern "C" fn rverbs_efadv_create_cq(
         if efa_attr.is_null() || inlen <= offset_of!(CqInitAttr, wc_flags) {
             return null_with(libc::EINVAL);
         }
-        let mut e = [0u8; size_of::<CqInitAttr>()];
         // SAFETY: `inlen` readable bytes at `efa_attr` (the contract).
-        unsafe { ptr::copy_nonoverlapping(efa_attr, e.as_mut_ptr(), inlen.min(e.len())) };
-        let comp_mask = u64::from_ne_bytes(e[..8].try_into().unwrap_or_default());
-        let wc_flags = u64::from_ne_bytes(e[8..16].try_into().unwrap_or_default());
-        // SAFETY: as above.
-        let tail = unsafe { tail_clear(efa_attr, e.len(), inlen) };
-        if comp_mask != 0 || !tail {
+        let Some(e) = (unsafe { read_known::<{ size_of::<CqInitAttr>() }>(efa_attr, inlen) })
+        else {
+            return null_with(libc::EINVAL);
+        };
+        if u64_at(&e, 0) != 0 {
             return null_with(libc::EINVAL);
         }
+        let wc_flags = u64_at(&e, offset_of!(CqInitAttr, wc_flags));
         let supported = if a.cq_with_sgid { WC_EX_WITH_SGID } else { 0 };
         if wc_flags & !supported != 0 {
             return null_with(libc::EOPNOTSUPP);
