@@ -64,14 +64,7 @@ impl Env {
     }
 
     fn poll1(&mut self, step: &str) -> R<Wc> {
-        let mut wc = [Wc::default(); 1];
-        let end = Instant::now() + WAIT;
-        while Instant::now() < end {
-            if self.cq.poll(&mut wc).at(step)? == 1 {
-                return Ok(wc[0]);
-            }
-        }
-        fail(step, "no completion within 5 s")
+        poll1(&mut self.cq, step)
     }
 
     /// Two completions, the receive's first.
@@ -97,6 +90,18 @@ impl Env {
         }
         Ok(())
     }
+}
+
+/// The next completion of `cq`, waiting up to [`WAIT`] for it.
+fn poll1(cq: &mut Cq, step: &str) -> R<Wc> {
+    let mut wc = [Wc::default(); 1];
+    let end = Instant::now() + WAIT;
+    while Instant::now() < end {
+        if cq.poll(&mut wc).at(step)? == 1 {
+            return Ok(wc[0]);
+        }
+    }
+    fail(step, "no completion within 5 s")
 }
 
 fn wc_is(step: &str, wc: &Wc, status: WcStatus, wr_id: u64) -> R {
@@ -382,14 +387,8 @@ fn run() -> R {
     expect(s, cq_here.has_source_gid(), "has_source_gid")?;
     let mut here = srd_on(&e.pd, &cq_here).at(s)?;
     let poll_on = |cq: &mut Cq| -> R<(Wc, Option<rverbs::Gid>)> {
-        let mut wc = [Wc::default(); 1];
-        let end = Instant::now() + WAIT;
-        while Instant::now() < end {
-            if cq.poll(&mut wc).at(s)? == 1 {
-                return Ok((wc[0], cq.last_source_gid()));
-            }
-        }
-        fail(s, "no receive completion within 5 s")
+        let w = poll1(cq, s)?;
+        Ok((w, cq.last_source_gid()))
     };
     here.post_recv(&[RecvWr::new(96, &[e.sge(3000, 64)])])
         .at(s)?;
