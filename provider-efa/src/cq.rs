@@ -20,9 +20,12 @@ use rverbs_provider::map::{Access, DeviceMapping};
 use rverbs_provider::table::Row;
 use rverbs_provider::RingLost;
 
+use rverbs_abi::efa::io::RxCdesc;
+use zerocopy::FromBytes;
+
 use crate::cqe::{self, Queue, SubCq};
 use crate::ctx::Uctx;
-use crate::wq::QpEntry;
+use crate::wq::{QpEntry, Slots};
 
 /// Most sub-CQs a CQ is polled over (the device says how many it has;
 /// more is refused at creation).
@@ -32,7 +35,9 @@ const MAX_SUB_CQS: usize = 4;
 #[derive(Debug)]
 pub struct Cq {
     ring: DeviceMapping,
-    subs: [Option<SubCq>; MAX_SUB_CQS],
+    /// The sub-CQs; only the first `count` are polled.
+    subs: [SubCq; MAX_SUB_CQS],
+    /// Sub-CQs polled: 1 to [`MAX_SUB_CQS`].
     count: usize,
     next: usize,
     uctx: Arc<Uctx>,
@@ -49,28 +54,32 @@ pub struct Cq {
 
 impl Cq {
     /// Completes request `req_id` of `queue` of QP `qp_num` through the
-    /// snapshot (refreshed once on a miss when the table has changed
-    /// since): its `wr_id`, or `None` if no such QP or slot is in use.
+    /// snapshot: its `wr_id`, or `None` if no such QP or slot is in use.
+    /// The QP of the last completion is tried first (a CQ's entries mostly
+    /// come in runs of one QP); any other QP is found by
+    /// [`Cq::complete_other`].
     #[inline(always)]
     fn complete(&mut self, qp_num: u32, queue: Queue, req_id: u16) -> Option<u64> {
-        let slots = |e: &QpEntry| match queue {
-            Queue::Send => e.sq.complete(req_id),
-            Queue::Recv => e.rq.complete(req_id),
-        };
-        // The QP of the last completion first: a CQ's entries mostly come
-        // in runs of one QP.
         if let Some((_, e)) = self.rows.get(self.last).filter(|r| r.0 == qp_num) {
-            if let Some(wr_id) = slots(e) {
+            if let Some(wr_id) = slots_of(e, queue).complete(req_id) {
                 return Some(wr_id);
             }
         }
-        let last = &mut self.last;
+        self.complete_other(qp_num, queue, req_id)
+    }
+
+    /// [`Cq::complete`] past the last QP's row: the QP found in the
+    /// snapshot (refreshed once on a miss when the table has changed
+    /// since), its row kept as the last.
+    #[cold]
+    #[inline(never)]
+    fn complete_other(&mut self, qp_num: u32, queue: Queue, req_id: u16) -> Option<u64> {
         let done = |rows: &[Row<QpEntry>], last: &mut usize| {
             let i = rows.binary_search_by_key(&qp_num, |r| r.0).ok()?;
             *last = i;
-            slots(&rows[i].1)
+            slots_of(&rows[i].1, queue).complete(req_id)
         };
-        if let Some(wr_id) = done(&self.rows, last) {
+        if let Some(wr_id) = done(&self.rows, &mut self.last) {
             return Some(wr_id);
         }
         // Nothing was completed: a refreshed snapshot may know the QP.
@@ -81,47 +90,56 @@ impl Cq {
         done(&self.rows, &mut self.last)
     }
 
-    /// The next new entry of sub-CQ `si`, as a work completion; on a CQ of
-    /// 32-byte entries (`SGID`) its sender's GID kept for
-    /// [`Cq::last_source_gid`]. One copy of the code per entry size, so
-    /// that the 16-byte path compiles as if the other did not exist.
+    /// Takes the next new entry of sub-CQ `si`, if there is one, and
+    /// writes its work completion to `out` (decoded straight from the
+    /// entry's bytes); on a CQ of 32-byte entries (`SGID`) its sender's
+    /// GID kept for [`Cq::last_source_gid`]. One copy of the code per
+    /// entry size, so that the 16-byte path compiles as if the other did
+    /// not exist.
     #[inline(always)]
-    fn poll_sub<const SGID: bool>(&mut self, si: usize) -> Option<Wc> {
-        let sub = self.subs.get(si).copied().flatten()?;
+    fn poll_sub<const SGID: bool>(&mut self, si: usize, out: &mut Wc) -> bool {
+        let Some(sub) = self.subs.get_mut(si) else {
+            return false;
+        };
         let off = si * sub.len_bytes() + sub.offset();
-        let flags = self.ring.load_u8_acquire(off + 3)?;
-        if !sub.is_new(flags) {
-            return None;
-        }
-        // A fixed-size copy (two loads for 16 bytes).
+        // A fixed-size copy (two loads for 16 bytes), after the flags byte
+        // (the entry's fourth) says the device has written it.
         let mut buf = [0u8; cqe::ENTRY_SIZE_EX];
-        let bytes = if SGID {
-            &mut buf[..]
+        let len = if SGID {
+            cqe::ENTRY_SIZE_EX
         } else {
-            &mut buf[..cqe::ENTRY_SIZE]
+            cqe::ENTRY_SIZE
         };
-        if !self.ring.read(off, bytes) {
-            return None;
+        if !self
+            .ring
+            .read_published(off, &mut buf[..len], 3, |f| sub.is_new(f))
+        {
+            return false;
         }
-        if let Some(s) = self.subs.get_mut(si).and_then(Option::as_mut) {
-            s.advance();
-        }
-        let bad = |qp_num: u32| Wc {
-            status: wc_status::GENERAL_ERR,
-            qp_num,
-            ..Wc::default()
+        sub.advance();
+        let (head, rest) = buf.split_at(cqe::ENTRY_SIZE);
+        let Ok(rx) = RxCdesc::read_from_bytes(head) else {
+            return false;
         };
-        let decoded = cqe::decode(bytes);
+        let queue = match cqe::queue_of(rx.common.flags) {
+            Ok(q) => q,
+            Err(_) => {
+                if SGID {
+                    self.last_sgid = None;
+                }
+                *out = bad(0);
+                return true;
+            }
+        };
         if SGID {
-            self.last_sgid = decoded.as_ref().ok().and_then(|c| c.sgid);
+            self.last_sgid = cqe::sgid_of(&rx, queue, rest);
         }
-        let Ok(c) = decoded else {
-            return Some(bad(0));
-        };
-        match self.complete(u32::from(c.qp_num), c.queue, c.req_id) {
-            Some(wr_id) => Some(c.to_wc(wr_id)),
-            None => Some(bad(u32::from(c.qp_num))),
+        let qp_num = u32::from(rx.common.qp_num.get());
+        match self.complete(qp_num, queue, rx.common.req_id.get()) {
+            Some(wr_id) => cqe::fill_wc(&rx, queue, wr_id, out),
+            None => *out = bad(qp_num),
         }
+        true
     }
 
     /// The sender's GID of the last completion polled
@@ -148,23 +166,46 @@ impl Cq {
         }
     }
 
-    /// [`Cq::poll`] for one entry size (see [`Cq::poll_sub`]).
+    /// [`Cq::poll`] for one entry size (see [`Cq::poll_sub`]): the
+    /// sub-CQs in turn, until `wc` is full or none has a new entry.
     #[inline(never)]
     fn poll_as<const SGID: bool>(&mut self, wc: &mut [Wc]) -> Result<usize, RingLost> {
+        let count = self.count;
         let mut n = 0;
-        'out: while n < wc.len() {
-            for _ in 0..self.count {
-                let si = self.next;
-                self.next = (si + 1) % self.count;
-                if let Some(w) = self.poll_sub::<SGID>(si) {
-                    wc[n] = w;
-                    n += 1;
-                    continue 'out;
+        let mut misses = 0;
+        while let Some(out) = wc.get_mut(n) {
+            let si = self.next;
+            self.next = if si + 1 >= count { 0 } else { si + 1 };
+            if self.poll_sub::<SGID>(si, out) {
+                n += 1;
+                misses = 0;
+            } else {
+                misses += 1;
+                if misses >= count {
+                    break;
                 }
             }
-            break;
         }
         Ok(n)
+    }
+}
+
+/// The request slots of `queue` of a QP.
+#[inline(always)]
+fn slots_of(e: &QpEntry, queue: Queue) -> &Slots {
+    match queue {
+        Queue::Send => &e.sq,
+        Queue::Recv => &e.rq,
+    }
+}
+
+/// What an entry the decoder refuses, or that names a QP or slot not in
+/// use, is reported as (its QP number where it could be read).
+fn bad(qp_num: u32) -> Wc {
+    Wc {
+        status: wc_status::GENERAL_ERR,
+        qp_num,
+        ..Wc::default()
     }
 }
 
@@ -192,6 +233,9 @@ pub(crate) fn create(
         cqe::ENTRY_SIZE
     };
     let sub_cqs = usize::from(lim.sub_cqs_per_cq);
+    if sub_cqs == 0 {
+        return Err(Errno::EINVAL);
+    }
     if sub_cqs > MAX_SUB_CQS {
         return Err(Errno::EOPNOTSUPP);
     }
@@ -237,16 +281,13 @@ pub(crate) fn create(
             return Err(Errno::EINVAL);
         }
         let ring = DeviceMapping::map(fd.as_fd(), out.q_mmap_key, len, Access::Read)?;
-        let mut subs = [None; MAX_SUB_CQS];
-        for s in subs.iter_mut().take(sub_cqs) {
-            *s = Some(sub);
-        }
+        let subs = [sub; MAX_SUB_CQS];
         let mut rows = Vec::new();
         let generation = uctx.table.snapshot_into(&mut rows);
         Ok(Cq {
             ring,
             subs,
-            count: sub_cqs.max(1),
+            count: sub_cqs,
             next: 0,
             uctx: Arc::clone(uctx),
             rows,

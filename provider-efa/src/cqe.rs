@@ -5,7 +5,7 @@
 //!
 //! [`SubCq`] is that bookkeeping, [`decode`] reads one entry from its
 //! bytes (any bytes: a decoded field is a number, never an index used
-//! unchecked), and [`Completion::to_wc`] fills a work completion as libefa
+//! unchecked), and [`fill_wc`] fills a work completion as libefa
 //! does, with [`wc_status`]'s mapping of EFA's status codes.
 
 use rverbs_abi::efa::io::{
@@ -170,11 +170,7 @@ pub fn decode(entry: &[u8]) -> Result<Completion, BadEntry> {
         qp_num,
         length,
     } = rx.common;
-    let queue = match (flags & cdesc_flags::Q_TYPE) >> cdesc_flags::Q_TYPE_SHIFT {
-        queue_type::SEND => Queue::Send,
-        queue_type::RECV => Queue::Recv,
-        q => return Err(BadEntry::QueueType(q)),
-    };
+    let queue = queue_of(flags)?;
     let op = (flags & cdesc_flags::OP_TYPE) >> cdesc_flags::OP_TYPE_SHIFT;
     let mut c = Completion {
         req_id: req_id.get(),
@@ -195,9 +191,7 @@ pub fn decode(entry: &[u8]) -> Result<Completion, BadEntry> {
         c.src_qp = rx.src_qp_num.get();
         c.ah = rx.ah.get();
         c.unsolicited = flags & cdesc_flags::UNSOLICITED != 0;
-        if c.ah == UNKNOWN_AH {
-            c.sgid = <[u8; 16]>::read_from_bytes(rest).ok();
-        }
+        c.sgid = sgid_of(&rx, queue, rest);
     }
     Ok(c)
 }
@@ -223,47 +217,86 @@ pub fn wc_status(status: u8) -> u32 {
     }
 }
 
-impl Completion {
-    /// The work completion of this entry for the request `wr_id` (the id
-    /// the caller keeps under [`Completion::req_id`]), as libefa fills
-    /// it: the EFA status also in `vendor_err`; a send as SEND (RDMA READ
-    /// and WRITE where the device names the operation); a receive with its
-    /// length, sender QP, the sender's address handle in `slid`, and the
-    /// immediate data big-endian as sent.
-    #[inline]
-    pub fn to_wc(&self, wr_id: u64) -> Wc {
-        let mut wc = Wc {
-            wr_id,
-            status: wc_status(self.status),
-            vendor_err: u32::from(self.status),
-            qp_num: u32::from(self.qp_num),
-            ..Wc::default()
-        };
-        match self.queue {
-            Queue::Send => {
-                wc.opcode = match self.op {
-                    send_op::RDMA_READ => wc_opcode::RDMA_READ,
-                    send_op::RDMA_WRITE => wc_opcode::RDMA_WRITE,
-                    _ => wc_opcode::SEND,
-                };
-            }
-            Queue::Recv => {
-                wc.opcode = if self.op == send_op::RDMA_WRITE {
-                    wc_opcode::RECV_RDMA_WITH_IMM
-                } else {
-                    wc_opcode::RECV
-                };
-                wc.byte_len = u32::from(self.byte_len);
-                wc.src_qp = u32::from(self.src_qp);
-                wc.slid = self.ah;
-                if let Some(imm) = self.imm {
-                    wc.ex = imm.to_be();
-                    wc.wc_flags |= wc_flags::WITH_IMM;
-                }
+/// The sender's GID in `rest` (the bytes of entry `rx` past the first
+/// [`ENTRY_SIZE`]: 16 in an entry of [`ENTRY_SIZE_EX`]) if the entry is a
+/// receive from a sender with no address handle here.
+#[inline(always)]
+pub fn sgid_of(rx: &RxCdesc, queue: Queue, rest: &[u8]) -> Option<[u8; 16]> {
+    if queue == Queue::Recv && rx.ah.get() == UNKNOWN_AH {
+        <[u8; 16]>::read_from_bytes(rest).ok()
+    } else {
+        None
+    }
+}
+
+/// Which queue an entry whose flags byte is `flags` completes.
+#[inline(always)]
+pub fn queue_of(flags: u8) -> Result<Queue, BadEntry> {
+    match (flags & cdesc_flags::Q_TYPE) >> cdesc_flags::Q_TYPE_SHIFT {
+        queue_type::SEND => Ok(Queue::Send),
+        queue_type::RECV => Ok(Queue::Recv),
+        q => Err(BadEntry::QueueType(q)),
+    }
+}
+
+/// Writes to `wc` the work completion of entry `rx` (of `queue`, as
+/// [`queue_of`] read it) for the request `wr_id` (the id the caller keeps
+/// under the entry's request id), as libefa fills it: the EFA status also
+/// in `vendor_err`; a send as SEND (RDMA READ and WRITE where the device
+/// names the operation); a receive with its length, sender QP, the
+/// sender's address handle in `slid`, and the immediate data big-endian
+/// as sent. A send entry's receive fields are not read.
+#[inline(always)]
+pub fn fill_wc(rx: &RxCdesc, queue: Queue, wr_id: u64, wc: &mut Wc) {
+    let c = &rx.common;
+    let status = c.status;
+    let op = (c.flags & cdesc_flags::OP_TYPE) >> cdesc_flags::OP_TYPE_SHIFT;
+    let mut w = Wc {
+        wr_id,
+        // The common case without the table's jump.
+        status: if status == cs::OK {
+            ws::SUCCESS
+        } else {
+            wc_status(status)
+        },
+        vendor_err: u32::from(status),
+        qp_num: u32::from(c.qp_num.get()),
+        ..Wc::default()
+    };
+    match queue {
+        Queue::Send => {
+            w.opcode = match op {
+                send_op::RDMA_READ => wc_opcode::RDMA_READ,
+                send_op::RDMA_WRITE => wc_opcode::RDMA_WRITE,
+                _ => wc_opcode::SEND,
+            };
+        }
+        Queue::Recv => {
+            w.opcode = if op == send_op::RDMA_WRITE {
+                wc_opcode::RECV_RDMA_WITH_IMM
+            } else {
+                wc_opcode::RECV
+            };
+            w.byte_len = u32::from(c.length.get());
+            w.src_qp = u32::from(rx.src_qp_num.get());
+            w.slid = rx.ah.get();
+            if c.flags & cdesc_flags::HAS_IMM != 0 {
+                w.ex = rx.imm.get().to_be();
+                w.wc_flags = wc_flags::WITH_IMM;
             }
         }
-        wc
     }
+    *wc = w;
+}
+
+/// The work completion of the whole entry `entry` (see [`decode`]) for
+/// `wr_id`, through [`fill_wc`]: what a poll reports for it.
+pub fn wc_of(entry: &[u8], wr_id: u64) -> Result<Wc, BadEntry> {
+    let c = decode(entry)?;
+    let (rx, _) = RxCdesc::read_from_prefix(entry).map_err(|_| BadEntry::Size(entry.len()))?;
+    let mut wc = Wc::default();
+    fill_wc(&rx, c.queue, wr_id, &mut wc);
+    Ok(wc)
 }
 
 /// The fuzz target's body (tests/fuzz `efa_cqe`): `data` as a CQ's ring
@@ -286,7 +319,7 @@ pub fn fuzz_ring(data: &[u8]) {
         .filter_map(|_| SubCq::new(entries, entry_size))
         .collect();
     for chunk in ring.chunks(entry_size) {
-        let _ = decode(chunk).map(|c| c.to_wc(u64::from(c.req_id)));
+        let _ = decode(chunk).and_then(|c| wc_of(chunk, u64::from(c.req_id)));
     }
     // Two passes over the ring's bytes' worth of entries at most.
     let mut budget = 2 * ring.len() / entry_size + 1;
@@ -302,8 +335,7 @@ pub fn fuzz_ring(data: &[u8]) {
             if !s.is_new(e[3]) {
                 break;
             }
-            if let Ok(c) = decode(e) {
-                let wc = c.to_wc(0);
+            if let Ok(wc) = wc_of(e, 0) {
                 assert!(wc.status <= rverbs_abi::wr::wc_status::GENERAL_ERR);
             }
             s.advance();
@@ -390,10 +422,11 @@ mod tests {
     #[test]
     fn a_receive_with_immediate_reads_as_libefa_reports_it() {
         let flags = cdesc_flags::PHASE | RECV | cdesc_flags::HAS_IMM;
-        let c = decode(&entry(7, cs::OK, flags, 3, 1500, 2, 11, 0x0102_0304)).unwrap();
+        let e = entry(7, cs::OK, flags, 3, 1500, 2, 11, 0x0102_0304);
+        let c = decode(&e).unwrap();
         assert_eq!(c.queue, Queue::Recv);
         assert_eq!(c.imm, Some(0x0102_0304));
-        let wc = c.to_wc(99);
+        let wc = wc_of(&e, 99).unwrap();
         assert_eq!(wc.wr_id, 99);
         assert_eq!(wc.status, ws::SUCCESS);
         assert_eq!(wc.opcode, wc_opcode::RECV);
@@ -409,10 +442,12 @@ mod tests {
 
     #[test]
     fn a_send_entry_has_no_receive_fields() {
-        let c = decode(&entry(1, cs::REMOTE_ERROR_RNR, SEND, 5, 77, 8, 9, 10)).unwrap();
+        let e = entry(1, cs::REMOTE_ERROR_RNR, SEND, 5, 77, 8, 9, 10);
+        let c = decode(&e).unwrap();
         assert_eq!(c.queue, Queue::Send);
         assert_eq!((c.byte_len, c.src_qp, c.ah, c.imm), (0, 0, 0, None));
-        let wc = c.to_wc(1);
+        let wc = wc_of(&e, 1).unwrap();
+        assert_eq!((wc.byte_len, wc.src_qp, wc.slid, wc.wc_flags), (0, 0, 0, 0));
         assert_eq!(wc.status, ws::RNR_RETRY_EXC_ERR);
         assert_eq!(wc.vendor_err, u32::from(cs::REMOTE_ERROR_RNR));
         assert_eq!(wc.opcode, wc_opcode::SEND);

@@ -85,6 +85,7 @@ pub struct RecvQueue {
 
 impl SendQueue {
     /// Requests outstanding.
+    #[inline(always)]
     pub(crate) fn outstanding(&self) -> u32 {
         self.pc.wrapping_sub(self.entry.sq.completed())
     }
@@ -128,9 +129,8 @@ impl SendQueue {
             }
         };
         let index = (self.pc & (self.wqe_cnt - 1)) as usize;
-        let mut bytes = [0u8; TX_WQE_SIZE];
-        bytes.copy_from_slice(wqe.as_bytes());
-        if !llq.write_desc64(self.desc_off + index * TX_WQE_SIZE, &bytes) {
+        let bytes: &[u8; TX_WQE_SIZE] = zerocopy::transmute_ref!(&wqe);
+        if !llq.write_desc64(self.desc_off + index * TX_WQE_SIZE, bytes) {
             self.entry.sq.untake(req_id);
             return Err(PostError::QueueFull);
         }
@@ -187,11 +187,13 @@ impl SendQueue {
 
 impl RecvQueue {
     /// Receives outstanding.
+    #[inline(always)]
     pub(crate) fn outstanding(&self) -> u32 {
         self.posted.wrapping_sub(self.entry.rq.completed())
     }
 
     /// Receives the queue holds.
+    #[inline(always)]
     pub(crate) fn capacity(&self) -> u32 {
         self.entry.rq.len().min(self.desc_cnt)
     }

@@ -149,6 +149,12 @@ pub fn build<R: SendRequest + ?Sized>(
             w.data.copy_from_slice(req.as_bytes());
             m.length.set(sges.len() as u16);
         }
+        // The common case, one buffer: no loop over the list.
+        Payload::Sge([sge]) if lim.max_sge >= 1 => {
+            check_msg(u64::from(sge.length), lim)?;
+            w.data[..16].copy_from_slice(buf_desc(sge).as_bytes());
+            m.length.set(1);
+        }
         Payload::Sge(sges) => {
             if sges.len() > lim.max_sge as usize || sges.len() > TX_DESC_NUM_BUFS {
                 return Err(PostError::TooManySge {

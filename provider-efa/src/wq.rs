@@ -12,11 +12,17 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
+/// One request slot: the `wr_id` it holds while busy.
+#[derive(Debug, Default)]
+struct Slot {
+    wr_id: AtomicU64,
+    busy: AtomicBool,
+}
+
 /// One queue's request slots.
 #[derive(Debug)]
 pub(crate) struct Slots {
-    wr_id: Box<[AtomicU64]>,
-    busy: Box<[AtomicBool]>,
+    slots: Box<[Slot]>,
     /// Requests completed (wrapping).
     completed: AtomicU32,
 }
@@ -26,72 +32,82 @@ impl Slots {
     pub(crate) fn new(n: u32) -> Slots {
         let n = n.min(1 << 16) as usize;
         Slots {
-            wr_id: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            busy: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            slots: (0..n).map(|_| Slot::default()).collect(),
             completed: AtomicU32::new(0),
         }
     }
 
     /// Slots in all.
+    #[inline(always)]
     pub(crate) fn len(&self) -> u32 {
-        self.wr_id.len() as u32
+        self.slots.len() as u32
     }
 
     /// Requests completed so far (wrapping; acquire: the slots they freed
     /// are seen free).
+    #[inline(always)]
     pub(crate) fn completed(&self) -> u32 {
         self.completed.load(Ordering::Acquire)
     }
 
     /// Takes a free slot at or after `from` for `wr_id`; its index. `None`
     /// if every slot is busy (the poster's count prevents it).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn take(&self, from: u32, wr_id: u64) -> Option<u16> {
-        let n = self.wr_id.len();
+        let n = self.slots.len();
         let first = if (from as usize) < n {
             from as usize
         } else {
             0
         };
         // The common case: completions in order leave the next slot free.
-        let i = if self.busy.get(first)?.load(Ordering::Acquire) {
-            (1..n)
-                .map(|k| (first + k) % n)
-                .find(|&i| !self.busy[i].load(Ordering::Acquire))?
-        } else {
-            first
+        let (i, slot) = match self.slots.get(first) {
+            Some(s) if !s.busy.load(Ordering::Acquire) => (first, s),
+            Some(_) => self.find_free(first)?,
+            None => return None,
         };
-        self.wr_id[i].store(wr_id, Ordering::Relaxed);
-        self.busy[i].store(true, Ordering::Relaxed);
+        slot.wr_id.store(wr_id, Ordering::Relaxed);
+        slot.busy.store(true, Ordering::Relaxed);
         Some(i as u16)
+    }
+
+    /// The first free slot after `first`, wrapping (the slow path of
+    /// [`Slots::take`]: completions out of order).
+    #[cold]
+    fn find_free(&self, first: usize) -> Option<(usize, &Slot)> {
+        let n = self.slots.len();
+        (1..n)
+            .map(|k| (first + k) % n)
+            .map(|i| (i, &self.slots[i]))
+            .find(|(_, s)| !s.busy.load(Ordering::Acquire))
     }
 
     /// Gives back a slot taken but not posted (its request was refused).
     pub(crate) fn untake(&self, i: u16) {
-        if let Some(b) = self.busy.get(usize::from(i)) {
-            b.store(false, Ordering::Relaxed);
+        if let Some(s) = self.slots.get(usize::from(i)) {
+            s.busy.store(false, Ordering::Relaxed);
         }
     }
 
     /// Completes the request in slot `i`: its `wr_id`, the slot freed.
     /// `None` for an index past the slots or a slot not in use (an entry
     /// the device should not have written).
+    #[inline(always)]
     pub(crate) fn complete(&self, i: u16) -> Option<u64> {
-        let i = usize::from(i);
-        let busy = self.busy.get(i)?;
-        if !busy.load(Ordering::Relaxed) {
+        let slot = self.slots.get(usize::from(i))?;
+        if !slot.busy.load(Ordering::Relaxed) {
             return None;
         }
-        let wr_id = self.wr_id[i].load(Ordering::Relaxed);
-        busy.store(false, Ordering::Release);
+        let wr_id = slot.wr_id.load(Ordering::Relaxed);
+        slot.busy.store(false, Ordering::Release);
         self.completed.fetch_add(1, Ordering::Release);
         Some(wr_id)
     }
 
     /// Frees every slot (the QP was reset: the device forgot its work).
     pub(crate) fn reset(&self, posted: u32) {
-        for b in self.busy.iter() {
-            b.store(false, Ordering::Relaxed);
+        for s in self.slots.iter() {
+            s.busy.store(false, Ordering::Relaxed);
         }
         self.completed.store(posted, Ordering::Release);
     }

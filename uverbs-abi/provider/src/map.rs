@@ -135,6 +135,40 @@ impl DeviceMapping {
         true
     }
 
+    /// Copies `out.len()` bytes at `off` out if the byte `flag_at` bytes
+    /// into them, loaded first with acquire ordering (the phase or
+    /// ownership byte the device writes last), passes `ready`: one bounds
+    /// check for both. `false` (nothing read) if it does not, past the
+    /// end, with `flag_at` outside the bytes, or on a write mapping.
+    #[inline]
+    pub fn read_published(
+        &self,
+        off: usize,
+        out: &mut [u8],
+        flag_at: usize,
+        ready: impl FnOnce(u8) -> bool,
+    ) -> bool {
+        let Some(p) = self.at(off, out.len(), Access::Read) else {
+            return false;
+        };
+        if flag_at >= out.len() {
+            return false;
+        }
+        // Inside the checked range.
+        let flag = p.wrapping_add(flag_at).cast::<AtomicU8>();
+        // SAFETY: in the mapping (checked above); an AtomicU8 has no
+        // alignment beyond 1; the device writes the byte concurrently,
+        // hence the atomic load.
+        if !ready(unsafe { (*flag).load(Ordering::Acquire) }) {
+            return false;
+        }
+        // SAFETY: `[off, off + len)` is in the mapping (checked) and `out`
+        // is ours: distinct memory; a byte the device changes meanwhile is
+        // merely a stale value (u8 has no invalid bit patterns).
+        unsafe { std::ptr::copy_nonoverlapping(p.cast_const(), out.as_mut_ptr(), out.len()) };
+        true
+    }
+
     /// Copies `src` to `off` (a descriptor into a host ring); `false`
     /// (nothing written) past the end or on a read mapping. The caller
     /// orders it before the doorbell ([`DeviceMapping::doorbell`] does).
@@ -271,5 +305,31 @@ mod tests {
         assert!(r.read(64, &mut db));
         assert_eq!(u32::from_ne_bytes(db), 7);
         assert!(DeviceMapping::map(fd.as_fd(), 0, 0, Access::Read).is_err());
+    }
+
+    #[test]
+    fn a_published_read_copies_only_once_its_flag_says_so() {
+        let fd = memfd(4096);
+        let w = DeviceMapping::map(fd.as_fd(), 0, 4096, Access::Write).unwrap();
+        let r = DeviceMapping::map(fd.as_fd(), 0, 4096, Access::Read).unwrap();
+        assert!(w.write(32, &[1, 2, 3, 0x81]));
+        let mut out = [0u8; 4];
+        assert!(!r.read_published(32, &mut out, 3, |f| f & 1 == 0));
+        assert_eq!(out, [0; 4], "nothing copied while the flag says no");
+        let mut seen = 0;
+        assert!(r.read_published(32, &mut out, 3, |f| {
+            seen = f;
+            f & 1 == 1
+        }));
+        assert_eq!((seen, out), (0x81, [1, 2, 3, 0x81]));
+        assert!(!r.read_published(32, &mut out, 4, |_| true), "flag outside");
+        assert!(
+            !r.read_published(4094, &mut out, 0, |_| true),
+            "past the end"
+        );
+        assert!(
+            !w.read_published(32, &mut out, 0, |_| true),
+            "write mapping"
+        );
     }
 }
