@@ -250,43 +250,56 @@ pub fn queue_of(flags: u8) -> Result<Queue, BadEntry> {
 pub fn fill_wc(rx: &RxCdesc, queue: Queue, wr_id: u64, wc: &mut Wc) {
     let c = &rx.common;
     let status = c.status;
-    let op = (c.flags & cdesc_flags::OP_TYPE) >> cdesc_flags::OP_TYPE_SHIFT;
-    let mut w = Wc {
-        wr_id,
-        // The common case without the table's jump.
-        status: if status == cs::OK {
-            ws::SUCCESS
-        } else {
-            wc_status(status)
-        },
-        vendor_err: u32::from(status),
-        qp_num: u32::from(c.qp_num.get()),
-        ..Wc::default()
+    // The common case without the table's jump.
+    let wc_status = if status == cs::OK {
+        ws::SUCCESS
+    } else {
+        wc_status(status)
     };
-    match queue {
+    let op = (c.flags & cdesc_flags::OP_TYPE) >> cdesc_flags::OP_TYPE_SHIFT;
+    let qp_num = u32::from(c.qp_num.get());
+    // Written a word at a time (Wc::words_mut), each word made first.
+    let words = match queue {
         Queue::Send => {
-            w.opcode = match op {
+            let opcode = match op {
                 send_op::RDMA_READ => wc_opcode::RDMA_READ,
                 send_op::RDMA_WRITE => wc_opcode::RDMA_WRITE,
                 _ => wc_opcode::SEND,
             };
+            [
+                wr_id,
+                Wc::pair(wc_status, opcode),
+                Wc::pair(u32::from(status), 0),
+                Wc::pair(0, qp_num),
+                0,
+                0,
+            ]
         }
         Queue::Recv => {
-            w.opcode = if op == send_op::RDMA_WRITE {
+            let opcode = if op == send_op::RDMA_WRITE {
                 wc_opcode::RECV_RDMA_WITH_IMM
             } else {
                 wc_opcode::RECV
             };
-            w.byte_len = u32::from(c.length.get());
-            w.src_qp = u32::from(rx.src_qp_num.get());
-            w.slid = rx.ah.get();
-            if c.flags & cdesc_flags::HAS_IMM != 0 {
-                w.ex = rx.imm.get().to_be();
-                w.wc_flags = wc_flags::WITH_IMM;
-            }
+            let has_imm = c.flags & cdesc_flags::HAS_IMM != 0;
+            let (ex, flags) = if has_imm {
+                (rx.imm.get().to_be(), wc_flags::WITH_IMM)
+            } else {
+                (0, 0)
+            };
+            // pkey_index 0, slid the sender's AH, sl .. reserved 0.
+            let [s0, s1] = rx.ah.get().to_ne_bytes();
+            [
+                wr_id,
+                Wc::pair(wc_status, opcode),
+                Wc::pair(u32::from(status), u32::from(c.length.get())),
+                Wc::pair(ex, qp_num),
+                Wc::pair(u32::from(rx.src_qp_num.get()), flags),
+                u64::from_ne_bytes([0, 0, s0, s1, 0, 0, 0, 0]),
+            ]
         }
-    }
-    *wc = w;
+    };
+    *wc.words_mut() = words;
 }
 
 /// The work completion of the whole entry `entry` (see [`decode`]) for

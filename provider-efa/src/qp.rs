@@ -75,6 +75,8 @@ pub struct RecvQueue {
     /// Descriptors in the ring: a power of two, or 0.
     desc_cnt: u32,
     max_sge: u32,
+    /// Receives the queue holds: its slots, at most one per descriptor.
+    cap: u32,
     pc: u32,
     posted: u32,
     next_slot: u32,
@@ -121,13 +123,11 @@ impl SendQueue {
             .ok_or(PostError::QueueFull)?;
         let shift = self.wqe_cnt.trailing_zeros();
         let phase = ((self.pc >> shift) & 1) as u8;
-        let wqe: TxWqe = match sq::build(wr, &self.limits, req_id, phase) {
-            Ok(w) => w,
-            Err(e) => {
-                self.entry.sq.untake(req_id);
-                return Err(e);
-            }
-        };
+        let mut wqe = TxWqe::default();
+        if let Err(e) = sq::build_into(wr, &self.limits, req_id, phase, &mut wqe) {
+            self.entry.sq.untake(req_id);
+            return Err(e);
+        }
         let index = (self.pc & (self.wqe_cnt - 1)) as usize;
         let bytes: &[u8; TX_WQE_SIZE] = zerocopy::transmute_ref!(&wqe);
         if !llq.write_desc64(self.desc_off + index * TX_WQE_SIZE, bytes) {
@@ -195,7 +195,7 @@ impl RecvQueue {
     /// Receives the queue holds.
     #[inline(always)]
     pub(crate) fn capacity(&self) -> u32 {
-        self.entry.rq.len().min(self.desc_cnt)
+        self.cap
     }
 
     /// Posts the receives of `wrs`, one doorbell at the end.
@@ -226,11 +226,10 @@ impl RecvQueue {
         if self.outstanding() >= self.capacity() {
             return Err(PostError::RecvQueueFull);
         }
-        let free = self.desc_cnt - self.outstanding_descs();
         // One buffer (what EFA's devices take): one descriptor, written
         // straight to the ring.
         if let ([sge], 1..) = (wr.sg_list, self.max_sge) {
-            if free == 0 {
+            if self.outstanding_descs() >= self.desc_cnt {
                 return Err(PostError::RecvQueueFull);
             }
             let req_id = self
@@ -245,6 +244,7 @@ impl RecvQueue {
             self.next_slot = u32::from(req_id) + 1;
             return Ok(());
         }
+        let free = self.desc_cnt - self.outstanding_descs();
         let mut descs = [RxDesc::default(); 2];
         let room = (self.max_sge as usize).min(descs.len());
         let req_id = self
@@ -480,6 +480,7 @@ pub(crate) fn create(
         db_off: rq_db_off,
         desc_cnt: rq_descs,
         max_sge: cmd.max_recv_sge.max(1),
+        cap: entry.rq.len().min(rq_descs),
         pc: 0,
         posted: 0,
         next_slot: 0,

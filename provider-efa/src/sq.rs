@@ -64,6 +64,22 @@ pub fn build<R: SendRequest + ?Sized>(
     req_id: u16,
     phase: u8,
 ) -> Result<TxWqe, PostError> {
+    let mut w = TxWqe::default();
+    build_into(wr, lim, req_id, phase, &mut w)?;
+    Ok(w)
+}
+
+/// [`build`] into `w` (a zeroed descriptor), what the queue calls: the
+/// descriptor is not returned through the result. On an error `w` holds
+/// part of a descriptor, which the caller drops.
+#[inline(always)]
+pub fn build_into<R: SendRequest + ?Sized>(
+    wr: &R,
+    lim: &SqLimits,
+    req_id: u16,
+    phase: u8,
+    w: &mut TxWqe,
+) -> Result<(), PostError> {
     let flags = wr.send_flags();
     if !TAKEN_FLAGS.contains(flags) {
         return Err(PostError::FlagsUnsupported(
@@ -88,7 +104,6 @@ pub fn build<R: SendRequest + ?Sized>(
         return Err(PostError::DestOutOfRange);
     };
 
-    let mut w = TxWqe::default();
     let m = &mut w.meta;
     match wr.payload() {
         Payload::Inline(bufs) => {
@@ -180,7 +195,7 @@ pub fn build<R: SendRequest + ?Sized>(
     m.dest_qp_num.set(dest_qpn);
     m.ah.set(ah);
     m.qkey.set(dest.remote_qkey);
-    Ok(w)
+    Ok(())
 }
 
 /// A SEND of `len` bytes fits the message limits.
