@@ -15,8 +15,11 @@
 //! EFA has no completion events: between the post and the measured poll
 //! the probe reaps the other side's completion (unmeasured; the device
 //! writes the receive's entry before the send's) and sleeps a little. A
-//! measured poll that finds nothing is counted and reported. It runs
-//! without valgrind too (a quick self-check).
+//! measured poll that finds nothing is counted and reported. Every
+//! round sends a payload of its own and compares the received bytes with
+//! it (unmeasured), reporting the rounds checked as `verified=N`, which
+//! `cargo xtask bench` requires. It runs without valgrind too (a quick
+//! self-check).
 //!
 //! Usage: `efa_postpoll send|recv ITERS [DEVICE]` (default: the first EFA
 //! device).
@@ -75,7 +78,7 @@ fn reap(cq: &mut Cq) -> Res<()> {
     Err("no completion".into())
 }
 
-fn run(send: bool, iters: u64, dev: Option<&str>) -> Res<u64> {
+fn run(send: bool, iters: u64, dev: Option<&str>) -> Res<(u64, u64)> {
     let devs = rverbs::devices()?;
     let dev = devs
         .iter()
@@ -86,7 +89,7 @@ fn run(send: bool, iters: u64, dev: Option<&str>) -> Res<u64> {
         .ok_or("no EFA device")?;
     let ctx = dev.open()?;
     let pd = ctx.alloc_pd()?;
-    let mr = pd.alloc_mr(2 * MSG as usize, AccessFlags::LOCAL_WRITE)?;
+    let mut mr = pd.alloc_mr(2 * MSG as usize, AccessFlags::LOCAL_WRITE)?;
     let mut cqa = ctx.create_cq(64)?;
     let mut cqb = ctx.create_cq(64)?;
     let srd = |cq: &Cq| -> Res<Qp> {
@@ -136,8 +139,15 @@ fn run(send: bool, iters: u64, dev: Option<&str>) -> Res<u64> {
     let rwr = [RecvWr::new(2, &rs)];
     let mut wc = [Wc::default(); 1];
     let mut empty = 0u64;
+    let mut verified = 0u64;
     for i in 0..WARMUP + iters {
         let measured = i >= WARMUP;
+        // Each round's payload differs; the receive buffer starts cleared
+        // (no receive is outstanding between rounds).
+        let pat: [u8; MSG as usize] =
+            std::array::from_fn(|j| (i as u8).wrapping_mul(31).wrapping_add(j as u8));
+        mr.write_at(0, &pat)?;
+        mr.fill(MSG as usize.., 0)?;
         if send {
             b.post_recv(&rwr)?;
             if measured {
@@ -179,8 +189,15 @@ fn run(send: bool, iters: u64, dev: Option<&str>) -> Res<u64> {
                 reap(&mut cqb)?;
             }
         }
+        // The receive has completed in both modes: its bytes are the send's.
+        let mut got = [0u8; MSG as usize];
+        mr.read_at(MSG as usize, &mut got)?;
+        if got != pat {
+            return Err(format!("round {i}: the received bytes differ from the sent").into());
+        }
+        verified += 1;
     }
-    Ok(empty)
+    Ok((empty, verified))
 }
 
 fn main() -> ExitCode {
@@ -198,8 +215,11 @@ fn main() -> ExitCode {
         }
     };
     match run(send, iters, args.get(3).map(String::as_str)) {
-        Ok(empty) => {
-            println!("efa_postpoll.rs {mode} {iters} iterations, {empty} empty measured polls");
+        Ok((empty, verified)) => {
+            println!(
+                "efa_postpoll.rs {mode} {iters} iterations, {empty} empty measured polls, \
+                 verified={verified}"
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

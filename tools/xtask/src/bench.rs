@@ -39,6 +39,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::callgrind::callgrind_total;
 use crate::charts::{self, Axes, Bar, Line, Mark, OURS, THEIRS};
+use crate::efabench::{self, EfaResult};
 use crate::linkage;
 use crate::perfrun::{
     client_output, measured, parse_perftest, parse_rverbs, server_client, Kind, Sample, Tool,
@@ -105,7 +106,8 @@ pub struct BenchOptions {
     /// Skip the message-size sweeps behind the latency and bandwidth
     /// charts.
     pub skip_sweeps: bool,
-    /// Only the mlx5 probes on the host: no VM, no report file.
+    /// Only the host's probes (the emulated mlx5's and EFA's): no VM, no
+    /// report file.
     pub mlx5_only: bool,
     /// No run: the report (and charts) of the earlier run whose raw
     /// results are in this folder (`--repeats` and `--probe-iters` must
@@ -238,9 +240,11 @@ fn perf_cases() -> Vec<PerfCase> {
     v
 }
 
-/// Paths of the binaries the guest runs.
+/// Paths of the binaries the guest runs (and the host's EFA probe).
 struct Binaries {
     probe_rs: PathBuf,
+    /// The EFA probe (`verbs/examples/efa_postpoll.rs`), run on the host.
+    efa_probe_rs: PathBuf,
     probe_c: PathBuf,
     /// The hand-written mlx5 floor (`tools/bench/floor_mlx5.c`, mlx5dv).
     floor_c: PathBuf,
@@ -300,6 +304,7 @@ fn build(target: &Path) -> Result<Binaries> {
     compile_probe(&scale_c, "scale.c", &["-libverbs"])?;
     Ok(Binaries {
         probe_rs: release.join("examples/postpoll"),
+        efa_probe_rs: release.join("examples/efa_postpoll"),
         probe_c,
         floor_c,
         ourlib,
@@ -1308,6 +1313,7 @@ fn report(
     probes: &[ProbeResult<'_>],
     control: &ControlRows,
     mlx5: &Result<Vec<ProbeResult<'_>>>,
+    efa: &Result<Vec<EfaResult>>,
     floor: Option<&[FloorRow]>,
     cabi: &CAbi,
     perf: Option<&[(PerfCase, PerfResult)]>,
@@ -1423,6 +1429,24 @@ fn report(
     );
     w("");
     chart_line(&mut w, &charts.insns, &mut ok);
+    w("");
+    w("### On the emulated EFA device (callgrind)");
+    w("");
+    w(
+        "`verbs/examples/efa_postpoll.rs` (ours, through `provider-efa`) and its twin \
+         `tools/bench/efa_postpoll.c` (rdma-core's libibverbs + libefa), two SRD QPs of \
+         one context on the emulated EFA device of `tests/efa-emu` (an `LD_PRELOAD` \
+         library playing the EFA kernel driver and the device), each round's payload \
+         checked. Only the post and the poll are counted; the target is libefa's count.",
+    );
+    w("");
+    match efa {
+        Ok(rows) => ok &= efabench::table(&mut w, rows),
+        Err(e) => {
+            ok = false;
+            w(&format!("Failed: {e:#}"));
+        }
+    }
     w("");
     w("### Through the C ABI: the C probe on our libibverbs (callgrind)");
     w("");
@@ -1672,6 +1696,7 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
         let has = |f: &str| dir.join(f).exists();
         let with_perf = has(&format!("{}.status", perf_name(0, Tool::Rverbs, 0)));
         let mlx5 = Ok(read_probes(dir, "mlx5-", opts.probe_iters));
+        let efa = Ok(efabench::read(dir, opts.probe_iters));
         let sweeps = if has("sweep-0-rverbs.status") {
             sweepbench::sweeps()
         } else {
@@ -1689,6 +1714,7 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
                 cases: perf_cases(),
                 sweeps,
                 mlx5,
+                efa,
                 started,
             },
         );
@@ -1714,6 +1740,10 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
     if let Err(e) = &mlx5 {
         say!("the mlx5 probes could not run: {e:#}");
     }
+    let efa = efabench::run(&target, &run_dir, &bins.efa_probe_rs, opts.probe_iters);
+    if let Err(e) = &efa {
+        say!("the EFA probes could not run: {e:#}");
+    }
     if opts.mlx5_only {
         let mut md = String::new();
         let mut w = |l: &str| {
@@ -1728,6 +1758,11 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
             w("");
             ok &= floor_table(&mut w, &rows);
         }
+        w("");
+        ok &= match &efa {
+            Ok(rows) => efabench::table(&mut w, rows),
+            Err(_) => false,
+        };
         print_line("");
         for line in md.lines() {
             print_line(line);
@@ -1785,6 +1820,7 @@ pub fn bench_command(opts: &BenchOptions) -> Result<bool> {
             cases,
             sweeps,
             mlx5,
+            efa,
             started,
         },
     )
@@ -1816,6 +1852,8 @@ struct Finished {
     cases: Vec<PerfCase>,
     sweeps: Vec<Sweep>,
     mlx5: Result<Vec<ProbeResult<'static>>>,
+    /// The EFA probes (on the host).
+    efa: Result<Vec<EfaResult>>,
     started: std::time::Instant,
 }
 
@@ -1830,6 +1868,7 @@ fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Re
         cases,
         sweeps,
         mlx5,
+        efa,
         started,
     } = f;
     let run_dir = run_dir.to_path_buf();
@@ -1891,6 +1930,7 @@ fn finish(opts: &BenchOptions, target: &Path, run_dir: &Path, f: Finished) -> Re
         &probes,
         &control,
         &mlx5,
+        &efa,
         floor.as_deref(),
         &cabi,
         perf.as_deref(),
@@ -2104,12 +2144,15 @@ mod tests {
                 )
             })
             .collect();
+        let efa: Result<Vec<EfaResult>> =
+            Ok(vec![(&efabench::EFA_PROBES[0], Ok(300.0), Ok(337.1))]);
         let (md, ok) = report(
             &opts,
             &env,
             &probes,
             &control,
             &mlx5,
+            &efa,
             Some(&floor),
             &cabi,
             Some(&[]),
@@ -2120,6 +2163,11 @@ mod tests {
         // The perftest side of one sweep failed: the run is not ok, and says so.
         assert!(!ok);
         assert!(md.contains("### Through the C ABI"), "{md}");
+        let efa_section = md.split("### On the emulated EFA device").nth(1).unwrap();
+        assert!(
+            efa_section.contains("| 300.0 | 337.1 | 0.890 | <= 1.0x: met |"),
+            "{efa_section}"
+        );
         // The floor's table: each side over the floor, per WR for chains.
         let floor_section = md.split("Against a hand-written floor").nth(1).unwrap();
         assert!(

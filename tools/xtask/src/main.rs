@@ -72,6 +72,7 @@ mod callgrind;
 mod charts;
 mod conform;
 mod efa;
+mod efabench;
 mod efadv;
 mod fuzz;
 mod ibverbs;
@@ -187,8 +188,9 @@ enum Cmd {
         /// bandwidth charts; the fixed-size cases still run.
         #[arg(long)]
         skip_sweeps: bool,
-        /// Only the mlx5 instruction counts on the emulated ConnectX-5 (on
-        /// the host; no VM boot). Prints the table, writes no report.
+        /// Only the host's instruction counts: the emulated ConnectX-5's
+        /// and the emulated EFA device's (no VM boot). Prints the tables,
+        /// writes no report.
         #[arg(long)]
         mlx5_only: bool,
         /// Run nothing: write the report and charts of the earlier run
